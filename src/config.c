@@ -1,0 +1,415 @@
+/* config.c: command line and JSON config file. */
+#include "config.h"
+
+#include <getopt.h>
+#include <limits.h>
+#include <sys/stat.h>
+
+static const char usage[] =
+	"Usage: ckptd [OPTIONS]\n"
+	"Filesystem checkpoint and rollback service.\n\n"
+	"  --listen HOST:PORT|unix:PATH  where to serve the API (repeatable; default 127.0.0.1:7070)\n"
+	"  --state-dir DIR               where checkpoints and state live (default /var/lib/ckptd)\n"
+	"  --root PATH                   a managed directory (repeatable)\n"
+	"  --backend auto|overlay|tar    storage backend (default auto)\n"
+	"  --config FILE                 JSON config file; flags win over it\n"
+	"  --token-file FILE             require 'Authorization: Bearer <token>'\n"
+	"  --mode sandbox|host           host mode runs gVisor sandboxes (default sandbox)\n"
+	"  --unmount-on-exit             unmount overlay roots when stopping\n"
+	"  --instance-id ID              host mode: this instance's name in lock files\n"
+	"  -v, --verbose                 debug logs\n"
+	"  -h, --help                    this text\n"
+	"  -V, --version                 print the version\n";
+
+void config_defaults(struct config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->backend = BACKEND_AUTO;
+	cfg->mode = MODE_SANDBOX;
+	cfg->flatten_depth = 64;
+	cfg->default_ttl_secs = 14 * 24 * 3600;
+	cfg->cleanup_interval_secs = 60;
+	cfg->max_checkpoints = 100;
+	cfg->max_state_bytes = 0;
+	cfg->services_auto = true;
+	cfg->service_timeout_secs = 30;
+	cfg->lock_ttl_secs = 30;
+	cfg->lock_renew_secs = 5;
+	cfg->default_idle_timeout_secs = 300;
+}
+
+static void free_list(char **v, size_t *n)
+{
+	for (size_t i = 0; i < *n; i++)
+		free(v[i]);
+	*n = 0;
+}
+
+void config_free(struct config *cfg)
+{
+	free_list(cfg->listen, &cfg->n_listen);
+	free_list(cfg->roots, &cfg->n_roots);
+	for (size_t i = 0; i < cfg->n_units; i++)
+		free(cfg->units[i]);
+	free(cfg->units);
+	free(cfg->state_dir);
+	free(cfg->token);
+	free(cfg->config_file);
+	free(cfg->instance_id);
+	free(cfg->runsc_path);
+	free(cfg->sandbox_rootfs);
+	free(cfg->sandbox_state_dir);
+	json_decref(cfg->file);
+	memset(cfg, 0, sizeof(*cfg));
+}
+
+const char *backend_kind_name(enum backend_kind k)
+{
+	return k == BACKEND_OVERLAY ? "overlay" : k == BACKEND_TAR ? "tar" : "auto";
+}
+
+static int set_str(char **dst, const char *v)
+{
+	char *n = strdup(v);
+	if (!n)
+		return -ENOMEM;
+	free(*dst);
+	*dst = n;
+	return 0;
+}
+
+static int add_list(char **v, size_t *n, size_t max, const char *s, const char *what, ckpt_error *err)
+{
+	if (*n >= max)
+		return err_set(err, EINVAL, NULL, "too many %s (at most %zu)", what, max);
+	if (!(v[*n] = strdup(s)))
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
+static int parse_backend(struct config *cfg, const char *v, ckpt_error *err)
+{
+	if (!strcmp(v, "auto"))
+		cfg->backend = BACKEND_AUTO;
+	else if (!strcmp(v, "overlay"))
+		cfg->backend = BACKEND_OVERLAY;
+	else if (!strcmp(v, "tar"))
+		cfg->backend = BACKEND_TAR;
+	else
+		return err_set(err, EINVAL, NULL, "backend must be auto, overlay or tar, not '%s'", v);
+	return 0;
+}
+
+static int parse_mode(struct config *cfg, const char *v, ckpt_error *err)
+{
+	if (!strcmp(v, "sandbox"))
+		cfg->mode = MODE_SANDBOX;
+	else if (!strcmp(v, "host"))
+		cfg->mode = MODE_HOST;
+	else
+		return err_set(err, EINVAL, NULL, "mode must be sandbox or host, not '%s'", v);
+	return 0;
+}
+
+static int load_token(struct config *cfg, const char *file, ckpt_error *err)
+{
+	_cleanup_free_ char *buf = NULL;
+	size_t len;
+	int r = read_file_at(AT_FDCWD, file, 4096, &buf, &len);
+	if (r < 0)
+		return err_set(err, -r, NULL, "token file '%s': %s", file, strerror(-r));
+	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' '))
+		buf[--len] = '\0';
+	if (len == 0)
+		return err_set(err, EINVAL, NULL, "token file '%s' is empty", file);
+	free(cfg->token);
+	cfg->token = TAKE_PTR(buf);
+	return 0;
+}
+
+/* Config file keys that take a string list or a single string. */
+static int json_list(json_t *v, char **dst, size_t *n, size_t max, const char *what, ckpt_error *err)
+{
+	size_t i;
+	json_t *e;
+	if (json_is_string(v))
+		return add_list(dst, n, max, json_string_value(v), what, err);
+	if (!json_is_array(v))
+		return err_set(err, EINVAL, NULL, "config: %s must be a string or an array of strings", what);
+	json_array_foreach(v, i, e) {
+		if (!json_is_string(e))
+			return err_set(err, EINVAL, NULL, "config: %s must hold strings", what);
+		int r = add_list(dst, n, max, json_string_value(e), what, err);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int json_int(json_t *obj, const char *key, int64_t min, int64_t *dst, ckpt_error *err)
+{
+	json_t *v = json_object_get(obj, key);
+	if (!v)
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < min)
+		return err_set(err, EINVAL, NULL, "config: %s must be an integer >= %lld", key, (long long)min);
+	*dst = json_integer_value(v);
+	return 0;
+}
+
+static int json_units(struct config *cfg, json_t *v, ckpt_error *err)
+{
+	size_t i;
+	json_t *e;
+	if (json_is_string(v)) {
+		const char *s = json_string_value(v);
+		if (!strcmp(s, "auto") || !strcmp(s, "none")) {
+			cfg->services_auto = !strcmp(s, "auto");
+			return 0;
+		}
+		return err_set(err, EINVAL, NULL, "config: services must be \"auto\", \"none\" or a list of units");
+	}
+	if (!json_is_array(v))
+		return err_set(err, EINVAL, NULL, "config: services must be \"auto\", \"none\" or a list of units");
+	cfg->services_auto = false;
+	json_array_foreach(v, i, e) {
+		if (!json_is_string(e))
+			return err_set(err, EINVAL, NULL, "config: services must hold unit names");
+		if (!strcmp(json_string_value(e), "auto")) {
+			cfg->services_auto = true;
+			continue;
+		}
+		char **n = realloc(cfg->units, (cfg->n_units + 1) * sizeof(*n));
+		if (!n || !(n[cfg->n_units] = strdup(json_string_value(e))))
+			return -ENOMEM;
+		cfg->units = n;
+		cfg->n_units++;
+	}
+	return 0;
+}
+
+static int json_str(json_t *obj, const char *key, char **dst, ckpt_error *err)
+{
+	json_t *v = json_object_get(obj, key);
+	if (!v)
+		return 0;
+	if (!json_is_string(v))
+		return err_set(err, EINVAL, NULL, "config: %s must be a string", key);
+	return set_str(dst, json_string_value(v));
+}
+
+static int apply_json_strings(struct config *cfg, json_t *obj, ckpt_error *err)
+{
+	json_t *v;
+	int r = 0;
+	if ((v = json_object_get(obj, "listen")))
+		r = json_list(v, cfg->listen, &cfg->n_listen, MAX_LISTEN, "listen", err);
+	if (r == 0 && (v = json_object_get(obj, "roots")))
+		r = json_list(v, cfg->roots, &cfg->n_roots, MAX_ROOTS, "roots", err);
+	if (r == 0 && (v = json_object_get(obj, "backend")))
+		r = json_is_string(v) ? parse_backend(cfg, json_string_value(v), err)
+				      : err_set(err, EINVAL, NULL, "config: backend must be a string");
+	if (r == 0 && (v = json_object_get(obj, "mode")))
+		r = json_is_string(v) ? parse_mode(cfg, json_string_value(v), err)
+				      : err_set(err, EINVAL, NULL, "config: mode must be a string");
+	if (r == 0 && (v = json_object_get(obj, "token_file")))
+		r = json_is_string(v) ? load_token(cfg, json_string_value(v), err)
+				      : err_set(err, EINVAL, NULL, "config: token_file must be a string");
+	if (r == 0 && (v = json_object_get(obj, "services")))
+		r = json_units(cfg, v, err);
+	if (r == 0)
+		r = json_str(obj, "state_dir", &cfg->state_dir, err);
+	if (r == 0)
+		r = json_str(obj, "instance_id", &cfg->instance_id, err);
+	if (r == 0)
+		r = json_str(obj, "runsc_path", &cfg->runsc_path, err);
+	if (r == 0)
+		r = json_str(obj, "sandbox_rootfs", &cfg->sandbox_rootfs, err);
+	if (r == 0)
+		r = json_str(obj, "sandbox_state_dir", &cfg->sandbox_state_dir, err);
+	return r;
+}
+
+int config_apply_json(struct config *cfg, json_t *obj, ckpt_error *err)
+{
+	int64_t v64;
+	json_t *b;
+	int r;
+
+	if (!json_is_object(obj))
+		return err_set(err, EINVAL, NULL, "config: must be a JSON object");
+	r = apply_json_strings(cfg, obj, err);
+	if (r < 0)
+		return r;
+	if ((b = json_object_get(obj, "unmount_on_exit"))) {
+		if (!json_is_boolean(b))
+			return err_set(err, EINVAL, NULL, "config: unmount_on_exit must be true or false");
+		cfg->unmount_on_exit = json_is_true(b);
+	}
+	if ((r = json_int(obj, "default_ttl_secs", 0, &cfg->default_ttl_secs, err)) < 0 ||
+	    (r = json_int(obj, "cleanup_interval_secs", 1, &cfg->cleanup_interval_secs, err)) < 0 ||
+	    (r = json_int(obj, "max_checkpoints", 1, &cfg->max_checkpoints, err)) < 0 ||
+	    (r = json_int(obj, "max_state_bytes", 0, &cfg->max_state_bytes, err)) < 0 ||
+	    (r = json_int(obj, "lock_ttl_secs", 1, &cfg->lock_ttl_secs, err)) < 0 ||
+	    (r = json_int(obj, "lock_renew_secs", 1, &cfg->lock_renew_secs, err)) < 0 ||
+	    (r = json_int(obj, "idle_timeout_secs", 1, &cfg->default_idle_timeout_secs, err)) < 0)
+		return r;
+	v64 = cfg->service_timeout_secs;
+	if ((r = json_int(obj, "service_timeout_secs", 1, &v64, err)) < 0)
+		return r;
+	cfg->service_timeout_secs = (int)(v64 > 3600 ? 3600 : v64);
+	v64 = cfg->flatten_depth;
+	if ((r = json_int(obj, "flatten_depth", 2, &v64, err)) < 0)
+		return r;
+	cfg->flatten_depth = (int)(v64 > 400 ? 400 : v64);
+	return 0;
+}
+
+static int load_file(struct config *cfg, const char *file, ckpt_error *err)
+{
+	json_error_t jerr;
+	json_t *obj = json_load_file(file, JSON_REJECT_DUPLICATES, &jerr);
+	if (!obj)
+		return err_set(err, EINVAL, NULL, "config file '%s' line %d: %s", file, jerr.line, jerr.text);
+	int r = config_apply_json(cfg, obj, err);
+	if (r < 0) {
+		json_decref(obj);
+		return err_prefix(err, "config file '%s'", file);
+	}
+	cfg->file = obj;
+	return set_str(&cfg->config_file, file);
+}
+
+/* An absolute, canonical path; a missing directory is created. */
+static int canonical_dir(char **p, const char *what, ckpt_error *err)
+{
+	char buf[PATH_MAX];
+	struct stat st;
+
+	if ((*p)[0] != '/' && !realpath(*p, buf) && errno != ENOENT)
+		return err_set(err, errno, NULL, "%s '%s': %s", what, *p, strerror(errno));
+	if (mkdir_p(*p, 0755) < 0 || !realpath(*p, buf))
+		return err_set(err, errno, NULL, "%s '%s': %s", what, *p, strerror(errno));
+	if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
+		return err_set(err, ENOTDIR, NULL, "%s '%s' is not a directory", what, *p);
+	if (!strcmp(buf, "/"))
+		return err_set(err, EINVAL, NULL, "%s may not be /", what);
+	return set_str(p, buf);
+}
+
+static bool path_within(const char *inner, const char *outer)
+{
+	size_t n = strlen(outer);
+	return !strncmp(inner, outer, n) && (inner[n] == '/' || inner[n] == '\0');
+}
+
+static int config_validate(struct config *cfg, ckpt_error *err)
+{
+	int r;
+	if (!cfg->state_dir && set_str(&cfg->state_dir, "/var/lib/ckptd") < 0)
+		return -ENOMEM;
+	if ((r = canonical_dir(&cfg->state_dir, "state dir", err)) < 0)
+		return r;
+	if (cfg->n_listen == 0 && add_list(cfg->listen, &cfg->n_listen, MAX_LISTEN, "127.0.0.1:7070", "listen", err) < 0)
+		return -ENOMEM;
+	if (cfg->mode == MODE_SANDBOX && cfg->n_roots == 0)
+		return err_set(err, EINVAL, NULL, "no --root given: name at least one directory to manage");
+	for (size_t i = 0; i < cfg->n_roots; i++) {
+		if ((r = canonical_dir(&cfg->roots[i], "root", err)) < 0)
+			return r;
+		if (path_within(cfg->state_dir, cfg->roots[i]) || path_within(cfg->roots[i], cfg->state_dir))
+			return err_set(err, EINVAL, NULL, "root '%s' and state dir '%s' overlap", cfg->roots[i], cfg->state_dir);
+		for (size_t j = 0; j < i; j++)
+			if (path_within(cfg->roots[i], cfg->roots[j]) || path_within(cfg->roots[j], cfg->roots[i]))
+				return err_set(err, EINVAL, NULL, "roots '%s' and '%s' overlap", cfg->roots[j], cfg->roots[i]);
+	}
+	return 0;
+}
+
+enum { OPT_LISTEN = 256, OPT_STATE, OPT_ROOT, OPT_BACKEND, OPT_CONFIG, OPT_TOKEN, OPT_MODE,
+       OPT_UNMOUNT, OPT_INSTANCE };
+
+static const struct option long_opts[] = {
+	{ "listen", required_argument, NULL, OPT_LISTEN },
+	{ "state-dir", required_argument, NULL, OPT_STATE },
+	{ "root", required_argument, NULL, OPT_ROOT },
+	{ "backend", required_argument, NULL, OPT_BACKEND },
+	{ "config", required_argument, NULL, OPT_CONFIG },
+	{ "token-file", required_argument, NULL, OPT_TOKEN },
+	{ "mode", required_argument, NULL, OPT_MODE },
+	{ "unmount-on-exit", no_argument, NULL, OPT_UNMOUNT },
+	{ "instance-id", required_argument, NULL, OPT_INSTANCE },
+	{ "verbose", no_argument, NULL, 'v' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ 0 },
+};
+
+/* Flags replace the file's lists rather than add to them. */
+static int apply_flag(struct config *cfg, int c, const char *arg, bool *listen_seen, bool *roots_seen, ckpt_error *err)
+{
+	switch (c) {
+	case OPT_LISTEN:
+		if (!*listen_seen)
+			free_list(cfg->listen, &cfg->n_listen);
+		*listen_seen = true;
+		return add_list(cfg->listen, &cfg->n_listen, MAX_LISTEN, arg, "--listen", err);
+	case OPT_ROOT:
+		if (!*roots_seen)
+			free_list(cfg->roots, &cfg->n_roots);
+		*roots_seen = true;
+		return add_list(cfg->roots, &cfg->n_roots, MAX_ROOTS, arg, "--root", err);
+	case OPT_STATE:
+		return set_str(&cfg->state_dir, arg);
+	case OPT_BACKEND:
+		return parse_backend(cfg, arg, err);
+	case OPT_TOKEN:
+		return load_token(cfg, arg, err);
+	case OPT_MODE:
+		return parse_mode(cfg, arg, err);
+	case OPT_UNMOUNT:
+		cfg->unmount_on_exit = true;
+		return 0;
+	case OPT_INSTANCE:
+		return set_str(&cfg->instance_id, arg);
+	case 'v':
+		cfg->verbose = true;
+		return 0;
+	case OPT_CONFIG:
+		return 0; /* loaded first */
+	default:
+		return err_set(err, EINVAL, NULL, "unknown option (see --help)");
+	}
+}
+
+int config_parse(struct config *cfg, int argc, char **argv, ckpt_error *err)
+{
+	bool listen_seen = false, roots_seen = false;
+	int c, r;
+
+	config_defaults(cfg);
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "vhV", long_opts, NULL)) != -1) {
+		if (c == 'h') {
+			fputs(usage, stdout);
+			return 1;
+		}
+		if (c == 'V') {
+			printf("ckptd %s\n", CKPTD_VERSION);
+			return 1;
+		}
+		if (c == '?')
+			return err_set(err, EINVAL, NULL, "unknown or incomplete option '%s' (see --help)", argv[optind - 1]);
+		if (c == OPT_CONFIG && (r = load_file(cfg, optarg, err)) < 0)
+			return r;
+	}
+	if (optind < argc)
+		return err_set(err, EINVAL, NULL, "unexpected argument '%s' (see --help)", argv[optind]);
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "vhV", long_opts, NULL)) != -1)
+		if ((r = apply_flag(cfg, c, optarg, &listen_seen, &roots_seen, err)) < 0)
+			return r;
+	return config_validate(cfg, err);
+}

@@ -1,0 +1,35 @@
+#!/bin/sh
+# Install what ckptd needs on Debian 12, quietly when all is present.
+#   deps.sh build   packages to build and run the daemon and CLI
+#   deps.sh all     also the test packages, runsc and the test rootfs
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+
+build_pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libarchive-dev
+libsystemd-dev libcurl4-openssl-dev libzstd-dev zstd"
+test_pkgs="libcmocka-dev python3 python3-pytest python3-requests python3-websocket
+python3-yaml runsc debootstrap systemd-container prometheus attr acl curl nodejs psmisc"
+
+want=$build_pkgs
+[ "${1:-all}" = all ] && want="$build_pkgs $test_pkgs"
+
+missing=""
+for p in $want; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+		missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	if [ "$(id -u)" != 0 ]; then
+		echo "deps: missing packages:$missing (run as root to install)" >&2
+		exit 1
+	fi
+	echo "deps: installing$missing"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	# shellcheck disable=SC2086
+	apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+if [ "${1:-all}" = all ] && [ -x "$here/tests/rig/rootfs.sh" ]; then
+	"$here/tests/rig/rootfs.sh"
+fi
