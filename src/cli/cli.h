@@ -1,0 +1,108 @@
+/* cli.h: the ckpt command-line client. Self-contained: it speaks to ckptd
+ * only through the HTTP API (libcurl + jansson) and shares no daemon code,
+ * so api/openapi.yaml is the one contract between the two. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define CKPT_VERSION "0.1.0"
+#define CKPT_DEFAULT_URL "http://127.0.0.1:7070"
+
+/* Exit statuses, documented in docs/cli.md. */
+enum {
+	CKPT_EXIT_OK = 0,
+	CKPT_EXIT_SERVER = 1,   /* the daemon answered with an error, or the operation failed */
+	CKPT_EXIT_USAGE = 2,    /* bad command line */
+	CKPT_EXIT_CONNECT = 3,  /* no answer: connection refused, bad socket, transport error */
+};
+
+static inline void cli_freep(void *p) { free(*(void **)p); }
+#define _cli_cleanup_free_ __attribute__((cleanup(cli_freep)))
+#define CLI_TAKE_PTR(p) ({ __typeof__(p) _t = (p); (p) = NULL; _t; })
+
+/* ---- cli_http.c: one request to the daemon ---- */
+
+struct cli_conn {
+	char *base_url;      /* without a trailing slash */
+	char *socket_path;   /* unix socket, or NULL for TCP */
+	char *token;         /* bearer token, or NULL */
+};
+
+struct cli_reply {
+	long status;
+	char *body;          /* NUL-terminated, may be empty */
+	size_t len;
+	json_t *json;        /* parsed body when it is JSON, else NULL */
+	char errbuf[256];    /* transport error text */
+};
+
+/* Called about every 100 ms while a request is in flight (spinners). */
+typedef void (*cli_tick_fn)(void *arg);
+
+/* Send method path (already escaped) with an optional JSON body. Returns 0
+ * when the daemon answered (any status), <0 on a transport failure (errbuf). */
+int cli_http_request(const struct cli_conn *c, const char *method, const char *path,
+		     json_t *body, struct cli_reply *ret, cli_tick_fn tick, void *tick_arg);
+void cli_reply_free(struct cli_reply *r);
+/* "/v1/checkpoints/" + escaped id + suffix; caller frees. */
+char *cli_http_path(const char *prefix, const char *segment, const char *suffix);
+
+/* ---- cli_out.c: human output ---- */
+
+/* 1536 -> "1.5 KiB"; buf >= 16. */
+const char *cli_out_size(uint64_t bytes, char *buf, size_t len);
+/* "2026-11-22T10:00:00.123Z" -> "2026-11-22 10:00:00"; null -> dflt. */
+const char *cli_out_time(json_t *v, const char *dflt, char *buf, size_t len);
+void cli_out_table(json_t *records);
+void cli_out_record(json_t *record);
+void cli_out_restore(json_t *report);
+void cli_out_health(json_t *health);
+/* Print the reply body as is (with a final newline). */
+void cli_out_verbatim(const struct cli_reply *r);
+/* "ckpt: detail (code, HTTP status)" on stderr. */
+void cli_out_problem(const struct cli_reply *r);
+
+/* ---- cli_progress.c: terminal animations (only on a tty) ---- */
+
+struct cli_progress {
+	const char *label;   /* "creating \"name\"" */
+	int64_t start_ms;
+	unsigned frame;
+	bool drawn;
+};
+void cli_progress_start(struct cli_progress *p, const char *label);
+/* Draw a bar from a record's progress object (spinner when totals are unknown). */
+void cli_progress_bar(struct cli_progress *p, json_t *progress);
+/* Draw a spinner with the elapsed time. */
+void cli_progress_spin(struct cli_progress *p);
+/* Leave the last frame on its own line (keep = true) or erase it. */
+void cli_progress_end(struct cli_progress *p, bool keep);
+int64_t cli_progress_now_ms(void);
+
+/* ---- cli_cmd.c: the subcommands ---- */
+
+struct cli_opts {
+	struct cli_conn conn;
+	bool json;
+	/* create */
+	bool has_ttl;
+	int64_t ttl_secs;
+	json_t *labels;      /* object */
+	bool async;
+	/* list */
+	const char *name_filter;
+	/* restore */
+	bool force;
+	const char *if_expired;
+	bool tty;            /* stdout is a terminal */
+};
+
+int cli_cmd_create(const struct cli_opts *o, const char *name);
+int cli_cmd_list(const struct cli_opts *o, const char *unused);
+int cli_cmd_show(const struct cli_opts *o, const char *id);
+int cli_cmd_delete(const struct cli_opts *o, const char *id);
+int cli_cmd_restore(const struct cli_opts *o, const char *id);
+int cli_cmd_health(const struct cli_opts *o, const char *unused);

@@ -1,0 +1,268 @@
+/* cli_cmd.c: the ckpt subcommands. Each sends one API request (create with a
+ * progress bar polls), prints the answer, and returns the exit status. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include "cli/cli.h"
+
+#define CLI_POLL_MS 100
+
+static void cli_cmd_reply_freep(struct cli_reply *r) { cli_reply_free(r); }
+#define _cleanup_reply_ __attribute__((cleanup(cli_cmd_reply_freep)))
+
+static int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r)
+{
+	if (o->conn.socket_path)
+		fprintf(stderr, "ckpt: cannot reach ckptd on unix socket %s: %s\n", o->conn.socket_path, r->errbuf);
+	else
+		fprintf(stderr, "ckpt: cannot reach ckptd at %s: %s\n", o->conn.base_url, r->errbuf);
+	return CKPT_EXIT_CONNECT;
+}
+
+/* An error answer: the problem document to stdout with --json (scripts parse
+ * it), its detail and code to stderr always. */
+static int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r)
+{
+	if (o->json)
+		cli_out_verbatim(r);
+	cli_out_problem(r);
+	return CKPT_EXIT_SERVER;
+}
+
+/* Send a request; returns -1 when it succeeded (2xx), else the exit status. */
+static int cli_cmd_send(const struct cli_opts *o, const char *method, const char *path, json_t *body,
+			struct cli_reply *r, cli_tick_fn tick, void *tick_arg)
+{
+	if (!path) {
+		fprintf(stderr, "ckpt: out of memory\n");
+		return CKPT_EXIT_SERVER;
+	}
+	if (cli_http_request(&o->conn, method, path, body, r, tick, tick_arg) < 0)
+		return cli_cmd_transport(o, r);
+	if (r->status < 200 || r->status > 299)
+		return cli_cmd_fail(o, r);
+	return -1;
+}
+
+/* Success: the body verbatim with --json, else the human form when it parsed. */
+static int cli_cmd_print(const struct cli_opts *o, const struct cli_reply *r, void (*human)(json_t *))
+{
+	if (o->json) {
+		cli_out_verbatim(r);
+		return CKPT_EXIT_OK;
+	}
+	if (!json_is_object(r->json)) {
+		fprintf(stderr, "ckpt: unexpected answer from ckptd (HTTP %ld, not a JSON object)\n", r->status);
+		return CKPT_EXIT_SERVER;
+	}
+	human(r->json);
+	return CKPT_EXIT_OK;
+}
+
+static json_t *cli_cmd_create_body(const struct cli_opts *o, const char *name, bool async)
+{
+	json_t *b = json_pack("{s:s}", "name", name);
+	if (!b)
+		return NULL;
+	if (o->has_ttl)
+		json_object_set_new(b, "ttl_secs", json_integer(o->ttl_secs));
+	if (json_object_size(o->labels))
+		json_object_set(b, "labels", o->labels);
+	if (async)
+		json_object_set_new(b, "async", json_true());
+	return b;
+}
+
+static void cli_cmd_created(json_t *r)
+{
+	char sz[32];
+	const char *status = json_string_value(json_object_get(r, "status"));
+	const char *id = json_string_value(json_object_get(r, "checkpoint_id"));
+	const char *name = json_string_value(json_object_get(r, "name"));
+	if (status && strcmp(status, "creating") == 0) {
+		printf("Creating %s \"%s\" in the background; see `ckpt show %s`\n", id ? id : "?",
+		       name ? name : "", id ? id : "?");
+		return;
+	}
+	json_int_t size = json_integer_value(json_object_get(r, "size_bytes"));
+	printf("Created %s \"%s\" (%s in %" PRId64 " ms)\n", id ? id : "?", name ? name : "",
+	       cli_out_size(size > 0 ? (uint64_t)size : 0, sz, sizeof(sz)),
+	       (int64_t)json_integer_value(json_object_get(r, "duration_ms")));
+}
+
+static void cli_cmd_sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+/* The last frame shows completion: totals from the last progress seen, or the size. */
+static void cli_cmd_final_frame(struct cli_progress *p, json_t *last, json_t *record)
+{
+	json_int_t bt = json_integer_value(json_object_get(last, "bytes_total"));
+	json_int_t ft = json_integer_value(json_object_get(last, "files_total"));
+	json_int_t size = json_integer_value(json_object_get(record, "size_bytes"));
+	if (bt <= 0)
+		bt = size;
+	if (bt <= 0 && ft <= 0)
+		bt = 1;  /* an empty tree: still a full bar */
+	json_t *done = json_pack("{s:I,s:I,s:I,s:I}", "bytes_done", (json_int_t)bt, "bytes_total",
+				 (json_int_t)bt, "files_done", ft, "files_total", ft);
+	cli_progress_bar(p, done);
+	json_decref(done);
+	cli_progress_end(p, true);
+}
+
+/* One poll of a creating checkpoint: 0 still creating, 1 done, else an exit status + 2. */
+static int cli_cmd_poll_once(const struct cli_opts *o, const char *path, struct cli_progress *p,
+			     json_t **last, struct cli_reply *r)
+{
+	int rc = cli_cmd_send(o, "GET", path, NULL, r, NULL, NULL);
+	if (rc >= 0) {
+		cli_progress_end(p, false);
+		if (r->status == 404)
+			fprintf(stderr, "ckpt: the checkpoint is gone: its creation failed (see the ckptd log)\n");
+		return rc + 2;
+	}
+	const char *status = json_string_value(json_object_get(r->json, "status"));
+	json_t *prog = json_object_get(r->json, "progress");
+	if (status && strcmp(status, "creating") == 0) {
+		if (json_is_object(prog)) {
+			json_decref(*last);
+			*last = json_incref(prog);
+		}
+		cli_progress_bar(p, *last);
+		return 0;
+	}
+	if (status && strcmp(status, "active") == 0) {
+		cli_cmd_final_frame(p, *last, r->json);
+		return 1;
+	}
+	cli_progress_end(p, false);
+	const char *why = json_string_value(json_object_get(r->json, "error"));
+	fprintf(stderr, "ckpt: checkpoint creation ended in state \"%s\"%s%s\n", status ? status : "?",
+		why ? ": " : "", why ? why : "");
+	return CKPT_EXIT_SERVER + 2;
+}
+
+/* Poll GET /v1/checkpoints/{id} until the checkpoint leaves "creating". */
+static int cli_cmd_follow(const struct cli_opts *o, json_t *accepted)
+{
+	const char *id = json_string_value(json_object_get(accepted, "checkpoint_id"));
+	const char *name = json_string_value(json_object_get(accepted, "name"));
+	_cli_cleanup_free_ char *path = id ? cli_http_path("/v1/checkpoints/", id, NULL) : NULL;
+	_cli_cleanup_free_ char *label = NULL;
+	if (!path || asprintf(&label, "creating \"%s\"", name ? name : id) < 0) {
+		fprintf(stderr, "ckpt: unexpected answer to an async create (no checkpoint_id)\n");
+		return CKPT_EXIT_SERVER;
+	}
+	struct cli_progress p;
+	cli_progress_start(&p, label);
+	json_t *last = json_incref(json_object_get(accepted, "progress"));
+	cli_progress_bar(&p, last);
+	for (;;) {
+		cli_cmd_sleep_ms(CLI_POLL_MS);
+		_cleanup_reply_ struct cli_reply r = { 0 };
+		int rc = cli_cmd_poll_once(o, path, &p, &last, &r);
+		if (rc == 0)
+			continue;
+		json_decref(last);
+		if (rc == 1)
+			cli_cmd_created(r.json);
+		return rc == 1 ? CKPT_EXIT_OK : rc - 2;
+	}
+}
+
+int cli_cmd_create(const struct cli_opts *o, const char *name)
+{
+	/* A bar only for a person watching: a tty, no --json, and not --async. */
+	bool bar = o->tty && !o->json && !o->async;
+	json_auto_t *body = cli_cmd_create_body(o, name, o->async || bar);
+	_cleanup_reply_ struct cli_reply r = { 0 };
+	int rc = cli_cmd_send(o, "POST", "/v1/checkpoints", body, &r, NULL, NULL);
+	if (rc >= 0)
+		return rc;
+	if (bar && r.status == 202 && json_is_object(r.json))
+		return cli_cmd_follow(o, r.json);
+	return cli_cmd_print(o, &r, cli_cmd_created);
+}
+
+static void cli_cmd_list_human(json_t *body)
+{
+	cli_out_table(json_object_get(body, "checkpoints"));
+}
+
+int cli_cmd_list(const struct cli_opts *o, const char *unused __attribute__((unused)))
+{
+	_cli_cleanup_free_ char *path = o->name_filter ? cli_http_path("/v1/checkpoints?name=", o->name_filter, NULL)
+						       : strdup("/v1/checkpoints");
+	_cleanup_reply_ struct cli_reply r = { 0 };
+	int rc = cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL);
+	return rc >= 0 ? rc : cli_cmd_print(o, &r, cli_cmd_list_human);
+}
+
+int cli_cmd_show(const struct cli_opts *o, const char *id)
+{
+	_cli_cleanup_free_ char *path = cli_http_path("/v1/checkpoints/", id, NULL);
+	_cleanup_reply_ struct cli_reply r = { 0 };
+	int rc = cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL);
+	return rc >= 0 ? rc : cli_cmd_print(o, &r, cli_out_record);
+}
+
+int cli_cmd_delete(const struct cli_opts *o, const char *id)
+{
+	_cli_cleanup_free_ char *path = cli_http_path("/v1/checkpoints/", id, NULL);
+	_cleanup_reply_ struct cli_reply r = { 0 };
+	int rc = cli_cmd_send(o, "DELETE", path, NULL, &r, NULL, NULL);
+	if (rc >= 0)
+		return rc;
+	if (o->json)
+		cli_out_verbatim(&r);  /* 204: nothing */
+	else
+		printf("Deleted %s\n", id);
+	return CKPT_EXIT_OK;
+}
+
+static void cli_cmd_spin(void *arg)
+{
+	cli_progress_spin(arg);
+}
+
+int cli_cmd_restore(const struct cli_opts *o, const char *id)
+{
+	json_auto_t *body = json_object();
+	if (o->force)
+		json_object_set_new(body, "force", json_true());
+	if (o->if_expired)
+		json_object_set_new(body, "if_expired", json_string(o->if_expired));
+	_cli_cleanup_free_ char *path = cli_http_path("/v1/checkpoints/", id, "/restore");
+	_cli_cleanup_free_ char *label = NULL;
+	if (asprintf(&label, "restoring %s", id) < 0)
+		label = NULL;
+	/* The API answers when the restore is done: a spinner says it is running. */
+	bool spin = o->tty && !o->json && label;
+	struct cli_progress p;
+	cli_progress_start(&p, label);
+	if (spin)
+		cli_progress_spin(&p);
+	_cleanup_reply_ struct cli_reply r = { 0 };
+	int rc = cli_cmd_send(o, "POST", path, body, &r, spin ? cli_cmd_spin : NULL, &p);
+	cli_progress_end(&p, false);
+	if (rc >= 0)
+		return rc;
+	rc = cli_cmd_print(o, &r, cli_out_restore);
+	if (rc == CKPT_EXIT_OK && json_is_false(json_object_get(r.json, "ok"))) {
+		fprintf(stderr, "ckpt: restore of %s reported failures\n", id);
+		return CKPT_EXIT_SERVER;
+	}
+	return rc;
+}
+
+int cli_cmd_health(const struct cli_opts *o, const char *unused __attribute__((unused)))
+{
+	_cleanup_reply_ struct cli_reply r = { 0 };
+	int rc = cli_cmd_send(o, "GET", "/v1/health", NULL, &r, NULL, NULL);
+	return rc >= 0 ? rc : cli_cmd_print(o, &r, cli_out_health);
+}
