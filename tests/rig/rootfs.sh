@@ -1,0 +1,50 @@
+#!/bin/sh
+# Build, once, the Debian rootfs the systemd rig boots with systemd-nspawn.
+# Idempotent: a stamp file marks a finished build; an interrupted build never
+# leaves a half rootfs behind (it is built in a temp dir, then renamed).
+#   rootfs.sh          build if missing, print the rootfs path
+#   rootfs.sh --force  rebuild
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${CKPTD_RIG_CACHE:-$here/.cache}
+suite=bookworm
+# Bump when the package list changes so cached rootfs are rebuilt.
+version=1
+rootfs=$cache/rootfs-$suite
+stamp=$rootfs/.ckptd-rig-stamp
+
+# systemd and dbus to boot; python3 for the sample units; curl for unix-socket
+# requests from inside; the run-time libraries of ckptd and ckpt (same Debian
+# release as the build host, so `make install` binaries run as they are).
+pkgs=systemd,systemd-sysv,dbus,python3,curl,procps,libmicrohttpd12,libjansson4
+pkgs=$pkgs,libarchive13,libsystemd0,libcurl4,libzstd1,attr
+
+if [ "${1:-}" != --force ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$version" ]; then
+	echo "$rootfs"
+	exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+	echo "rootfs.sh: must run as root (debootstrap)" >&2
+	exit 1
+fi
+mkdir -p "$cache"
+tmp=$(mktemp -d "$cache/build.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+mirror=${CKPTD_RIG_MIRROR:-http://deb.debian.org/debian}
+echo "rootfs.sh: debootstrap $suite into $rootfs (once; about a minute)" >&2
+debootstrap --variant=minbase --include="$pkgs" "$suite" "$tmp/root" "$mirror" >"$tmp/log" 2>&1 || {
+	tail -n 30 "$tmp/log" >&2
+	exit 1
+}
+# A booted container needs no login prompts, and its journal stays small.
+rm -f "$tmp/root/etc/systemd/system/getty.target.wants/"* 2>/dev/null || true
+ln -sf /dev/null "$tmp/root/etc/systemd/system/console-getty.service"
+echo ckptd-rig >"$tmp/root/etc/hostname"
+: >"$tmp/root/etc/machine-id"
+printf '[Journal]\nStorage=volatile\nRuntimeMaxUse=16M\n' >"$tmp/root/etc/systemd/journald.conf"
+apt_clean="$tmp/root/var/cache/apt/archives"
+rm -f "$apt_clean"/*.deb 2>/dev/null || true
+echo "$version" >"$tmp/root/.ckptd-rig-stamp"
+rm -rf "$rootfs"
+mv "$tmp/root" "$rootfs"
+echo "$rootfs"
