@@ -135,7 +135,9 @@ static int remove_stale(int dirfd, const char *id, const struct lock_info *seen)
 		return errno == ENOENT ? 0 : -errno;
 	r = read_named(dirfd, aside, &now_l);
 	if (r == 0 && (now_l.timestamp != seen->timestamp || strcmp(now_l.owner, seen->owner))) {
-		linkat(dirfd, aside, dirfd, name, 0);
+		/* if someone took the name meanwhile, theirs stands */
+		if (linkat(dirfd, aside, dirfd, name, 0) < 0 && errno != EEXIST)
+			log_debug("lock '%s': cannot put back: %m", id);
 		r = -EBUSY;
 	}
 	unlinkat(dirfd, aside, 0);
