@@ -22,9 +22,11 @@ struct http_response {
 	json_t *json;              /* body, owned; or */
 	char *text;                /* body, owned */
 	const char *content_type;  /* default application/json */
-	/* WebSocket and other upgrades: called after 101 with the raw socket.
-	 * The callee owns fd; extra holds bytes already read past the headers. */
-	void (*upgrade)(void *arg, int fd, const char *extra, size_t extra_len);
+	/* WebSocket and other upgrades: called after 101 with the raw socket, on
+	 * the connection's thread; it should hand the work to a thread of its own
+	 * and return. extra holds bytes already read past the headers. When done
+	 * with fd, call http_upgrade_close(handle) exactly once (it closes fd). */
+	void (*upgrade)(void *arg, int fd, const char *extra, size_t extra_len, void *handle);
 	void *upgrade_arg;
 	const char *upgrade_protocol;   /* value of Upgrade: header, e.g. "websocket" */
 	char *extra_headers[4][2];      /* name, value (owned) */
@@ -55,6 +57,8 @@ struct http_server_opts {
 int http_start(const struct http_server_opts *opts, char *const *listen, size_t n_listen,
 	       struct http_server **ret, ckpt_error *err);
 void http_stop(struct http_server *s);
+
+void http_upgrade_close(void *handle);
 
 const char *http_query(const struct http_request *req, const char *key);
 const char *http_header(const struct http_request *req, const char *key);

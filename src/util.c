@@ -27,13 +27,20 @@ int err_prefix(ckpt_error *err, const char *fmt, ...)
 {
 	if (!err)
 		return -EIO;
-	char ctx[256], old[sizeof(err->msg)];
+	char ctx[256];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(ctx, sizeof(ctx), fmt, ap);
 	va_end(ap);
-	memcpy(old, err->msg, sizeof(old));
-	snprintf(err->msg, sizeof(err->msg), "%s: %s", ctx, old);
+	/* "ctx: old", cut at the buffer's end. */
+	size_t cl = strlen(ctx), cap = sizeof(err->msg);
+	size_t ol = strnlen(err->msg, cap - 1);
+	if (cl + 2 + ol > cap - 1)
+		ol = cap - 1 - cl - 2;
+	memmove(err->msg + cl + 2, err->msg, ol);
+	memcpy(err->msg, ctx, cl);
+	memcpy(err->msg + cl, ": ", 2);
+	err->msg[cl + 2 + ol] = '\0';
 	return -(err->errnum ? err->errnum : EIO);
 }
 
@@ -268,7 +275,7 @@ int mkdir_p(const char *path, mode_t mode)
 	return 0;
 }
 
-static int rm_children(int dfd, dev_t dev)
+static int rm_children(int dfd)
 {
 	_cleanup_closedir_ DIR *d = fdopendir(dfd);
 	struct dirent *de;
@@ -282,7 +289,6 @@ static int rm_children(int dfd, dev_t dev)
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
 		int k = rm_rf_at(dirfd(d), de->d_name);
-		(void)dev;
 		if (k < 0 && r == 0)
 			r = k;
 	}
@@ -302,7 +308,7 @@ int rm_rf_at(int dirfd, const char *name)
 	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	int r = rm_children(fd, st.st_dev);
+	int r = rm_children(fd);
 	if (r < 0)
 		return r;
 	return unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT ? -errno : 0;
@@ -343,17 +349,17 @@ static bool inode_seen(struct inode_set *s, ino_t ino)
 	return false;
 }
 
-static int du_walk(int dirfd, const char *name, struct inode_set *links, uint64_t *sum)
+static int du_walk(int dfd, const char *name, struct inode_set *links, uint64_t *sum)
 {
 	struct stat st;
-	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -errno;
 	if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && inode_seen(links, st.st_ino))
 		return 0;
 	*sum += (uint64_t)st.st_blocks * 512;
 	if (!S_ISDIR(st.st_mode))
 		return 0;
-	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	_cleanup_closedir_ DIR *d = fdopendir(fd);

@@ -1,0 +1,285 @@
+"""Fixtures for driving the real ckptd: start it on a temp state dir and temp
+roots, talk to it over HTTP, kill it, restart it, compare trees."""
+import hashlib
+import json
+import os
+import pathlib
+import signal
+import socket
+import stat
+import subprocess
+import time
+
+import pytest
+import requests
+
+TOP = pathlib.Path(__file__).resolve().parents[2]
+BUILD = pathlib.Path(os.environ.get("BUILD", TOP / "build"))
+if not BUILD.is_absolute():
+    BUILD = TOP / BUILD
+CKPTD = str(BUILD / "ckptd")
+CKPT = str(BUILD / "ckpt")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mounts_under(path):
+    """Mount points at or below path, deepest first."""
+    path = os.path.realpath(str(path))
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            mp = line.split()[4].encode().decode("unicode_escape")
+            if mp == path or mp.startswith(path + "/"):
+                found.append(mp)
+    return sorted(found, key=len, reverse=True)
+
+
+def unmount_all(path):
+    for _ in range(3):
+        mps = mounts_under(path)
+        if not mps:
+            return
+        for mp in mps:
+            subprocess.run(["umount", "-l", mp], stderr=subprocess.DEVNULL)
+
+
+class Daemon:
+    """One ckptd process over a state dir and roots that outlive restarts."""
+
+    def __init__(self, base, backend="tar", roots=None, n_roots=1, extra_args=(),
+                 config=None, token=None, env=None):
+        self.base = pathlib.Path(base)
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.state_dir = self.base / "state"
+        if roots is None:
+            roots = [self.base / f"root{i}" for i in range(n_roots)]
+        self.roots = [pathlib.Path(r) for r in roots]
+        for r in self.roots:
+            r.mkdir(parents=True, exist_ok=True)
+        self.backend = backend
+        self.extra_args = list(extra_args)
+        self.config = config
+        self.token = token
+        self.env = env
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+        self.logfile = self.base / "ckptd.log"
+        self.session = requests.Session()
+        if token:
+            (self.base / "token").write_text(token + "\n")
+            self.session.headers["Authorization"] = f"Bearer {token}"
+
+    def argv(self):
+        args = [CKPTD, "--listen", f"127.0.0.1:{self.port}", "--state-dir", str(self.state_dir)]
+        for r in self.roots:
+            args += ["--root", str(r)]
+        if self.backend:
+            args += ["--backend", self.backend]
+        if self.config is not None:
+            cfg = self.base / "config.json"
+            cfg.write_text(json.dumps(self.config))
+            args += ["--config", str(cfg)]
+        if self.token:
+            args += ["--token-file", str(self.base / "token")]
+        return args + self.extra_args
+
+    def start(self, wait=True, timeout=20):
+        env = dict(os.environ)
+        env.update(self.env or {})
+        self.log_fh = open(self.logfile, "ab")
+        self.proc = subprocess.Popen(self.argv(), stdout=self.log_fh, stderr=subprocess.STDOUT, env=env)
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout=20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ckptd exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if requests.get(self.url + "/v1/health", timeout=1).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError(f"ckptd not ready after {timeout}s:\n{self.log()}")
+
+    def log(self):
+        try:
+            return self.logfile.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def request(self, method, path, **kw):
+        kw.setdefault("timeout", 120)
+        return self.session.request(method, self.url + path, **kw)
+
+    def create(self, name, expect=201, **fields):
+        r = self.request("POST", "/v1/checkpoints", json={"name": name, **fields})
+        assert r.status_code == expect, r.text
+        return r.json()
+
+    def restore(self, cid, expect=200, **body):
+        r = self.request("POST", f"/v1/checkpoints/{cid}/restore", json=body)
+        assert r.status_code == expect, r.text
+        return r.json()
+
+    def delete(self, cid, expect=204):
+        r = self.request("DELETE", f"/v1/checkpoints/{cid}")
+        assert r.status_code == expect, r.text
+
+    def get(self, cid):
+        r = self.request("GET", f"/v1/checkpoints/{cid}")
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def list(self, **params):
+        r = self.request("GET", "/v1/checkpoints", params=params)
+        assert r.status_code == 200, r.text
+        return r.json()["checkpoints"]
+
+    def health(self):
+        return self.request("GET", "/v1/health").json()
+
+    def stop(self, timeout=30):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("ckptd did not stop on SIGTERM")
+        rc = self.proc.returncode if self.proc else None
+        self.proc = None
+        return rc
+
+    def kill9(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def cleanup(self):
+        try:
+            self.stop()
+        except AssertionError:
+            pass
+        unmount_all(self.base)
+
+
+@pytest.fixture
+def daemon_factory(tmp_path):
+    made = []
+
+    def make(start=True, **kw):
+        d = Daemon(tmp_path / f"d{len(made)}", **kw)
+        made.append(d)
+        if start:
+            d.start()
+        return d
+
+    yield make
+    for d in made:
+        d.cleanup()
+
+
+def _xattrs(p):
+    try:
+        names = os.listxattr(p, follow_symlinks=False)
+    except OSError:
+        return ()
+    out = []
+    for n in sorted(names):
+        try:
+            out.append((n, os.getxattr(p, n, follow_symlinks=False)))
+        except OSError:
+            pass
+    return tuple(out)
+
+
+def _sha256(p):
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_state(root, mtimes=True):
+    """relpath -> (type, mode, uid, gid, size, mtime_ns, sha256, link, xattrs, rdev, link group).
+    Directory mtimes are left out (restores touch them legitimately), as is the root itself."""
+    root = str(root)
+    out = {}
+    groups = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            p = os.path.join(dirpath, name)
+            rel = os.path.relpath(p, root)
+            st = os.lstat(p)
+            kind = stat.S_IFMT(st.st_mode)
+            sha = _sha256(p) if stat.S_ISREG(st.st_mode) else None
+            link = os.readlink(p) if stat.S_ISLNK(st.st_mode) else None
+            group = None
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                group = groups.setdefault((st.st_dev, st.st_ino), rel)
+            mt = st.st_mtime_ns if mtimes and not stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode) else None
+            out[rel] = (kind, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid,
+                        st.st_size if not stat.S_ISDIR(st.st_mode) else None,
+                        mt, sha, link, _xattrs(p), st.st_rdev if kind in (stat.S_IFCHR, stat.S_IFBLK) else None,
+                        group)
+    return out
+
+
+def make_full_tree(root):
+    """Every file type ckptd must keep: files, dirs, symlinks, hardlinks, a fifo,
+    xattrs, odd modes and owners, a sparse file, nesting."""
+    root = pathlib.Path(root)
+    (root / "dir/sub/deeper").mkdir(parents=True, exist_ok=True)
+    (root / "empty-dir").mkdir(exist_ok=True)
+    (root / "file.txt").write_text("hello\n")
+    (root / "dir/data.bin").write_bytes(os.urandom(200_000))
+    (root / "dir/sub/deeper/note").write_text("deep\n")
+    (root / "exec.sh").write_text("#!/bin/sh\necho hi\n")
+    os.chmod(root / "exec.sh", 0o755)
+    (root / "secret").write_text("s\n")
+    os.chmod(root / "secret", 0o600)
+    (root / "setgid-dir").mkdir(exist_ok=True)
+    os.chmod(root / "setgid-dir", 0o2775)
+    os.chown(root / "secret", 1234, 5678)
+    os.symlink("file.txt", root / "link-rel")
+    os.symlink("/nonexistent/target", root / "link-dangling")
+    os.link(root / "file.txt", root / "dir/hardlink.txt")
+    os.mkfifo(root / "fifo")
+    os.setxattr(root / "file.txt", "user.color", b"blue")
+    os.setxattr(root / "dir", "user.kind", b"directory")
+    with open(root / "sparse.img", "wb") as f:
+        f.seek(8 << 20)
+        f.write(b"end")
+    os.utime(root / "dir/sub/deeper/note", ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    return root
+
+
+def assert_same_tree(a, b):
+    """a and b are tree_state() dicts; give a readable difference."""
+    if a == b:
+        return
+    only_a = sorted(set(a) - set(b))
+    only_b = sorted(set(b) - set(a))
+    changed = sorted(k for k in set(a) & set(b) if a[k] != b[k])
+    lines = []
+    if only_a:
+        lines.append(f"missing: {only_a[:20]}")
+    if only_b:
+        lines.append(f"extra: {only_b[:20]}")
+    for k in changed[:20]:
+        lines.append(f"changed {k}: {a[k]} != {b[k]}")
+    raise AssertionError("trees differ:\n" + "\n".join(lines))
