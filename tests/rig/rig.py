@@ -1,0 +1,225 @@
+"""The systemd rig: boot a real systemd in systemd-nspawn from the cached
+Debian rootfs (tests/rig/rootfs.sh), with ckptd installed by `make install`,
+and run commands inside it.
+
+    with Rig(ckptd_config={...}) as rig:
+        rig.sh("systemctl", "start", "ckptd.service")
+
+The container shares the host network, so a ckptd inside that listens on
+127.0.0.1:PORT answers the host's tests directly. Its rootfs is an overlay
+whose lower layer is the cached rootfs; /srv and /var/lib/ckptd are bind
+mounts of host directories, because overlayfs (ckptd's backend) refuses an
+overlayfs upper dir.
+"""
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+TOP = HERE.parents[1]
+IN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class RigError(RuntimeError):
+    pass
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build_rootfs():
+    """The cached rootfs, built on first use (about a minute, then instant)."""
+    out = subprocess.run([str(HERE / "rootfs.sh")], check=True, capture_output=True, text=True)
+    return pathlib.Path(out.stdout.strip().splitlines()[-1])
+
+
+def cgroup_roots():
+    """Writable cgroup hierarchies nspawn places the container under.
+
+    PID 1 here may not be systemd, so nspawn would put its payload cgroup at
+    the hierarchy's top, shared by every rig booted at once: each rig gets a
+    cgroup of its own in each hierarchy instead."""
+    found = []
+    for d in ("/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+        if os.path.exists(os.path.join(d, "cgroup.procs")) and os.access(d, os.W_OK):
+            found.append(d)
+    return found
+
+
+def rmdir_tree(path):
+    """Remove a cgroup directory tree (only rmdir works there), deepest first."""
+    for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda t: -t[0].count("/")):
+        try:
+            os.rmdir(dirpath)
+        except OSError:
+            pass
+
+
+class Rig:
+    def __init__(self, ckptd_config=None, units=None, build=None, boot_timeout=60):
+        self.name = "ckptd-rig-" + secrets.token_hex(4)
+        self.ckptd_config = ckptd_config or {}
+        self.units = units or {}
+        self.build = build or os.environ.get("BUILD", "build")
+        self.boot_timeout = boot_timeout
+        self.dir = None
+        self.proc = None
+        self.pid = None
+        self.cgroups = []
+
+    # -- setup ---------------------------------------------------------------
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def start(self):
+        lower = build_rootfs()
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="ckptd-rig."))
+        for sub in ("upper", "work", "root", "srv", "state"):
+            (self.dir / sub).mkdir()
+        subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                        f"lowerdir={lower},upperdir={self.dir}/upper,workdir={self.dir}/work",
+                        str(self.root)], check=True)
+        self.install()
+        self.boot()
+
+    @property
+    def root(self):
+        return self.dir / "root"
+
+    @property
+    def srv(self):
+        """The host side of the container's /srv."""
+        return self.dir / "srv"
+
+    def install(self):
+        subprocess.run(["make", "-s", "-C", str(TOP), "install", f"DESTDIR={self.root}", "PREFIX=/usr",
+                        f"BUILD={self.build}"], check=True, stdout=subprocess.DEVNULL)
+        etc = self.root / "etc/ckptd"
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "ckptd.json").write_text(json.dumps(self.ckptd_config, indent=2))
+        for name, text in self.units.items():
+            path = self.root / "etc/systemd/system" / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+
+    def _enter_cgroups(self):
+        # Runs in the child between fork and exec: only plain file writes.
+        for d in self.cgroups:
+            with open(os.path.join(d, "cgroup.procs"), "w") as f:
+                f.write("0")
+
+    def boot(self):
+        for top in cgroup_roots():
+            d = os.path.join(top, self.name)
+            os.makedirs(d, exist_ok=True)
+            self.cgroups.append(d)
+        env = dict(os.environ)
+        # A unified cgroup hierarchy inside gives systemd the cgroup v2
+        # freezer (FreezeUnit) even on a host with hybrid v1 mounts.
+        env["SYSTEMD_NSPAWN_UNIFIED_HIERARCHY"] = "1"
+        argv = ["systemd-nspawn", "-D", str(self.root), "-b", "--register=no", "--keep-unit",
+                f"--machine={self.name}", "--console=read-only",
+                f"--bind={self.srv}:/srv", f"--bind={self.dir}/state:/var/lib/ckptd"]
+        self.log = open(self.dir / "nspawn.log", "wb")
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=env, preexec_fn=self._enter_cgroups)
+        deadline = time.monotonic() + self.boot_timeout
+        self.pid = self._find_init(deadline)
+        self._wait_running(deadline)
+
+    def _find_init(self, deadline):
+        """The container's systemd: nspawn's child, not nspawn (which stays in
+        the host's namespaces)."""
+        children = f"/proc/{self.proc.pid}/task/{self.proc.pid}/children"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RigError(f"systemd-nspawn exited with {self.proc.returncode}:\n{self.boot_log()}")
+            try:
+                for pid in open(children).read().split():
+                    if open(f"/proc/{pid}/comm").read().strip() == "systemd":
+                        return int(pid)
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RigError(f"no systemd in the container after {self.boot_timeout}s:\n{self.boot_log()}")
+
+    def _wait_running(self, deadline):
+        """Until the manager answers, then `is-system-running --wait`, which
+        blocks until boot is done."""
+        state = ""
+        while time.monotonic() < deadline:
+            left = max(1, deadline - time.monotonic())
+            r = self.sh("systemctl", "is-system-running", "--wait", check=False, timeout=left)
+            state = r.stdout.strip()
+            if state in ("running", "degraded"):
+                return state
+            if state in ("maintenance", "stopping", "offline") or self.proc.poll() is not None:
+                break
+            time.sleep(0.1)  # the manager's private socket is not there yet
+        failed = self.sh("systemctl", "--failed", "--no-legend", check=False).stdout
+        raise RigError(f"container not running (state {state!r}); failed units:\n{failed}\n{self.boot_log()}")
+
+    def boot_log(self):
+        try:
+            return (self.dir / "nspawn.log").read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    # -- use -----------------------------------------------------------------
+    def sh(self, *argv, check=True, timeout=60, input=None):
+        """Run argv inside the container (all its namespaces)."""
+        cmd = ["nsenter", "-t", str(self.pid), "-a", "--"] + list(argv)
+        env = {"PATH": IN_PATH, "LANG": "C.UTF-8", "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0"}
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, input=input)
+        if check and r.returncode != 0:
+            raise RigError(f"{argv} exited {r.returncode}:\nstdout: {r.stdout}\nstderr: {r.stderr}")
+        return r
+
+    def systemctl(self, *args, check=True, timeout=60):
+        return self.sh("systemctl", *args, check=check, timeout=timeout)
+
+    def show(self, unit, *props):
+        """Unit properties as a dict."""
+        out = self.systemctl("show", unit, "-p", ",".join(props)).stdout
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    def journal(self, unit, lines=200):
+        return self.sh("journalctl", "--no-pager", "-u", unit, "-n", str(lines), check=False).stdout
+
+    # -- teardown ------------------------------------------------------------
+    def close(self):
+        if self.proc and self.proc.poll() is None:
+            # nspawn turns SIGTERM into an orderly poweroff of the container.
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc:
+            self.log.close()
+        for d in self.cgroups:
+            rmdir_tree(d)
+        if self.dir:
+            subprocess.run(["umount", "-R", "-l", str(self.root)], stderr=subprocess.DEVNULL)
+            shutil.rmtree(self.dir, ignore_errors=True)
+        self.proc = None
+        self.dir = None
