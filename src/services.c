@@ -245,11 +245,23 @@ static void stop_judge(struct services_bus *b, struct services_job *j, struct sv
 	report_fail(rep, j->unit, j->error ? j->error : why, false);
 }
 
+/* Without the bus nothing can be stopped: the units found are named as
+ * failed, so the restore does not report ok with its services still running. */
+static int stop_unreachable(struct services *s, struct svc_report *rep)
+{
+	struct strv all = { 0 };
+	int r = managed_units(s, &all);
+	for (size_t i = 0; i < all.n; i++)
+		report_fail(rep, all.v[i], "cannot reach systemd on the system bus", false);
+	services_strv_clear(&all);
+	return r < 0 ? r : -ENOTCONN;
+}
+
 static int stop_locked(struct services *s, struct services_bus *b, struct svc_report *rep)
 {
 	services_strv_clear(&s->to_start);
 	if (!b)
-		return -ENOTCONN;
+		return stop_unreachable(s, rep);
 	int r = active_units(s, b, &s->to_start);
 	if (r < 0 || s->to_start.n == 0)
 		return r;

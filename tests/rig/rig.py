@@ -66,10 +66,13 @@ def rmdir_tree(path):
 
 
 class Rig:
-    def __init__(self, ckptd_config=None, units=None, build=None, boot_timeout=60):
+    def __init__(self, ckptd_config=None, units=None, files=None, build=None, boot_timeout=60):
+        """units: {name or drop-in path under /etc/systemd/system: text};
+        files: {absolute path in the container: text}, written before boot."""
         self.name = "ckptd-rig-" + secrets.token_hex(4)
         self.ckptd_config = ckptd_config or {}
         self.units = units or {}
+        self.files = files or {}
         self.build = build or os.environ.get("BUILD", "build")
         self.boot_timeout = boot_timeout
         self.dir = None
@@ -115,8 +118,12 @@ class Rig:
         etc = self.root / "etc/ckptd"
         etc.mkdir(parents=True, exist_ok=True)
         (etc / "ckptd.json").write_text(json.dumps(self.ckptd_config, indent=2))
-        for name, text in self.units.items():
-            path = self.root / "etc/systemd/system" / name
+        files = {f"/etc/systemd/system/{name}": text for name, text in self.units.items()}
+        files.update(self.files)
+        for name, text in files.items():
+            # /srv is a bind mount of a host directory, the rest is the overlay.
+            rel = name.lstrip("/")
+            path = self.srv / rel[4:] if rel.startswith("srv/") else self.root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
 

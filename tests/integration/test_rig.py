@@ -1,0 +1,243 @@
+"""ckptd under a real systemd (booted in systemd-nspawn by tests/rig/rig.py):
+restores stop and start the units that use the managed root, creates freeze
+them, a unit that cannot start again is reported, socket activation,
+Type=notify readiness and the watchdog.
+
+One container is booted for the whole module; the tests run in file order and
+build on each other's state (a sequence, as a user would drive it)."""
+import json
+import pathlib
+import sys
+import time
+
+import pytest
+import requests
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "rig"))
+import rig as rigmod  # noqa: E402
+
+WEB_PY = """\
+import functools, http.server, os, socket, sys
+# Keep one file of the root open for the whole life of the process.
+held = open("/srv/app/www/index.html", "rb")
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory="/srv/app/www")
+server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), handler)
+# Type=notify: started means serving, so a restore's report can be trusted.
+addr = os.environ["NOTIFY_SOCKET"]
+with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+    s.connect("\\0" + addr[1:] if addr[0] == "@" else addr)
+    s.send(b"READY=1")
+server.serve_forever()
+"""
+
+WORKER_PY = """\
+import time
+log = open("/srv/app/worker.log", "a")
+while True:
+    log.write("%f\\n" % time.time())
+    log.flush()
+    time.sleep(0.2)
+"""
+
+SLEEPER = "/usr/bin/python3 -c 'import time; time.sleep(1e6)'"
+
+
+def units(web_port):
+    return {
+        # Found by the /proc scan: cwd and an open file under the root.
+        "web.service": f"""[Unit]
+Description=rig web app serving /srv/app/www
+[Service]
+Type=notify
+WorkingDirectory=/srv/app/www
+ExecStart=/usr/bin/python3 /usr/local/lib/ckptd-rig/web.py {web_port}
+""",
+        # Found by the /proc scan: an open file only (cwd is /).
+        "worker.service": """[Unit]
+Description=rig worker appending to /srv/app/worker.log
+[Service]
+ExecStart=/usr/bin/python3 /usr/local/lib/ckptd-rig/worker.py
+""",
+        # Configured; starts only while /srv/app/fragile.ok exists, which the
+        # checkpoints it is restored to do not hold.
+        "fragile.service": f"""[Unit]
+Description=rig unit that cannot start after a restore
+[Service]
+WorkingDirectory=/srv/app
+ExecStartPre=/usr/bin/test -e /srv/app/fragile.ok
+ExecStart={SLEEPER}
+""",
+        # Uses nothing under the root: must never be touched.
+        "bystander.service": f"""[Unit]
+Description=rig unit outside the managed root
+[Service]
+ExecStart={SLEEPER}
+""",
+        # A short watchdog, so the test sees ckptd pet it several times.
+        "ckptd.service.d/rig.conf": """[Service]
+WatchdogSec=2s
+""",
+    }
+
+
+@pytest.fixture(scope="module")
+def rig():
+    api_port, web_port = rigmod.free_port(), rigmod.free_port()
+    config = {
+        "listen": [f"127.0.0.1:{api_port}"],
+        "state_dir": "/var/lib/ckptd",
+        "roots": ["/srv/app"],
+        "backend": "overlay",
+        "services": ["auto", "fragile.service"],
+        "service_timeout_secs": 10,
+    }
+    files = {
+        # The scripts live outside the managed root; the root holds the data.
+        "/usr/local/lib/ckptd-rig/web.py": WEB_PY,
+        "/usr/local/lib/ckptd-rig/worker.py": WORKER_PY,
+        "/srv/app/www/index.html": "v1\n",
+    }
+    with rigmod.Rig(ckptd_config=config, units=units(web_port), files=files) as r:
+        r.api = f"http://127.0.0.1:{api_port}"
+        r.web = f"http://127.0.0.1:{web_port}"
+        yield r
+
+
+def api(rig, method, path, **kw):
+    kw.setdefault("timeout", 60)
+    return requests.request(method, rig.api + path, **kw)
+
+
+def main_pid(rig, unit):
+    return int(rig.show(unit, "MainPID")["MainPID"])
+
+
+def active(rig, unit):
+    return rig.show(unit, "ActiveState")["ActiveState"]
+
+
+def web_get(rig, path):
+    return requests.get(rig.web + path, timeout=10)
+
+
+def write_in(rig, path, text):
+    """Write through the container's view, i.e. through ckptd's overlay."""
+    rig.sh("tee", path, input=text)
+
+
+def test_ready_only_after_listener_is_up(rig):
+    rig.systemctl("start", "ckptd.socket")
+    rig.systemctl("start", "ckptd.service")
+    # Type=notify: `systemctl start` returned, so READY=1 was sent, so the
+    # API must answer now, without any retry.
+    h = api(rig, "GET", "/v1/health")
+    assert h.status_code == 200, h.text
+    h = h.json()
+    assert h["services"] == "available", h
+    assert h["backend"] == "overlay"
+    p = rig.show("ckptd.service", "Type", "ActiveState", "SubState", "StatusText", "NotifyAccess",
+                 "WatchdogUSec", "NRestarts")
+    assert p["Type"] == "notify"
+    assert (p["ActiveState"], p["SubState"]) == ("active", "running")
+    assert p["NotifyAccess"] == "main"
+    assert p["StatusText"], "ckptd sent no STATUS= line"
+    assert p["WatchdogUSec"] == "2s"
+    rig.systemctl("start", "web.service", "worker.service", "bystander.service")
+    assert web_get(rig, "/index.html").text == "v1\n"
+
+
+def test_create_freezes_the_managed_units(rig):
+    cp = api(rig, "POST", "/v1/checkpoints", json={"name": "first"})
+    assert cp.status_code == 201, cp.text
+    cp = cp.json()
+    rig.first = cp["checkpoint_id"]
+    # The container runs the unified cgroup hierarchy, where systemd can freeze.
+    assert sorted(cp["frozen_services"]) == ["web.service", "worker.service"], cp
+    for u in ("web.service", "worker.service"):
+        assert rig.show(u, "FreezerState")["FreezerState"] == "running", "left frozen"
+    assert active(rig, "bystander.service") == "active"
+
+
+def test_restore_stops_starts_and_serves_restored_content(rig):
+    write_in(rig, "/srv/app/www/index.html", "v2\n")
+    write_in(rig, "/srv/app/www/new.txt", "added after the checkpoint\n")
+    assert web_get(rig, "/index.html").text == "v2\n"
+    before = {u: main_pid(rig, u) for u in ("web.service", "worker.service", "bystander.service")}
+    r = api(rig, "POST", f"/v1/checkpoints/{rig.first}/restore", json={})
+    assert r.status_code == 200, r.text
+    rep = r.json()
+    assert rep["ok"] is True, rep
+    assert rep["services"] == "ok"
+    assert sorted(rep["stopped_services"]) == ["web.service", "worker.service"], rep
+    assert sorted(rep["started_services"]) == ["web.service", "worker.service"], rep
+    assert rep["failed_services"] == [] and rep["failures"] == {}, rep
+    assert set(rep["phases"]) == {"stop_ms", "swap_ms", "start_ms"}
+    assert rep["restore_duration_ms"] >= sum(rep["phases"].values()) - 2
+    for u in ("web.service", "worker.service"):
+        assert active(rig, u) == "active"
+        pid = main_pid(rig, u)
+        assert pid and pid != before[u], f"{u} was not restarted"
+    assert main_pid(rig, "bystander.service") == before["bystander.service"]
+    # The restarted web app sees the overlay ckptd mounted: the restored files.
+    assert web_get(rig, "/index.html").text == "v1\n"
+    assert web_get(rig, "/new.txt").status_code == 404
+
+
+def test_overlay_mount_is_shared_with_the_units(rig):
+    ckptd_ns = rig.sh("readlink", f"/proc/{main_pid(rig, 'ckptd.service')}/ns/mnt").stdout
+    web_ns = rig.sh("readlink", f"/proc/{main_pid(rig, 'web.service')}/ns/mnt").stdout
+    assert ckptd_ns == web_ns, "ckptd runs in a mount namespace of its own"
+    fstype = rig.sh("findmnt", "-n", "-o", "FSTYPE", "/srv/app").stdout.split()
+    assert fstype[-1] == "overlay"
+
+
+def test_unit_that_cannot_start_again_is_failed(rig):
+    cp = api(rig, "POST", "/v1/checkpoints", json={"name": "before-fragile"}).json()
+    rig.sh("touch", "/srv/app/fragile.ok")
+    rig.systemctl("start", "fragile.service")
+    assert active(rig, "fragile.service") == "active"
+    r = api(rig, "POST", f"/v1/checkpoints/{cp['checkpoint_id']}/restore", json={})
+    assert r.status_code == 200, r.text
+    rep = r.json()
+    assert rep["ok"] is False, rep
+    assert sorted(rep["stopped_services"]) == ["fragile.service", "web.service", "worker.service"], rep
+    assert sorted(rep["started_services"]) == ["web.service", "worker.service"], rep
+    assert rep["failed_services"] == ["fragile.service"], rep
+    assert "failed" in rep["failures"]["fragile.service"], rep
+    assert active(rig, "fragile.service") == "failed"
+    assert web_get(rig, "/index.html").text == "v1\n"
+
+
+def test_socket_activation(rig):
+    rig.systemctl("stop", "ckptd.service")
+    assert active(rig, "ckptd.service") == "inactive"
+    assert active(rig, "ckptd.socket") == "active"
+    out = rig.sh("curl", "-sS", "--max-time", "20", "--unix-socket", "/run/ckptd/ckptd.sock",
+                 "http://ckptd/v1/health").stdout
+    assert json.loads(out)["status"] == "ok"
+    assert active(rig, "ckptd.service") == "active"
+    # Started by the socket, it still serves its TCP listener and its state.
+    names = [c["name"] for c in api(rig, "GET", "/v1/checkpoints").json()["checkpoints"]]
+    assert sorted(names) == ["before-fragile", "first"]
+
+
+def test_watchdog_is_petted(rig):
+    first = rig.show("ckptd.service", "WatchdogTimestampMonotonic")["WatchdogTimestampMonotonic"]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        now = rig.show("ckptd.service", "WatchdogTimestampMonotonic")["WatchdogTimestampMonotonic"]
+        if now != first:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("no WATCHDOG=1 within 5 s (WatchdogSec=2s)")
+    assert rig.show("ckptd.service", "NRestarts")["NRestarts"] == "0"
+
+
+def test_journal_keeps_log_priorities(rig):
+    out = rig.sh("journalctl", "--no-pager", "-u", "ckptd.service", "-o", "json").stdout
+    entries = [json.loads(line) for line in out.splitlines() if line.strip()]
+    ours = [e for e in entries if e.get("_PID") and e.get("SYSLOG_IDENTIFIER") == "ckptd"]
+    assert ours, "no ckptd log lines in the journal"
+    assert not any(str(e.get("MESSAGE", "")).startswith("<") for e in ours), "priority prefix not parsed"
+    assert {e["PRIORITY"] for e in ours} & {"5", "4", "3"}, "every line at the default priority"
