@@ -141,9 +141,11 @@ static int cli_cmd_poll_once(const struct cli_opts *o, const char *path, struct 
 		return 1;
 	}
 	cli_progress_end(p, false);
-	const char *why = json_string_value(json_object_get(r->json, "error"));
-	fprintf(stderr, "ckpt: checkpoint creation ended in state \"%s\"%s%s\n", status ? status : "?",
-		why ? ": " : "", why ? why : "");
+	json_t *error = json_object_get(r->json, "error");
+	const char *why = json_string_value(json_object_get(error, "detail"));
+	const char *code = json_string_value(json_object_get(error, "code"));
+	fprintf(stderr, "ckpt: checkpoint creation ended in state \"%s\": %s (%s)\n", status ? status : "?",
+		why ? why : "no reason given", code ? code : "no code");
 	return CKPT_EXIT_SERVER + 2;
 }
 

@@ -1,0 +1,419 @@
+"""api/openapi.yaml against the running daemon.
+
+Every documented (path, method, status) is provoked here and the answer is
+checked against the documented schema (required members present, no member the
+spec does not list). Statuses that cannot be provoked from outside are listed in
+UNPROVOKABLE with the reason. The route table is checked both ways: each spec
+path answers 405 to a method it does not have with an Allow header naming
+exactly the spec's methods, and paths the spec does not have answer 404. Any
+drift between the spec and the code makes a test here fail."""
+import os
+import re
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from conftest import TOP
+
+SPEC = yaml.safe_load((TOP / "api" / "openapi.yaml").read_text())
+HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+FAKE_ID = "cp_000000000000000000000000"
+
+
+def deref(node):
+    while isinstance(node, dict) and "$ref" in node:
+        ref = node["$ref"]
+        assert ref.startswith("#/"), ref
+        node = SPEC
+        for part in ref[2:].split("/"):
+            node = node[part]
+    return node
+
+
+def spec_operations(mode="sandbox"):
+    """(path, method) of every operation served in a mode."""
+    out = []
+    for path, item in SPEC["paths"].items():
+        if item.get("x-mode", "sandbox") != mode:
+            continue
+        out += [(path, m) for m in HTTP_METHODS if m in item]
+    return out
+
+
+def spec_statuses(mode="sandbox"):
+    return [(p, m, int(s)) for p, m in spec_operations(mode)
+            for s in SPEC["paths"][p][m]["responses"]]
+
+
+# ---- a small JSON Schema (2020-12 subset) validator: what the spec uses ----
+
+TYPES = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
+def validate(value, schema, where="$"):
+    """A list of the ways value breaks schema (empty: it conforms)."""
+    schema = deref(schema)
+    if "oneOf" in schema:
+        ok = [s for s in schema["oneOf"] if not validate(value, s, where)]
+        return [] if len(ok) == 1 else [f"{where}: matches {len(ok)} of oneOf"]
+    errs = []
+    types = schema.get("type")
+    if types is not None:
+        types = types if isinstance(types, list) else [types]
+        if not any(TYPES[t](value) for t in types):
+            return [f"{where}: {value!r} is not of type {types}"]
+    if "enum" in schema and value not in schema["enum"]:
+        errs.append(f"{where}: {value!r} not in {schema['enum']}")
+    if isinstance(value, str):
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            errs.append(f"{where}: {value!r} does not match {schema['pattern']}")
+        if len(value) < schema.get("minLength", 0) or len(value) > schema.get("maxLength", 1 << 30):
+            errs.append(f"{where}: length of {value!r} out of bounds")
+    if TYPES["number"](value) and "minimum" in schema and value < schema["minimum"]:
+        errs.append(f"{where}: {value} < {schema['minimum']}")
+    if isinstance(value, list) and "items" in schema:
+        for i, v in enumerate(value):
+            errs += validate(v, schema["items"], f"{where}[{i}]")
+    if isinstance(value, dict):
+        errs += validate_object(value, schema, where)
+    return errs
+
+
+def validate_object(value, schema, where):
+    errs = [f"{where}: required member '{k}' missing" for k in schema.get("required", []) if k not in value]
+    props = schema.get("properties", {})
+    extra = schema.get("additionalProperties", True)
+    for k, v in value.items():
+        if k in props:
+            errs += validate(v, props[k], f"{where}.{k}")
+        elif extra is False:
+            errs.append(f"{where}: member '{k}' is not in the spec")
+        elif isinstance(extra, dict):
+            errs += validate(v, extra, f"{where}.{k}")
+    return errs
+
+
+def check_response(resp, path, method):
+    """The answer is documented for this operation and its body fits the schema."""
+    op = SPEC["paths"][path][method]
+    code = str(resp.status_code)
+    assert code in op["responses"], \
+        f"{method.upper()} {path} answered {code}, which the spec does not list: {resp.text[:300]}"
+    doc = deref(op["responses"][code])
+    content = doc.get("content")
+    if not content:
+        assert resp.content == b"", f"{code} has no documented body but got {resp.text[:200]}"
+        return resp
+    ctype = resp.headers.get("Content-Type", "").split(";")[0].strip()
+    assert ctype in content, f"{method.upper()} {path} {code}: content type {ctype!r} not in {list(content)}"
+    if ctype.endswith("json"):
+        body = resp.json()
+        errs = validate(body, content[ctype]["schema"])
+        assert not errs, f"{method.upper()} {path} {code} does not fit the spec:\n" + "\n".join(errs)
+        if resp.status_code >= 400:
+            assert body["status"] == resp.status_code
+    return resp
+
+
+# ---- how to provoke each documented status ----
+
+CP = "/v1/checkpoints"
+ONE = "/v1/checkpoints/{id}"
+RESTORE = "/v1/checkpoints/{id}/restore"
+TEXT = {"Content-Type": "text/plain"}
+BIG = b'{"name": "' + b"x" * (2 << 20) + b'"}'
+
+
+def seeded(daemon_factory, **kw):
+    """A daemon over a root with a little content; sweeps far apart so a
+    1-second TTL stays visible as expired instead of being swept."""
+    kw.setdefault("config", {"cleanup_interval_secs": 3600})
+    d = daemon_factory(**kw)
+    (d.roots[0] / "a.txt").write_text("alpha\n" * 100)
+    return d
+
+
+def token_daemon(daemon_factory):
+    d = seeded(daemon_factory, token="s3cret-token")
+    d.session.headers.pop("Authorization")
+    return d
+
+
+def expect_unauthorized(df, method, path, **kw):
+    d = token_daemon(df)
+    r = d.request(method, path.replace("{id}", FAKE_ID), **kw)
+    wrong = d.request(method, path.replace("{id}", FAKE_ID), headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401, wrong.text
+    assert r.headers.get("WWW-Authenticate", "").startswith("Bearer")
+    return r
+
+
+def bad_create_bodies(df):
+    d = seeded(df)
+    bad = ['{"name": ', '[]', '{}', '{"name": ""}', '{"name": 5}', '{"name": "' + "n" * 129 + '"}',
+           '{"name": "a\\u0001b"}', '{"name": "a", "ttl_secs": "5"}', '{"name": "a", "ttl_secs": -1}',
+           '{"name": "a", "labels": {"k": 1}}', '{"name": "a", "labels": []}',
+           '{"name": "a", "async": "yes"}', '{"name": "a", "bogus": 1}']
+    last = None
+    for body in bad:
+        last = d.request("POST", CP, data=body, headers={"Content-Type": "application/json"})
+        assert last.status_code == 400, (body, last.text)
+        check_response(last, CP, "post")
+    assert d.list() == [], "a rejected create left a checkpoint"
+    return last
+
+
+def bad_restore(df):
+    d = seeded(df)
+    cid = d.create("c")["checkpoint_id"]
+    for body in ['{"force": ', '{"force": "yes"}', '{"if_expired": "maybe"}', '{"bogus": true}', '[1]']:
+        r = d.request("POST", f"{CP}/{cid}/restore", data=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400, (body, r.text)
+        check_response(r, RESTORE, "post")
+    return r
+
+
+def limit_reached(df):
+    d = seeded(df, config={"max_checkpoints": 1})
+    d.create("first")
+    r = d.request("POST", CP, json={"name": "second"})
+    assert r.json().get("code") == "checkpoint_limit", r.text
+    assert len(d.list()) == 1
+    return r
+
+
+def no_space(df):
+    d = seeded(df, config={"max_state_bytes": 1})
+    (d.roots[0] / "big.bin").write_bytes(os.urandom(64 << 10))
+    r = d.request("POST", CP, json={"name": "too-big"})
+    assert r.json().get("code") == "insufficient_storage", r.text
+    assert d.list() == [], "a create refused for space left a checkpoint"
+    return r
+
+
+def state_immutable(df):
+    """EPERM from the state dirs (chattr +i) is no errno the API maps: 500."""
+    d = seeded(df)
+    dirs = [str(p) for p in [d.state_dir, *d.state_dir.rglob("*")] if p.is_dir() and not p.is_symlink()]
+    subprocess.run(["chattr", "+i", *dirs], check=True)
+    try:
+        r = d.request("POST", CP, json={"name": "cannot-write"})
+    finally:
+        subprocess.run(["chattr", "-i", *dirs], check=True)
+    assert d.list() == []
+    return r
+
+
+def expired(df, body):
+    d = seeded(df)
+    cid = d.create("short", ttl_secs=1)["checkpoint_id"]
+    time.sleep(1.2)
+    r = d.request("POST", f"{CP}/{cid}/restore", json=body)
+    if r.status_code == 410:
+        assert r.json()["code"] == "checkpoint_expired", r.text
+    return r
+
+
+def with_cp(df, method, path, **kw):
+    d = seeded(df)
+    cid = d.create("c")["checkpoint_id"]
+    return d.request(method, path.replace("{id}", cid), **kw)
+
+
+def async_create(df):
+    d = seeded(df)
+    r = d.request("POST", CP, json={"name": "bg", "async": True})
+    assert r.status_code == 202 and r.json()["status"] == "creating", r.text
+    deadline = time.monotonic() + 30
+    while d.get(r.json()["checkpoint_id"])["status"] == "creating":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return r
+
+
+PROVOKE = {
+    (CP, "post", 201): lambda df: seeded(df).request("POST", CP, json={"name": "n", "labels": {"k": "v"}}),
+    (CP, "post", 202): async_create,
+    (CP, "post", 400): bad_create_bodies,
+    (CP, "post", 401): lambda df: expect_unauthorized(df, "POST", CP, json={"name": "n"}),
+    (CP, "post", 403): limit_reached,
+    (CP, "post", 413): lambda df: seeded(df).request("POST", CP, data=BIG, headers={"Content-Type": "application/json"}),
+    (CP, "post", 415): lambda df: seeded(df).request("POST", CP, data='{"name": "n"}', headers=TEXT),
+    (CP, "post", 500): state_immutable,
+    (CP, "post", 507): no_space,
+    (CP, "get", 200): lambda df: with_cp(df, "GET", CP),
+    (CP, "get", 400): lambda df: seeded(df).request("GET", CP, params={"name": "x" * 129}),
+    (CP, "get", 401): lambda df: expect_unauthorized(df, "GET", CP),
+    (ONE, "get", 200): lambda df: with_cp(df, "GET", ONE),
+    (ONE, "get", 401): lambda df: expect_unauthorized(df, "GET", ONE),
+    (ONE, "get", 404): lambda df: seeded(df).request("GET", f"{CP}/{FAKE_ID}"),
+    (ONE, "delete", 204): lambda df: with_cp(df, "DELETE", ONE),
+    (ONE, "delete", 401): lambda df: expect_unauthorized(df, "DELETE", ONE),
+    (ONE, "delete", 404): lambda df: seeded(df).request("DELETE", f"{CP}/no-such-name"),
+    (RESTORE, "post", 200): lambda df: with_cp(df, "POST", RESTORE, json={}),
+    (RESTORE, "post", 400): bad_restore,
+    (RESTORE, "post", 401): lambda df: expect_unauthorized(df, "POST", RESTORE, json={}),
+    (RESTORE, "post", 404): lambda df: seeded(df).request("POST", f"{CP}/{FAKE_ID}/restore", json={}),
+    (RESTORE, "post", 410): lambda df: expired(df, {}),
+    (RESTORE, "post", 413): lambda df: with_cp(df, "POST", RESTORE, data=BIG, headers={"Content-Type": "application/json"}),
+    (RESTORE, "post", 415): lambda df: with_cp(df, "POST", RESTORE, data="{}", headers=TEXT),
+    ("/v1/health", "get", 200): lambda df: token_daemon(df).request("GET", "/v1/health"),
+    ("/metrics", "get", 200): lambda df: seeded(df).request("GET", "/metrics"),
+    ("/metrics", "get", 401): lambda df: expect_unauthorized(df, "GET", "/metrics"),
+}
+
+UNPROVOKABLE = {
+    (CP, "get", 500): "listing reads memory only; no outside trigger makes it fail",
+    (ONE, "get", 500): "a get reads memory only; no outside trigger makes it fail",
+    (ONE, "delete", 409): "delete waits for the operation lock, so it never sees a checkpoint still "
+                          "'creating'; only a record stuck in 'deleting' after a failed removal conflicts",
+    (ONE, "delete", 500): "needs an I/O error while removing checkpoint data",
+    (RESTORE, "post", 409): "restore waits for the operation lock like delete (see there)",
+    (RESTORE, "post", 500): "needs an I/O error while swapping a root back",
+    (RESTORE, "post", 507): "needs a root filesystem that fills up in the middle of a restore",
+    ("/metrics", "get", 500): "only when rendering runs out of memory",
+}
+
+
+def test_every_documented_status_is_covered():
+    documented = set(spec_statuses())
+    covered = set(PROVOKE) | set(UNPROVOKABLE)
+    assert not set(PROVOKE) & set(UNPROVOKABLE)
+    assert documented - covered == set(), "documented statuses with no test: add them to PROVOKE"
+    assert covered - documented == set(), "statuses the tests provoke but the spec does not document"
+
+
+@pytest.mark.parametrize("path,method,status", sorted(PROVOKE), ids=lambda v: str(v))
+def test_status(daemon_factory, path, method, status):
+    r = PROVOKE[(path, method, status)](daemon_factory)
+    assert r.status_code == status, f"wanted {status}, got {r.status_code}: {r.text[:300]}"
+    check_response(r, path, method)
+    if status >= 400:
+        assert r.headers["Content-Type"].startswith("application/problem+json")
+
+
+def test_restore_if_expired_fresh_fits_the_spec(daemon_factory):
+    r = expired(daemon_factory, {"if_expired": "fresh"})
+    assert r.status_code == 200, r.text
+    check_response(r, RESTORE, "post")
+    assert r.json()["restored_from_checkpoint"] is False and r.json()["ttl_expired"] is True
+
+
+def test_record_forms_fit_the_spec(daemon_factory):
+    """The record as get, list, get-by-name and the async progress view show it."""
+    d = seeded(daemon_factory)
+    for i in range(200):
+        (d.roots[0] / f"f{i}").write_bytes(os.urandom(4096))
+    a = d.request("POST", CP, json={"name": "bg", "async": True, "ttl_secs": 0})
+    check_response(a, CP, "post")
+    cid = a.json()["checkpoint_id"]
+    while True:
+        g = check_response(d.request("GET", f"{CP}/{cid}"), ONE, "get").json()
+        if g["status"] != "creating":
+            break
+        time.sleep(0.02)
+    assert g["status"] == "active" and g["expires_at"] is None
+    check_response(d.request("GET", f"{CP}/bg"), ONE, "get")
+    lst = check_response(d.request("GET", CP, params={"name": "bg"}), CP, "get").json()
+    assert [c["checkpoint_id"] for c in lst["checkpoints"]] == [cid]
+
+
+def test_request_schemas_match_what_the_daemon_accepts(daemon_factory):
+    """Every documented request member is accepted; an undocumented one is refused."""
+    d = seeded(daemon_factory)
+    create = deref(SPEC["components"]["schemas"]["CreateRequest"])
+    assert set(create["properties"]) == {"name", "ttl_secs", "labels", "async"}
+    body = {"name": "n" * create["properties"]["name"]["maxLength"], "ttl_secs": 0,
+            "labels": {"k": "v"}, "async": False}
+    r = d.request("POST", CP, json=body)
+    assert r.status_code == 201, r.text
+    assert r.json()["labels"] == {"k": "v"} and r.json()["name"] == body["name"]
+    cid = r.json()["checkpoint_id"]
+    restore = deref(SPEC["components"]["schemas"]["RestoreRequest"])
+    assert set(restore["properties"]) == {"force", "if_expired"}
+    for v in restore["properties"]["if_expired"]["enum"]:
+        r = d.request("POST", f"{CP}/{cid}/restore", json={"force": False, "if_expired": v})
+        assert r.status_code == 200, r.text
+    r = d.request("POST", f"{CP}/{cid}/restore", data=b"")
+    assert r.status_code == 200, "an empty restore body must count as {}: " + r.text
+
+
+def fill(path):
+    return path.replace("{id}", FAKE_ID).replace("{sandbox_id}", "sb-1")
+
+
+def test_allow_header_names_exactly_the_spec_methods(daemon_factory):
+    d = seeded(daemon_factory)
+    for path, item in SPEC["paths"].items():
+        if item.get("x-mode") == "host":
+            continue
+        want = {m.upper() for m in HTTP_METHODS if m in item}
+        r = d.request("PATCH", fill(path))
+        assert r.status_code == 405, f"PATCH {path}: {r.status_code} {r.text[:200]}"
+        assert r.headers["Content-Type"].startswith("application/problem+json")
+        assert r.json()["code"] == "method_not_allowed"
+        assert not validate(r.json(), SPEC["components"]["schemas"]["Problem"])
+        got = {m.strip() for m in r.headers["Allow"].split(",")}
+        assert got == want, f"{path}: the daemon serves {sorted(got)}, the spec lists {sorted(want)}"
+
+
+# Paths a ckptd might plausibly grow (export/import, fork, versions, probes).
+CANDIDATES = [
+    "/", "/v1", "/v1/", "/v2/checkpoints", "/v1/checkpoints/", "/v1/checkpoints/{id}/export",
+    "/v1/checkpoints/import", "/v1/checkpoints/{id}/fork", "/v1/checkpoints/{id}/restore/x",
+    "/v1/checkpoints/{id}/progress", "/v1/checkpoints/{id}/labels", "/v1/import", "/v1/export",
+    "/v1/restore", "/v1/version", "/v1/config", "/v1/services", "/v1/metrics", "/v1/sandboxes",
+    "/v1/sandboxes/{id}", "/v1/healthz", "/healthz", "/readyz", "/health", "/metrics/",
+    "/v1/health/", "/create", "/attach/{id}", "/openapi.yaml", "/v1/openapi.yaml",
+]
+
+
+def template_match(path, mode="sandbox"):
+    """The spec path a concrete path falls under ({x} is one non-empty segment)."""
+    for tmpl, item in SPEC["paths"].items():
+        if item.get("x-mode", "sandbox") == mode and \
+                re.fullmatch(re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(tmpl)), path):
+            return tmpl
+    return None
+
+
+def test_paths_outside_the_spec_are_not_served(daemon_factory):
+    d = seeded(daemon_factory)
+    for path in CANDIDATES:
+        if template_match(fill(path)):
+            continue  # e.g. /v1/checkpoints/import is checkpoint "import"
+        for method in ("PATCH", "GET"):
+            r = d.request(method, fill(path))
+            assert r.status_code == 404, \
+                f"{method} {path} answered {r.status_code}: the daemon serves a path the spec lacks"
+            assert r.headers["Content-Type"].startswith("application/problem+json")
+            assert r.json()["code"] == "not_found"
+            assert not validate(r.json(), SPEC["components"]["schemas"]["Problem"])
+
+
+def test_spec_is_well_formed():
+    assert SPEC["openapi"].startswith("3.1")
+    assert SPEC["components"]["securitySchemes"]["bearer"] == {
+        **SPEC["components"]["securitySchemes"]["bearer"], "type": "http", "scheme": "bearer"}
+    assert SPEC["paths"]["/v1/health"]["get"]["security"] == []
+    for path, method in spec_operations("sandbox") + spec_operations("host"):
+        op = SPEC["paths"][path][method]
+        assert op.get("operationId") and op.get("responses"), (path, method)
+        for code, resp in op["responses"].items():
+            resp = deref(resp)
+            for ctype, media in resp.get("content", {}).items():
+                deref(media["schema"])  # every $ref resolves
+                if int(code) >= 400:
+                    assert ctype == "application/problem+json", (path, method, code)
+    problem = SPEC["components"]["schemas"]["Problem"]
+    assert problem["required"] == ["type", "title", "status", "detail", "code"]
