@@ -215,6 +215,8 @@ static int archive_one(struct cctx *c, int dirfd, const char *name, const char *
 		return arch_err(c, "cannot write header of", path);
 	if (me.type == 'f' && (r = copy_data(c, fd, me.size, path)) < 0)
 		return r;
+	if (me.type == 'h' && c->o->p) /* counted by the tree walk, but no data to copy */
+		atomic_fetch_add(&c->o->p->bytes_done, me.size);
 	if (archive_write_finish_entry(c->a) < ARCHIVE_WARN)
 		return arch_err(c, "cannot finish", path);
 	if (tar_manifest_write_entry(c->mf, &me) < 0)

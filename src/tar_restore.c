@@ -189,6 +189,15 @@ static struct tar_mentry *check_entry(struct rctx *c, struct archive_entry *ae)
 {
 	const char *path = archive_entry_pathname(ae), *hl = archive_entry_hardlink(ae);
 	struct tar_mentry *e;
+	size_t len = path ? strlen(path) : 0;
+
+	/* pax stores directories as "name/": compare without the slash */
+	if (len > 1 && path[len - 1] == '/' && archive_entry_filetype(ae) == AE_IFDIR) {
+		char buf[PATH_MAX];
+		snprintf(buf, sizeof(buf), "%.*s", (int)(len - 1), path);
+		archive_entry_copy_pathname(ae, buf);
+		path = archive_entry_pathname(ae);
+	}
 
 	if (!tar_path_valid(path) || (hl && !tar_path_valid(hl))) {
 		err_set(c->err, EBADMSG, "unsafe_path", "unsafe path in archive: '%s'", path ? path : "");
@@ -301,6 +310,25 @@ static int extract(struct rctx *c, int root_fd, int ckpt_dirfd, const char *arch
 	return r;
 }
 
+/* libarchive defers the times of directories it creates, but sets those of
+ * a directory that already exists at once, before its children change it:
+ * set every rewritten directory's mtime again, deepest first. */
+static int fix_dir_times(struct rctx *c, int root_fd)
+{
+	for (size_t i = c->m.n; i-- > 0;) {
+		struct tar_mentry *e = &c->m.v[i];
+		const char *leaf;
+		if (!e->needed || e->type != 'd')
+			continue;
+		struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, e->mtime };
+		_cleanup_close_ int pfd = tar_open_parent(root_fd, e->path, &leaf);
+		if (pfd < 0 || utimensat(pfd, leaf, ts, AT_SYMLINK_NOFOLLOW) < 0)
+			return err_set(c->err, pfd < 0 ? -pfd : errno, NULL, "cannot set the times of '%s': %m",
+				       e->path);
+	}
+	return 0;
+}
+
 static int apply_root(struct rctx *c, int root_fd)
 {
 	const struct tar_mentry *e = &c->m.root;
@@ -340,6 +368,8 @@ int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const cha
 	}
 	if (r >= 0 && files > 0)
 		r = extract(&c, root_fd, ckpt_dirfd, archive, files);
+	if (r >= 0 && files > 0)
+		r = fix_dir_times(&c, root_fd);
 	if (r >= 0)
 		r = apply_root(&c, root_fd);
 	tar_manifest_free(&c.m);
