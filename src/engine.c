@@ -238,9 +238,15 @@ int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err)
 	int64_t t0 = mono_ms();
 	int r;
 
+	json_t *rec = engine_resolve(e, id_or_name);
+	if (rec && !strcmp(json_string_value(json_object_get(rec, "status")), "creating")) {
+		json_decref(rec);
+		return err_set(err, EBUSY, "conflict", "checkpoint '%s' is still being created", id_or_name);
+	}
+	json_decref(rec);
 	pthread_mutex_lock(&e->op_lock);
 	engine_set_status(e, "deleting", id_or_name);
-	json_t *rec = engine_resolve(e, id_or_name);
+	rec = engine_resolve(e, id_or_name);
 	if (!rec)
 		r = err_set(err, ENOENT, "not_found", "no checkpoint with id or name '%s'", id_or_name);
 	else if (!strcmp(json_string_value(json_object_get(rec, "status")), "creating"))

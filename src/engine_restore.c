@@ -80,6 +80,14 @@ int engine_restore(struct engine *e, const char *id_or_name, const struct restor
 	int r;
 
 	svc_report_init(&rep);
+	/* Answer a conflict at once rather than queueing behind the create. */
+	if ((r = restore_plan(e, id_or_name, req, &plan, err)) < 0) {
+		json_decref(extra);
+		svc_report_free(&rep);
+		json_decref(plan.rec);
+		return r;
+	}
+	json_decref(TAKE_PTR(plan.rec));
 	pthread_mutex_lock(&e->op_lock);
 	t[0] = mono_ms();
 	if ((r = restore_plan(e, id_or_name, req, &plan, err)) < 0)

@@ -318,7 +318,7 @@ char *path_join(const char *a, const char *b)
 {
 	char *out;
 	size_t la = strlen(a);
-	while (la > 1 && a[la - 1] == '/')
+	while (la > 0 && a[la - 1] == '/')
 		la--;
 	while (*b == '/')
 		b++;

@@ -1,0 +1,137 @@
+/* Unit tests of validation and small helpers in util.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <sys/stat.h>
+
+#include "util.h"
+
+static void test_name_valid(void **state)
+{
+	(void)state;
+	char long_ok[129], long_bad[130];
+	memset(long_ok, 'a', 128), long_ok[128] = '\0';
+	memset(long_bad, 'a', 129), long_bad[129] = '\0';
+	assert_true(name_valid("baseline"));
+	assert_true(name_valid("step 1: install deps"));
+	assert_true(name_valid("ünïcödé ✓"));
+	assert_true(name_valid(long_ok));
+	assert_false(name_valid(long_bad));
+	assert_false(name_valid(""));
+	assert_false(name_valid(NULL));
+	assert_false(name_valid("tab\there"));
+	assert_false(name_valid("nl\n"));
+	assert_false(name_valid("del\x7f"));
+	assert_false(name_valid("bad utf8 \xff"));
+	assert_false(name_valid("overlong \xc0\xaf"));
+	assert_false(name_valid("c1 \xc2\x85"));
+	assert_false(name_valid("cut \xe2\x82"));
+}
+
+static void test_id(void **state)
+{
+	(void)state;
+	char a[32], b[32];
+	assert_int_equal(id_generate(a, sizeof(a)), 0);
+	assert_int_equal(id_generate(b, sizeof(b)), 0);
+	assert_true(id_valid(a));
+	assert_true(id_valid(b));
+	assert_string_not_equal(a, b);
+	assert_false(id_valid("cp_../../etc/passwd000000"));
+	assert_false(id_valid("cp_ABCDEF0123456789abcdef01"));
+	assert_false(id_valid("xx_0123456789abcdef01234567"));
+	assert_false(id_valid("cp_0123"));
+	assert_false(id_valid(NULL));
+	assert_int_equal(id_generate(a, 10), -EINVAL);
+}
+
+static void test_rfc3339(void **state)
+{
+	(void)state;
+	char buf[40];
+	assert_string_equal(fmt_rfc3339_ms(0, buf, sizeof(buf)), "1970-01-01T00:00:00.000Z");
+	assert_string_equal(fmt_rfc3339_ms(1795000000123LL, buf, sizeof(buf)), "2026-11-18T11:06:40.123Z");
+}
+
+static void test_secure_streq(void **state)
+{
+	(void)state;
+	assert_true(secure_streq("token", "token"));
+	assert_false(secure_streq("token", "tokem"));
+	assert_false(secure_streq("token", "token2"));
+	assert_false(secure_streq("", "x"));
+	assert_true(secure_streq("", ""));
+}
+
+static void test_errors(void **state)
+{
+	(void)state;
+	ckpt_error err = { 0 };
+	assert_int_equal(err_set(&err, ENOENT, "not_found", "no %s", "thing"), -ENOENT);
+	assert_int_equal(err.errnum, ENOENT);
+	assert_string_equal(err.code, "not_found");
+	assert_int_equal(err_prefix(&err, "while %s", "reading"), -ENOENT);
+	assert_string_equal(err.msg, "while reading: no thing");
+	assert_int_equal(err_set(NULL, -EIO, NULL, "x"), -EIO);
+	assert_int_equal(err_set(&err, 0, NULL, "zero"), -EIO);
+}
+
+static void test_atomic_write(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/ckptd-test-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	char *buf = NULL;
+	size_t len;
+	assert_int_equal(write_file_atomic(dfd, "rec.json", "{\"a\":1}", 7, 0600), 0);
+	assert_int_equal(write_file_atomic(dfd, "rec.json", "{\"a\":2}", 7, 0600), 0);
+	assert_int_equal(read_file_at(dfd, "rec.json", 100, &buf, &len), 0);
+	assert_string_equal(buf, "{\"a\":2}");
+	free(buf);
+	assert_int_equal(read_file_at(dfd, "rec.json", 3, &buf, &len), -EFBIG);
+	assert_int_equal(read_file_at(dfd, "missing", 3, &buf, &len), -ENOENT);
+	/* No temp file left behind. */
+	DIR *d = fdopendir(dup(dfd));
+	struct dirent *de;
+	int n = 0;
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	assert_int_equal(n, 1);
+	assert_int_equal(mkdirat(dfd, "tree", 0700), 0);
+	assert_int_equal(mkdirat(dfd, "tree/sub", 0700), 0);
+	int sub = openat(dfd, "tree/sub", O_RDONLY | O_DIRECTORY);
+	assert_int_equal(write_file_atomic(sub, "f", "x", 1, 0600), 0);
+	close(sub);
+	assert_int_equal(symlinkat("/etc", dfd, "tree/link"), 0);
+	assert_int_equal(rm_rf_at(dfd, "tree"), 0);
+	assert_int_equal(faccessat(dfd, "tree", F_OK, AT_SYMLINK_NOFOLLOW), -1);
+	assert_int_equal(access("/etc/passwd", F_OK), 0);
+	assert_int_equal(rm_rf_at(dfd, "rec.json"), 0);
+	close(dfd);
+	assert_int_equal(rmdir(dir), 0);
+}
+
+static void test_path_join(void **state)
+{
+	(void)state;
+	char *p = path_join("/a/b/", "/c");
+	assert_string_equal(p, "/a/b/c");
+	free(p);
+	p = path_join("/", "x");
+	assert_string_equal(p, "/x");
+	free(p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_name_valid), cmocka_unit_test(test_id),
+		cmocka_unit_test(test_rfc3339),    cmocka_unit_test(test_secure_streq),
+		cmocka_unit_test(test_errors),     cmocka_unit_test(test_atomic_write),
+		cmocka_unit_test(test_path_join),
+	};
+	return cmocka_run_group_tests_name("util", tests, NULL, NULL);
+}
