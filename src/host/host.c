@@ -1,14 +1,389 @@
-/* host.c: placeholder until host mode lands. */
-#include "host.h"
+/* host.c: host mode's instance: configuration, the background thread that
+ * renews locks, hands sandboxes over to waiting instances and enforces
+ * idle_timeout, and the reaper that removes our containers if ckptd dies
+ * (so there are never two running copies after a takeover). */
+#include "host/host.h"
+#include "host/sandbox.h"
+#include "host/locks.h"
 #include "config.h"
 
-struct host { int unused; };
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#define BG_TICK_MS 250
+
+static bool instance_id_valid(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n >= LOCKS_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.", s[i]))
+			return false;
+	return s[0] != '.';
+}
+
+/* The reaper: a forked child that learns our container ids through a pipe
+ * and deletes them all when the pipe closes, i.e. when ckptd exits or dies. */
+static void reaper_main(int fd, struct runsc *rs)
+{
+	char **ids = NULL, buf[4096], line[SANDBOX_ID_MAX + 4];
+	size_t n = 0, ll = 0;
+	ssize_t k;
+
+	prctl(PR_SET_NAME, "ckptd-reaper");
+	signal(SIGINT, SIG_IGN);
+	signal(SIGTERM, SIG_IGN);
+	while ((k = read(fd, buf, sizeof(buf))) != 0) {
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			break;
+		for (ssize_t i = 0; i < k; i++) {
+			if (buf[i] != '\n') {
+				if (ll < sizeof(line) - 1)
+					line[ll++] = buf[i];
+				continue;
+			}
+			line[ll] = '\0', ll = 0;
+			if (line[0] == '+' && (ids = realloc(ids, (n + 1) * sizeof(*ids))))
+				ids[n++] = strdup(line + 1);
+			for (size_t j = 0; line[0] == '-' && j < n; j++)
+				if (ids[j] && !strcmp(ids[j], line + 1))
+					free(ids[j]), ids[j] = NULL;
+		}
+	}
+	for (size_t j = 0; j < n; j++)
+		if (ids[j])
+			runsc_delete(rs, ids[j]);
+	_exit(0);
+}
+
+static int reaper_start(struct host *h)
+{
+	int p[2];
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		close(p[0]), close(p[1]);
+		return -errno;
+	}
+	if (pid == 0) {
+		close(p[1]);
+		reaper_main(p[0], &h->runsc);
+	}
+	close(p[0]);
+	h->reaper_fd = p[1];
+	return 0;
+}
+
+void host_reaper_note(struct host *h, char op, const char *id)
+{
+	char line[SANDBOX_ID_MAX + 4];
+	int n = snprintf(line, sizeof(line), "%c%s\n", op, id);
+	if (h->reaper_fd >= 0 && write(h->reaper_fd, line, (size_t)n) != n)
+		log_debug("host: reaper note for '%s' failed", id);
+}
+
+/* Kick the client of a sandbox that is leaving this instance. */
+static void kick_client(struct host *h, struct sandbox *sb, const char *status, const char *msg, int code)
+{
+	struct session *s;
+
+	pthread_mutex_lock(&h->mu);
+	s = sb->client;
+	if (s)
+		s->refs++, s->kicked = true;
+	pthread_mutex_unlock(&h->mu);
+	if (!s)
+		return;
+	session_status(s, status);
+	if (msg)
+		session_error(s, "%s", msg);
+	ws_close(s->ws, (uint16_t)code, NULL);
+	session_unref(s);
+}
+
+static void drop(struct host *h, struct sandbox *sb)
+{
+	pthread_mutex_lock(&h->mu);
+	sandbox_remove(h, sb);
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* Checkpoint and release (handoff, idle) or just stop: the sandbox leaves. */
+static void leave(struct host *h, struct sandbox *sb, bool checkpoint, const char *why)
+{
+	ckpt_error err = { 0 };
+
+	if (checkpoint && sandbox_checkpoint(h, sb, &err) < 0) {
+		log_warn("host: sandbox '%s': %s failed: %s", sb->id, why, err.msg);
+		pthread_mutex_lock(&h->mu);
+		sb->state = SB_RUNNING;
+		pthread_mutex_unlock(&h->mu);
+		return;
+	}
+	if (!checkpoint)
+		sandbox_stop(h, sb);
+	log_info("host: sandbox '%s' %s (%s)", sb->id, checkpoint ? "checkpointed and released" : "destroyed", why);
+	kick_client(h, sb, checkpoint ? "SANDBOX_CHECKPOINTED" : "SANDBOX_NOT_FOUND",
+		    checkpoint ? NULL : "the sandbox was stopped", checkpoint ? WS_CLOSE_NORMAL : WS_CLOSE_SERVER_ERROR);
+	drop(h, sb);
+}
+
+/* Stop at once, e.g. when our lock was taken over: never a second copy. */
+static void stop_now(struct host *h, struct sandbox *sb, const char *why)
+{
+	log_warn("host: sandbox '%s': stopping it (%s)", sb->id, why);
+	runsc_delete(&h->runsc, sb->id);
+	host_reaper_note(h, '-', sb->id);
+	kick_client(h, sb, "SANDBOX_NOT_FOUND", why, WS_CLOSE_SERVER_ERROR);
+	if (sb->checkpointable && h->locks_fd >= 0)
+		locks_release(h->locks_fd, sb->id, h->instance_id);
+	pthread_mutex_lock(&h->mu);
+	while (sb->exec_running)
+		pthread_cond_wait(&h->cond, &h->mu);
+	sandbox_remove(h, sb);
+	pthread_mutex_unlock(&h->mu);
+}
+
+enum bg_action { BG_NONE, BG_RENEW, BG_IDLE };
+
+/* Claim one sandbox needing work (marking it busy for checkpoints), under h->mu. */
+static struct sandbox *next_work(struct host *h, enum bg_action *act, int64_t now_s)
+{
+	for (struct sandbox *sb = h->sandboxes; sb; sb = sb->next) {
+		if (sb->state != SB_RUNNING)
+			continue;
+		bool idle = !sb->client && !sb->exec_running && sb->idle_timeout_s > 0 &&
+			    mono_ms() - sb->detached_mono_ms >= sb->idle_timeout_s * 1000;
+		if (idle) {
+			*act = BG_IDLE;
+			sb->state = SB_BUSY;
+			return sb;
+		}
+		if (sb->checkpointable && now_s - sb->renewed_at >= h->lock_renew) {
+			*act = BG_RENEW;
+			sb->state = SB_BUSY;
+			return sb;
+		}
+	}
+	return NULL;
+}
+
+static void renew(struct host *h, struct sandbox *sb, int64_t now_s)
+{
+	char waiter[LOCKS_NAME_MAX] = "";
+	int r = locks_renew(h->locks_fd, sb->id, h->instance_id, now_s, waiter);
+	bool exec;
+
+	if (r == -ESTALE || (r < 0 && now_s - sb->renewed_at >= h->lock_ttl)) {
+		stop_now(h, sb, "the sandbox moved to another instance");
+		return;
+	}
+	pthread_mutex_lock(&h->mu);
+	if (r == 0)
+		sb->renewed_at = now_s;
+	exec = sb->exec_running;
+	pthread_mutex_unlock(&h->mu);
+	/* a waiter wants it: hand over, but let a running execution finish */
+	if (r == 0 && waiter[0] && !exec) {
+		leave(h, sb, true, "handoff");
+		return;
+	}
+	pthread_mutex_lock(&h->mu);
+	sb->state = SB_RUNNING;
+	pthread_mutex_unlock(&h->mu);
+}
+
+static void bg_tick(struct host *h)
+{
+	enum bg_action act = BG_NONE;
+	struct sandbox *sb;
+
+	for (;;) {
+		int64_t now_s = now_ms() / 1000;
+		pthread_mutex_lock(&h->mu);
+		sb = h->stopping ? NULL : next_work(h, &act, now_s);
+		pthread_mutex_unlock(&h->mu);
+		if (!sb)
+			return;
+		if (act == BG_RENEW)
+			renew(h, sb, now_s);
+		else
+			leave(h, sb, sb->checkpointable, "idle timeout");
+	}
+}
+
+static void *bg_main(void *arg)
+{
+	struct host *h = arg;
+
+	pthread_mutex_lock(&h->mu);
+	while (!h->stopping) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += BG_TICK_MS * 1000000L;
+		ts.tv_sec += ts.tv_nsec / 1000000000L;
+		ts.tv_nsec %= 1000000000L;
+		pthread_cond_timedwait(&h->cond, &h->mu, &ts);
+		pthread_mutex_unlock(&h->mu);
+		bg_tick(h);
+		pthread_mutex_lock(&h->mu);
+	}
+	pthread_mutex_unlock(&h->mu);
+	return NULL;
+}
+
+static int open_checkpoint_volume(struct host *h, ckpt_error *err)
+{
+	const char *bucket = getenv("SANDBOX_CHECKPOINT_BUCKET");
+	const char *mount = getenv("SANDBOX_CHECKPOINT_MOUNT_PATH");
+	_cleanup_free_ char *locks = NULL;
+
+	h->locks_fd = -1;
+	if (!bucket || !*bucket || !mount || !*mount)
+		return 0; /* checkpointing off: create with enable_checkpoint fails */
+	if (mount[0] != '/')
+		return err_set(err, EINVAL, NULL, "SANDBOX_CHECKPOINT_MOUNT_PATH must be absolute");
+	if (!(h->mount = strdup(mount)) || !(locks = path_join(mount, "locks")))
+		return -ENOMEM;
+	if (mkdir_p(locks, 0755) < 0 || (h->locks_fd = open(locks, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return err_set(err, errno, NULL, "checkpoint volume '%s': %s", locks, strerror(errno));
+	return 0;
+}
+
+static int instance_dirs(struct host *h, const struct config *cfg, ckpt_error *err)
+{
+	_cleanup_free_ char *base = cfg->sandbox_state_dir ? strdup(cfg->sandbox_state_dir) : path_join(cfg->state_dir, "sandboxes");
+	_cleanup_free_ char *inst = base ? path_join(base, h->instance_id) : NULL;
+
+	if (!inst || !(h->runsc_root = path_join(inst, "runsc")) || !(h->bundles_dir = path_join(inst, "bundles")) ||
+	    !(h->logs_dir = path_join(inst, "logs")))
+		return -ENOMEM;
+	if (mkdir_p(h->runsc_root, 0700) < 0 || mkdir_p(h->bundles_dir, 0700) < 0 || mkdir_p(h->logs_dir, 0700) < 0)
+		return err_set(err, errno, NULL, "sandbox state dir '%s': %s", inst, strerror(errno));
+	h->runsc.root = h->runsc_root;
+	return 0;
+}
+
+static int default_instance_id(struct host *h)
+{
+	char host[64] = "host", rnd[9];
+	gethostname(host, sizeof(host) - 1);
+	for (char *p = host; *p; p++)
+		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_", *p))
+			*p = '-';
+	if (random_hex(rnd, 4) < 0)
+		return -EIO;
+	return asprintf(&h->instance_id, "%s-%d-%s", host, (int)getpid(), rnd) < 0 ? -ENOMEM : 0;
+}
+
+static int host_setup(struct host *h, const struct config *cfg, ckpt_error *err)
+{
+	int r;
+
+	if (cfg->instance_id ? !(h->instance_id = strdup(cfg->instance_id)) : default_instance_id(h) < 0)
+		return -ENOMEM;
+	if (!instance_id_valid(h->instance_id))
+		return err_set(err, EINVAL, NULL, "instance id '%s': use letters, digits, '-', '_', '.'", h->instance_id);
+	h->runsc.path = cfg->runsc_path ? cfg->runsc_path : "runsc";
+	h->rootfs = cfg->sandbox_rootfs ? cfg->sandbox_rootfs : "/";
+	h->lock_ttl = cfg->lock_ttl_secs;
+	h->lock_renew = cfg->lock_renew_secs;
+	h->default_idle = cfg->default_idle_timeout_secs;
+	if ((r = runsc_version(h->runsc.path, h->runsc_version, sizeof(h->runsc_version), err)) < 0)
+		return r;
+	if ((r = runsc_cpu_features(&h->cpu_features, &h->n_cpu_features)) < 0)
+		return err_set(err, -r, NULL, "/proc/cpuinfo: %s", strerror(-r));
+	if ((r = instance_dirs(h, cfg, err)) < 0 || (r = open_checkpoint_volume(h, err)) < 0)
+		return r;
+	if ((r = reaper_start(h)) < 0)
+		return err_set(err, -r, NULL, "reaper: %s", strerror(-r));
+	return 0;
+}
 
 int host_open(const struct config *cfg, struct host **ret, ckpt_error *err)
 {
-	(void)cfg; (void)ret;
-	return err_set(err, ENOTSUP, NULL, "host mode is not built yet");
+	struct host *h = calloc(1, sizeof(*h));
+	int r;
+
+	if (!h)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	h->reaper_fd = -1;
+	h->locks_fd = -1;
+	pthread_mutex_init(&h->mu, NULL);
+	pthread_cond_init(&h->cond, NULL);
+	if ((r = host_setup(h, cfg, err)) < 0 || (r = -pthread_create(&h->bg, NULL, bg_main, h)) < 0) {
+		if (r == -ENOMEM && !err->msg[0])
+			err_set(err, ENOMEM, NULL, "out of memory");
+		host_close(h);
+		return r;
+	}
+	h->bg_started = true;
+	log_info("host: instance '%s', runsc %s, checkpoints %s%s", h->instance_id, h->runsc_version,
+		 h->mount ? "in " : "off", h->mount ? h->mount : "");
+	*ret = h;
+	return 0;
 }
-const struct http_route *host_routes(size_t *ret_n) { *ret_n = 0; return NULL; }
-json_t *host_health(struct host *h) { (void)h; return json_object(); }
-void host_close(struct host *h) { (void)h; }
+
+json_t *host_health(struct host *h)
+{
+	size_t n = 0;
+	if (!h)
+		return json_object();
+	pthread_mutex_lock(&h->mu);
+	for (struct sandbox *sb = h->sandboxes; sb; sb = sb->next)
+		n++;
+	pthread_mutex_unlock(&h->mu);
+	return json_pack("{s:s, s:s, s:b, s:s?, s:I, s:I}", "instance_id", h->instance_id,
+			 "runsc_version", h->runsc_version, "checkpointing", h->mount != NULL,
+			 "checkpoint_mount", h->mount, "sandboxes", (json_int_t)n, "lock_ttl_secs", (json_int_t)h->lock_ttl);
+}
+
+/* On shutdown, checkpointable sandboxes are saved and released so another
+ * instance can take them at once; the others are destroyed. */
+static void host_shutdown_sandboxes(struct host *h)
+{
+	for (;;) {
+		struct sandbox *sb;
+		bool save;
+		pthread_mutex_lock(&h->mu);
+		for (sb = h->sandboxes; sb && sb->state == SB_STARTING; sb = sb->next)
+			;
+		if (sb)
+			sb->state = SB_BUSY;
+		save = sb && sb->checkpointable && !sb->exec_running;
+		pthread_mutex_unlock(&h->mu);
+		if (!sb)
+			return;
+		if (!save || sandbox_checkpoint(h, sb, NULL) < 0)
+			stop_now(h, sb, "the server is shutting down");
+		else
+			kick_client(h, sb, "SANDBOX_CHECKPOINTED", NULL, WS_CLOSE_NORMAL), drop(h, sb);
+	}
+}
+
+void host_close(struct host *h)
+{
+	if (!h)
+		return;
+	if (h->bg_started) {
+		pthread_mutex_lock(&h->mu);
+		h->stopping = true;
+		pthread_cond_broadcast(&h->cond);
+		pthread_mutex_unlock(&h->mu);
+		pthread_join(h->bg, NULL);
+		host_shutdown_sandboxes(h);
+	}
+	/* Sessions may still hold h: it stays allocated until exit; the reaper
+	 * removes whatever is left when its pipe closes. */
+	if (h->reaper_fd >= 0)
+		close(TAKE_FD(h->reaper_fd));
+	if (h->locks_fd >= 0)
+		close(TAKE_FD(h->locks_fd));
+}

@@ -1,0 +1,345 @@
+/* sandbox.c: the registry of sandboxes on this instance and their lifecycle:
+ * start, checkpoint to the shared volume, restore from it, stop. Paths on the
+ * volume: {mount}/{id}/checkpoints/checkpoint_{ms}.img (runsc's image dir),
+ * {mount}/{id}/checkpoints/latest, {mount}/{id}/metadata.json. */
+#include "host/sandbox.h"
+#include "host/locks.h"
+
+#include <sys/stat.h>
+
+/* The sandbox's init: a Python REPL server on a unix socket inside the
+ * sandbox. Globals live in this process, so they are part of the checkpointed
+ * memory and survive a restore. Frames: 'O'|'E' + u32 length + bytes of
+ * output, 'X' + u32 exit status at the end. */
+static const char repl_server[] =
+	"import os, socket, struct, sys, threading, traceback\n"
+	"P = '/tmp/.ckptd-repl.sock'\n"
+	"G = {'__name__': '__main__', '__builtins__': __builtins__}\n"
+	"L = threading.Lock()\n"
+	"def send(c, t, b):\n"
+	"    with L: c.sendall(t + struct.pack('>I', len(b)) + b)\n"
+	"class W:\n"
+	"    def __init__(s, c, t): s.c, s.t = c, t\n"
+	"    def write(s, d):\n"
+	"        if d: send(s.c, s.t, d.encode('utf-8', 'replace'))\n"
+	"        return len(d)\n"
+	"    def flush(s): pass\n"
+	"    def isatty(s): return False\n"
+	"def relay(c, fd, t):\n"
+	"    while True:\n"
+	"        b = os.read(fd, 65536)\n"
+	"        if not b: break\n"
+	"        send(c, t, b)\n"
+	"    os.close(fd)\n"
+	"def run(c, code):\n"
+	"    rc = 0\n"
+	"    try: exec(compile(code, '<sandbox>', 'exec'), G)\n"
+	"    except SystemExit as x: rc = x.code if isinstance(x.code, int) else (0 if x.code is None else 1)\n"
+	"    except BaseException: traceback.print_exc(); rc = 1\n"
+	"    return rc\n"
+	"def serve(c):\n"
+	"    f = c.makefile('rb')\n"
+	"    code = f.read(struct.unpack('>I', f.read(4))[0]).decode('utf-8', 'replace')\n"
+	"    saved, ts = [os.dup(1), os.dup(2)], []\n"
+	"    for fd, t in ((1, b'O'), (2, b'E')):\n"
+	"        r, w = os.pipe(); os.dup2(w, fd); os.close(w)\n"
+	"        ts.append(threading.Thread(target=relay, args=(c, r, t))); ts[-1].start()\n"
+	"    o, e = sys.stdout, sys.stderr\n"
+	"    sys.stdout, sys.stderr = W(c, b'O'), W(c, b'E')\n"
+	"    try: rc = run(c, code)\n"
+	"    finally:\n"
+	"        sys.stdout, sys.stderr = o, e\n"
+	"        os.dup2(saved[0], 1); os.dup2(saved[1], 2); os.close(saved[0]); os.close(saved[1])\n"
+	"    for t in ts: t.join()\n"
+	"    send(c, b'X', struct.pack('>I', rc & 255))\n"
+	"    c.close()\n"
+	"try: os.unlink(P)\n"
+	"except OSError: pass\n"
+	"s = socket.socket(socket.AF_UNIX)\n"
+	"s.bind(P); s.listen(4)\n"
+	"while True:\n"
+	"    c, _ = s.accept()\n"
+	"    try: serve(c)\n"
+	"    except Exception: traceback.print_exc()\n";
+
+bool sandbox_id_valid(const char *id)
+{
+	size_t n = strlen(id);
+	if (n == 0 || n > SANDBOX_ID_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = id[i];
+		bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+		if (!alnum && (i == 0 || (c != '-' && c != '_')))
+			return false;
+	}
+	return true;
+}
+
+struct sandbox *sandbox_find(struct host *h, const char *id)
+{
+	for (struct sandbox *sb = h->sandboxes; sb; sb = sb->next)
+		if (!strcmp(sb->id, id))
+			return sb;
+	return NULL;
+}
+
+struct sandbox *sandbox_add(struct host *h, const char *id)
+{
+	struct sandbox *sb = calloc(1, sizeof(*sb));
+	if (!sb)
+		return NULL;
+	snprintf(sb->id, sizeof(sb->id), "%s", id);
+	sb->state = SB_STARTING;
+	sb->idle_timeout_s = h->default_idle;
+	sb->created_at_ms = now_ms();
+	sb->detached_mono_ms = mono_ms();
+	sb->next = h->sandboxes;
+	h->sandboxes = sb;
+	return sb;
+}
+
+void sandbox_remove(struct host *h, struct sandbox *sb)
+{
+	for (struct sandbox **p = &h->sandboxes; *p; p = &(*p)->next)
+		if (*p == sb) {
+			*p = sb->next;
+			if (sb->client)
+				sb->client->sb = NULL;
+			free(sb);
+			return;
+		}
+}
+
+static char *sandbox_path(const char *dir, const char *id, const char *suffix)
+{
+	char *p = NULL;
+	return asprintf(&p, "%s/%s%s", dir, id, suffix) < 0 ? NULL : p;
+}
+
+static int prepare_bundle(struct host *h, const char *id, char **ret_bundle, char **ret_log, ckpt_error *err)
+{
+	const char *argv[] = { "/usr/bin/python3", "-u", "-c", repl_server, NULL };
+	_cleanup_free_ char *bundle = sandbox_path(h->bundles_dir, id, "");
+	_cleanup_free_ char *log = sandbox_path(h->logs_dir, id, ".log");
+	int r;
+
+	if (!bundle || !log)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	if ((r = runsc_write_bundle(bundle, h->rootfs, argv, err)) < 0)
+		return r;
+	*ret_bundle = TAKE_PTR(bundle);
+	*ret_log = TAKE_PTR(log);
+	return 0;
+}
+
+int sandbox_start(struct host *h, struct sandbox *sb, ckpt_error *err)
+{
+	_cleanup_free_ char *bundle = NULL, *log = NULL;
+	int r;
+
+	if ((r = prepare_bundle(h, sb->id, &bundle, &log, err)) < 0)
+		return r;
+	host_reaper_note(h, '+', sb->id);
+	r = runsc_run(&h->runsc, bundle, sb->id, log, err);
+	if (r < 0) {
+		runsc_delete(&h->runsc, sb->id);
+		host_reaper_note(h, '-', sb->id);
+	}
+	return r;
+}
+
+void sandbox_stop(struct host *h, struct sandbox *sb)
+{
+	_cleanup_free_ char *bundle = sandbox_path(h->bundles_dir, sb->id, "");
+	runsc_delete(&h->runsc, sb->id);
+	host_reaper_note(h, '-', sb->id);
+	if (bundle) {
+		_cleanup_free_ char *cfg = path_join(bundle, "config.json");
+		if (cfg)
+			unlink(cfg);
+		rmdir(bundle);
+	}
+	if (sb->checkpointable && h->locks_fd >= 0)
+		locks_release(h->locks_fd, sb->id, h->instance_id);
+}
+
+static int open_sandbox_dir(struct host *h, const char *id, const char *sub, bool create)
+{
+	_cleanup_free_ char *p = NULL;
+	if (asprintf(&p, "%s/%s%s%s", h->mount, id, sub ? "/" : "", sub ? sub : "") < 0)
+		return -ENOMEM;
+	if (create && mkdir_p(p, 0755) < 0)
+		return -errno;
+	int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+static json_t *strv_json(char **v, size_t n)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(a, json_string(v[i]));
+	return a;
+}
+
+int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *latest, ckpt_error *err)
+{
+	char created[40], now[40];
+	_cleanup_close_ int dfd = open_sandbox_dir(h, sb->id, NULL, true);
+	json_t *m;
+	_cleanup_free_ char *text = NULL;
+	int r;
+
+	if (dfd < 0)
+		return err_set(err, -dfd, NULL, "sandbox dir on the volume: %s", strerror(-dfd));
+	m = json_pack("{s:s, s:I, s:b, s:s, s:o, s:s, s:s, s:s, s:s}",
+		      "sandbox_id", sb->id, "idle_timeout", (json_int_t)sb->idle_timeout_s,
+		      "enable_checkpoint", 1, "runsc_version", h->runsc_version,
+		      "cpu_features", strv_json(h->cpu_features, h->n_cpu_features),
+		      "created_at", fmt_rfc3339_ms(sb->created_at_ms, created, sizeof(created)),
+		      "updated_at", fmt_rfc3339_ms(now_ms(), now, sizeof(now)),
+		      "instance_id", h->instance_id, "latest", latest);
+	text = m ? json_dumps(m, JSON_INDENT(2)) : NULL;
+	json_decref(m);
+	if (!text)
+		return err_set(err, ENOMEM, NULL, "metadata: out of memory");
+	if ((r = write_file_atomic(dfd, "metadata.json", text, strlen(text), 0644)) < 0)
+		return err_set(err, -r, NULL, "metadata.json: %s", strerror(-r));
+	return 0;
+}
+
+/* fsync what runsc wrote before `latest` points at it. */
+static void sync_image(const char *image_dir)
+{
+	_cleanup_free_ char *img = path_join(image_dir, "checkpoint.img");
+	if (img)
+		fsync_path(img);
+	fsync_path(image_dir);
+}
+
+int sandbox_checkpoint(struct host *h, struct sandbox *sb, ckpt_error *err)
+{
+	char name[64];
+	_cleanup_free_ char *image = NULL, *log = sandbox_path(h->logs_dir, sb->id, ".log");
+	_cleanup_close_ int cfd = open_sandbox_dir(h, sb->id, "checkpoints", true);
+	int r;
+
+	if (cfd < 0)
+		return err_set(err, -cfd, NULL, "checkpoint dir on the volume: %s", strerror(-cfd));
+	snprintf(name, sizeof(name), "checkpoint_%lld.img", (long long)now_ms());
+	if (!log || asprintf(&image, "%s/%s/checkpoints/%s", h->mount, sb->id, name) < 0)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	if ((r = runsc_checkpoint(&h->runsc, sb->id, image, log, err)) < 0)
+		return r;
+	sync_image(image);
+	if ((r = write_file_atomic(cfd, "latest", name, strlen(name), 0644)) < 0)
+		return err_set(err, -r, NULL, "latest: %s", strerror(-r));
+	if ((r = sandbox_write_metadata(h, sb, name, err)) < 0)
+		return r;
+	sandbox_stop(h, sb);
+	return 0;
+}
+
+/* The image dir named by `latest`; -ENOENT when there is none. */
+static int latest_image(struct host *h, const char *id, char **ret)
+{
+	_cleanup_close_ int cfd = open_sandbox_dir(h, id, "checkpoints", false);
+	_cleanup_free_ char *name = NULL;
+	unsigned long long ms;
+	char tail;
+	struct stat st;
+	int r;
+
+	if (cfd < 0)
+		return cfd == -ENOTDIR ? -ENOENT : cfd;
+	if ((r = read_file_at(cfd, "latest", 256, &name, NULL)) < 0)
+		return r;
+	name[strcspn(name, "\n")] = '\0';
+	if (sscanf(name, "checkpoint_%llu.im%c", &ms, &tail) != 2 || tail != 'g' || strchr(name, '/'))
+		return -EBADMSG;
+	if (fstatat(cfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	return asprintf(ret, "%s/%s/checkpoints/%s", h->mount, id, name) < 0 ? -ENOMEM : 0;
+}
+
+bool sandbox_has_checkpoint(struct host *h, const char *id)
+{
+	_cleanup_free_ char *image = NULL;
+	return h->mount && latest_image(h, id, &image) == 0;
+}
+
+static bool has_feature(struct host *h, const char *f)
+{
+	for (size_t i = 0; i < h->n_cpu_features; i++)
+		if (!strcmp(h->cpu_features[i], f))
+			return true;
+	return false;
+}
+
+/* The checks runsc would fail late or obscurely: same runsc version, and every
+ * CPU feature the checkpointing host had. */
+static int check_compat(struct host *h, json_t *meta, ckpt_error *err)
+{
+	const char *ver = json_string_value(json_object_get(meta, "runsc_version"));
+	json_t *feats = json_object_get(meta, "cpu_features"), *f;
+	char missing[400] = "";
+	size_t i, n = 0, used = 0;
+
+	if (!ver || strcmp(ver, h->runsc_version))
+		return err_set(err, EPROTO, NULL, "checkpoint was made with runsc %s but this host has runsc %s",
+			       ver ? ver : "(unknown)", h->runsc_version);
+	json_array_foreach(feats, i, f) {
+		const char *s = json_string_value(f);
+		if (!s || has_feature(h, s))
+			continue;
+		if (used < sizeof(missing))
+			used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%s", n ? ", " : "", s);
+		n++;
+	}
+	if (n)
+		return err_set(err, EPROTO, NULL, "incompatible CPU: %zu feature(s) of the checkpointing host missing here: %s",
+			       n, missing);
+	return 0;
+}
+
+static int read_metadata(struct host *h, const char *id, json_t **ret, ckpt_error *err)
+{
+	_cleanup_close_ int dfd = open_sandbox_dir(h, id, NULL, false);
+	_cleanup_free_ char *text = NULL;
+	int r;
+
+	if (dfd < 0 || (r = read_file_at(dfd, "metadata.json", 1 << 20, &text, NULL)) < 0)
+		return err_set(err, EBADMSG, NULL, "metadata.json of sandbox '%s' is missing", id);
+	if (!(*ret = json_loads(text, 0, NULL)) || !json_is_object(*ret))
+		return err_set(err, EBADMSG, NULL, "metadata.json of sandbox '%s' does not parse", id);
+	return 0;
+}
+
+int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err)
+{
+	_cleanup_free_ char *image = NULL, *bundle = NULL, *log = NULL;
+	json_t *meta = NULL;
+	int r = latest_image(h, sb->id, &image);
+
+	if (r == -ENOENT)
+		return err_set(err, ENOENT, NULL, "no checkpoint of sandbox '%s'", sb->id);
+	if (r < 0)
+		return err_set(err, -r, NULL, "latest checkpoint of '%s': %s", sb->id, strerror(-r));
+	if ((r = read_metadata(h, sb->id, &meta, err)) < 0 || (r = check_compat(h, meta, err)) < 0) {
+		json_decref(meta);
+		return r;
+	}
+	if (json_is_integer(json_object_get(meta, "idle_timeout")))
+		sb->idle_timeout_s = json_integer_value(json_object_get(meta, "idle_timeout"));
+	json_decref(meta);
+	if ((r = prepare_bundle(h, sb->id, &bundle, &log, err)) < 0)
+		return r;
+	runsc_delete(&h->runsc, sb->id); /* a leftover of ours would block the id */
+	host_reaper_note(h, '+', sb->id);
+	if ((r = runsc_restore(&h->runsc, bundle, image, sb->id, log, err)) < 0) {
+		runsc_delete(&h->runsc, sb->id);
+		host_reaper_note(h, '-', sb->id);
+	}
+	return r;
+}

@@ -1,0 +1,95 @@
+/* sandbox.h: host mode's internal state: the instance (struct host), its
+ * registry of running sandboxes, and the sessions (one WebSocket client each).
+ * host.c speaks the protocol; sandbox.c runs, executes in, checkpoints and
+ * restores sandboxes; locks.c and runsc.c are the adapters below. */
+#pragma once
+#include <pthread.h>
+#include <jansson.h>
+#include "host/runsc.h"
+#include "host/ws.h"
+
+#define SANDBOX_ID_MAX 64
+
+enum sandbox_state {
+	SB_STARTING,       /* being created or restored; not usable yet */
+	SB_RUNNING,
+	SB_BUSY,           /* checkpointing or stopping */
+};
+
+struct session;
+
+struct sandbox {
+	char id[SANDBOX_ID_MAX + 1];
+	enum sandbox_state state;
+	bool checkpointable;       /* lock held, checkpoints on the volume */
+	int64_t idle_timeout_s;    /* 0 = never */
+	int64_t created_at_ms;
+	struct session *client;    /* attached session or NULL */
+	bool exec_running;
+	int64_t detached_mono_ms;  /* when the last client left */
+	int64_t renewed_at;        /* unix s of our last lock renewal */
+	struct sandbox *next;
+};
+
+struct host {
+	char *instance_id;
+	struct runsc runsc;        /* path and our --root */
+	char *runsc_root, *bundles_dir, *logs_dir;
+	const char *rootfs;
+	char runsc_version[128];
+	char **cpu_features;
+	size_t n_cpu_features;
+	char *mount;               /* NULL: checkpointing not configured */
+	int locks_fd;              /* {mount}/locks, or -1 */
+	int64_t lock_ttl, lock_renew, default_idle;
+	int reaper_fd;             /* write end: "+id\n" / "-id\n" */
+
+	pthread_mutex_t mu;        /* registry, sandbox fields, session refs */
+	pthread_cond_t cond;
+	struct sandbox *sandboxes;
+	bool stopping;
+	pthread_t bg;
+	bool bg_started;
+};
+
+struct session {
+	struct host *h;
+	struct ws_conn *ws;
+	void *handle;              /* for http_upgrade_close */
+	char attach_id[SANDBOX_ID_MAX + 1]; /* "" for /create */
+	struct sandbox *sb;
+	int refs;                  /* under h->mu */
+	bool kicked;               /* the sandbox left: end the session */
+};
+
+bool sandbox_id_valid(const char *id);
+
+/* Events, thread-safe. */
+int session_send(struct session *s, json_t *ev);   /* steals ev */
+int session_status(struct session *s, const char *status);
+int session_error(struct session *s, const char *fmt, ...) _printf_(2, 3);
+void session_unref(struct session *s);
+
+/* Registry (callers hold h->mu). */
+struct sandbox *sandbox_find(struct host *h, const char *id);
+struct sandbox *sandbox_add(struct host *h, const char *id);
+void sandbox_remove(struct host *h, struct sandbox *sb);
+
+/* Lifecycle (called without h->mu; sb is in state SB_STARTING or SB_BUSY,
+ * which keeps everyone else away). */
+int sandbox_start(struct host *h, struct sandbox *sb, ckpt_error *err);
+/* Checkpoint to the volume, stop, release the lock. */
+int sandbox_checkpoint(struct host *h, struct sandbox *sb, ckpt_error *err);
+/* -ENOENT: no checkpoint on the volume. */
+int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err);
+bool sandbox_has_checkpoint(struct host *h, const char *id);
+void sandbox_stop(struct host *h, struct sandbox *sb);
+int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *latest, ckpt_error *err);
+
+/* Start code in the sandbox on a thread of its own; it streams stdout and
+ * stderr events to s and ends with SANDBOX_EXECUTION_DONE. */
+int sandbox_exec(struct host *h, struct sandbox *sb, struct session *s, const char *language,
+		 const char *code, ckpt_error *err);
+
+/* Tell the reaper (which removes our containers if ckptd dies) about a container. */
+void host_reaper_note(struct host *h, char op, const char *id);
