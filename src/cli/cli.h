@@ -70,6 +70,7 @@ void cli_out_problem(const struct cli_reply *r);
 struct cli_progress {
 	const char *label;   /* "creating \"name\"" */
 	int64_t start_ms;
+	int64_t last_ms;     /* when the last frame was drawn */
 	unsigned frame;
 	bool drawn;
 };

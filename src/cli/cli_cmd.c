@@ -74,6 +74,43 @@ static json_t *cli_cmd_create_body(const struct cli_opts *o, const char *name, b
 	return b;
 }
 
+/* The newest checkpoint named name, through the list: the daemon decodes %2F
+ * before routing, so a name holding '/' cannot travel in the path. */
+static int cli_cmd_resolve_name(const struct cli_opts *o, const char *name, char **ret_id)
+{
+	_cli_cleanup_free_ char *path = cli_http_path("/v1/checkpoints?name=", name, NULL);
+	_cleanup_reply_ struct cli_reply r = { 0 };
+	int rc = cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL);
+	if (rc >= 0)
+		return rc;
+	json_t *first = json_array_get(json_object_get(r.json, "checkpoints"), 0);
+	const char *id = json_string_value(json_object_get(first, "checkpoint_id"));
+	if (!id) {
+		fprintf(stderr, "ckpt: no checkpoint with id or name '%s' (not_found)\n", name);
+		return CKPT_EXIT_SERVER;
+	}
+	*ret_id = strdup(id);
+	return *ret_id ? -1 : CKPT_EXIT_SERVER;
+}
+
+/* "/v1/checkpoints/{ref}{suffix}" for an id or a name; -1 on success, else the exit status. */
+static int cli_cmd_ref_path(const struct cli_opts *o, const char *ref, const char *suffix, char **ret)
+{
+	_cli_cleanup_free_ char *id = NULL;
+	if (strchr(ref, '/')) {
+		int rc = cli_cmd_resolve_name(o, ref, &id);
+		if (rc >= 0)
+			return rc;
+		ref = id;
+	}
+	*ret = cli_http_path("/v1/checkpoints/", ref, suffix);
+	if (!*ret) {
+		fprintf(stderr, "ckpt: out of memory\n");
+		return CKPT_EXIT_SERVER;
+	}
+	return -1;
+}
+
 static void cli_cmd_created(json_t *r)
 {
 	char sz[32];
@@ -207,17 +244,21 @@ int cli_cmd_list(const struct cli_opts *o, const char *unused __attribute__((unu
 
 int cli_cmd_show(const struct cli_opts *o, const char *id)
 {
-	_cli_cleanup_free_ char *path = cli_http_path("/v1/checkpoints/", id, NULL);
+	_cli_cleanup_free_ char *path = NULL;
 	_cleanup_reply_ struct cli_reply r = { 0 };
-	int rc = cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL);
+	int rc = cli_cmd_ref_path(o, id, NULL, &path);
+	if (rc < 0)
+		rc = cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL);
 	return rc >= 0 ? rc : cli_cmd_print(o, &r, cli_out_record);
 }
 
 int cli_cmd_delete(const struct cli_opts *o, const char *id)
 {
-	_cli_cleanup_free_ char *path = cli_http_path("/v1/checkpoints/", id, NULL);
+	_cli_cleanup_free_ char *path = NULL;
 	_cleanup_reply_ struct cli_reply r = { 0 };
-	int rc = cli_cmd_send(o, "DELETE", path, NULL, &r, NULL, NULL);
+	int rc = cli_cmd_ref_path(o, id, NULL, &path);
+	if (rc < 0)
+		rc = cli_cmd_send(o, "DELETE", path, NULL, &r, NULL, NULL);
 	if (rc >= 0)
 		return rc;
 	if (o->json)
@@ -239,7 +280,10 @@ int cli_cmd_restore(const struct cli_opts *o, const char *id)
 		json_object_set_new(body, "force", json_true());
 	if (o->if_expired)
 		json_object_set_new(body, "if_expired", json_string(o->if_expired));
-	_cli_cleanup_free_ char *path = cli_http_path("/v1/checkpoints/", id, "/restore");
+	_cli_cleanup_free_ char *path = NULL;
+	int rc = cli_cmd_ref_path(o, id, "/restore", &path);
+	if (rc >= 0)
+		return rc;
 	_cli_cleanup_free_ char *label = NULL;
 	if (asprintf(&label, "restoring %s", id) < 0)
 		label = NULL;
@@ -250,7 +294,7 @@ int cli_cmd_restore(const struct cli_opts *o, const char *id)
 	if (spin)
 		cli_progress_spin(&p);
 	_cleanup_reply_ struct cli_reply r = { 0 };
-	int rc = cli_cmd_send(o, "POST", path, body, &r, spin ? cli_cmd_spin : NULL, &p);
+	rc = cli_cmd_send(o, "POST", path, body, &r, spin ? cli_cmd_spin : NULL, &p);
 	cli_progress_end(&p, false);
 	if (rc >= 0)
 		return rc;

@@ -185,6 +185,11 @@ void cli_out_restore(json_t *rep)
 	if (json_is_object(ph))
 		printf("%-16sstop %" PRIu64 " ms, swap %" PRIu64 " ms, start %" PRIu64 " ms\n", "Phases:",
 		       cli_out_uint(ph, "stop_ms"), cli_out_uint(ph, "swap_ms"), cli_out_uint(ph, "start_ms"));
+	json_t *tar = json_object_get(rep, "tar");
+	if (json_is_object(tar))
+		printf("%-16srewritten %" PRIu64 ", removed %" PRIu64 ", unchanged %" PRIu64 " (%" PRIu64 " bytes written)\n",
+		       "Entries:", cli_out_uint(tar, "rewritten"), cli_out_uint(tar, "removed"),
+		       cli_out_uint(tar, "kept"), cli_out_uint(tar, "bytes"));
 	printf("%-16s%s\n", "Services:", cli_out_str(rep, "services", "-"));
 	cli_out_list("Stopped:", json_object_get(rep, "stopped_services"));
 	cli_out_list("Started:", json_object_get(rep, "started_services"));

@@ -9,6 +9,8 @@
 #include "cli/cli.h"
 
 #define CLI_BAR_MAX 30
+#define CLI_BAR_MIN 10
+#define CLI_SPIN_MS 100
 
 int64_t cli_progress_now_ms(void)
 {
@@ -43,6 +45,7 @@ static void cli_progress_emit(struct cli_progress *p, const char *line)
 	unsigned cols = cli_progress_cols();
 	printf("\r\033[K%.*s", (int)(cols - 1), line);
 	fflush(stdout);
+	p->last_ms = cli_progress_now_ms();
 	p->drawn = true;
 	p->frame++;
 }
@@ -65,14 +68,19 @@ void cli_progress_bar(struct cli_progress *p, json_t *progress)
 	double frac = bt ? (double)bd / (double)bt : (double)fd / (double)ft;
 	if (frac > 1.0)
 		frac = 1.0;
-	char bar[CLI_BAR_MAX + 1], a[32], b[32], line[512];
-	int fill = (int)(frac * CLI_BAR_MAX);
-	for (int i = 0; i < CLI_BAR_MAX; i++)
+	char bar[CLI_BAR_MAX + 1], a[32], b[32], files[64] = "", tail[200], line[512];
+	if (ft)
+		snprintf(files, sizeof(files), "  %" PRIu64 "/%" PRIu64 " files", fd, ft);
+	snprintf(tail, sizeof(tail), " %3d%%  %s / %s%s  %.1fs", (int)(frac * 100.0),
+		 cli_out_size(bd, a, sizeof(a)), cli_out_size(bt, b, sizeof(b)), files, cli_progress_elapsed(p));
+	/* The bar takes what the label and the numbers leave of the line. */
+	int room = (int)cli_progress_cols() - 1 - (int)strlen(p->label) - (int)strlen(tail) - 3;
+	int width = room > CLI_BAR_MAX ? CLI_BAR_MAX : room < CLI_BAR_MIN ? CLI_BAR_MIN : room;
+	int fill = (int)(frac * width);
+	for (int i = 0; i < width; i++)
 		bar[i] = i < fill ? '#' : i == fill ? '>' : '.';
-	bar[CLI_BAR_MAX] = '\0';
-	snprintf(line, sizeof(line), "%s [%s] %3d%%  %s / %s  %" PRIu64 "/%" PRIu64 " files  %.1fs",
-		 p->label, bar, (int)(frac * 100.0), cli_out_size(bd, a, sizeof(a)),
-		 cli_out_size(bt, b, sizeof(b)), fd, ft, cli_progress_elapsed(p));
+	bar[width] = '\0';
+	snprintf(line, sizeof(line), "%s [%s]%s", p->label, bar, tail);
 	cli_progress_emit(p, line);
 }
 
@@ -80,6 +88,9 @@ void cli_progress_spin(struct cli_progress *p)
 {
 	static const char frames[] = "|/-\\";
 	char line[512];
+	int64_t now = cli_progress_now_ms();
+	if (p->drawn && now - p->last_ms < CLI_SPIN_MS)
+		return;  /* curl wakes us on every packet: keep a steady pace */
 	snprintf(line, sizeof(line), "%c %s ... %.1fs", frames[p->frame % 4], p->label,
 		 cli_progress_elapsed(p));
 	cli_progress_emit(p, line);
