@@ -76,7 +76,7 @@ run: deps-build all
 		--root $(CURDIR)/workspace --unmount-on-exit
 
 unit: $(UNIT_BINS)
-	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
+	@fail=0; for t in $(UNIT_BINS); do echo "== $$t"; $$t || fail=1; done; exit $$fail
 
 integration: all
 	$(PYTHON) -m pytest -q -rs tests/integration $(PYTEST_ARGS)
