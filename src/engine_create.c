@@ -129,14 +129,19 @@ static int create_capture(struct engine *e, json_t *rec, struct engine_op *op, c
 	json_object_set(rec, "frozen_services", rep.frozen);
 	if (json_object_size(rep.failures))
 		json_object_set(rec, "freeze_failures", rep.failures);
-	json_object_set_new(rec, "status", json_string("active"));
 	svc_report_free(&rep);
-	catalog_put_volatile(e->catalog, rec); /* size counts toward the budget check */
-	if ((r = create_over_budget(e, err)) < 0 || (r = catalog_put(e->catalog, rec, err)) < 0) {
-		e->backend->remove(e->bst, id, json_object_get(rec, "_backend"), NULL);
-		return r;
+	/* The size counts toward the budget check; the record says "active" only
+	 * once it is durable, so no client sees a checkpoint a crash could lose. */
+	catalog_put_volatile(e->catalog, rec);
+	if ((r = create_over_budget(e, err)) == 0) {
+		json_object_set_new(rec, "status", json_string("active"));
+		r = catalog_put(e->catalog, rec, err);
 	}
-	return 0;
+	if (r < 0) {
+		json_object_set_new(rec, "status", json_string("creating"));
+		e->backend->remove(e->bst, id, json_object_get(rec, "_backend"), NULL);
+	}
+	return r;
 }
 
 /* Runs with the record already published as "creating". On failure the

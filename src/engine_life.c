@@ -90,7 +90,9 @@ int engine_sweep(struct engine *e)
 	int n = 0;
 
 	json_array_foreach(all, i, rec) {
-		if (!record_expired(rec, now) || strcmp(json_string_value(json_object_get(rec, "status")), "active"))
+		const char *status = json_string_value(json_object_get(rec, "status"));
+		/* failed async creates are kept for their clients to see, until they expire */
+		if (!record_expired(rec, now) || (strcmp(status, "active") && strcmp(status, "failed")))
 			continue;
 		ckpt_error err = { 0 };
 		pthread_mutex_lock(&e->op_lock);
@@ -217,9 +219,12 @@ char *engine_metrics(struct engine *e)
 			g.creating++;
 		else if (!strcmp(s, "deleting"))
 			g.deleting++;
+		else if (!strcmp(s, "failed"))
+			g.failed++;
 		else
 			g.active++;
-		g.checkpoint_bytes += (uint64_t)record_int(rec, "size_bytes");
+		if (strcmp(s, "failed")) /* a failed create's data is gone already */
+			g.checkpoint_bytes += (uint64_t)record_int(rec, "size_bytes");
 	}
 	json_decref(all);
 	return metrics_render(&e->metrics, &g);

@@ -85,8 +85,9 @@ char *metrics_render(struct metrics *m, const struct metrics_gauges *g)
 	pthread_mutex_unlock(&m->lock);
 	fprintf(f, "# HELP ckptd_checkpoints Checkpoints by state.\n# TYPE ckptd_checkpoints gauge\n"
 		"ckptd_checkpoints{state=\"creating\"} %llu\nckptd_checkpoints{state=\"active\"} %llu\n"
-		"ckptd_checkpoints{state=\"deleting\"} %llu\n",
-		(unsigned long long)g->creating, (unsigned long long)g->active, (unsigned long long)g->deleting);
+		"ckptd_checkpoints{state=\"deleting\"} %llu\nckptd_checkpoints{state=\"failed\"} %llu\n",
+		(unsigned long long)g->creating, (unsigned long long)g->active, (unsigned long long)g->deleting,
+		(unsigned long long)g->failed);
 	fprintf(f, "# HELP ckptd_checkpoint_bytes Bytes on disk that checkpoints add.\n"
 		"# TYPE ckptd_checkpoint_bytes gauge\nckptd_checkpoint_bytes %llu\n",
 		(unsigned long long)g->checkpoint_bytes);

@@ -22,7 +22,7 @@ struct metrics {
 
 /* What the engine knows at render time. */
 struct metrics_gauges {
-	uint64_t creating, active, deleting;
+	uint64_t creating, active, deleting, failed; /* failed: async creates that did not make it */
 	uint64_t checkpoint_bytes;
 	const char *version, *backend;
 };

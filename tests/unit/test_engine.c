@@ -1,0 +1,838 @@
+/* test_engine.c: the engine's order of steps over a fake backend that can be
+ * told to fail: limits, expiry, force and fresh restores, the sweeper's
+ * delete, crash recovery of deletes, async create with progress, reopen. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "backend.h"
+#include "catalog.h"
+#include "config.h"
+#include "engine.h"
+#include "metrics.h"
+
+/* ---- the fake backend: one file "f" per root, snapshots kept in memory ---- */
+
+static struct fake {
+	json_t *store;        /* id -> content of <root>/f when created */
+	char *base;           /* content of <root>/f when first adopted */
+	int fail_create, fail_restore, fail_remove; /* errno to fail with, 0 = work */
+	uint64_t create_size;
+	bool block_create;    /* create waits for fake_release() */
+	bool in_create;
+	int n_create, n_restore, n_reset, n_remove, n_open;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+} fake = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+struct fake_st {
+	char root[256];
+};
+
+static char *fake_read_root(struct fake_st *st)
+{
+	char p[300], *buf = NULL;
+	snprintf(p, sizeof(p), "%s/f", st->root);
+	FILE *f = fopen(p, "re");
+	size_t n = 0;
+	if (!f)
+		return strdup("");
+	if (getdelim(&buf, &n, '\0', f) < 0) {
+		free(buf);
+		buf = strdup("");
+	}
+	fclose(f);
+	return buf;
+}
+
+static int fake_write_root(struct fake_st *st, const char *text)
+{
+	char p[300];
+	snprintf(p, sizeof(p), "%s/f", st->root);
+	FILE *f = fopen(p, "we");
+	if (!f)
+		return -errno;
+	fputs(text, f);
+	fclose(f);
+	return 0;
+}
+
+static int fake_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *err)
+{
+	(void)err;
+	struct fake_st *st = calloc(1, sizeof(*st));
+	snprintf(st->root, sizeof(st->root), "%s", ctx->roots[0]);
+	if (!fake.base)
+		fake.base = fake_read_root(st);
+	fake.n_open++;
+	*ret_st = st;
+	return 0;
+}
+
+static int fake_recover(void *st, const char *const *ids, json_t *const *data, size_t n, ckpt_error *err)
+{
+	(void)st, (void)data, (void)err;
+	json_t *keep = json_object();
+	for (size_t i = 0; i < n; i++) {
+		json_t *v = json_object_get(fake.store, ids[i]);
+		if (v)
+			json_object_set(keep, ids[i], v);
+	}
+	json_decref(fake.store);
+	fake.store = keep;
+	return 0;
+}
+
+static void fake_wait_released(struct progress *p)
+{
+	pthread_mutex_lock(&fake.lock);
+	atomic_store(&p->bytes_total, 1000);
+	atomic_store(&p->files_total, 10);
+	atomic_store(&p->bytes_done, 400);
+	atomic_store(&p->files_done, 4);
+	fake.in_create = true;
+	pthread_cond_broadcast(&fake.cond);
+	while (fake.block_create)
+		pthread_cond_wait(&fake.cond, &fake.lock);
+	fake.in_create = false;
+	pthread_mutex_unlock(&fake.lock);
+}
+
+static int fake_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
+		       ckpt_error *err)
+{
+	fake.n_create++;
+	if (fake.block_create)
+		fake_wait_released(p);
+	if (fake.fail_create) /* a real backend removes its half-made data */
+		return err_set(err, fake.fail_create, NULL, "fake create failure");
+	char *text = fake_read_root(st);
+	json_object_set_new(fake.store, id, json_string(text));
+	free(text);
+	*ret_data = json_pack("{s:s}", "fake", id);
+	*ret_size = fake.create_size;
+	return 0;
+}
+
+static int fake_restore(void *st, const char *id, json_t *data, json_t *extra, struct progress *p,
+			ckpt_error *err)
+{
+	(void)extra, (void)p;
+	fake.n_restore++;
+	if (fake.fail_restore)
+		return err_set(err, fake.fail_restore, NULL, "fake restore failure");
+	assert_string_equal(json_string_value(json_object_get(data, "fake")), id);
+	json_t *v = json_object_get(fake.store, id);
+	if (!v)
+		return err_set(err, ENOENT, NULL, "fake: no data for %s", id);
+	return fake_write_root(st, json_string_value(v));
+}
+
+static int fake_reset(void *st, json_t *extra, ckpt_error *err)
+{
+	(void)extra, (void)err;
+	fake.n_reset++;
+	return fake_write_root(st, fake.base);
+}
+
+static int fake_remove(void *st, const char *id, json_t *data, ckpt_error *err)
+{
+	(void)st, (void)data;
+	fake.n_remove++;
+	if (fake.fail_remove)
+		return err_set(err, fake.fail_remove, NULL, "fake remove failure");
+	json_object_del(fake.store, id);
+	return 0;
+}
+
+static void fake_close(void *st, bool unmount)
+{
+	(void)unmount;
+	free(st);
+}
+
+static const struct backend_ops fake_ops = {
+	.name = "fake", .open = fake_open, .recover = fake_recover, .create = fake_create,
+	.restore = fake_restore, .reset = fake_reset, .remove = fake_remove, .close = fake_close,
+};
+
+static void fake_release(void)
+{
+	pthread_mutex_lock(&fake.lock);
+	fake.block_create = false;
+	pthread_cond_broadcast(&fake.cond);
+	pthread_mutex_unlock(&fake.lock);
+}
+
+static void fake_wait_in_create(void)
+{
+	pthread_mutex_lock(&fake.lock);
+	while (!fake.in_create)
+		pthread_cond_wait(&fake.cond, &fake.lock);
+	pthread_mutex_unlock(&fake.lock);
+}
+
+/* ---- fixtures ---- */
+
+static char dir[64], root[128], state[128];
+static struct config cfg;
+static struct engine *eng;
+
+static void put_root(const char *text)
+{
+	struct fake_st st;
+	snprintf(st.root, sizeof(st.root), "%s", root);
+	assert_int_equal(fake_write_root(&st, text), 0);
+}
+
+static char *get_root(void)
+{
+	struct fake_st st;
+	snprintf(st.root, sizeof(st.root), "%s", root);
+	return fake_read_root(&st);
+}
+
+static void assert_root(const char *want)
+{
+	char *have = get_root();
+	assert_string_equal(have, want);
+	free(have);
+}
+
+static void open_engine(void)
+{
+	ckpt_error err = { 0 };
+	struct engine_deps deps = { .backend = &fake_ops };
+	int r = engine_open(&cfg, &deps, &eng, &err);
+	if (r < 0)
+		fail_msg("engine_open: %s", err.msg);
+}
+
+static void reopen_engine(void)
+{
+	engine_close(eng);
+	eng = NULL;
+	open_engine();
+}
+
+static int setup(void **state_)
+{
+	(void)state_;
+	strcpy(dir, "/tmp/test_engine.XXXXXX");
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(root, sizeof(root), "%s/root", dir);
+	snprintf(state, sizeof(state), "%s/state", dir);
+	mkdir(root, 0755);
+	mkdir(state, 0700);
+	put_root("base");
+	memset(&fake, 0, offsetof(struct fake, lock));
+	fake.store = json_object();
+	fake.create_size = 100;
+	config_defaults(&cfg);
+	cfg.state_dir = strdup(state);
+	cfg.roots[0] = strdup(root);
+	cfg.n_roots = 1;
+	cfg.backend = BACKEND_TAR; /* ignored: deps name the backend */
+	cfg.services_auto = false;
+	cfg.cleanup_interval_secs = 3600; /* tests call engine_sweep themselves */
+	open_engine();
+	return 0;
+}
+
+static int teardown(void **state_)
+{
+	(void)state_;
+	engine_close(eng);
+	eng = NULL;
+	config_free(&cfg);
+	json_decref(fake.store);
+	free(fake.base);
+	int fd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	rm_rf_at(fd, dir + 5);
+	close(fd);
+	return 0;
+}
+
+/* ---- helpers ---- */
+
+static json_t *create_ok(const char *name, int64_t ttl)
+{
+	ckpt_error err = { 0 };
+	json_t *rec = NULL;
+	struct create_req req = { .name = name, .has_ttl = ttl >= 0, .ttl_secs = ttl };
+	int r = engine_create(eng, &req, &rec, &err);
+	if (r < 0)
+		fail_msg("create '%s': %s", name, err.msg);
+	return rec;
+}
+
+static char *create_id(const char *name, int64_t ttl)
+{
+	json_t *rec = create_ok(name, ttl);
+	char *id = strdup(json_string_value(json_object_get(rec, "checkpoint_id")));
+	json_decref(rec);
+	return id;
+}
+
+static const char *str_of(json_t *o, const char *k)
+{
+	return json_string_value(json_object_get(o, k));
+}
+
+/* "2026-11-22T10:00:00.123Z" -> ms since the epoch */
+static int64_t rfc3339_ms(const char *s)
+{
+	struct tm tm = { 0 };
+	assert_non_null(s);
+	const char *rest = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+	assert_non_null(rest);
+	assert_int_equal(strlen(rest), 5); /* ".123Z" */
+	return (int64_t)timegm(&tm) * 1000 + atoi(rest + 1);
+}
+
+static bool record_file_exists(const char *id)
+{
+	char p[256];
+	struct stat st;
+	snprintf(p, sizeof(p), "%s/catalog/%s.json", state, id);
+	return stat(p, &st) == 0;
+}
+
+/* Rewrite a record on disk while the engine is closed: crash and clock tricks. */
+static void edit_record(const char *id, const char *key, json_t *value)
+{
+	char p[256];
+	engine_close(eng);
+	eng = NULL;
+	snprintf(p, sizeof(p), "%s/catalog/%s.json", state, id);
+	json_t *rec = json_load_file(p, 0, NULL);
+	assert_non_null(rec);
+	json_object_set_new(rec, key, value);
+	assert_int_equal(json_dump_file(rec, p, JSON_COMPACT), 0);
+	json_decref(rec);
+	open_engine();
+}
+
+static void expire(const char *id)
+{
+	edit_record(id, "_expires_ms", json_integer(now_ms() - 1000));
+}
+
+static int restore(const char *id, bool force, const char *if_expired, json_t **ret, ckpt_error *err)
+{
+	struct restore_req req = { .force = force, .if_expired = if_expired };
+	json_t *rep = NULL;
+	int r = engine_restore(eng, id, &req, &rep, err);
+	if (ret)
+		*ret = rep;
+	else
+		json_decref(rep);
+	return r;
+}
+
+static json_t *wait_status(const char *id, const char *want)
+{
+	int64_t deadline = mono_ms() + 5000;
+	while (mono_ms() < deadline) {
+		json_t *rec = NULL;
+		assert_int_equal(engine_get(eng, id, &rec, NULL), 0);
+		if (!strcmp(str_of(rec, "status"), want))
+			return rec;
+		json_decref(rec);
+		usleep(2000);
+	}
+	fail_msg("checkpoint %s never reached %s", id, want);
+	return NULL;
+}
+
+/* ---- cases ---- */
+
+static void test_create_get_list_delete(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	json_t *rec = create_ok("first", -1), *got = NULL;
+	const char *id = str_of(rec, "checkpoint_id");
+
+	assert_true(id_valid(id));
+	assert_string_equal(str_of(rec, "status"), "active");
+	assert_string_equal(str_of(rec, "backend"), "fake");
+	assert_int_equal(json_integer_value(json_object_get(rec, "size_bytes")), 100);
+	assert_null(json_object_get(rec, "_backend")); /* internal members stay inside */
+	assert_true(record_file_exists(id));
+
+	assert_int_equal(engine_get(eng, id, &got, &err), 0);
+	assert_string_equal(str_of(got, "name"), "first");
+	json_decref(got);
+	assert_int_equal(engine_get(eng, "first", &got, &err), 0); /* by name */
+	assert_string_equal(str_of(got, "checkpoint_id"), id);
+	json_decref(got);
+
+	char *id2 = create_id("second", -1);
+	json_t *all = engine_list(eng, NULL);
+	assert_int_equal(json_array_size(all), 2);
+	assert_string_equal(str_of(json_array_get(all, 0), "checkpoint_id"), id2); /* newest first */
+	json_decref(all);
+	all = engine_list(eng, "first");
+	assert_int_equal(json_array_size(all), 1);
+	json_decref(all);
+
+	assert_int_equal(engine_delete(eng, id, &err), 0);
+	assert_false(record_file_exists(id));
+	assert_null(json_object_get(fake.store, id));
+	assert_int_equal(engine_get(eng, id, &got, &err), -ENOENT);
+	assert_string_equal(err.code, "not_found");
+	assert_int_equal(engine_delete(eng, id, &err), -ENOENT);
+	free(id2);
+	json_decref(rec);
+}
+
+static void test_ttl_fields(void **state_)
+{
+	(void)state_;
+	json_t *a = create_ok("default-ttl", -1), *b = create_ok("no-ttl", 0), *c = create_ok("ttl", 60);
+
+	/* default 14 days */
+	assert_int_equal(json_integer_value(json_object_get(a, "ttl_secs")), 14 * 24 * 3600);
+	assert_true(json_is_string(json_object_get(a, "expires_at")));
+	assert_true(json_is_null(json_object_get(a, "last_used_at")));
+	assert_true(json_is_null(json_object_get(b, "expires_at")));
+	assert_int_equal(json_integer_value(json_object_get(b, "ttl_secs")), 0);
+	assert_int_equal(json_integer_value(json_object_get(c, "ttl_secs")), 60);
+	/* expires_at = created_at + ttl */
+	assert_int_equal(rfc3339_ms(str_of(c, "expires_at")) - rfc3339_ms(str_of(c, "created_at")), 60000);
+	assert_int_equal(rfc3339_ms(str_of(a, "expires_at")) - rfc3339_ms(str_of(a, "created_at")),
+			 14LL * 24 * 3600 * 1000);
+	json_decref(a);
+	json_decref(b);
+	json_decref(c);
+
+	cfg.default_ttl_secs = 0; /* a server default of 0 means never */
+	json_t *d = create_ok("never", -1);
+	assert_true(json_is_null(json_object_get(d, "expires_at")));
+	json_decref(d);
+}
+
+static void test_invalid_input(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	json_t *rec = NULL, *labels = json_pack("{s:i}", "k", 1);
+	struct create_req bad_ttl = { .name = "x", .has_ttl = true, .ttl_secs = -1 };
+	struct create_req bad_name = { .name = "" };
+	struct create_req bad_labels = { .name = "x", .labels = labels };
+
+	assert_int_equal(engine_create(eng, &bad_ttl, &rec, &err), -EINVAL);
+	assert_string_equal(err.code, "invalid_field");
+	assert_int_equal(engine_create(eng, &bad_name, &rec, &err), -EINVAL);
+	assert_int_equal(engine_create(eng, &bad_labels, &rec, &err), -EINVAL);
+	json_decref(labels);
+	json_t *all = engine_list(eng, NULL);
+	assert_int_equal(json_array_size(all), 0); /* bad input changes nothing */
+	json_decref(all);
+	assert_int_equal(fake.n_create, 0);
+}
+
+static void test_max_checkpoints(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	json_t *rec = NULL;
+	struct create_req req = { .name = "over" };
+
+	cfg.max_checkpoints = 2;
+	char *a = create_id("a", -1), *b = create_id("b", -1);
+	assert_int_equal(engine_create(eng, &req, &rec, &err), -EDQUOT);
+	assert_string_equal(err.code, "checkpoint_limit");
+	assert_int_equal(fake.n_create, 2); /* refused before the backend ran */
+	json_t *all = engine_list(eng, NULL);
+	assert_int_equal(json_array_size(all), 2);
+	json_decref(all);
+	/* deleting one makes room again */
+	assert_int_equal(engine_delete(eng, a, &err), 0);
+	free(create_id("c", -1));
+	free(a);
+	free(b);
+}
+
+/* The backend wrote the checkpoint, but it brings state over the budget: the
+ * engine must take it back out completely. */
+static void test_max_state_bytes_after_create(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	json_t *rec = NULL;
+	struct create_req req = { .name = "big" };
+
+	cfg.max_state_bytes = 250;
+	free(create_id("a", -1));
+	free(create_id("b", -1)); /* 200 of 250 */
+	assert_int_equal(engine_create(eng, &req, &rec, &err), -ENOSPC);
+	assert_string_equal(err.code, "insufficient_storage");
+	assert_int_equal(fake.n_create, 3);
+	assert_int_equal(fake.n_remove, 1);            /* its data went */
+	assert_int_equal(json_object_size(fake.store), 2);
+	json_t *all = engine_list(eng, NULL);
+	assert_int_equal(json_array_size(all), 2);     /* its record never appeared */
+	json_decref(all);
+	reopen_engine(); /* and nothing of it shows after a restart */
+	all = engine_list(eng, NULL);
+	assert_int_equal(json_array_size(all), 2);
+	json_decref(all);
+}
+
+static void test_max_state_bytes_full(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	json_t *rec = NULL;
+	struct create_req req = { .name = "more" };
+
+	cfg.max_state_bytes = 100;
+	free(create_id("a", -1)); /* exactly at the budget */
+	assert_int_equal(engine_create(eng, &req, &rec, &err), -ENOSPC);
+	assert_string_equal(err.code, "insufficient_storage");
+	assert_int_equal(fake.n_create, 1); /* refused up front */
+}
+
+static void test_create_fails(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	json_t *rec = NULL;
+	struct create_req req = { .name = "doomed" };
+
+	put_root("live");
+	fake.fail_create = ENOSPC;
+	assert_int_equal(engine_create(eng, &req, &rec, &err), -ENOSPC);
+	assert_string_equal(err.code, "insufficient_storage");
+	fake.fail_create = EIO;
+	assert_int_equal(engine_create(eng, &req, &rec, &err), -EIO);
+	json_t *all = engine_list(eng, NULL);
+	assert_int_equal(json_array_size(all), 0);
+	json_decref(all);
+	assert_root("live");
+	reopen_engine();
+	all = engine_list(eng, NULL);
+	assert_int_equal(json_array_size(all), 0);
+	json_decref(all);
+	/* and the engine still works */
+	fake.fail_create = 0;
+	free(create_id("ok", -1));
+}
+
+static void test_restore_fails_keeps_record(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	json_t *got = NULL;
+
+	put_root("v1");
+	char *id = create_id("v1", -1);
+	put_root("v2");
+	fake.fail_restore = EIO;
+	assert_int_equal(restore(id, false, NULL, NULL, &err), -EIO);
+	assert_int_equal(engine_get(eng, id, &got, &err), 0);
+	assert_string_equal(str_of(got, "status"), "active");
+	assert_true(json_is_null(json_object_get(got, "last_used_at")));
+	json_decref(got);
+	fake.fail_restore = 0;
+	assert_int_equal(restore(id, false, NULL, NULL, &err), 0);
+	assert_root("v1");
+	assert_int_equal(restore("cp_000000000000000000000000", false, NULL, NULL, &err), -ENOENT);
+	free(id);
+}
+
+static void test_restore_updates_last_used(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	json_t *rep = NULL, *got = NULL;
+
+	put_root("v1");
+	char *id = create_id("v1", -1);
+	put_root("v2");
+	assert_int_equal(restore("v1", false, NULL, &rep, &err), 0); /* by name */
+	assert_true(json_is_true(json_object_get(rep, "ok")));
+	assert_true(json_is_true(json_object_get(rep, "restored_from_checkpoint")));
+	assert_true(json_is_false(json_object_get(rep, "ttl_expired")));
+	assert_string_equal(str_of(rep, "services"), "unavailable");
+	json_decref(rep);
+	assert_root("v1");
+	assert_int_equal(engine_get(eng, id, &got, &err), 0);
+	assert_true(json_is_string(json_object_get(got, "last_used_at")));
+	json_decref(got);
+	reopen_engine(); /* durable */
+	assert_int_equal(engine_get(eng, id, &got, &err), 0);
+	assert_true(json_is_string(json_object_get(got, "last_used_at")));
+	json_decref(got);
+	free(id);
+}
+
+static void test_expired_restore(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	json_t *rep = NULL, *got = NULL;
+
+	put_root("v1");
+	char *id = create_id("v1", 3600);
+	put_root("v2");
+	expire(id);
+
+	assert_int_equal(restore(id, false, NULL, NULL, &err), -EKEYEXPIRED);
+	assert_string_equal(err.code, "checkpoint_expired");
+	assert_int_equal(restore(id, false, "fail", NULL, &err), -EKEYEXPIRED);
+	assert_root("v2"); /* nothing changed */
+	assert_int_equal(fake.n_restore + fake.n_reset, 0);
+	assert_int_equal(engine_get(eng, id, &got, &err), 0);
+	assert_true(json_is_null(json_object_get(got, "last_used_at")));
+	json_decref(got);
+
+	assert_int_equal(restore(id, false, "fresh", &rep, &err), 0);
+	assert_int_equal(fake.n_reset, 1);
+	assert_root("base");
+	assert_true(json_is_false(json_object_get(rep, "restored_from_checkpoint")));
+	assert_true(json_is_true(json_object_get(rep, "ttl_expired")));
+	json_decref(rep);
+
+	assert_int_equal(restore(id, true, NULL, &rep, &err), 0);
+	assert_root("v1");
+	assert_true(json_is_true(json_object_get(rep, "restored_from_checkpoint")));
+	assert_true(json_is_true(json_object_get(rep, "ttl_expired")));
+	json_decref(rep);
+	free(id);
+}
+
+static void test_sweep(void **state_)
+{
+	(void)state_;
+	json_t *got = NULL;
+	char *old = create_id("old", 3600), *keep = create_id("keep", 3600), *never = create_id("never", 0);
+
+	expire(old);
+	assert_int_equal(engine_sweep(eng), 1);
+	assert_int_equal(engine_get(eng, old, &got, NULL), -ENOENT);
+	assert_false(record_file_exists(old));
+	assert_null(json_object_get(fake.store, old));
+	assert_int_equal(engine_get(eng, keep, &got, NULL), 0);
+	json_decref(got);
+	assert_int_equal(engine_sweep(eng), 0);
+	free(old);
+	free(keep);
+	free(never);
+}
+
+static void test_sweeper_thread(void **state_)
+{
+	(void)state_;
+	char *old = create_id("old", 3600);
+	expire(old); /* reopens with the sweeper due every second */
+	engine_close(eng);
+	cfg.cleanup_interval_secs = 1;
+	open_engine();
+	int64_t deadline = mono_ms() + 5000;
+	json_t *got = NULL;
+	while (engine_get(eng, old, &got, NULL) == 0 && mono_ms() < deadline) {
+		json_decref(got);
+		usleep(20000);
+	}
+	assert_int_equal(engine_get(eng, old, &got, NULL), -ENOENT);
+	assert_null(json_object_get(fake.store, old));
+	free(old);
+}
+
+static void test_delete_fails_then_reopen(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	json_t *got = NULL;
+	char *id = create_id("x", -1);
+
+	fake.fail_remove = EIO;
+	assert_int_equal(engine_delete(eng, id, &err), -EIO);
+	assert_int_equal(engine_get(eng, id, &got, &err), 0);
+	assert_string_equal(str_of(got, "status"), "deleting");
+	json_decref(got);
+	fake.fail_remove = 0;
+	reopen_engine();
+	assert_int_equal(engine_get(eng, id, &got, &err), -ENOENT);
+	assert_null(json_object_get(fake.store, id));
+	free(id);
+}
+
+static void test_crash_while_deleting(void **state_)
+{
+	(void)state_;
+	json_t *got = NULL;
+	char *id = create_id("x", -1), *other = create_id("y", -1);
+
+	edit_record(id, "status", json_string("deleting")); /* as if killed mid-delete */
+	assert_int_equal(engine_get(eng, id, &got, NULL), -ENOENT);
+	assert_false(record_file_exists(id));
+	assert_null(json_object_get(fake.store, id));
+	assert_int_equal(engine_get(eng, other, &got, NULL), 0);
+	json_decref(got);
+	assert_non_null(json_object_get(fake.store, other));
+	free(id);
+	free(other);
+}
+
+static void test_async_create(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	json_t *rec = NULL, *got = NULL;
+	struct create_req req = { .name = "bg", .async = true };
+
+	fake.block_create = true;
+	assert_int_equal(engine_create(eng, &req, &rec, &err), 0);
+	assert_string_equal(str_of(rec, "status"), "creating");
+	const char *id = str_of(rec, "checkpoint_id");
+	fake_wait_in_create();
+	assert_int_equal(engine_get(eng, id, &got, &err), 0);
+	assert_string_equal(str_of(got, "status"), "creating");
+	json_t *p = json_object_get(got, "progress");
+	assert_non_null(p);
+	assert_int_equal(json_integer_value(json_object_get(p, "bytes_total")), 1000);
+	assert_int_equal(json_integer_value(json_object_get(p, "bytes_done")), 400);
+	assert_int_equal(json_integer_value(json_object_get(p, "files_total")), 10);
+	assert_int_equal(json_integer_value(json_object_get(p, "files_done")), 4);
+	json_decref(got);
+	assert_false(record_file_exists(id)); /* not acknowledged yet */
+	assert_int_equal(engine_delete(eng, id, &err), -EBUSY);
+	assert_int_equal(restore(id, false, NULL, NULL, &err), -EBUSY);
+	fake_release();
+	got = wait_status(id, "active");
+	assert_true(record_file_exists(id));
+	json_decref(got);
+	/* the progress goes with the operation, a moment after the state changes */
+	int64_t deadline = mono_ms() + 5000;
+	do {
+		assert_int_equal(engine_get(eng, id, &got, &err), 0);
+		bool gone = !json_object_get(got, "progress");
+		json_decref(got);
+		if (gone)
+			break;
+		usleep(1000);
+	} while (mono_ms() < deadline);
+	assert_true(mono_ms() < deadline);
+	json_decref(rec);
+}
+
+static void test_async_create_fails(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	json_t *rec = NULL, *got = NULL;
+	struct create_req req = { .name = "bg", .async = true };
+
+	cfg.max_checkpoints = 1;
+	fake.fail_create = ENOSPC;
+	assert_int_equal(engine_create(eng, &req, &rec, &err), 0);
+	const char *id = str_of(rec, "checkpoint_id");
+	got = wait_status(id, "failed");
+	json_t *e = json_object_get(got, "error");
+	assert_string_equal(str_of(e, "code"), "insufficient_storage");
+	json_decref(got);
+	assert_false(record_file_exists(id));
+	fake.fail_create = 0;
+	free(create_id("fits", -1)); /* a failed create does not count against the limit */
+	char *text = engine_metrics(eng);
+	assert_non_null(strstr(text, "ckptd_checkpoints{state=\"failed\"} 1\n"));
+	assert_non_null(strstr(text, "ckptd_checkpoints{state=\"active\"} 1\n"));
+	assert_non_null(strstr(text, "ckptd_checkpoint_bytes 100\n"));
+	assert_non_null(strstr(text, "ckptd_operations_total{op=\"create\",result=\"error\"} 1\n"));
+	free(text);
+	assert_int_equal(engine_delete(eng, id, &err), 0); /* and can be dismissed */
+	assert_int_equal(engine_get(eng, id, &got, &err), -ENOENT);
+	json_decref(rec);
+}
+
+/* A failed async create stays visible until it expires; then the sweeper
+ * takes it away like any expired checkpoint. */
+static void test_failed_create_expires(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	json_t *rec = NULL, *got = NULL;
+	struct create_req req = { .name = "bg", .async = true, .has_ttl = true, .ttl_secs = 1 };
+
+	fake.fail_create = EIO;
+	assert_int_equal(engine_create(eng, &req, &rec, &err), 0);
+	const char *id = str_of(rec, "checkpoint_id");
+	json_decref(wait_status(id, "failed"));
+	int64_t deadline = mono_ms() + 3000;
+	while (engine_sweep(eng) == 0 && mono_ms() < deadline)
+		usleep(20000);
+	assert_int_equal(engine_get(eng, id, &got, &err), -ENOENT);
+	json_decref(rec);
+}
+
+static void test_reopen_lists_same(void **state_)
+{
+	(void)state_;
+	char *ids[3] = { create_id("a", -1), create_id("b", 0), create_id("c", 60) };
+	json_t *before = engine_list(eng, NULL);
+	reopen_engine();
+	json_t *after = engine_list(eng, NULL);
+	assert_int_equal(json_array_size(after), 3);
+	assert_true(json_equal(before, after));
+	for (int i = 0; i < 3; i++) {
+		assert_non_null(json_object_get(fake.store, ids[i]));
+		free(ids[i]);
+	}
+	json_decref(before);
+	json_decref(after);
+}
+
+static void test_metrics_follow(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	char *id = create_id("m", -1);
+	assert_int_equal(restore(id, false, NULL, NULL, &err), 0);
+	engine_count_http(eng, 201);
+	char *text = engine_metrics(eng);
+	assert_non_null(text);
+	assert_non_null(strstr(text, "ckptd_checkpoint_create_duration_seconds_count 1\n"));
+	assert_non_null(strstr(text, "ckptd_checkpoint_restore_duration_seconds_count 1\n"));
+	assert_non_null(strstr(text, "ckptd_checkpoints{state=\"active\"} 1\n"));
+	assert_non_null(strstr(text, "ckptd_checkpoint_bytes 100\n"));
+	assert_non_null(strstr(text, "ckptd_operations_total{op=\"create\",result=\"success\"} 1\n"));
+	assert_non_null(strstr(text, "ckptd_http_requests_total{code=\"201\"} 1\n"));
+	assert_non_null(strstr(text, "ckptd_build_info{version=\"" CKPTD_VERSION "\",backend=\"fake\"} 1\n"));
+	free(text);
+	free(id);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_create_get_list_delete, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ttl_fields, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_invalid_input, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_max_checkpoints, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_max_state_bytes_after_create, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_max_state_bytes_full, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_create_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restore_fails_keeps_record, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restore_updates_last_used, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_expired_restore, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sweep, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sweeper_thread, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_delete_fails_then_reopen, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_crash_while_deleting, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_async_create, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_async_create_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_failed_create_expires, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reopen_lists_same, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_follow, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
