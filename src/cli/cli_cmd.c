@@ -268,9 +268,42 @@ int cli_cmd_delete(const struct cli_opts *o, const char *id)
 	return CKPT_EXIT_OK;
 }
 
-static void cli_cmd_spin(void *arg)
+#define CLI_WATCH_MS 250
+
+/* A restore in flight: the API answers only at the end, but the record shows
+ * the backend's progress meanwhile (tar), so the tick polls it for a bar and
+ * falls back to a spinner when there is nothing to show. */
+struct cli_watch {
+	const struct cli_opts *o;
+	const char *record_path;
+	struct cli_progress p;
+	int64_t polled_ms;
+	json_t *progress;    /* last seen with totals, or NULL */
+};
+
+static void cli_cmd_watch_poll(struct cli_watch *w)
 {
-	cli_progress_spin(arg);
+	_cleanup_reply_ struct cli_reply r = { 0 };
+	w->polled_ms = cli_progress_now_ms();
+	if (cli_http_request(&w->o->conn, "GET", w->record_path, NULL, &r, NULL, NULL) < 0 || r.status != 200)
+		return;
+	json_t *prog = json_object_get(r.json, "progress");
+	if (json_integer_value(json_object_get(prog, "bytes_total")) > 0 ||
+	    json_integer_value(json_object_get(prog, "files_total")) > 0) {
+		json_decref(w->progress);
+		w->progress = json_incref(prog);
+	}
+}
+
+static void cli_cmd_watch_tick(void *arg)
+{
+	struct cli_watch *w = arg;
+	if (cli_progress_now_ms() - w->polled_ms >= CLI_WATCH_MS)
+		cli_cmd_watch_poll(w);
+	if (w->progress)
+		cli_progress_bar(&w->p, w->progress);
+	else
+		cli_progress_spin(&w->p);
 }
 
 int cli_cmd_restore(const struct cli_opts *o, const char *id)
@@ -284,18 +317,19 @@ int cli_cmd_restore(const struct cli_opts *o, const char *id)
 	int rc = cli_cmd_ref_path(o, id, "/restore", &path);
 	if (rc >= 0)
 		return rc;
-	_cli_cleanup_free_ char *label = NULL;
+	_cli_cleanup_free_ char *label = NULL, *record_path = NULL;
 	if (asprintf(&label, "restoring %s", id) < 0)
 		label = NULL;
-	/* The API answers when the restore is done: a spinner says it is running. */
-	bool spin = o->tty && !o->json && label;
-	struct cli_progress p;
-	cli_progress_start(&p, label);
-	if (spin)
-		cli_progress_spin(&p);
+	record_path = strndup(path, strlen(path) - strlen("/restore"));
+	bool watch = o->tty && !o->json && label && record_path;
+	struct cli_watch w = { .o = o, .record_path = record_path, .polled_ms = cli_progress_now_ms() };
+	cli_progress_start(&w.p, label);
+	if (watch)
+		cli_progress_spin(&w.p);
 	_cleanup_reply_ struct cli_reply r = { 0 };
-	rc = cli_cmd_send(o, "POST", path, body, &r, spin ? cli_cmd_spin : NULL, &p);
-	cli_progress_end(&p, false);
+	rc = cli_cmd_send(o, "POST", path, body, &r, watch ? cli_cmd_watch_tick : NULL, &w);
+	cli_progress_end(&w.p, false);
+	json_decref(w.progress);
 	if (rc >= 0)
 		return rc;
 	rc = cli_cmd_print(o, &r, cli_out_restore);
