@@ -11,118 +11,16 @@ import sys
 import time
 
 import pytest
-import requests
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "rig"))
-import rig as rigmod  # noqa: E402
-
-WEB_PY = """\
-import functools, http.server, os, socket, sys
-# Keep one file of the root open for the whole life of the process.
-held = open("/srv/app/www/index.html", "rb")
-handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory="/srv/app/www")
-server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), handler)
-# Type=notify: started means serving, so a restore's report can be trusted.
-addr = os.environ["NOTIFY_SOCKET"]
-with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-    s.connect("\\0" + addr[1:] if addr[0] == "@" else addr)
-    s.send(b"READY=1")
-server.serve_forever()
-"""
-
-WORKER_PY = """\
-import time
-log = open("/srv/app/worker.log", "a")
-while True:
-    log.write("%f\\n" % time.time())
-    log.flush()
-    time.sleep(0.2)
-"""
-
-SLEEPER = "/usr/bin/python3 -c 'import time; time.sleep(1e6)'"
-
-
-def units(web_port):
-    return {
-        # Found by the /proc scan: cwd and an open file under the root.
-        "web.service": f"""[Unit]
-Description=rig web app serving /srv/app/www
-[Service]
-Type=notify
-WorkingDirectory=/srv/app/www
-ExecStart=/usr/bin/python3 /usr/local/lib/ckptd-rig/web.py {web_port}
-""",
-        # Found by the /proc scan: an open file only (cwd is /).
-        "worker.service": """[Unit]
-Description=rig worker appending to /srv/app/worker.log
-[Service]
-ExecStart=/usr/bin/python3 /usr/local/lib/ckptd-rig/worker.py
-""",
-        # Configured; starts only while /srv/app/fragile.ok exists, which the
-        # checkpoints it is restored to do not hold.
-        "fragile.service": f"""[Unit]
-Description=rig unit that cannot start after a restore
-[Service]
-WorkingDirectory=/srv/app
-ExecStartPre=/usr/bin/test -e /srv/app/fragile.ok
-ExecStart={SLEEPER}
-""",
-        # Uses nothing under the root: must never be touched.
-        "bystander.service": f"""[Unit]
-Description=rig unit outside the managed root
-[Service]
-ExecStart={SLEEPER}
-""",
-        # A short watchdog, so the test sees ckptd pet it several times.
-        "ckptd.service.d/rig.conf": """[Service]
-WatchdogSec=2s
-""",
-    }
+from samples import active, api, main_pid, web_get, write_in  # noqa: E402
+import samples  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def rig():
-    api_port, web_port = rigmod.free_port(), rigmod.free_port()
-    config = {
-        "listen": [f"127.0.0.1:{api_port}"],
-        "state_dir": "/var/lib/ckptd",
-        "roots": ["/srv/app"],
-        "backend": "overlay",
-        "services": ["auto", "fragile.service"],
-        "service_timeout_secs": 10,
-    }
-    files = {
-        # The scripts live outside the managed root; the root holds the data.
-        "/usr/local/lib/ckptd-rig/web.py": WEB_PY,
-        "/usr/local/lib/ckptd-rig/worker.py": WORKER_PY,
-        "/srv/app/www/index.html": "v1\n",
-    }
-    with rigmod.Rig(ckptd_config=config, units=units(web_port), files=files) as r:
-        r.api = f"http://127.0.0.1:{api_port}"
-        r.web = f"http://127.0.0.1:{web_port}"
+    with samples.sample_rig() as r:
         yield r
-
-
-def api(rig, method, path, **kw):
-    kw.setdefault("timeout", 60)
-    return requests.request(method, rig.api + path, **kw)
-
-
-def main_pid(rig, unit):
-    return int(rig.show(unit, "MainPID")["MainPID"])
-
-
-def active(rig, unit):
-    return rig.show(unit, "ActiveState")["ActiveState"]
-
-
-def web_get(rig, path):
-    return requests.get(rig.web + path, timeout=10)
-
-
-def write_in(rig, path, text):
-    """Write through the container's view, i.e. through ckptd's overlay."""
-    rig.sh("tee", path, input=text)
 
 
 def test_ready_only_after_listener_is_up(rig):

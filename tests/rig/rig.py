@@ -66,9 +66,11 @@ def rmdir_tree(path):
 
 
 class Rig:
-    def __init__(self, ckptd_config=None, units=None, files=None, build=None, boot_timeout=60):
+    def __init__(self, ckptd_config=None, units=None, files=None, build=None, boot_timeout=60, unified=True):
         """units: {name or drop-in path under /etc/systemd/system: text};
-        files: {absolute path in the container: text}, written before boot."""
+        files: {absolute path in the container: text}, written before boot;
+        unified: cgroup v2 inside (False: the legacy v1 hierarchies)."""
+        self.unified = unified
         self.name = "ckptd-rig-" + secrets.token_hex(4)
         self.ckptd_config = ckptd_config or {}
         self.units = units or {}
@@ -141,7 +143,7 @@ class Rig:
         env = dict(os.environ)
         # A unified cgroup hierarchy inside gives systemd the cgroup v2
         # freezer (FreezeUnit) even on a host with hybrid v1 mounts.
-        env["SYSTEMD_NSPAWN_UNIFIED_HIERARCHY"] = "1"
+        env["SYSTEMD_NSPAWN_UNIFIED_HIERARCHY"] = "1" if self.unified else "0"
         argv = ["systemd-nspawn", "-D", str(self.root), "-b", "--register=no", "--keep-unit",
                 f"--machine={self.name}", "--console=read-only",
                 f"--bind={self.srv}:/srv", f"--bind={self.dir}/state:/var/lib/ckptd"]
