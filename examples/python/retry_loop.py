@@ -67,11 +67,15 @@ def main():
     ap.add_argument("workspace", nargs="?", help="directory managed by ckptd (default $CKPTD_WORKSPACE)")
     args = ap.parse_args()
     workspace = workspace_path(args.workspace)
+    counter = attempt_file(workspace)
     try:
-        return 0 if retry(Client(), workspace, attempt_file(workspace)) else 1
+        return 0 if retry(Client(), workspace, counter) else 1
     except CkptdError as e:
         print("ckptd error: %s" % e, file=sys.stderr)
         return 2
+    finally:
+        if not os.environ.get("CKPTD_ATTEMPT_FILE"):
+            os.unlink(counter)
 
 
 if __name__ == "__main__":

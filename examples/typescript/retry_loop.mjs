@@ -8,7 +8,7 @@
 // CKPTD_TOKEN, CKPTD_WORKSPACE, CKPTD_ATTEMPT_FILE, FLAKY_FAILURES,
 // CKPTD_AFTER_CREATE_HOOK / CKPTD_AFTER_RESTORE_HOOK.
 // Exit status 0 when an attempt succeeded, 1 when all failed, 2 on errors.
-import { mkdtempSync, realpathSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, realpathSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join, sep } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -51,9 +51,13 @@ async function retry (sandbox, workspace, counter) {
 }
 
 const workspace = workspacePath(process.argv[2])
+const counter = attemptFile(workspace)
 try {
-  process.exitCode = (await retry(new Client(), workspace, attemptFile(workspace))) ? 0 : 1
+  process.exitCode = (await retry(new Client(), workspace, counter)) ? 0 : 1
 } catch (e) {
   if (!(e instanceof CkptdError)) throw e
-  fail(`ckptd error: ${e.message}`)
+  console.error(`ckptd error: ${e.message}`)
+  process.exitCode = 2
+} finally {
+  if (!process.env.CKPTD_ATTEMPT_FILE) rmSync(dirname(counter), { recursive: true, force: true })
 }
