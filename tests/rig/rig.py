@@ -232,3 +232,26 @@ class Rig:
             shutil.rmtree(self.dir, ignore_errors=True)
         self.proc = None
         self.dir = None
+
+
+def main():
+    """Boot a rig with ckptd installed and wait: for looking around by hand."""
+    import argparse
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--port", type=int, default=7070, help="ckptd's TCP port (host loopback)")
+    p.add_argument("--v1", action="store_true", help="legacy cgroup v1 hierarchies inside")
+    a = p.parse_args()
+    cfg = {"listen": [f"127.0.0.1:{a.port}"], "roots": ["/srv/app"], "backend": "overlay", "services": "auto"}
+    with Rig(ckptd_config=cfg, files={"/srv/app/README": "managed by ckptd\n"}, unified=not a.v1) as r:
+        r.systemctl("start", "ckptd.socket", "ckptd.service")
+        print(f"rig {r.name} is up; ckptd on http://127.0.0.1:{a.port}\n"
+              f"  a shell inside: nsenter -t {r.pid} -a /bin/bash\n"
+              "press Enter to power it off", flush=True)
+        try:
+            input()
+        except EOFError:
+            pass
+
+
+if __name__ == "__main__":
+    main()
