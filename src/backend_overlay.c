@@ -267,6 +267,8 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 		r->path = strdup(ctx->roots[i]);
 		ovl_hash_path(ctx->roots[i], r->h);
 		q = r->path ? ovl_open_root(o, r, err) : err_set(err, ENOMEM, NULL, "out of memory");
+		if (q == 0 && ovl_new_upper(r, r->spare) < 0)
+			r->spare[0] = 0;
 	}
 	if (q < 0) {
 		ovl_free(o);
@@ -435,7 +437,10 @@ static int ovl_switch(struct ovl *o, json_t *chains, json_t *extra, ckpt_error *
 		json_t *c = json_object_get(chains, r->h);
 		sw[prepared] = (struct ovl_swap){ json_incref(r->chain), json_incref(r->mounted), "" };
 		memcpy(sw[prepared].old_upper, r->upper, sizeof(r->upper));
-		if ((q = ovl_new_upper(r, r->upper)) < 0) {
+		if (r->spare[0]) { /* made durable by maintain: no fsync on the request path */
+			memcpy(r->upper, r->spare, sizeof(r->upper));
+			r->spare[0] = 0;
+		} else if ((q = ovl_new_upper(r, r->upper)) < 0) {
 			memcpy(r->upper, sw[prepared].old_upper, sizeof(r->upper));
 			err_set(err, -q, NULL, "new upper for '%s': %s", r->path, strerror(-q));
 			break;
@@ -528,6 +533,9 @@ static void ovl_maintain(void *st)
 		log_debug("overlay: flatten: %s", e.msg);
 	if (o->dirty_gc)
 		overlay_layers_gc(o);
+	for (size_t i = 0; i < o->n_roots; i++) /* the next restore's upper, ready */
+		if (!o->roots[i].spare[0] && ovl_new_upper(&o->roots[i], o->roots[i].spare) < 0)
+			o->roots[i].spare[0] = 0;
 }
 
 static void ovl_close(void *st, bool unmount)

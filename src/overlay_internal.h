@@ -26,6 +26,7 @@ struct ovl_root {
 	json_t *chain;          /* live chain (layers under the upper), newest first */
 	json_t *mounted;        /* chain the current mount really uses (differs after flatten) */
 	char upper[OVL_NAME_LEN + 1];
+	char spare[OVL_NAME_LEN + 1]; /* a durable empty upper made off the request path, or "" */
 	struct treecopy_index *ix; /* upper's index at its last create */
 	char ix_layer[OVL_NAME_LEN + 1];
 };

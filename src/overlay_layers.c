@@ -205,7 +205,7 @@ static bool overlay_layers_keep_layer(struct ovl *o, struct ovl_root *r, const c
 static bool overlay_layers_keep_upper(struct ovl *o, struct ovl_root *r, const char *name)
 {
 	(void)o;
-	return !strcmp(name, r->upper);
+	return !strcmp(name, r->upper) || !strcmp(name, r->spare);
 }
 
 void overlay_layers_gc(struct ovl *o)

@@ -1,0 +1,248 @@
+#!/usr/bin/python3
+"""ckptd benchmarks (`make bench`): overlay restore against the tar backend,
+`tar -x` into an empty dir and `cp -a`; create after 10 small changes against
+create after rewriting everything. Drives the real daemon over HTTP.
+
+Usage: bench/run.py [--sizes small,large] [--runs N] [--out bench/results.md]
+Not a test: it prints a markdown table and writes it to bench/results.md."""
+import argparse
+import os
+import pathlib
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import requests
+
+TOP = pathlib.Path(__file__).resolve().parents[1]
+BUILD = pathlib.Path(os.environ.get("BUILD", TOP / "build"))
+CKPTD = str(BUILD / "ckptd" if BUILD.is_absolute() else TOP / BUILD / "ckptd")
+SIZES = {"small": (10_000, 100 << 20), "large": (100_000, 1 << 30)}
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def make_tree(root, n_files, total):
+    """n_files files of total bytes, 100 per directory, incompressible data."""
+    per = total // n_files
+    pool = os.urandom(per + 4096)
+    for i in range(n_files):
+        d = root / f"d{i // 100:04d}"
+        if i % 100 == 0:
+            d.mkdir(parents=True, exist_ok=True)
+        off = (i * 131) % 4096
+        with open(d / f"f{i:06d}", "wb") as f:
+            f.write(pool[off:off + per])
+
+
+def files_of(root, n_files):
+    return [root / f"d{i // 100:04d}" / f"f{i:06d}" for i in range(n_files)]
+
+
+def drop_tree(p):
+    subprocess.run(["rm", "-rf", str(p)], check=False)
+
+
+class Daemon:
+    def __init__(self, backend, root, state):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        argv = [CKPTD, "--listen", f"127.0.0.1:{self.port}", "--state-dir", str(state),
+                "--root", str(root), "--backend", backend, "--unmount-on-exit"]
+        self.log = open(state.parent / f"ckptd-{backend}.log", "wb")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log)
+        self.s = requests.Session()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if self.s.get(self.url + "/v1/health", timeout=1).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError("ckptd did not start")
+
+    def create(self, name):
+        t0 = time.perf_counter()
+        r = self.s.post(self.url + "/v1/checkpoints", json={"name": name}, timeout=3600)
+        wall = (time.perf_counter() - t0) * 1000
+        assert r.status_code == 201, r.text
+        return r.json(), wall
+
+    def restore(self, cid):
+        t0 = time.perf_counter()
+        r = self.s.post(self.url + f"/v1/checkpoints/{cid}/restore", json={}, timeout=3600)
+        wall = (time.perf_counter() - t0) * 1000
+        assert r.status_code == 200, r.text
+        return r.json(), wall
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(60)
+        self.log.close()
+
+
+def timed(argv, cwd=None):
+    t0 = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, check=True)
+    return (time.perf_counter() - t0) * 1000
+
+
+def touch_10(root, n_files, tag):
+    for p in files_of(root, n_files)[:: n_files // 10][:10]:
+        with open(p, "r+b") as f:
+            f.write(tag.encode())
+
+
+def rewrite_all(root, n_files):
+    for p in files_of(root, n_files):
+        with open(p, "r+b") as f:
+            f.write(b"R")
+
+
+def bench_overlay(work, src, n_files, runs):
+    res = {}
+    d = Daemon("overlay", src, work / "state-ovl")
+    try:
+        c0, _ = d.create("c0")
+        touch_10(src, n_files, "a")
+        c1, wall = d.create("ten")
+        res["create10"] = (c1["duration_ms"], wall)
+        api, walls, swaps = [], [], []
+        for i in range(runs):
+            rep, wall = d.restore(c0["checkpoint_id"] if i % 2 == 0 else c1["checkpoint_id"])
+            api.append(rep["restore_duration_ms"])
+            swaps.append(rep.get("phases", {}).get("swap_ms", rep["restore_duration_ms"]))
+            walls.append(wall)
+        res["restore"] = (statistics.median(api), statistics.median(walls), statistics.median(swaps))
+        d.restore(c0["checkpoint_id"])
+        rewrite_all(src, n_files)
+        call, wall = d.create("all")
+        res["create_all"] = (call["duration_ms"], wall)
+        touch_10(src, n_files, "b")
+        c3, wall = d.create("ten-after-all")
+        res["create10_full_upper"] = (c3["duration_ms"], wall)
+    finally:
+        d.stop()
+    return res
+
+
+def bench_tar(work, src, n_files, runs):
+    res = {}
+    d = Daemon("tar", src, work / "state-tar")
+    try:
+        c0, wall = d.create("c0")
+        res["tar_create"] = (c0["duration_ms"], wall)
+        api, walls = [], []
+        for i in range(max(3, runs // 3)):
+            touch_10(src, n_files, "t")
+            rep, wall = d.restore(c0["checkpoint_id"])
+            api.append(rep["restore_duration_ms"])
+            walls.append(wall)
+        res["tar_restore"] = (statistics.median(api), statistics.median(walls))
+    finally:
+        d.stop()
+    return res
+
+
+def bench_baselines(work, src, runs):
+    archive = work / "tree.tar"
+    subprocess.run(["tar", "-C", str(src), "-cf", str(archive), "."], check=True)
+    tx, cp = [], []
+    for i in range(runs):
+        dst = work / f"x{i}"
+        dst.mkdir()
+        subprocess.run(["sync"])
+        tx.append(timed(["tar", "-C", str(dst), "-xf", str(archive)]))
+        drop_tree(dst)
+        subprocess.run(["sync"])
+        cp.append(timed(["cp", "-a", str(src), str(work / f"c{i}")]))
+        drop_tree(work / f"c{i}")
+    archive.unlink()
+    return {"tar_x": statistics.median(tx), "cp_a": statistics.median(cp)}
+
+
+def one_size(name, runs):
+    n_files, total = SIZES[name]
+    work = pathlib.Path(tempfile.mkdtemp(prefix=f"ckptd-bench-{name}-", dir="/tmp"))
+    try:
+        src = work / "tree"
+        log(f"[{name}] making {n_files} files / {total >> 20} MB")
+        make_tree(src, n_files, total)
+        subprocess.run(["sync"])
+        log(f"[{name}] baselines")
+        res = bench_baselines(work, src, 3 if name == "small" else 1)
+        log(f"[{name}] tar backend")
+        res.update(bench_tar(work, src, n_files, runs))
+        log(f"[{name}] overlay backend")
+        res.update(bench_overlay(work, src, n_files, runs))
+        return res
+    finally:
+        subprocess.run(["bash", "-c", f"awk '$5 ~ \"^{work}/\" {{print $5}}' /proc/self/mountinfo | tac | "
+                        "xargs -r -n1 umount -l"], check=False)
+        drop_tree(work)
+
+
+def machine():
+    fs = subprocess.run(["findmnt", "-no", "FSTYPE", "-T", "/tmp"], capture_output=True, text=True).stdout.strip()
+    return f"nproc {os.cpu_count()}, kernel {platform.release()}, /tmp on {fs}"
+
+
+def fmt(x):
+    return f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+def table(results, runs):
+    lines = [f"Machine: {machine()}. Medians; overlay restore over {runs} restores, no services.",
+             "Times in ms: API duration field / wall clock around the HTTP call.", "",
+             "| measure | " + " | ".join(f"{k} ({SIZES[k][0] // 1000}k files, {SIZES[k][1] >> 20} MB)"
+                                       for k in results) + " |",
+             "| --- |" + " --- |" * len(results)]
+
+    def row(label, f):
+        lines.append(f"| {label} | " + " | ".join(f(r) for r in results.values()) + " |")
+
+    row("overlay restore (API / wall / swap phase)",
+        lambda r: f"{fmt(r['restore'][0])} / {fmt(r['restore'][1])} / {fmt(r['restore'][2])}")
+    row("tar backend restore after 10 changes (API / wall)",
+        lambda r: f"{fmt(r['tar_restore'][0])} / {fmt(r['tar_restore'][1])}")
+    row("`tar -x` into an empty dir", lambda r: fmt(r["tar_x"]))
+    row("`cp -a`", lambda r: fmt(r["cp_a"]))
+    row("ratio tar backend / overlay restore (wall)", lambda r: f"{r['tar_restore'][1] / r['restore'][1]:.1f}x")
+    row("ratio `tar -x` / overlay restore (wall)", lambda r: f"{r['tar_x'] / r['restore'][1]:.0f}x")
+    row("ratio `cp -a` / overlay restore (wall)", lambda r: f"{r['cp_a'] / r['restore'][1]:.0f}x")
+    row("overlay create after 10 small changes (API / wall)",
+        lambda r: f"{fmt(r['create10'][0])} / {fmt(r['create10'][1])}")
+    row("overlay create after rewriting everything (API / wall)",
+        lambda r: f"{fmt(r['create_all'][0])} / {fmt(r['create_all'][1])}")
+    row("ratio rewrite-all / 10 changes (wall)", lambda r: f"{r['create_all'][1] / r['create10'][1]:.0f}x")
+    row("overlay create of 10 changes when the upper already holds every file (API / wall)",
+        lambda r: f"{fmt(r['create10_full_upper'][0])} / {fmt(r['create10_full_upper'][1])}")
+    row("tar backend first create (API / wall)", lambda r: f"{fmt(r['tar_create'][0])} / {fmt(r['tar_create'][1])}")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="small,large")
+    ap.add_argument("--runs", type=int, default=21)
+    ap.add_argument("--out", default=str(TOP / "bench/results.md"))
+    a = ap.parse_args()
+    if not os.path.exists(CKPTD):
+        sys.exit(f"{CKPTD} missing: run make first")
+    results = {s: one_size(s, a.runs) for s in a.sizes.split(",")}
+    md = "# ckptd benchmarks\n\n" + table(results, a.runs)
+    print(md)
+    pathlib.Path(a.out).write_text(md)
+
+
+if __name__ == "__main__":
+    main()
