@@ -408,3 +408,39 @@ void tar_manifest_free(struct tar_manifest *m)
 	tar_xattrs_free(m->root_xattrs, m->n_root_xattrs);
 	memset(m, 0, sizeof(*m));
 }
+
+void tar_manifest_alias_load(int dirfd, const char *name, struct tar_manifest *m)
+{
+	_cleanup_free_ char *text = NULL;
+	char *save = NULL;
+
+	if (read_file_at(dirfd, name, MANIFEST_MAX, &text, NULL) < 0)
+		return;
+	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		unsigned long long idx, ino;
+		char ts[64];
+		struct timespec c;
+		if (sscanf(line, "%llu %llu %63s", &idx, &ino, ts) != 3 || idx >= m->n || parse_ts(ts, &c) < 0)
+			continue;
+		m->v[idx].has_alias = true;
+		m->v[idx].alias_ino = ino;
+		m->v[idx].alias_ctime = c;
+	}
+}
+
+int tar_manifest_alias_save(int dirfd, const char *name, const struct tar_manifest *m)
+{
+	_cleanup_free_ char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f)
+		return -ENOMEM;
+	for (size_t i = 0; i < m->n; i++)
+		if (m->v[i].has_alias)
+			fprintf(f, "%zu %llu %lld.%09ld\n", i, (unsigned long long)m->v[i].alias_ino,
+				(long long)m->v[i].alias_ctime.tv_sec, m->v[i].alias_ctime.tv_nsec);
+	if (fclose(f) != 0)
+		return -ENOMEM;
+	return write_file_atomic(dirfd, name, text, len, 0600);
+}

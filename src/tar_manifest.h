@@ -24,6 +24,11 @@ struct tar_mentry {
 	uint64_t xhash;     /* 0 = no xattrs */
 	int32_t group;      /* index of the hardlink group's first member, or -1 */
 	bool seen, needed;  /* restore's bookkeeping */
+	/* Identity of the copy a past restore wrote (the "seen" file): a live
+	 * entry still matching it holds the checkpoint's content too. */
+	bool has_alias;
+	uint64_t alias_ino;
+	struct timespec alias_ctime;
 };
 
 struct tar_xattr {
@@ -63,6 +68,11 @@ void tar_manifest_free(struct tar_manifest *m);
 struct tar_mentry *tar_manifest_find(const struct tar_manifest *m, const char *path);
 /* The manifest entry of path's parent directory, NULL for top-level entries. */
 struct tar_mentry *tar_manifest_parent(const struct tar_manifest *m, const char *path);
+
+/* The aliases file beside a manifest: "index ino ctime" lines. Loading
+ * ignores a missing or damaged file (it is only a cache); saving is atomic. */
+void tar_manifest_alias_load(int dirfd, const char *name, struct tar_manifest *m);
+int tar_manifest_alias_save(int dirfd, const char *name, const struct tar_manifest *m);
 
 void tar_xattrs_free(struct tar_xattr *xa, size_t n);
 /* FNV-1a over the names and values; 0 when there are none. */

@@ -37,10 +37,12 @@ static bool ts_eq(struct timespec a, struct timespec b)
 	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
 
+/* The same inode as captured, or as a past restore wrote it, untouched since. */
 static bool unchanged(const struct tar_mentry *e, const struct stat *st)
 {
-	return e->ino == (uint64_t)st->st_ino && ts_eq(e->ctime, st->st_ctim) &&
-	       (e->type == 'd' || !S_ISREG(st->st_mode) || e->size == (uint64_t)st->st_size);
+	bool same = (e->ino == (uint64_t)st->st_ino && ts_eq(e->ctime, st->st_ctim)) ||
+		    (e->has_alias && e->alias_ino == (uint64_t)st->st_ino && ts_eq(e->alias_ctime, st->st_ctim));
+	return same && (e->type == 'd' || !S_ISREG(st->st_mode) || e->size == (uint64_t)st->st_size);
 }
 
 static void mark_parent(struct rctx *c, const char *path)
@@ -57,7 +59,8 @@ static void mark_parent_of(struct rctx *c, const char *path)
 		p->needed = true;
 }
 
-static int live_walk(struct rctx *c, int dirfd, const char *rel);
+typedef int (*visit_fn)(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path);
+static int live_walk(struct rctx *c, int dirfd, const char *rel, visit_fn fn);
 
 static int live_one(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path)
 {
@@ -85,10 +88,30 @@ static int live_one(struct rctx *c, int dirfd, const char *name, const char *rel
 	_cleanup_close_ int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (sub < 0)
 		return err_set(c->err, errno, NULL, "cannot open '%s': %m", path);
-	return live_walk(c, sub, path);
+	return live_walk(c, sub, path, live_one);
 }
 
-static int live_walk(struct rctx *c, int dirfd, const char *rel)
+/* After a restore: remember the identity of what was written. */
+static int record_one(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path)
+{
+	struct stat st;
+	struct tar_mentry *e = tar_manifest_find(&c->m, path);
+	(void)rel;
+
+	if (!e || fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !tar_type_matches(e, &st))
+		return 0;
+	if (e->needed) {
+		e->has_alias = true;
+		e->alias_ino = st.st_ino;
+		e->alias_ctime = st.st_ctim;
+	}
+	if (!S_ISDIR(st.st_mode))
+		return 0;
+	_cleanup_close_ int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return sub < 0 ? 0 : live_walk(c, sub, path, record_one);
+}
+
+static int live_walk(struct rctx *c, int dirfd, const char *rel, visit_fn fn)
 {
 	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	char path[PATH_MAX];
@@ -107,7 +130,7 @@ static int live_walk(struct rctx *c, int dirfd, const char *rel)
 		if ((size_t)snprintf(path, sizeof(path), "%s%s%s", rel ? rel : "", rel ? "/" : "",
 				     de->d_name) >= sizeof(path))
 			return err_set(c->err, ENAMETOOLONG, NULL, "path too long below '%s'", rel ? rel : ".");
-		int r = live_one(c, dirfd, de->d_name, rel, path);
+		int r = fn(c, dirfd, de->d_name, rel, path);
 		if (r < 0)
 			return r;
 	}
@@ -354,10 +377,13 @@ int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const cha
 	int r;
 
 	memset(stats, 0, sizeof(*stats));
+	char alias[PATH_MAX];
+	snprintf(alias, sizeof(alias), "%s.alias", manifest);
 	r = tar_manifest_load(ckpt_dirfd, manifest, &c.m, err);
 	if (r < 0)
 		return r;
-	r = live_walk(&c, root_fd, NULL);
+	tar_manifest_alias_load(ckpt_dirfd, alias, &c.m);
+	r = live_walk(&c, root_fd, NULL, live_one);
 	if (r >= 0) {
 		close_needed(&c);
 		r = prepare(&c, root_fd, &files, &bytes);
@@ -372,6 +398,9 @@ int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const cha
 		r = fix_dir_times(&c, root_fd);
 	if (r >= 0)
 		r = apply_root(&c, root_fd);
+	/* Only a cache: without it the next restore rewrites more, nothing worse. */
+	if (r >= 0 && files > 0 && live_walk(&c, root_fd, NULL, record_one) >= 0)
+		tar_manifest_alias_save(ckpt_dirfd, alias, &c.m);
 	tar_manifest_free(&c.m);
 	return r;
 }

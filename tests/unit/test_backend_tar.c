@@ -429,6 +429,15 @@ static void test_incremental(void **state)
 	char *after = snapshot(f->roots[0]);
 	assert_same_tree(before, after);
 	json_decref(extra);
+	/* the files that restore wrote count as unchanged next time */
+	put(f->roots[0], "many/f010", "changed again", 0644);
+	extra = restore_cp(f, id);
+	t = json_object_get(extra, "tar");
+	assert_int_equal(json_integer_value(json_object_get(t, "rewritten")), 2);
+	free(after);
+	after = snapshot(f->roots[0]);
+	assert_same_tree(before, after);
+	json_decref(extra);
 	free(before);
 	free(after);
 }
