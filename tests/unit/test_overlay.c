@@ -269,6 +269,39 @@ static void test_chain_500(void **s)
 	json_decref(prev);
 }
 
+/* The fallback for kernels without "lowerdir+": one option string, with
+ * short relative names from a child in the layer dir once absolute paths
+ * would not fit a page. */
+static void test_legacy_many_layers(void **s)
+{
+	(void)s;
+	char p[256], names[300][16];
+	const char *lowers[301];
+	snprintf(p, sizeof(p), "%s/lg", state);
+	mkdir(p, 0700);
+	int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	mkdirat(fd, "l", 0700);
+	for (int i = 0; i < 300; i++) {
+		snprintf(names[i], sizeof(names[i]), "l/%08x", i);
+		mkdirat(fd, names[i], 0755);
+		lowers[i] = names[i];
+	}
+	int f = openat(fd, "l/0000012b/bottom", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	close(f);
+	mkdirat(fd, "u", 0755);
+	mkdirat(fd, "w", 0700);
+	lowers[300] = "u"; /* any dir as the last lower */
+	mkdirat(fd, "u2", 0755);
+	struct overlay_spec sp = { .target = root, .dir = p, .dir_fd = fd, .lowers = lowers, .n_lowers = 300,
+				   .upper = "u2", .work = "w" };
+	ckpt_error err = { 0 };
+	if (overlay_mount_legacy(&sp, &err) < 0)
+		fail_msg("legacy mount: %s", err.msg);
+	assert_true(has("bottom", NULL));
+	assert_int_equal(umount2(root, 0), 0);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -276,6 +309,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_restore_changes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_adopt_restart_and_reboot, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_remove_gc, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_legacy_many_layers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_chain_500, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
