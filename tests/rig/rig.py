@@ -180,9 +180,10 @@ class Rig:
             state = r.stdout.strip()
             if state in ("running", "degraded"):
                 return state
-            if state in ("maintenance", "stopping", "offline") or self.proc.poll() is not None:
+            # "offline": systemctl could not reach the manager yet.
+            if state in ("maintenance", "stopping") or self.proc.poll() is not None:
                 break
-            time.sleep(0.1)  # the manager's private socket is not there yet
+            time.sleep(0.1)
         failed = self.sh("systemctl", "--failed", "--no-legend", check=False).stdout
         raise RigError(f"container not running (state {state!r}); failed units:\n{failed}\n{self.boot_log()}")
 
@@ -238,12 +239,14 @@ def main():
     """Boot a rig with ckptd installed and wait: for looking around by hand."""
     import argparse
     p = argparse.ArgumentParser(description=main.__doc__)
-    p.add_argument("--port", type=int, default=7070, help="ckptd's TCP port (host loopback)")
+    p.add_argument("--port", type=int, default=0, help="ckptd's TCP port on loopback (default: a free one)")
     p.add_argument("--v1", action="store_true", help="legacy cgroup v1 hierarchies inside")
     a = p.parse_args()
+    a.port = a.port or free_port()
     cfg = {"listen": [f"127.0.0.1:{a.port}"], "roots": ["/srv/app"], "backend": "overlay", "services": "auto"}
     with Rig(ckptd_config=cfg, files={"/srv/app/README": "managed by ckptd\n"}, unified=not a.v1) as r:
-        r.systemctl("start", "ckptd.socket", "ckptd.service")
+        if r.systemctl("start", "ckptd.socket", "ckptd.service", check=False).returncode:
+            print(r.journal("ckptd.service", 30))
         print(f"rig {r.name} is up; ckptd on http://127.0.0.1:{a.port}\n"
               f"  a shell inside: nsenter -t {r.pid} -a /bin/bash\n"
               "press Enter to power it off", flush=True)
