@@ -224,6 +224,57 @@ def expired(df, body):
     return r
 
 
+def while_creating(df, method, path):
+    """An async create of a tree big enough to still be running when the
+    second request arrives: restore and delete answer 409 at once."""
+    d = seeded(df)
+    for i in range(30):
+        (d.roots[0] / f"big{i}").write_bytes(os.urandom(4 << 20))
+    a = d.request("POST", CP, json={"name": "slow", "async": True})
+    assert a.status_code == 202, a.text
+    cid = a.json()["checkpoint_id"]
+    r = d.request(method, path.replace("{id}", cid), json={} if method == "POST" else None)
+    assert r.json().get("code") == "conflict", r.text
+    assert d.get(cid)["status"] in ("creating", "active")
+    return r
+
+
+HANDSHAKE = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+             "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+
+
+def host_daemon(df, token=None):
+    d = df(extra_args=["--mode", "host"], token=token)
+    if token:
+        d.session.headers.pop("Authorization")
+    return d
+
+
+def ws_attach(df):
+    """A real upgrade: raw socket, since requests cannot speak 101."""
+    import socket
+    d = host_daemon(df)
+    with socket.create_connection(("127.0.0.1", d.port), timeout=10) as s:
+        hdrs = "".join(f"{k}: {v}\r\n" for k, v in HANDSHAKE.items())
+        s.sendall(f"GET /attach/no-such-sandbox HTTP/1.1\r\nHost: x\r\n{hdrs}\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(4096)
+            assert chunk, head
+            head += chunk
+    lines = head.split(b"\r\n\r\n")[0].decode().split("\r\n")
+    assert lines[0].startswith("HTTP/1.1 101"), lines
+    fields = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    assert fields["sec-websocket-accept"] == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="  # RFC 6455's example
+
+    class Answer:  # what check_response needs
+        status_code = 101
+        headers = {}
+        content = b""
+        text = ""
+    return Answer()
+
+
 def with_cp(df, method, path, **kw):
     d = seeded(df)
     cid = d.create("c")["checkpoint_id"]
@@ -260,33 +311,42 @@ PROVOKE = {
     (ONE, "delete", 204): lambda df: with_cp(df, "DELETE", ONE),
     (ONE, "delete", 401): lambda df: expect_unauthorized(df, "DELETE", ONE),
     (ONE, "delete", 404): lambda df: seeded(df).request("DELETE", f"{CP}/no-such-name"),
+    (ONE, "delete", 409): lambda df: while_creating(df, "DELETE", ONE),
     (RESTORE, "post", 200): lambda df: with_cp(df, "POST", RESTORE, json={}),
     (RESTORE, "post", 400): bad_restore,
     (RESTORE, "post", 401): lambda df: expect_unauthorized(df, "POST", RESTORE, json={}),
     (RESTORE, "post", 404): lambda df: seeded(df).request("POST", f"{CP}/{FAKE_ID}/restore", json={}),
+    (RESTORE, "post", 409): lambda df: while_creating(df, "POST", RESTORE),
     (RESTORE, "post", 410): lambda df: expired(df, {}),
     (RESTORE, "post", 413): lambda df: with_cp(df, "POST", RESTORE, data=BIG, headers={"Content-Type": "application/json"}),
     (RESTORE, "post", 415): lambda df: with_cp(df, "POST", RESTORE, data="{}", headers=TEXT),
     ("/v1/health", "get", 200): lambda df: token_daemon(df).request("GET", "/v1/health"),
     ("/metrics", "get", 200): lambda df: seeded(df).request("GET", "/metrics"),
     ("/metrics", "get", 401): lambda df: expect_unauthorized(df, "GET", "/metrics"),
+    # host mode
+    ("/create", "get", 400): lambda df: host_daemon(df).request("GET", "/create"),
+    ("/create", "get", 401): lambda df: host_daemon(df, "tok").request("GET", "/create", headers=HANDSHAKE),
+    ("/attach/{sandbox_id}", "get", 101): ws_attach,
+    ("/attach/{sandbox_id}", "get", 400): lambda df: host_daemon(df).request("GET", "/attach/sb-1"),
+    ("/attach/{sandbox_id}", "get", 401): lambda df: host_daemon(df, "tok").request("GET", "/attach/sb-1", headers=HANDSHAKE),
+    ("/attach/{sandbox_id}", "get", 404): lambda df: host_daemon(df).request("GET", "/attach/-bad!id", headers=HANDSHAKE),
 }
 
 UNPROVOKABLE = {
     (CP, "get", 500): "listing reads memory only; no outside trigger makes it fail",
     (ONE, "get", 500): "a get reads memory only; no outside trigger makes it fail",
-    (ONE, "delete", 409): "delete waits for the operation lock, so it never sees a checkpoint still "
-                          "'creating'; only a record stuck in 'deleting' after a failed removal conflicts",
     (ONE, "delete", 500): "needs an I/O error while removing checkpoint data",
-    (RESTORE, "post", 409): "restore waits for the operation lock like delete (see there)",
     (RESTORE, "post", 500): "needs an I/O error while swapping a root back",
     (RESTORE, "post", 507): "needs a root filesystem that fills up in the middle of a restore",
     ("/metrics", "get", 500): "only when rendering runs out of memory",
+    ("/create", "get", 101): "starts a gVisor sandbox with runsc: covered by the host-mode tests",
+    ("/create", "get", 500): "only when the session cannot be allocated",
+    ("/attach/{sandbox_id}", "get", 500): "only when the session cannot be allocated",
 }
 
 
 def test_every_documented_status_is_covered():
-    documented = set(spec_statuses())
+    documented = set(spec_statuses("sandbox")) | set(spec_statuses("host"))
     covered = set(PROVOKE) | set(UNPROVOKABLE)
     assert not set(PROVOKE) & set(UNPROVOKABLE)
     assert documented - covered == set(), "documented statuses with no test: add them to PROVOKE"
@@ -300,6 +360,32 @@ def test_status(daemon_factory, path, method, status):
     check_response(r, path, method)
     if status >= 400:
         assert r.headers["Content-Type"].startswith("application/problem+json")
+
+
+def test_host_health_fits_the_spec(daemon_factory):
+    r = host_daemon(daemon_factory, "tok").request("GET", "/v1/health")
+    assert r.status_code == 200 and r.json()["mode"] == "host"
+    check_response(r, "/v1/health", "get")
+    assert not validate(r.json(), SPEC["components"]["schemas"]["HostHealth"])
+
+
+def test_overlay_forms_fit_the_spec(daemon_factory):
+    """The overlay backend's health, records and restore report (with a
+    process that keeps the root busy, so busy_processes shows)."""
+    d = daemon_factory(backend="overlay", config={"cleanup_interval_secs": 3600})
+    check_response(d.request("GET", "/v1/health"), "/v1/health", "get")
+    assert "overlay_roots" in d.health()
+    (d.roots[0] / "a").write_text("1")
+    cid = check_response(d.request("POST", CP, json={"name": "o"}), CP, "post").json()["checkpoint_id"]
+    check_response(d.request("GET", f"{CP}/{cid}"), ONE, "get")
+    holder = subprocess.Popen(["sleep", "60"], cwd=str(d.roots[0]))
+    try:
+        r = check_response(d.request("POST", f"{CP}/{cid}/restore", json={}), RESTORE, "post")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert any(p["pid"] == holder.pid for p in r.json().get("busy_processes", [])), r.text
+    check_response(d.request("GET", CP), CP, "get")
 
 
 def test_restore_if_expired_fresh_fits_the_spec(daemon_factory):
@@ -352,10 +438,11 @@ def fill(path):
     return path.replace("{id}", FAKE_ID).replace("{sandbox_id}", "sb-1")
 
 
-def test_allow_header_names_exactly_the_spec_methods(daemon_factory):
-    d = seeded(daemon_factory)
+@pytest.mark.parametrize("mode", ["sandbox", "host"])
+def test_allow_header_names_exactly_the_spec_methods(daemon_factory, mode):
+    d = seeded(daemon_factory) if mode == "sandbox" else host_daemon(daemon_factory)
     for path, item in SPEC["paths"].items():
-        if item.get("x-mode") == "host":
+        if item.get("x-mode", "sandbox") != mode and path != "/v1/health":
             continue
         want = {m.upper() for m in HTTP_METHODS if m in item}
         r = d.request("PATCH", fill(path))
@@ -387,10 +474,12 @@ def template_match(path, mode="sandbox"):
     return None
 
 
-def test_paths_outside_the_spec_are_not_served(daemon_factory):
-    d = seeded(daemon_factory)
-    for path in CANDIDATES:
-        if template_match(fill(path)):
+@pytest.mark.parametrize("mode", ["sandbox", "host"])
+def test_paths_outside_the_spec_are_not_served(daemon_factory, mode):
+    d = seeded(daemon_factory) if mode == "sandbox" else host_daemon(daemon_factory)
+    paths = CANDIDATES + [p for p, i in SPEC["paths"].items() if i.get("x-mode", "sandbox") != mode]
+    for path in paths:
+        if template_match(fill(path), mode) or (path == "/v1/health"):
             continue  # e.g. /v1/checkpoints/import is checkpoint "import"
         for method in ("PATCH", "GET"):
             r = d.request(method, fill(path))
