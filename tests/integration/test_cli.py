@@ -244,3 +244,24 @@ def test_restore_expired(d):
     out = ok(ckpt(d, "restore", cid, "--if-expired", "fresh")).stdout
     assert "reset to their base" in out
     ok(ckpt(d, "restore", cid, "--force"))
+
+
+def test_failed_async_create_on_a_terminal(daemon_factory):
+    """The state dir on a 1 MiB tmpfs: the create runs out of space in the
+    background, the bar stops and the daemon's reason reaches stderr."""
+    d = daemon_factory(start=False)
+    d.state_dir.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d.state_dir)], check=True)
+    d.start()
+    (d.roots[0] / "big.bin").write_bytes(os.urandom(4 << 20))
+    master, slave = os.openpty()
+    e = {k: v for k, v in os.environ.items() if not k.startswith("CKPTD_")}
+    p = subprocess.run([CKPT, "--url", d.url, "create", "no-room"], stdout=slave, stderr=subprocess.PIPE,
+                       env=e, timeout=60, text=True)
+    os.close(slave)
+    os.close(master)
+    assert p.returncode == 1, p.stderr
+    assert 'ended in state "failed"' in p.stderr and "(insufficient_storage)" in p.stderr, p.stderr
+    assert (d.roots[0] / "big.bin").stat().st_size == 4 << 20
+    piped = ckpt(d, "create", "no-room-piped")
+    assert piped.returncode == 1 and "insufficient_storage" in piped.stderr, piped.stderr
