@@ -151,53 +151,41 @@ static void stop_now(struct host *h, struct sandbox *sb, const char *why)
 	pthread_mutex_unlock(&h->mu);
 }
 
-enum bg_action { BG_NONE, BG_RENEW, BG_IDLE };
+enum bg_action { BG_NONE, BG_HANDOFF, BG_LOST, BG_IDLE };
 
-/* Claim one sandbox needing work (marking it busy for checkpoints), under h->mu. */
+/* Renew a due lock, under h->mu (lock files are small; sessions keep
+ * streaming meanwhile, they do not take h->mu to send). */
+static enum bg_action renew_locked(struct host *h, struct sandbox *sb, int64_t now_s)
+{
+	char waiter[LOCKS_NAME_MAX] = "";
+	int r = locks_renew(h->locks_fd, sb->id, h->instance_id, now_s, waiter);
+
+	if (r == -ESTALE || (r < 0 && now_s - sb->renewed_at >= h->lock_ttl))
+		return BG_LOST;
+	if (r == 0)
+		sb->renewed_at = now_s;
+	/* a waiter wants it: hand over, but let a running execution finish */
+	return (r == 0 && waiter[0] && !sb->exec_running) ? BG_HANDOFF : BG_NONE;
+}
+
+/* Renew what is due and claim one sandbox needing work, under h->mu. */
 static struct sandbox *next_work(struct host *h, enum bg_action *act, int64_t now_s)
 {
 	for (struct sandbox *sb = h->sandboxes; sb; sb = sb->next) {
 		if (sb->state != SB_RUNNING)
 			continue;
-		bool idle = !sb->client && !sb->exec_running && sb->idle_timeout_s > 0 &&
-			    mono_ms() - sb->detached_mono_ms >= sb->idle_timeout_s * 1000;
-		if (idle) {
+		*act = BG_NONE;
+		if (!sb->client && !sb->exec_running && sb->idle_timeout_s > 0 &&
+		    mono_ms() - sb->detached_mono_ms >= sb->idle_timeout_s * 1000)
 			*act = BG_IDLE;
-			sb->state = SB_BUSY;
-			return sb;
-		}
-		if (sb->checkpointable && now_s - sb->renewed_at >= h->lock_renew) {
-			*act = BG_RENEW;
+		else if (sb->checkpointable && now_s - sb->renewed_at >= h->lock_renew)
+			*act = renew_locked(h, sb, now_s);
+		if (*act != BG_NONE) {
 			sb->state = SB_BUSY;
 			return sb;
 		}
 	}
 	return NULL;
-}
-
-static void renew(struct host *h, struct sandbox *sb, int64_t now_s)
-{
-	char waiter[LOCKS_NAME_MAX] = "";
-	int r = locks_renew(h->locks_fd, sb->id, h->instance_id, now_s, waiter);
-	bool exec;
-
-	if (r == -ESTALE || (r < 0 && now_s - sb->renewed_at >= h->lock_ttl)) {
-		stop_now(h, sb, "the sandbox moved to another instance");
-		return;
-	}
-	pthread_mutex_lock(&h->mu);
-	if (r == 0)
-		sb->renewed_at = now_s;
-	exec = sb->exec_running;
-	pthread_mutex_unlock(&h->mu);
-	/* a waiter wants it: hand over, but let a running execution finish */
-	if (r == 0 && waiter[0] && !exec) {
-		leave(h, sb, true, "handoff");
-		return;
-	}
-	pthread_mutex_lock(&h->mu);
-	sb->state = SB_RUNNING;
-	pthread_mutex_unlock(&h->mu);
 }
 
 static void bg_tick(struct host *h)
@@ -212,8 +200,10 @@ static void bg_tick(struct host *h)
 		pthread_mutex_unlock(&h->mu);
 		if (!sb)
 			return;
-		if (act == BG_RENEW)
-			renew(h, sb, now_s);
+		if (act == BG_LOST)
+			stop_now(h, sb, "the sandbox moved to another instance");
+		else if (act == BG_HANDOFF)
+			leave(h, sb, true, "handoff");
 		else
 			leave(h, sb, sb->checkpointable, "idle timeout");
 	}

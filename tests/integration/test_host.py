@@ -1,0 +1,369 @@
+"""Host mode with real runsc: two ckptd --mode host instances sharing one
+checkpoint volume (a temp dir), driven over WebSocket with the example client
+library (examples/host/sandbox_client.py)."""
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+import websocket
+
+from conftest import CKPTD, TOP, free_port
+
+sys.path.insert(0, str(TOP / "examples" / "host"))
+from sandbox_client import Sandbox, SandboxError  # noqa: E402
+
+LOCK_TTL = 3
+
+
+class HostInstance:
+    def __init__(self, name, base, volume, bucket=True):
+        self.name = name
+        self.port = free_port()
+        self.url = "ws://127.0.0.1:%d" % self.port
+        self.http = "http://127.0.0.1:%d" % self.port
+        self.state = base / ("state-" + name)
+        self.volume = volume
+        self.bucket = bucket
+        self.cfg = base / ("cfg-" + name + ".json")
+        self.cfg.write_text(json.dumps({"lock_ttl_secs": LOCK_TTL, "lock_renew_secs": 1}))
+        self.logf = base / ("log-" + name)
+        self.proc = None
+
+    @property
+    def runsc_root(self):
+        return self.state / "sandboxes" / self.name / "runsc"
+
+    def start(self):
+        env = dict(os.environ)
+        env.pop("SANDBOX_CHECKPOINT_BUCKET", None)
+        env.pop("SANDBOX_CHECKPOINT_MOUNT_PATH", None)
+        if self.bucket:
+            env["SANDBOX_CHECKPOINT_BUCKET"] = "test-bucket"
+            env["SANDBOX_CHECKPOINT_MOUNT_PATH"] = str(self.volume)
+        with open(self.logf, "ab") as log:
+            self.proc = subprocess.Popen(
+                [CKPTD, "--mode", "host", "--listen", "127.0.0.1:%d" % self.port,
+                 "--state-dir", str(self.state), "--instance-id", self.name,
+                 "--config", str(self.cfg), "-v"], stdout=log, stderr=log, env=env)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            assert self.proc.poll() is None, self.log()
+            try:
+                if requests.get(self.http + "/v1/health", timeout=1).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("host instance did not come up:\n" + self.log())
+
+    def health(self):
+        return requests.get(self.http + "/v1/health", timeout=5).json()
+
+    def containers(self):
+        out = subprocess.run(["runsc", "--root", str(self.runsc_root), "list", "-quiet"],
+                             capture_output=True, text=True)
+        return [line for line in out.stdout.split() if line]
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(60)
+
+    def kill9(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def log(self):
+        return self.logf.read_text(errors="replace") if self.logf.exists() else ""
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    made = []
+
+    def make(name, bucket=True):
+        h = HostInstance(name, tmp_path, volume, bucket).start()
+        made.append(h)
+        return h
+
+    make.volume = volume
+    yield make
+    for h in made:
+        h.stop()
+    for h in made:  # nothing may outlive its instance (the reaper's job after kill -9)
+        deadline = time.time() + 20
+        while h.containers() and time.time() < deadline:
+            time.sleep(0.2)
+        left = h.containers()
+        for c in left:
+            subprocess.run(["runsc", "--root", str(h.runsc_root), "delete", "-force", c])
+        assert not left, "containers left behind by %s: %s" % (h.name, left)
+
+
+def events_until_close(sb, limit=50):
+    out = []
+    for _ in range(limit):
+        ev = sb.recv_event()
+        if ev is None:
+            break
+        out.append(ev)
+    return out
+
+
+def statuses(evs):
+    return [e["status"] for e in evs if e.get("event") == "status_update"]
+
+
+def errors(evs):
+    return [e["message"] for e in evs if e.get("event") == "error"]
+
+
+def raw_attach(url, sandbox_id):
+    sb = Sandbox(websocket.create_connection(url + "/attach/" + sandbox_id, timeout=60))
+    sb.sandbox_id = sandbox_id
+    return sb
+
+
+def checkpointed(inst, code="x = 41"):
+    """A checkpoint-enabled sandbox with `code` run, checkpointed: its id."""
+    sb = Sandbox.create(inst.url, enable_checkpoint=True)
+    assert sb.run("python", code).exit_code == 0
+    assert sb.checkpoint() == 1000
+    return sb.sandbox_id
+
+
+def test_create_execute_stream(hosts):
+    a = hosts("A")
+    sb = Sandbox.create(a.url, idle_timeout=60)
+    assert sb.statuses == ["SANDBOX_CREATING", "SANDBOX_RUNNING"]
+    assert sb.sandbox_id and sb.events[1] == {"event": "sandbox_id", "sandbox_id": sb.sandbox_id}
+
+    # output streams as it is produced: the first line arrives long before the end
+    seen = []
+    t0 = time.time()
+    res = sb.run("python", "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')",
+                 on_output=lambda k, d: seen.append((time.time() - t0, d)))
+    assert res.stdout == "first\nsecond\n" and res.exit_code == 0
+    assert seen[0][1].startswith("first") and seen[-1][0] - seen[0][0] > 1.0
+    assert [e["event"] for e in res.events][0] == "status_update"
+
+    res = sb.run("bash", "echo world; echo oops >&2; exit 3")
+    assert (res.stdout, res.stderr, res.exit_code) == ("world\n", "oops\n", 3)
+    res = sb.run("python", "import subprocess; subprocess.run(['echo', 'child']); 1/0")
+    assert res.stdout == "child\n" and "ZeroDivisionError" in res.stderr and res.exit_code == 1
+    res = sb.run("python", "print('é\\u00e9 ✓')")
+    assert res.stdout == "éé ✓\n"
+    res = sb.run("ruby", "puts 1")
+    assert res.error == "SANDBOX_EXECUTION_ERROR" and "unsupported language" in res.message
+
+    # one execution at a time
+    sb.send({"language": "bash", "code": "sleep 1; echo done"})
+    sb.send({"language": "bash", "code": "echo second"})
+    evs = []
+    while not evs or evs[-1].get("status") != "SANDBOX_EXECUTION_DONE":
+        evs.append(sb.recv_event())
+    assert statuses(evs) == ["SANDBOX_EXECUTION_RUNNING", "SANDBOX_EXECUTION_ERROR", "SANDBOX_EXECUTION_DONE"]
+    assert errors(evs) and "".join(e.get("data", "") for e in evs) == "done\n"
+
+    # one client per sandbox
+    other = raw_attach(a.url, sb.sandbox_id)
+    evs = events_until_close(other)
+    assert statuses(evs) == ["SANDBOX_IN_USE"] and other.close_code == 4000
+    # the owner's session is unaffected
+    assert sb.run("python", "print(6 * 7)").stdout == "42\n"
+    assert a.health()["sandboxes"] == 1
+
+    # a sandbox without checkpointing: checkpoint fails and closes with 4000
+    sb.send({"action": "checkpoint"})
+    evs = events_until_close(sb)
+    assert statuses(evs) == ["SANDBOX_CHECKPOINTING", "SANDBOX_CHECKPOINT_ERROR"] and sb.close_code == 4000
+
+    # reattach after the client left: same process, same globals
+    sb2 = Sandbox.attach(a.url, sb.sandbox_id)
+    assert sb2.statuses == ["SANDBOX_RUNNING"]
+    sb2.close()
+
+
+def test_no_bucket_and_unknown_sandbox(hosts):
+    a = hosts("A", bucket=False)
+    with pytest.raises(SandboxError) as e:
+        Sandbox.create(a.url, enable_checkpoint=True)
+    assert e.value.status == "SANDBOX_CREATION_ERROR" and e.value.close_code == 4000
+    assert "SANDBOX_CHECKPOINT_BUCKET" in e.value.message
+    # an unknown sandbox: RESTORING, then NOT_FOUND and 1011
+    for inst in (a, hosts("B")):
+        sb = raw_attach(inst.url, "sandbox-doesnotexist")
+        evs = events_until_close(sb)
+        assert statuses(evs) == ["SANDBOX_RESTORING", "SANDBOX_NOT_FOUND"] and sb.close_code == 1011
+    # a bad first message
+    sb = Sandbox(websocket.create_connection(a.url + "/create", timeout=30))
+    sb.ws.send("not json")
+    evs = events_until_close(sb)
+    assert statuses(evs) == ["SANDBOX_CREATION_ERROR"] and sb.close_code == 4000
+    # plain HTTP on a WebSocket route
+    assert requests.get(a.http + "/create", timeout=5).status_code == 400
+
+
+def test_checkpoint_then_restore_on_other_instance(hosts):
+    a, b = hosts("A"), hosts("B")
+    sb = Sandbox.create(a.url, idle_timeout=120, enable_checkpoint=True)
+    assert sb.run("python", "x = 41\nimport os\nopen('/root/note', 'w').write('kept')").exit_code == 0
+
+    # checkpoint during an execution: refused, the connection and the output go on
+    sb.send({"language": "python", "code": "import time; time.sleep(1.5); print('still here')"})
+    assert sb.recv_event()["status"] == "SANDBOX_EXECUTION_RUNNING"
+    sb.send({"action": "checkpoint"})
+    evs = []
+    while not evs or evs[-1].get("status") != "SANDBOX_EXECUTION_DONE":
+        evs.append(sb.recv_event())
+    assert statuses(evs) == ["SANDBOX_CHECKPOINTING", "SANDBOX_EXECUTION_IN_PROGRESS_ERROR",
+                             "SANDBOX_EXECUTION_DONE"]
+    assert errors(evs) == ["Cannot checkpoint while an execution is in progress."]
+    assert "".join(e.get("data", "") for e in evs) == "still here\n"
+
+    t0 = time.time()
+    assert sb.checkpoint() == 1000
+    ckpt_s = time.time() - t0
+    assert sb.statuses[-2:] == ["SANDBOX_CHECKPOINTING", "SANDBOX_CHECKPOINTED"]
+    vol = hosts.volume / sb.sandbox_id
+    latest = (vol / "checkpoints" / "latest").read_text()
+    assert latest.startswith("checkpoint_") and (vol / "checkpoints" / latest / "checkpoint.img").exists()
+    meta = json.loads((vol / "metadata.json").read_text())
+    assert meta["idle_timeout"] == 120 and meta["runsc_version"] == a.health()["runsc_version"]
+    assert meta["cpu_features"] and meta["created_at"].endswith("Z") and meta["latest"] == latest
+    assert not (hosts.volume / "locks" / (sb.sandbox_id + ".lock")).exists()
+    assert a.health()["sandboxes"] == 0 and a.containers() == []
+
+    t0 = time.time()
+    sb2 = Sandbox.attach(b.url, sb.sandbox_id)
+    restore_s = time.time() - t0
+    assert sb2.statuses == ["SANDBOX_RESTORING", "SANDBOX_RUNNING"]
+    assert sb2.run("python", "print(x + 1)").stdout == "42\n"
+    assert sb2.run("bash", "cat /root/note").stdout == "kept"
+    lock = json.loads((hosts.volume / "locks" / (sb.sandbox_id + ".lock")).read_text())
+    assert lock["owner"] == "B" and isinstance(lock["timestamp"], int)
+    print("checkpoint %.2fs, restore on the other instance %.2fs" % (ckpt_s, restore_s))
+    sb2.close()
+
+
+def test_live_handoff(hosts):
+    a, b = hosts("A"), hosts("B")
+    sb = Sandbox.create(a.url, enable_checkpoint=True)
+    assert sb.run("python", "counter = 7").exit_code == 0
+    sid = sb.sandbox_id
+    lock = json.loads((hosts.volume / "locks" / (sid + ".lock")).read_text())
+    assert lock["owner"] == "A"
+    sb.close()
+
+    # B answers RESTORING at once, waits as the lock's waiter; A hands over
+    t0 = time.time()
+    sb2 = raw_attach(b.url, sid)
+    first = sb2.recv_event()
+    assert first == {"event": "status_update", "status": "SANDBOX_RESTORING"}
+    sb2.wait_status("SANDBOX_RUNNING")
+    handoff_s = time.time() - t0
+    assert handoff_s < LOCK_TTL + 5
+    assert sb2.run("python", "counter += 1; print(counter)").stdout == "8\n"
+    assert a.health()["sandboxes"] == 0 and a.containers() == []
+    assert b.containers() == [sid]
+    lock = json.loads((hosts.volume / "locks" / (sid + ".lock")).read_text())
+    assert lock["owner"] == "B" and "waiter" not in lock
+    print("live handoff A->B %.2fs" % handoff_s)
+
+    # and back again, from B to A
+    sb2.close()
+    sb3 = Sandbox.attach(a.url, sid)
+    assert sb3.run("python", "print(counter)").stdout == "8\n"
+    assert b.containers() == []
+    sb3.close()
+
+
+def test_kill9_owner_then_takeover(hosts):
+    a, b = hosts("A"), hosts("B")
+    sid = checkpointed(a, "x = 41")
+    sb = Sandbox.attach(a.url, sid)            # running on A again, A holds the lock
+    assert sb.run("python", "y = 'lost with A'; print(x)").stdout == "41\n"
+    sb.close()
+    a.kill9()
+    # the reaper removes A's container: no second running copy
+    deadline = time.time() + 20
+    while a.containers() and time.time() < deadline:
+        time.sleep(0.2)
+    assert a.containers() == []
+
+    t0 = time.time()
+    sb2 = Sandbox.attach(b.url, sid)
+    took = time.time() - t0
+    assert sb2.statuses == ["SANDBOX_RESTORING", "SANDBOX_RUNNING"]
+    res = sb2.run("python", "print(x)\nprint('y' in globals())")
+    assert res.stdout == "41\nFalse\n"   # from the latest checkpoint
+    lock = json.loads((hosts.volume / "locks" / (sid + ".lock")).read_text())
+    assert lock["owner"] == "B"
+    print("takeover after kill -9 took %.2fs (lock ttl %ds)" % (took, LOCK_TTL))
+    sb2.close()
+
+
+def test_restore_errors(hosts):
+    a, b = hosts("A"), hosts("B")
+    sid = checkpointed(a)
+    meta_path = hosts.volume / sid / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+
+    def attach_fails(expect):
+        sb = raw_attach(b.url, sid)
+        evs = events_until_close(sb)
+        assert statuses(evs) == ["SANDBOX_RESTORING", "SANDBOX_RESTORE_ERROR"], evs
+        assert sb.close_code == 4000
+        assert not (hosts.volume / "locks" / (sid + ".lock")).exists()
+        assert b.containers() == []
+        msg = errors(evs)[0]
+        for word in expect:
+            assert word in msg, msg
+        return msg
+
+    meta_path.write_text(json.dumps(dict(meta, runsc_version="0.0~19990101.0")))
+    attach_fails(["0.0~19990101.0", meta["runsc_version"]])
+
+    meta_path.write_text(json.dumps(dict(meta, cpu_features=meta["cpu_features"] + ["fakefeat1", "fakefeat2"])))
+    attach_fails(["fakefeat1", "fakefeat2"])
+
+    meta_path.write_text(json.dumps(meta))
+    img = hosts.volume / sid / "checkpoints" / meta["latest"] / "checkpoint.img"
+    good = img.read_bytes()
+    img.write_bytes(b"garbage" * 1000)
+    attach_fails(["runsc restore"])
+
+    img.write_bytes(good)
+    sb = Sandbox.attach(b.url, sid)
+    assert sb.run("python", "print(x)").stdout == "41\n"
+    sb.close()
+
+
+def test_idle_timeout(hosts):
+    a = hosts("A")
+    keep = Sandbox.create(a.url, idle_timeout=1, enable_checkpoint=True)
+    assert keep.run("python", "z = 'idle'").exit_code == 0
+    gone = Sandbox.create(a.url, idle_timeout=1)
+    keep.close()
+    gone.close()
+    deadline = time.time() + 15
+    while a.health()["sandboxes"] and time.time() < deadline:
+        time.sleep(0.2)
+    assert a.health()["sandboxes"] == 0 and a.containers() == []
+    # checkpointed and released: attach restores it; the other was destroyed
+    assert (hosts.volume / keep.sandbox_id / "checkpoints" / "latest").exists()
+    sb = Sandbox.attach(a.url, keep.sandbox_id)
+    assert sb.run("python", "print(z)").stdout == "idle\n"
+    sb.close()
+    sb = raw_attach(a.url, gone.sandbox_id)
+    evs = events_until_close(sb)
+    assert statuses(evs) == ["SANDBOX_RESTORING", "SANDBOX_NOT_FOUND"] and sb.close_code == 1011
