@@ -40,6 +40,7 @@ enum {
 	OPT_NAME, OPT_FORCE, OPT_IF_EXPIRED,
 };
 
+/* In the order of the enum above: ckpt_parse_opt indexes it by c - OPT_URL. */
 static const struct option ckpt_options[] = {
 	{ "url", required_argument, NULL, OPT_URL },
 	{ "socket", required_argument, NULL, OPT_SOCKET },
