@@ -226,7 +226,16 @@ int engine_drop(struct engine *e, json_t *rec, ckpt_error *err)
 	int r;
 
 	json_object_set_new(rec, "status", json_string("deleting"));
-	if ((r = catalog_put(e->catalog, rec, err)) < 0)
+	if ((r = catalog_put(e->catalog, rec, err)) == -ENOSPC || r == -EDQUOT) {
+		/* A full disk must not block the delete that frees it: drop the record
+		 * first instead; the backend's recover() removes orphaned data. */
+		if ((r = catalog_remove(e->catalog, id, err)) < 0)
+			return r;
+		if (e->backend->remove && e->backend->remove(e->bst, id, json_object_get(rec, "_backend"), NULL) < 0)
+			log_warn("data of \"%s\" is left until the next start", id);
+		return 0;
+	}
+	if (r < 0)
 		return r;
 	if (e->backend->remove && (r = e->backend->remove(e->bst, id, json_object_get(rec, "_backend"), err)) < 0)
 		return err_prefix(err, "cannot remove data of '%s'", id);

@@ -267,3 +267,26 @@ def test_async_create_and_progress(daemon_factory):
     assert rep["ok"] is True
     assert_same_tree(tree, tree_state(root))
     check_progress(seen, 200)
+
+
+def test_delete_works_on_a_full_disk(daemon_factory):
+    """Deleting is how a user frees space: it must work when the disk is full."""
+    d = daemon_factory(backend="tar", start=False, config=FAR)
+    (d.roots[0] / "f").write_bytes(os.urandom(300_000))
+    with tmpfs(d.state_dir, "2m"):
+        d.start()
+        a = d.create("a")
+        filler = d.state_dir / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:  # take every block that is left
+            while os.write(fd, b"\1" * 4096) > 0:
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        d.delete(a["checkpoint_id"])
+        assert d.list() == []
+        assert traces(d, a["checkpoint_id"]) == []
+        filler.unlink()
+        d.stop()
