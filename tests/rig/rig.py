@@ -39,7 +39,7 @@ def free_port():
 
 def build_rootfs():
     """The cached rootfs, built on first use (about a minute, then instant)."""
-    out = subprocess.run([str(HERE / "rootfs.sh")], check=True, capture_output=True, text=True)
+    out = subprocess.run([str(HERE / "rootfs.sh"), "--path"], check=True, capture_output=True, text=True)
     return pathlib.Path(out.stdout.strip().splitlines()[-1])
 
 

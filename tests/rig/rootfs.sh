@@ -2,7 +2,8 @@
 # Build, once, the Debian rootfs the systemd rig boots with systemd-nspawn.
 # Idempotent: a stamp file marks a finished build; an interrupted build never
 # leaves a half rootfs behind (it is built in a temp dir, then renamed).
-#   rootfs.sh          build if missing, print the rootfs path
+#   rootfs.sh          build if missing (silent when cached)
+#   rootfs.sh --path   the same, then print the rootfs path
 #   rootfs.sh --force  rebuild
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,15 +20,19 @@ stamp=$rootfs/.ckptd-rig-stamp
 pkgs=systemd,systemd-sysv,dbus,python3,curl,procps,libmicrohttpd12,libjansson4
 pkgs=$pkgs,libarchive13,libsystemd0,libcurl4,libzstd1,attr
 
+print_path() { [ "${1:-}" != --path ] || echo "$rootfs"; }
+mkdir -p "$cache"
+# One build at a time; a caller that finds a build running waits for it.
+exec 9>"$cache/.lock"
+flock 9
 if [ "${1:-}" != --force ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$version" ]; then
-	echo "$rootfs"
+	print_path "${1:-}"
 	exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
 	echo "rootfs.sh: must run as root (debootstrap)" >&2
 	exit 1
 fi
-mkdir -p "$cache"
 tmp=$(mktemp -d "$cache/build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 mirror=${CKPTD_RIG_MIRROR:-http://deb.debian.org/debian}
@@ -47,4 +52,4 @@ rm -f "$apt_clean"/*.deb 2>/dev/null || true
 echo "$version" >"$tmp/root/.ckptd-rig-stamp"
 rm -rf "$rootfs"
 mv "$tmp/root" "$rootfs"
-echo "$rootfs"
+print_path "${1:-}"
