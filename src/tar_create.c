@@ -206,6 +206,8 @@ static int archive_one(struct cctx *c, int dirfd, const char *name, const char *
 	if (!tar_type_of(st.st_mode) || (st.st_dev == c->o->skip_dev && st.st_ino == c->o->skip_ino))
 		return 0; /* sockets cannot be archived; the state dir is not content */
 	fd = open_entry(dirfd, name, &st);
+	if (fd < 0 && errno == ENOENT)
+		return 0; /* removed since readdir */
 	if ((S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) && (fd < 0 || fstat(fd, &st) < 0))
 		return err_set(c->err, errno, NULL, "cannot open '%s': %m", path);
 	r = describe(c, dirfd, name, path, &st, fd, ae, &me);
