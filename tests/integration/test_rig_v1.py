@@ -1,7 +1,8 @@
 """ckptd under a real systemd on the legacy cgroup v1 hierarchies, where
 systemd cannot freeze units: a create still succeeds and says so honestly
 (no frozen_services, a reason per unit), and restores still stop and start,
-killing a unit that ignores SIGTERM after service_timeout_secs."""
+killing a unit that ignores SIGTERM after service_timeout_secs. This rig uses
+the tar backend, so the services step is shown with both backends."""
 import pathlib
 import sys
 
@@ -14,7 +15,7 @@ import samples  # noqa: E402
 
 @pytest.fixture(scope="module")
 def rig():
-    with samples.sample_rig(unified=False, service_timeout_secs=2) as r:
+    with samples.sample_rig(unified=False, service_timeout_secs=2, backend="tar") as r:
         r.systemctl("start", "ckptd.socket", "ckptd.service")
         r.systemctl("start", "web.service", "worker.service")
         yield r

@@ -77,15 +77,15 @@ WatchdogSec=2s
     }
 
 
-def sample_rig(unified=True, service_timeout_secs=10):
-    """A Rig (not yet booted) with ckptd managing /srv/app over the overlay
-    backend; .api and .web are the URLs of ckptd and of the web app."""
+def sample_rig(unified=True, service_timeout_secs=10, backend="overlay"):
+    """A Rig (not yet booted) with ckptd managing /srv/app; .api and .web are
+    the URLs of ckptd and of the web app."""
     api_port, web_port = rigmod.free_port(), rigmod.free_port()
     config = {
         "listen": [f"127.0.0.1:{api_port}"],
         "state_dir": "/var/lib/ckptd",
         "roots": ["/srv/app"],
-        "backend": "overlay",
+        "backend": backend,
         "services": ["auto", "fragile.service"],
         "service_timeout_secs": service_timeout_secs,
     }
