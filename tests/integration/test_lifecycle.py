@@ -187,6 +187,21 @@ def test_out_of_space_during_create(daemon_factory):
         st = os.statvfs(d.state_dir)
         assert st.f_bavail * st.f_frsize > 1 << 20  # its partial data was freed
 
+        # the same create in the background ends as "failed" with the reason
+        r = d.request("POST", "/v1/checkpoints", json={"name": "too-big-async", "async": True})
+        assert r.status_code == 202, r.text
+        cid = r.json()["checkpoint_id"]
+        deadline = time.monotonic() + 30
+        while d.get(cid)["status"] == "creating" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        rec = d.get(cid)
+        assert rec["status"] == "failed", rec
+        assert rec["error"]["code"] == "insufficient_storage"
+        assert 'ckptd_checkpoints{state="failed"} 1' in d.request("GET", "/metrics").text
+        assert set(state_files(d)) == set(before)
+        d.delete(cid)
+        assert_same_tree(live, tree_state(root))
+
         # the daemon still works: smaller trees fit again, restores run
         (root / "big.bin").unlink()
         (root / "after").write_text("after\n")
@@ -290,3 +305,26 @@ def test_delete_works_on_a_full_disk(daemon_factory):
         assert traces(d, a["checkpoint_id"]) == []
         filler.unlink()
         d.stop()
+
+
+def test_kill_during_async_create_leaves_nothing(daemon_factory):
+    d = daemon_factory(backend="tar", config=FAR)
+    root = d.roots[0]
+    fill_tree(root, 200 << 20, 100)
+    before = state_files(d)
+    r = d.request("POST", "/v1/checkpoints", json={"name": "killed", "async": True})
+    assert r.status_code == 202, r.text
+    cid = r.json()["checkpoint_id"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # kill it while it is writing
+        p = d.get(cid).get("progress")
+        if p and p["bytes_done"] > 0:
+            break
+        time.sleep(0.005)
+    assert d.get(cid)["status"] == "creating", "the create finished before the kill"
+    d.kill9()
+    d.start()
+    assert d.list() == []
+    assert traces(d, cid) == []
+    assert set(state_files(d)) == set(before)
+    d.create("after")  # and the next one works
