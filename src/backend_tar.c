@@ -248,8 +248,13 @@ static int do_restore(struct tar_state *s, const char *name, json_t *extra, stru
 	if (r < 0)
 		return r;
 	r = restore_roots(s, cfd, zstd, p, &sum, err);
-	if (r < 0)
-		return r; /* the intent stays: the next open runs the restore again */
+	if (r < 0) { /* the intent stays: the next open runs the restore again */
+		pthread_mutex_lock(&s->lock);
+		snprintf(s->pending, sizeof(s->pending), "%s", name);
+		snprintf(s->pending_msg, sizeof(s->pending_msg), "%.200s", err ? err->msg : "");
+		pthread_mutex_unlock(&s->lock);
+		return r;
+	}
 	r = intent_clear(s, err);
 	pthread_mutex_lock(&s->lock);
 	s->last = sum;
@@ -313,8 +318,6 @@ static void finish_interrupted(struct tar_state *s)
 		return;
 	}
 	log_debug("tar: interrupted restore of '%s' failed again: %s", name, err.msg);
-	snprintf(s->pending, sizeof(s->pending), "%s", name);
-	snprintf(s->pending_msg, sizeof(s->pending_msg), "%.200s", err.msg);
 }
 
 static int state_init(struct tar_state *s, const struct backend_ctx *ctx, ckpt_error *err)

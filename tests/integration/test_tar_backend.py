@@ -23,6 +23,9 @@ def add_backend_extras(root):
     os.setxattr(root / "sparse.img", "user.b", b"\x00\xff binary")
     os.link(root / "file.txt", root / "dir/sub/third-link")
     (root / "we ird\tname\nwith newline %41").write_text("odd\n")
+    (root / "ünïcødé-日本").write_text("utf-8 name\n")
+    with open(os.path.join(os.fsencode(root), b"latin1-\xe9\xff"), "w") as f:
+        f.write("not utf-8\n")
     os.chmod(root, 0o751)
     os.setxattr(root, "user.rootattr", b"r")
 
