@@ -43,6 +43,15 @@ def traces(d, cid):
     return [str(p) for p in pathlib.Path(d.state_dir).rglob("*") if cid in p.name]
 
 
+def start_async(d, name):
+    """POST an async create; returns the 202 record (state creating)."""
+    r = d.request("POST", "/v1/checkpoints", json={"name": name, "async": True})
+    assert r.status_code == 202, r.text
+    rec = r.json()
+    assert rec["status"] == "creating", rec
+    return rec
+
+
 def problem(r, status, code):
     assert r.status_code == status, r.text
     assert r.headers["Content-Type"].startswith("application/problem+json")
@@ -188,9 +197,7 @@ def test_out_of_space_during_create(daemon_factory):
         assert st.f_bavail * st.f_frsize > 1 << 20  # its partial data was freed
 
         # the same create in the background ends as "failed" with the reason
-        r = d.request("POST", "/v1/checkpoints", json={"name": "too-big-async", "async": True})
-        assert r.status_code == 202, r.text
-        cid = r.json()["checkpoint_id"]
+        cid = start_async(d, "too-big-async")["checkpoint_id"]
         deadline = time.monotonic() + 30
         while d.get(cid)["status"] == "creating" and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -250,11 +257,7 @@ def test_async_create_and_progress(daemon_factory):
     fill_tree(root, 200 << 20, 200)
     tree = tree_state(root)
 
-    r = d.request("POST", "/v1/checkpoints", json={"name": "big", "async": True})
-    assert r.status_code == 202, r.text
-    rec = r.json()
-    assert rec["status"] == "creating"
-    cid = rec["checkpoint_id"]
+    cid = start_async(d, "big")["checkpoint_id"]
     seen, stop = [], threading.Event()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -312,9 +315,7 @@ def test_kill_during_async_create_leaves_nothing(daemon_factory):
     root = d.roots[0]
     fill_tree(root, 200 << 20, 100)
     before = state_files(d)
-    r = d.request("POST", "/v1/checkpoints", json={"name": "killed", "async": True})
-    assert r.status_code == 202, r.text
-    cid = r.json()["checkpoint_id"]
+    cid = start_async(d, "killed")["checkpoint_id"]
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # kill it while it is writing
         p = d.get(cid).get("progress")
