@@ -42,6 +42,18 @@ def test_ready_only_after_listener_is_up(rig):
     assert p["WatchdogUSec"] == "2s"
     rig.systemctl("start", "web.service", "worker.service", "bystander.service")
     assert web_get(rig, "/index.html").text == "v1\n"
+    # A scope (as a login session would be) using the root: never stopped.
+    rig.sh("sh", "-c", "systemd-run --scope --unit=rig-user.scope /usr/bin/python3 -c "
+           "\"import os, time; os.chdir('/srv/app'); time.sleep(1e6)\" </dev/null >/dev/null 2>&1 &")
+    deadline = time.monotonic() + 10
+    while active(rig, "rig-user.scope") != "active" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert active(rig, "rig-user.scope") == "active"
+    pid = rig.sh("cat", "/sys/fs/cgroup/system.slice/rig-user.scope/cgroup.procs").stdout.split()[0]
+    deadline = time.monotonic() + 10
+    while rig.sh("readlink", f"/proc/{pid}/cwd").stdout.strip() != "/srv/app" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert rig.sh("readlink", f"/proc/{pid}/cwd").stdout.strip() == "/srv/app"
 
 
 def test_create_freezes_the_managed_units(rig):
@@ -76,6 +88,7 @@ def test_restore_stops_starts_and_serves_restored_content(rig):
         pid = main_pid(rig, u)
         assert pid and pid != before[u], f"{u} was not restarted"
     assert main_pid(rig, "bystander.service") == before["bystander.service"]
+    assert active(rig, "rig-user.scope") == "active"
     # The restarted web app sees the overlay ckptd mounted: the restored files.
     assert web_get(rig, "/index.html").text == "v1\n"
     assert web_get(rig, "/new.txt").status_code == 404
