@@ -48,6 +48,8 @@ static json_t *create_record(struct engine *e, const struct create_req *req, con
 {
 	int64_t now = now_ms();
 	int64_t ttl = req->has_ttl ? req->ttl_secs : e->cfg->default_ttl_secs;
+	if (ttl > TTL_MAX_SECS) /* a configured default is not checked like a request's */
+		ttl = TTL_MAX_SECS;
 	int64_t exp = ttl > 0 ? now + ttl * 1000 : 0;
 	char created[40], expires[40];
 	json_t *roots = json_array();
