@@ -12,6 +12,8 @@
 # stderr and returns 1 (3 when the daemon cannot be reached).
 # JSON is read with python3 when there is one, else with sed (flat fields
 # only); CKPTD_JSON=sed forces the sed reader.
+# `local` is not POSIX, but dash, bash, busybox ash and ksh all have it.
+# shellcheck shell=sh disable=SC3043
 
 ckptd_request() { # METHOD PATH [JSON-BODY] [curl args...]
 	local method="$1" path="$2" body="${3-}" base out status rc

@@ -16,14 +16,20 @@ here=$(cd "$(dirname "$0")" && pwd)
 ws=$(ckptd_workspace "${1-}") || exit 2
 fail_step="${2:-${CKPTD_FAIL_STEP:-3}}"
 
-step_prepare='mkdir -p app && echo "{\"stage\": \"prepared\", \"rows\": 3}" >app/config.json'
-step_fetch='mkdir -p app/data && printf "id,value\n1,10\n2,20\n3,30\n" >app/data/input.csv'
-step_build='mkdir -p app/build &&
-	awk -F, "NR > 1 { s += \$2 } END { print s }" app/data/input.csv >app/build/total.txt &&
-	echo "{\"stage\": \"built\", \"rows\": 3}" >app/config.json'
-step_test='total=$(cat app/build/total.txt)
-	if [ "$total" = 60 ]; then r=pass; else r=FAIL; fi
-	echo "total $total: $r" >app/report.txt'
+# The steps: shell code run in the workspace ($ in it expands there, not here).
+# shellcheck disable=SC2016
+step_code() {
+	case "$1" in
+	prepare) printf '%s\n' 'mkdir -p app && echo "{\"stage\": \"prepared\", \"rows\": 3}" >app/config.json' ;;
+	fetch) printf '%s\n' 'mkdir -p app/data && printf "id,value\n1,10\n2,20\n3,30\n" >app/data/input.csv' ;;
+	build) printf '%s\n' 'mkdir -p app/build &&
+		awk -F, "NR > 1 { s += \$2 } END { print s }" app/data/input.csv >app/build/total.txt &&
+		echo "{\"stage\": \"built\", \"rows\": 3}" >app/config.json' ;;
+	test) printf '%s\n' 'total=$(cat app/build/total.txt)
+		if [ "$total" = 60 ]; then r=pass; else r=FAIL; fi
+		echo "total $total: $r" >app/report.txt' ;;
+	esac
+}
 # Appended to the failing step: half-done work, then failure.
 sabotage='
 	echo "half written" >app/partial.tmp
@@ -48,7 +54,7 @@ for step in prepare fetch build test; do
 	checkpoints="$checkpoints $id"
 	second_last="$last"
 	last="$id"
-	eval "code=\$step_$step"
+	code=$(step_code "$step")
 	[ "$k" = "$fail_step" ] && code="$code$sabotage"
 	(cd "$ws" && sh -c "$code")
 	rc=$?
