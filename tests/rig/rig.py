@@ -56,13 +56,20 @@ def cgroup_roots():
     return found
 
 
-def rmdir_tree(path):
-    """Remove a cgroup directory tree (only rmdir works there), deepest first."""
-    for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda t: -t[0].count("/")):
-        try:
-            os.rmdir(dirpath)
-        except OSError:
-            pass
+def rmdir_tree(path, timeout=5):
+    """Remove a cgroup directory tree (only rmdir works there), deepest first;
+    killed processes leave their cgroup a moment after they are reaped."""
+    deadline = time.monotonic() + timeout
+    while os.path.exists(path):
+        for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda t: -t[0].count("/")):
+            try:
+                os.rmdir(dirpath)
+            except OSError:
+                pass
+        if time.monotonic() > deadline:
+            return
+        if os.path.exists(path):
+            time.sleep(0.05)
 
 
 class Rig:
@@ -81,6 +88,7 @@ class Rig:
         self.proc = None
         self.pid = None
         self.cgroups = []
+        self.stop_timeout = 30  # seconds for an orderly poweroff, then SIGKILL
 
     # -- setup ---------------------------------------------------------------
     def __enter__(self):
@@ -220,8 +228,15 @@ class Rig:
             # nspawn turns SIGTERM into an orderly poweroff of the container.
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=self.stop_timeout)
             except subprocess.TimeoutExpired:
+                # Killing nspawn alone would orphan the container: kill its
+                # init, which takes every process of its pid namespace along.
+                if self.pid:
+                    try:
+                        os.kill(self.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
                 self.proc.kill()
                 self.proc.wait()
         if self.proc:
