@@ -57,13 +57,13 @@ static json_t *create_record(struct engine *e, const struct create_req *req, con
 	for (size_t i = 0; i < e->cfg->n_roots; i++)
 		json_array_append_new(roots, json_string(e->cfg->roots[i]));
 	fmt_rfc3339_ms(now, created, sizeof(created));
-	return json_pack("{s:s, s:s, s:s, s:s, s:o, s:n, s:i, s:i, s:s, s:O, s:o, s:[], s:I, s:I, s:I}",
+	return json_pack("{s:s, s:s, s:s, s:s, s:o, s:n, s:i, s:i, s:s, s:o, s:o, s:[], s:I, s:I, s:I}",
 			 "checkpoint_id", id, "name", req->name, "status", "creating",
 			 "created_at", created,
 			 "expires_at", exp ? json_string(fmt_rfc3339_ms(exp, expires, sizeof(expires))) : json_null(),
 			 "last_used_at", "size_bytes", 0, "duration_ms", 0,
 			 "backend", e->backend->name,
-			 "labels", req->labels ? req->labels : json_object(),
+			 "labels", req->labels ? json_deep_copy(req->labels) : json_object(),
 			 "roots", roots, "frozen_services",
 			 "ttl_secs", (json_int_t)ttl, "_created_ms", (json_int_t)now, "_expires_ms", (json_int_t)exp);
 }
