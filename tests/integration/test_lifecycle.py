@@ -9,6 +9,8 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from conftest import assert_same_tree, make_full_tree, tree_state
 
 FAR = {"cleanup_interval_secs": 3600}  # the sweeper stays out of the way
@@ -108,8 +110,9 @@ def test_sweeper_removes_expired(daemon_factory):
     assert 'ckptd_operations_total{op="sweep",result="success"} 1' in m
 
 
-def test_expired_restore_410_force_fresh(daemon_factory):
-    d = daemon_factory(backend="tar", start=False, config=FAR)
+@pytest.mark.parametrize("backend", ["tar", "overlay"])
+def test_expired_restore_410_force_fresh(daemon_factory, backend):
+    d = daemon_factory(backend=backend, start=False, config=FAR)
     root = d.roots[0]
     (root / "base.txt").write_text("as adopted\n")
     d.start()
