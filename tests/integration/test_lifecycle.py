@@ -332,3 +332,20 @@ def test_kill_during_async_create_leaves_nothing(daemon_factory):
     assert traces(d, cid) == []
     assert set(state_files(d)) == set(before)
     d.create("after")  # and the next one works
+
+
+def test_sigterm_finishes_async_create(daemon_factory):
+    """A 202 is a promise: stopping the daemon lets the create finish."""
+    d = daemon_factory(backend="tar", config=FAR)
+    root = d.roots[0]
+    fill_tree(root, 100 << 20, 50)
+    tree = tree_state(root)
+    cid = start_async(d, "promised")["checkpoint_id"]
+    assert d.stop() == 0
+    d.start()
+    rec = d.get(cid)
+    assert rec["status"] == "active" and rec["size_bytes"] > 0
+    for p in root.rglob("f*"):
+        p.unlink()
+    d.restore(cid)
+    assert_same_tree(tree, tree_state(root))
