@@ -107,6 +107,8 @@ def hosts(tmp_path):
         for c in left:
             subprocess.run(["runsc", "--root", str(h.runsc_root), "delete", "-force", c])
         assert not left, "containers left behind by %s: %s" % (h.name, left)
+        for bad in ("AddressSanitizer", "runtime error:", "LeakSanitizer"):
+            assert bad not in h.log(), h.log()
 
 
 def events_until_close(sb, limit=50):
@@ -367,3 +369,17 @@ def test_idle_timeout(hosts):
     sb = raw_attach(a.url, gone.sandbox_id)
     evs = events_until_close(sb)
     assert statuses(evs) == ["SANDBOX_RESTORING", "SANDBOX_NOT_FOUND"] and sb.close_code == 1011
+
+
+def test_handoff_while_a_client_is_still_attached(hosts):
+    # an affinity miss: the old connection to A looks alive, the client reconnects to B
+    a, b = hosts("A"), hosts("B")
+    old = Sandbox.create(a.url, enable_checkpoint=True)
+    assert old.run("python", "v = 'moved'").exit_code == 0
+    new = Sandbox.attach(b.url, old.sandbox_id)
+    assert new.statuses == ["SANDBOX_RESTORING", "SANDBOX_RUNNING"]
+    evs = events_until_close(old)
+    assert statuses(evs) == ["SANDBOX_CHECKPOINTED"] and old.close_code == 1000
+    assert new.run("python", "print(v)").stdout == "moved\n"
+    assert a.containers() == [] and b.containers() == [old.sandbox_id]
+    new.close()
