@@ -121,6 +121,7 @@ static int snapshot_roots(struct tar_state *s, int dirfd, struct progress *p, ck
 		if (r < 0)
 			return err_prefix(err, "root '%s'", s->roots[i]);
 	}
+	tar_wait_past(o.max_ctime);
 	return write_meta(s, dirfd, err);
 }
 
@@ -215,6 +216,7 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, struct progres
 		if (r < 0)
 			return err_prefix(err, "root '%s'", s->roots[i]);
 		add_stats(sum, &one);
+		tar_wait_past(o.max_ctime);
 		/* The intent goes only once the restored tree is on disk. */
 		if (syncfs(fd) < 0)
 			return err_set(err, errno, NULL, "cannot sync root '%s': %m", s->roots[i]);

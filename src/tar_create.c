@@ -23,7 +23,7 @@ struct link_slot {
 struct cctx {
 	struct archive *a;
 	FILE *mf;
-	const struct tar_create_opts *o;
+	struct tar_create_opts *o;
 	struct link_slot *links;
 	size_t n_links, cap_links;
 	char *buf;
@@ -221,6 +221,7 @@ static int archive_one(struct cctx *c, int dirfd, const char *name, const char *
 		atomic_fetch_add(&c->o->p->bytes_done, me.size);
 	if (archive_write_finish_entry(c->a) < ARCHIVE_WARN)
 		return arch_err(c, "cannot finish", path);
+	tar_ts_max(&c->o->max_ctime, me.ctime);
 	if (tar_manifest_write_entry(c->mf, &me) < 0)
 		return err_set(c->err, tar_errno_norm(errno), NULL, "cannot write manifest line for '%s'", path);
 	if (c->o->p)
@@ -326,7 +327,7 @@ static void cctx_free(struct cctx *c)
 }
 
 int tar_create_root(int root_fd, int out_dirfd, const char *archive, const char *manifest,
-		    const struct tar_create_opts *o, ckpt_error *err)
+		    struct tar_create_opts *o, ckpt_error *err)
 {
 	struct cctx c = { .o = o, .err = err };
 	_cleanup_close_ int afd = -1;

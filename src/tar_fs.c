@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <sched.h>
 #include <sys/xattr.h>
+#include <time.h>
 
 #define XATTR_LIST_MAX_ 65536
 #define XATTR_VALUE_MAX_ 65536
@@ -195,5 +196,22 @@ void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, uint64_t *files, 
 		_cleanup_close_ int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (sub >= 0)
 			tar_count_tree(sub, skip_dev, skip_ino, files, bytes);
+	}
+}
+
+void tar_ts_max(struct timespec *acc, struct timespec t)
+{
+	if (t.tv_sec > acc->tv_sec || (t.tv_sec == acc->tv_sec && t.tv_nsec > acc->tv_nsec))
+		*acc = t;
+}
+
+void tar_wait_past(struct timespec t)
+{
+	for (int i = 0; i < 1000; i++) { /* a tick is at most 10 ms; bound it anyway */
+		struct timespec now, pause = { 0, 500000 };
+		clock_gettime(CLOCK_REALTIME_COARSE, &now);
+		if (now.tv_sec > t.tv_sec || (now.tv_sec == t.tv_sec && now.tv_nsec > t.tv_nsec))
+			return;
+		nanosleep(&pause, NULL);
 	}
 }

@@ -22,6 +22,12 @@ void tar_cwd_leave(int *saved);
 /* Files and regular-file bytes below dirfd, skipping the (dev, ino) directory. */
 void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, uint64_t *files, uint64_t *bytes);
 
+/* Inode ctimes come from the kernel's coarse clock: a change made within the
+ * tick that stamped a recorded ctime would leave it unchanged. Return only
+ * once CLOCK_REALTIME_COARSE is past t, so any later change shows. */
+void tar_wait_past(struct timespec t);
+void tar_ts_max(struct timespec *acc, struct timespec t);
+
 /* errno -> the error creates report: ENOSPC and EDQUOT both become ENOSPC. */
 static inline int tar_errno_norm(int e)
 {

@@ -20,7 +20,7 @@
 
 struct rctx {
 	struct tar_manifest m;
-	const struct tar_restore_opts *o;
+	struct tar_restore_opts *o;
 	struct tar_restore_stats *st;
 	ckpt_error *err;
 };
@@ -104,6 +104,7 @@ static int record_one(struct rctx *c, int dirfd, const char *name, const char *r
 		e->has_alias = true;
 		e->alias_ino = st.st_ino;
 		e->alias_ctime = st.st_ctim;
+		tar_ts_max(&c->o->max_ctime, st.st_ctim);
 	}
 	if (!S_ISDIR(st.st_mode))
 		return 0;
@@ -369,7 +370,7 @@ static int apply_root(struct rctx *c, int root_fd)
 }
 
 int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const char *manifest,
-		     const struct tar_restore_opts *o, struct tar_restore_stats *stats,
+		     struct tar_restore_opts *o, struct tar_restore_stats *stats,
 		     ckpt_error *err)
 {
 	struct rctx c = { .o = o, .st = stats, .err = err };

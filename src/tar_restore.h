@@ -9,6 +9,7 @@ struct tar_restore_opts {
 	dev_t skip_dev;      /* a directory never touched (the state dir) */
 	ino_t skip_ino;
 	struct progress *p;  /* may be NULL; totals are added to */
+	struct timespec max_ctime; /* out: newest ctime remembered as an alias */
 };
 
 struct tar_restore_stats {
@@ -20,7 +21,7 @@ struct tar_restore_stats {
 
 /* Idempotent: running it again after a crash finishes the job. */
 int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const char *manifest,
-		     const struct tar_restore_opts *o, struct tar_restore_stats *stats,
+		     struct tar_restore_opts *o, struct tar_restore_stats *stats,
 		     ckpt_error *err);
 
 /* Libarchive disk-writer flags used for every extraction. */

@@ -611,6 +611,28 @@ static void test_enospc_leaves_no_trace(void **state)
 	f->st = NULL;
 }
 
+/* ctimes tick with a coarse clock: a change right after create (or restore)
+ * must still be seen as a change. */
+static void test_change_right_after_create(void **state)
+{
+	struct fx *f = *state;
+	char id[32], buf[8];
+
+	fx_open(f);
+	for (int i = 0; i < 20; i++) {
+		put(f->roots[0], "x", "AAAA", 0644);
+		create_cp(f, id, NULL);
+		put(f->roots[0], "x", "BBBB", 0644);
+		json_decref(restore_cp(f, id));
+		put(f->roots[0], "x", "CCCC", 0644);
+		json_decref(restore_cp(f, id));
+		int fd = open(at(f->roots[0], "x"), O_RDONLY | O_CLOEXEC);
+		assert_int_equal(read(fd, buf, 4), 4);
+		close(fd);
+		assert_memory_equal(buf, "AAAA", 4);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -623,6 +645,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_malicious_manifest_rejected, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_malicious_archive_rejected, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_enospc_leaves_no_trace, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_change_right_after_create, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
