@@ -218,16 +218,50 @@ static void sync_image(const char *image_dir)
 	fsync_path(image_dir);
 }
 
+static long long image_ms(const char *name)
+{
+	unsigned long long ms;
+	char tail;
+	if (sscanf(name, "checkpoint_%llu.im%c", &ms, &tail) != 2 || tail != 'g' || strchr(name, '/'))
+		return -1;
+	return (long long)ms;
+}
+
+/* Keep the newest image and the one before it; older ones only use space. */
+static void prune_images(int cfd, long long newest)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	long long second = -1;
+	struct dirent *de;
+	int fd = dup(cfd);
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((de = readdir(d)))
+		if (image_ms(de->d_name) < newest && image_ms(de->d_name) > second)
+			second = image_ms(de->d_name);
+	rewinddir(d);
+	while ((de = readdir(d))) {
+		long long ms = image_ms(de->d_name);
+		if (ms >= 0 && ms < second)
+			rm_rf_at(cfd, de->d_name);
+	}
+}
+
 int sandbox_checkpoint(struct host *h, struct sandbox *sb, ckpt_error *err)
 {
 	char name[64];
+	long long ms = (long long)now_ms();
 	_cleanup_free_ char *image = NULL, *log = sandbox_path(h->logs_dir, sb->id, ".log");
 	_cleanup_close_ int cfd = open_sandbox_dir(h, sb->id, "checkpoints", true);
 	int r;
 
 	if (cfd < 0)
 		return err_set(err, -cfd, NULL, "checkpoint dir on the volume: %s", strerror(-cfd));
-	snprintf(name, sizeof(name), "checkpoint_%lld.img", (long long)now_ms());
+	snprintf(name, sizeof(name), "checkpoint_%lld.img", ms);
 	if (!log || asprintf(&image, "%s/%s/checkpoints/%s", h->mount, sb->id, name) < 0)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	if ((r = runsc_checkpoint(&h->runsc, sb->id, image, log, err)) < 0)
@@ -238,6 +272,7 @@ int sandbox_checkpoint(struct host *h, struct sandbox *sb, ckpt_error *err)
 	if ((r = sandbox_write_metadata(h, sb, name, err)) < 0)
 		return r;
 	sandbox_stop(h, sb);
+	prune_images(cfd, ms);
 	return 0;
 }
 
@@ -246,8 +281,6 @@ static int latest_image(struct host *h, const char *id, char **ret)
 {
 	_cleanup_close_ int cfd = open_sandbox_dir(h, id, "checkpoints", false);
 	_cleanup_free_ char *name = NULL;
-	unsigned long long ms;
-	char tail;
 	struct stat st;
 	int r;
 
@@ -256,7 +289,7 @@ static int latest_image(struct host *h, const char *id, char **ret)
 	if ((r = read_file_at(cfd, "latest", 256, &name, NULL)) < 0)
 		return r;
 	name[strcspn(name, "\n")] = '\0';
-	if (sscanf(name, "checkpoint_%llu.im%c", &ms, &tail) != 2 || tail != 'g' || strchr(name, '/'))
+	if (image_ms(name) < 0)
 		return -EBADMSG;
 	if (fstatat(cfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return -errno;

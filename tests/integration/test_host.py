@@ -286,7 +286,11 @@ def test_live_handoff(hosts):
     sb3 = Sandbox.attach(a.url, sid)
     assert sb3.run("python", "print(counter)").stdout == "8\n"
     assert b.containers() == []
-    sb3.close()
+    # a third checkpoint: only the newest two images are kept
+    assert sb3.checkpoint() == 1000
+    ckdir = hosts.volume / sid / "checkpoints"
+    images = sorted(p.name for p in ckdir.iterdir() if p.name.startswith("checkpoint_"))
+    assert len(images) == 2 and (ckdir / "latest").read_text() == images[-1]
 
 
 def test_kill9_owner_then_takeover(hosts):
