@@ -6,7 +6,7 @@
 #include "engine.h"
 #include "host/host.h"
 
-static json_t *api_parse_object(const struct http_request *req, bool required, struct http_response *resp)
+json_t *api_parse_object(const struct http_request *req, bool required, struct http_response *resp)
 {
 	json_error_t jerr;
 	if (!req->body || req->body_len == 0) {
@@ -44,7 +44,7 @@ static bool api_only_fields(json_t *obj, const char *const *allowed, struct http
 	return true;
 }
 
-static bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response *resp)
+bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response *resp)
 {
 	static const char *const allowed[] = { "name", "ttl_secs", "labels", "async", NULL };
 	json_t *v;
@@ -129,7 +129,7 @@ static void api_delete(void *app, const struct http_request *req, struct http_re
 		resp->status = 204;
 }
 
-static bool api_decode_restore(json_t *obj, struct restore_req *rr, struct http_response *resp)
+bool api_decode_restore(json_t *obj, struct restore_req *rr, struct http_response *resp)
 {
 	static const char *const allowed[] = { "force", "if_expired", NULL };
 	json_t *v;

@@ -190,11 +190,27 @@ void engine_close(struct engine *e)
 	free(e);
 }
 
-/* An id, or a name meaning the newest checkpoint with that name. */
+/* An id, or a name meaning the newest usable checkpoint with that name: an
+ * active one when there is one, so a failed or still-running create does not
+ * hide the last good checkpoint of that name. */
 json_t *engine_resolve(struct engine *e, const char *id_or_name)
 {
 	json_t *r = id_valid(id_or_name) ? catalog_get(e->catalog, id_or_name) : NULL;
-	return r ? r : catalog_find_name(e->catalog, id_or_name);
+	json_t *all, *rec;
+	size_t i;
+
+	if (r)
+		return r;
+	all = catalog_list(e->catalog, id_or_name);
+	json_array_foreach(all, i, rec)
+		if (!strcmp(json_string_value(json_object_get(rec, "status")), "active")) {
+			r = json_incref(rec);
+			break;
+		}
+	if (!r)
+		r = json_incref(json_array_get(all, 0));
+	json_decref(all);
+	return r;
 }
 
 int engine_get(struct engine *e, const char *id_or_name, json_t **ret_record, ckpt_error *err)
