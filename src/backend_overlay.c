@@ -334,15 +334,6 @@ static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], str
 	return 0;
 }
 
-static void ovl_sync_roots(struct ovl *o)
-{
-	for (size_t i = 0; i < o->n_roots; i++) {
-		_cleanup_close_ int fd = open(o->roots[i].path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (fd >= 0)
-			syncfs(fd);
-	}
-}
-
 static void ovl_discard_layers(struct ovl *o, char (*names)[OVL_NAME_LEN + 1], size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -363,7 +354,8 @@ static int ovl_create(void *st, const char *id, json_t **ret_data, uint64_t *ret
 	int q = names && ixs && chains && data ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
 	size_t done = 0;
 
-	ovl_sync_roots(o); /* the upper's dirty pages reach its inodes before we read them */
+	/* No syncfs of the roots: the copy reads the page cache, and syncing a
+	 * shared filesystem costs more than the copy; syncfs(layer) makes it durable. */
 	for (; q == 0 && done < o->n_roots; done++)
 		q = ovl_create_layer(&o->roots[done], names[done], &ixs[done], &size, p, err);
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++) {
