@@ -229,30 +229,15 @@ static int archive_one(struct cctx *c, int dirfd, const char *name, const char *
 	return S_ISDIR(st.st_mode) ? walk_dir(c, fd, path) : 0;
 }
 
+static int walk_visit(void *ctx, int dirfd, const char *name, const char *rel, const char *path)
+{
+	(void)rel;
+	return archive_one(ctx, dirfd, name, path);
+}
+
 static int walk_dir(struct cctx *c, int dirfd, const char *rel)
 {
-	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	char path[PATH_MAX];
-	struct dirent *de;
-
-	if (fd < 0)
-		return err_set(c->err, errno, NULL, "cannot open '%s': %m", rel ? rel : ".");
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return err_set(c->err, errno, NULL, "cannot list '%s': %m", rel ? rel : ".");
-	}
-	while ((errno = 0, de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		if ((size_t)snprintf(path, sizeof(path), "%s%s%s", rel ? rel : "", rel ? "/" : "",
-				     de->d_name) >= sizeof(path))
-			return err_set(c->err, ENAMETOOLONG, NULL, "path too long below '%s'", rel ? rel : ".");
-		int r = archive_one(c, dirfd, de->d_name, path);
-		if (r < 0)
-			return r;
-	}
-	return errno ? err_set(c->err, errno, NULL, "cannot list '%s': %m", rel ? rel : ".") : 0;
+	return tar_walk_dir(dirfd, rel, walk_visit, c, c->err);
 }
 
 static struct archive *writer_new(bool zstd)

@@ -215,3 +215,29 @@ void tar_wait_past(struct timespec t)
 		nanosleep(&pause, NULL);
 	}
 }
+
+int tar_walk_dir(int dirfd, const char *rel, tar_walk_fn fn, void *ctx, ckpt_error *err)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char path[PATH_MAX];
+	struct dirent *de;
+
+	if (fd < 0)
+		return err_set(err, errno, NULL, "cannot open '%s': %m", rel ? rel : ".");
+	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return err_set(err, errno, NULL, "cannot list '%s': %m", rel ? rel : ".");
+	}
+	while ((errno = 0, de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if ((size_t)snprintf(path, sizeof(path), "%s%s%s", rel ? rel : "", rel ? "/" : "",
+				     de->d_name) >= sizeof(path))
+			return err_set(err, ENAMETOOLONG, NULL, "path too long below '%s'", rel ? rel : ".");
+		int r = fn(ctx, dirfd, de->d_name, rel, path);
+		if (r < 0)
+			return r;
+	}
+	return errno ? err_set(err, errno, NULL, "cannot list '%s': %m", rel ? rel : ".") : 0;
+}

@@ -19,6 +19,12 @@ int tar_open_parent(int root_fd, const char *path, const char **leaf);
 int tar_cwd_enter(int dir_fd, int *ret_saved);
 void tar_cwd_leave(int *saved);
 
+/* Call fn for each entry of the directory dirfd ("." and ".." left out) with
+ * its name and its path below the root (rel is the directory's own path, NULL
+ * at the root). Stops at the first error fn returns. */
+typedef int (*tar_walk_fn)(void *ctx, int dirfd, const char *name, const char *rel, const char *path);
+int tar_walk_dir(int dirfd, const char *rel, tar_walk_fn fn, void *ctx, ckpt_error *err);
+
 /* Files and regular-file bytes below dirfd, skipping the (dev, ino) directory. */
 void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, uint64_t *files, uint64_t *bytes);
 

@@ -112,30 +112,21 @@ static int record_one(struct rctx *c, int dirfd, const char *name, const char *r
 	return sub < 0 ? 0 : live_walk(c, sub, path, record_one);
 }
 
+struct live_walk_ctx {
+	struct rctx *c;
+	visit_fn fn;
+};
+
+static int live_visit(void *ctx, int dirfd, const char *name, const char *rel, const char *path)
+{
+	struct live_walk_ctx *w = ctx;
+	return w->fn(w->c, dirfd, name, rel, path);
+}
+
 static int live_walk(struct rctx *c, int dirfd, const char *rel, visit_fn fn)
 {
-	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	char path[PATH_MAX];
-	struct dirent *de;
-
-	if (fd < 0)
-		return err_set(c->err, errno, NULL, "cannot open '%s': %m", rel ? rel : ".");
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return err_set(c->err, errno, NULL, "cannot list '%s': %m", rel ? rel : ".");
-	}
-	while ((errno = 0, de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		if ((size_t)snprintf(path, sizeof(path), "%s%s%s", rel ? rel : "", rel ? "/" : "",
-				     de->d_name) >= sizeof(path))
-			return err_set(c->err, ENAMETOOLONG, NULL, "path too long below '%s'", rel ? rel : ".");
-		int r = fn(c, dirfd, de->d_name, rel, path);
-		if (r < 0)
-			return r;
-	}
-	return errno ? err_set(c->err, errno, NULL, "cannot list '%s': %m", rel ? rel : ".") : 0;
+	struct live_walk_ctx w = { c, fn };
+	return tar_walk_dir(dirfd, rel, live_visit, &w, c->err);
 }
 
 /* Missing entries come back; a hardlink group is rewritten as a whole so its
