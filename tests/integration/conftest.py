@@ -215,7 +215,11 @@ def _sha256(p):
 
 def tree_state(root, mtimes=True):
     """relpath -> (type, mode, uid, gid, size, mtime_ns, sha256, link, xattrs, rdev, link group).
-    Directory mtimes are left out (restores touch them legitimately), as is the root itself."""
+    Directory mtimes are left out (restores touch them legitimately), as is the root itself.
+    The link group names the first path of the tree sharing this inode, and is set only
+    where two or more paths of the tree do: st_nlink also counts names outside the tree
+    (the overlay backend shares unchanged files between its layers by hard link), and
+    those say nothing about the tree."""
     root = str(root)
     out = {}
     groups = {}
@@ -236,7 +240,11 @@ def tree_state(root, mtimes=True):
                         st.st_size if not stat.S_ISDIR(st.st_mode) else None,
                         mt, sha, link, _xattrs(p), st.st_rdev if kind in (stat.S_IFCHR, stat.S_IFBLK) else None,
                         group)
-    return out
+    members = {}
+    for v in out.values():
+        if v[-1] is not None:
+            members[v[-1]] = members.get(v[-1], 0) + 1
+    return {k: v if v[-1] is None or members[v[-1]] > 1 else v[:-1] + (None,) for k, v in out.items()}
 
 
 def make_full_tree(root):

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import TOP, assert_same_tree as assert_identical_tree, make_full_tree, tree_state
+from conftest import TOP, assert_same_tree, make_full_tree, tree_state
 
 EX = TOP / "examples"
 sys.path.insert(0, str(EX / "python"))
@@ -48,23 +48,6 @@ n = len(os.listdir(out))
 with open(os.path.join(out, "%03d-%s-%s" % (n, sys.argv[1], sys.argv[2])), "wb") as f:
     pickle.dump(tree_state(os.environ["CKPTD_WORKSPACE"]), f)
 """
-
-
-def _linked_within_tree(state):
-    """tree_state with the hard-link group kept only where two paths of the tree
-    share an inode: the overlay backend shares unchanged files between its layers
-    by hard links, so a restored file may show st_nlink 2 with no second name in
-    the workspace. The examples care about what the workspace holds."""
-    groups = {}
-    for v in state.values():
-        if v[-1] is not None:
-            groups[v[-1]] = groups.get(v[-1], 0) + 1
-    return {k: v[:-1] + ((v[-1] if v[-1] is not None and groups[v[-1]] > 1 else None),)
-            for k, v in state.items()}
-
-
-def assert_same_tree(a, b):
-    assert_identical_tree(_linked_within_tree(a), _linked_within_tree(b))
 
 
 class Run:

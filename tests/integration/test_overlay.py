@@ -9,20 +9,7 @@ import threading
 import time
 
 from conftest import make_full_tree, unmount_all
-from conftest import tree_state as _tree_state
-
-
-def tree_state(root):
-    """conftest's tree_state with link groups of one member dropped: a file
-    unchanged between two checkpoints is shared by hard link between their
-    immutable layers, so st_nlink seen through the overlay can exceed the
-    number of links inside the tree (which is what the group compares)."""
-    s = _tree_state(root)
-    sizes = {}
-    for v in s.values():
-        sizes[v[-1]] = sizes.get(v[-1], 0) + 1
-    return {k: v[:-1] + ((v[-1] if v[-1] is not None and sizes[v[-1]] > 1 else None),)
-            for k, v in s.items()}
+from conftest import tree_state
 
 
 def overlay_daemon(daemon_factory, tree=True, **kw):
