@@ -193,14 +193,6 @@ json_t *catalog_list(struct catalog *c, const char *name)
 	return out;
 }
 
-json_t *catalog_find_name(struct catalog *c, const char *name)
-{
-	json_t *all = catalog_list(c, name);
-	json_t *r = json_incref(json_array_get(all, 0));
-	json_decref(all);
-	return r;
-}
-
 size_t catalog_count(struct catalog *c)
 {
 	pthread_mutex_lock(&c->lock);

@@ -20,8 +20,6 @@ int catalog_remove(struct catalog *c, const char *id, ckpt_error *err);
 
 /* Deep copies (caller owns); NULL when absent. */
 json_t *catalog_get(struct catalog *c, const char *id);
-/* Newest record with this name. */
-json_t *catalog_find_name(struct catalog *c, const char *name);
 /* Array of deep copies, newest first; name may be NULL. */
 json_t *catalog_list(struct catalog *c, const char *name);
 size_t catalog_count(struct catalog *c);

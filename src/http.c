@@ -140,11 +140,6 @@ static bool route_match(const char *pattern, const char *path, struct http_reque
 	}
 }
 
-struct MHD_Response;
-
-static enum MHD_Result send_response(struct MHD_Connection *conn, struct http_server *srv,
-				     struct http_response *resp);
-
 static void on_upgrade(void *cls, struct MHD_Connection *conn, void *con_cls, const char *extra,
 		       size_t extra_len, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
 {
@@ -225,8 +220,7 @@ static void dispatch(struct http_server *srv, struct http_request *req, struct h
 		http_problem(resp, 500, NULL, "out of memory");
 		return;
 	}
-	route_match(match->pattern, req->path, req);
-	terminate_params(req, path_copy, req->path);
+	terminate_params(req, path_copy, req->path); /* params are the matching route's */
 	match->handler(srv->opts.app, req, resp);
 	if (!resp->status)
 		http_problem(resp, 500, NULL, "handler gave no response");
