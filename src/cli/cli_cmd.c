@@ -83,8 +83,16 @@ static int cli_cmd_resolve_name(const struct cli_opts *o, const char *name, char
 	int rc = cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL);
 	if (rc >= 0)
 		return rc;
-	json_t *first = json_array_get(json_object_get(r.json, "checkpoints"), 0);
-	const char *id = json_string_value(json_object_get(first, "checkpoint_id"));
+	/* The daemon's rule for names: the newest active checkpoint, else the newest. */
+	json_t *all = json_object_get(r.json, "checkpoints"), *c, *pick = json_array_get(all, 0);
+	size_t i;
+	json_array_foreach(all, i, c) {
+		if (strcmp(json_string_value(json_object_get(c, "status")) ?: "", "active") == 0) {
+			pick = c;
+			break;
+		}
+	}
+	const char *id = json_string_value(json_object_get(pick, "checkpoint_id"));
 	if (!id) {
 		fprintf(stderr, "ckpt: no checkpoint with id or name '%s' (not_found)\n", name);
 		return CKPT_EXIT_SERVER;

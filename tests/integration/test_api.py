@@ -187,6 +187,7 @@ def test_token(daemon_factory):
 def test_conflict_while_creating(daemon_factory):
     d = daemon_factory()
     root = d.roots[0]
+    good = d.create("slow")["checkpoint_id"]  # an earlier, finished checkpoint of that name
     for i in range(30):
         (root / f"big{i}").write_bytes(os.urandom(4 << 20))
     r = d.request("POST", "/v1/checkpoints", json={"name": "slow", "async": True})
@@ -194,6 +195,9 @@ def test_conflict_while_creating(daemon_factory):
     cid = r.json()["checkpoint_id"]
     problem(d.request("POST", f"/v1/checkpoints/{cid}/restore"), 409, "conflict")
     problem(d.request("DELETE", f"/v1/checkpoints/{cid}"), 409, "conflict")
+    # The name still means the last good checkpoint while the new one is written.
+    assert d.get(cid)["status"] == "creating", "create finished too early to test names"
+    assert d.get("slow")["checkpoint_id"] == good
     deadline = time.monotonic() + 60
     while d.get(cid)["status"] != "active":
         assert time.monotonic() < deadline
