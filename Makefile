@@ -27,30 +27,36 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CLI_CFLAGS = $(shell pkg-config --cflags $(CLI_PKGS) 2>/dev/null)
 CLI_LIBS   = $(shell pkg-config --libs $(CLI_PKGS) 2>/dev/null)
 
-LIB_SRCS  := $(filter-out src/ckptd.c,$(wildcard src/*.c)) $(wildcard src/host/*.c)
+# Folders, lowest first: a file may include only from its own folder or one
+# listed before it (tools/layers.sh checks this in `make check`).
+LAYERS    := lib config services backend engine http host
+LIB_SRCS  := $(wildcard src/lib/*.c) src/config.c $(wildcard src/services/*.c) \
+	$(wildcard src/backend/*/*.c) $(wildcard src/engine/*.c) $(wildcard src/http/*.c) \
+	$(wildcard src/host/*.c)
 LIB_OBJS  := $(LIB_SRCS:src/%.c=$(BUILD)/obj/%.o)
 CLI_SRCS  := $(wildcard src/cli/*.c)
 CLI_OBJS  := $(CLI_SRCS:src/%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run check unit integration bench deps deps-build install clean fmt
+.PHONY: all run check unit integration bench deps deps-build install clean fmt layers
 
 all: $(BUILD)/ckptd $(BUILD)/ckpt
 
-$(BUILD)/obj/cli/%.o: src/cli/%.c $(wildcard src/cli/*.h)
+# -MMD writes each object's header dependencies beside it.
+$(BUILD)/obj/cli/%.o: src/cli/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CLI_CFLAGS) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS_BASE) -MMD -MP $(CLI_CFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h src/host/*.h)
+$(BUILD)/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(PKG_CFLAGS) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS_BASE) -MMD -MP $(PKG_CFLAGS) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/libckptd.a: $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/ckptd: $(BUILD)/obj/ckptd.o $(BUILD)/libckptd.a
+$(BUILD)/ckptd: $(BUILD)/obj/main.o $(BUILD)/libckptd.a
 	$(CC) $(CFLAGS_BASE) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -lm
 
 $(BUILD)/ckpt: $(CLI_OBJS)
@@ -58,8 +64,17 @@ $(BUILD)/ckpt: $(CLI_OBJS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libckptd.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(PKG_CFLAGS) $(CFLAGS) $(LDFLAGS_SAN) -o $@ $< $(BUILD)/libckptd.a \
+	$(CC) $(CFLAGS_BASE) -MMD -MP $(PKG_CFLAGS) $(CFLAGS) $(LDFLAGS_SAN) -o $@ $< $(BUILD)/libckptd.a \
 		$(PKG_LIBS) -lcmocka -lm
+
+-include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(BUILD)/obj/main.d $(UNIT_BINS:=.d)
+
+layers:
+	@sh tools/layers.sh $(LAYERS)
+
+# Format every C file to .clang-format.
+fmt:
+	clang-format -i $$(find src tests/unit -name '*.[ch]')
 
 # Packages needed to build and run; `deps` adds what the tests need (rootfs, runsc).
 deps-build:
@@ -82,6 +97,7 @@ integration: all
 	$(PYTHON) -m pytest -q -rs tests/integration $(PYTEST_ARGS)
 
 check: deps all
+	@$(MAKE) --no-print-directory layers
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory integration
 

@@ -137,7 +137,8 @@ static int json_list(json_t *v, char **dst, size_t *n, size_t max, const char *w
 		return add_list(dst, n, max, json_string_value(v), what, err);
 	if (!json_is_array(v))
 		return err_set(err, EINVAL, NULL, "config: %s must be a string or an array of strings", what);
-	json_array_foreach(v, i, e) {
+	json_array_foreach(v, i, e)
+	{
 		if (!json_is_string(e))
 			return err_set(err, EINVAL, NULL, "config: %s must hold strings", what);
 		int r = add_list(dst, n, max, json_string_value(e), what, err);
@@ -173,7 +174,8 @@ static int json_units(struct config *cfg, json_t *v, ckpt_error *err)
 	if (!json_is_array(v))
 		return err_set(err, EINVAL, NULL, "config: services must be \"auto\", \"none\" or a list of units");
 	cfg->services_auto = false;
-	json_array_foreach(v, i, e) {
+	json_array_foreach(v, i, e)
+	{
 		if (!json_is_string(e))
 			return err_set(err, EINVAL, NULL, "config: services must hold unit names");
 		if (!strcmp(json_string_value(e), "auto")) {
@@ -311,7 +313,8 @@ static int config_validate(struct config *cfg, ckpt_error *err)
 		return -ENOMEM;
 	if ((r = canonical_dir(&cfg->state_dir, "state dir", err)) < 0)
 		return r;
-	if (cfg->n_listen == 0 && add_list(cfg->listen, &cfg->n_listen, MAX_LISTEN, "127.0.0.1:7070", "listen", err) < 0)
+	if (cfg->n_listen == 0 &&
+	    add_list(cfg->listen, &cfg->n_listen, MAX_LISTEN, "127.0.0.1:7070", "listen", err) < 0)
 		return -ENOMEM;
 	if (cfg->mode == MODE_SANDBOX && cfg->n_roots == 0)
 		return err_set(err, EINVAL, NULL, "no --root given: name at least one directory to manage");
@@ -319,16 +322,27 @@ static int config_validate(struct config *cfg, ckpt_error *err)
 		if ((r = canonical_dir(&cfg->roots[i], "root", err)) < 0)
 			return r;
 		if (path_within(cfg->state_dir, cfg->roots[i]) || path_within(cfg->roots[i], cfg->state_dir))
-			return err_set(err, EINVAL, NULL, "root '%s' and state dir '%s' overlap", cfg->roots[i], cfg->state_dir);
+			return err_set(err, EINVAL, NULL, "root '%s' and state dir '%s' overlap", cfg->roots[i],
+				       cfg->state_dir);
 		for (size_t j = 0; j < i; j++)
 			if (path_within(cfg->roots[i], cfg->roots[j]) || path_within(cfg->roots[j], cfg->roots[i]))
-				return err_set(err, EINVAL, NULL, "roots '%s' and '%s' overlap", cfg->roots[j], cfg->roots[i]);
+				return err_set(err, EINVAL, NULL, "roots '%s' and '%s' overlap", cfg->roots[j],
+					       cfg->roots[i]);
 	}
 	return 0;
 }
 
-enum { OPT_LISTEN = 256, OPT_STATE, OPT_ROOT, OPT_BACKEND, OPT_CONFIG, OPT_TOKEN, OPT_MODE,
-       OPT_UNMOUNT, OPT_INSTANCE };
+enum {
+	OPT_LISTEN = 256,
+	OPT_STATE,
+	OPT_ROOT,
+	OPT_BACKEND,
+	OPT_CONFIG,
+	OPT_TOKEN,
+	OPT_MODE,
+	OPT_UNMOUNT,
+	OPT_INSTANCE
+};
 
 static const struct option long_opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -401,7 +415,8 @@ int config_parse(struct config *cfg, int argc, char **argv, ckpt_error *err)
 			return 1;
 		}
 		if (c == '?')
-			return err_set(err, EINVAL, NULL, "unknown or incomplete option '%s' (see --help)", argv[optind - 1]);
+			return err_set(err, EINVAL, NULL, "unknown or incomplete option '%s' (see --help)",
+				       argv[optind - 1]);
 		if (c == OPT_CONFIG && (r = load_file(cfg, optarg, err)) < 0)
 			return r;
 	}

@@ -2,59 +2,66 @@
  * Flags win over the file; the file wins over the defaults. */
 #pragma once
 #include <jansson.h>
-#include "util.h"
+#include "lib/util.h"
 
 #define CKPTD_VERSION "0.1.0"
 #define MAX_LISTEN 8
 #define MAX_ROOTS 16
 
-enum backend_kind { BACKEND_AUTO, BACKEND_OVERLAY, BACKEND_TAR };
-enum run_mode { MODE_SANDBOX, MODE_HOST };
+enum backend_kind {
+	BACKEND_AUTO,
+	BACKEND_OVERLAY,
+	BACKEND_TAR
+};
+enum run_mode {
+	MODE_SANDBOX,
+	MODE_HOST
+};
 
 struct root_services {
-	char *root;       /* the root this applies to ("*" = all roots) */
-	char **units;     /* unit names configured for the root */
+	char *root;   /* the root this applies to ("*" = all roots) */
+	char **units; /* unit names configured for the root */
 	size_t n_units;
 };
 
 struct config {
-	char *listen[MAX_LISTEN];     /* "HOST:PORT" or "unix:PATH" */
+	char *listen[MAX_LISTEN]; /* "HOST:PORT" or "unix:PATH" */
 	size_t n_listen;
-	char *state_dir;              /* absolute */
-	char *roots[MAX_ROOTS];       /* absolute, canonical */
+	char *state_dir;        /* absolute */
+	char *roots[MAX_ROOTS]; /* absolute, canonical */
 	size_t n_roots;
 	enum backend_kind backend;
 	enum run_mode mode;
-	char *token;                  /* NULL = no auth */
+	char *token; /* NULL = no auth */
 	char *config_file;
 	bool verbose;
 
 	/* overlay */
-	bool unmount_on_exit;         /* default off */
-	int flatten_depth;            /* flatten chains deeper than this (default 64) */
+	bool unmount_on_exit; /* default off */
+	int flatten_depth;    /* flatten chains deeper than this (default 64) */
 
 	/* lifecycle */
-	int64_t default_ttl_secs;     /* default 14 days, 0 = never */
-	int64_t cleanup_interval_secs;/* default 60 */
-	int64_t max_checkpoints;      /* default 100 */
-	int64_t max_state_bytes;      /* default 0 = unlimited */
+	int64_t default_ttl_secs;      /* default 14 days, 0 = never */
+	int64_t cleanup_interval_secs; /* default 60 */
+	int64_t max_checkpoints;       /* default 100 */
+	int64_t max_state_bytes;       /* default 0 = unlimited */
 
 	/* services */
-	bool services_auto;           /* also discover units using the roots (default true) */
-	char **units;                 /* units configured for every root */
+	bool services_auto; /* also discover units using the roots (default true) */
+	char **units;       /* units configured for every root */
 	size_t n_units;
-	int service_timeout_secs;     /* default 30 */
+	int service_timeout_secs; /* default 30 */
 
 	/* host mode */
-	char *instance_id;            /* default: hostname-pid-random */
-	char *runsc_path;             /* default "runsc" */
-	char *sandbox_rootfs;         /* default "/" */
-	char *sandbox_state_dir;      /* default <state_dir>/sandboxes */
-	int64_t lock_ttl_secs;        /* default 30 */
-	int64_t lock_renew_secs;      /* default 5 */
+	char *instance_id;                 /* default: hostname-pid-random */
+	char *runsc_path;                  /* default "runsc" */
+	char *sandbox_rootfs;              /* default "/" */
+	char *sandbox_state_dir;           /* default <state_dir>/sandboxes */
+	int64_t lock_ttl_secs;             /* default 30 */
+	int64_t lock_renew_secs;           /* default 5 */
 	int64_t default_idle_timeout_secs; /* default 300 */
 
-	json_t *file;                 /* the parsed config file (or NULL), for modules' own keys */
+	json_t *file; /* the parsed config file (or NULL), for modules' own keys */
 };
 
 /* Parse argv (and the --config file it names). On --help/--version prints and

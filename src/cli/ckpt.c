@@ -36,8 +36,16 @@ static const char ckpt_usage[] =
 	"3 the daemon could not be reached.\n";
 
 enum {
-	OPT_URL = 256, OPT_SOCKET, OPT_TOKEN_FILE, OPT_JSON, OPT_TTL, OPT_LABEL, OPT_ASYNC,
-	OPT_NAME, OPT_FORCE, OPT_IF_EXPIRED,
+	OPT_URL = 256,
+	OPT_SOCKET,
+	OPT_TOKEN_FILE,
+	OPT_JSON,
+	OPT_TTL,
+	OPT_LABEL,
+	OPT_ASYNC,
+	OPT_NAME,
+	OPT_FORCE,
+	OPT_IF_EXPIRED,
 };
 
 /* In the order of the enum above: ckpt_parse_opt indexes it by c - OPT_URL. */
@@ -60,8 +68,8 @@ static const struct option ckpt_options[] = {
 /* What the command line said, before it is checked against the command. */
 struct ckpt_args {
 	const char *url, *socket, *token_file;
-	const char *only;   /* the first command-specific option seen, for errors */
-	unsigned used;      /* bit per command-specific option */
+	const char *only; /* the first command-specific option seen, for errors */
+	unsigned used;    /* bit per command-specific option */
 };
 
 static int ckpt_usage_error(const char *fmt, const char *arg)
@@ -118,37 +126,57 @@ static int ckpt_parse_label(struct cli_opts *o, const char *s)
 static int ckpt_parse_opt(int c, struct cli_opts *o, struct ckpt_args *a)
 {
 	switch (c) {
-	case OPT_URL: a->url = optarg; return 0;
-	case OPT_SOCKET: a->socket = optarg; return 0;
-	case OPT_TOKEN_FILE: a->token_file = optarg; return 0;
-	case OPT_JSON: o->json = true; return 0;
-	case 'h': fputs(ckpt_usage, stdout); return -1;
-	case 'V': puts("ckpt " CKPT_VERSION); return -1;
+	case OPT_URL:
+		a->url = optarg;
+		return 0;
+	case OPT_SOCKET:
+		a->socket = optarg;
+		return 0;
+	case OPT_TOKEN_FILE:
+		a->token_file = optarg;
+		return 0;
+	case OPT_JSON:
+		o->json = true;
+		return 0;
+	case 'h':
+		fputs(ckpt_usage, stdout);
+		return -1;
+	case 'V':
+		puts("ckpt " CKPT_VERSION);
+		return -1;
 	}
 	if (!a->used)
 		a->only = ckpt_options[c - OPT_URL].name;
 	a->used |= 1u << (c - OPT_URL);
 	switch (c) {
-	case OPT_TTL: return ckpt_parse_ttl(o, optarg);
-	case OPT_LABEL: return ckpt_parse_label(o, optarg);
-	case OPT_ASYNC: o->async = true; return 0;
-	case OPT_NAME: o->name_filter = optarg; return 0;
-	case OPT_FORCE: o->force = true; return 0;
+	case OPT_TTL:
+		return ckpt_parse_ttl(o, optarg);
+	case OPT_LABEL:
+		return ckpt_parse_label(o, optarg);
+	case OPT_ASYNC:
+		o->async = true;
+		return 0;
+	case OPT_NAME:
+		o->name_filter = optarg;
+		return 0;
+	case OPT_FORCE:
+		o->force = true;
+		return 0;
 	case OPT_IF_EXPIRED:
 		if (strcmp(optarg, "fail") && strcmp(optarg, "fresh"))
 			return ckpt_usage_error("--if-expired wants \"fail\" or \"fresh\", not \"%s\"", optarg);
 		o->if_expired = optarg;
 		return 0;
 	}
-	return CKPT_EXIT_USAGE;  /* getopt printed the message */
+	return CKPT_EXIT_USAGE; /* getopt printed the message */
 }
 
-#define OPT_BIT(o) (1u << ((o) - OPT_URL))
+#define OPT_BIT(o) (1u << ((o)-OPT_URL))
 
 struct ckpt_command {
 	const char *name;
-	int n_args;          /* positional arguments after the command */
-	unsigned opts;       /* command-specific options it accepts */
+	int n_args;    /* positional arguments after the command */
+	unsigned opts; /* command-specific options it accepts */
 	const char *arg_name;
 	int (*run)(const struct cli_opts *o, const char *arg);
 };
@@ -231,8 +259,7 @@ static int ckpt_parse(int argc, char **argv, struct cli_opts *o, struct ckpt_arg
 	return 0;
 }
 
-static int ckpt_check_command(const struct ckpt_command *cmd, const struct ckpt_args *a, int n_args,
-			      char **args)
+static int ckpt_check_command(const struct ckpt_command *cmd, const struct ckpt_args *a, int n_args, char **args)
 {
 	if (a->used & ~cmd->opts)
 		return ckpt_usage_error("an option does not apply to this command (first: --%s)", a->only);

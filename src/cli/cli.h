@@ -14,29 +14,37 @@
 /* Exit statuses, documented in docs/cli.md. */
 enum {
 	CKPT_EXIT_OK = 0,
-	CKPT_EXIT_SERVER = 1,   /* the daemon answered with an error, or the operation failed */
-	CKPT_EXIT_USAGE = 2,    /* bad command line */
-	CKPT_EXIT_CONNECT = 3,  /* no answer: connection refused, bad socket, transport error */
+	CKPT_EXIT_SERVER = 1,  /* the daemon answered with an error, or the operation failed */
+	CKPT_EXIT_USAGE = 2,   /* bad command line */
+	CKPT_EXIT_CONNECT = 3, /* no answer: connection refused, bad socket, transport error */
 };
 
-static inline void cli_freep(void *p) { free(*(void **)p); }
+static inline void cli_freep(void *p)
+{
+	free(*(void **)p);
+}
 #define _cli_cleanup_free_ __attribute__((cleanup(cli_freep)))
-#define CLI_TAKE_PTR(p) ({ __typeof__(p) _t = (p); (p) = NULL; _t; })
+#define CLI_TAKE_PTR(p)                 \
+	({                              \
+		__typeof__(p) _t = (p); \
+		(p) = NULL;             \
+		_t;                     \
+	})
 
 /* ---- cli_http.c: one request to the daemon ---- */
 
 struct cli_conn {
-	char *base_url;      /* without a trailing slash */
-	char *socket_path;   /* unix socket, or NULL for TCP */
-	char *token;         /* bearer token, or NULL */
+	char *base_url;    /* without a trailing slash */
+	char *socket_path; /* unix socket, or NULL for TCP */
+	char *token;       /* bearer token, or NULL */
 };
 
 struct cli_reply {
 	long status;
-	char *body;          /* NUL-terminated, may be empty */
+	char *body; /* NUL-terminated, may be empty */
 	size_t len;
-	json_t *json;        /* parsed body when it is JSON, else NULL */
-	char errbuf[256];    /* transport error text */
+	json_t *json;     /* parsed body when it is JSON, else NULL */
+	char errbuf[256]; /* transport error text */
 };
 
 /* Called about every 100 ms while a request is in flight (spinners). */
@@ -44,8 +52,8 @@ typedef void (*cli_tick_fn)(void *arg);
 
 /* Send method path (already escaped) with an optional JSON body. Returns 0
  * when the daemon answered (any status), <0 on a transport failure (errbuf). */
-int cli_http_request(const struct cli_conn *c, const char *method, const char *path,
-		     json_t *body, struct cli_reply *ret, cli_tick_fn tick, void *tick_arg);
+int cli_http_request(const struct cli_conn *c, const char *method, const char *path, json_t *body,
+		     struct cli_reply *ret, cli_tick_fn tick, void *tick_arg);
 void cli_reply_free(struct cli_reply *r);
 /* "/v1/checkpoints/" + escaped id + suffix; caller frees. */
 char *cli_http_path(const char *prefix, const char *segment, const char *suffix);
@@ -68,9 +76,9 @@ void cli_out_problem(const struct cli_reply *r);
 /* ---- cli_progress.c: terminal animations (only on a tty) ---- */
 
 struct cli_progress {
-	const char *label;   /* "creating \"name\"" */
+	const char *label; /* "creating \"name\"" */
 	int64_t start_ms;
-	int64_t last_ms;     /* when the last frame was drawn */
+	int64_t last_ms; /* when the last frame was drawn */
 	unsigned frame;
 	bool drawn;
 };
@@ -91,14 +99,14 @@ struct cli_opts {
 	/* create */
 	bool has_ttl;
 	int64_t ttl_secs;
-	json_t *labels;      /* object */
+	json_t *labels; /* object */
 	bool async;
 	/* list */
 	const char *name_filter;
 	/* restore */
 	bool force;
 	const char *if_expired;
-	bool tty;            /* stdout is a terminal */
+	bool tty; /* stdout is a terminal */
 };
 
 int cli_cmd_create(const struct cli_opts *o, const char *name);

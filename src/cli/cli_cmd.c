@@ -8,7 +8,10 @@
 
 #define CLI_POLL_MS 100
 
-static void cli_cmd_reply_freep(struct cli_reply *r) { cli_reply_free(r); }
+static void cli_cmd_reply_freep(struct cli_reply *r)
+{
+	cli_reply_free(r);
+}
 #define _cleanup_reply_ __attribute__((cleanup(cli_cmd_reply_freep)))
 
 static int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r)
@@ -86,7 +89,8 @@ static int cli_cmd_resolve_name(const struct cli_opts *o, const char *name, char
 	/* The daemon's rule for names: the newest active checkpoint, else the newest. */
 	json_t *all = json_object_get(r.json, "checkpoints"), *c, *pick = json_array_get(all, 0);
 	size_t i;
-	json_array_foreach(all, i, c) {
+	json_array_foreach(all, i, c)
+	{
 		if (strcmp(json_string_value(json_object_get(c, "status")) ?: "", "active") == 0) {
 			pick = c;
 			break;
@@ -126,8 +130,8 @@ static void cli_cmd_created(json_t *r)
 	const char *id = json_string_value(json_object_get(r, "checkpoint_id"));
 	const char *name = json_string_value(json_object_get(r, "name"));
 	if (status && strcmp(status, "creating") == 0) {
-		printf("Creating %s \"%s\" in the background; see `ckpt show %s`\n", id ? id : "?",
-		       name ? name : "", id ? id : "?");
+		printf("Creating %s \"%s\" in the background; see `ckpt show %s`\n", id ? id : "?", name ? name : "",
+		       id ? id : "?");
 		return;
 	}
 	json_int_t size = json_integer_value(json_object_get(r, "size_bytes"));
@@ -152,17 +156,17 @@ static void cli_cmd_final_frame(struct cli_progress *p, json_t *last, json_t *re
 	if (bt <= 0)
 		bt = size;
 	if (bt <= 0 && ft <= 0)
-		bt = 1;  /* an empty tree: still a full bar */
-	json_t *done = json_pack("{s:I,s:I,s:I,s:I}", "bytes_done", (json_int_t)bt, "bytes_total",
-				 (json_int_t)bt, "files_done", ft, "files_total", ft);
+		bt = 1; /* an empty tree: still a full bar */
+	json_t *done = json_pack("{s:I,s:I,s:I,s:I}", "bytes_done", (json_int_t)bt, "bytes_total", (json_int_t)bt,
+				 "files_done", ft, "files_total", ft);
 	cli_progress_bar(p, done);
 	json_decref(done);
 	cli_progress_end(p, true);
 }
 
 /* One poll of a creating checkpoint: 0 still creating, 1 done, else an exit status + 2. */
-static int cli_cmd_poll_once(const struct cli_opts *o, const char *path, struct cli_progress *p,
-			     json_t **last, struct cli_reply *r)
+static int cli_cmd_poll_once(const struct cli_opts *o, const char *path, struct cli_progress *p, json_t **last,
+			     struct cli_reply *r)
 {
 	int rc = cli_cmd_send(o, "GET", path, NULL, r, NULL, NULL);
 	if (rc >= 0) {
@@ -270,7 +274,7 @@ int cli_cmd_delete(const struct cli_opts *o, const char *id)
 	if (rc >= 0)
 		return rc;
 	if (o->json)
-		cli_out_verbatim(&r);  /* 204: nothing */
+		cli_out_verbatim(&r); /* 204: nothing */
 	else
 		printf("Deleted %s\n", id);
 	return CKPT_EXIT_OK;
@@ -286,7 +290,7 @@ struct cli_watch {
 	const char *record_path;
 	struct cli_progress p;
 	int64_t polled_ms;
-	json_t *progress;    /* last seen with totals, or NULL */
+	json_t *progress; /* last seen with totals, or NULL */
 };
 
 static void cli_cmd_watch_poll(struct cli_watch *w)

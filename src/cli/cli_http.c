@@ -15,7 +15,7 @@ static size_t cli_http_write(char *data, size_t size, size_t n, void *arg)
 	struct cli_reply *r = arg;
 	size_t add = size * n;
 	if (r->len + add > CLI_HTTP_MAX_BODY)
-		return 0;  /* aborts the transfer with CURLE_WRITE_ERROR */
+		return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
 	char *nb = realloc(r->body, r->len + add + 1);
 	if (!nb)
 		return 0;
@@ -42,8 +42,8 @@ static struct curl_slist *cli_http_headers(const struct cli_conn *c, bool has_bo
 	return h;
 }
 
-static CURL *cli_http_easy(const struct cli_conn *c, const char *method, const char *url,
-			   const char *payload, struct curl_slist *hdrs, struct cli_reply *r)
+static CURL *cli_http_easy(const struct cli_conn *c, const char *method, const char *url, const char *payload,
+			   struct curl_slist *hdrs, struct cli_reply *r)
 {
 	CURL *e = curl_easy_init();
 	if (!e)
@@ -106,8 +106,8 @@ static void cli_http_parse(struct cli_reply *r)
 	r->json = json_loadb(r->body, r->len, JSON_DECODE_ANY, NULL);
 }
 
-int cli_http_request(const struct cli_conn *c, const char *method, const char *path,
-		     json_t *body, struct cli_reply *r, cli_tick_fn tick, void *tick_arg)
+int cli_http_request(const struct cli_conn *c, const char *method, const char *path, json_t *body, struct cli_reply *r,
+		     cli_tick_fn tick, void *tick_arg)
 {
 	memset(r, 0, sizeof(*r));
 	_cli_cleanup_free_ char *payload = body ? json_dumps(body, JSON_COMPACT) : NULL;

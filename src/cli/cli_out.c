@@ -5,7 +5,15 @@
 #include <string.h>
 #include "cli/cli.h"
 
-enum { COL_ID, COL_NAME, COL_STATUS, COL_CREATED, COL_EXPIRES, COL_SIZE, N_COLS };
+enum {
+	COL_ID,
+	COL_NAME,
+	COL_STATUS,
+	COL_CREATED,
+	COL_EXPIRES,
+	COL_SIZE,
+	N_COLS
+};
 static const char *const cli_out_headers[N_COLS] = {
 	"ID", "NAME", "STATUS", "CREATED", "EXPIRES", "SIZE",
 };
@@ -78,8 +86,7 @@ static void cli_out_row_cells(json_t *r, char cells[N_COLS][160])
 	snprintf(cells[COL_ID], 160, "%s", cli_out_str(r, "checkpoint_id", "-"));
 	snprintf(cells[COL_NAME], 160, "%s", cli_out_str(r, "name", "-"));
 	snprintf(cells[COL_STATUS], 160, "%s", cli_out_str(r, "status", "-"));
-	snprintf(cells[COL_CREATED], 160, "%s",
-		 cli_out_time(json_object_get(r, "created_at"), "-", tmp, sizeof(tmp)));
+	snprintf(cells[COL_CREATED], 160, "%s", cli_out_time(json_object_get(r, "created_at"), "-", tmp, sizeof(tmp)));
 	snprintf(cells[COL_EXPIRES], 160, "%s",
 		 cli_out_time(json_object_get(r, "expires_at"), "never", tmp, sizeof(tmp)));
 	snprintf(cells[COL_SIZE], 160, "%s", cli_out_size(cli_out_uint(r, "size_bytes"), tmp, sizeof(tmp)));
@@ -88,7 +95,7 @@ static void cli_out_row_cells(json_t *r, char cells[N_COLS][160])
 void cli_out_table(json_t *records)
 {
 	size_t n = json_array_size(records), width[N_COLS];
-	char (*cells)[N_COLS][160] = calloc(n ? n : 1, sizeof(*cells));
+	char(*cells)[N_COLS][160] = calloc(n ? n : 1, sizeof(*cells));
 	if (!cells)
 		return;
 	for (int c = 0; c < N_COLS; c++)
@@ -120,7 +127,8 @@ static void cli_out_list(const char *label, json_t *arr)
 	}
 	size_t i;
 	json_t *v;
-	json_array_foreach(arr, i, v) {
+	json_array_foreach(arr, i, v)
+	{
 		const char *s = json_string_value(v);
 		_cli_cleanup_free_ char *dump = s ? NULL : json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 		printf("%s%s", i ? ", " : "", s ? s : dump ? dump : "?");
@@ -138,7 +146,8 @@ static void cli_out_labels(json_t *labels)
 	const char *k;
 	json_t *v;
 	bool first = true;
-	json_object_foreach(labels, k, v) {
+	json_object_foreach(labels, k, v)
+	{
 		printf("%s%s=%s", first ? "" : ", ", k, json_string_value(v) ? json_string_value(v) : "");
 		first = false;
 	}
@@ -150,10 +159,10 @@ static void cli_out_progress_line(json_t *p)
 	char a[32], b[32];
 	if (!json_is_object(p))
 		return;
-	printf("%-16s%s / %s, %" PRIu64 " / %" PRIu64 " files\n", "Progress:",
-	       cli_out_size(cli_out_uint(p, "bytes_done"), a, sizeof(a)),
-	       cli_out_size(cli_out_uint(p, "bytes_total"), b, sizeof(b)),
-	       cli_out_uint(p, "files_done"), cli_out_uint(p, "files_total"));
+	printf("%-16s%s / %s, %" PRIu64 " / %" PRIu64 " files\n",
+	       "Progress:", cli_out_size(cli_out_uint(p, "bytes_done"), a, sizeof(a)),
+	       cli_out_size(cli_out_uint(p, "bytes_total"), b, sizeof(b)), cli_out_uint(p, "files_done"),
+	       cli_out_uint(p, "files_total"));
 }
 
 void cli_out_record(json_t *r)
@@ -183,11 +192,13 @@ void cli_out_restore(json_t *rep)
 		puts("Note:           the checkpoint had expired; the roots were reset to their base");
 	json_t *ph = json_object_get(rep, "phases");
 	if (json_is_object(ph))
-		printf("%-16sstop %" PRIu64 " ms, swap %" PRIu64 " ms, start %" PRIu64 " ms\n", "Phases:",
-		       cli_out_uint(ph, "stop_ms"), cli_out_uint(ph, "swap_ms"), cli_out_uint(ph, "start_ms"));
+		printf("%-16sstop %" PRIu64 " ms, swap %" PRIu64 " ms, start %" PRIu64 " ms\n",
+		       "Phases:", cli_out_uint(ph, "stop_ms"), cli_out_uint(ph, "swap_ms"),
+		       cli_out_uint(ph, "start_ms"));
 	json_t *tar = json_object_get(rep, "tar");
 	if (json_is_object(tar))
-		printf("%-16srewritten %" PRIu64 ", removed %" PRIu64 ", unchanged %" PRIu64 " (%" PRIu64 " bytes written)\n",
+		printf("%-16srewritten %" PRIu64 ", removed %" PRIu64 ", unchanged %" PRIu64 " (%" PRIu64
+		       " bytes written)\n",
 		       "Entries:", cli_out_uint(tar, "rewritten"), cli_out_uint(tar, "removed"),
 		       cli_out_uint(tar, "kept"), cli_out_uint(tar, "bytes"));
 	printf("%-16s%s\n", "Services:", cli_out_str(rep, "services", "-"));
@@ -206,8 +217,8 @@ void cli_out_health(json_t *h)
 	printf("%-16s%s\n", "Status:", cli_out_str(h, "status", "-"));
 	printf("%-16s%s\n", "Version:", cli_out_str(h, "version", "-"));
 	printf("%-16s%s\n", "Mode:", cli_out_str(h, "mode", "-"));
-	printf("%-16s%s%s%s%s\n", "Backend:", cli_out_str(h, "backend", "-"),
-	       reason ? " (" : "", reason ? reason : "", reason ? ")" : "");
+	printf("%-16s%s%s%s%s\n", "Backend:", cli_out_str(h, "backend", "-"), reason ? " (" : "", reason ? reason : "",
+	       reason ? ")" : "");
 	cli_out_list("Roots:", json_object_get(h, "roots"));
 	json_t *svc = json_object_get(h, "services");
 	if (json_is_string(svc))
@@ -239,6 +250,6 @@ void cli_out_problem(const struct cli_reply *r)
 		fprintf(stderr, "ckpt: HTTP %ld: %.*s\n", r->status, (int)strcspn(r->body, "\r\n"), r->body);
 		return;
 	}
-	fprintf(stderr, "ckpt: %s (%s%sHTTP %ld)\n", detail ? detail : "request failed",
-		code ? code : "", code ? ", " : "", r->status);
+	fprintf(stderr, "ckpt: %s (%s%sHTTP %ld)\n", detail ? detail : "request failed", code ? code : "",
+		code ? ", " : "", r->status);
 }

@@ -71,8 +71,8 @@ void cli_progress_bar(struct cli_progress *p, json_t *progress)
 	char bar[CLI_BAR_MAX + 1], a[32], b[32], files[64] = "", tail[200], line[512];
 	if (ft)
 		snprintf(files, sizeof(files), "  %" PRIu64 "/%" PRIu64 " files", fd, ft);
-	snprintf(tail, sizeof(tail), " %3d%%  %s / %s%s  %.1fs", (int)(frac * 100.0),
-		 cli_out_size(bd, a, sizeof(a)), cli_out_size(bt, b, sizeof(b)), files, cli_progress_elapsed(p));
+	snprintf(tail, sizeof(tail), " %3d%%  %s / %s%s  %.1fs", (int)(frac * 100.0), cli_out_size(bd, a, sizeof(a)),
+		 cli_out_size(bt, b, sizeof(b)), files, cli_progress_elapsed(p));
 	/* The bar takes what the label and the numbers leave of the line. */
 	int room = (int)cli_progress_cols() - 1 - (int)strlen(p->label) - (int)strlen(tail) - 3;
 	int width = room > CLI_BAR_MAX ? CLI_BAR_MAX : room < CLI_BAR_MIN ? CLI_BAR_MIN : room;
@@ -90,9 +90,8 @@ void cli_progress_spin(struct cli_progress *p)
 	char line[512];
 	int64_t now = cli_progress_now_ms();
 	if (p->drawn && now - p->last_ms < CLI_SPIN_MS)
-		return;  /* curl wakes us on every packet: keep a steady pace */
-	snprintf(line, sizeof(line), "%c %s ... %.1fs", frames[p->frame % 4], p->label,
-		 cli_progress_elapsed(p));
+		return; /* curl wakes us on every packet: keep a steady pace */
+	snprintf(line, sizeof(line), "%c %s ... %.1fs", frames[p->frame % 4], p->label, cli_progress_elapsed(p));
 	cli_progress_emit(p, line);
 }
 

@@ -5,23 +5,22 @@
 
 #include <poll.h>
 
-static const char repl_client[] =
-	"import socket, struct, sys, time\n"
-	"code = sys.stdin.buffer.read()\n"
-	"s = socket.socket(socket.AF_UNIX)\n"
-	"for i in range(400):\n"
-	"    try: s.connect('/tmp/.ckptd-repl.sock'); break\n"
-	"    except OSError: time.sleep(0.025)\n"
-	"else: sys.exit('ckptd: the sandbox REPL does not answer')\n"
-	"s.sendall(struct.pack('>I', len(code)) + code)\n"
-	"f = s.makefile('rb')\n"
-	"while True:\n"
-	"    h = f.read(5)\n"
-	"    if len(h) < 5: sys.exit('ckptd: the sandbox REPL went away')\n"
-	"    d = f.read(struct.unpack('>I', h[1:])[0])\n"
-	"    if h[:1] == b'X': sys.exit(struct.unpack('>I', d)[0])\n"
-	"    o = sys.stdout.buffer if h[:1] == b'O' else sys.stderr.buffer\n"
-	"    o.write(d); o.flush()\n";
+static const char repl_client[] = "import socket, struct, sys, time\n"
+				  "code = sys.stdin.buffer.read()\n"
+				  "s = socket.socket(socket.AF_UNIX)\n"
+				  "for i in range(400):\n"
+				  "    try: s.connect('/tmp/.ckptd-repl.sock'); break\n"
+				  "    except OSError: time.sleep(0.025)\n"
+				  "else: sys.exit('ckptd: the sandbox REPL does not answer')\n"
+				  "s.sendall(struct.pack('>I', len(code)) + code)\n"
+				  "f = s.makefile('rb')\n"
+				  "while True:\n"
+				  "    h = f.read(5)\n"
+				  "    if len(h) < 5: sys.exit('ckptd: the sandbox REPL went away')\n"
+				  "    d = f.read(struct.unpack('>I', h[1:])[0])\n"
+				  "    if h[:1] == b'X': sys.exit(struct.unpack('>I', d)[0])\n"
+				  "    o = sys.stdout.buffer if h[:1] == b'O' else sys.stderr.buffer\n"
+				  "    o.write(d); o.flush()\n";
 
 /* Code comes on stdin, so its size is not bound by the argv limits; the
  * code's own stdin is /dev/null. */
@@ -148,8 +147,9 @@ static void *exec_main(void *arg)
 	j->sb->exec_running = false;
 	pthread_cond_broadcast(&j->h->cond);
 	pthread_mutex_unlock(&j->h->mu);
-	session_send(j->s, json_pack("{s:s, s:s, s:i}", "event", "status_update",
-				     "status", "SANDBOX_EXECUTION_DONE", "exit_code", status));
+	session_send(j->s,
+		     json_pack("{s:s, s:s, s:i}", "event", "status_update", "status", "SANDBOX_EXECUTION_DONE",
+			       "exit_code", status));
 	session_unref(j->s);
 	free(j->code);
 	free(j);
@@ -157,8 +157,8 @@ static void *exec_main(void *arg)
 }
 
 /* Called with sb->exec_running already set by the caller (under h->mu). */
-int sandbox_exec(struct host *h, struct sandbox *sb, struct session *s, const char *language,
-		 const char *code, ckpt_error *err)
+int sandbox_exec(struct host *h, struct sandbox *sb, struct session *s, const char *language, const char *code,
+		 ckpt_error *err)
 {
 	const char *py[] = { "/usr/bin/python3", "-c", repl_client, NULL };
 	const char *sh[] = { "/bin/bash", "-c", bash_wrapper, NULL };

@@ -131,7 +131,8 @@ static void leave(struct host *h, struct sandbox *sb, bool checkpoint, const cha
 		sandbox_stop(h, sb);
 	log_info("host: sandbox '%s' %s (%s)", sb->id, checkpoint ? "checkpointed and released" : "destroyed", why);
 	kick_client(h, sb, checkpoint ? "SANDBOX_CHECKPOINTED" : "SANDBOX_NOT_FOUND",
-		    checkpoint ? NULL : "the sandbox was stopped", checkpoint ? WS_CLOSE_NORMAL : WS_CLOSE_SERVER_ERROR);
+		    checkpoint ? NULL : "the sandbox was stopped",
+		    checkpoint ? WS_CLOSE_NORMAL : WS_CLOSE_SERVER_ERROR);
 	drop(h, sb);
 }
 
@@ -151,7 +152,12 @@ static void stop_now(struct host *h, struct sandbox *sb, const char *why)
 	pthread_mutex_unlock(&h->mu);
 }
 
-enum bg_action { BG_NONE, BG_HANDOFF, BG_LOST, BG_IDLE };
+enum bg_action {
+	BG_NONE,
+	BG_HANDOFF,
+	BG_LOST,
+	BG_IDLE
+};
 
 /* Renew a due lock, under h->mu (lock files are small; sessions keep
  * streaming meanwhile, they do not take h->mu to send). */
@@ -249,7 +255,8 @@ static int open_checkpoint_volume(struct host *h, ckpt_error *err)
 
 static int instance_dirs(struct host *h, const struct config *cfg, ckpt_error *err)
 {
-	_cleanup_free_ char *base = cfg->sandbox_state_dir ? strdup(cfg->sandbox_state_dir) : path_join(cfg->state_dir, "sandboxes");
+	_cleanup_free_ char *base =
+		cfg->sandbox_state_dir ? strdup(cfg->sandbox_state_dir) : path_join(cfg->state_dir, "sandboxes");
 	_cleanup_free_ char *inst = base ? path_join(base, h->instance_id) : NULL;
 
 	if (!inst || !(h->runsc_root = path_join(inst, "runsc")) || !(h->bundles_dir = path_join(inst, "bundles")) ||
@@ -280,7 +287,8 @@ static int host_setup(struct host *h, const struct config *cfg, ckpt_error *err)
 	if (cfg->instance_id ? !(h->instance_id = strdup(cfg->instance_id)) : default_instance_id(h) < 0)
 		return -ENOMEM;
 	if (!instance_id_valid(h->instance_id))
-		return err_set(err, EINVAL, NULL, "instance id '%s': use letters, digits, '-', '_', '.'", h->instance_id);
+		return err_set(err, EINVAL, NULL, "instance id '%s': use letters, digits, '-', '_', '.'",
+			       h->instance_id);
 	h->runsc.path = cfg->runsc_path ? cfg->runsc_path : "runsc";
 	h->rootfs = cfg->sandbox_rootfs ? cfg->sandbox_rootfs : "/";
 	h->lock_ttl = cfg->lock_ttl_secs;
@@ -330,9 +338,9 @@ json_t *host_health(struct host *h)
 	for (struct sandbox *sb = h->sandboxes; sb; sb = sb->next)
 		n++;
 	pthread_mutex_unlock(&h->mu);
-	return json_pack("{s:s, s:s, s:b, s:s?, s:I, s:I}", "instance_id", h->instance_id,
-			 "runsc_version", h->runsc_version, "checkpointing", h->mount != NULL,
-			 "checkpoint_mount", h->mount, "sandboxes", (json_int_t)n, "lock_ttl_secs", (json_int_t)h->lock_ttl);
+	return json_pack("{s:s, s:s, s:b, s:s?, s:I, s:I}", "instance_id", h->instance_id, "runsc_version",
+			 h->runsc_version, "checkpointing", h->mount != NULL, "checkpoint_mount", h->mount, "sandboxes",
+			 (json_int_t)n, "lock_ttl_secs", (json_int_t)h->lock_ttl);
 }
 
 /* On shutdown, checkpointable sandboxes are saved and released so another

@@ -1,7 +1,7 @@
 /* host.h: host mode, the runsc handoff path. ckptd.c starts it when
  * --mode host is given; it serves its routes through the shared HTTP layer. */
 #pragma once
-#include "http.h"
+#include "http/http.h"
 
 struct config;
 struct host;

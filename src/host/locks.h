@@ -6,14 +6,14 @@
  * directory fd; ids must be validated by the caller. */
 #pragma once
 #include <stdint.h>
-#include "util.h"
+#include "lib/util.h"
 
 #define LOCKS_NAME_MAX 128
 
 struct lock_info {
 	char owner[LOCKS_NAME_MAX];
 	int64_t timestamp;
-	char waiter[LOCKS_NAME_MAX];   /* "" = none */
+	char waiter[LOCKS_NAME_MAX]; /* "" = none */
 };
 
 /* -ENOENT when there is no lock; -EBADMSG when it does not parse. */
@@ -21,8 +21,7 @@ int locks_read(int dirfd, const char *id, struct lock_info *ret);
 /* Take the lock for me: 0 when it is mine now (new, already mine, or taken
  * over because it was older than ttl); -EBUSY when another owner holds it
  * (cur, if not NULL, gets its content). */
-int locks_acquire(int dirfd, const char *id, const char *me, int64_t ttl, int64_t now,
-		  struct lock_info *cur);
+int locks_acquire(int dirfd, const char *id, const char *me, int64_t ttl, int64_t now, struct lock_info *cur);
 /* Refresh my timestamp, keeping the waiter. *ret_waiter gets the waiter ("" if
  * none) when not NULL. -ESTALE when the lock is no longer mine. */
 int locks_renew(int dirfd, const char *id, const char *me, int64_t now, char ret_waiter[LOCKS_NAME_MAX]);

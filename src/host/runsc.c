@@ -147,14 +147,11 @@ static json_t *bundle_json(const char *rootfs, const char *const *init_argv)
 		json_array_append_new(ns, json_pack("{s:s}", "type", *t));
 	return json_pack("{s:s, s:{s:b, s:{s:i, s:i}, s:o, s:[s, s, s], s:s}, s:{s:s, s:b}, s:s,"
 			 " s:[o, o], s:{s:o}}",
-			 "ociVersion", "1.0.2",
-			 "process", "terminal", 0, "user", "uid", 0, "gid", 0, "args", args,
+			 "ociVersion", "1.0.2", "process", "terminal", 0, "user", "uid", 0, "gid", 0, "args", args,
 			 "env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
-			 "PYTHONUNBUFFERED=1", "cwd", "/",
-			 "root", "path", rootfs, "readonly", 0,
-			 "hostname", "sandbox",
-			 "mounts", bundle_mount("/proc", "proc"), bundle_mount("/tmp", "tmpfs"),
-			 "linux", "namespaces", ns);
+			 "PYTHONUNBUFFERED=1", "cwd", "/", "root", "path", rootfs, "readonly", 0, "hostname", "sandbox",
+			 "mounts", bundle_mount("/proc", "proc"), bundle_mount("/tmp", "tmpfs"), "linux", "namespaces",
+			 ns);
 }
 
 int runsc_write_bundle(const char *bundle_dir, const char *rootfs, const char *const *init_argv, ckpt_error *err)
@@ -184,7 +181,8 @@ int runsc_run(const struct runsc *r, const char *bundle, const char *id, const c
 	return run_logged(argv, log_path, "runsc run", err);
 }
 
-int runsc_checkpoint(const struct runsc *r, const char *id, const char *image_dir, const char *log_path, ckpt_error *err)
+int runsc_checkpoint(const struct runsc *r, const char *id, const char *image_dir, const char *log_path,
+		     ckpt_error *err)
 {
 	const char *argv[MAX_ARGV];
 	_cleanup_free_ char *flag = NULL;
@@ -238,7 +236,8 @@ static void close_pair(int p[2])
 		close(p[1]);
 }
 
-int runsc_exec(const struct runsc *r, const char *id, const char *const *argv_in, struct runsc_proc *ret, ckpt_error *err)
+int runsc_exec(const struct runsc *r, const char *id, const char *const *argv_in, struct runsc_proc *ret,
+	       ckpt_error *err)
 {
 	const char *argv[MAX_ARGV];
 	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, er[2] = { -1, -1 }, rc;

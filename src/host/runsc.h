@@ -4,13 +4,13 @@
  * same top-level flags for run and restore (runsc requires it). */
 #pragma once
 #include <sys/types.h>
-#include "util.h"
+#include "lib/util.h"
 
 #define RUNSC_TIMEOUT_MS (120 * 1000)
 
 struct runsc {
-	const char *path;   /* binary */
-	const char *root;   /* --root directory */
+	const char *path; /* binary */
+	const char *root; /* --root directory */
 };
 
 /* "0.0~20221219.0" from `runsc --version`. */
@@ -22,7 +22,8 @@ int runsc_write_bundle(const char *bundle_dir, const char *rootfs, const char *c
  * log_path (a file), never a pipe. */
 int runsc_run(const struct runsc *r, const char *bundle, const char *id, const char *log_path, ckpt_error *err);
 /* image_dir must not exist yet. */
-int runsc_checkpoint(const struct runsc *r, const char *id, const char *image_dir, const char *log_path, ckpt_error *err);
+int runsc_checkpoint(const struct runsc *r, const char *id, const char *image_dir, const char *log_path,
+		     ckpt_error *err);
 int runsc_restore(const struct runsc *r, const char *bundle, const char *image_dir, const char *id,
 		  const char *log_path, ckpt_error *err);
 /* Kill and remove the container; 0 also when it does not exist. */
@@ -30,7 +31,7 @@ int runsc_delete(const struct runsc *r, const char *id);
 
 struct runsc_proc {
 	pid_t pid;
-	int in_fd, out_fd, err_fd;   /* pipe ends, O_CLOEXEC */
+	int in_fd, out_fd, err_fd; /* pipe ends, O_CLOEXEC */
 };
 /* `runsc exec id argv...` with stdin, stdout and stderr on pipes. */
 int runsc_exec(const struct runsc *r, const char *id, const char *const *argv, struct runsc_proc *ret, ckpt_error *err);

@@ -193,13 +193,11 @@ int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *lates
 
 	if (dfd < 0)
 		return err_set(err, -dfd, NULL, "sandbox dir on the volume: %s", strerror(-dfd));
-	m = json_pack("{s:s, s:I, s:b, s:s, s:o, s:s, s:s, s:s, s:s}",
-		      "sandbox_id", sb->id, "idle_timeout", (json_int_t)sb->idle_timeout_s,
-		      "enable_checkpoint", 1, "runsc_version", h->runsc_version,
-		      "cpu_features", strv_json(h->cpu_features, h->n_cpu_features),
-		      "created_at", fmt_rfc3339_ms(sb->created_at_ms, created, sizeof(created)),
-		      "updated_at", fmt_rfc3339_ms(now_ms(), now, sizeof(now)),
-		      "instance_id", h->instance_id, "latest", latest);
+	m = json_pack("{s:s, s:I, s:b, s:s, s:o, s:s, s:s, s:s, s:s}", "sandbox_id", sb->id, "idle_timeout",
+		      (json_int_t)sb->idle_timeout_s, "enable_checkpoint", 1, "runsc_version", h->runsc_version,
+		      "cpu_features", strv_json(h->cpu_features, h->n_cpu_features), "created_at",
+		      fmt_rfc3339_ms(sb->created_at_ms, created, sizeof(created)), "updated_at",
+		      fmt_rfc3339_ms(now_ms(), now, sizeof(now)), "instance_id", h->instance_id, "latest", latest);
 	text = m ? json_dumps(m, JSON_INDENT(2)) : NULL;
 	json_decref(m);
 	if (!text)
@@ -322,7 +320,8 @@ static int check_compat(struct host *h, json_t *meta, ckpt_error *err)
 	if (!ver || strcmp(ver, h->runsc_version))
 		return err_set(err, EPROTO, NULL, "checkpoint was made with runsc %s but this host has runsc %s",
 			       ver ? ver : "(unknown)", h->runsc_version);
-	json_array_foreach(feats, i, f) {
+	json_array_foreach(feats, i, f)
+	{
 		const char *s = json_string_value(f);
 		if (!s || has_feature(h, s))
 			continue;
@@ -331,8 +330,9 @@ static int check_compat(struct host *h, json_t *meta, ckpt_error *err)
 		n++;
 	}
 	if (n)
-		return err_set(err, EPROTO, NULL, "incompatible CPU: %zu feature(s) of the checkpointing host missing here: %s",
-			       n, missing);
+		return err_set(err, EPROTO, NULL,
+			       "incompatible CPU: %zu feature(s) of the checkpointing host missing here: %s", n,
+			       missing);
 	return 0;
 }
 

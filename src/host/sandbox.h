@@ -11,9 +11,9 @@
 #define SANDBOX_ID_MAX 64
 
 enum sandbox_state {
-	SB_STARTING,       /* being created or restored; not usable yet */
+	SB_STARTING, /* being created or restored; not usable yet */
 	SB_RUNNING,
-	SB_BUSY,           /* checkpointing or stopping */
+	SB_BUSY, /* checkpointing or stopping */
 };
 
 struct session;
@@ -21,30 +21,30 @@ struct session;
 struct sandbox {
 	char id[SANDBOX_ID_MAX + 1];
 	enum sandbox_state state;
-	bool checkpointable;       /* lock held, checkpoints on the volume */
-	int64_t idle_timeout_s;    /* 0 = never */
+	bool checkpointable;    /* lock held, checkpoints on the volume */
+	int64_t idle_timeout_s; /* 0 = never */
 	int64_t created_at_ms;
-	struct session *client;    /* attached session or NULL */
+	struct session *client; /* attached session or NULL */
 	bool exec_running;
-	int64_t detached_mono_ms;  /* when the last client left */
-	int64_t renewed_at;        /* unix s of our last lock renewal */
+	int64_t detached_mono_ms; /* when the last client left */
+	int64_t renewed_at;       /* unix s of our last lock renewal */
 	struct sandbox *next;
 };
 
 struct host {
 	char *instance_id;
-	struct runsc runsc;        /* path and our --root */
+	struct runsc runsc; /* path and our --root */
 	char *runsc_root, *bundles_dir, *logs_dir;
 	const char *rootfs;
 	char runsc_version[128];
 	char **cpu_features;
 	size_t n_cpu_features;
-	char *mount;               /* NULL: checkpointing not configured */
-	int locks_fd;              /* {mount}/locks, or -1 */
+	char *mount;  /* NULL: checkpointing not configured */
+	int locks_fd; /* {mount}/locks, or -1 */
 	int64_t lock_ttl, lock_renew, default_idle;
-	int reaper_fd;             /* write end: "+id\n" / "-id\n" */
+	int reaper_fd; /* write end: "+id\n" / "-id\n" */
 
-	pthread_mutex_t mu;        /* registry, sandbox fields, session refs */
+	pthread_mutex_t mu; /* registry, sandbox fields, session refs */
 	pthread_cond_t cond;
 	struct sandbox *sandboxes;
 	bool stopping;
@@ -55,17 +55,17 @@ struct host {
 struct session {
 	struct host *h;
 	struct ws_conn *ws;
-	void *handle;              /* for http_upgrade_close */
+	void *handle;                       /* for http_upgrade_close */
 	char attach_id[SANDBOX_ID_MAX + 1]; /* "" for /create */
 	struct sandbox *sb;
-	int refs;                  /* under h->mu */
-	bool kicked;               /* the sandbox left: end the session */
+	int refs;    /* under h->mu */
+	bool kicked; /* the sandbox left: end the session */
 };
 
 bool sandbox_id_valid(const char *id);
 
 /* Events, thread-safe. */
-int session_send(struct session *s, json_t *ev);   /* steals ev */
+int session_send(struct session *s, json_t *ev); /* steals ev */
 int session_status(struct session *s, const char *status);
 int session_error(struct session *s, const char *fmt, ...) _printf_(2, 3);
 void session_unref(struct session *s);
@@ -88,8 +88,8 @@ int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *lates
 
 /* Start code in the sandbox on a thread of its own; it streams stdout and
  * stderr events to s and ends with SANDBOX_EXECUTION_DONE. */
-int sandbox_exec(struct host *h, struct sandbox *sb, struct session *s, const char *language,
-		 const char *code, ckpt_error *err);
+int sandbox_exec(struct host *h, struct sandbox *sb, struct session *s, const char *language, const char *code,
+		 ckpt_error *err);
 
 /* Tell the reaper (which removes our containers if ckptd dies) about a container. */
 void host_reaper_note(struct host *h, char op, const char *id);

@@ -3,6 +3,7 @@
  * (waiting for another instance to hand the sandbox over). */
 #include "host/sandbox.h"
 #include "host/locks.h"
+#include "config.h"
 #include "host/host.h"
 
 #define FIRST_MESSAGE_TIMEOUT_MS 30000
@@ -89,7 +90,8 @@ static int parse_config(struct session *s, const char *msg, int64_t *idle, bool 
 	*idle = s->h->default_idle;
 	*ckpt = false;
 	if (!json_is_object(o))
-		r = -EINVAL, snprintf(why, len, "the first message must be a JSON object {idle_timeout, enable_checkpoint}");
+		r = -EINVAL,
+		snprintf(why, len, "the first message must be a JSON object {idle_timeout, enable_checkpoint}");
 	else if ((v = json_object_get(o, "idle_timeout")) && !json_is_null(v) &&
 		 (!json_is_integer(v) || json_integer_value(v) < 0))
 		r = -EINVAL, snprintf(why, len, "idle_timeout must be a whole number of seconds >= 0");
@@ -124,11 +126,13 @@ static int create_sandbox(struct session *s, int64_t idle, bool ckpt)
 	if (!sb)
 		return -ENOMEM;
 	session_status(s, "SANDBOX_CREATING");
-	if (ckpt && (locks_acquire(h->locks_fd, id, h->instance_id, h->lock_ttl, now_ms() / 1000, NULL) < 0 ||
-		     sandbox_write_metadata(h, sb, "", &err) < 0)) {
+	if (ckpt &&
+	    (locks_acquire(h->locks_fd, id, h->instance_id, h->lock_ttl, now_ms() / 1000, NULL) < 0 ||
+	     sandbox_write_metadata(h, sb, "", &err) < 0)) {
 		locks_release(h->locks_fd, id, h->instance_id);
 		forget(s, sb);
-		session_fail(s, "SANDBOX_CREATION_ERROR", WS_CLOSE_APP_ERROR, err.msg[0] ? err.msg : "cannot lock the new sandbox");
+		session_fail(s, "SANDBOX_CREATION_ERROR", WS_CLOSE_APP_ERROR,
+			     err.msg[0] ? err.msg : "cannot lock the new sandbox");
 		return -EIO;
 	}
 	if (sandbox_start(h, sb, &err) < 0) {
@@ -155,7 +159,8 @@ static int session_create(struct session *s)
 
 	if (op <= 0 || op == WS_OP_CLOSE) {
 		if (op == 0)
-			session_fail(s, "SANDBOX_CREATION_ERROR", WS_CLOSE_APP_ERROR, "no configuration message received");
+			session_fail(s, "SANDBOX_CREATION_ERROR", WS_CLOSE_APP_ERROR,
+				     "no configuration message received");
 		return -EIO;
 	}
 	if (parse_config(s, msg, &idle, &ckpt, why, sizeof(why)) < 0) {
@@ -353,7 +358,9 @@ static void handle_message(struct session *s, const char *msg)
 	else if (lang && code)
 		client_execute(s, lang, code);
 	else
-		session_error(s, "expected {\"language\": \"python\"|\"bash\", \"code\": ...} or {\"action\": \"checkpoint\"}");
+		session_error(
+			s,
+			"expected {\"language\": \"python\"|\"bash\", \"code\": ...} or {\"action\": \"checkpoint\"}");
 	json_decref(o);
 }
 
@@ -455,9 +462,21 @@ static void route_attach(void *app, const struct http_request *req, struct http_
 	upgrade_route(app, req, resp, id);
 }
 
+static void route_health(void *app, const struct http_request *req, struct http_response *resp)
+{
+	(void)req;
+	json_t *h = host_health(app);
+	json_object_set_new(h, "status", json_string("ok"));
+	json_object_set_new(h, "mode", json_string("host"));
+	json_object_set_new(h, "version", json_string(CKPTD_VERSION));
+	http_json(resp, 200, h);
+}
+
+/* Host mode's route table: the WebSocket sessions and health. */
 static const struct http_route routes[] = {
 	{ "GET", "/create", route_create, false, false },
 	{ "GET", "/attach/{id}", route_attach, false, false },
+	{ "GET", "/v1/health", route_health, true, false },
 };
 
 const struct http_route *host_routes(size_t *ret_n)

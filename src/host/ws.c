@@ -8,14 +8,18 @@
 
 #define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
-static uint32_t rol32(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
+static uint32_t rol32(uint32_t x, int n)
+{
+	return (x << n) | (x >> (32 - n));
+}
 
 static void sha1_block(uint32_t h[5], const uint8_t *p)
 {
 	uint32_t w[80], a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
 
 	for (int i = 0; i < 16; i++)
-		w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+		w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 |
+			p[4 * i + 3];
 	for (int i = 16; i < 80; i++)
 		w[i] = rol32(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
 	for (int i = 0; i < 80; i++) {
@@ -160,9 +164,9 @@ struct ws_conn {
 	pthread_mutex_t wlock;
 	bool close_sent;
 	bool broken;
-	uint8_t *rbuf;          /* unparsed input */
+	uint8_t *rbuf; /* unparsed input */
 	size_t rlen, rcap;
-	uint8_t *msg;           /* message being reassembled */
+	uint8_t *msg; /* message being reassembled */
 	size_t msg_len;
 	int msg_op;
 };
@@ -196,7 +200,10 @@ void ws_conn_free(struct ws_conn *c)
 	free(c);
 }
 
-int ws_conn_fd(const struct ws_conn *c) { return c->fd; }
+int ws_conn_fd(const struct ws_conn *c)
+{
+	return c->fd;
+}
 
 static int send_all(int fd, const uint8_t *p, size_t len)
 {

@@ -4,7 +4,7 @@
  * writes from several threads. */
 #pragma once
 #include <stdint.h>
-#include "util.h"
+#include "lib/util.h"
 
 #define WS_MAX_MESSAGE (1024 * 1024)
 
@@ -37,7 +37,7 @@ struct ws_frame {
 	int opcode;
 	bool masked;
 	uint8_t mask[4];
-	uint64_t len;           /* payload length */
+	uint64_t len; /* payload length */
 	size_t header_len;
 };
 

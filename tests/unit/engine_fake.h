@@ -6,14 +6,14 @@
 #include <pthread.h>
 #include <stdio.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 
 static struct fake {
-	json_t *store;        /* id -> content of <root>/f when created */
-	char *base;           /* content of <root>/f when first adopted */
+	json_t *store;                              /* id -> content of <root>/f when created */
+	char *base;                                 /* content of <root>/f when first adopted */
 	int fail_create, fail_restore, fail_remove; /* errno to fail with, 0 = work */
 	uint64_t create_size;
-	bool block_create;    /* create waits for fake_release() */
+	bool block_create; /* create waits for fake_release() */
 	bool in_create;
 	int n_create, n_restore, n_reset, n_remove, n_open;
 	pthread_mutex_t lock;
@@ -109,8 +109,7 @@ static int fake_create(void *st, const char *id, json_t **ret_data, uint64_t *re
 	return 0;
 }
 
-static int fake_restore(void *st, const char *id, json_t *data, json_t *extra, struct progress *p,
-			ckpt_error *err)
+static int fake_restore(void *st, const char *id, json_t *data, json_t *extra, struct progress *p, ckpt_error *err)
 {
 	(void)extra, (void)p;
 	fake.n_restore++;
@@ -147,8 +146,14 @@ static void fake_close(void *st, bool unmount)
 }
 
 static const struct backend_ops fake_ops = {
-	.name = "fake", .open = fake_open, .recover = fake_recover, .create = fake_create,
-	.restore = fake_restore, .reset = fake_reset, .remove = fake_remove, .close = fake_close,
+	.name = "fake",
+	.open = fake_open,
+	.recover = fake_recover,
+	.create = fake_create,
+	.restore = fake_restore,
+	.reset = fake_reset,
+	.remove = fake_remove,
+	.close = fake_close,
 };
 
 static void fake_release(void)
@@ -166,4 +171,3 @@ static void fake_wait_in_create(void)
 		pthread_cond_wait(&fake.cond, &fake.lock);
 	pthread_mutex_unlock(&fake.lock);
 }
-

@@ -4,13 +4,14 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "api.h"
-#include "engine.h"
+#include "http/api.h"
+#include "engine/engine.h"
 
 static int decode_create(const char *body, struct create_req *cr, json_t **keep, int *status, const char **code)
 {
-	struct http_request req = { .method = "POST", .path = "/v1/checkpoints", .body = body,
-				    .body_len = body ? strlen(body) : 0 };
+	struct http_request req = {
+		.method = "POST", .path = "/v1/checkpoints", .body = body, .body_len = body ? strlen(body) : 0
+	};
 	struct http_response resp = { 0 };
 	json_t *obj = api_parse_object(&req, true, &resp);
 	bool ok = obj && api_decode_create(obj, cr, &resp);
@@ -45,8 +46,9 @@ static void test_create_ok(void **state)
 	json_t *obj;
 	int status;
 	const char *code;
-	assert_int_equal(decode_create("{\"name\":\"a\",\"ttl_secs\":60,\"labels\":{\"k\":\"v\"},\"async\":true}",
-				       &cr, &obj, &status, &code), 0);
+	assert_int_equal(decode_create("{\"name\":\"a\",\"ttl_secs\":60,\"labels\":{\"k\":\"v\"},\"async\":true}", &cr,
+				       &obj, &status, &code),
+			 0);
 	assert_string_equal(cr.name, "a");
 	assert_true(cr.has_ttl);
 	assert_int_equal(cr.ttl_secs, 60);

@@ -13,7 +13,7 @@
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "config.h"
 
 struct fx {
@@ -162,11 +162,10 @@ static void snap_dir(struct lines *L, const char *top, const char *rel)
 		}
 		xattr_text(full, xa, sizeof(xa));
 		char *line;
-		assert_true(asprintf(&line, "%s|%o|%u:%u|%lld|%lld.%09ld|n%lu|r%lu|%s|%s", relp,
-				     st.st_mode, st.st_uid, st.st_gid,
-				     (long long)(S_ISREG(st.st_mode) ? st.st_size : 0),
-				     (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
-				     (unsigned long)st.st_nlink, (unsigned long)st.st_rdev, extra, xa) > 0);
+		assert_true(asprintf(&line, "%s|%o|%u:%u|%lld|%lld.%09ld|n%lu|r%lu|%s|%s", relp, st.st_mode, st.st_uid,
+				     st.st_gid, (long long)(S_ISREG(st.st_mode) ? st.st_size : 0),
+				     (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (unsigned long)st.st_nlink,
+				     (unsigned long)st.st_rdev, extra, xa) > 0);
 		L->v = realloc(L->v, (L->n + 1) * sizeof(char *));
 		L->v[L->n++] = line;
 		if (S_ISDIR(st.st_mode))
@@ -202,7 +201,6 @@ static char *snapshot(const char *top)
 	free(L.v);
 	return out;
 }
-
 
 /* Equal trees; on a difference print the differing lines, not two dumps. */
 static void assert_same_tree(const char *a, const char *b)
@@ -261,8 +259,14 @@ static int fx_setup_n(void **state, size_t n_roots)
 	return 0;
 }
 
-static int fx_setup(void **state) { return fx_setup_n(state, 1); }
-static int fx_setup2(void **state) { return fx_setup_n(state, 2); }
+static int fx_setup(void **state)
+{
+	return fx_setup_n(state, 1);
+}
+static int fx_setup2(void **state)
+{
+	return fx_setup_n(state, 2);
+}
 
 static int fx_teardown(void **state)
 {
@@ -308,7 +312,7 @@ static json_t *restore_cp(struct fx *f, const char *id)
 static void mutate(const char *r)
 {
 	char outside[PATH_MAX];
-	put(r, "f1", "HELLO WORLD\n", 0644);                 /* same size, new content */
+	put(r, "f1", "HELLO WORLD\n", 0644); /* same size, new content */
 	assert_int_equal(removexattr(at(r, "f1"), "user.test"), 0);
 	int fd = open(at(r, "d1/nested"), O_RDONLY | O_DIRECTORY);
 	assert_int_equal(rm_rf_at(fd, "deep"), 0);
@@ -319,13 +323,13 @@ static void mutate(const char *r)
 	put(r, "newdir/x", "x", 0644);
 	assert_int_equal(chmod(at(r, "f2"), 0777), 0);
 	assert_int_equal(rmdir(at(r, "empty")), 0);
-	put(r, "empty", "now a file", 0644);                 /* dir replaced by a file */
+	put(r, "empty", "now a file", 0644); /* dir replaced by a file */
 	assert_int_equal(unlink(at(r, "d1/link")), 0);
 	assert_int_equal(symlink("/etc", at(r, "d1/link")), 0); /* symlink swap */
 	assert_int_equal(unlink(at(r, "exec")), 0);
-	assert_int_equal(symlink("/etc", at(r, "exec")), 0);  /* file replaced by a symlink */
+	assert_int_equal(symlink("/etc", at(r, "exec")), 0); /* file replaced by a symlink */
 	assert_int_equal(unlink(at(r, "d1/hard2")), 0);
-	put(r, "d1/hard2", "broken link", 0640);              /* hardlink broken */
+	put(r, "d1/hard2", "broken link", 0640); /* hardlink broken */
 	assert_int_equal(unlink(at(r, "fifo")), 0);
 	assert_int_equal(setxattr(at(r, "d1"), "user.new", "n", 1, 0), 0);
 	assert_int_equal(lchown(at(r, "null"), 42, 42), 0);
@@ -604,8 +608,7 @@ static void test_enospc_leaves_no_trace(void **state)
 	DIR *d = fdopendir(tfd);
 	struct dirent *de;
 	while ((de = readdir(d)))
-		assert_true(!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-			    !strcmp(de->d_name, "base"));
+		assert_true(!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || !strcmp(de->d_name, "base"));
 	closedir(d);
 	backend_tar_ops.close(f->st, false);
 	f->st = NULL;

@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "catalog.h"
+#include "engine/catalog.h"
 
 static json_t *rec(const char *id, const char *name, int64_t created)
 {
@@ -22,7 +22,8 @@ static void test_catalog(void **state)
 	int sfd = open(dir, O_RDONLY | O_DIRECTORY);
 	assert_int_equal(catalog_open(sfd, &c, &err), 0);
 
-	const char *a = "cp_000000000001aaaaaaaaaaaa", *b = "cp_000000000002bbbbbbbbbbbb", *v = "cp_000000000003cccccccccccc";
+	const char *a = "cp_000000000001aaaaaaaaaaaa", *b = "cp_000000000002bbbbbbbbbbbb",
+		   *v = "cp_000000000003cccccccccccc";
 	json_t *r;
 	assert_int_equal(catalog_put(c, r = rec(a, "one", 1), &err), 0), json_decref(r);
 	assert_int_equal(catalog_put(c, r = rec(b, "one", 2), &err), 0), json_decref(r);
@@ -47,8 +48,12 @@ static void test_catalog(void **state)
 	/* A torn temp file and a foreign file are ignored at load; volatile records vanish. */
 	int cfd = openat(sfd, "catalog", O_RDONLY | O_DIRECTORY);
 	assert_int_equal(write_file_atomic(cfd, ".x.json.tmp.1234", "{", 1, 0600), 0);
-	assert_int_equal(write_file_atomic(cfd, "cp_000000000009dddddddddddd.json", "{\"checkpoint_id\":\"cp_000000000009eeeeeeeeeeee\",\"name\":\"x\"}", 57, 0600), 0);
-	assert_int_equal(write_file_atomic(cfd, "cp_00000000000affffffffffff.json", "{\"checkpoint_id\":", 17, 0600), 0);
+	assert_int_equal(write_file_atomic(cfd, "cp_000000000009dddddddddddd.json",
+					   "{\"checkpoint_id\":\"cp_000000000009eeeeeeeeeeee\",\"name\":\"x\"}", 57,
+					   0600),
+			 0);
+	assert_int_equal(write_file_atomic(cfd, "cp_00000000000affffffffffff.json", "{\"checkpoint_id\":", 17, 0600),
+			 0);
 	catalog_close(c);
 	assert_int_equal(catalog_open(sfd, &c, &err), 0);
 	assert_int_equal(catalog_count(c), 2);

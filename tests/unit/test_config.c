@@ -58,9 +58,9 @@ static void test_flags(void **state)
 	(void)state;
 	struct config cfg;
 	ckpt_error err = { 0 };
-	assert_int_equal(parse(&cfg, &err, "--listen", "127.0.0.1:9", "--listen", "unix:/tmp/x.sock",
-			       "--state-dir", tpath("state"), "--root", tpath("r1"), "--root", tpath("r2"),
-			       "--backend", "tar", NULL), 0);
+	assert_int_equal(parse(&cfg, &err, "--listen", "127.0.0.1:9", "--listen", "unix:/tmp/x.sock", "--state-dir",
+			       tpath("state"), "--root", tpath("r1"), "--root", tpath("r2"), "--backend", "tar", NULL),
+			 0);
 	assert_int_equal(cfg.n_listen, 2);
 	assert_string_equal(cfg.listen[1], "unix:/tmp/x.sock");
 	assert_int_equal(cfg.n_roots, 2);
@@ -85,8 +85,8 @@ static void test_file_and_flags_win(void **state)
 		 " \"services\": [\"web.service\", \"auto\"]}",
 		 tpath("state"), tpath("fileroot"));
 	write_text(tpath("c.json"), text);
-	assert_int_equal(parse(&cfg, &err, "--config", tpath("c.json"), "--listen", "127.0.0.1:2",
-			       "--backend", "tar", NULL), 0);
+	assert_int_equal(
+		parse(&cfg, &err, "--config", tpath("c.json"), "--listen", "127.0.0.1:2", "--backend", "tar", NULL), 0);
 	assert_int_equal(cfg.n_listen, 1);
 	assert_string_equal(cfg.listen[0], "127.0.0.1:2");
 	assert_int_equal(cfg.backend, BACKEND_TAR);
@@ -117,7 +117,8 @@ static void test_errors(void **state)
 	assert_true(parse(&cfg, &err, "--state-dir", tpath("s"), "--root", tpath("s/inner"), NULL) < 0);
 	assert_non_null(strstr(err.msg, "overlap"));
 	config_free(&cfg);
-	assert_true(parse(&cfg, &err, "--state-dir", tpath("s"), "--root", tpath("a"), "--root", tpath("a/b"), NULL) < 0);
+	assert_true(parse(&cfg, &err, "--state-dir", tpath("s"), "--root", tpath("a"), "--root", tpath("a/b"), NULL) <
+		    0);
 	config_free(&cfg);
 	write_text(tpath("bad.json"), "{\"max_checkpoints\": \"many\"}");
 	assert_true(parse(&cfg, &err, "--config", tpath("bad.json"), NULL) < 0);
@@ -126,7 +127,8 @@ static void test_errors(void **state)
 	write_text(tpath("broken.json"), "{\"listen\": ");
 	assert_true(parse(&cfg, &err, "--config", tpath("broken.json"), NULL) < 0);
 	config_free(&cfg);
-	assert_true(parse(&cfg, &err, "--state-dir", tpath("s"), "--root", tpath("r"), "--token-file", tpath("nope"), NULL) < 0);
+	assert_true(parse(&cfg, &err, "--state-dir", tpath("s"), "--root", tpath("r"), "--token-file", tpath("nope"),
+			  NULL) < 0);
 	config_free(&cfg);
 }
 
@@ -136,11 +138,14 @@ static void test_token(void **state)
 	struct config cfg;
 	ckpt_error err = { 0 };
 	write_text(tpath("tok"), "s3cret\n");
-	assert_int_equal(parse(&cfg, &err, "--state-dir", tpath("s"), "--root", tpath("r"), "--token-file", tpath("tok"), NULL), 0);
+	assert_int_equal(
+		parse(&cfg, &err, "--state-dir", tpath("s"), "--root", tpath("r"), "--token-file", tpath("tok"), NULL),
+		0);
 	assert_string_equal(cfg.token, "s3cret");
 	config_free(&cfg);
 	write_text(tpath("empty"), "\n");
-	assert_true(parse(&cfg, &err, "--state-dir", tpath("s"), "--root", tpath("r"), "--token-file", tpath("empty"), NULL) < 0);
+	assert_true(parse(&cfg, &err, "--state-dir", tpath("s"), "--root", tpath("r"), "--token-file", tpath("empty"),
+			  NULL) < 0);
 	config_free(&cfg);
 }
 

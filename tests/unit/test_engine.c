@@ -9,11 +9,11 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "backend.h"
-#include "catalog.h"
+#include "backend/backend.h"
+#include "engine/catalog.h"
 #include "config.h"
-#include "engine.h"
-#include "metrics.h"
+#include "engine/engine.h"
+#include "lib/metrics.h"
 
 #include "engine_fake.h"
 
@@ -316,10 +316,10 @@ static void test_max_state_bytes_after_create(void **state_)
 	assert_int_equal(engine_create(eng, &req, &rec, &err), -ENOSPC);
 	assert_string_equal(err.code, "insufficient_storage");
 	assert_int_equal(fake.n_create, 3);
-	assert_int_equal(fake.n_remove, 1);            /* its data went */
+	assert_int_equal(fake.n_remove, 1); /* its data went */
 	assert_int_equal(json_object_size(fake.store), 2);
 	json_t *all = engine_list(eng, NULL);
-	assert_int_equal(json_array_size(all), 2);     /* its record never appeared */
+	assert_int_equal(json_array_size(all), 2); /* its record never appeared */
 	json_decref(all);
 	reopen_engine(); /* and nothing of it shows after a restart */
 	all = engine_list(eng, NULL);

@@ -5,13 +5,18 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "metrics.h"
-#include "util.h"
+#include "lib/metrics.h"
+#include "lib/util.h"
 
 static char *render(struct metrics *m)
 {
-	struct metrics_gauges g = { .creating = 1, .active = 3, .deleting = 0, .failed = 2,
-				    .checkpoint_bytes = 12345, .version = "9.9.9", .backend = "tar" };
+	struct metrics_gauges g = { .creating = 1,
+				    .active = 3,
+				    .deleting = 0,
+				    .failed = 2,
+				    .checkpoint_bytes = 12345,
+				    .version = "9.9.9",
+				    .backend = "tar" };
 	char *text = metrics_render(m, &g);
 	assert_non_null(text);
 	return text;
@@ -84,7 +89,7 @@ static void test_http_codes(void **state)
 	metrics_http(&m, 200);
 	metrics_http(&m, 200);
 	metrics_http(&m, 410);
-	metrics_http(&m, 99);  /* out of range: ignored, not a crash */
+	metrics_http(&m, 99); /* out of range: ignored, not a crash */
 	metrics_http(&m, 600);
 	char *t = render(&m);
 	assert_has(t, "ckptd_http_requests_total{code=\"200\"} 2\n");

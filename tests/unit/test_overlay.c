@@ -8,9 +8,9 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "config.h"
-#include "overlay_mount.h"
+#include "backend/overlay/overlay_mount.h"
 
 static char dir[64], root[96], state[96];
 static char *roots[1];
@@ -37,8 +37,8 @@ static int setup(void **st)
 static void unmount_all(void)
 {
 	char cmd[256];
-	snprintf(cmd, sizeof(cmd),
-		 "awk '$5 ~ \"^%s/\" {print $5}' /proc/self/mountinfo | tac | xargs -r -n1 umount -l", dir);
+	snprintf(cmd, sizeof(cmd), "awk '$5 ~ \"^%s/\" {print $5}' /proc/self/mountinfo | tac | xargs -r -n1 umount -l",
+		 dir);
 	assert_int_equal(system(cmd), 0);
 }
 
@@ -159,7 +159,7 @@ static void test_adopt_restart_and_reboot(void **s)
 	put("after", "a");
 	B->close(st, false);
 	assert_true(has("after", "a")); /* still mounted */
-	st = open_backend();           /* re-adopt without remounting */
+	st = open_backend();            /* re-adopt without remounting */
 	assert_true(has("after", "a"));
 	put("more", "m");
 	B->close(st, false);
@@ -292,8 +292,9 @@ static void test_legacy_many_layers(void **s)
 	mkdirat(fd, "w", 0700);
 	lowers[300] = "u"; /* any dir as the last lower */
 	mkdirat(fd, "u2", 0755);
-	struct overlay_spec sp = { .target = root, .dir = p, .dir_fd = fd, .lowers = lowers, .n_lowers = 300,
-				   .upper = "u2", .work = "w" };
+	struct overlay_spec sp = {
+		.target = root, .dir = p, .dir_fd = fd, .lowers = lowers, .n_lowers = 300, .upper = "u2", .work = "w"
+	};
 	ckpt_error err = { 0 };
 	if (overlay_mount_legacy(&sp, &err) < 0)
 		fail_msg("legacy mount: %s", err.msg);

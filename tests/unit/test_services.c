@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
-#include "services_internal.h"
+#include "services/services_internal.h"
 
 static char dir[64];
 
@@ -116,20 +116,21 @@ static void test_scan_pids(void **state)
 	const char *names[] = { "10", "11", "12", "13", "14", "15", "16", "self" };
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
 		put_dir(names[i]);
-	put_link("10/cwd", "/srv/app/sub");                      /* cwd under root */
+	put_link("10/cwd", "/srv/app/sub"); /* cwd under root */
 	put_link("11/cwd", "/");
 	put_dir("11/fd");
 	put_link("11/fd/0", "/dev/null");
-	put_link("11/fd/7", "/srv/app/data.log");                 /* open file */
+	put_link("11/fd/7", "/srv/app/data.log"); /* open file */
 	put_link("12/cwd", "/srv");
-	put_file("12/maps", "7f00-7f01 r-xp 00000000 08:01 42   /usr/lib/libc.so.6\n"
-			    "7f02-7f03 r--p 00000000 08:01 43   /srv/app/lib/my lib.so (deleted)\n");
-	put_link("13/root", "/srv/app");                          /* chrooted into it */
-	put_link("14/cwd", "/srv/apple");                         /* a sibling, not under */
+	put_file("12/maps",
+		 "7f00-7f01 r-xp 00000000 08:01 42   /usr/lib/libc.so.6\n"
+		 "7f02-7f03 r--p 00000000 08:01 43   /srv/app/lib/my lib.so (deleted)\n");
+	put_link("13/root", "/srv/app");  /* chrooted into it */
+	put_link("14/cwd", "/srv/apple"); /* a sibling, not under */
 	put_dir("14/fd");
 	put_link("14/fd/1", "socket:[1234]");
-	put_link("15/cwd", "/other/root/x");                      /* second root */
-	put_link("16/cwd", "/srv/app");                           /* skipped: ckptd itself */
+	put_link("15/cwd", "/other/root/x"); /* second root */
+	put_link("16/cwd", "/srv/app");      /* skipped: ckptd itself */
 	put_link("self/cwd", "/srv/app");
 	char *roots[] = { "/srv/app", "/other/root" };
 	pid_t *pids = NULL;

@@ -8,7 +8,7 @@
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 
-#include "treecopy.h"
+#include "backend/overlay/treecopy.h"
 
 static char dir[64];
 static int src, dst, dst2;
@@ -194,7 +194,7 @@ static void test_merge_rules(void **state)
 	read_at(dst, "keep", buf, sizeof(buf));
 	assert_string_equal(buf, "k");
 	assert_int_equal(fstatat(dst, "del", &a, AT_SYMLINK_NOFOLLOW), 0);
-	assert_true(treecopy_is_whiteout(&a)); /* still hides the base */
+	assert_true(treecopy_is_whiteout(&a));               /* still hides the base */
 	assert_int_equal(fstatat(dst, "dir/old", &a, 0), 0); /* merged */
 	assert_int_equal(fstatat(dst, "dir/new", &a, 0), 0);
 	assert_int_equal(fstatat(dst, "dir", &a, 0), 0);

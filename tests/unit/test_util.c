@@ -5,7 +5,7 @@
 #include <cmocka.h>
 #include <sys/stat.h>
 
-#include "util.h"
+#include "lib/util.h"
 
 static void test_name_valid(void **state)
 {
@@ -128,9 +128,8 @@ static void test_path_join(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_name_valid), cmocka_unit_test(test_id),
-		cmocka_unit_test(test_rfc3339),    cmocka_unit_test(test_secure_streq),
-		cmocka_unit_test(test_errors),     cmocka_unit_test(test_atomic_write),
+		cmocka_unit_test(test_name_valid),   cmocka_unit_test(test_id),     cmocka_unit_test(test_rfc3339),
+		cmocka_unit_test(test_secure_streq), cmocka_unit_test(test_errors), cmocka_unit_test(test_atomic_write),
 		cmocka_unit_test(test_path_join),
 	};
 	return cmocka_run_group_tests_name("util", tests, NULL, NULL);

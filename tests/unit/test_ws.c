@@ -207,12 +207,9 @@ static void test_conn_errors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_sha1_vectors),
-		cmocka_unit_test(test_base64),
-		cmocka_unit_test(test_accept_key),
-		cmocka_unit_test(test_frame_header),
-		cmocka_unit_test(test_encode_header),
-		cmocka_unit_test(test_conn_messages),
+		cmocka_unit_test(test_sha1_vectors),  cmocka_unit_test(test_base64),
+		cmocka_unit_test(test_accept_key),    cmocka_unit_test(test_frame_header),
+		cmocka_unit_test(test_encode_header), cmocka_unit_test(test_conn_messages),
 		cmocka_unit_test(test_conn_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

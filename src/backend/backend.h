@@ -1,0 +1,66 @@
+/* backend.h: the storage backends behind one table of function pointers.
+ * The engine owns the catalog and the ordering of steps; a backend owns its
+ * files below <state_dir>/<backend name>/ and the managed roots' contents. */
+#pragma once
+#include <jansson.h>
+#include <stdatomic.h>
+#include "lib/util.h"
+
+struct config;
+
+struct backend_ctx {
+	const struct config *cfg;
+	const char *state_dir; /* absolute */
+	int state_fd;          /* O_DIRECTORY fd of state_dir */
+	char *const *roots;    /* absolute canonical paths */
+	size_t n_roots;
+};
+
+/* Progress of a long operation; written by the backend, read by GET. */
+struct progress {
+	_Atomic uint64_t bytes_done, bytes_total, files_done, files_total;
+};
+
+struct backend_ops {
+	const char *name; /* "overlay" | "tar" */
+
+	/* 0 when the backend can work here; else <0 with the reason in err. */
+	int (*probe)(const struct backend_ctx *ctx, ckpt_error *err);
+
+	/* Adopt the roots (first start) or re-adopt them (restart). ret_st is the
+	 * backend's private state. Must finish or undo any interrupted restore. */
+	int (*open)(const struct backend_ctx *ctx, void **ret_st, ckpt_error *err);
+
+	/* After the catalog is loaded: ids[] are the checkpoints that exist (with
+	 * their backend data). Remove data of anything else (half-made creates,
+	 * half-done deletes). */
+	int (*recover)(void *st, const char *const *ids, json_t *const *data, size_t n, ckpt_error *err);
+
+	/* Capture all roots as checkpoint id. Data must be durable on return.
+	 * ret_data: backend's JSON for the record (stored under "_backend");
+	 * ret_size: bytes this checkpoint adds on disk. */
+	int (*create)(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
+		      ckpt_error *err);
+
+	/* Make every root equal to checkpoint id. extra: object the backend may add
+	 * members to (e.g. busy_processes); it is merged into the response. */
+	int (*restore)(void *st, const char *id, json_t *data, json_t *extra, struct progress *p, ckpt_error *err);
+
+	/* Reset every root to its base (its contents when ckptd adopted it). */
+	int (*reset)(void *st, json_t *extra, ckpt_error *err);
+
+	/* Drop checkpoint id's data (the record is already gone or going). */
+	int (*remove)(void *st, const char *id, json_t *data, ckpt_error *err);
+
+	/* Members for GET /v1/health (e.g. "backend_reason", mounts). */
+	void (*health)(void *st, json_t *out);
+
+	/* Background housekeeping off the request path (GC, flattening); called
+	 * with the operation lock held, may be NULL. */
+	void (*maintain)(void *st);
+
+	void (*close)(void *st, bool unmount);
+};
+
+extern const struct backend_ops backend_tar_ops;
+extern const struct backend_ops backend_overlay_ops;

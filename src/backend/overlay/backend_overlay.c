@@ -1,0 +1,595 @@
+/* backend_overlay.c: the overlayfs layer backend. A root P is an overlay of
+ * an immutable chain of layers over P's original contents (base); create
+ * copies the upper into a new layer, restore swaps the mount. The layer
+ * store, references and flattening live in overlay_layers.c. */
+#include "backend/backend.h"
+#include "config.h"
+#include "backend/overlay/overlay_internal.h"
+#include "backend/overlay/overlay_mount.h"
+#include "backend/overlay/treecopy.h"
+
+#include <limits.h>
+#include <sys/stat.h>
+
+static const char *const ovl_subdirs[] = { "l", "u", "w", "idx", "base" };
+
+static void ovl_hash_path(const char *p, char out[OVL_NAME_LEN + 1])
+{
+	uint32_t h = 2166136261u;
+	for (; *p; p++)
+		h = (h ^ (unsigned char)*p) * 16777619u;
+	snprintf(out, OVL_NAME_LEN + 1, "%08x", h);
+}
+
+int overlay_live_save(struct ovl_root *r)
+{
+	json_auto_t *j = json_pack("{s:s,s:O,s:O,s:s}", "path", r->path, "chain", r->chain, "mounted", r->mounted,
+				   "upper", r->upper);
+	_cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	if (!s)
+		return -ENOMEM;
+	return write_file_atomic(r->rdir_fd, "live.json", s, strlen(s), 0600);
+}
+
+static int ovl_live_load(struct ovl_root *r)
+{
+	_cleanup_free_ char *s = NULL;
+	int q = read_file_at(r->rdir_fd, "live.json", 1 << 20, &s, NULL);
+	if (q < 0)
+		return q;
+	json_auto_t *j = json_loads(s, 0, NULL);
+	const char *up = json_string_value(json_object_get(j, "upper"));
+	json_t *c = json_object_get(j, "chain"), *m = json_object_get(j, "mounted");
+	if (!up || strlen(up) != OVL_NAME_LEN || !json_is_array(c))
+		return -EBADMSG;
+	snprintf(r->upper, sizeof(r->upper), "%s", up);
+	json_decref(r->chain);
+	json_decref(r->mounted);
+	r->chain = json_incref(c);
+	r->mounted = json_incref(json_is_array(m) ? m : c);
+	return 0;
+}
+
+/* A fresh upper and work dir pair, durable. */
+static int ovl_new_upper(struct ovl_root *r, char name[OVL_NAME_LEN + 1])
+{
+	_cleanup_close_ int u = openat(r->rdir_fd, "u", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int w = openat(r->rdir_fd, "w", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (u < 0 || w < 0)
+		return -errno;
+	int q = overlay_layers_new_name(u, name);
+	if (q < 0)
+		return q;
+	if (mkdirat(u, name, 0755) < 0 || mkdirat(w, name, 0700) < 0)
+		return -errno;
+	struct stat st;
+	if (stat(r->path, &st) == 0) { /* the root dir keeps its owner and mode */
+		if (fchownat(u, name, st.st_uid, st.st_gid, 0) < 0 || fchmodat(u, name, st.st_mode & 07777, 0) < 0)
+			return -errno;
+	}
+	if (fsync_dirfd(u) < 0 || fsync_dirfd(w) < 0)
+		return -errno;
+	return 0;
+}
+
+static int ovl_mount_chain(struct ovl *o, struct ovl_root *r, json_t *chain, const char *upper, ckpt_error *err)
+{
+	size_t n = json_array_size(chain);
+	char(*names)[OVL_NAME_LEN + 3] = calloc(n + 1, sizeof(*names));
+	const char **lowers = calloc(n + 1, sizeof(*lowers));
+	char up[32], wk[32];
+	int q;
+
+	if (!names || !lowers) {
+		free(names);
+		free(lowers);
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		snprintf(names[i], sizeof(names[i]), "l/%s", json_string_value(json_array_get(chain, i)));
+		lowers[i] = names[i];
+	}
+	lowers[n] = "base";
+	snprintf(up, sizeof(up), "u/%s", upper);
+	snprintf(wk, sizeof(wk), "w/%s", upper);
+	struct overlay_spec s = { .target = r->path,
+				  .dir = r->rdir,
+				  .dir_fd = r->rdir_fd,
+				  .lowers = lowers,
+				  .n_lowers = n + 1,
+				  .upper = up,
+				  .work = wk };
+	q = overlay_mount(&s, err);
+	free(names);
+	free(lowers);
+	(void)o;
+	return q;
+}
+
+static bool ovl_is_our_upper(struct ovl_root *r, const struct overlay_mountinfo *mi, const char *name)
+{
+	if (!mi->found || strcmp(mi->fstype, "overlay") != 0 || !mi->upperdir)
+		return false;
+	_cleanup_free_ char *pre = NULL;
+	if (asprintf(&pre, "%s/u/", r->rdir) < 0)
+		return false;
+	if (strncmp(mi->upperdir, pre, strlen(pre)) != 0)
+		return false;
+	return !name || !strcmp(mi->upperdir + strlen(pre), name);
+}
+
+static int ovl_root_dirs(struct ovl *o, struct ovl_root *r, ckpt_error *err)
+{
+	if (asprintf(&r->rdir, "%s/r/%s", o->odir, r->h) < 0)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	for (size_t i = 0; i < ARRAY_SIZE(ovl_subdirs); i++) {
+		_cleanup_free_ char *p = path_join(r->rdir, ovl_subdirs[i]);
+		int q = p ? mkdir_p(p, 0700) : -ENOMEM;
+		if (q < 0)
+			return err_set(err, -q, NULL, "create '%s': %s", p ? p : r->rdir, strerror(-q));
+	}
+	r->rdir_fd = open(r->rdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (r->rdir_fd < 0)
+		return err_set(err, errno, NULL, "open '%s': %m", r->rdir);
+	return 0;
+}
+
+/* First adoption: the adoption record (live.json) is durable before anything
+ * is mounted, so a crash at any later point is finished by the next start. */
+static int ovl_adopt_record(struct ovl_root *r, const struct overlay_mountinfo *mi, ckpt_error *err)
+{
+	int q = ovl_live_load(r);
+	if (q == 0)
+		return 0;
+	if (q != -ENOENT)
+		return err_set(err, -q, NULL, "read '%s/live.json': %s", r->rdir, strerror(-q));
+	if (ovl_is_our_upper(r, mi, NULL))
+		return err_set(err, EEXIST, NULL, "'%s' is our overlay but its live.json is missing", r->path);
+	r->chain = json_array();
+	r->mounted = json_array();
+	if ((q = ovl_new_upper(r, r->upper)) < 0 || (q = overlay_live_save(r)) < 0)
+		return err_set(err, -q, NULL, "adopt '%s': %s", r->path, strerror(-q));
+	return 0;
+}
+
+static int ovl_ensure_base(struct ovl_root *r, const struct overlay_mountinfo *mi, ckpt_error *err)
+{
+	_cleanup_free_ char *base = path_join(r->rdir, "base");
+	struct overlay_mountinfo bi;
+	overlay_mountinfo_find(base, &bi);
+	bool have = bi.found;
+	overlay_mountinfo_clear(&bi);
+	if (have)
+		return 0;
+	if (ovl_is_our_upper(r, mi, NULL))
+		return err_set(err, ENOENT, NULL, "base of '%s' is not mounted under its overlay", r->path);
+	return overlay_mount_bind_ro(r->path, base, err);
+}
+
+/* live.json names an upper that must exist (a lost one restarts empty). */
+static int ovl_ensure_upper(struct ovl_root *r, ckpt_error *err)
+{
+	char u[32], w[32];
+	snprintf(u, sizeof(u), "u/%s", r->upper);
+	snprintf(w, sizeof(w), "w/%s", r->upper);
+	if (faccessat(r->rdir_fd, u, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (mkdirat(r->rdir_fd, w, 0700) < 0 && errno != EEXIST)
+			return err_set(err, errno, NULL, "create work dir: %m");
+		return 0;
+	}
+	int q = ovl_new_upper(r, r->upper);
+	if (q == 0)
+		q = overlay_live_save(r);
+	return q < 0 ? err_set(err, -q, NULL, "recreate upper: %s", strerror(-q)) : 0;
+}
+
+static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
+{
+	struct overlay_mountinfo mi;
+	int q = ovl_root_dirs(o, r, err);
+	if (q < 0)
+		return q;
+	overlay_mountinfo_find(r->path, &mi);
+	q = ovl_adopt_record(r, &mi, err);
+	if (q == 0)
+		q = ovl_ensure_base(r, &mi, err);
+	if (q == 0 && !ovl_is_our_upper(r, &mi, r->upper)) {
+		/* Not mounted (first start, reboot) or an interrupted restore:
+		 * bring P to what live.json says. */
+		if (ovl_is_our_upper(r, &mi, NULL))
+			q = overlay_umount(r->path, NULL, err);
+		q = q == 0 ? ovl_ensure_upper(r, err) : q;
+		if (q == 0)
+			q = ovl_mount_chain(o, r, r->chain, r->upper, err);
+		if (q == 0) {
+			json_decref(r->mounted);
+			r->mounted = json_incref(r->chain);
+			q = overlay_live_save(r);
+		}
+	}
+	overlay_mountinfo_clear(&mi);
+	if (q == 0) { /* the index of the live upper, if any */
+		char *tag = NULL;
+		if (treecopy_index_load(r->rdir_fd, "idx/index", &r->ix, &tag) == 0 &&
+		    strlen(tag) == 2 * OVL_NAME_LEN + 1 && !strncmp(tag, r->upper, OVL_NAME_LEN))
+			snprintf(r->ix_layer, sizeof(r->ix_layer), "%s", tag + OVL_NAME_LEN + 1);
+		else
+			treecopy_index_free(TAKE_PTR(r->ix));
+		free(tag);
+	}
+	return q < 0 ? err_prefix(err, "root '%s'", r->path) : 0;
+}
+
+static void ovl_free(struct ovl *o)
+{
+	if (!o)
+		return;
+	for (size_t i = 0; i < o->n_roots; i++) {
+		struct ovl_root *r = &o->roots[i];
+		free(r->path);
+		free(r->rdir);
+		if (r->rdir_fd > 0)
+			close(r->rdir_fd);
+		json_decref(r->chain);
+		json_decref(r->mounted);
+		treecopy_index_free(r->ix);
+	}
+	free(o->roots);
+	free(o->odir);
+	if (o->odir_fd >= 0)
+		close(o->odir_fd);
+	if (o->cdir_fd >= 0)
+		close(o->cdir_fd);
+	json_decref(o->refs);
+	json_decref(o->chains);
+	free(o);
+}
+
+static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *err)
+{
+	struct ovl *o = calloc(1, sizeof(*o));
+	if (!o)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	o->odir_fd = o->cdir_fd = -1;
+	o->cfg = ctx->cfg;
+	o->refs = json_object();
+	o->chains = json_object();
+	o->roots = calloc(ctx->n_roots ? ctx->n_roots : 1, sizeof(*o->roots));
+	_cleanup_free_ char *cdir = NULL;
+	int q = 0;
+	if (!o->roots || asprintf(&o->odir, "%s/overlay", ctx->state_dir) < 0 || asprintf(&cdir, "%s/c", o->odir) < 0 ||
+	    (q = mkdir_p(cdir, 0700)) < 0) {
+		ovl_free(o);
+		return err_set(err, q ? -q : ENOMEM, NULL, "create overlay state dir: %s", strerror(q ? -q : ENOMEM));
+	}
+	o->odir_fd = open(o->odir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	o->cdir_fd = open(cdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	snprintf(o->mount_api, sizeof(o->mount_api), "fsconfig");
+	for (size_t i = 0; i < ctx->n_roots && q == 0; i++) {
+		struct ovl_root *r = &o->roots[o->n_roots++];
+		r->rdir_fd = -1;
+		r->path = strdup(ctx->roots[i]);
+		ovl_hash_path(ctx->roots[i], r->h);
+		q = r->path ? ovl_open_root(o, r, err) : err_set(err, ENOMEM, NULL, "out of memory");
+		if (q == 0 && ovl_new_upper(r, r->spare) < 0)
+			r->spare[0] = 0;
+	}
+	if (q < 0) {
+		ovl_free(o);
+		return q;
+	}
+	*ret_st = o;
+	return 0;
+}
+
+static int ovl_recover(void *st, const char *const *ids, json_t *const *data, size_t n, ckpt_error *err)
+{
+	struct ovl *o = st;
+	int q = overlay_layers_load_chains(o, ids, data, n);
+	if (q < 0)
+		return err_set(err, -q, NULL, "load layer chains: %s", strerror(-q));
+	overlay_layers_gc(o);
+	return 0;
+}
+
+static int ovl_open_dir(int dfd, const char *a, const char *b)
+{
+	char p[64];
+	snprintf(p, sizeof(p), "%s/%s", a, b);
+	return openat(dfd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+/* Copy r's upper into a new durable layer; on success ix (the upper's new
+ * index) is handed to the caller. */
+static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], struct treecopy_index **ret_ix,
+			    uint64_t *size, struct progress *p, ckpt_error *err)
+{
+	char tmp[32];
+	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int up = ovl_open_dir(r->rdir_fd, "u", r->upper);
+	if (l < 0 || up < 0)
+		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
+	int q = overlay_layers_new_name(l, name);
+	if (q < 0)
+		return err_set(err, -q, NULL, "name a layer: %s", strerror(-q));
+	snprintf(tmp, sizeof(tmp), ".tmp-%s", name);
+	if (mkdirat(l, tmp, 0700) < 0)
+		return err_set(err, errno, NULL, "create layer: %m");
+	_cleanup_close_ int dst = openat(l, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int prev = r->ix ? openat(l, r->ix_layer, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	_cleanup_(treecopy_index_freep) struct treecopy_index *ix = treecopy_index_new();
+	struct treecopy_opts opts = {
+		.mode = TREECOPY_NEW, .prev_fd = prev, .prev_ix = r->ix, .new_ix = ix, .progress = p
+	};
+	struct treecopy_stats stats = { 0 };
+	q = dst < 0 || !ix ? err_set(err, ENOMEM, NULL, "create layer: out of memory")
+			   : treecopy_copy(up, dst, &opts, &stats, err);
+	if (q == 0 && syncfs(dst) < 0)
+		q = err_set(err, errno, NULL, "sync layer: %m");
+	if (q == 0 && renameat(l, tmp, l, name) < 0)
+		q = err_set(err, errno, NULL, "publish layer: %m");
+	if (q == 0 && fsync_dirfd(l) < 0)
+		q = err_set(err, errno, NULL, "sync layer store: %m");
+	if (q < 0) {
+		rm_rf_at(l, tmp);
+		return q;
+	}
+	*size += stats.bytes_copied;
+	*ret_ix = TAKE_PTR(ix);
+	return 0;
+}
+
+static void ovl_discard_layers(struct ovl *o, char (*names)[OVL_NAME_LEN + 1], size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		_cleanup_close_ int l = openat(o->roots[i].rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (l >= 0)
+			rm_rf_at(l, names[i]);
+	}
+}
+
+static int ovl_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
+		      ckpt_error *err)
+{
+	struct ovl *o = st;
+	char(*names)[OVL_NAME_LEN + 1] = calloc(o->n_roots + 1, sizeof(*names));
+	struct treecopy_index **ixs = calloc(o->n_roots + 1, sizeof(*ixs));
+	json_auto_t *chains = json_object(), *data = json_pack("{s:[]}", "roots");
+	uint64_t size = 0;
+	int q = names && ixs && chains && data ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
+	size_t done = 0;
+
+	/* No syncfs of the roots: the copy reads the page cache, and syncing a
+	 * shared filesystem costs more than the copy; syncfs(layer) makes it durable. */
+	for (; q == 0 && done < o->n_roots; done++)
+		q = ovl_create_layer(&o->roots[done], names[done], &ixs[done], &size, p, err);
+	for (size_t i = 0; q == 0 && i < o->n_roots; i++) {
+		json_t *c = json_pack("[s]", names[i]);
+		json_array_extend(c, o->roots[i].chain);
+		json_object_set_new(chains, o->roots[i].h, c);
+		json_array_append_new(json_object_get(data, "roots"),
+				      json_pack("{s:s,s:O}", "path", o->roots[i].path, "layers", c));
+	}
+	if (q == 0 && (q = overlay_layers_chain_save(o, id, chains)) < 0)
+		err_set(err, -q, NULL, "record layer chain: %s", strerror(-q));
+	if (q < 0)
+		ovl_discard_layers(o, names, done);
+	for (size_t i = 0; i < o->n_roots && ixs; i++) {
+		struct ovl_root *r = &o->roots[i];
+		if (q == 0) {
+			char tag[2 * OVL_NAME_LEN + 2];
+			snprintf(tag, sizeof(tag), "%s:%s", r->upper, names[i]);
+			treecopy_index_save(ixs[i], tag, r->rdir_fd, "idx/index");
+			treecopy_index_free(r->ix);
+			r->ix = TAKE_PTR(ixs[i]);
+			snprintf(r->ix_layer, sizeof(r->ix_layer), "%s", names[i]);
+		}
+		treecopy_index_free(ixs[i]);
+	}
+	free(names);
+	free(ixs);
+	if (q < 0)
+		return q;
+	*ret_size = size;
+	*ret_data = TAKE_PTR(data);
+	return 0;
+}
+
+struct ovl_swap {
+	json_t *old_chain, *old_mounted;
+	char old_upper[OVL_NAME_LEN + 1];
+};
+
+/* Put P back as it was before a failed swap (best effort). */
+static void ovl_swap_undo(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
+{
+	ckpt_error e;
+	struct overlay_mountinfo mi;
+	overlay_mountinfo_find(r->path, &mi);
+	if (ovl_is_our_upper(r, &mi, r->upper))
+		overlay_umount(r->path, NULL, &e);
+	if (!ovl_is_our_upper(r, &mi, s->old_upper) || ovl_is_our_upper(r, &mi, r->upper))
+		ovl_mount_chain(o, r, s->old_mounted, s->old_upper, &e);
+	overlay_mountinfo_clear(&mi);
+	json_decref(r->chain);
+	json_decref(r->mounted);
+	r->chain = json_incref(s->old_chain);
+	r->mounted = json_incref(s->old_mounted);
+	memcpy(r->upper, s->old_upper, sizeof(r->upper));
+	overlay_live_save(r);
+}
+
+/* Switch every root to chains[h] with a fresh upper. live.json (with the new
+ * chain and upper) is written for all roots first: it is the intent a restart
+ * finishes, so a crash leaves P before or after, never a mix. */
+static int ovl_switch(struct ovl *o, json_t *chains, json_t *extra, ckpt_error *err)
+{
+	struct ovl_swap *sw = calloc(o->n_roots + 1, sizeof(*sw));
+	json_t *busy = json_array();
+	size_t prepared = 0, swapped = 0;
+	int q = sw && busy ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
+
+	for (; q == 0 && prepared < o->n_roots; prepared++) {
+		struct ovl_root *r = &o->roots[prepared];
+		json_t *c = json_object_get(chains, r->h);
+		sw[prepared] = (struct ovl_swap){ json_incref(r->chain), json_incref(r->mounted), "" };
+		memcpy(sw[prepared].old_upper, r->upper, sizeof(r->upper));
+		if (r->spare[0]) { /* made durable by maintain: no fsync on the request path */
+			memcpy(r->upper, r->spare, sizeof(r->upper));
+			r->spare[0] = 0;
+		} else if ((q = ovl_new_upper(r, r->upper)) < 0) {
+			memcpy(r->upper, sw[prepared].old_upper, sizeof(r->upper));
+			err_set(err, -q, NULL, "new upper for '%s': %s", r->path, strerror(-q));
+			break;
+		}
+		json_decref(r->chain);
+		json_decref(r->mounted);
+		r->chain = c ? json_incref(c) : json_array();
+		r->mounted = json_incref(r->chain);
+		if ((q = overlay_live_save(r)) < 0)
+			err_set(err, -q, NULL, "record restore intent: %s", strerror(-q));
+	}
+	for (size_t i = 0; q == 0 && i < o->n_roots; i++, swapped++) {
+		struct ovl_root *r = &o->roots[i];
+		q = overlay_umount(r->path, busy, err);
+		if (q == 0)
+			q = ovl_mount_chain(o, r, r->chain, r->upper, err);
+	}
+	if (q < 0)
+		for (size_t i = 0; i < prepared && i < o->n_roots; i++)
+			if (sw[i].old_chain)
+				ovl_swap_undo(o, &o->roots[i], &sw[i]);
+	for (size_t i = 0; i < o->n_roots && q == 0; i++) {
+		struct ovl_root *r = &o->roots[i];
+		treecopy_index_free(TAKE_PTR(r->ix)); /* the new upper is empty */
+		r->ix_layer[0] = 0;
+		unlinkat(r->rdir_fd, "idx/index", 0);
+	}
+	for (size_t i = 0; sw && i < o->n_roots; i++) {
+		json_decref(sw[i].old_chain);
+		json_decref(sw[i].old_mounted);
+	}
+	if (json_array_size(busy))
+		json_object_set(extra, "busy_processes", busy);
+	json_decref(busy);
+	free(sw);
+	o->dirty_gc = true;
+	(void)swapped;
+	return q;
+}
+
+static int ovl_restore(void *st, const char *id, json_t *data, json_t *extra, struct progress *p, ckpt_error *err)
+{
+	struct ovl *o = st;
+	(void)p;
+	json_auto_t *chains = overlay_layers_chain_get(o, id, data);
+	if (!chains)
+		return err_set(err, ENOENT, "not_found", "no layers recorded for checkpoint %s", id);
+	return ovl_switch(o, chains, extra, err);
+}
+
+static int ovl_reset(void *st, json_t *extra, ckpt_error *err)
+{
+	json_auto_t *empty = json_object();
+	return ovl_switch(st, empty, extra, err);
+}
+
+static int ovl_remove(void *st, const char *id, json_t *data, ckpt_error *err)
+{
+	struct ovl *o = st;
+	(void)data;
+	int q = overlay_layers_chain_drop(o, id);
+	if (q < 0 && q != -ENOENT)
+		return err_set(err, -q, NULL, "drop layer chain of %s: %s", id, strerror(-q));
+	o->dirty_gc = true; /* layers go in maintain, after the record is gone */
+	return 0;
+}
+
+static void ovl_health(void *st, json_t *out)
+{
+	struct ovl *o = st;
+	json_t *roots = json_array();
+	for (size_t i = 0; i < o->n_roots; i++)
+		json_array_append_new(roots,
+				      json_pack("{s:s,s:I,s:s}", "path", o->roots[i].path, "layers",
+						(json_int_t)json_array_size(o->roots[i].chain), "upper",
+						o->roots[i].upper));
+	json_object_set_new(
+		out, "backend_reason",
+		json_string("overlayfs mounts work here: restore swaps a layer chain, create copies only the upper"));
+	json_object_set_new(out, "overlay_roots", roots);
+}
+
+static void ovl_maintain(void *st)
+{
+	struct ovl *o = st;
+	ckpt_error e = { 0 };
+	int depth = o->cfg && o->cfg->flatten_depth > 0 ? o->cfg->flatten_depth : 64;
+	if (depth > OVERLAY_MAX_LOWERS - 2)
+		depth = OVERLAY_MAX_LOWERS - 2;
+	if (overlay_layers_flatten(o, depth, &e) < 0)
+		log_debug("overlay: flatten: %s", e.msg);
+	if (o->dirty_gc)
+		overlay_layers_gc(o);
+	for (size_t i = 0; i < o->n_roots; i++) /* the next restore's upper, ready */
+		if (!o->roots[i].spare[0] && ovl_new_upper(&o->roots[i], o->roots[i].spare) < 0)
+			o->roots[i].spare[0] = 0;
+}
+
+static void ovl_close(void *st, bool unmount)
+{
+	struct ovl *o = st;
+	ckpt_error e;
+	for (size_t i = 0; unmount && o && i < o->n_roots; i++) {
+		_cleanup_free_ char *base = path_join(o->roots[i].rdir, "base");
+		overlay_umount(o->roots[i].path, NULL, &e);
+		if (base)
+			overlay_umount(base, NULL, &e);
+	}
+	ovl_free(o);
+}
+
+/* A real tiny overlay mount in the state dir: the kernel's answer is the reason. */
+static int ovl_probe(const struct backend_ctx *ctx, ckpt_error *err)
+{
+	static const char *const sub[] = { "l", "u", "w", "m" };
+	char rnd[9];
+	_cleanup_free_ char *dir = NULL;
+	random_hex(rnd, 4);
+	if (asprintf(&dir, "%s/overlay/.probe-%s", ctx->state_dir, rnd) < 0)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	for (size_t i = 0; i < ARRAY_SIZE(sub); i++) {
+		_cleanup_free_ char *p = path_join(dir, sub[i]);
+		int q = mkdir_p(p, 0700);
+		if (q < 0)
+			return err_set(err, -q, NULL, "overlay probe: create '%s': %s", p, strerror(-q));
+	}
+	_cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_free_ char *m = path_join(dir, "m");
+	const char *lowers[] = { "l" };
+	struct overlay_spec s = {
+		.target = m, .dir = dir, .dir_fd = fd, .lowers = lowers, .n_lowers = 1, .upper = "u", .work = "w"
+	};
+	int q = overlay_mount(&s, err);
+	if (q == 0)
+		overlay_umount(m, NULL, err);
+	_cleanup_free_ char *parent = path_join(ctx->state_dir, "overlay");
+	_cleanup_close_ int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (pfd >= 0)
+		rm_rf_at(pfd, strrchr(dir, '/') + 1);
+	return q < 0 ? err_prefix(err, "overlayfs refused a test mount") : 0;
+}
+
+const struct backend_ops backend_overlay_ops = {
+	.name = "overlay",
+	.probe = ovl_probe,
+	.open = ovl_open,
+	.recover = ovl_recover,
+	.create = ovl_create,
+	.restore = ovl_restore,
+	.reset = ovl_reset,
+	.remove = ovl_remove,
+	.health = ovl_health,
+	.maintain = ovl_maintain,
+	.close = ovl_close,
+};

@@ -1,0 +1,60 @@
+/* overlay_internal.h: the overlay backend's state, shared by backend_overlay.c
+ * (the ops) and overlay_layers.c (layer store, references, GC, flatten).
+ *
+ * On disk, below <state>/overlay/:
+ *   r/<h>/            one per root (h: hash of the root's path)
+ *     base/           read-only bind of the root's original contents
+ *     l/<name>/       immutable layers; l/.tmp-<name> while being written
+ *     u/<name>, w/<name>  upper and work dirs; only live.json's upper is in use
+ *     idx/<upper>     index of the upper at its last create (for hard links)
+ *     live.json       {path, chain, mounted, upper}: the adoption record and
+ *                     the intent of a restore (written before the swap)
+ *   c/<id>.json       each checkpoint's chains {h: [layers, newest first]};
+ *                     flattening rewrites these, the catalog never changes. */
+#pragma once
+#include <jansson.h>
+#include "backend/backend.h"
+#include "backend/overlay/treecopy.h"
+
+#define OVL_NAME_LEN 8
+
+struct ovl_root {
+	char *path; /* the managed root P */
+	char h[OVL_NAME_LEN + 1];
+	char *rdir; /* <state>/overlay/r/<h> */
+	int rdir_fd;
+	json_t *chain;   /* live chain (layers under the upper), newest first */
+	json_t *mounted; /* chain the current mount really uses (differs after flatten) */
+	char upper[OVL_NAME_LEN + 1];
+	char spare[OVL_NAME_LEN + 1]; /* a durable empty upper made off the request path, or "" */
+	struct treecopy_index *ix;    /* upper's index at its last create */
+	char ix_layer[OVL_NAME_LEN + 1];
+};
+
+struct ovl {
+	const struct config *cfg;
+	char *odir; /* <state>/overlay */
+	int odir_fd, cdir_fd;
+	struct ovl_root *roots;
+	size_t n_roots;
+	json_t *refs;       /* "h/layer" -> number of checkpoints using it */
+	json_t *chains;     /* id -> {h: [layers]} (cache of c/<id>.json) */
+	bool dirty_gc;      /* maintain has layers or uppers to remove */
+	char mount_api[16]; /* "fsconfig" | "legacy" */
+};
+
+/* overlay_layers.c */
+int overlay_layers_new_name(int dirfd, char name[OVL_NAME_LEN + 1]);
+int overlay_layers_chain_save(struct ovl *o, const char *id, json_t *chains);
+json_t *overlay_layers_chain_get(struct ovl *o, const char *id, json_t *data);
+int overlay_layers_chain_drop(struct ovl *o, const char *id);
+void overlay_layers_ref(struct ovl *o, const char *h, json_t *layers, int delta);
+int overlay_layers_load_chains(struct ovl *o, const char *const *ids, json_t *const *data, size_t n);
+/* Remove layers, uppers, work dirs and indexes nothing uses. */
+void overlay_layers_gc(struct ovl *o);
+/* Merge chains deeper than the threshold into one layer each. */
+int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err);
+int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NAME_LEN + 1], ckpt_error *err);
+
+/* backend_overlay.c */
+int overlay_live_save(struct ovl_root *r);

@@ -1,0 +1,324 @@
+/* overlay_layers.c: the layer store of the overlay backend: layer names,
+ * per-checkpoint chain files, reference counts, garbage collection and the
+ * flattening of long chains into one layer. */
+#include "backend/overlay/overlay_internal.h"
+#include "backend/overlay/overlay_mount.h"
+
+#include <sys/stat.h>
+
+int overlay_layers_new_name(int dirfd, char name[OVL_NAME_LEN + 1])
+{
+	for (int i = 0; i < 100; i++) {
+		if (random_hex(name, OVL_NAME_LEN / 2) < 0)
+			return -EIO;
+		if (faccessat(dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
+			return 0;
+	}
+	return -EEXIST;
+}
+
+void overlay_layers_ref(struct ovl *o, const char *h, json_t *layers, int delta)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(layers, i, v)
+	{
+		char key[2 * OVL_NAME_LEN + 2];
+		snprintf(key, sizeof(key), "%s/%s", h, json_string_value(v));
+		json_int_t n = json_integer_value(json_object_get(o->refs, key)) + delta;
+		if (n > 0)
+			json_object_set_new(o->refs, key, json_integer(n));
+		else
+			json_object_del(o->refs, key);
+	}
+}
+
+static void overlay_layers_ref_all(struct ovl *o, json_t *chains, int delta)
+{
+	const char *h;
+	json_t *layers;
+	json_object_foreach(chains, h, layers) overlay_layers_ref(o, h, layers, delta);
+}
+
+static int overlay_layers_chain_write(struct ovl *o, const char *id, json_t *chains)
+{
+	char name[64];
+	_cleanup_free_ char *s = json_dumps(chains, JSON_COMPACT);
+	if (!s)
+		return -ENOMEM;
+	snprintf(name, sizeof(name), "%s.json", id);
+	return write_file_atomic(o->cdir_fd, name, s, strlen(s), 0600);
+}
+
+int overlay_layers_chain_save(struct ovl *o, const char *id, json_t *chains)
+{
+	int q = overlay_layers_chain_write(o, id, chains);
+	if (q < 0)
+		return q;
+	json_t *old = json_object_get(o->chains, id);
+	if (old)
+		overlay_layers_ref_all(o, old, -1);
+	overlay_layers_ref_all(o, chains, +1);
+	json_object_set(o->chains, id, chains);
+	return 0;
+}
+
+/* From a record's data (an imported or older checkpoint): {roots:[{path, layers}]}. */
+static json_t *overlay_layers_from_data(struct ovl *o, json_t *data)
+{
+	json_t *out = json_object(), *e;
+	size_t i;
+	json_array_foreach(json_object_get(data, "roots"), i, e)
+	{
+		const char *path = json_string_value(json_object_get(e, "path"));
+		json_t *layers = json_object_get(e, "layers");
+		for (size_t k = 0; path && json_is_array(layers) && k < o->n_roots; k++)
+			if (!strcmp(o->roots[k].path, path))
+				json_object_set(out, o->roots[k].h, layers);
+	}
+	if (json_object_size(out) == 0) {
+		json_decref(out);
+		return NULL;
+	}
+	return out;
+}
+
+json_t *overlay_layers_chain_get(struct ovl *o, const char *id, json_t *data)
+{
+	char name[64];
+	_cleanup_free_ char *s = NULL;
+	json_t *c = json_object_get(o->chains, id);
+	if (c)
+		return json_incref(c);
+	if (!id_valid(id))
+		return NULL;
+	snprintf(name, sizeof(name), "%s.json", id);
+	if (read_file_at(o->cdir_fd, name, 1 << 20, &s, NULL) == 0) {
+		c = json_loads(s, 0, NULL);
+		if (json_is_object(c))
+			return c;
+		json_decref(c);
+	}
+	return data ? overlay_layers_from_data(o, data) : NULL;
+}
+
+int overlay_layers_chain_drop(struct ovl *o, const char *id)
+{
+	char name[64];
+	json_t *c = json_object_get(o->chains, id);
+	if (!id_valid(id))
+		return -EINVAL;
+	snprintf(name, sizeof(name), "%s.json", id);
+	if (unlinkat(o->cdir_fd, name, 0) < 0 && errno != ENOENT)
+		return -errno;
+	fsync_dirfd(o->cdir_fd);
+	if (!c)
+		return -ENOENT;
+	overlay_layers_ref_all(o, c, -1);
+	json_object_del(o->chains, id);
+	return 0;
+}
+
+static bool overlay_layers_listed(const char *const *ids, size_t n, const char *id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(ids[i], id))
+			return true;
+	return false;
+}
+
+/* Rebuild chains and references from the checkpoints that exist; drop the
+ * chain files of anything else (half-made creates, half-done deletes). */
+int overlay_layers_load_chains(struct ovl *o, const char *const *ids, json_t *const *data, size_t n)
+{
+	json_object_clear(o->refs);
+	json_object_clear(o->chains);
+	for (size_t i = 0; i < n; i++) {
+		json_auto_t *c = overlay_layers_chain_get(o, ids[i], data ? data[i] : NULL);
+		if (!c)
+			continue;
+		json_object_set(o->chains, ids[i], c);
+		overlay_layers_ref_all(o, c, +1);
+	}
+	int fd = openat(o->cdir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -ENOMEM;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		char id[64];
+		size_t len = strlen(de->d_name);
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (de->d_name[0] != '.' && len > 5 && len < sizeof(id) && !strcmp(de->d_name + len - 5, ".json")) {
+			snprintf(id, sizeof(id), "%.*s", (int)(len - 5), de->d_name);
+			if (overlay_layers_listed(ids, n, id))
+				continue;
+		}
+		unlinkat(o->cdir_fd, de->d_name, 0);
+	}
+	fsync_dirfd(o->cdir_fd);
+	return 0;
+}
+
+static bool overlay_layers_in(json_t *arr, const char *name)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(arr, i, v) if (!strcmp(json_string_value(v), name)) return true;
+	return false;
+}
+
+/* Remove entries of dir sub that keep() rejects. */
+static void overlay_layers_sweep(struct ovl *o, struct ovl_root *r, const char *sub,
+				 bool (*keep)(struct ovl *, struct ovl_root *, const char *))
+{
+	int fd = openat(r->rdir_fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return;
+	}
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && !keep(o, r, de->d_name))
+			if (rm_rf_at(dirfd(d), de->d_name) < 0)
+				log_debug("overlay: remove '%s/%s/%s' failed", r->rdir, sub, de->d_name);
+	closedir(d);
+}
+
+static bool overlay_layers_keep_layer(struct ovl *o, struct ovl_root *r, const char *name)
+{
+	char key[64];
+	snprintf(key, sizeof(key), "%s/%s", r->h, name);
+	return json_object_get(o->refs, key) || overlay_layers_in(r->chain, name) ||
+		overlay_layers_in(r->mounted, name);
+}
+
+static bool overlay_layers_keep_upper(struct ovl *o, struct ovl_root *r, const char *name)
+{
+	(void)o;
+	return !strcmp(name, r->upper) || !strcmp(name, r->spare);
+}
+
+void overlay_layers_gc(struct ovl *o)
+{
+	for (size_t i = 0; i < o->n_roots; i++) {
+		overlay_layers_sweep(o, &o->roots[i], "l", overlay_layers_keep_layer);
+		overlay_layers_sweep(o, &o->roots[i], "u", overlay_layers_keep_upper);
+		overlay_layers_sweep(o, &o->roots[i], "w", overlay_layers_keep_upper);
+	}
+	o->dirty_gc = false;
+}
+
+/* Apply the chain's layers, oldest first, onto one new layer. Sources are
+ * immutable, so their files are shared by hard links, not copied. */
+int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NAME_LEN + 1], ckpt_error *err)
+{
+	char tmp[32];
+	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (l < 0 || overlay_layers_new_name(l, ret_name) < 0)
+		return err_set(err, EIO, NULL, "open layer store of '%s'", r->path);
+	snprintf(tmp, sizeof(tmp), ".tmp-%s", ret_name);
+	if (mkdirat(l, tmp, 0700) < 0)
+		return err_set(err, errno, NULL, "create merged layer: %m");
+	_cleanup_close_ int dst = openat(l, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int q = dst < 0 ? err_set(err, errno, NULL, "open merged layer: %m") : 0;
+	for (size_t i = json_array_size(chain); q == 0 && i-- > 0;) {
+		_cleanup_close_ int src = openat(l, json_string_value(json_array_get(chain, i)),
+						 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		struct treecopy_opts opts = { .mode = TREECOPY_MERGE, .prev_fd = -1, .link_sources = true };
+		q = src < 0 ? err_set(err, errno, NULL, "open layer: %m") : treecopy_copy(src, dst, &opts, NULL, err);
+	}
+	if (q == 0 && syncfs(dst) < 0)
+		q = err_set(err, errno, NULL, "sync merged layer: %m");
+	if (q == 0 && (renameat(l, tmp, l, ret_name) < 0 || fsync_dirfd(l) < 0))
+		q = err_set(err, errno, NULL, "publish merged layer: %m");
+	if (q < 0)
+		rm_rf_at(l, tmp);
+	return q;
+}
+
+static bool overlay_layers_ends_with(json_t *x, json_t *c)
+{
+	size_t m = json_array_size(x), k = json_array_size(c);
+	if (m < k)
+		return false;
+	for (size_t i = 0; i < k; i++)
+		if (strcmp(json_string_value(json_array_get(x, m - k + i)), json_string_value(json_array_get(c, i))))
+			return false;
+	return true;
+}
+
+/* x with its suffix c replaced by [f]. */
+static json_t *overlay_layers_rebase(json_t *x, json_t *c, const char *f)
+{
+	json_t *out = json_array();
+	for (size_t i = 0; i < json_array_size(x) - json_array_size(c); i++)
+		json_array_append(out, json_array_get(x, i));
+	json_array_append_new(out, json_string(f));
+	return out;
+}
+
+static json_t *overlay_layers_longest(struct ovl *o, struct ovl_root *r)
+{
+	json_t *best = r->chain, *c;
+	const char *id;
+	json_object_foreach(o->chains, id, c)
+	{
+		json_t *x = json_object_get(c, r->h);
+		if (json_array_size(x) > json_array_size(best))
+			best = x;
+	}
+	return best;
+}
+
+/* Switch every chain ending with c to the merged layer f: chain files are
+ * rewritten one by one (each atomically; old and new both mount the same
+ * tree), then the live chain. The running mount keeps its layers ("mounted"). */
+static void overlay_layers_switch(struct ovl *o, struct ovl_root *r, json_t *c, const char *f)
+{
+	const char *id;
+	json_t *chains;
+	json_object_foreach(o->chains, id, chains)
+	{
+		json_t *x = json_object_get(chains, r->h);
+		if (!x || !overlay_layers_ends_with(x, c))
+			continue;
+		json_auto_t *nc = json_deep_copy(chains);
+		json_object_set_new(nc, r->h, overlay_layers_rebase(x, c, f));
+		if (overlay_layers_chain_save(o, id, nc) < 0)
+			log_debug("overlay: rewrite chain of %s failed", id);
+	}
+	if (overlay_layers_ends_with(r->chain, c) && json_array_size(c)) {
+		json_t *nc = overlay_layers_rebase(r->chain, c, f);
+		json_decref(r->chain);
+		r->chain = nc;
+		overlay_live_save(r);
+	}
+	o->dirty_gc = true;
+}
+
+int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err)
+{
+	for (size_t i = 0; i < o->n_roots; i++) {
+		struct ovl_root *r = &o->roots[i];
+		for (int round = 0; round < 16; round++) {
+			json_auto_t *c = json_incref(overlay_layers_longest(o, r));
+			if (json_array_size(c) <= depth)
+				break;
+			char f[OVL_NAME_LEN + 1];
+			int q = overlay_layers_merge(r, c, f, err);
+			if (q < 0)
+				return q;
+			overlay_layers_switch(o, r, c, f);
+		}
+	}
+	return 0;
+}

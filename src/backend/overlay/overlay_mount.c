@@ -1,0 +1,360 @@
+/* overlay_mount.c: overlayfs and bind mounts, mountinfo parsing, busy
+ * process discovery. Library code: returns errors, never logs above debug. */
+#include "backend/overlay/overlay_mount.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#define OVL_FIXED_OPTS "index=off,redirect_dir=off,metacopy=off,xino=off"
+
+char *overlay_mount_escape(const char *s)
+{
+	char *out = malloc(strlen(s) * 2 + 1), *o = out;
+	if (!out)
+		return NULL;
+	for (; *s; s++) {
+		if (*s == '\\' || *s == ',' || *s == ':')
+			*o++ = '\\';
+		*o++ = *s;
+	}
+	*o = 0;
+	return out;
+}
+
+static int ovl_cfg(int fd, const char *key, const char *val, ckpt_error *err)
+{
+	if (fsconfig(fd, FSCONFIG_SET_STRING, key, val, 0) < 0)
+		return err_set(err, errno, NULL, "overlay option %s=%s: %m", key, val);
+	return 0;
+}
+
+/* Absolute "dir/name" when it is short enough for one fsconfig value,
+ * else the same directory reached through our fd of dir. */
+static void ovl_layer_path(const struct overlay_spec *s, const char *name, char *buf, size_t len)
+{
+	if ((size_t)snprintf(buf, len, "%s/%s", s->dir, name) > 255)
+		snprintf(buf, len, "/proc/self/fd/%d/%s", s->dir_fd, name);
+}
+
+static int ovl_mount_new_api(const struct overlay_spec *s, ckpt_error *err)
+{
+	char p[PATH_MAX * 2];
+	_cleanup_close_ int fs = fsopen("overlay", FSOPEN_CLOEXEC);
+	if (fs < 0)
+		return err_set(err, errno, NULL, "fsopen overlay: %m");
+	static const char *const fixed[][2] = {
+		{ "index", "off" }, { "redirect_dir", "off" }, { "metacopy", "off" }, { "xino", "off" }
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(fixed); i++)
+		if (ovl_cfg(fs, fixed[i][0], fixed[i][1], err) < 0)
+			return -err->errnum;
+	for (size_t i = 0; i < s->n_lowers; i++) {
+		ovl_layer_path(s, s->lowers[i], p, sizeof(p));
+		if (ovl_cfg(fs, "lowerdir+", p, err) < 0)
+			return -err->errnum;
+	}
+	ovl_layer_path(s, s->upper, p, sizeof(p));
+	if (ovl_cfg(fs, "upperdir", p, err) < 0)
+		return -err->errnum;
+	ovl_layer_path(s, s->work, p, sizeof(p));
+	if (ovl_cfg(fs, "workdir", p, err) < 0)
+		return -err->errnum;
+	if (fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+		return err_set(err, errno, NULL, "create overlay for '%s': %m", s->target);
+	_cleanup_close_ int mnt = fsmount(fs, FSMOUNT_CLOEXEC, 0);
+	if (mnt < 0)
+		return err_set(err, errno, NULL, "fsmount overlay: %m");
+	if (move_mount(mnt, "", AT_FDCWD, s->target, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		return err_set(err, errno, NULL, "move overlay onto '%s': %m", s->target);
+	return 0;
+}
+
+/* Option string; prefix "" gives relative names (for a child in dir). */
+static char *ovl_legacy_opts(const struct overlay_spec *s, const char *prefix)
+{
+	size_t cap = 256;
+	for (size_t i = 0; i < s->n_lowers; i++)
+		cap += 2 * (strlen(prefix) + strlen(s->lowers[i]) + 2);
+	cap += 4 * (strlen(prefix) + strlen(s->upper) + strlen(s->work) + 4);
+	char *o = malloc(cap);
+	if (!o)
+		return NULL;
+	size_t n = snprintf(o, cap, "lowerdir=");
+	for (size_t i = 0; i < s->n_lowers; i++) {
+		_cleanup_free_ char *full = malloc(strlen(prefix) + strlen(s->lowers[i]) + 2);
+		sprintf(full, "%s%s", prefix, s->lowers[i]);
+		_cleanup_free_ char *e = overlay_mount_escape(full);
+		n += snprintf(o + n, cap - n, "%s%s", i ? ":" : "", e);
+	}
+	_cleanup_free_ char *u = malloc(strlen(prefix) + strlen(s->upper) + 1);
+	_cleanup_free_ char *w = malloc(strlen(prefix) + strlen(s->work) + 1);
+	sprintf(u, "%s%s", prefix, s->upper);
+	sprintf(w, "%s%s", prefix, s->work);
+	_cleanup_free_ char *ue = overlay_mount_escape(u), *we = overlay_mount_escape(w);
+	snprintf(o + n, cap - n, ",upperdir=%s,workdir=%s," OVL_FIXED_OPTS, ue, we);
+	return o;
+}
+
+int overlay_mount_legacy(const struct overlay_spec *s, ckpt_error *err)
+{
+	_cleanup_free_ char *prefix = malloc(strlen(s->dir) + 2);
+	sprintf(prefix, "%s/", s->dir);
+	_cleanup_free_ char *abs = ovl_legacy_opts(s, prefix);
+	if (!abs)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	if (strlen(abs) < (size_t)sysconf(_SC_PAGESIZE)) {
+		if (mount("overlay", s->target, "overlay", 0, abs) < 0)
+			return err_set(err, errno, NULL, "mount overlay on '%s': %m", s->target);
+		return 0;
+	}
+	/* Too long: short relative names from a child whose cwd is dir. */
+	_cleanup_free_ char *rel = ovl_legacy_opts(s, "");
+	if (!rel || strlen(rel) >= (size_t)sysconf(_SC_PAGESIZE))
+		return err_set(err, E2BIG, NULL, "overlay options for %zu layers exceed a page", s->n_lowers);
+	pid_t pid = fork();
+	if (pid < 0)
+		return err_set(err, errno, NULL, "fork: %m");
+	if (pid == 0) {
+		if (fchdir(s->dir_fd) < 0 || mount("overlay", s->target, "overlay", 0, rel) < 0)
+			_exit(errno & 0xff);
+		_exit(0);
+	}
+	int status;
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return err_set(err, errno, NULL, "waitpid: %m");
+	if (!WIFEXITED(status) || WEXITSTATUS(status))
+		return err_set(err, WIFEXITED(status) ? WEXITSTATUS(status) : EIO, NULL, "mount overlay on '%s': %s",
+			       s->target, strerror(WEXITSTATUS(status)));
+	return 0;
+}
+
+int overlay_mount(const struct overlay_spec *s, ckpt_error *err)
+{
+	if (s->n_lowers > OVERLAY_MAX_LOWERS)
+		return err_set(err, E2BIG, NULL, "%zu lower layers exceed overlayfs' %d", s->n_lowers,
+			       OVERLAY_MAX_LOWERS);
+	int r = ovl_mount_new_api(s, err);
+	/* ENOSYS: no new mount API; EINVAL on "lowerdir+": a kernel before 6.8. */
+	if (r == -ENOSYS || r == -EINVAL || r == -EPERM)
+		return overlay_mount_legacy(s, err);
+	return r;
+}
+
+int overlay_mount_bind_ro(const char *src, const char *dst, ckpt_error *err)
+{
+	_cleanup_close_ int t = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+	if (t >= 0) {
+		struct mount_attr a = { .attr_set = MOUNT_ATTR_RDONLY };
+		if (mount_setattr(t, "", AT_EMPTY_PATH, &a, sizeof(a)) == 0 &&
+		    move_mount(t, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) == 0)
+			return 0;
+	}
+	if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+		return err_set(err, errno, NULL, "bind '%s' on '%s': %m", src, dst);
+	if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) < 0) {
+		int e = errno;
+		umount2(dst, MNT_DETACH);
+		return err_set(err, e, NULL, "make '%s' read-only: %s", dst, strerror(e));
+	}
+	return 0;
+}
+
+/* mountinfo escapes ' ', '\t', '\n', '\\' as \ooo; overlay's options also
+ * escape ','. Decode in place. */
+static void ovl_unescape(char *s)
+{
+	char *o = s;
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '7' && s[2] >= '0' && s[2] <= '7' && s[3] >= '0' &&
+		    s[3] <= '7') {
+			*o++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 3;
+		} else if (s[0] == '\\' && s[1]) {
+			*o++ = *++s;
+		} else {
+			*o++ = *s;
+		}
+	}
+	*o = 0;
+}
+
+void overlay_mountinfo_clear(struct overlay_mountinfo *m)
+{
+	free(m->upperdir);
+	free(m->source);
+	memset(m, 0, sizeof(*m));
+}
+
+/* "upperdir=" value from super options (up to an unescaped ','). */
+static char *ovl_opt_value(const char *opts, const char *key)
+{
+	size_t kl = strlen(key);
+	for (const char *p = opts; p && *p;) {
+		if (!strncmp(p, key, kl) && p[kl] == '=') {
+			const char *v = p + kl + 1, *e = v;
+			while (*e && *e != ',') {
+				if (*e == '\\' && e[1])
+					e++;
+				e++;
+			}
+			char *r = strndup(v, e - v);
+			if (r)
+				ovl_unescape(r);
+			return r;
+		}
+		while (*p && *p != ',') {
+			if (*p == '\\' && p[1])
+				p++;
+			p++;
+		}
+		if (*p == ',')
+			p++;
+	}
+	return NULL;
+}
+
+static void ovl_parse_line(char *line, const char *path, struct overlay_mountinfo *ret)
+{
+	char *save = NULL, *f[6] = { 0 };
+	char *tok = strtok_r(line, " ", &save);
+	for (int i = 0; tok && i < 6; i++, tok = strtok_r(NULL, " ", &save))
+		f[i] = tok;
+	if (!f[4])
+		return;
+	ovl_unescape(f[4]);
+	if (strcmp(f[4], path) != 0)
+		return;
+	while (tok && strcmp(tok, "-") != 0)
+		tok = strtok_r(NULL, " ", &save);
+	char *fstype = strtok_r(NULL, " ", &save), *source = strtok_r(NULL, " ", &save);
+	char *opts = strtok_r(NULL, " \n", &save);
+	overlay_mountinfo_clear(ret);
+	ret->found = true;
+	snprintf(ret->fstype, sizeof(ret->fstype), "%s", fstype ? fstype : "");
+	ret->source = source ? strdup(source) : NULL;
+	if (fstype && !strcmp(fstype, "overlay") && opts)
+		ret->upperdir = ovl_opt_value(opts, "upperdir");
+}
+
+int overlay_mountinfo_find(const char *path, struct overlay_mountinfo *ret)
+{
+	memset(ret, 0, sizeof(*ret));
+	_cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
+	if (!f)
+		return -errno;
+	_cleanup_free_ char *line = NULL;
+	size_t cap = 0;
+	while (getline(&line, &cap, f) > 0)
+		ovl_parse_line(line, path, ret); /* later lines are mounted on top */
+	return 0;
+}
+
+static bool ovl_under(const char *p, const char *root)
+{
+	size_t n = strlen(root);
+	return !strncmp(p, root, n) && (p[n] == 0 || p[n] == '/');
+}
+
+static bool ovl_link_under(int dfd, const char *name, const char *root)
+{
+	char buf[PATH_MAX];
+	ssize_t n = readlinkat(dfd, name, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	return ovl_under(buf, root);
+}
+
+static bool ovl_fds_under(int pfd, const char *root)
+{
+	_cleanup_close_ int fd = openat(pfd, "fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	if (!d)
+		return false;
+	fd = -1;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.' && ovl_link_under(dirfd(d), de->d_name, root))
+			return true;
+	return false;
+}
+
+static bool ovl_maps_under(int pfd, const char *root)
+{
+	int fd = openat(pfd, "maps", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	_cleanup_fclose_ FILE *f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return false;
+	}
+	_cleanup_free_ char *line = NULL;
+	size_t cap = 0;
+	while (getline(&line, &cap, f) > 0) {
+		char *p = strchr(line, '/');
+		if (p) {
+			p[strcspn(p, "\n")] = 0;
+			if (ovl_under(p, root))
+				return true;
+		}
+	}
+	return false;
+}
+
+static json_t *ovl_proc_entry(int pfd, long pid)
+{
+	char comm[64] = "";
+	int fd = openat(pfd, "comm", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, comm, sizeof(comm) - 1);
+		close(fd);
+		comm[n > 0 ? n : 0] = 0;
+		comm[strcspn(comm, "\n")] = 0;
+	}
+	return json_pack("{s:I,s:s}", "pid", (json_int_t)pid, "command", comm);
+}
+
+json_t *overlay_busy_processes(const char *path)
+{
+	json_t *arr = json_array();
+	_cleanup_closedir_ DIR *d = opendir("/proc");
+	if (!d || !arr)
+		return arr;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (!isdigit((unsigned char)de->d_name[0]))
+			continue;
+		long pid = strtol(de->d_name, NULL, 10);
+		if (pid == getpid())
+			continue;
+		_cleanup_close_ int pfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (pfd < 0)
+			continue;
+		if (ovl_link_under(pfd, "cwd", path) || ovl_link_under(pfd, "root", path) || ovl_fds_under(pfd, path) ||
+		    ovl_maps_under(pfd, path))
+			json_array_append_new(arr, ovl_proc_entry(pfd, pid));
+	}
+	return arr;
+}
+
+int overlay_umount(const char *path, json_t *busy, ckpt_error *err)
+{
+	if (umount2(path, UMOUNT_NOFOLLOW) == 0)
+		return 0;
+	if (errno != EBUSY)
+		return err_set(err, errno, NULL, "unmount '%s': %m", path);
+	json_t *procs = overlay_busy_processes(path);
+	if (busy && procs)
+		json_array_extend(busy, procs);
+	json_decref(procs);
+	if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) < 0)
+		return err_set(err, errno, NULL, "detach '%s': %m", path);
+	return 0;
+}

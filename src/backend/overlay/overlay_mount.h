@@ -1,0 +1,44 @@
+/* overlay_mount.h: overlayfs mounts, read-only binds, mountinfo and the
+ * processes that keep a mount busy. */
+#pragma once
+#include <jansson.h>
+#include "lib/util.h"
+
+/* Most lower layers overlayfs accepts (base included). */
+#define OVERLAY_MAX_LOWERS 500
+
+struct overlay_spec {
+	const char *target;        /* absolute mount point */
+	const char *dir;           /* absolute dir the names below are relative to */
+	int dir_fd;                /* fd of dir */
+	const char *const *lowers; /* relative names, top first (base last) */
+	size_t n_lowers;
+	const char *upper, *work; /* relative names */
+};
+
+/* Mount with the new mount API (fsconfig lowerdir+) when the kernel has it,
+ * else with a legacy option string (escaped; relative short names from a
+ * child that chdirs into dir when the absolute string would not fit a page). */
+int overlay_mount(const struct overlay_spec *s, ckpt_error *err);
+/* Force the legacy path (tests). */
+int overlay_mount_legacy(const struct overlay_spec *s, ckpt_error *err);
+/* Escape '\\', ',' and ':' for a legacy option value. Returns malloc'd. */
+char *overlay_mount_escape(const char *s);
+
+/* Bind src (not recursively) read-only onto dst. */
+int overlay_mount_bind_ro(const char *src, const char *dst, ckpt_error *err);
+
+struct overlay_mountinfo {
+	bool found;
+	char fstype[32];
+	char *upperdir; /* overlay only, unescaped; malloc'd or NULL */
+	char *source;
+};
+void overlay_mountinfo_clear(struct overlay_mountinfo *m);
+/* The top mount whose mount point is exactly path (from /proc/self/mountinfo). */
+int overlay_mountinfo_find(const char *path, struct overlay_mountinfo *ret);
+
+/* Unmount path; on EBUSY fill busy (array of {pid, command}) and detach. */
+int overlay_umount(const char *path, json_t *busy, ckpt_error *err);
+/* Processes with cwd, root, an open fd or a mapping under path. */
+json_t *overlay_busy_processes(const char *path);

@@ -1,0 +1,370 @@
+/* treecopy.c: walk a source dir and recreate it in a destination dir.
+ * Order per inode: create, data, chown, chmod, xattrs, then times;
+ * directory times after their children. */
+#include "backend/overlay/treecopy.h"
+#include "backend/overlay/treecopy_internal.h"
+#include "backend/backend.h"
+
+#include <limits.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+
+#define OPAQUE_XATTR "trusted.overlay.opaque"
+
+struct tc {
+	const struct treecopy_opts *o;
+	struct treecopy_stats *st;
+	ckpt_error *err;
+	int dst_root;
+	struct treecopy_links links;
+	char path[PATH_MAX]; /* relpath of the current entry */
+	size_t len;
+};
+
+bool treecopy_is_whiteout(const struct stat *st)
+{
+	return S_ISCHR(st->st_mode) && st->st_rdev == makedev(0, 0);
+}
+
+static int tc_fail(struct tc *t, int r, const char *what)
+{
+	return err_set(t->err, -r, NULL, "%s '%s': %s", what, t->len ? t->path : ".", strerror(-r));
+}
+
+static int treecopy_range(int in, int out, off_t off, off_t end)
+{
+	static __thread bool no_cfr;
+	while (off < end) {
+		size_t want = (size_t)(end - off);
+		ssize_t n = -1;
+		if (!no_cfr) {
+			loff_t a = off, b = off;
+			n = copy_file_range(in, &a, out, &b, want, 0);
+			if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EOPNOTSUPP || errno == EINVAL))
+				no_cfr = true;
+			else if (n < 0)
+				return -errno;
+		}
+		if (no_cfr) {
+			char b[1 << 16];
+			n = pread(in, b, want < sizeof(b) ? want : sizeof(b), off);
+			if (n < 0 || (n > 0 && pwrite(out, b, n, off) != n))
+				return -errno ? -errno : -EIO;
+		}
+		if (n == 0)
+			break; /* source shrank under us */
+		off += n;
+	}
+	return 0;
+}
+
+int treecopy_file_data(int in, int out, off_t size, uint64_t *ret_copied)
+{
+	*ret_copied = 0;
+	if (size == 0)
+		return 0;
+	if (ioctl(out, FICLONE, in) == 0)
+		return 0;
+	if (ftruncate(out, size) < 0)
+		return -errno;
+	off_t off = 0;
+	while (off < size) {
+		off_t data = lseek(in, off, SEEK_DATA);
+		if (data < 0)
+			return errno == ENXIO ? 0 : -errno;
+		off_t hole = lseek(in, data, SEEK_HOLE);
+		if (hole < 0)
+			return -errno;
+		if (hole > size)
+			hole = size;
+		int r = treecopy_range(in, out, data, hole);
+		if (r < 0)
+			return r;
+		*ret_copied += hole - data;
+		off = hole;
+	}
+	return 0;
+}
+
+/* xattrs through an fd, or through /proc/self/fd/<dir>/<name> for symlinks
+ * and special files (O_PATH fds do not carry xattr calls). */
+struct xref {
+	int fd;
+	char proc[PATH_MAX];
+};
+
+static void xref_init(struct xref *x, int fd, int dirfd, const char *name)
+{
+	x->fd = fd;
+	if (fd < 0)
+		snprintf(x->proc, sizeof(x->proc), "/proc/self/fd/%d/%s", dirfd, name);
+}
+
+static ssize_t xref_list(const struct xref *x, char *buf, size_t n)
+{
+	return x->fd >= 0 ? flistxattr(x->fd, buf, n) : llistxattr(x->proc, buf, n);
+}
+
+static ssize_t xref_get(const struct xref *x, const char *k, void *buf, size_t n)
+{
+	return x->fd >= 0 ? fgetxattr(x->fd, k, buf, n) : lgetxattr(x->proc, k, buf, n);
+}
+
+static int xref_set(const struct xref *x, const char *k, const void *v, size_t n)
+{
+	return x->fd >= 0 ? fsetxattr(x->fd, k, v, n, 0) : lsetxattr(x->proc, k, v, n, 0);
+}
+
+static int treecopy_xattrs(const struct xref *src, const struct xref *dst)
+{
+	char names[65536];
+	static __thread char val[65536];
+	ssize_t n = xref_list(src, names, sizeof(names));
+	if (n < 0)
+		return errno == ENOTSUP ? 0 : -errno;
+	for (char *k = names; k < names + n; k += strlen(k) + 1) {
+		ssize_t v = xref_get(src, k, val, sizeof(val));
+		if (v < 0) {
+			if (errno == ENODATA)
+				continue;
+			return -errno;
+		}
+		if (xref_set(dst, k, val, v) < 0 && errno != ENOTSUP)
+			return -errno;
+	}
+	return 0;
+}
+
+/* Owner, mode, xattrs, times of a created inode. dfd_entry >= 0 for regular
+ * files and dirs; else the entry is addressed by (dfd, name). */
+static int treecopy_meta(int sfd, int dfd, const char *name, int sfd_entry, int dfd_entry, const struct stat *st)
+{
+	struct xref xs, xd;
+	struct timespec ts[2] = { st->st_atim, st->st_mtim };
+	bool lnk = S_ISLNK(st->st_mode);
+
+	if (dfd_entry >= 0 ? fchown(dfd_entry, st->st_uid, st->st_gid)
+			   : fchownat(dfd, name, st->st_uid, st->st_gid, AT_SYMLINK_NOFOLLOW))
+		return -errno;
+	if (!lnk &&
+	    (dfd_entry >= 0 ? fchmod(dfd_entry, st->st_mode & 07777) : fchmodat(dfd, name, st->st_mode & 07777, 0)))
+		return -errno;
+	xref_init(&xs, sfd_entry, sfd, name);
+	xref_init(&xd, dfd_entry, dfd, name);
+	int r = treecopy_xattrs(&xs, &xd);
+	if (r < 0)
+		return r;
+	if (dfd_entry >= 0 ? futimens(dfd_entry, ts) : utimensat(dfd, name, ts, AT_SYMLINK_NOFOLLOW))
+		return -errno;
+	return 0;
+}
+
+static int tc_push(struct tc *t, const char *name, size_t *saved)
+{
+	size_t n = strlen(name);
+	*saved = t->len;
+	if (t->len + n + 2 >= sizeof(t->path))
+		return -ENAMETOOLONG;
+	if (t->len)
+		t->path[t->len++] = '/';
+	memcpy(t->path + t->len, name, n + 1);
+	t->len += n;
+	return 0;
+}
+
+static void tc_progress(struct tc *t, uint64_t bytes)
+{
+	t->st->files++;
+	if (t->o->progress) {
+		atomic_fetch_add(&t->o->progress->files_done, 1);
+		atomic_fetch_add(&t->o->progress->bytes_done, bytes);
+	}
+}
+
+/* A hard link instead of a copy: inside this copy, from an immutable source,
+ * or from the previous layer. 1 when linked, 0 when a copy is needed. */
+static int treecopy_try_link(struct tc *t, int sfd, int dfd, const char *name, const struct stat *st)
+{
+	const char *first = st->st_nlink > 1 ? treecopy_links_get(&t->links, st->st_dev, st->st_ino) : NULL;
+	int r = -1;
+	if (first)
+		r = linkat(t->dst_root, first, dfd, name, 0);
+	else if (t->o->link_sources && !S_ISDIR(st->st_mode))
+		r = linkat(sfd, name, dfd, name, 0);
+	else if (S_ISREG(st->st_mode) && t->o->prev_fd >= 0 && treecopy_index_match(t->o->prev_ix, t->path, st))
+		r = linkat(t->o->prev_fd, t->path, dfd, name, 0);
+	if (r < 0)
+		return 0; /* EMLINK, a vanished previous layer...: copy instead */
+	t->st->linked++;
+	return 1;
+}
+
+static int treecopy_regular(struct tc *t, int sfd, int dfd, const char *name, const struct stat *st)
+{
+	uint64_t copied = 0;
+	_cleanup_close_ int in = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
+	if (in < 0 && errno == EPERM)
+		in = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (in < 0)
+		return tc_fail(t, -errno, "open");
+	_cleanup_close_ int out = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (out < 0)
+		return tc_fail(t, -errno, "create");
+	int r = treecopy_file_data(in, out, st->st_size, &copied);
+	if (r == 0)
+		r = treecopy_meta(sfd, dfd, name, in, out, st);
+	if (r < 0)
+		return tc_fail(t, r, "copy");
+	t->st->bytes_copied += copied;
+	tc_progress(t, st->st_size);
+	return 0;
+}
+
+static int treecopy_special(struct tc *t, int sfd, int dfd, const char *name, const struct stat *st)
+{
+	int r = 0;
+	if (S_ISLNK(st->st_mode)) {
+		char target[PATH_MAX];
+		ssize_t n = readlinkat(sfd, name, target, sizeof(target) - 1);
+		if (n < 0)
+			return tc_fail(t, -errno, "readlink");
+		target[n] = 0;
+		if (symlinkat(target, dfd, name) < 0)
+			r = -errno;
+	} else if (mknodat(dfd, name, st->st_mode & (S_IFMT | 07777), st->st_rdev) < 0) {
+		r = -errno;
+	}
+	if (r == 0)
+		r = treecopy_meta(sfd, dfd, name, -1, -1, st);
+	if (r < 0)
+		return tc_fail(t, r, "create");
+	tc_progress(t, 0);
+	return 0;
+}
+
+static int treecopy_dir_contents(struct tc *t, int sfd, int dfd);
+
+static int treecopy_dir(struct tc *t, int sfd, int dfd, const char *name, const struct stat *st, bool exists,
+			bool make_opaque)
+{
+	if (!exists && mkdirat(dfd, name, 0700) < 0)
+		return tc_fail(t, -errno, "mkdir");
+	_cleanup_close_ int s = openat(sfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	_cleanup_close_ int d = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (s < 0 || d < 0)
+		return tc_fail(t, -errno, "open dir");
+	int r = treecopy_dir_contents(t, s, d);
+	if (r < 0)
+		return r;
+	if (make_opaque && fsetxattr(d, OPAQUE_XATTR, "y", 1, 0) < 0)
+		return tc_fail(t, -errno, "set opaque");
+	r = treecopy_meta(sfd, dfd, name, s, d, st);
+	if (r < 0)
+		return tc_fail(t, r, "dir metadata");
+	tc_progress(t, 0);
+	return 0;
+}
+
+static bool treecopy_opaque(int sfd, const char *name)
+{
+	char v[4], p[PATH_MAX];
+	snprintf(p, sizeof(p), "/proc/self/fd/%d/%s", sfd, name);
+	ssize_t n = lgetxattr(p, OPAQUE_XATTR, v, sizeof(v));
+	return n == 1 && v[0] == 'y';
+}
+
+/* Merge rules (what overlayfs would show): a whiteout or non-dir replaces;
+ * an opaque dir replaces; a plain dir merges into a dir and, replacing a
+ * non-dir, becomes opaque so lower layers stay hidden. */
+static int treecopy_merge_prepare(struct tc *t, int sfd, int dfd, const char *name, const struct stat *st, bool *exists,
+				  bool *make_opaque)
+{
+	struct stat dst;
+	*exists = *make_opaque = false;
+	if (fstatat(dfd, name, &dst, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : tc_fail(t, -errno, "stat");
+	if (S_ISDIR(st->st_mode) && S_ISDIR(dst.st_mode) && !treecopy_opaque(sfd, name)) {
+		*exists = true;
+		return 0;
+	}
+	*make_opaque = S_ISDIR(st->st_mode) && !S_ISDIR(dst.st_mode);
+	int r = rm_rf_at(dfd, name);
+	return r < 0 ? tc_fail(t, r, "replace") : 0;
+}
+
+static int treecopy_entry(struct tc *t, int sfd, int dfd, const char *name)
+{
+	struct stat st;
+	bool exists = false, make_opaque = false;
+	int r;
+
+	if (fstatat(sfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : tc_fail(t, -errno, "stat");
+	if (t->o->mode == TREECOPY_MERGE) {
+		r = treecopy_merge_prepare(t, sfd, dfd, name, &st, &exists, &make_opaque);
+		if (r < 0)
+			return r;
+	}
+	if (S_ISDIR(st.st_mode))
+		return treecopy_dir(t, sfd, dfd, name, &st, exists, make_opaque);
+	if (S_ISREG(st.st_mode) && t->o->new_ix && (r = treecopy_index_put(t->o->new_ix, t->path, &st)) < 0)
+		return tc_fail(t, r, "index");
+	r = treecopy_try_link(t, sfd, dfd, name, &st);
+	if (r > 0) {
+		tc_progress(t, 0);
+		return 0;
+	}
+	r = S_ISREG(st.st_mode) ? treecopy_regular(t, sfd, dfd, name, &st) : treecopy_special(t, sfd, dfd, name, &st);
+	if (r == 0 && st.st_nlink > 1 && !t->o->link_sources)
+		r = treecopy_links_put(&t->links, st.st_dev, st.st_ino, t->path);
+	return r < 0 ? r : 0;
+}
+
+static int treecopy_dir_contents(struct tc *t, int sfd, int dfd)
+{
+	int fd = openat(sfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return tc_fail(t, -errno, "open dir");
+	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return tc_fail(t, -ENOMEM, "opendir");
+	}
+	struct dirent *de;
+	while ((errno = 0, de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		size_t saved;
+		int r = tc_push(t, de->d_name, &saved);
+		if (r == 0)
+			r = treecopy_entry(t, sfd, dfd, de->d_name);
+		else
+			tc_fail(t, r, "path");
+		t->len = saved;
+		t->path[saved] = 0;
+		if (r < 0)
+			return r;
+	}
+	return errno ? tc_fail(t, -errno, "readdir") : 0;
+}
+
+int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct treecopy_stats *stats, ckpt_error *err)
+{
+	struct treecopy_stats dummy = { 0 };
+	struct tc t = { .o = o, .st = stats ? stats : &dummy, .err = err, .dst_root = dst_fd };
+	struct stat st;
+
+	if (fstat(src_fd, &st) < 0)
+		return err_set(err, errno, NULL, "stat source: %m");
+	int r = treecopy_dir_contents(&t, src_fd, dst_fd);
+	if (r == 0) {
+		r = treecopy_meta(src_fd, dst_fd, ".", src_fd, dst_fd, &st);
+		if (r < 0)
+			tc_fail(&t, r, "root metadata");
+	}
+	treecopy_links_free(&t.links);
+	return r;
+}

@@ -1,0 +1,55 @@
+/* treecopy.h: copy an overlay upper dir (or a layer) into a new layer dir.
+ * Keeps every file type (whiteouts are char 0/0 devices), modes, owners,
+ * times, xattrs (trusted.overlay.* included), hardlinks and sparse holes.
+ * Regular files unchanged since the previous layer are hard-linked from it. */
+#pragma once
+#include <sys/stat.h>
+#include "lib/util.h"
+
+struct progress;
+
+/* relpath -> identity of the source file when it was copied (an upper's index). */
+struct treecopy_index;
+
+struct treecopy_index *treecopy_index_new(void);
+void treecopy_index_free(struct treecopy_index *ix);
+static inline void treecopy_index_freep(struct treecopy_index **ix)
+{
+	treecopy_index_free(*ix);
+}
+size_t treecopy_index_count(const struct treecopy_index *ix);
+int treecopy_index_put(struct treecopy_index *ix, const char *relpath, const struct stat *st);
+/* True when relpath was recorded with the same inode, ctime and size as st. */
+bool treecopy_index_match(const struct treecopy_index *ix, const char *relpath, const struct stat *st);
+/* Serialize with a tag (e.g. the layer name the index points into). Not fsynced:
+ * a lost or torn index only costs a full copy next time. */
+int treecopy_index_save(const struct treecopy_index *ix, const char *tag, int dirfd, const char *name);
+/* ret_tag: malloc'd tag. -ENOENT when absent, -EBADMSG when torn. */
+int treecopy_index_load(int dirfd, const char *name, struct treecopy_index **ret, char **ret_tag);
+
+enum treecopy_mode {
+	TREECOPY_NEW,   /* dst is an empty dir: copy src into it */
+	TREECOPY_MERGE, /* dst holds lower layers: apply src on top (overlay rules) */
+};
+
+struct treecopy_opts {
+	enum treecopy_mode mode;
+	int prev_fd;                          /* layer to hard-link unchanged files from, or -1 */
+	const struct treecopy_index *prev_ix; /* the source's index at prev_fd's creation */
+	struct treecopy_index *new_ix;        /* filled with every copied regular file, or NULL */
+	bool link_sources;                    /* src is immutable: hard-link its files (flatten) */
+	struct progress *progress;            /* may be NULL */
+};
+
+struct treecopy_stats {
+	uint64_t files, bytes_copied, linked;
+};
+
+/* Copy the contents and metadata of directory src_fd into directory dst_fd. */
+int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct treecopy_stats *stats, ckpt_error *err);
+
+/* Copy one regular file's data: FICLONE, else copy_file_range over data
+ * extents (holes stay holes), else read/write. */
+int treecopy_file_data(int in, int out, off_t size, uint64_t *ret_copied);
+
+bool treecopy_is_whiteout(const struct stat *st);

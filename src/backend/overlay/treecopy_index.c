@@ -1,0 +1,247 @@
+/* treecopy_index.c: the per-upper index (relpath -> inode, ctime, size) that
+ * lets a create hard-link files unchanged since the previous layer, and the
+ * inode map used to keep hardlinks inside one copy. */
+#include "backend/overlay/treecopy.h"
+#include "backend/overlay/treecopy_internal.h"
+
+#include <sys/stat.h>
+
+struct ix_entry {
+	char *path;
+	uint64_t ino, size;
+	int64_t ctime_sec;
+	long ctime_nsec;
+};
+
+struct treecopy_index {
+	struct ix_entry *v;
+	size_t cap, n;
+};
+
+static uint64_t treecopy_hash_str(const char *s)
+{
+	uint64_t h = 1469598103934665603ULL;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return h;
+}
+
+struct treecopy_index *treecopy_index_new(void)
+{
+	struct treecopy_index *ix = calloc(1, sizeof(*ix));
+	if (!ix)
+		return NULL;
+	ix->cap = 64;
+	ix->v = calloc(ix->cap, sizeof(*ix->v));
+	if (!ix->v) {
+		free(ix);
+		return NULL;
+	}
+	return ix;
+}
+
+void treecopy_index_free(struct treecopy_index *ix)
+{
+	if (!ix)
+		return;
+	for (size_t i = 0; i < ix->cap; i++)
+		free(ix->v[i].path);
+	free(ix->v);
+	free(ix);
+}
+
+size_t treecopy_index_count(const struct treecopy_index *ix)
+{
+	return ix ? ix->n : 0;
+}
+
+static struct ix_entry *treecopy_index_slot(struct ix_entry *v, size_t cap, const char *path)
+{
+	size_t i = treecopy_hash_str(path) & (cap - 1);
+	while (v[i].path && strcmp(v[i].path, path) != 0)
+		i = (i + 1) & (cap - 1);
+	return &v[i];
+}
+
+static int treecopy_index_grow(struct treecopy_index *ix)
+{
+	size_t cap = ix->cap * 2;
+	struct ix_entry *v = calloc(cap, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < ix->cap; i++)
+		if (ix->v[i].path)
+			*treecopy_index_slot(v, cap, ix->v[i].path) = ix->v[i];
+	free(ix->v);
+	ix->v = v;
+	ix->cap = cap;
+	return 0;
+}
+
+static int treecopy_index_set(struct treecopy_index *ix, const char *path, uint64_t ino, uint64_t size, int64_t cs,
+			      long cns)
+{
+	if ((ix->n + 1) * 2 > ix->cap && treecopy_index_grow(ix) < 0)
+		return -ENOMEM;
+	struct ix_entry *e = treecopy_index_slot(ix->v, ix->cap, path);
+	if (!e->path) {
+		e->path = strdup(path);
+		if (!e->path)
+			return -ENOMEM;
+		ix->n++;
+	}
+	e->ino = ino;
+	e->size = size;
+	e->ctime_sec = cs;
+	e->ctime_nsec = cns;
+	return 0;
+}
+
+int treecopy_index_put(struct treecopy_index *ix, const char *relpath, const struct stat *st)
+{
+	return treecopy_index_set(ix, relpath, st->st_ino, st->st_size, st->st_ctim.tv_sec, st->st_ctim.tv_nsec);
+}
+
+bool treecopy_index_match(const struct treecopy_index *ix, const char *relpath, const struct stat *st)
+{
+	if (!ix)
+		return false;
+	const struct ix_entry *e = treecopy_index_slot(ix->v, ix->cap, relpath);
+	return e->path && e->ino == (uint64_t)st->st_ino && e->size == (uint64_t)st->st_size &&
+		e->ctime_sec == st->st_ctim.tv_sec && e->ctime_nsec == st->st_ctim.tv_nsec;
+}
+
+/* File format: "CKIX1\n<tag>\n", then per entry "ino size csec cnsec len\n<path>\n",
+ * then "END <n>\n". */
+int treecopy_index_save(const struct treecopy_index *ix, const char *tag, int dirfd, const char *name)
+{
+	char tmp[256];
+	snprintf(tmp, sizeof(tmp), ".%s.tmp", name);
+	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return -errno;
+	FILE *f = fdopen(fd, "w");
+	if (!f) {
+		close(fd);
+		return -ENOMEM;
+	}
+	fprintf(f, "CKIX1\n%s\n", tag);
+	for (size_t i = 0; i < ix->cap; i++) {
+		const struct ix_entry *e = &ix->v[i];
+		if (e->path)
+			fprintf(f, "%llu %llu %lld %ld %zu\n%s\n", (unsigned long long)e->ino,
+				(unsigned long long)e->size, (long long)e->ctime_sec, e->ctime_nsec, strlen(e->path),
+				e->path);
+	}
+	fprintf(f, "END %zu\n", ix->n);
+	if (fclose(f) != 0) {
+		unlinkat(dirfd, tmp, 0);
+		return -EIO;
+	}
+	return renameat(dirfd, tmp, dirfd, name) < 0 ? -errno : 0;
+}
+
+static int treecopy_index_parse(FILE *f, struct treecopy_index *ix, char **ret_tag)
+{
+	char line[4096];
+	unsigned long long ino, size;
+	long long cs;
+	long cns;
+	size_t len, n;
+
+	if (!fgets(line, sizeof(line), f) || strcmp(line, "CKIX1\n") != 0 || !fgets(line, sizeof(line), f))
+		return -EBADMSG;
+	line[strcspn(line, "\n")] = 0;
+	*ret_tag = strdup(line);
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "END %zu", &n) == 1)
+			return n == ix->n ? 0 : -EBADMSG;
+		if (sscanf(line, "%llu %llu %lld %ld %zu", &ino, &size, &cs, &cns, &len) != 5 || len >= 4096)
+			return -EBADMSG;
+		_cleanup_free_ char *p = malloc(len + 2);
+		if (!p || fread(p, 1, len + 1, f) != len + 1 || p[len] != '\n')
+			return -EBADMSG;
+		p[len] = 0;
+		if (treecopy_index_set(ix, p, ino, size, cs, cns) < 0)
+			return -ENOMEM;
+	}
+	return -EBADMSG;
+}
+
+int treecopy_index_load(int dirfd, const char *name, struct treecopy_index **ret, char **ret_tag)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	_cleanup_fclose_ FILE *f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return -ENOMEM;
+	}
+	struct treecopy_index *ix = treecopy_index_new();
+	char *tag = NULL;
+	if (!ix)
+		return -ENOMEM;
+	int r = treecopy_index_parse(f, ix, &tag);
+	if (r < 0) {
+		treecopy_index_free(ix);
+		free(tag);
+		return r;
+	}
+	*ret = ix;
+	*ret_tag = tag;
+	return 0;
+}
+
+/* Inode map: (dev, ino) -> first destination relpath, for hardlinks. */
+static size_t treecopy_links_slot(const struct treecopy_links *m, size_t cap, dev_t dev, ino_t ino,
+				  struct link_entry *v)
+{
+	size_t i = ((uint64_t)ino * 11400714819323198485ULL ^ dev) & (cap - 1);
+	(void)m;
+	while (v[i].path && !(v[i].dev == dev && v[i].ino == ino))
+		i = (i + 1) & (cap - 1);
+	return i;
+}
+
+const char *treecopy_links_get(const struct treecopy_links *m, dev_t dev, ino_t ino)
+{
+	if (!m->cap)
+		return NULL;
+	return m->v[treecopy_links_slot(m, m->cap, dev, ino, m->v)].path;
+}
+
+int treecopy_links_put(struct treecopy_links *m, dev_t dev, ino_t ino, const char *path)
+{
+	if ((m->n + 1) * 2 > m->cap) {
+		size_t cap = m->cap ? m->cap * 2 : 64;
+		struct link_entry *v = calloc(cap, sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		for (size_t i = 0; i < m->cap; i++)
+			if (m->v[i].path)
+				v[treecopy_links_slot(m, cap, m->v[i].dev, m->v[i].ino, v)] = m->v[i];
+		free(m->v);
+		m->v = v;
+		m->cap = cap;
+	}
+	struct link_entry *e = &m->v[treecopy_links_slot(m, m->cap, dev, ino, m->v)];
+	if (e->path)
+		return 0;
+	e->path = strdup(path);
+	if (!e->path)
+		return -ENOMEM;
+	e->dev = dev;
+	e->ino = ino;
+	m->n++;
+	return 0;
+}
+
+void treecopy_links_free(struct treecopy_links *m)
+{
+	for (size_t i = 0; i < m->cap; i++)
+		free(m->v[i].path);
+	free(m->v);
+	m->v = NULL;
+	m->cap = m->n = 0;
+}

@@ -1,0 +1,443 @@
+/* backend_tar.c: checkpoints as libarchive pax archives, for sandboxes where
+ * mounting is not allowed. Layout below <state>/tar/:
+ *   <id>/meta.json, <id>/r<N>.tar[.zst], <id>/r<N>.manifest   one checkpoint
+ *   base/...                    the roots as ckptd first adopted them
+ *   .tmp-<id>/                  a checkpoint being written (never trusted)
+ *   restoring.json              intent: a restore in progress ({"id": ...})
+ * A checkpoint directory appears by rename only once its files are durable;
+ * a restore runs between writing and removing the intent, and is idempotent,
+ * so a restarted daemon finishes it by running it again. */
+#include "backend/backend.h"
+
+#include <pthread.h>
+#include <sys/stat.h>
+
+#include "config.h"
+#include "backend/tar/tar_create.h"
+#include "backend/tar/tar_fs.h"
+#include "backend/tar/tar_restore.h"
+
+#define TAR_DIR "tar"
+#define INTENT "restoring.json"
+#define BASE "base"
+#define META "meta.json"
+
+struct tar_state {
+	const struct backend_ctx *ctx;
+	char **roots;
+	size_t n_roots;
+	int tar_fd;
+	bool zstd;
+	dev_t state_dev;
+	ino_t state_ino;
+	pthread_mutex_t lock;          /* guards the members health reads */
+	struct tar_restore_stats last; /* of the last restore */
+	char pending[64];              /* id of a restore that could not be finished */
+	char pending_msg[256];
+};
+
+static int tar_probe(const struct backend_ctx *ctx, ckpt_error *err)
+{
+	(void)ctx;
+	(void)err;
+	return 0; /* needs nothing but a writable state dir */
+}
+
+static void entry_names(size_t i, bool zstd, char *arch, char *man)
+{
+	snprintf(arch, 32, "r%zu.tar%s", i, zstd ? ".zst" : "");
+	snprintf(man, 32, "r%zu.manifest", i);
+}
+
+static int open_root(const struct tar_state *s, size_t i, ckpt_error *err)
+{
+	int fd = open(s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return err_set(err, errno, NULL, "cannot open root '%s': %m", s->roots[i]);
+	return fd;
+}
+
+static int write_meta(struct tar_state *s, int dirfd, ckpt_error *err)
+{
+	json_t *roots = json_array();
+	for (size_t i = 0; i < s->n_roots; i++)
+		json_array_append_new(roots, json_string(s->roots[i]));
+	json_t *meta =
+		json_pack("{s:i, s:s, s:o}", "version", 1, "compression", s->zstd ? "zstd" : "none", "roots", roots);
+	_cleanup_free_ char *text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
+	json_decref(meta);
+	if (!text)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	int r = write_file_atomic(dirfd, META, text, strlen(text), 0600);
+	if (r < 0)
+		return err_set(err, tar_errno_norm(r), r == -ENOSPC || r == -EDQUOT ? "insufficient_storage" : NULL,
+			       "cannot write checkpoint metadata: %s", strerror(-r));
+	return 0;
+}
+
+/* Read meta.json of a checkpoint dir and check it covers our roots. */
+static int read_meta(struct tar_state *s, int dirfd, const char *name, bool *zstd, ckpt_error *err)
+{
+	_cleanup_free_ char *text = NULL;
+	json_t *meta, *roots;
+	int r = read_file_at(dirfd, META, 1 << 20, &text, NULL);
+
+	if (r < 0)
+		return err_set(err, r, NULL, "checkpoint '%s' has no metadata: %s", name, strerror(-r));
+	meta = json_loads(text, 0, NULL);
+	roots = json_object_get(meta, "roots");
+	r = 0;
+	if (!json_is_array(roots) || json_array_size(roots) != s->n_roots)
+		r = err_set(err, EINVAL, NULL, "checkpoint '%s' was made for other roots", name);
+	for (size_t i = 0; r == 0 && i < s->n_roots; i++)
+		if (!json_is_string(json_array_get(roots, i)) ||
+		    strcmp(json_string_value(json_array_get(roots, i)), s->roots[i]))
+			r = err_set(err, EINVAL, NULL, "checkpoint '%s' was made for other roots", name);
+	*zstd = !strcmp(json_string_value(json_object_get(meta, "compression")) ?: "", "zstd");
+	json_decref(meta);
+	return r;
+}
+
+static int snapshot_roots(struct tar_state *s, int dirfd, struct progress *p, ckpt_error *err)
+{
+	struct tar_create_opts o = { .zstd = s->zstd, .skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p };
+	char arch[32], man[32];
+
+	for (size_t i = 0; p && i < s->n_roots; i++) {
+		_cleanup_close_ int fd = open(s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		uint64_t files = 0, bytes = 0;
+		if (fd >= 0)
+			tar_count_tree(fd, s->state_dev, s->state_ino, &files, &bytes);
+		atomic_fetch_add(&p->files_total, files);
+		atomic_fetch_add(&p->bytes_total, bytes);
+	}
+	for (size_t i = 0; i < s->n_roots; i++) {
+		_cleanup_close_ int fd = open_root(s, i, err);
+		if (fd < 0)
+			return fd;
+		entry_names(i, s->zstd, arch, man);
+		int r = tar_create_root(fd, dirfd, arch, man, &o, err);
+		if (r < 0)
+			return err_prefix(err, "root '%s'", s->roots[i]);
+	}
+	tar_wait_past(o.max_ctime);
+	return write_meta(s, dirfd, err);
+}
+
+/* Write checkpoint name into .tmp-<name>, then make it appear atomically. */
+static int snapshot(struct tar_state *s, const char *name, struct progress *p, ckpt_error *err)
+{
+	char tmp[64];
+	int r;
+
+	snprintf(tmp, sizeof(tmp), ".tmp-%s", name);
+	rm_rf_at(s->tar_fd, tmp);
+	if (mkdirat(s->tar_fd, tmp, 0700) < 0)
+		return err_set(err, tar_errno_norm(errno), errno == ENOSPC ? "insufficient_storage" : NULL,
+			       "cannot create '%s': %m", tmp);
+	_cleanup_close_ int dfd = openat(s->tar_fd, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	r = dfd < 0 ? err_set(err, errno, NULL, "cannot open '%s': %m", tmp) : 0;
+	if (r >= 0)
+		r = snapshot_roots(s, dfd, p, err);
+	if (r >= 0 && fsync(dfd) < 0)
+		r = err_set(err, tar_errno_norm(errno), NULL, "cannot sync '%s': %m", tmp);
+	if (r >= 0 && renameat(s->tar_fd, tmp, s->tar_fd, name) < 0)
+		r = err_set(err, errno, NULL, "cannot rename '%s': %m", tmp);
+	if (r >= 0 && fsync(s->tar_fd) < 0)
+		r = err_set(err, tar_errno_norm(errno), NULL, "cannot sync the tar state dir: %m");
+	if (r < 0) {
+		rm_rf_at(s->tar_fd, tmp);
+		rm_rf_at(s->tar_fd, name);
+		fsync(s->tar_fd);
+		if (err && err->errnum == ENOSPC && !err->code)
+			err->code = "insufficient_storage";
+	}
+	return r;
+}
+
+static int tar_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
+		      ckpt_error *err)
+{
+	struct tar_state *s = st;
+	uint64_t size = 0;
+	int r;
+
+	if (!id_valid(id))
+		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
+	r = snapshot(s, id, p, err);
+	if (r < 0)
+		return r;
+	tree_disk_usage(s->tar_fd, id, &size);
+	if (ret_size)
+		*ret_size = size;
+	if (ret_data)
+		*ret_data = json_pack("{s:s, s:I}", "compression", s->zstd ? "zstd" : "none", "roots",
+				      (json_int_t)s->n_roots);
+	return 0;
+}
+
+static int intent_write(struct tar_state *s, const char *name, ckpt_error *err)
+{
+	char text[128];
+	int n = snprintf(text, sizeof(text), "{\"id\":\"%s\"}\n", name);
+	int r = write_file_atomic(s->tar_fd, INTENT, text, (size_t)n, 0600);
+	return r < 0 ? err_set(err, r, NULL, "cannot write the restore intent: %s", strerror(-r)) : 0;
+}
+
+static int intent_clear(struct tar_state *s, ckpt_error *err)
+{
+	if (unlinkat(s->tar_fd, INTENT, 0) < 0 && errno != ENOENT)
+		return err_set(err, errno, NULL, "cannot remove the restore intent: %m");
+	return fsync(s->tar_fd) < 0 ? err_set(err, errno, NULL, "cannot sync the tar state dir: %m") : 0;
+}
+
+static void add_stats(struct tar_restore_stats *sum, const struct tar_restore_stats *one)
+{
+	sum->rewritten += one->rewritten;
+	sum->removed += one->removed;
+	sum->kept += one->kept;
+	sum->bytes += one->bytes;
+}
+
+static int restore_roots(struct tar_state *s, int cfd, bool zstd, struct progress *p, struct tar_restore_stats *sum,
+			 ckpt_error *err)
+{
+	struct tar_restore_opts o = { .skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p };
+	char arch[32], man[32];
+
+	for (size_t i = 0; i < s->n_roots; i++) {
+		struct tar_restore_stats one;
+		_cleanup_close_ int fd = open_root(s, i, err);
+		if (fd < 0)
+			return fd;
+		entry_names(i, zstd, arch, man);
+		int r = tar_restore_root(fd, cfd, arch, man, &o, &one, err);
+		if (r < 0)
+			return err_prefix(err, "root '%s'", s->roots[i]);
+		add_stats(sum, &one);
+		tar_wait_past(o.max_ctime);
+		/* The intent goes only once the restored tree is on disk. */
+		if (syncfs(fd) < 0)
+			return err_set(err, errno, NULL, "cannot sync root '%s': %m", s->roots[i]);
+	}
+	return 0;
+}
+
+static json_t *stats_json(const struct tar_restore_stats *t)
+{
+	return json_pack("{s:I, s:I, s:I, s:I}", "rewritten", (json_int_t)t->rewritten, "removed",
+			 (json_int_t)t->removed, "kept", (json_int_t)t->kept, "bytes", (json_int_t)t->bytes);
+}
+
+/* Make every root equal to checkpoint dir name ("base" for a reset). */
+static int do_restore(struct tar_state *s, const char *name, json_t *extra, struct progress *p, ckpt_error *err)
+{
+	struct tar_restore_stats sum = { 0 };
+	bool zstd = false;
+	int r;
+
+	_cleanup_close_ int cfd = openat(s->tar_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (cfd < 0)
+		return err_set(err, errno == ENOENT ? ENOENT : errno, errno == ENOENT ? "not_found" : NULL,
+			       "checkpoint data '%s' is missing: %m", name);
+	r = read_meta(s, cfd, name, &zstd, err);
+	if (r < 0)
+		return r;
+	r = intent_write(s, name, err);
+	if (r < 0)
+		return r;
+	r = restore_roots(s, cfd, zstd, p, &sum, err);
+	if (r < 0) { /* the intent stays: the next open runs the restore again */
+		pthread_mutex_lock(&s->lock);
+		snprintf(s->pending, sizeof(s->pending), "%s", name);
+		snprintf(s->pending_msg, sizeof(s->pending_msg), "%.200s", err ? err->msg : "");
+		pthread_mutex_unlock(&s->lock);
+		return r;
+	}
+	r = intent_clear(s, err);
+	pthread_mutex_lock(&s->lock);
+	s->last = sum;
+	s->pending[0] = '\0';
+	pthread_mutex_unlock(&s->lock);
+	if (extra)
+		json_object_set_new(extra, "tar", stats_json(&sum));
+	return r;
+}
+
+static int tar_restore(void *st, const char *id, json_t *data, json_t *extra, struct progress *p, ckpt_error *err)
+{
+	(void)data;
+	if (!id_valid(id))
+		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
+	return do_restore(st, id, extra, p, err);
+}
+
+static int tar_reset(void *st, json_t *extra, ckpt_error *err)
+{
+	return do_restore(st, BASE, extra, NULL, err);
+}
+
+static int tar_remove(void *st, const char *id, json_t *data, ckpt_error *err)
+{
+	struct tar_state *s = st;
+	(void)data;
+	if (!id_valid(id))
+		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
+	int r = rm_rf_at(s->tar_fd, id);
+	if (r < 0)
+		return err_set(err, r, NULL, "cannot remove checkpoint data '%s': %s", id, strerror(-r));
+	return fsync(s->tar_fd) < 0 ? err_set(err, errno, NULL, "cannot sync the tar state dir: %m") : 0;
+}
+
+/* A restore the previous run did not finish is run again now. A failure is
+ * kept visible (health) and the intent stays, so nothing pretends the roots
+ * are consistent; the daemon still starts so a client can restore again. */
+static void finish_interrupted(struct tar_state *s)
+{
+	_cleanup_free_ char *text = NULL;
+	ckpt_error err = { 0 };
+
+	if (read_file_at(s->tar_fd, INTENT, 4096, &text, NULL) < 0)
+		return;
+	json_t *j = json_loads(text, 0, NULL);
+	const char *id = json_string_value(json_object_get(j, "id"));
+	char name[64];
+	snprintf(name, sizeof(name), "%s", id ? id : "");
+	json_decref(j);
+	if (strcmp(name, BASE) && !id_valid(name)) {
+		intent_clear(s, NULL);
+		return;
+	}
+	log_debug("tar: finishing the interrupted restore of '%s'", name);
+	if (do_restore(s, name, NULL, NULL, &err) >= 0)
+		return;
+	if (err.errnum == ENOENT) {
+		intent_clear(s, NULL);
+		return;
+	}
+	log_debug("tar: interrupted restore of '%s' failed again: %s", name, err.msg);
+}
+
+static int state_init(struct tar_state *s, const struct backend_ctx *ctx, ckpt_error *err)
+{
+	struct stat st;
+
+	s->ctx = ctx;
+	s->roots = (char **)ctx->roots;
+	s->n_roots = ctx->n_roots;
+	s->tar_fd = -1;
+	pthread_mutex_init(&s->lock, NULL);
+	if (fstat(ctx->state_fd, &st) < 0)
+		return err_set(err, errno, NULL, "cannot stat the state dir: %m");
+	s->state_dev = st.st_dev;
+	s->state_ino = st.st_ino;
+	if (mkdirat(ctx->state_fd, TAR_DIR, 0700) < 0 && errno != EEXIST)
+		return err_set(err, errno, NULL, "cannot create '%s/" TAR_DIR "': %m", ctx->state_dir);
+	s->tar_fd = openat(ctx->state_fd, TAR_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (s->tar_fd < 0)
+		return err_set(err, errno, NULL, "cannot open '%s/" TAR_DIR "': %m", ctx->state_dir);
+	s->zstd = tar_create_zstd_available();
+	return 0;
+}
+
+static void tar_close(void *st, bool unmount)
+{
+	struct tar_state *s = st;
+	(void)unmount;
+	if (!s)
+		return;
+	if (s->tar_fd >= 0)
+		close(s->tar_fd);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+static int tar_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *err)
+{
+	struct tar_state *s = calloc(1, sizeof(*s));
+	struct stat st;
+	int r;
+
+	if (!s)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	r = state_init(s, ctx, err);
+	if (r >= 0) {
+		finish_interrupted(s);
+		rm_rf_at(s->tar_fd, ".tmp-" BASE);
+		/* The base is what reset returns to: the roots as first adopted. */
+		if (fstatat(s->tar_fd, BASE, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			r = snapshot(s, BASE, NULL, err);
+		if (r < 0)
+			err_prefix(err, "cannot record the roots' base");
+	}
+	if (r < 0) {
+		tar_close(s, false);
+		return r;
+	}
+	*ret_st = s;
+	return 0;
+}
+
+static bool id_listed(const char *name, const char *const *ids, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] && !strcmp(ids[i], name))
+			return true;
+	return false;
+}
+
+static int tar_recover(void *st, const char *const *ids, json_t *const *data, size_t n, ckpt_error *err)
+{
+	struct tar_state *s = st;
+	int fd = openat(s->tar_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct dirent *de;
+	(void)data;
+
+	if (fd < 0)
+		return err_set(err, errno, NULL, "cannot list the tar state dir: %m");
+	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return err_set(err, errno, NULL, "cannot list the tar state dir: %m");
+	}
+	while ((de = readdir(d))) {
+		const char *nm = de->d_name;
+		bool stale = !strncmp(nm, ".tmp-", 5) || !strncmp(nm, "." INTENT ".tmp.", sizeof(INTENT) + 5) ||
+			(id_valid(nm) && !id_listed(nm, ids, n));
+		if (stale && rm_rf_at(s->tar_fd, nm) < 0)
+			return err_set(err, errno, NULL, "cannot remove stale '%s': %m", nm);
+	}
+	return fsync(s->tar_fd) < 0 ? err_set(err, errno, NULL, "cannot sync the tar state dir: %m") : 0;
+}
+
+static void tar_health(void *st, json_t *out)
+{
+	struct tar_state *s = st;
+	struct stat b;
+
+	json_object_set_new(out, "backend_reason", json_string("tar backend selected"));
+	if (!s)
+		return;
+	json_object_set_new(out, "tar_compression", json_string(s->zstd ? "zstd" : "none"));
+	json_object_set_new(out, "tar_base", json_boolean(fstatat(s->tar_fd, BASE, &b, AT_SYMLINK_NOFOLLOW) == 0));
+	pthread_mutex_lock(&s->lock);
+	json_object_set_new(out, "tar_last_restore", stats_json(&s->last));
+	if (s->pending[0])
+		json_object_set_new(out, "tar_unfinished_restore",
+				    json_pack("{s:s, s:s}", "id", s->pending, "error", s->pending_msg));
+	pthread_mutex_unlock(&s->lock);
+}
+
+const struct backend_ops backend_tar_ops = {
+	.name = "tar",
+	.probe = tar_probe,
+	.open = tar_open,
+	.recover = tar_recover,
+	.create = tar_create,
+	.restore = tar_restore,
+	.reset = tar_reset,
+	.remove = tar_remove,
+	.health = tar_health,
+	.maintain = NULL,
+	.close = tar_close,
+};

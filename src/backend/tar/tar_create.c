@@ -1,0 +1,350 @@
+/* tar_create.c: walk a root with *at() calls and write a pax archive (zstd
+ * when available) and its manifest in one pass. The walk is ours rather than
+ * archive_read_disk's: it never follows a symlink, never looks up user or
+ * group names, and yields the exact stat the manifest records. */
+#include "backend/tar/tar_create.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <limits.h>
+#include <sys/stat.h>
+
+#include "backend/tar/tar_fs.h"
+
+#define TAR_BLOCK (1 << 20)
+#define TAR_IO_BUF (1 << 20)
+
+struct link_slot {
+	dev_t dev;
+	ino_t ino;
+	char *path; /* NULL = empty slot */
+};
+
+struct cctx {
+	struct archive *a;
+	FILE *mf;
+	struct tar_create_opts *o;
+	struct link_slot *links;
+	size_t n_links, cap_links;
+	char *buf;
+	ckpt_error *err;
+};
+
+static void entry_freep(struct archive_entry **e)
+{
+	if (*e)
+		archive_entry_free(*e);
+}
+#define _cleanup_entry_ _cleanup_(entry_freep)
+
+static int arch_err(struct cctx *c, const char *what, const char *path)
+{
+	int e = tar_errno_norm(archive_errno(c->a));
+	if (e == ENOSPC)
+		return err_set(c->err, ENOSPC, "insufficient_storage",
+			       "no space left in the state directory while writing the checkpoint (%s '%s')", what,
+			       path);
+	return err_set(c->err, e, NULL, "%s '%s': %s", what, path, archive_error_string(c->a));
+}
+
+static size_t link_hash(dev_t d, ino_t i, size_t cap)
+{
+	return (size_t)((i * 0x9e3779b97f4a7c15ULL) ^ d) & (cap - 1);
+}
+
+static int links_grow(struct cctx *c)
+{
+	size_t cap = c->cap_links ? c->cap_links * 2 : 256;
+	struct link_slot *n = calloc(cap, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->cap_links; i++) {
+		struct link_slot *s = &c->links[i];
+		if (!s->path)
+			continue;
+		size_t h = link_hash(s->dev, s->ino, cap);
+		while (n[h].path)
+			h = (h + 1) & (cap - 1);
+		n[h] = *s;
+	}
+	free(c->links);
+	c->links = n;
+	c->cap_links = cap;
+	return 0;
+}
+
+/* The first path seen for (dev, ino), or NULL after remembering path. */
+static const char *links_first(struct cctx *c, const struct stat *st, const char *path, int *r)
+{
+	*r = 0;
+	if ((c->n_links + 1) * 2 > c->cap_links && (*r = links_grow(c)) < 0)
+		return NULL;
+	size_t h = link_hash(st->st_dev, st->st_ino, c->cap_links);
+	for (; c->links[h].path; h = (h + 1) & (c->cap_links - 1))
+		if (c->links[h].dev == st->st_dev && c->links[h].ino == st->st_ino)
+			return c->links[h].path;
+	c->links[h] = (struct link_slot){ st->st_dev, st->st_ino, strdup(path) };
+	if (!c->links[h].path)
+		*r = -ENOMEM;
+	c->n_links++;
+	return NULL;
+}
+
+static void add_sparse_map(struct archive_entry *ae, int fd, off_t size)
+{
+	off_t pos = 0;
+	while (pos < size) {
+		off_t data = lseek(fd, pos, SEEK_DATA);
+		if (data < 0)
+			break;
+		off_t hole = lseek(fd, data, SEEK_HOLE);
+		if (hole < 0)
+			hole = size;
+		archive_entry_sparse_add_entry(ae, data, hole - data);
+		pos = hole;
+	}
+	lseek(fd, 0, SEEK_SET);
+}
+
+static int copy_data(struct cctx *c, int fd, uint64_t size, const char *path)
+{
+	uint64_t done = 0;
+	while (done < size) {
+		size_t want = size - done < TAR_IO_BUF ? (size_t)(size - done) : TAR_IO_BUF;
+		ssize_t n = read(fd, c->buf, want);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return err_set(c->err, errno, NULL, "cannot read '%s': %m", path);
+		if (n == 0)
+			break; /* shrank meanwhile: libarchive pads the entry */
+		if (archive_write_data(c->a, c->buf, (size_t)n) < 0)
+			return arch_err(c, "cannot write data of", path);
+		done += (uint64_t)n;
+		if (c->o->p)
+			atomic_fetch_add(&c->o->p->bytes_done, (uint64_t)n);
+	}
+	return 0;
+}
+
+static int set_xattrs(struct archive_entry *ae, struct tar_mentry *me, int dirfd, const char *name, int fd)
+{
+	struct tar_xattr *xa = NULL;
+	size_t n = 0;
+	int r = fd >= 0 ? tar_xattrs_read(fd, NULL, &xa, &n) : tar_xattrs_read(dirfd, name, &xa, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++)
+		archive_entry_xattr_add_entry(ae, xa[i].name, xa[i].value, xa[i].len);
+	me->xhash = tar_xattrs_hash(xa, n);
+	tar_xattrs_free(xa, n);
+	return 0;
+}
+
+/* Fill ae and me for one entry; fd is open for regular files and dirs. */
+static int describe(struct cctx *c, int dirfd, const char *name, const char *path, const struct stat *st, int fd,
+		    struct archive_entry *ae, struct tar_mentry *me)
+{
+	int r;
+
+	tar_mentry_from_stat(me, st);
+	me->path = (char *)path;
+	archive_entry_copy_stat(ae, st);
+	archive_entry_unset_atime(ae);
+	archive_entry_unset_ctime(ae);
+	archive_entry_copy_pathname(ae, path);
+	if (S_ISREG(st->st_mode) && st->st_nlink > 1) {
+		const char *first = links_first(c, st, path, &r);
+		if (r < 0)
+			return err_set(c->err, r, NULL, "out of memory");
+		if (first) {
+			me->type = 'h';
+			me->link = (char *)first;
+			archive_entry_set_hardlink(ae, first);
+			archive_entry_set_size(ae, 0);
+		}
+	}
+	if (S_ISLNK(st->st_mode)) {
+		ssize_t n = readlinkat(dirfd, name, c->buf, PATH_MAX);
+		if (n < 0)
+			return err_set(c->err, errno, NULL, "cannot read symlink '%s': %m", path);
+		c->buf[n] = '\0';
+		archive_entry_copy_symlink(ae, c->buf);
+	}
+	r = set_xattrs(ae, me, dirfd, name, fd);
+	if (r < 0)
+		return err_set(c->err, r, NULL, "cannot read xattrs of '%s': %s", path, strerror(-r));
+	if (S_ISREG(st->st_mode) && me->type == 'f' && (off_t)st->st_blocks * 512 < st->st_size)
+		add_sparse_map(ae, fd, st->st_size);
+	return 0;
+}
+
+static int open_entry(int dirfd, const char *name, const struct stat *st)
+{
+	int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
+	if (S_ISDIR(st->st_mode))
+		flags |= O_DIRECTORY;
+	else if (!S_ISREG(st->st_mode))
+		return -1;
+	int fd = openat(dirfd, name, flags | O_NOATIME);
+	if (fd < 0 && errno == EPERM)
+		fd = openat(dirfd, name, flags);
+	return fd;
+}
+
+static int walk_dir(struct cctx *c, int dirfd, const char *rel);
+
+static int archive_one(struct cctx *c, int dirfd, const char *name, const char *path)
+{
+	_cleanup_entry_ struct archive_entry *ae = archive_entry_new();
+	_cleanup_close_ int fd = -1;
+	struct tar_mentry me = { 0 };
+	struct stat st;
+	int r;
+
+	if (!ae)
+		return err_set(c->err, ENOMEM, NULL, "out of memory");
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : err_set(c->err, errno, NULL, "cannot stat '%s': %m", path);
+	if (!tar_type_of(st.st_mode) || (st.st_dev == c->o->skip_dev && st.st_ino == c->o->skip_ino))
+		return 0; /* sockets cannot be archived; the state dir is not content */
+	fd = open_entry(dirfd, name, &st);
+	if (fd < 0 && errno == ENOENT)
+		return 0; /* removed since readdir */
+	if ((S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) && (fd < 0 || fstat(fd, &st) < 0))
+		return err_set(c->err, errno, NULL, "cannot open '%s': %m", path);
+	r = describe(c, dirfd, name, path, &st, fd, ae, &me);
+	if (r < 0)
+		return r;
+	if (archive_write_header(c->a, ae) < ARCHIVE_WARN)
+		return arch_err(c, "cannot write header of", path);
+	if (me.type == 'f' && (r = copy_data(c, fd, me.size, path)) < 0)
+		return r;
+	if (me.type == 'h' && c->o->p) /* counted by the tree walk, but no data to copy */
+		atomic_fetch_add(&c->o->p->bytes_done, me.size);
+	if (archive_write_finish_entry(c->a) < ARCHIVE_WARN)
+		return arch_err(c, "cannot finish", path);
+	tar_ts_max(&c->o->max_ctime, me.ctime);
+	if (tar_manifest_write_entry(c->mf, &me) < 0)
+		return err_set(c->err, tar_errno_norm(errno), NULL, "cannot write manifest line for '%s'", path);
+	if (c->o->p)
+		atomic_fetch_add(&c->o->p->files_done, 1);
+	return S_ISDIR(st.st_mode) ? walk_dir(c, fd, path) : 0;
+}
+
+static int walk_visit(void *ctx, int dirfd, const char *name, const char *rel, const char *path)
+{
+	(void)rel;
+	return archive_one(ctx, dirfd, name, path);
+}
+
+static int walk_dir(struct cctx *c, int dirfd, const char *rel)
+{
+	return tar_walk_dir(dirfd, rel, walk_visit, c, c->err);
+}
+
+static struct archive *writer_new(bool zstd)
+{
+	struct archive *a = archive_write_new();
+	if (!a)
+		return NULL;
+	if (archive_write_set_format_pax(a) != ARCHIVE_OK || (zstd && archive_write_add_filter_zstd(a) != ARCHIVE_OK) ||
+	    (!zstd && archive_write_add_filter_none(a) != ARCHIVE_OK) ||
+	    archive_write_set_bytes_per_block(a, TAR_BLOCK) != ARCHIVE_OK ||
+	    archive_write_set_bytes_in_last_block(a, 1) != ARCHIVE_OK) {
+		archive_write_free(a);
+		return NULL;
+	}
+	if (zstd)
+		archive_write_set_filter_option(a, "zstd", "compression-level", "1");
+	return a;
+}
+
+bool tar_create_zstd_available(void)
+{
+	struct archive *a = archive_write_new();
+	bool ok = a && archive_write_add_filter_zstd(a) == ARCHIVE_OK;
+	if (a)
+		archive_write_free(a);
+	return ok;
+}
+
+static int write_root_header(struct cctx *c, int root_fd)
+{
+	struct tar_mentry root = { 0 };
+	struct tar_xattr *xa = NULL;
+	size_t n = 0;
+	struct stat st;
+
+	if (fstat(root_fd, &st) < 0)
+		return err_set(c->err, errno, NULL, "cannot stat root: %m");
+	tar_mentry_from_stat(&root, &st);
+	root.path = (char *)".";
+	int r = tar_xattrs_read(root_fd, NULL, &xa, &n);
+	if (r < 0)
+		return err_set(c->err, r, NULL, "cannot read the root's xattrs: %s", strerror(-r));
+	root.xhash = tar_xattrs_hash(xa, n);
+	r = tar_manifest_write_header(c->mf, &root, xa, n);
+	tar_xattrs_free(xa, n);
+	return r < 0 ? err_set(c->err, tar_errno_norm(errno), NULL, "cannot write manifest") : 0;
+}
+
+static int finish_files(struct cctx *c, int afd)
+{
+	if (archive_write_close(c->a) != ARCHIVE_OK)
+		return arch_err(c, "cannot close", "archive");
+	if (fflush(c->mf) != 0 || fsync(fileno(c->mf)) < 0 || fsync(afd) < 0) {
+		int e = tar_errno_norm(errno);
+		return err_set(c->err, e, e == ENOSPC ? "insufficient_storage" : NULL,
+			       "cannot write checkpoint files: %s", strerror(e));
+	}
+	return 0;
+}
+
+static void cctx_free(struct cctx *c)
+{
+	if (c->a)
+		archive_write_free(c->a);
+	if (c->mf)
+		fclose(c->mf);
+	for (size_t i = 0; i < c->cap_links; i++)
+		free(c->links[i].path);
+	free(c->links);
+	free(c->buf);
+}
+
+int tar_create_root(int root_fd, int out_dirfd, const char *archive, const char *manifest, struct tar_create_opts *o,
+		    ckpt_error *err)
+{
+	struct cctx c = { .o = o, .err = err };
+	_cleanup_close_ int afd = -1;
+	int r, mfd;
+
+	afd = openat(out_dirfd, archive, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	mfd = openat(out_dirfd, manifest, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (afd < 0 || mfd < 0) {
+		r = err_set(err, tar_errno_norm(errno), NULL, "cannot create checkpoint files: %m");
+		if (mfd >= 0)
+			close(mfd);
+		return r;
+	}
+	c.mf = fdopen(mfd, "w");
+	c.buf = malloc(TAR_IO_BUF > PATH_MAX ? TAR_IO_BUF : PATH_MAX + 1);
+	c.a = writer_new(o->zstd);
+	if (!c.mf || !c.buf || !c.a) {
+		if (!c.mf)
+			close(mfd);
+		cctx_free(&c);
+		return err_set(err, ENOMEM, NULL, "cannot set up the archive writer");
+	}
+	setvbuf(c.mf, NULL, _IOFBF, 1 << 16);
+	r = archive_write_open_fd(c.a, afd) != ARCHIVE_OK ? arch_err(&c, "cannot open", archive) : 0;
+	if (r >= 0)
+		r = write_root_header(&c, root_fd);
+	if (r >= 0)
+		r = walk_dir(&c, root_fd, NULL);
+	if (r >= 0)
+		r = finish_files(&c, afd);
+	cctx_free(&c);
+	return r;
+}

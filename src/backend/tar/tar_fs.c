@@ -1,0 +1,243 @@
+/* tar_fs.c: xattrs, safe path opening and a private working directory. */
+#include "backend/tar/tar_fs.h"
+
+#include <limits.h>
+#include <sched.h>
+#include <sys/xattr.h>
+#include <time.h>
+
+#define XATTR_LIST_MAX_ 65536
+#define XATTR_VALUE_MAX_ 65536
+
+/* Path through /proc that names dirfd/name without following a final
+ * symlink: l*xattr() on it reaches symlinks and fifos that cannot be opened. */
+static void proc_path(char *buf, size_t len, int dirfd, const char *name)
+{
+	if (name)
+		snprintf(buf, len, "/proc/self/fd/%d/%s", dirfd, name);
+	else
+		snprintf(buf, len, "/proc/self/fd/%d", dirfd);
+}
+
+static ssize_t xa_list(int fd, const char *path, char *buf, size_t len)
+{
+	return path ? llistxattr(path, buf, len) : flistxattr(fd, buf, len);
+}
+
+static ssize_t xa_get(int fd, const char *path, const char *n, void *buf, size_t len)
+{
+	return path ? lgetxattr(path, n, buf, len) : fgetxattr(fd, n, buf, len);
+}
+
+static int xa_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct tar_xattr *)a)->name, ((const struct tar_xattr *)b)->name);
+}
+
+static int xa_read_one(int fd, const char *path, const char *n, struct tar_xattr *x)
+{
+	char buf[XATTR_VALUE_MAX_];
+	ssize_t len = xa_get(fd, path, n, buf, sizeof(buf));
+	if (len < 0)
+		return -errno;
+	x->name = strdup(n);
+	x->value = malloc((size_t)len + 1);
+	if (!x->name || !x->value)
+		return -ENOMEM;
+	memcpy(x->value, buf, (size_t)len);
+	x->len = (size_t)len;
+	return 0;
+}
+
+int tar_xattrs_read(int dirfd, const char *name, struct tar_xattr **ret, size_t *ret_n)
+{
+	char pbuf[PATH_MAX + 32], list[XATTR_LIST_MAX_];
+	const char *path = NULL;
+	struct tar_xattr *xa = NULL;
+	size_t n = 0;
+	ssize_t len;
+
+	if (name) {
+		proc_path(pbuf, sizeof(pbuf), dirfd, name);
+		path = pbuf;
+	}
+	len = xa_list(dirfd, path, list, sizeof(list));
+	if (len < 0)
+		return errno == ENOTSUP || errno == ENODATA ? (*ret = NULL, *ret_n = 0, 0) : -errno;
+	for (ssize_t off = 0; off < len; off += (ssize_t)strlen(list + off) + 1) {
+		struct tar_xattr *nx = realloc(xa, (n + 1) * sizeof(*nx));
+		if (!nx)
+			goto nomem;
+		xa = nx;
+		memset(&xa[n], 0, sizeof(xa[n]));
+		int r = xa_read_one(dirfd, path, list + off, &xa[n++]);
+		if (r == -ENODATA) { /* removed meanwhile */
+			free(xa[--n].name);
+			continue;
+		}
+		if (r < 0) {
+			tar_xattrs_free(xa, n);
+			return r;
+		}
+	}
+	if (n > 1)
+		qsort(xa, n, sizeof(*xa), xa_cmp);
+	*ret = xa;
+	*ret_n = n;
+	return 0;
+nomem:
+	tar_xattrs_free(xa, n);
+	return -ENOMEM;
+}
+
+int tar_xattrs_apply_fd(int fd, const struct tar_xattr *xa, size_t n)
+{
+	char list[XATTR_LIST_MAX_];
+	ssize_t len = flistxattr(fd, list, sizeof(list));
+
+	if (len < 0 && errno != ENOTSUP)
+		return -errno;
+	for (ssize_t off = 0; off < len; off += (ssize_t)strlen(list + off) + 1) {
+		bool keep = false;
+		for (size_t i = 0; i < n && !keep; i++)
+			keep = !strcmp(xa[i].name, list + off);
+		if (!keep && fremovexattr(fd, list + off) < 0 && errno != ENODATA)
+			return -errno;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (fsetxattr(fd, xa[i].name, xa[i].value, xa[i].len, 0) < 0)
+			return -errno;
+	return 0;
+}
+
+int tar_open_parent(int root_fd, const char *path, const char **leaf)
+{
+	const char *slash = strrchr(path, '/');
+	char comp[NAME_MAX + 1];
+	int fd = fcntl(root_fd, F_DUPFD_CLOEXEC, 3);
+
+	if (fd < 0)
+		return -errno;
+	*leaf = slash ? slash + 1 : path;
+	for (const char *p = path; slash && p < slash;) {
+		const char *e = strchr(p, '/');
+		size_t len = (size_t)(e - p);
+		if (len > NAME_MAX) {
+			close(fd);
+			return -ENAMETOOLONG;
+		}
+		memcpy(comp, p, len);
+		comp[len] = '\0';
+		int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int e2 = errno;
+		close(fd);
+		if (nfd < 0)
+			return -e2;
+		fd = nfd;
+		p = e + 1;
+	}
+	return fd;
+}
+
+int tar_cwd_enter(int dir_fd, int *ret_saved)
+{
+	if (unshare(CLONE_FS) < 0)
+		return -errno;
+	int saved = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (saved < 0)
+		saved = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (saved < 0)
+		return -errno;
+	if (fchdir(dir_fd) < 0) {
+		int e = errno;
+		close(saved);
+		return -e;
+	}
+	*ret_saved = saved;
+	return 0;
+}
+
+void tar_cwd_leave(int *saved)
+{
+	if (*saved >= 0) {
+		if (fchdir(*saved) < 0 && chdir("/") < 0)
+			log_debug("tar: cannot return to the saved working directory: %m");
+		close(*saved);
+		*saved = -1;
+	}
+}
+
+void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, uint64_t *files, uint64_t *bytes)
+{
+	/* A new open file description: readdir must not move dirfd's offset. */
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	struct dirent *de;
+	struct stat st;
+
+	if (!d) {
+		close(fd);
+		return;
+	}
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (st.st_dev == skip_dev && st.st_ino == skip_ino)
+			continue;
+		(*files)++;
+		if (S_ISREG(st.st_mode))
+			*bytes += (uint64_t)st.st_size;
+		if (!S_ISDIR(st.st_mode))
+			continue;
+		_cleanup_close_ int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub >= 0)
+			tar_count_tree(sub, skip_dev, skip_ino, files, bytes);
+	}
+}
+
+void tar_ts_max(struct timespec *acc, struct timespec t)
+{
+	if (t.tv_sec > acc->tv_sec || (t.tv_sec == acc->tv_sec && t.tv_nsec > acc->tv_nsec))
+		*acc = t;
+}
+
+void tar_wait_past(struct timespec t)
+{
+	for (int i = 0; i < 1000; i++) { /* a tick is at most 10 ms; bound it anyway */
+		struct timespec now, pause = { 0, 500000 };
+		clock_gettime(CLOCK_REALTIME_COARSE, &now);
+		if (now.tv_sec > t.tv_sec || (now.tv_sec == t.tv_sec && now.tv_nsec > t.tv_nsec))
+			return;
+		nanosleep(&pause, NULL);
+	}
+}
+
+int tar_walk_dir(int dirfd, const char *rel, tar_walk_fn fn, void *ctx, ckpt_error *err)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char path[PATH_MAX];
+	struct dirent *de;
+
+	if (fd < 0)
+		return err_set(err, errno, NULL, "cannot open '%s': %m", rel ? rel : ".");
+	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return err_set(err, errno, NULL, "cannot list '%s': %m", rel ? rel : ".");
+	}
+	while ((errno = 0, de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if ((size_t)snprintf(path, sizeof(path), "%s%s%s", rel ? rel : "", rel ? "/" : "", de->d_name) >=
+		    sizeof(path))
+			return err_set(err, ENAMETOOLONG, NULL, "path too long below '%s'", rel ? rel : ".");
+		int r = fn(ctx, dirfd, de->d_name, rel, path);
+		if (r < 0)
+			return r;
+	}
+	return errno ? err_set(err, errno, NULL, "cannot list '%s': %m", rel ? rel : ".") : 0;
+}

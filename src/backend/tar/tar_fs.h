@@ -1,0 +1,42 @@
+/* tar_fs.h: filesystem helpers of the tar backend: xattrs, safe opening of
+ * paths below a root, a thread-private working directory for libarchive. */
+#pragma once
+#include <sys/stat.h>
+#include "backend/tar/tar_manifest.h"
+
+/* The xattrs of name below dirfd (not following symlinks), or of dirfd itself
+ * when name is NULL. Sorted by name. */
+int tar_xattrs_read(int dirfd, const char *name, struct tar_xattr **ret, size_t *ret_n);
+/* Make fd's xattrs exactly xa[] (n may be 0: remove all). */
+int tar_xattrs_apply_fd(int fd, const struct tar_xattr *xa, size_t n);
+
+/* Open the directory holding path (relative to root_fd) component by
+ * component with O_NOFOLLOW; *leaf points into path. */
+int tar_open_parent(int root_fd, const char *path, const char **leaf);
+
+/* libarchive's disk writer works relative to the working directory: give this
+ * thread its own (unshare CLONE_FS) and enter dir_fd; leave returns to saved. */
+int tar_cwd_enter(int dir_fd, int *ret_saved);
+void tar_cwd_leave(int *saved);
+
+/* Call fn for each entry of the directory dirfd ("." and ".." left out) with
+ * its name and its path below the root (rel is the directory's own path, NULL
+ * at the root). Stops at the first error fn returns. */
+typedef int (*tar_walk_fn)(void *ctx, int dirfd, const char *name, const char *rel, const char *path);
+int tar_walk_dir(int dirfd, const char *rel, tar_walk_fn fn, void *ctx, ckpt_error *err);
+
+/* Files and regular-file bytes below dirfd, skipping the (dev, ino) directory. */
+void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, uint64_t *files, uint64_t *bytes);
+
+/* Inode ctimes come from the kernel's coarse clock: a change made within the
+ * tick that stamped a recorded ctime would leave it unchanged. Return only
+ * once CLOCK_REALTIME_COARSE is past t, so any later change shows. */
+void tar_wait_past(struct timespec t);
+void tar_ts_max(struct timespec *acc, struct timespec t);
+
+/* errno -> the error creates report: ENOSPC and EDQUOT both become ENOSPC. */
+static inline int tar_errno_norm(int e)
+{
+	e = e < 0 ? -e : e;
+	return e == EDQUOT ? ENOSPC : (e ? e : EIO);
+}

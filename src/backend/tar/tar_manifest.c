@@ -1,0 +1,452 @@
+/* tar_manifest.c: write, load, validate and index the per-root manifest.
+ * Format: a magic line, then one tab-separated line per entry:
+ *   type mode uid gid size mtime ctime ino nlink xhash path link
+ * the root directory first (path "."), its xattrs as "x name hexvalue" lines,
+ * then the entries in archive order. Paths are %XX-escaped for bytes <= ' ',
+ * '%' and DEL, so a line never holds a tab or a newline of a name. */
+#include "backend/tar/tar_manifest.h"
+
+#include <limits.h>
+
+#define MANIFEST_MAX (1u << 30)
+
+bool tar_path_valid(const char *path)
+{
+	size_t len;
+
+	if (!path || !*path || path[0] == '/')
+		return false;
+	len = strlen(path);
+	if (len >= PATH_MAX || path[len - 1] == '/')
+		return false;
+	for (const char *p = path; *p;) {
+		const char *slash = strchr(p, '/');
+		size_t n = slash ? (size_t)(slash - p) : strlen(p);
+		if (n == 0 || n > NAME_MAX)
+			return false;
+		if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+			return false;
+		p += n;
+		if (*p == '/')
+			p++;
+	}
+	return true;
+}
+
+char tar_type_of(mode_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFREG:
+		return 'f';
+	case S_IFDIR:
+		return 'd';
+	case S_IFLNK:
+		return 'l';
+	case S_IFIFO:
+		return 'p';
+	case S_IFCHR:
+		return 'c';
+	case S_IFBLK:
+		return 'b';
+	default:
+		return 0;
+	}
+}
+
+bool tar_type_matches(const struct tar_mentry *e, const struct stat *st)
+{
+	char t = tar_type_of(st->st_mode);
+	return t && (e->type == t || (e->type == 'h' && t == 'f'));
+}
+
+void tar_mentry_from_stat(struct tar_mentry *e, const struct stat *st)
+{
+	e->type = tar_type_of(st->st_mode);
+	e->mode = st->st_mode & 07777;
+	e->uid = st->st_uid;
+	e->gid = st->st_gid;
+	e->size = S_ISREG(st->st_mode) ? (uint64_t)st->st_size : 0;
+	e->mtime = st->st_mtim;
+	e->ctime = st->st_ctim;
+	e->ino = st->st_ino;
+	e->nlink = (uint32_t)st->st_nlink;
+	e->group = -1;
+}
+
+static void put_escaped(FILE *f, const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p <= ' ' || *p == '%' || *p == 0x7f)
+			fprintf(f, "%%%02X", *p);
+		else
+			fputc(*p, f);
+	}
+}
+
+static int unescape(char *s)
+{
+	char *w = s;
+	for (char *r = s; *r; r++) {
+		if (*r != '%') {
+			*w++ = *r;
+			continue;
+		}
+		unsigned v;
+		if (sscanf(r + 1, "%2X", &v) != 1 || !r[1] || !r[2] || v == 0)
+			return -EINVAL;
+		*w++ = (char)v;
+		r += 2;
+	}
+	*w = '\0';
+	return 0;
+}
+
+static void put_line(FILE *f, const struct tar_mentry *e)
+{
+	fprintf(f, "%c\t%o\t%u\t%u\t%llu\t%lld.%09ld\t%lld.%09ld\t%llu\t%u\t", e->type, (unsigned)e->mode,
+		(unsigned)e->uid, (unsigned)e->gid, (unsigned long long)e->size, (long long)e->mtime.tv_sec,
+		e->mtime.tv_nsec, (long long)e->ctime.tv_sec, e->ctime.tv_nsec, (unsigned long long)e->ino, e->nlink);
+	if (e->xhash)
+		fprintf(f, "%016llx\t", (unsigned long long)e->xhash);
+	else
+		fputs("none\t", f);
+	put_escaped(f, e->path);
+	fputc('\t', f);
+	if (e->link)
+		put_escaped(f, e->link);
+	else
+		fputc('-', f);
+	fputc('\n', f);
+}
+
+int tar_manifest_write_header(FILE *f, const struct tar_mentry *root, const struct tar_xattr *xa, size_t n_xa)
+{
+	fputs(TAR_MANIFEST_MAGIC "\n", f);
+	put_line(f, root);
+	for (size_t i = 0; i < n_xa; i++) {
+		fputs("x\t", f);
+		put_escaped(f, xa[i].name);
+		fputc('\t', f);
+		for (size_t j = 0; j < xa[i].len; j++)
+			fprintf(f, "%02x", ((unsigned char *)xa[i].value)[j]);
+		fputc('\n', f);
+	}
+	return ferror(f) ? -EIO : 0;
+}
+
+int tar_manifest_write_entry(FILE *f, const struct tar_mentry *e)
+{
+	put_line(f, e);
+	return ferror(f) ? -(errno ? errno : EIO) : 0;
+}
+
+void tar_xattrs_free(struct tar_xattr *xa, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(xa[i].name);
+		free(xa[i].value);
+	}
+	free(xa);
+}
+
+uint64_t tar_xattrs_hash(const struct tar_xattr *xa, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	if (n == 0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		for (const char *p = xa[i].name; *p; p++)
+			h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+		h = (h ^ 0) * 0x100000001b3ULL;
+		for (size_t j = 0; j < xa[i].len; j++)
+			h = (h ^ ((unsigned char *)xa[i].value)[j]) * 0x100000001b3ULL;
+	}
+	return h ? h : 1;
+}
+
+static uint64_t str_hash(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+	return h;
+}
+
+static int parse_ts(const char *s, struct timespec *ts)
+{
+	long long sec;
+	long nsec;
+	if (sscanf(s, "%lld.%ld", &sec, &nsec) != 2 || nsec < 0 || nsec > 999999999)
+		return -EINVAL;
+	ts->tv_sec = (time_t)sec;
+	ts->tv_nsec = nsec;
+	return 0;
+}
+
+/* Split a line into at most max tab-separated fields in place. */
+static size_t split_tabs(char *line, char **f, size_t max)
+{
+	size_t n = 0;
+	while (n < max) {
+		f[n++] = line;
+		char *t = strchr(line, '\t');
+		if (!t)
+			break;
+		*t = '\0';
+		line = t + 1;
+	}
+	return n;
+}
+
+static int parse_entry(char *line, struct tar_mentry *e)
+{
+	char *f[13], *end;
+	unsigned long long v[5];
+	static const char *types = "fhdlpcb";
+
+	if (split_tabs(line, f, 13) != 12 || strlen(f[0]) != 1 || !strchr(types, f[0][0]))
+		return -EINVAL;
+	e->type = f[0][0];
+	e->mode = (mode_t)strtoul(f[1], &end, 8);
+	if (*end || e->mode > 07777)
+		return -EINVAL;
+	const int idx[5] = { 2, 3, 4, 7, 8 };
+	for (int i = 0; i < 5; i++) {
+		errno = 0;
+		v[i] = strtoull(f[idx[i]], &end, 10);
+		if (*end || errno || !*f[idx[i]])
+			return -EINVAL;
+	}
+	e->uid = (uid_t)v[0];
+	e->gid = (gid_t)v[1];
+	e->size = v[2];
+	e->ino = v[3];
+	e->nlink = (uint32_t)v[4];
+	if (parse_ts(f[5], &e->mtime) < 0 || parse_ts(f[6], &e->ctime) < 0)
+		return -EINVAL;
+	e->xhash = strcmp(f[9], "none") ? strtoull(f[9], NULL, 16) : 0;
+	if (unescape(f[10]) < 0 || !(e->path = strdup(f[10])))
+		return -EINVAL;
+	e->group = -1;
+	if (e->type != 'h')
+		return strcmp(f[11], "-") ? -EINVAL : 0;
+	if (unescape(f[11]) < 0 || !(e->link = strdup(f[11])))
+		return -EINVAL;
+	return 0;
+}
+
+static int parse_root_xattr(char *line, struct tar_manifest *m)
+{
+	char *f[4];
+	if (split_tabs(line, f, 4) != 3 || unescape(f[1]) < 0)
+		return -EINVAL;
+	size_t hl = strlen(f[2]);
+	if (hl % 2)
+		return -EINVAL;
+	struct tar_xattr *n = realloc(m->root_xattrs, (m->n_root_xattrs + 1) * sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	m->root_xattrs = n;
+	struct tar_xattr *x = &n[m->n_root_xattrs];
+	x->name = strdup(f[1]);
+	x->value = malloc(hl / 2 + 1);
+	x->len = hl / 2;
+	m->n_root_xattrs++;
+	if (!x->name || !x->value)
+		return -ENOMEM;
+	for (size_t i = 0; i < x->len; i++) {
+		unsigned b;
+		if (sscanf(f[2] + 2 * i, "%2x", &b) != 1)
+			return -EINVAL;
+		((unsigned char *)x->value)[i] = (unsigned char)b;
+	}
+	return 0;
+}
+
+static int index_insert(struct tar_manifest *m, size_t i)
+{
+	size_t mask = m->n_slots - 1;
+	for (size_t s = str_hash(m->v[i].path) & mask;; s = (s + 1) & mask) {
+		if (m->slots[s] < 0) {
+			m->slots[s] = (int32_t)i;
+			return 0;
+		}
+		if (!strcmp(m->v[m->slots[s]].path, m->v[i].path))
+			return -EEXIST;
+	}
+}
+
+struct tar_mentry *tar_manifest_find(const struct tar_manifest *m, const char *path)
+{
+	if (!m->n_slots)
+		return NULL;
+	size_t mask = m->n_slots - 1;
+	for (size_t s = str_hash(path) & mask; m->slots[s] >= 0; s = (s + 1) & mask)
+		if (!strcmp(m->v[m->slots[s]].path, path))
+			return &m->v[m->slots[s]];
+	return NULL;
+}
+
+struct tar_mentry *tar_manifest_parent(const struct tar_manifest *m, const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char buf[PATH_MAX];
+	if (!slash || (size_t)(slash - path) >= sizeof(buf))
+		return NULL;
+	memcpy(buf, path, (size_t)(slash - path));
+	buf[slash - path] = '\0';
+	return tar_manifest_find(m, buf);
+}
+
+/* Build the index and check the structure: unique paths, parents that are
+ * directories listed earlier, hardlinks to an earlier regular file. */
+static int manifest_index(struct tar_manifest *m, ckpt_error *err)
+{
+	size_t n_slots = 16;
+	while (n_slots < m->n * 2)
+		n_slots *= 2;
+	m->slots = malloc(n_slots * sizeof(*m->slots));
+	if (!m->slots)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	m->n_slots = n_slots;
+	memset(m->slots, 0xff, n_slots * sizeof(*m->slots));
+	for (size_t i = 0; i < m->n; i++) {
+		struct tar_mentry *e = &m->v[i], *p = tar_manifest_parent(m, e->path);
+		if (strchr(e->path, '/') && (!p || p->type != 'd'))
+			return err_set(err, EBADMSG, NULL, "manifest entry '%s' has no parent directory", e->path);
+		if (e->type == 'h') {
+			struct tar_mentry *t = tar_manifest_find(m, e->link);
+			if (!t || t->type != 'f')
+				return err_set(err, EBADMSG, NULL, "manifest hardlink '%s' has no target", e->path);
+			e->group = t->group = (int32_t)(t - m->v);
+		}
+		if (index_insert(m, i) < 0)
+			return err_set(err, EBADMSG, NULL, "manifest lists '%s' twice", e->path);
+	}
+	return 0;
+}
+
+static int manifest_add_line(struct tar_manifest *m, char *line, size_t lineno, ckpt_error *err)
+{
+	struct tar_mentry e = { 0 };
+
+	if (lineno > 1 && line[0] == 'x' && line[1] == '\t' && m->n == 0)
+		return parse_root_xattr(line, m) < 0
+			? err_set(err, EBADMSG, NULL, "bad root xattr at manifest line %zu", lineno)
+			: 0;
+	if (parse_entry(line, &e) < 0) {
+		free(e.path);
+		free(e.link);
+		return err_set(err, EBADMSG, NULL, "bad manifest line %zu", lineno);
+	}
+	if (lineno == 1) {
+		if (strcmp(e.path, ".") || e.type != 'd') {
+			free(e.path);
+			return err_set(err, EBADMSG, NULL, "manifest does not start with its root");
+		}
+		m->root = e;
+		return 0;
+	}
+	if (!tar_path_valid(e.path) || (e.link && !tar_path_valid(e.link))) {
+		int r = err_set(err, EBADMSG, "unsafe_path", "unsafe path in manifest: '%s'", e.path);
+		free(e.path);
+		free(e.link);
+		return r;
+	}
+	if (m->n == m->cap) {
+		size_t cap = m->cap ? m->cap * 2 : 256;
+		struct tar_mentry *n = realloc(m->v, cap * sizeof(*n));
+		if (!n) {
+			free(e.path);
+			free(e.link);
+			return err_set(err, ENOMEM, NULL, "out of memory");
+		}
+		m->v = n;
+		m->cap = cap;
+	}
+	m->v[m->n++] = e;
+	return 0;
+}
+
+static int manifest_parse(struct tar_manifest *m, char *text, ckpt_error *err)
+{
+	char *save = NULL, *line = strtok_r(text, "\n", &save);
+	size_t lineno = 0;
+
+	if (!line || strcmp(line, TAR_MANIFEST_MAGIC))
+		return err_set(err, EBADMSG, NULL, "not a ckptd tar manifest");
+	while ((line = strtok_r(NULL, "\n", &save))) {
+		int r = manifest_add_line(m, line, ++lineno, err);
+		if (r < 0)
+			return r;
+	}
+	if (lineno == 0)
+		return err_set(err, EBADMSG, NULL, "manifest has no root line");
+	return manifest_index(m, err);
+}
+
+int tar_manifest_load(int dirfd, const char *name, struct tar_manifest *m, ckpt_error *err)
+{
+	_cleanup_free_ char *text = NULL;
+	int r;
+
+	memset(m, 0, sizeof(*m));
+	r = read_file_at(dirfd, name, MANIFEST_MAX, &text, NULL);
+	if (r < 0)
+		return err_set(err, r, NULL, "cannot read manifest '%s': %s", name, strerror(-r));
+	r = manifest_parse(m, text, err);
+	if (r < 0) {
+		err_prefix(err, "manifest '%s'", name);
+		tar_manifest_free(m);
+	}
+	return r;
+}
+
+void tar_manifest_free(struct tar_manifest *m)
+{
+	for (size_t i = 0; i < m->n; i++) {
+		free(m->v[i].path);
+		free(m->v[i].link);
+	}
+	free(m->root.path);
+	free(m->v);
+	free(m->slots);
+	tar_xattrs_free(m->root_xattrs, m->n_root_xattrs);
+	memset(m, 0, sizeof(*m));
+}
+
+void tar_manifest_alias_load(int dirfd, const char *name, struct tar_manifest *m)
+{
+	_cleanup_free_ char *text = NULL;
+	char *save = NULL;
+
+	if (read_file_at(dirfd, name, MANIFEST_MAX, &text, NULL) < 0)
+		return;
+	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		unsigned long long idx, ino;
+		char ts[64];
+		struct timespec c;
+		if (sscanf(line, "%llu %llu %63s", &idx, &ino, ts) != 3 || idx >= m->n || parse_ts(ts, &c) < 0)
+			continue;
+		m->v[idx].has_alias = true;
+		m->v[idx].alias_ino = ino;
+		m->v[idx].alias_ctime = c;
+	}
+}
+
+int tar_manifest_alias_save(int dirfd, const char *name, const struct tar_manifest *m)
+{
+	_cleanup_free_ char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f)
+		return -ENOMEM;
+	for (size_t i = 0; i < m->n; i++)
+		if (m->v[i].has_alias)
+			fprintf(f, "%zu %llu %lld.%09ld\n", i, (unsigned long long)m->v[i].alias_ino,
+				(long long)m->v[i].alias_ctime.tv_sec, m->v[i].alias_ctime.tv_nsec);
+	if (fclose(f) != 0)
+		return -ENOMEM;
+	return write_file_atomic(dirfd, name, text, len, 0600);
+}

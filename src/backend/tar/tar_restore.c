@@ -1,0 +1,399 @@
+/* tar_restore.c: incremental in-place restore of one root.
+ * 1. walk the live root: remove what the manifest does not list (or lists
+ *    with another type), mark what changed since the checkpoint;
+ * 2. close the set: missing entries, whole hardlink groups, and the parent
+ *    directory of anything touched (its times must be set again);
+ * 3. remove the live entries about to be rewritten;
+ * 4. read the archive once, extracting the marked entries and skipping the
+ *    rest; libarchive sets directory times after their children on close;
+ * 5. set the root directory's own metadata. */
+#include "backend/tar/tar_restore.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <limits.h>
+#include <sys/stat.h>
+
+#include "backend/tar/tar_fs.h"
+
+#define TAR_BLOCK (1 << 20)
+
+struct rctx {
+	struct tar_manifest m;
+	struct tar_restore_opts *o;
+	struct tar_restore_stats *st;
+	ckpt_error *err;
+};
+
+int tar_extract_flags(void)
+{
+	return ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_XATTR |
+		ARCHIVE_EXTRACT_UNLINK | ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
+		ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS;
+}
+
+static bool ts_eq(struct timespec a, struct timespec b)
+{
+	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+/* The same inode as captured, or as a past restore wrote it, untouched since. */
+static bool unchanged(const struct tar_mentry *e, const struct stat *st)
+{
+	bool same = (e->ino == (uint64_t)st->st_ino && ts_eq(e->ctime, st->st_ctim)) ||
+		(e->has_alias && e->alias_ino == (uint64_t)st->st_ino && ts_eq(e->alias_ctime, st->st_ctim));
+	return same && (e->type == 'd' || !S_ISREG(st->st_mode) || e->size == (uint64_t)st->st_size);
+}
+
+static void mark_parent(struct rctx *c, const char *path)
+{
+	struct tar_mentry *p = path ? tar_manifest_find(&c->m, path) : NULL;
+	if (p)
+		p->needed = true;
+}
+
+static void mark_parent_of(struct rctx *c, const char *path)
+{
+	struct tar_mentry *p = tar_manifest_parent(&c->m, path);
+	if (p)
+		p->needed = true;
+}
+
+typedef int (*visit_fn)(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path);
+static int live_walk(struct rctx *c, int dirfd, const char *rel, visit_fn fn);
+
+static int live_one(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path)
+{
+	struct stat st;
+	struct tar_mentry *e;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : err_set(c->err, errno, NULL, "cannot stat '%s': %m", path);
+	if (st.st_dev == c->o->skip_dev && st.st_ino == c->o->skip_ino)
+		return 0;
+	e = tar_manifest_find(&c->m, path);
+	if (!e || !tar_type_matches(e, &st)) {
+		int r = rm_rf_at(dirfd, name);
+		if (r < 0)
+			return err_set(c->err, r, NULL, "cannot remove '%s': %s", path, strerror(-r));
+		c->st->removed++;
+		mark_parent(c, rel);
+		return 0;
+	}
+	e->seen = true;
+	if (!unchanged(e, &st))
+		e->needed = true;
+	if (!S_ISDIR(st.st_mode))
+		return 0;
+	_cleanup_close_ int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (sub < 0)
+		return err_set(c->err, errno, NULL, "cannot open '%s': %m", path);
+	return live_walk(c, sub, path, live_one);
+}
+
+/* After a restore: remember the identity of what was written. */
+static int record_one(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path)
+{
+	struct stat st;
+	struct tar_mentry *e = tar_manifest_find(&c->m, path);
+	(void)rel;
+
+	if (!e || fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !tar_type_matches(e, &st))
+		return 0;
+	if (e->needed) {
+		e->has_alias = true;
+		e->alias_ino = st.st_ino;
+		e->alias_ctime = st.st_ctim;
+		tar_ts_max(&c->o->max_ctime, st.st_ctim);
+	}
+	if (!S_ISDIR(st.st_mode))
+		return 0;
+	_cleanup_close_ int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return sub < 0 ? 0 : live_walk(c, sub, path, record_one);
+}
+
+struct live_walk_ctx {
+	struct rctx *c;
+	visit_fn fn;
+};
+
+static int live_visit(void *ctx, int dirfd, const char *name, const char *rel, const char *path)
+{
+	struct live_walk_ctx *w = ctx;
+	return w->fn(w->c, dirfd, name, rel, path);
+}
+
+static int live_walk(struct rctx *c, int dirfd, const char *rel, visit_fn fn)
+{
+	struct live_walk_ctx w = { c, fn };
+	return tar_walk_dir(dirfd, rel, live_visit, &w, c->err);
+}
+
+/* Missing entries come back; a hardlink group is rewritten as a whole so its
+ * members end up sharing one inode; a touched entry's directory gets its
+ * metadata (times above all) set again after its children. */
+static void close_needed(struct rctx *c)
+{
+	struct tar_mentry *v = c->m.v;
+	size_t n = c->m.n;
+
+	for (size_t i = 0; i < n; i++) {
+		if (!v[i].seen)
+			v[i].needed = true;
+		if (v[i].needed && v[i].group >= 0)
+			v[v[i].group].needed = true;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (v[i].group >= 0 && v[v[i].group].needed)
+			v[i].needed = true;
+	for (size_t i = 0; i < n; i++)
+		if (v[i].needed && (!v[i].seen || v[i].type != 'd'))
+			mark_parent_of(c, v[i].path);
+}
+
+/* Clear the way for the rewrite: a non-directory is unlinked (so a hardlink
+ * never writes through to an inode shared with something else); a directory
+ * that stays loses its xattrs, the archive's are set again. */
+static int prepare_one(struct rctx *c, int root_fd, struct tar_mentry *e)
+{
+	const char *leaf;
+	_cleanup_close_ int pfd = tar_open_parent(root_fd, e->path, &leaf);
+	int r;
+
+	if (pfd < 0)
+		return err_set(c->err, pfd, NULL, "cannot open the directory of '%s': %s", e->path, strerror(-pfd));
+	if (e->type != 'd') {
+		if (unlinkat(pfd, leaf, 0) < 0 && errno != ENOENT)
+			return err_set(c->err, errno, NULL, "cannot remove '%s': %m", e->path);
+		return 0;
+	}
+	_cleanup_close_ int dfd = openat(pfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return err_set(c->err, errno, NULL, "cannot open '%s': %m", e->path);
+	r = tar_xattrs_apply_fd(dfd, NULL, 0);
+	return r < 0 ? err_set(c->err, r, NULL, "cannot clear xattrs of '%s': %s", e->path, strerror(-r)) : 0;
+}
+
+static int prepare(struct rctx *c, int root_fd, uint64_t *ret_files, uint64_t *ret_bytes)
+{
+	*ret_files = *ret_bytes = 0;
+	for (size_t i = 0; i < c->m.n; i++) {
+		struct tar_mentry *e = &c->m.v[i];
+		if (!e->needed) {
+			c->st->kept++;
+			continue;
+		}
+		(*ret_files)++;
+		*ret_bytes += e->type == 'f' ? e->size : 0;
+		if (!e->seen)
+			continue;
+		int r = prepare_one(c, root_fd, e);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static void archive_freep(struct archive **a)
+{
+	if (*a)
+		archive_free(*a);
+}
+#define _cleanup_archive_ _cleanup_(archive_freep)
+
+/* The archive entry must be one the manifest (already validated) lists,
+ * with the same type; anything else means a tampered or corrupt checkpoint. */
+static struct tar_mentry *check_entry(struct rctx *c, struct archive_entry *ae)
+{
+	const char *path = archive_entry_pathname(ae), *hl = archive_entry_hardlink(ae);
+	struct tar_mentry *e;
+	size_t len = path ? strlen(path) : 0;
+
+	/* pax stores directories as "name/": compare without the slash */
+	if (len > 1 && path[len - 1] == '/' && archive_entry_filetype(ae) == AE_IFDIR) {
+		char buf[PATH_MAX];
+		snprintf(buf, sizeof(buf), "%.*s", (int)(len - 1), path);
+		archive_entry_copy_pathname(ae, buf);
+		path = archive_entry_pathname(ae);
+	}
+
+	if (!tar_path_valid(path) || (hl && !tar_path_valid(hl))) {
+		err_set(c->err, EBADMSG, "unsafe_path", "unsafe path in archive: '%s'", path ? path : "");
+		return NULL;
+	}
+	e = tar_manifest_find(&c->m, path);
+	if (!e || (e->type == 'h') != (hl != NULL) || (hl && strcmp(hl, e->link)) ||
+	    (!hl && tar_type_of(archive_entry_filetype(ae)) != e->type)) {
+		err_set(c->err, EBADMSG, NULL, "archive entry '%s' does not match the manifest", path);
+		return NULL;
+	}
+	return e;
+}
+
+static int copy_blocks(struct rctx *c, struct archive *a, struct archive *w, const char *path)
+{
+	const void *buf;
+	size_t len;
+	la_int64_t off;
+	int r;
+
+	while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK) {
+		if (archive_write_data_block(w, buf, len, off) < ARCHIVE_WARN)
+			return err_set(c->err, tar_errno_norm(archive_errno(w)), NULL, "cannot write '%s': %s", path,
+				       archive_error_string(w));
+		c->st->bytes += len;
+		if (c->o->p)
+			atomic_fetch_add(&c->o->p->bytes_done, len);
+	}
+	if (r != ARCHIVE_EOF)
+		return err_set(c->err, EBADMSG, NULL, "cannot read '%s' from the archive: %s", path,
+			       archive_error_string(a));
+	return 0;
+}
+
+static int extract_one(struct rctx *c, struct archive *a, struct archive *w, struct archive_entry *ae)
+{
+	const char *path = archive_entry_pathname(ae);
+	int r;
+
+	if (archive_write_header(w, ae) < ARCHIVE_WARN)
+		return err_set(c->err, tar_errno_norm(archive_errno(w)), NULL, "cannot extract '%s': %s", path,
+			       archive_error_string(w));
+	if (archive_entry_size(ae) > 0 && (r = copy_blocks(c, a, w, path)) < 0)
+		return r;
+	if (archive_write_finish_entry(w) < ARCHIVE_WARN)
+		return err_set(c->err, tar_errno_norm(archive_errno(w)), NULL, "cannot finish '%s': %s", path,
+			       archive_error_string(w));
+	c->st->rewritten++;
+	if (c->o->p)
+		atomic_fetch_add(&c->o->p->files_done, 1);
+	return 0;
+}
+
+static int extract_loop(struct rctx *c, struct archive *a, struct archive *w, uint64_t total)
+{
+	struct archive_entry *ae;
+	uint64_t done = 0;
+	int r;
+
+	while (done < total) {
+		r = archive_read_next_header(a, &ae);
+		if (r == ARCHIVE_EOF)
+			return err_set(c->err, EBADMSG, NULL, "archive ends before %llu entries were found",
+				       (unsigned long long)(total - done));
+		if (r < ARCHIVE_WARN)
+			return err_set(c->err, EBADMSG, NULL, "cannot read archive: %s", archive_error_string(a));
+		struct tar_mentry *e = check_entry(c, ae);
+		if (!e)
+			return -EBADMSG;
+		if (!e->needed) {
+			if (archive_read_data_skip(a) < ARCHIVE_WARN)
+				return err_set(c->err, EBADMSG, NULL, "cannot read archive: %s",
+					       archive_error_string(a));
+			continue;
+		}
+		if ((r = extract_one(c, a, w, ae)) < 0)
+			return r;
+		done++;
+	}
+	return 0;
+}
+
+static int extract(struct rctx *c, int root_fd, int ckpt_dirfd, const char *archive, uint64_t total)
+{
+	_cleanup_archive_ struct archive *a = archive_read_new();
+	_cleanup_archive_ struct archive *w = archive_write_disk_new();
+	_cleanup_close_ int afd = openat(ckpt_dirfd, archive, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int saved = -1, r;
+
+	if (afd < 0)
+		return err_set(c->err, errno, NULL, "cannot open archive '%s': %m", archive);
+	if (!a || !w)
+		return err_set(c->err, ENOMEM, NULL, "out of memory");
+	archive_read_support_format_tar(a);
+	archive_read_support_filter_zstd(a);
+	archive_read_support_filter_none(a);
+	archive_write_disk_set_options(w, tar_extract_flags());
+	if (archive_read_open_fd(a, afd, TAR_BLOCK) != ARCHIVE_OK)
+		return err_set(c->err, EBADMSG, NULL, "cannot open archive '%s': %s", archive, archive_error_string(a));
+	r = tar_cwd_enter(root_fd, &saved);
+	if (r < 0)
+		return err_set(c->err, r, NULL, "cannot enter the root: %s", strerror(-r));
+	r = extract_loop(c, a, w, total);
+	if (archive_write_close(w) < ARCHIVE_WARN && r >= 0)
+		r = err_set(c->err, tar_errno_norm(archive_errno(w)), NULL, "cannot finish extraction: %s",
+			    archive_error_string(w));
+	tar_cwd_leave(&saved);
+	return r;
+}
+
+/* libarchive defers the times of directories it creates, but sets those of
+ * a directory that already exists at once, before its children change it:
+ * set every rewritten directory's mtime again, deepest first. */
+static int fix_dir_times(struct rctx *c, int root_fd)
+{
+	for (size_t i = c->m.n; i-- > 0;) {
+		struct tar_mentry *e = &c->m.v[i];
+		const char *leaf;
+		if (!e->needed || e->type != 'd')
+			continue;
+		struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, e->mtime };
+		_cleanup_close_ int pfd = tar_open_parent(root_fd, e->path, &leaf);
+		if (pfd < 0 || utimensat(pfd, leaf, ts, AT_SYMLINK_NOFOLLOW) < 0)
+			return err_set(c->err, pfd < 0 ? -pfd : errno, NULL, "cannot set the times of '%s': %m",
+				       e->path);
+	}
+	return 0;
+}
+
+static int apply_root(struct rctx *c, int root_fd)
+{
+	const struct tar_mentry *e = &c->m.root;
+	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, e->mtime };
+	int r;
+
+	if (fchown(root_fd, e->uid, e->gid) < 0 || fchmod(root_fd, e->mode) < 0)
+		return err_set(c->err, errno, NULL, "cannot set the root's owner or mode: %m");
+	r = tar_xattrs_apply_fd(root_fd, c->m.root_xattrs, c->m.n_root_xattrs);
+	if (r < 0)
+		return err_set(c->err, r, NULL, "cannot set the root's xattrs: %s", strerror(-r));
+	if (futimens(root_fd, ts) < 0)
+		return err_set(c->err, errno, NULL, "cannot set the root's times: %m");
+	return 0;
+}
+
+int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const char *manifest, struct tar_restore_opts *o,
+		     struct tar_restore_stats *stats, ckpt_error *err)
+{
+	struct rctx c = { .o = o, .st = stats, .err = err };
+	uint64_t files, bytes;
+	int r;
+
+	memset(stats, 0, sizeof(*stats));
+	char alias[PATH_MAX];
+	snprintf(alias, sizeof(alias), "%s.alias", manifest);
+	r = tar_manifest_load(ckpt_dirfd, manifest, &c.m, err);
+	if (r < 0)
+		return r;
+	tar_manifest_alias_load(ckpt_dirfd, alias, &c.m);
+	r = live_walk(&c, root_fd, NULL, live_one);
+	if (r >= 0) {
+		close_needed(&c);
+		r = prepare(&c, root_fd, &files, &bytes);
+	}
+	if (r >= 0 && o->p) {
+		atomic_fetch_add(&o->p->files_total, files);
+		atomic_fetch_add(&o->p->bytes_total, bytes);
+	}
+	if (r >= 0 && files > 0)
+		r = extract(&c, root_fd, ckpt_dirfd, archive, files);
+	if (r >= 0 && files > 0)
+		r = fix_dir_times(&c, root_fd);
+	if (r >= 0)
+		r = apply_root(&c, root_fd);
+	/* Only a cache: without it the next restore rewrites more, nothing worse. */
+	if (r >= 0 && files > 0 && live_walk(&c, root_fd, NULL, record_one) >= 0)
+		tar_manifest_alias_save(ckpt_dirfd, alias, &c.m);
+	tar_manifest_free(&c.m);
+	return r;
+}

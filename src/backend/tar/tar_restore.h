@@ -1,0 +1,27 @@
+/* tar_restore.h: make one root equal to its archive and manifest, rewriting
+ * only the entries whose (inode, ctime, size) no longer match. */
+#pragma once
+#include <stdatomic.h>
+#include "backend/backend.h"
+#include "backend/tar/tar_manifest.h"
+
+struct tar_restore_opts {
+	dev_t skip_dev; /* a directory never touched (the state dir) */
+	ino_t skip_ino;
+	struct progress *p;        /* may be NULL; totals are added to */
+	struct timespec max_ctime; /* out: newest ctime remembered as an alias */
+};
+
+struct tar_restore_stats {
+	uint64_t rewritten; /* entries extracted from the archive */
+	uint64_t removed;   /* live entries removed (subtrees count once) */
+	uint64_t kept;      /* entries left as they were */
+	uint64_t bytes;     /* bytes extracted */
+};
+
+/* Idempotent: running it again after a crash finishes the job. */
+int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const char *manifest, struct tar_restore_opts *o,
+		     struct tar_restore_stats *stats, ckpt_error *err);
+
+/* Libarchive disk-writer flags used for every extraction. */
+int tar_extract_flags(void);

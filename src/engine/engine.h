@@ -1,0 +1,47 @@
+/* engine.h: create / restore / delete orchestration. Knows no HTTP.
+ * Mutating operations are serialized by one lock; reads never wait for it. */
+#pragma once
+#include <jansson.h>
+#include "lib/util.h"
+
+struct config;
+struct engine;
+struct backend_ops;
+struct services;
+
+struct engine_deps {                       /* injected OS adapters; tests pass fakes */
+	const struct backend_ops *backend; /* NULL: choose by config */
+	struct services *services;         /* NULL: open the real one */
+};
+
+int engine_open(const struct config *cfg, const struct engine_deps *deps, struct engine **ret, ckpt_error *err);
+void engine_close(struct engine *e);
+
+struct create_req {
+	const char *name;
+	bool has_ttl;
+	int64_t ttl_secs;
+	json_t *labels; /* object or NULL (borrowed) */
+	bool async;
+};
+/* ret_record: public record. With async, returns at once in state creating. */
+int engine_create(struct engine *e, const struct create_req *req, json_t **ret_record, ckpt_error *err);
+
+struct restore_req {
+	bool force;
+	const char *if_expired; /* NULL, "fail", "fresh" */
+};
+int engine_restore(struct engine *e, const char *id_or_name, const struct restore_req *req, json_t **ret_report,
+		   ckpt_error *err);
+int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err);
+int engine_get(struct engine *e, const char *id_or_name, json_t **ret_record, ckpt_error *err);
+json_t *engine_list(struct engine *e, const char *name);
+json_t *engine_health(struct engine *e);
+/* Prometheus text exposition; caller frees. */
+char *engine_metrics(struct engine *e);
+/* Delete expired checkpoints (the sweeper calls this). Returns how many. */
+int engine_sweep(struct engine *e);
+/* A short phrase naming the running operation (for sd_notify STATUS=). */
+void engine_status_line(struct engine *e, char *buf, size_t len);
+void engine_count_http(struct engine *e, int status);
+const char *engine_backend_name(struct engine *e);

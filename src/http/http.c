@@ -1,0 +1,500 @@
+/* http.c: libmicrohttpd transport. One thread per connection, so a long create
+ * or restore never holds up other requests; bodies are read into a capped
+ * buffer and the handler runs on the final call. */
+#include "http/http.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#define MAX_SERVERS 8
+
+struct http_server {
+	struct http_server_opts opts;
+	struct MHD_Daemon *mhd[MAX_SERVERS];
+	char *unix_paths[MAX_SERVERS];
+	size_t n;
+};
+
+struct req_ctx {
+	char *body;
+	size_t len;
+	bool too_large;
+	struct http_server *srv;
+};
+
+static const struct {
+	int status;
+	const char *title, *code;
+} statuses[] = {
+	{ 400, "Bad Request", "bad_request" },
+	{ 401, "Unauthorized", "unauthorized" },
+	{ 403, "Forbidden", "forbidden" },
+	{ 404, "Not Found", "not_found" },
+	{ 405, "Method Not Allowed", "method_not_allowed" },
+	{ 409, "Conflict", "conflict" },
+	{ 410, "Gone", "gone" },
+	{ 413, "Content Too Large", "body_too_large" },
+	{ 415, "Unsupported Media Type", "unsupported_media_type" },
+	{ 500, "Internal Server Error", "internal" },
+	{ 503, "Service Unavailable", "unavailable" },
+	{ 507, "Insufficient Storage", "insufficient_storage" },
+};
+
+/* The one table from errno to HTTP status. */
+static int http_status_of_errno(int e)
+{
+	switch (e) {
+	case EINVAL:
+	case EBADMSG:
+	case ENAMETOOLONG:
+	case EDOM:
+	case ERANGE:
+		return 400;
+	case EACCES:
+		return 401;
+	case EDQUOT:
+		return 403;
+	case ENOENT:
+		return 404;
+	case EBUSY:
+	case EEXIST:
+	case EALREADY:
+	case ENOTEMPTY:
+	case ESTALE:
+		return 409;
+	case EKEYEXPIRED:
+		return 410;
+	case EMSGSIZE:
+		return 413;
+	case ENOSPC:
+		return 507;
+	default:
+		return 500;
+	}
+}
+
+static size_t status_index(int status)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(statuses); i++)
+		if (statuses[i].status == status)
+			return i;
+	return 9; /* 500 */
+}
+
+void http_json(struct http_response *resp, int status, json_t *body)
+{
+	json_decref(resp->json);
+	resp->status = status;
+	resp->json = body;
+	resp->content_type = "application/json";
+}
+
+void http_problem(struct http_response *resp, int status, const char *code, const char *fmt, ...)
+{
+	char detail[1024];
+	va_list ap;
+	size_t i = status_index(status);
+
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	json_t *p = json_pack("{s:s, s:s, s:i, s:s, s:s}", "type", "about:blank", "title", statuses[i].title, "status",
+			      status, "detail", detail, "code", code ? code : statuses[i].code);
+	http_json(resp, status, p);
+	resp->content_type = "application/problem+json";
+}
+
+void http_error(struct http_response *resp, const ckpt_error *err)
+{
+	int status = http_status_of_errno(err->errnum);
+	http_problem(resp, status, err->code, "%s", err->msg[0] ? err->msg : strerror(err->errnum));
+}
+
+const char *http_query(const struct http_request *req, const char *key)
+{
+	return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+const char *http_header(const struct http_request *req, const char *key)
+{
+	return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, key);
+}
+
+void http_upgrade_close(void *handle)
+{
+	MHD_upgrade_action(handle, MHD_UPGRADE_ACTION_CLOSE);
+}
+
+/* "/v1/checkpoints/{id}" against "/v1/checkpoints/cp_1": segment by segment. */
+static bool route_match(const char *pattern, const char *path, struct http_request *req)
+{
+	req->n_params = 0;
+	for (;;) {
+		if (*pattern != '/' || *path != '/')
+			return *pattern == *path;
+		pattern++, path++;
+		const char *pe = strchrnul(pattern, '/'), *se = strchrnul(path, '/');
+		if (*pattern == '{') {
+			if (se == path || req->n_params >= ARRAY_SIZE(req->params))
+				return false;
+			req->params[req->n_params++] = path; /* terminated below */
+		} else if (pe - pattern != se - path || strncmp(pattern, path, (size_t)(pe - pattern))) {
+			return false;
+		}
+		pattern = pe, path = se;
+		if (!*pattern && !*path)
+			return true;
+	}
+}
+
+static void on_upgrade(void *cls, struct MHD_Connection *conn, void *con_cls, const char *extra, size_t extra_len,
+		       MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
+{
+	struct http_response *resp = cls;
+	(void)conn, (void)con_cls;
+	resp->upgrade(resp->upgrade_arg, sock, extra, extra_len, urh);
+	free(resp);
+}
+
+static bool authorized(struct http_server *srv, const struct http_request *req)
+{
+	const char *h = http_header(req, "Authorization");
+	if (!srv->opts.token)
+		return true;
+	if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+		return false;
+	return secure_streq(h + 7, srv->opts.token);
+}
+
+static bool content_type_json(const struct http_request *req)
+{
+	const char *ct = http_header(req, "Content-Type");
+	size_t n = strlen("application/json");
+	return ct && !strncasecmp(ct, "application/json", n) && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+}
+
+/* Split parameters out of a copy of the path so each is NUL-terminated. */
+static void terminate_params(struct http_request *req, char *path_copy, const char *path)
+{
+	for (size_t i = 0; i < req->n_params; i++) {
+		char *p = path_copy + (req->params[i] - path);
+		char *e = strchrnul(p, '/');
+		*e = '\0';
+		req->params[i] = p;
+	}
+}
+
+static void dispatch(struct http_server *srv, struct http_request *req, struct http_response *resp)
+{
+	const struct http_route *match = NULL;
+	bool path_known = false;
+	char allow[64] = "";
+
+	for (size_t i = 0; i < srv->opts.n_routes; i++) {
+		const struct http_route *r = &srv->opts.routes[i];
+		if (!route_match(r->pattern, req->path, req))
+			continue;
+		path_known = true;
+		if (strlen(allow) + strlen(r->method) + 3 < sizeof(allow))
+			snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s", allow[0] ? ", " : "",
+				 r->method);
+		if (!strcmp(r->method, req->method)) {
+			match = r;
+			break;
+		}
+	}
+	if (!match) {
+		if (path_known) {
+			http_problem(resp, 405, NULL, "method %s not allowed on %s (allowed: %s)", req->method,
+				     req->path, allow);
+			resp->extra_headers[0][0] = strdup("Allow");
+			resp->extra_headers[0][1] = strdup(allow);
+		} else {
+			http_problem(resp, 404, NULL, "no such endpoint: %s", req->path);
+		}
+		return;
+	}
+	if (!match->public_ && !authorized(srv, req)) {
+		http_problem(resp, 401, NULL, "missing or wrong bearer token");
+		resp->extra_headers[0][0] = strdup("WWW-Authenticate");
+		resp->extra_headers[0][1] = strdup("Bearer");
+		return;
+	}
+	if (req->body_len > 0 && !match->raw_body && !content_type_json(req)) {
+		http_problem(resp, 415, NULL, "request body must be application/json");
+		return;
+	}
+	_cleanup_free_ char *path_copy = strdup(req->path);
+	if (!path_copy) {
+		http_problem(resp, 500, NULL, "out of memory");
+		return;
+	}
+	terminate_params(req, path_copy, req->path); /* params are the matching route's */
+	match->handler(srv->opts.app, req, resp);
+	if (!resp->status)
+		http_problem(resp, 500, NULL, "handler gave no response");
+}
+
+static void response_free(struct http_response *resp)
+{
+	json_decref(resp->json);
+	free(resp->text);
+	for (size_t i = 0; i < ARRAY_SIZE(resp->extra_headers); i++) {
+		free(resp->extra_headers[i][0]);
+		free(resp->extra_headers[i][1]);
+	}
+}
+
+static void add_headers(struct MHD_Response *r, struct http_response *resp)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(resp->extra_headers); i++)
+		if (resp->extra_headers[i][0] && resp->extra_headers[i][1])
+			MHD_add_response_header(r, resp->extra_headers[i][0], resp->extra_headers[i][1]);
+}
+
+static enum MHD_Result send_upgrade(struct MHD_Connection *conn, struct http_response *resp)
+{
+	struct http_response *keep = malloc(sizeof(*keep));
+	if (!keep)
+		return MHD_NO;
+	*keep = *resp;
+	memset(keep->extra_headers, 0, sizeof(keep->extra_headers));
+	keep->json = NULL, keep->text = NULL;
+	struct MHD_Response *r = MHD_create_response_for_upgrade(on_upgrade, keep);
+	if (!r) {
+		free(keep);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_UPGRADE,
+				resp->upgrade_protocol ? resp->upgrade_protocol : "websocket");
+	add_headers(r, resp);
+	enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_SWITCHING_PROTOCOLS, r);
+	MHD_destroy_response(r);
+	if (ret != MHD_YES)
+		free(keep);
+	return ret;
+}
+
+static enum MHD_Result send_response(struct MHD_Connection *conn, struct http_server *srv, struct http_response *resp)
+{
+	enum MHD_Result ret;
+	char *body;
+	size_t len;
+
+	if (srv->opts.on_status)
+		srv->opts.on_status(srv->opts.app, resp->status);
+	if (resp->status == 101 && resp->upgrade)
+		return send_upgrade(conn, resp);
+	if (resp->json) {
+		body = json_dumps(resp->json, JSON_COMPACT);
+		len = body ? strlen(body) : 0;
+	} else {
+		body = TAKE_PTR(resp->text);
+		len = body ? strlen(body) : 0;
+	}
+	if (body && resp->json && len > 0) {
+		char *n = realloc(body, len + 2); /* newline: friendlier for curl */
+		if (n) {
+			body = n;
+			body[len++] = '\n';
+			body[len] = '\0';
+		}
+	}
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, body ? body : (char *)"",
+								 body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+	if (!r) {
+		free(body);
+		return MHD_NO;
+	}
+	if (len > 0 || resp->content_type)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+					resp->content_type ? resp->content_type : "application/json");
+	add_headers(r, resp);
+	ret = MHD_queue_response(conn, (unsigned)resp->status, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+static enum MHD_Result reply_now(struct MHD_Connection *conn, struct http_server *srv, struct http_response *resp)
+{
+	enum MHD_Result ret = send_response(conn, srv, resp);
+	response_free(resp);
+	return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+				  const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+	struct http_server *srv = cls;
+	struct req_ctx *ctx = *con_cls;
+	struct http_response resp = { 0 };
+	(void)version;
+
+	if (!ctx) {
+		if (!(ctx = calloc(1, sizeof(*ctx))))
+			return MHD_NO;
+		ctx->srv = srv;
+		*con_cls = ctx;
+		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+		if (cl && strtoull(cl, NULL, 10) > HTTP_MAX_BODY) {
+			ctx->too_large = true;
+			http_problem(&resp, 413, NULL, "request body over %d bytes", HTTP_MAX_BODY);
+			return reply_now(conn, srv, &resp);
+		}
+		return MHD_YES;
+	}
+	if (*upload_size) {
+		if (!ctx->too_large && ctx->len + *upload_size > HTTP_MAX_BODY) {
+			ctx->too_large = true;
+			free(TAKE_PTR(ctx->body));
+		}
+		if (!ctx->too_large) {
+			char *n = realloc(ctx->body, ctx->len + *upload_size + 1);
+			if (!n)
+				return MHD_NO;
+			memcpy(n + ctx->len, upload, *upload_size);
+			ctx->body = n;
+			ctx->len += *upload_size;
+			ctx->body[ctx->len] = '\0';
+		}
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	if (ctx->too_large) {
+		http_problem(&resp, 413, NULL, "request body over %d bytes", HTTP_MAX_BODY);
+		return reply_now(conn, srv, &resp);
+	}
+	struct http_request req = {
+		.method = method, .path = url, .body = ctx->body, .body_len = ctx->len, .conn = conn
+	};
+	dispatch(srv, &req, &resp);
+	return reply_now(conn, srv, &resp);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+	struct req_ctx *ctx = *con_cls;
+	(void)cls, (void)conn, (void)toe;
+	if (ctx) {
+		free(ctx->body);
+		free(ctx);
+		*con_cls = NULL;
+	}
+}
+
+static int listen_unix(const char *path, char **ret_path, ckpt_error *err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return err_set(err, ENAMETOOLONG, NULL, "unix socket path too long: '%s'", path);
+	strcpy(sa.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return err_set(err, errno, NULL, "socket: %m");
+	unlink(path); /* a stale socket from an earlier run */
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, 0660) < 0 || listen(fd, 128) < 0) {
+		int e = errno;
+		close(fd);
+		return err_set(err, e, NULL, "cannot listen on unix:%s: %s", path, strerror(e));
+	}
+	*ret_path = strdup(path);
+	return fd;
+}
+
+static int listen_tcp(const char *spec, ckpt_error *err)
+{
+	_cleanup_free_ char *host = strdup(spec);
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *res = NULL;
+	char *port;
+	int fd = -1, one = 1, e = 0;
+
+	if (!host || !(port = strrchr(host, ':')))
+		return err_set(err, EINVAL, NULL, "listen address '%s' is not HOST:PORT or unix:PATH", spec);
+	*port++ = '\0';
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+		host[strlen(host) - 1] = '\0';
+		memmove(host, host + 1, strlen(host));
+	}
+	if ((e = getaddrinfo(host[0] ? host : NULL, port, &hints, &res)) != 0)
+		return err_set(err, EINVAL, NULL, "listen address '%s': %s", spec, gai_strerror(e));
+	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+		if (fd < 0)
+			continue;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
+			break;
+		e = errno;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		return err_set(err, e ? e : EADDRNOTAVAIL, NULL, "cannot listen on %s: %s", spec,
+			       strerror(e ? e : EADDRNOTAVAIL));
+	return fd;
+}
+
+static int http_listen_one(struct http_server *s, const char *spec, ckpt_error *err)
+{
+	int fd;
+	if (!strncmp(spec, "unix:", 5))
+		fd = listen_unix(spec + 5, &s->unix_paths[s->n], err);
+	else if (!strncmp(spec, "fd:", 3))
+		fd = atoi(spec + 3);
+	else
+		fd = listen_tcp(spec, err);
+	if (fd < 0)
+		return fd;
+	unsigned flags =
+		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_ALLOW_UPGRADE | MHD_USE_POLL;
+	s->mhd[s->n] =
+		MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd,
+				 MHD_OPTION_CONNECTION_TIMEOUT, s->opts.conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+				 s->opts.conn_limit, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+	if (!s->mhd[s->n]) {
+		close(fd);
+		return err_set(err, EIO, NULL, "libmicrohttpd could not serve %s", spec);
+	}
+	s->n++;
+	return 0;
+}
+
+int http_start(const struct http_server_opts *opts, char *const *listen, size_t n_listen, struct http_server **ret,
+	       ckpt_error *err)
+{
+	struct http_server *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->opts = *opts;
+	if (!s->opts.conn_limit)
+		s->opts.conn_limit = 256;
+	if (!s->opts.conn_timeout_s)
+		s->opts.conn_timeout_s = 60;
+	for (size_t i = 0; i < n_listen && i < MAX_SERVERS; i++) {
+		int r = http_listen_one(s, listen[i], err);
+		if (r < 0) {
+			http_stop(s);
+			return r;
+		}
+	}
+	*ret = s;
+	return 0;
+}
+
+void http_stop(struct http_server *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->n; i++) {
+		MHD_stop_daemon(s->mhd[i]);
+		if (s->unix_paths[i])
+			unlink(s->unix_paths[i]);
+		free(s->unix_paths[i]);
+	}
+	free(s);
+}

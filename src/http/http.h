@@ -1,0 +1,70 @@
+/* http.h: the HTTP transport on libmicrohttpd. It reads bodies into a capped
+ * buffer, checks auth and content type, routes, and writes JSON or
+ * problem+json. Only http.c includes microhttpd.h. */
+#pragma once
+#include <jansson.h>
+#include "lib/util.h"
+
+#define HTTP_MAX_BODY (1024 * 1024)
+
+struct http_request {
+	const char *method;
+	const char *path; /* without the query */
+	const char *body; /* NUL-terminated, may be NULL */
+	size_t body_len;
+	void *conn;            /* opaque, for http_query / http_header */
+	const char *params[4]; /* {id}-style path parameters, in order */
+	size_t n_params;
+};
+
+struct http_response {
+	int status;
+	json_t *json;             /* body, owned; or */
+	char *text;               /* body, owned */
+	const char *content_type; /* default application/json */
+	/* WebSocket and other upgrades: called after 101 with the raw socket, on
+	 * the connection's thread; it should hand the work to a thread of its own
+	 * and return. extra holds bytes already read past the headers. When done
+	 * with fd, call http_upgrade_close(handle) exactly once (it closes fd). */
+	void (*upgrade)(void *arg, int fd, const char *extra, size_t extra_len, void *handle);
+	void *upgrade_arg;
+	const char *upgrade_protocol; /* value of Upgrade: header, e.g. "websocket" */
+	char *extra_headers[4][2];    /* name, value (owned) */
+};
+
+typedef void (*http_handler)(void *app, const struct http_request *req, struct http_response *resp);
+
+struct http_route {
+	const char *method;  /* "GET", "POST", ... */
+	const char *pattern; /* "/v1/checkpoints/{id}/restore" */
+	http_handler handler;
+	bool public_;  /* no token needed */
+	bool raw_body; /* handler accepts any content type */
+};
+
+struct http_server;
+struct http_server_opts {
+	const struct http_route *routes;
+	size_t n_routes;
+	void *app;
+	const char *token;                        /* NULL: no auth */
+	void (*on_status)(void *app, int status); /* counts responses, may be NULL */
+	unsigned conn_limit;                      /* default 256 */
+	unsigned conn_timeout_s;                  /* default 60 */
+};
+
+/* listen: "HOST:PORT", "unix:PATH", or "fd:N" (socket activation). */
+int http_start(const struct http_server_opts *opts, char *const *listen, size_t n_listen, struct http_server **ret,
+	       ckpt_error *err);
+void http_stop(struct http_server *s);
+
+void http_upgrade_close(void *handle);
+
+const char *http_query(const struct http_request *req, const char *key);
+const char *http_header(const struct http_request *req, const char *key);
+
+/* Fill resp with application/problem+json {type,title,status,detail,code}. */
+void http_problem(struct http_response *resp, int status, const char *code, const char *fmt, ...) _printf_(4, 5);
+/* Map an engine error (errno table) to a problem response. */
+void http_error(struct http_response *resp, const ckpt_error *err);
+void http_json(struct http_response *resp, int status, json_t *body);

@@ -1,0 +1,40 @@
+/* metrics.h: counters and histograms, rendered in Prometheus text format 0.0.4. */
+#pragma once
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define METRICS_BUCKETS 14
+enum metrics_op {
+	OP_CREATE,
+	OP_RESTORE,
+	OP_DELETE,
+	OP_SWEEP,
+	OP_COUNT_
+};
+
+struct metrics_hist {
+	uint64_t buckets[METRICS_BUCKETS]; /* cumulative at render time */
+	uint64_t count;
+	double sum;
+};
+
+struct metrics {
+	pthread_mutex_t lock;
+	struct metrics_hist create_s, restore_s;
+	uint64_t ops[OP_COUNT_][2]; /* [op][0 = success, 1 = error] */
+	uint64_t http[600];         /* by status code */
+};
+
+/* What the engine knows at render time. */
+struct metrics_gauges {
+	uint64_t creating, active, deleting, failed; /* failed: async creates that did not make it */
+	uint64_t checkpoint_bytes;
+	const char *version, *backend;
+};
+
+void metrics_init(struct metrics *m);
+void metrics_destroy(struct metrics *m);
+void metrics_op(struct metrics *m, enum metrics_op op, bool ok, double seconds);
+void metrics_http(struct metrics *m, int status);
+char *metrics_render(struct metrics *m, const struct metrics_gauges *g);

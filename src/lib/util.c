@@ -1,0 +1,398 @@
+/* util.c: errors, logs, time, validation and crash-safe file helpers. */
+#include "lib/util.h"
+
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+
+int err_set(ckpt_error *err, int errnum, const char *code, const char *fmt, ...)
+{
+	if (errnum < 0)
+		errnum = -errnum;
+	if (errnum == 0)
+		errnum = EIO;
+	if (err) {
+		va_list ap;
+		err->errnum = errnum;
+		err->code = code;
+		va_start(ap, fmt);
+		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+		va_end(ap);
+	}
+	return -errnum;
+}
+
+int err_prefix(ckpt_error *err, const char *fmt, ...)
+{
+	if (!err)
+		return -EIO;
+	char ctx[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(ctx, sizeof(ctx), fmt, ap);
+	va_end(ap);
+	/* "ctx: old", cut at the buffer's end. */
+	size_t cl = strlen(ctx), cap = sizeof(err->msg);
+	size_t ol = strnlen(err->msg, cap - 1);
+	if (cl + 2 + ol > cap - 1)
+		ol = cap - 1 - cl - 2;
+	memmove(err->msg + cl + 2, err->msg, ol);
+	memcpy(err->msg, ctx, cl);
+	memcpy(err->msg + cl, ": ", 2);
+	err->msg[cl + 2 + ol] = '\0';
+	return -(err->errnum ? err->errnum : EIO);
+}
+
+static bool log_prefix, log_verbose;
+
+void log_init(bool verbose)
+{
+	/* journald sets JOURNAL_STREAM for units whose stderr it reads. */
+	log_prefix = getenv("JOURNAL_STREAM") != NULL;
+	log_verbose = verbose;
+}
+
+void log_msg(int prio, const char *fmt, ...)
+{
+	static const char *names[] = { "emerg", "alert", "crit", "error", "warning", "notice", "info", "debug" };
+	char line[2048];
+	va_list ap;
+
+	if (prio >= LOG_DEBUG_ && !log_verbose)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (log_prefix)
+		fprintf(stderr, "<%d>%s\n", prio, line);
+	else
+		fprintf(stderr, "ckptd[%d]: %s: %s\n", (int)getpid(), names[prio & 7], line);
+}
+
+int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+char *fmt_rfc3339_ms(int64_t ms, char *buf, size_t len)
+{
+	time_t secs = (time_t)(ms / 1000);
+	struct tm tm;
+	char base[24];
+
+	gmtime_r(&secs, &tm);
+	strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf, len, "%s.%03dZ", base, (int)(ms % 1000));
+	return buf;
+}
+
+bool id_valid(const char *s)
+{
+	if (!s || strncmp(s, "cp_", 3) != 0 || strlen(s) != 27)
+		return false;
+	for (const char *p = s + 3; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+			return false;
+	return true;
+}
+
+/* Printable means: no C0/C1 control characters, valid UTF-8. */
+bool name_valid(const char *s)
+{
+	size_t chars = 0;
+	const unsigned char *p = (const unsigned char *)s;
+
+	if (!s)
+		return false;
+	while (*p) {
+		unsigned c = *p;
+		int extra;
+		if (c < 0x20 || c == 0x7f)
+			return false;
+		if (c < 0x80)
+			extra = 0;
+		else if ((c & 0xe0) == 0xc0 && c >= 0xc2)
+			extra = 1;
+		else if ((c & 0xf0) == 0xe0)
+			extra = 2;
+		else if ((c & 0xf8) == 0xf0 && c <= 0xf4)
+			extra = 3;
+		else
+			return false;
+		for (int i = 1; i <= extra; i++)
+			if ((p[i] & 0xc0) != 0x80)
+				return false;
+		if (extra == 1 && c == 0xc2 && p[1] < 0xa0) /* C1 controls */
+			return false;
+		p += extra + 1;
+		chars++;
+	}
+	return chars >= 1 && chars <= 128;
+}
+
+int random_hex(char *buf, size_t nbytes)
+{
+	unsigned char raw[64];
+	if (nbytes > sizeof(raw))
+		return -EINVAL;
+	if (getrandom(raw, nbytes, 0) != (ssize_t)nbytes)
+		return -errno;
+	for (size_t i = 0; i < nbytes; i++)
+		sprintf(buf + 2 * i, "%02x", raw[i]);
+	return 0;
+}
+
+/* "cp_" + 12 hex digits of ms since the epoch + 12 random hex digits: ids sort
+ * by creation time and never repeat. */
+int id_generate(char *buf, size_t len)
+{
+	char rnd[13];
+	int r;
+
+	if (len < 28)
+		return -EINVAL;
+	r = random_hex(rnd, 6);
+	if (r < 0)
+		return r;
+	snprintf(buf, len, "cp_%012llx%s", (unsigned long long)now_ms() & 0xffffffffffffULL, rnd);
+	return 0;
+}
+
+int fsync_dirfd(int dirfd)
+{
+	return fsync(dirfd) < 0 ? -errno : 0;
+}
+
+int fsync_path(const char *path)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	return fsync(fd) < 0 ? -errno : 0;
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+	const char *p = data;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int write_file_atomic(int dirfd, const char *name, const void *data, size_t len, mode_t mode)
+{
+	char tmp[512], rnd[9];
+	int r;
+
+	if (random_hex(rnd, 4) < 0)
+		return -EIO;
+	if ((size_t)snprintf(tmp, sizeof(tmp), ".%s.tmp.%s", name, rnd) >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	_cleanup_close_ int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+	if (fd < 0)
+		return -errno;
+	r = write_all(fd, data, len);
+	if (r == 0 && fsync(fd) < 0)
+		r = -errno;
+	if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
+		r = -errno;
+	if (r < 0) {
+		unlinkat(dirfd, tmp, 0);
+		return r;
+	}
+	return fsync_dirfd(dirfd);
+}
+
+int read_file_at(int dirfd, const char *name, size_t max, char **ret, size_t *ret_len)
+{
+	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_free_ char *buf = NULL;
+	size_t len = 0, cap = 0;
+
+	if (fd < 0)
+		return -errno;
+	for (;;) {
+		if (len + 4096 + 1 > cap) {
+			cap = cap ? cap * 2 : 8192;
+			char *n = realloc(buf, cap);
+			if (!n)
+				return -ENOMEM;
+			buf = n;
+		}
+		ssize_t k = read(fd, buf + len, cap - len - 1);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (k == 0)
+			break;
+		len += (size_t)k;
+		if (len > max)
+			return -EFBIG;
+	}
+	buf[len] = '\0';
+	*ret = TAKE_PTR(buf);
+	if (ret_len)
+		*ret_len = len;
+	return 0;
+}
+
+int mkdir_p(const char *path, mode_t mode)
+{
+	_cleanup_free_ char *p = strdup(path);
+	if (!p)
+		return -ENOMEM;
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(p, mode) < 0 && errno != EEXIST)
+			return -errno;
+		*s = '/';
+	}
+	if (mkdir(p, mode) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int rm_children(int dfd)
+{
+	_cleanup_closedir_ DIR *d = fdopendir(dfd);
+	struct dirent *de;
+	int r = 0;
+
+	if (!d) {
+		close(dfd);
+		return -errno;
+	}
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		int k = rm_rf_at(dirfd(d), de->d_name);
+		if (k < 0 && r == 0)
+			r = k;
+	}
+	return r;
+}
+
+int rm_rf_at(int dirfd, const char *name)
+{
+	struct stat st, parent;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISDIR(st.st_mode))
+		return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+	if (fstat(dirfd, &parent) == 0 && parent.st_dev != st.st_dev)
+		return -EXDEV; /* a mount point: never descend into another filesystem */
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = rm_children(fd);
+	if (r < 0)
+		return r;
+	return unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+char *path_join(const char *a, const char *b)
+{
+	char *out;
+	size_t la = strlen(a);
+	while (la > 0 && a[la - 1] == '/')
+		la--;
+	while (*b == '/')
+		b++;
+	if (asprintf(&out, "%.*s/%s", (int)la, a, b) < 0)
+		return NULL;
+	return out;
+}
+
+struct inode_set {
+	ino_t *v;
+	size_t n, cap;
+};
+
+static bool inode_seen(struct inode_set *s, ino_t ino)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (s->v[i] == ino)
+			return true;
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 64;
+		ino_t *n = realloc(s->v, cap * sizeof(*n));
+		if (!n)
+			return false;
+		s->v = n;
+		s->cap = cap;
+	}
+	s->v[s->n++] = ino;
+	return false;
+}
+
+static int du_walk(int dfd, const char *name, struct inode_set *links, uint64_t *sum)
+{
+	struct stat st;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && inode_seen(links, st.st_ino))
+		return 0;
+	*sum += (uint64_t)st.st_blocks * 512;
+	if (!S_ISDIR(st.st_mode))
+		return 0;
+	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -errno;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		int r = du_walk(dirfd(d), de->d_name, links, sum);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+int tree_disk_usage(int dirfd, const char *name, uint64_t *ret)
+{
+	struct inode_set links = { 0 };
+	uint64_t sum = 0;
+	int r = du_walk(dirfd, name, &links, &sum);
+	free(links.v);
+	if (r >= 0)
+		*ret = sum;
+	return r;
+}
+
+bool secure_streq(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned char diff = la != lb;
+	for (size_t i = 0; i < la; i++)
+		diff |= (unsigned char)a[i] ^ (unsigned char)b[lb ? i % lb : 0];
+	return diff == 0;
+}

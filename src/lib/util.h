@@ -1,0 +1,122 @@
+/* util.h: cleanup helpers, the error struct, logging, small fs and time helpers.
+ * Everything here is free of policy: callers decide what an error means. */
+#pragma once
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <dirent.h>
+#include <unistd.h>
+
+#define _unused_ __attribute__((unused))
+#define _printf_(a, b) __attribute__((format(printf, a, b)))
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+static inline void freep(void *p)
+{
+	free(*(void **)p);
+}
+static inline void closep(int *fd)
+{
+	if (*fd >= 0) {
+		int e = errno;
+		close(*fd);
+		errno = e;
+	}
+}
+static inline void closedirp(DIR **d)
+{
+	if (*d)
+		closedir(*d);
+}
+static inline void fclosep(FILE **f)
+{
+	if (*f)
+		fclose(*f);
+}
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define _cleanup_free_ _cleanup_(freep)
+#define _cleanup_close_ _cleanup_(closep)
+#define _cleanup_closedir_ _cleanup_(closedirp)
+#define _cleanup_fclose_ _cleanup_(fclosep)
+
+/* Hand ownership on: the variable is reset so its cleanup does nothing. */
+#define TAKE_PTR(p)                     \
+	({                              \
+		__typeof__(p) _t = (p); \
+		(p) = NULL;             \
+		_t;                     \
+	})
+#define TAKE_FD(fd)            \
+	({                     \
+		int _t = (fd); \
+		(fd) = -1;     \
+		_t;            \
+	})
+
+/* An error travelling up: errnum (positive errno) decides the HTTP status in one
+ * table (http.c); code, when set, is the stable machine code clients match on. */
+typedef struct ckpt_error {
+	int errnum;
+	const char *code; /* static string or NULL */
+	char msg[512];
+} ckpt_error;
+
+/* Fill err (may be NULL) and return -errnum. */
+int err_set(ckpt_error *err, int errnum, const char *code, const char *fmt, ...) _printf_(4, 5);
+/* Prefix context to an existing message: "context: old message". Returns -errnum. */
+int err_prefix(ckpt_error *err, const char *fmt, ...) _printf_(2, 3);
+
+/* Logging: one line per event; "<N>" priority prefixes when stderr goes to journald. */
+enum {
+	LOG_ERR_ = 3,
+	LOG_WARN_ = 4,
+	LOG_NOTICE_ = 5,
+	LOG_INFO_ = 6,
+	LOG_DEBUG_ = 7
+};
+void log_init(bool verbose);
+void log_msg(int prio, const char *fmt, ...) _printf_(2, 3);
+#define log_error(...) log_msg(LOG_ERR_, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_WARN_, __VA_ARGS__)
+#define log_notice(...) log_msg(LOG_NOTICE_, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_INFO_, __VA_ARGS__)
+#define log_debug(...) log_msg(LOG_DEBUG_, __VA_ARGS__)
+
+/* Time. */
+int64_t now_ms(void);  /* CLOCK_REALTIME, ms */
+int64_t mono_ms(void); /* CLOCK_MONOTONIC, ms */
+/* RFC 3339 UTC with milliseconds: "2026-11-22T10:00:00.123Z"; buf >= 32. */
+char *fmt_rfc3339_ms(int64_t ms, char *buf, size_t len);
+
+/* Validation of things that may become path components. */
+bool id_valid(const char *s);   /* checkpoint id: "cp_" + 24 lowercase hex */
+bool name_valid(const char *s); /* 1..128 printable UTF-8 characters, no control chars */
+/* A fresh, time-sortable checkpoint id. buf >= 32. */
+int id_generate(char *buf, size_t len);
+/* Random lowercase hex string of n bytes (2n chars) into buf (>= 2n+1). */
+int random_hex(char *buf, size_t nbytes);
+
+/* Crash-safe file replacement relative to a directory fd:
+ * write name.tmp.XXXX, fsync, rename over name, fsync the directory. */
+int write_file_atomic(int dirfd, const char *name, const void *data, size_t len, mode_t mode);
+int read_file_at(int dirfd, const char *name, size_t max, char **ret, size_t *ret_len);
+int fsync_dirfd(int dirfd);
+int fsync_path(const char *path);
+/* mkdir -p of an absolute path (mode 0700 for created parts). */
+int mkdir_p(const char *path, mode_t mode);
+/* Remove name below dirfd recursively, not following symlinks, not crossing mounts. */
+int rm_rf_at(int dirfd, const char *name);
+/* Join a and b with one '/'. Returns malloc'd string or NULL. */
+char *path_join(const char *a, const char *b);
+/* Sum of st_blocks*512 of a tree (not following symlinks); hardlinked inodes once. */
+int tree_disk_usage(int dirfd, const char *name, uint64_t *ret);
+
+/* Constant-time comparison of two strings (length leaks, content does not). */
+bool secure_streq(const char *a, const char *b);

@@ -1,0 +1,163 @@
+/* ckptd.c: main. Parses the configuration, recovers state, serves HTTP, and
+ * talks to systemd (READY, STATUS, WATCHDOG, STOPPING, socket activation). */
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+
+#include "http/api.h"
+#include "config.h"
+#include "engine/engine.h"
+#include "host/host.h"
+
+struct app {
+	struct config cfg;
+	struct engine *engine;
+	struct host *host;
+	struct http_server *http;
+	char *listen[MAX_LISTEN * 2];
+	size_t n_listen;
+	char fd_specs[MAX_LISTEN][16];
+};
+
+static void on_http_status(void *app, int status)
+{
+	engine_count_http(app, status);
+}
+
+/* A unix path the service manager already passed us is not bound again. */
+static bool passed_unix_path(int first, int n, const char *path)
+{
+	for (int fd = first; fd < first + n; fd++) {
+		struct sockaddr_un sa;
+		socklen_t len = sizeof(sa);
+		if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0 && sa.sun_family == AF_UNIX &&
+		    !strncmp(sa.sun_path, path, sizeof(sa.sun_path)))
+			return true;
+	}
+	return false;
+}
+
+static void app_listeners(struct app *a)
+{
+	int n = sd_listen_fds(1);
+	for (int i = 0; i < n && i < MAX_LISTEN; i++) {
+		snprintf(a->fd_specs[i], sizeof(a->fd_specs[i]), "fd:%d", SD_LISTEN_FDS_START + i);
+		a->listen[a->n_listen++] = a->fd_specs[i];
+	}
+	for (size_t i = 0; i < a->cfg.n_listen; i++) {
+		const char *spec = a->cfg.listen[i];
+		if (n > 0 && !strncmp(spec, "unix:", 5) && passed_unix_path(SD_LISTEN_FDS_START, n, spec + 5))
+			continue;
+		a->listen[a->n_listen++] = a->cfg.listen[i];
+	}
+}
+
+static int app_start_sandbox(struct app *a, ckpt_error *err)
+{
+	struct http_server_opts o = { .app = NULL };
+	int r = engine_open(&a->cfg, NULL, &a->engine, err);
+	if (r < 0)
+		return r;
+	o.routes = api_routes(&o.n_routes);
+	o.app = a->engine;
+	o.token = a->cfg.token;
+	o.on_status = on_http_status;
+	return http_start(&o, a->listen, a->n_listen, &a->http, err);
+}
+
+static int app_start_host(struct app *a, ckpt_error *err)
+{
+	int r = host_open(&a->cfg, &a->host, err);
+	if (r < 0)
+		return r;
+	struct http_server_opts o = { .app = a->host, .token = a->cfg.token };
+	o.routes = host_routes(&o.n_routes);
+	return http_start(&o, a->listen, a->n_listen, &a->http, err);
+}
+
+static void app_notify_status(struct app *a)
+{
+	char line[200] = "serving host mode";
+	if (a->engine)
+		engine_status_line(a->engine, line, sizeof(line));
+	sd_notifyf(0, "STATUS=%s", line);
+}
+
+/* Wait for a stop signal, petting the watchdog on the way. */
+static int app_wait(struct app *a)
+{
+	uint64_t wd_usec = 0;
+	sigset_t set;
+	siginfo_t si;
+	bool wd = sd_watchdog_enabled(0, &wd_usec) > 0;
+	int64_t tick_ms = wd ? (int64_t)(wd_usec / 2000) : 2000;
+
+	if (tick_ms < 10)
+		tick_ms = 10;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	for (;;) {
+		struct timespec ts = { .tv_sec = tick_ms / 1000, .tv_nsec = (tick_ms % 1000) * 1000000 };
+		int sig = sigtimedwait(&set, &si, &ts);
+		if (sig == SIGTERM || sig == SIGINT)
+			return sig;
+		if (wd)
+			sd_notify(0, "WATCHDOG=1");
+		app_notify_status(a);
+	}
+}
+
+static void app_block_signals(void)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+static void app_stop(struct app *a)
+{
+	http_stop(a->http);
+	engine_close(a->engine);
+	host_close(a->host);
+	config_free(&a->cfg);
+}
+
+int main(int argc, char **argv)
+{
+	static struct app a;
+	ckpt_error err = { 0 };
+	int r = config_parse(&a.cfg, argc, argv, &err);
+
+	if (r > 0)
+		return 0;
+	log_init(a.cfg.verbose);
+	if (r < 0) {
+		log_error("%s", err.msg);
+		return 2;
+	}
+	app_block_signals(); /* before any thread starts, so all inherit the mask */
+	app_listeners(&a);
+	r = a.cfg.mode == MODE_HOST ? app_start_host(&a, &err) : app_start_sandbox(&a, &err);
+	if (r < 0) {
+		log_error("cannot start: %s", err.msg);
+		sd_notifyf(0, "STATUS=failed to start: %s", err.msg);
+		app_stop(&a);
+		return 1;
+	}
+	for (size_t i = 0; i < a.n_listen; i++)
+		log_notice("listening on %s", a.listen[i]);
+	log_notice("ckptd %s ready (%s mode%s%s)", CKPTD_VERSION, a.cfg.mode == MODE_HOST ? "host" : "sandbox",
+		   a.engine ? ", backend " : "", a.engine ? engine_backend_name(a.engine) : "");
+	sd_notify(0, "READY=1");
+	app_notify_status(&a);
+	int sig = app_wait(&a);
+	log_notice("stopping on signal %d", sig);
+	sd_notify(0, "STOPPING=1");
+	app_stop(&a);
+	return 0;
+}
