@@ -159,7 +159,7 @@ int engine_open(const struct config *cfg, const struct engine_deps *deps, struct
 	if (r == 0 && deps && deps->services)
 		e->services = deps->services, e->services_borrowed = true;
 	else if (r == 0)
-		r = services_open(cfg, cfg->roots, cfg->n_roots, &e->services, err);
+		r = services_open(cfg, NULL, &e->services, err);
 	if (r == 0)
 		r = engine_sweeper_start(e, err);
 	if (r < 0) {

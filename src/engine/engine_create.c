@@ -107,6 +107,22 @@ static int create_over_budget(struct engine *e, ckpt_error *err)
 		       (unsigned long long)bytes, (long long)e->cfg->max_state_bytes);
 }
 
+/* The backend's copy inside a freeze of the units that use the roots; what
+ * the freeze did goes into rep. */
+static int create_frozen(struct engine *e, const char *id, struct engine_op *op, json_t **data, uint64_t *size,
+			 struct svc_report *rep, ckpt_error *err)
+{
+	struct svc_plan plan;
+	if (services_plan(e->services, e->cfg->roots, e->cfg->n_roots, &plan) < 0)
+		log_warn("services: cannot list the units to freeze");
+	services_freeze(e->services, &plan);
+	int r = e->backend->create(e->bst, id, data, size, &op->progress, err);
+	services_thaw(e->services, &plan);
+	services_report(&plan, rep);
+	services_plan_free(&plan);
+	return r;
+}
+
 static int create_capture(struct engine *e, json_t *rec, struct engine_op *op, ckpt_error *err)
 {
 	const char *id = record_id(rec);
@@ -114,15 +130,10 @@ static int create_capture(struct engine *e, json_t *rec, struct engine_op *op, c
 	json_t *data = NULL;
 	uint64_t size = 0;
 	int64_t t0 = mono_ms();
-	bool avail = services_available(e->services);
 	int r;
 
 	svc_report_init(&rep);
-	if (avail)
-		services_freeze(e->services, &rep);
-	r = e->backend->create(e->bst, id, &data, &size, &op->progress, err);
-	if (avail)
-		services_thaw(e->services, &rep);
+	r = create_frozen(e, id, op, &data, &size, &rep, err);
 	if (r < 0) {
 		if (err && (err->errnum == ENOSPC || err->errnum == EDQUOT))
 			err->errnum = ENOSPC, err->code = "insufficient_storage";
