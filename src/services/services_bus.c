@@ -200,7 +200,7 @@ static int job_read_reply(sd_bus_message *reply, struct services_jobs *jobs, siz
 {
 	const char *path, *unit, *unit_path, *type;
 	uint32_t id;
-	int r = sd_bus_message_read(reply, "uososa(uosos)", &id, &path, &unit, &unit_path, &type);
+	int r = sd_bus_message_read(reply, "uosos", &id, &path, &unit, &unit_path, &type);
 	if (r < 0)
 		return r;
 	if (!(jobs->v[at].path = strdup(path)))

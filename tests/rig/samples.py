@@ -1,6 +1,7 @@
 """The sample units the rig tests run under ckptd: a web app serving files
 from the managed root, a worker appending to a file in it, a unit that
-cannot start after a restore, and a bystander outside the root."""
+cannot start after a restore, one that ignores SIGTERM, one bound to the web
+app, and a bystander outside the root."""
 import requests
 
 import rig as rigmod
@@ -63,6 +64,15 @@ Description=rig unit that ignores SIGTERM
 WorkingDirectory=/srv/app
 ExecStart=/usr/bin/python3 -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(1e6)'
 TimeoutStopSec=300
+""",
+        # Uses nothing under the root, but is bound to web.service: systemd
+        # stops it whenever web.service stops.
+        "bound.service": f"""[Unit]
+Description=rig unit bound to web.service
+BindsTo=web.service
+After=web.service
+[Service]
+ExecStart={SLEEPER}
 """,
         # Uses nothing under the root: must never be touched.
         "bystander.service": f"""[Unit]
