@@ -211,6 +211,22 @@ static int job_read_reply(sd_bus_message *reply, struct services_jobs *jobs, siz
 	return r < 0 ? r : 0;
 }
 
+/* StopUnit / StartUnit, for a systemd older than 246: no side effects seen. */
+static int job_queue_plain(struct services_bus *b, struct services_job *j, enum services_job_kind kind, sd_bus_error *e)
+{
+	_cleanup_bus_message_ sd_bus_message *reply = NULL;
+	const char *path;
+	sd_bus_error_free(e);
+	int r = sd_bus_call_method(b->bus, SD_DEST, SD_PATH, SD_MANAGER,
+				   kind == SERVICES_JOB_STOP ? "StopUnit" : "StartUnit", e, &reply, "ss", j->unit,
+				   "replace");
+	if (r >= 0)
+		r = sd_bus_message_read(reply, "o", &path);
+	if (r >= 0 && !(j->path = strdup(path)))
+		r = -ENOMEM;
+	return r;
+}
+
 /* EnqueueUnitJob (systemd >= 246) for one job; a refused call ends the job. */
 static void job_queue(struct services_bus *b, struct services_jobs *jobs, size_t at, enum services_job_kind kind,
 		      int64_t timeout_ms)
@@ -225,6 +241,8 @@ static void job_queue(struct services_bus *b, struct services_jobs *jobs, size_t
 	if (r >= 0)
 		r = job_read_reply(reply, jobs, at);
 	j = &jobs->v[at];
+	if (r < 0 && sd_bus_error_has_name(&e, SD_BUS_ERROR_UNKNOWN_METHOD))
+		r = job_queue_plain(b, j, kind, &e);
 	if (r < 0 && !j->path) {
 		j->error = bus_reason(&e, r);
 		j->done = true;

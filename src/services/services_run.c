@@ -49,9 +49,14 @@ static void judge_stop(struct services *s, void *conn, struct services_job *j, s
 	if (j->side_effect)
 		u->side_effect = true;
 	if (s->ops->active_state(conn, j->unit, &st) >= 0 && state_down(st)) {
+		/* Down, its processes gone: safe to swap, even if it went down
+		 * uncleanly (a failed ExecStop=, a kill), which the log says. */
 		u->stopped = true;
-		log_info("services: stopped \"%s\"%s in %lld ms (job %s, unit %s)", j->unit,
-			 j->side_effect ? " (with a managed unit)" : "", job_ms(j), j->result ? j->result : "?", st);
+		if (!strcmp(st, "failed") && s->ops->unit_result(conn, j->unit, &why) < 0)
+			why = NULL;
+		log_msg(why ? LOG_WARN_ : LOG_INFO_, "services: stopped \"%s\"%s in %lld ms (job %s, unit %s%s%s)",
+			j->unit, j->side_effect ? " (with a managed unit)" : "", job_ms(j), j->result ? j->result : "?",
+			st, why ? ", result " : "", why ? why : "");
 		return;
 	}
 	if (j->error)

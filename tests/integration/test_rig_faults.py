@@ -19,7 +19,7 @@ import time
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "rig"))
-from samples import active, api, main_pid, web_get, write_in  # noqa: E402
+from samples import active, api, main_pid, wait_ignoring_sigterm, web_get, write_in  # noqa: E402
 import samples  # noqa: E402
 
 FREEZER = "/sys/fs/cgroup/freezer"
@@ -88,6 +88,7 @@ def test_unit_bound_to_a_managed_unit_is_reported_and_started_again(rig):
 
 def test_unit_surviving_sigkill_fails_the_restore(rig):
     rig.systemctl("start", "stubborn.service")
+    wait_ignoring_sigterm(rig, "stubborn.service")
     wait_for("stubborn's cwd in the root", lambda: rig.sh(
         "readlink", f"/proc/{main_pid(rig, 'stubborn.service')}/cwd").stdout.strip() == "/srv/app")
     write_in(rig, "/srv/app/www/index.html", "v2\n")

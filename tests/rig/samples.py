@@ -2,6 +2,8 @@
 from the managed root, a worker appending to a file in it, a unit that
 cannot start after a restore, one that ignores SIGTERM, one bound to the web
 app, and a bystander outside the root."""
+import time
+
 import requests
 
 import rig as rigmod
@@ -122,6 +124,19 @@ def main_pid(rig, unit):
 
 def active(rig, unit):
     return rig.show(unit, "ActiveState")["ActiveState"]
+
+
+def wait_ignoring_sigterm(rig, unit, timeout=20):
+    """Until the unit's main process has set SIGTERM to ignored: right after
+    `systemctl start` Python may still be starting, and dies of SIGTERM."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = rig.sh("cat", f"/proc/{main_pid(rig, unit)}/status", check=False).stdout
+        ign = [line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")]
+        if ign and int(ign[0], 16) & (1 << (15 - 1)):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{unit} never ignored SIGTERM")
 
 
 def web_get(rig, path):
