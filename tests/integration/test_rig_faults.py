@@ -7,7 +7,8 @@
   host, where SIGKILL cannot end it, as a process in uninterruptible sleep)
   fails the restore: ok false, the roots not swapped, the other units started
   again;
-- a unit that fails to start after the restore: ok false with its reason;
+- a unit that fails to start after the restore: ok false with its reason,
+  which `ckpt restore` prints too;
 - the journal has a line per freeze, stop and start, with its duration.
 
 One container for the module; the tests run in file order."""
@@ -143,6 +144,16 @@ def test_unit_that_fails_to_start_after_the_restore(rig):
     assert "'failed'" in why and "exit-code" in why, why
     assert active(rig, "fragile.service") == "failed"
     assert sorted(rep["started_services"]) == ["bound.service", "web.service", "worker.service"], rep
+
+
+def test_cli_prints_each_failure_with_its_reason(rig):
+    rig.sh("touch", "/srv/app/fragile.ok")
+    rig.systemctl("start", "fragile.service")
+    out = rig.sh("ckpt", "--url", rig.api, "restore", rig.base, check=False)
+    assert out.returncode == 1, out
+    assert out.stdout.startswith("Restore finished with failures:"), out.stdout
+    assert "Failed:         fragile.service\n" in out.stdout, out.stdout
+    assert "Failure:        fragile.service: start job ended 'failed'" in out.stdout, out.stdout
 
 
 def test_journal_has_each_freeze_stop_and_start(rig):
