@@ -115,10 +115,12 @@ out:
 	pthread_mutex_unlock(&e->op_lock);
 	engine_op_end(e, op);
 	if (r == 0) {
-		log_info("restored \"%s\" in %lld ms", record_id(plan.rec), (long long)(t[3] - t[0]));
+		log_event(LOG_INFO_, &(struct log_fields){ "restore", record_id(plan.rec), NULL, t[3] - t[0] },
+			  "restored \"%s\" in %lld ms", record_id(plan.rec), (long long)(t[3] - t[0]));
 		engine_kick_maintenance(e);
 	} else if (plan.rec) {
-		log_warn("restore of \"%s\" failed: %s", record_id(plan.rec), err ? err->msg : "");
+		log_event(LOG_WARN_, &(struct log_fields){ "restore", record_id(plan.rec), NULL, -1 },
+			  "restore of \"%s\" failed: %s", record_id(plan.rec), err ? err->msg : "");
 	}
 	metrics_op(&e->metrics, OP_RESTORE, r == 0, r == 0 ? (double)(t[3] - t[0]) / 1000.0 : 0);
 	svc_report_free(&rep);
