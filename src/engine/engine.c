@@ -284,7 +284,8 @@ int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err)
 	else
 		r = engine_drop(e, rec, err);
 	if (r == 0)
-		log_info("deleted checkpoint \"%s\"", record_id(rec));
+		log_event(LOG_INFO_, &(struct log_fields){ "delete", record_id(rec), NULL, -1 },
+			  "deleted checkpoint \"%s\"", record_id(rec));
 	json_decref(rec);
 	engine_set_status(e, NULL, NULL);
 	pthread_mutex_unlock(&e->op_lock);

@@ -178,11 +178,14 @@ static int create_run(struct engine *e, json_t *rec, bool keep_failed, ckpt_erro
 	engine_op_end(e, op);
 	metrics_op(&e->metrics, OP_CREATE, r == 0, (double)(mono_ms() - t0) / 1000.0);
 	if (r == 0) {
-		log_info("created checkpoint \"%s\" (\"%s\") in %lld ms", id,
-			 json_string_value(json_object_get(rec, "name")), (long long)(mono_ms() - t0));
+		int64_t ms = mono_ms() - t0;
+		log_event(LOG_INFO_, &(struct log_fields){ "create", id, NULL, ms },
+			  "created checkpoint \"%s\" (\"%s\") in %lld ms", id,
+			  json_string_value(json_object_get(rec, "name")), (long long)ms);
 		return 0;
 	}
-	log_warn("create of \"%s\" failed: %s", id, err ? err->msg : "");
+	log_event(LOG_WARN_, &(struct log_fields){ "create", id, NULL, mono_ms() - t0 }, "create of \"%s\" failed: %s",
+		  id, err ? err->msg : "");
 	if (keep_failed) {
 		json_object_set_new(rec, "status", json_string("failed"));
 		json_object_set_new(

@@ -138,13 +138,16 @@ out:
 	engine_op_end(e, op);
 	int64_t ms = mono_ms() - t0;
 	if (r == 0) {
-		log_info("restored \"%s\" in %lld ms", record_id(plan.rec), (long long)ms);
+		log_event(LOG_INFO_, &(struct log_fields){ "restore", record_id(plan.rec), NULL, ms },
+			  "restored \"%s\" in %lld ms", record_id(plan.rec), (long long)ms);
 		engine_kick_maintenance(e);
 	} else if (r > 0) {
-		log_warn("restore of \"%s\" not done: a unit that uses the roots could not be stopped",
-			 record_id(plan.rec));
+		log_event(LOG_WARN_, &(struct log_fields){ "restore", record_id(plan.rec), NULL, ms },
+			  "restore of \"%s\" not done: a unit that uses the roots could not be stopped",
+			  record_id(plan.rec));
 	} else if (plan.rec) {
-		log_warn("restore of \"%s\" failed: %s", record_id(plan.rec), err ? err->msg : "");
+		log_event(LOG_WARN_, &(struct log_fields){ "restore", record_id(plan.rec), NULL, -1 },
+			  "restore of \"%s\" failed: %s", record_id(plan.rec), err ? err->msg : "");
 	}
 	metrics_op(&e->metrics, OP_RESTORE, r == 0, r == 0 ? (double)ms / 1000.0 : 0);
 	json_decref(extra);

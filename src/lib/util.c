@@ -1,4 +1,4 @@
-/* util.c: errors, logs, time, validation and crash-safe file helpers. */
+/* util.c: errors, time, validation and crash-safe file helpers. */
 #include "lib/util.h"
 
 #include <sys/random.h>
@@ -42,32 +42,6 @@ int err_prefix(ckpt_error *err, const char *fmt, ...)
 	memcpy(err->msg + cl, ": ", 2);
 	err->msg[cl + 2 + ol] = '\0';
 	return -(err->errnum ? err->errnum : EIO);
-}
-
-static bool log_prefix, log_verbose;
-
-void log_init(bool verbose)
-{
-	/* journald sets JOURNAL_STREAM for units whose stderr it reads. */
-	log_prefix = getenv("JOURNAL_STREAM") != NULL;
-	log_verbose = verbose;
-}
-
-void log_msg(int prio, const char *fmt, ...)
-{
-	static const char *names[] = { "emerg", "alert", "crit", "error", "warning", "notice", "info", "debug" };
-	char line[2048];
-	va_list ap;
-
-	if (prio >= LOG_DEBUG_ && !log_verbose)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	if (log_prefix)
-		fprintf(stderr, "<%d>%s\n", prio, line);
-	else
-		fprintf(stderr, "ckptd[%d]: %s: %s\n", (int)getpid(), names[prio & 7], line);
 }
 
 int64_t now_ms(void)

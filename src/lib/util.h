@@ -73,7 +73,8 @@ int err_set(ckpt_error *err, int errnum, const char *code, const char *fmt, ...)
 /* Prefix context to an existing message: "context: old message". Returns -errnum. */
 int err_prefix(ckpt_error *err, const char *fmt, ...) _printf_(2, 3);
 
-/* Logging: one line per event; "<N>" priority prefixes when stderr goes to journald. */
+/* Logging (log.c). Under journald each event is a journal entry with structured
+ * fields; elsewhere a timestamped line on stderr. */
 enum {
 	LOG_ERR_ = 3,
 	LOG_WARN_ = 4,
@@ -82,7 +83,15 @@ enum {
 	LOG_DEBUG_ = 7
 };
 void log_init(bool verbose);
+bool log_is_verbose(void);
 void log_msg(int prio, const char *fmt, ...) _printf_(2, 3);
+/* An event of an operation, with the journal fields OPERATION, CHECKPOINT_ID, UNIT
+ * and DURATION_MS (each left out when NULL or < 0). */
+struct log_fields {
+	const char *operation, *checkpoint_id, *unit;
+	int64_t duration_ms;
+};
+void log_event(int prio, const struct log_fields *f, const char *fmt, ...) _printf_(3, 4);
 #define log_error(...) log_msg(LOG_ERR_, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_WARN_, __VA_ARGS__)
 #define log_notice(...) log_msg(LOG_NOTICE_, __VA_ARGS__)
