@@ -257,8 +257,9 @@ static void job_kill(struct services_bus *b, struct services_job *j)
 				   (int32_t)SIGKILL);
 	j->killed = true;
 	j->deadline = mono_ms() + KILL_GRACE_MS;
-	log_warn("services: \"%s\" did not stop in time: SIGKILL%s%s", j->unit, r < 0 ? " failed: " : "",
-		 r < 0 ? (e.message ? e.message : strerror(-r)) : "");
+	log_event(LOG_WARN_, &(struct log_fields){ "stop", NULL, j->unit, mono_ms() - j->queued_ms },
+		  "services: \"%s\" did not stop in time: SIGKILL%s%s", j->unit, r < 0 ? " failed: " : "",
+		  r < 0 ? (e.message ? e.message : strerror(-r)) : "");
 }
 
 /* Handle jobs past their deadline; returns the nearest remaining deadline or

@@ -54,9 +54,10 @@ static void judge_stop(struct services *s, void *conn, struct services_job *j, s
 		u->stopped = true;
 		if (!strcmp(st, "failed") && s->ops->unit_result(conn, j->unit, &why) < 0)
 			why = NULL;
-		log_msg(why ? LOG_WARN_ : LOG_INFO_, "services: stopped \"%s\"%s in %lld ms (job %s, unit %s%s%s)",
-			j->unit, j->side_effect ? " (with a managed unit)" : "", job_ms(j), j->result ? j->result : "?",
-			st, why ? ", result " : "", why ? why : "");
+		log_event(why ? LOG_WARN_ : LOG_INFO_, &(struct log_fields){ "stop", NULL, j->unit, job_ms(j) },
+			  "services: stopped \"%s\"%s in %lld ms (job %s, unit %s%s%s)", j->unit,
+			  j->side_effect ? " (with a managed unit)" : "", job_ms(j), j->result ? j->result : "?", st,
+			  why ? ", result " : "", why ? why : "");
 		return;
 	}
 	if (j->error)
@@ -65,7 +66,8 @@ static void judge_stop(struct services *s, void *conn, struct services_job *j, s
 		why = fmt("stop job ended '%s', unit is %s", j->result ? j->result : "?",
 			  st ? st : "in an unknown state");
 	services_unit_fail(u, why);
-	log_warn("services: \"%s\" still runs after %lld ms: %s", j->unit, job_ms(j), u->reason);
+	log_event(LOG_WARN_, &(struct log_fields){ "stop", NULL, j->unit, job_ms(j) },
+		  "services: \"%s\" still runs after %lld ms: %s", j->unit, job_ms(j), u->reason);
 }
 
 /* Leftover processes (KillMode=process or none) of a unit systemd calls
@@ -78,7 +80,8 @@ static int check_leftovers(struct services *s, struct svc_plan *p)
 		struct svc_unit *u = &p->units[i];
 		if (u->stopped && !u->failed && services_strv_contains(&using, u->name)) {
 			services_unit_fail(u, "stopped, but processes of the unit still use a root");
-			log_warn("services: \"%s\": %s", u->name, u->reason);
+			log_event(LOG_WARN_, &(struct log_fields){ "stop", NULL, u->name, -1 }, "services: \"%s\": %s",
+				  u->name, u->reason);
 		}
 	}
 	services_strv_clear(&using);
@@ -149,13 +152,15 @@ static void judge_start(struct services *s, void *conn, struct services_job *j, 
 	bool job_ok = !j->error && j->result && !strcmp(j->result, "done");
 	if ((job_ok || j->timed_out) && st && (!strcmp(st, "active") || !strcmp(st, "reloading"))) {
 		u->started = true;
-		log_info("services: started \"%s\" in %lld ms", j->unit, job_ms(j));
+		log_event(LOG_INFO_, &(struct log_fields){ "start", NULL, j->unit, job_ms(j) },
+			  "services: started \"%s\" in %lld ms", j->unit, job_ms(j));
 		return;
 	}
 	if ((job_ok || j->timed_out) && st && !strcmp(st, "activating")) {
 		u->activating = true;
-		log_info("services: \"%s\" still activating after %lld ms, within its start timeout", j->unit,
-			 job_ms(j));
+		log_event(LOG_INFO_, &(struct log_fields){ "start", NULL, j->unit, job_ms(j) },
+			  "services: \"%s\" still activating after %lld ms, within its start timeout", j->unit,
+			  job_ms(j));
 		return;
 	}
 	if (s->ops->unit_result(conn, j->unit, &res) < 0)
@@ -164,7 +169,8 @@ static void judge_start(struct services *s, void *conn, struct services_job *j, 
 		  j->error ? "" : (j->result ? j->result : "?"), j->error ? "" : "'", st ? st : "in an unknown state",
 		  res ? " (result: " : "", res ? res : "", res ? ")" : "");
 	services_unit_fail(u, why);
-	log_warn("services: \"%s\" did not start (%lld ms): %s", j->unit, job_ms(j), u->reason);
+	log_event(LOG_WARN_, &(struct log_fields){ "start", NULL, j->unit, job_ms(j) },
+		  "services: \"%s\" did not start (%lld ms): %s", j->unit, job_ms(j), u->reason);
 }
 
 int services_start(struct services *s, struct svc_plan *p)
@@ -184,14 +190,15 @@ static void freeze_one(struct services *s, void *conn, struct svc_unit *u, bool 
 	int64_t t0 = mono_ms();
 	int r = s->ops->freeze(conn, u->name, freeze, s->timeout_ms, &reason);
 	long long ms = (long long)(mono_ms() - t0);
+	struct log_fields f = { freeze ? "freeze" : "thaw", NULL, u->name, ms };
 	if (r >= 0) {
 		*(freeze ? &u->frozen : &u->thawed) = true;
-		log_info("services: %s \"%s\" in %lld ms", freeze ? "froze" : "thawed", u->name, ms);
+		log_event(LOG_INFO_, &f, "services: %s \"%s\" in %lld ms", freeze ? "froze" : "thawed", u->name, ms);
 		return;
 	}
 	free(u->reason);
 	u->reason = fmt("not %s: %s", freeze ? "frozen" : "thawed", reason ? reason : "unknown error");
-	log_warn("services: \"%s\" %s (%lld ms)", u->name, u->reason ? u->reason : "", ms);
+	log_event(LOG_WARN_, &f, "services: \"%s\" %s (%lld ms)", u->name, u->reason ? u->reason : "", ms);
 }
 
 /* Freeze every running unit of the plan, or thaw every one frozen. */

@@ -12,6 +12,7 @@
 - the journal has a line per freeze, stop and start, with its duration.
 
 One container for the module; the tests run in file order."""
+import json
 import os
 import pathlib
 import sys
@@ -162,3 +163,12 @@ def test_journal_has_each_freeze_stop_and_start(rig):
                  'stopped "bound.service" (with a managed unit) in ', 'started "bound.service" in ',
                  '"stubborn.service" did not stop in time: SIGKILL', '"fragile.service" did not start'):
         assert line in out, f"no log line with {line!r}:\n{out[-3000:]}"
+    # Each with the journal fields OPERATION, UNIT and DURATION_MS.
+    sel = rig.sh("journalctl", "--no-pager", "-u", "ckptd.service", "-o", "json", "OPERATION=stop",
+                 "UNIT=bound.service").stdout
+    entries = [json.loads(line) for line in sel.splitlines() if line.strip()]
+    assert entries and all(int(e["DURATION_MS"]) >= 0 for e in entries), sel[-2000:]
+    for op in ("freeze", "thaw", "start"):
+        sel = rig.sh("journalctl", "--no-pager", "-u", "ckptd.service", "-o", "json", f"OPERATION={op}",
+                     "UNIT=web.service").stdout
+        assert sel.strip(), f"no {op} entry for web.service"
