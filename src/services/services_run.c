@@ -43,12 +43,21 @@ static int jobs_for(const struct svc_plan *p, enum services_job_kind kind, struc
 static void judge_stop(struct services *s, void *conn, struct services_job *j, struct svc_plan *p)
 {
 	_cleanup_free_ char *st = NULL, *why = NULL;
+	if (s->ops->active_state(conn, j->unit, &st) < 0)
+		st = NULL;
+	if (j->side_effect && !state_down(st)) {
+		/* Not managed, so not using a root: it does not hold up the swap. */
+		log_event(LOG_WARN_, &(struct log_fields){ "stop", NULL, j->unit, job_ms(j) },
+			  "services: systemd was to stop \"%s\" with a managed unit, but it is %s", j->unit,
+			  st ? st : "in an unknown state");
+		return;
+	}
 	struct svc_unit *u = services_plan_add(p, j->unit);
 	if (!u)
 		return;
 	if (j->side_effect)
 		u->side_effect = true;
-	if (s->ops->active_state(conn, j->unit, &st) >= 0 && state_down(st)) {
+	if (state_down(st)) {
 		/* Down, its processes gone: safe to swap, even if it went down
 		 * uncleanly (a failed ExecStop=, a kill), which the log says. */
 		u->stopped = true;

@@ -139,7 +139,10 @@ static void svc_fake_stop(struct services_jobs *jobs, size_t i)
 		if (b->bound_to && !strcmp(b->bound_to, u->name) && !strcmp(b->state, "active")) {
 			struct services_job *j = services_jobs_add(jobs, b->name);
 			j->side_effect = true;
-			svc_job_end(j, "inactive", "done");
+			if (b->survives_stop)
+				svc_job_end(j, "deactivating", "timeout");
+			else
+				svc_job_end(j, "inactive", "done");
 		}
 	}
 }

@@ -870,6 +870,23 @@ static void test_svc_side_effect(void **state_)
 	free(id);
 }
 
+/* c, bound to a, does not go down with it: not managed, so not using the
+ * root, it does not hold up the swap, and is neither stopped nor failed. */
+static void test_svc_side_effect_survives(void **state_)
+{
+	(void)state_;
+	char *id = svc_checkpoint();
+	svc_unit("c.service")->bound_to = "a.service";
+	svc_unit("c.service")->survives_stop = true;
+	json_t *rep = svc_restore(id);
+	assert_true(json_is_true(json_object_get(rep, "ok")));
+	assert_root("v1");
+	assert_string_equal(names(rep, "stopped_services"), "a.service b.service");
+	assert_string_equal(names(rep, "failed_services"), "");
+	json_decref(rep);
+	free(id);
+}
+
 static void test_svc_unreachable(void **state_)
 {
 	(void)state_;
@@ -928,6 +945,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_svc_start_fails, setup_svc, teardown),
 		cmocka_unit_test_setup_teardown(test_svc_start_activating, setup_svc, teardown),
 		cmocka_unit_test_setup_teardown(test_svc_side_effect, setup_svc, teardown),
+		cmocka_unit_test_setup_teardown(test_svc_side_effect_survives, setup_svc, teardown),
 		cmocka_unit_test_setup_teardown(test_svc_unreachable, setup_svc, teardown),
 		cmocka_unit_test_setup_teardown(test_svc_freeze_thaw, setup_svc, teardown),
 	};
