@@ -46,7 +46,7 @@ CLI_OBJS  := $(CLI_SRCS:src/%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run check unit integration bench deps deps-build install clean fmt layers
+.PHONY: all run check check-crash unit integration bench deps deps-build install clean fmt layers
 
 MAN_SRCS  := $(wildcard docs/man/*.scd)
 MAN_PAGES := $(MAN_SRCS:docs/man/%.scd=$(BUILD)/man/%)
@@ -111,6 +111,11 @@ check: deps all
 	@$(MAKE) --no-print-directory layers
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory integration
+
+# SIGKILL ckptd during create, restore and delete on both backends (tests/crash).
+CRASH_KILLS ?= 300
+check-crash: deps all
+	$(PYTHON) tests/crash/crash.py --kills $(CRASH_KILLS)
 
 bench: deps-build all
 	$(PYTHON) bench/run.py
