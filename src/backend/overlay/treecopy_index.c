@@ -3,6 +3,7 @@
  * inode map used to keep hardlinks inside one copy. */
 #include "backend/overlay/treecopy.h"
 #include "backend/overlay/treecopy_internal.h"
+#include "lib/hash.h"
 
 #include <sys/stat.h>
 
@@ -17,14 +18,6 @@ struct treecopy_index {
 	struct ix_entry *v;
 	size_t cap, n;
 };
-
-static uint64_t treecopy_hash_str(const char *s)
-{
-	uint64_t h = 1469598103934665603ULL;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-	return h;
-}
 
 struct treecopy_index *treecopy_index_new(void)
 {
@@ -57,7 +50,7 @@ size_t treecopy_index_count(const struct treecopy_index *ix)
 
 static struct ix_entry *treecopy_index_slot(struct ix_entry *v, size_t cap, const char *path)
 {
-	size_t i = treecopy_hash_str(path) & (cap - 1);
+	size_t i = hash_str(path) & (cap - 1);
 	while (v[i].path && strcmp(v[i].path, path) != 0)
 		i = (i + 1) & (cap - 1);
 	return &v[i];

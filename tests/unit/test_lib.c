@@ -1,0 +1,31 @@
+/* Unit tests of the shared helpers in src/lib: hash, (dev, ino) map, directory
+ * walker, /proc scanner, xattrs through /proc. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <sys/stat.h>
+
+#include "lib/hash.h"
+#include "lib/util.h"
+
+/* Published FNV-1a vectors: the values reach disk, so they must not change. */
+static void test_hash_vectors(void **state)
+{
+	(void)state;
+	assert_int_equal(hash_fnv32(HASH_FNV32_INIT, "", 0), 0x811c9dc5u);
+	assert_int_equal(hash_fnv32(HASH_FNV32_INIT, "a", 1), 0xe40c292cu);
+	assert_int_equal(hash_fnv32(HASH_FNV32_INIT, "foobar", 6), 0xbf9cf968u);
+	assert_true(hash_str("a") == 0xaf63dc4c8601ec8cULL);
+	assert_true(hash_str("foobar") == 0x85944171f73967e8ULL);
+	/* Continuing a hash equals hashing the concatenation. */
+	assert_true(hash_fnv64(hash_fnv64(HASH_FNV64_INIT, "foo", 3), "bar", 3) == hash_str("foobar"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hash_vectors),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
