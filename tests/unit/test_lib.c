@@ -6,6 +6,7 @@
 #include <cmocka.h>
 #include <sys/stat.h>
 
+#include "lib/devino.h"
 #include "lib/hash.h"
 #include "lib/util.h"
 
@@ -22,10 +23,31 @@ static void test_hash_vectors(void **state)
 	assert_true(hash_fnv64(hash_fnv64(HASH_FNV64_INIT, "foo", 3), "bar", 3) == hash_str("foobar"));
 }
 
+/* Enough inodes to grow the table several times; same ino on two devs differs. */
+static void test_devino_map(void **state)
+{
+	(void)state;
+	struct devino_map m = { 0 };
+	char p[32];
+	assert_null(devino_get(&m, 1, 1));
+	for (int i = 0; i < 1000; i++) {
+		snprintf(p, sizeof(p), "f%d", i);
+		assert_int_equal(devino_put(&m, (dev_t)(i % 3), (ino_t)i, p), 0);
+	}
+	assert_int_equal(devino_put(&m, 1, 1, "later"), 0); /* the first path stays */
+	assert_string_equal(devino_get(&m, 1, 1), "f1");
+	assert_string_equal(devino_get(&m, 2, 998), "f998");
+	assert_null(devino_get(&m, 0, 1));
+	assert_int_equal(m.n, 1000);
+	devino_free(&m);
+	assert_null(devino_get(&m, 1, 1));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hash_vectors),
+		cmocka_unit_test(test_devino_map),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

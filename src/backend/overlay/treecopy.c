@@ -2,7 +2,7 @@
  * Order per inode: create, data, chown, chmod, xattrs, then times;
  * directory times after their children. */
 #include "backend/overlay/treecopy.h"
-#include "backend/overlay/treecopy_internal.h"
+#include "lib/devino.h"
 #include "backend/backend.h"
 
 #include <limits.h>
@@ -19,8 +19,8 @@ struct tc {
 	struct treecopy_stats *st;
 	ckpt_error *err;
 	int dst_root;
-	struct treecopy_links links;
-	char path[PATH_MAX]; /* relpath of the current entry */
+	struct devino_map links; /* (dev, ino) -> first relpath copied */
+	char path[PATH_MAX];     /* relpath of the current entry */
 	size_t len;
 };
 
@@ -188,7 +188,7 @@ static void tc_progress(struct tc *t, uint64_t bytes)
  * or from the previous layer. 1 when linked, 0 when a copy is needed. */
 static int treecopy_try_link(struct tc *t, int sfd, int dfd, const char *name, const struct stat *st)
 {
-	const char *first = st->st_nlink > 1 ? treecopy_links_get(&t->links, st->st_dev, st->st_ino) : NULL;
+	const char *first = st->st_nlink > 1 ? devino_get(&t->links, st->st_dev, st->st_ino) : NULL;
 	int r = -1;
 	if (first)
 		r = linkat(t->dst_root, first, dfd, name, 0);
@@ -319,7 +319,7 @@ static int treecopy_entry(struct tc *t, int sfd, int dfd, const char *name)
 	}
 	r = S_ISREG(st.st_mode) ? treecopy_regular(t, sfd, dfd, name, &st) : treecopy_special(t, sfd, dfd, name, &st);
 	if (r == 0 && st.st_nlink > 1 && !t->o->link_sources)
-		r = treecopy_links_put(&t->links, st.st_dev, st.st_ino, t->path);
+		r = devino_put(&t->links, st.st_dev, st.st_ino, t->path);
 	return r < 0 ? r : 0;
 }
 
@@ -365,6 +365,6 @@ int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct 
 		if (r < 0)
 			tc_fail(&t, r, "root metadata");
 	}
-	treecopy_links_free(&t.links);
+	devino_free(&t.links);
 	return r;
 }
