@@ -5,10 +5,13 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 
 #include "lib/devino.h"
 #include "lib/hash.h"
 #include "lib/util.h"
+#include "lib/xattr.h"
+#include "testlib.h"
 
 /* Published FNV-1a vectors: the values reach disk, so they must not change. */
 static void test_hash_vectors(void **state)
@@ -43,11 +46,57 @@ static void test_devino_map(void **state)
 	assert_null(devino_get(&m, 1, 1));
 }
 
+static char dir[TESTLIB_DIR_LEN];
+
+static int setup(void **state)
+{
+	(void)state;
+	return testlib_mkdir(dir, "lib");
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	testlib_rmdir(dir);
+	return 0;
+}
+
+/* The same inode through (dirfd, name), through its fd, and as dirfd itself;
+ * a symlink's name reaches the link, never its target. */
+static void test_xattr_ref(void **state)
+{
+	(void)state;
+	_cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int fd = openat(dfd, "f", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	struct xattr_ref byname, byfd, self, link;
+	char v[16];
+
+	assert_true(dfd >= 0 && fd >= 0);
+	assert_int_equal(symlinkat("f", dfd, "l"), 0);
+	xattr_ref_init(&byname, -1, dfd, "f");
+	xattr_ref_init(&byfd, fd, dfd, "f");
+	xattr_ref_init(&self, -1, dfd, NULL);
+	xattr_ref_init(&link, -1, dfd, "l");
+	assert_int_equal(xattr_set(&byname, "trusted.ckptd", "one", 3), 0);
+	assert_int_equal(xattr_get(&byfd, "trusted.ckptd", v, sizeof(v)), 3);
+	assert_memory_equal(v, "one", 3);
+	assert_int_equal(xattr_set(&self, "trusted.ckptd", "dir", 3), 0);
+	assert_int_equal(fgetxattr(dfd, "trusted.ckptd", v, sizeof(v)), 3);
+	assert_memory_equal(v, "dir", 3);
+	assert_int_equal(xattr_get(&link, "trusted.ckptd", v, sizeof(v)), -1);
+	assert_int_equal(errno, ENODATA);
+	assert_int_equal(xattr_set(&link, "trusted.ckptd", "lnk", 3), 0);
+	assert_int_equal(xattr_get(&byname, "trusted.ckptd", v, sizeof(v)), 3);
+	assert_memory_equal(v, "one", 3);
+	assert_int_equal(xattr_list(&link, v, sizeof(v)), (ssize_t)sizeof("trusted.ckptd"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hash_vectors),
 		cmocka_unit_test(test_devino_map),
+		cmocka_unit_test_setup_teardown(test_xattr_ref, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
