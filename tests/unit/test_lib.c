@@ -10,6 +10,7 @@
 #include "lib/devino.h"
 #include "lib/hash.h"
 #include "lib/util.h"
+#include "lib/walk.h"
 #include "lib/xattr.h"
 #include "testlib.h"
 
@@ -91,12 +92,59 @@ static void test_xattr_ref(void **state)
 	assert_int_equal(xattr_list(&link, v, sizeof(v)), (ssize_t)sizeof("trusted.ckptd"));
 }
 
+static int count_entry(void *ctx, int dfd, const char *name)
+{
+	(void)dfd;
+	int *n = ctx;
+	if (!strcmp(name, "stop"))
+		return -ECANCELED;
+	(*n)++;
+	return 0;
+}
+
+/* "." and ".." never show; a symlink is not followed; listing a dir by its
+ * fd leaves that fd's own offset alone; fn's error stops the walk. */
+static void test_walk(void **state)
+{
+	(void)state;
+	_cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	int n = 0;
+
+	assert_int_equal(mkdirat(dfd, "sub", 0700), 0);
+	assert_int_equal(mkdirat(dfd, "sub/a", 0700), 0);
+	assert_int_equal(symlinkat("sub", dfd, "link"), 0);
+	int q = walk_open(dfd, "link", &d);
+	assert_true(q == -ELOOP || q == -ENOTDIR); /* O_DIRECTORY may answer first */
+	assert_int_equal(walk_open(dfd, "missing", &d), -ENOENT);
+	assert_int_equal(walk_open(dfd, NULL, &d), 0);
+	while ((de = walk_next(d)))
+		n++;
+	assert_int_equal(errno, 0);
+	assert_int_equal(n, 2);
+	_cleanup_closedir_ DIR *again = fdopendir(dfd);
+	n = 0;
+	while ((de = walk_next(again)))
+		n++;
+	assert_int_equal(n, 2); /* not at the end: walk_open read another description */
+	dfd = -1;               /* owned by again now */
+	n = 0;
+	assert_int_equal(walk_each(dirfd(again), "sub", count_entry, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(mkdirat(dirfd(again), "sub/stop", 0700), 0);
+	assert_int_equal(walk_each(dirfd(again), "sub", count_entry, &n), -ECANCELED);
+	q = walk_each(dirfd(again), "link", count_entry, &n);
+	assert_true(q == -ELOOP || q == -ENOTDIR);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hash_vectors),
 		cmocka_unit_test(test_devino_map),
 		cmocka_unit_test_setup_teardown(test_xattr_ref, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,6 +3,7 @@
  * directory times after their children. */
 #include "backend/overlay/treecopy.h"
 #include "lib/devino.h"
+#include "lib/walk.h"
 #include "lib/xattr.h"
 #include "backend/backend.h"
 
@@ -298,18 +299,12 @@ static int treecopy_entry(struct tc *t, int sfd, int dfd, const char *name)
 
 static int treecopy_dir_contents(struct tc *t, int sfd, int dfd)
 {
-	int fd = openat(sfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return tc_fail(t, -errno, "open dir");
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return tc_fail(t, -ENOMEM, "opendir");
-	}
+	_cleanup_closedir_ DIR *d = NULL;
+	int q = walk_open(sfd, NULL, &d);
+	if (q < 0)
+		return tc_fail(t, q, "open dir");
 	struct dirent *de;
-	while ((errno = 0, de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
+	while ((de = walk_next(d))) {
 		size_t saved;
 		int r = tc_push(t, de->d_name, &saved);
 		if (r == 0)

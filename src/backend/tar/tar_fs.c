@@ -6,6 +6,7 @@
 #include <sys/xattr.h>
 #include <time.h>
 
+#include "lib/walk.h"
 #include "lib/xattr.h"
 
 static int xa_cmp(const void *a, const void *b)
@@ -144,21 +145,13 @@ void tar_cwd_leave(int *saved)
 
 void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, uint64_t *files, uint64_t *bytes)
 {
-	/* A new open file description: readdir must not move dirfd's offset. */
-	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
 	struct stat st;
 
-	if (!d) {
-		close(fd);
+	if (walk_open(dirfd, NULL, &d) < 0)
 		return;
-	}
-	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
+	while ((de = walk_next(d))) {
 		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		if (st.st_dev == skip_dev && st.st_ino == skip_ino)
@@ -193,20 +186,14 @@ void tar_wait_past(struct timespec t)
 
 int tar_walk_dir(int dirfd, const char *rel, tar_walk_fn fn, void *ctx, ckpt_error *err)
 {
-	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_closedir_ DIR *d = NULL;
 	char path[PATH_MAX];
 	struct dirent *de;
+	int q = walk_open(dirfd, NULL, &d);
 
-	if (fd < 0)
-		return err_set(err, errno, NULL, "cannot open '%s': %m", rel ? rel : ".");
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return err_set(err, errno, NULL, "cannot list '%s': %m", rel ? rel : ".");
-	}
-	while ((errno = 0, de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
+	if (q < 0)
+		return err_set(err, -q, NULL, "cannot open '%s': %s", rel ? rel : ".", strerror(-q));
+	while ((de = walk_next(d))) {
 		if ((size_t)snprintf(path, sizeof(path), "%s%s%s", rel ? rel : "", rel ? "/" : "", de->d_name) >=
 		    sizeof(path))
 			return err_set(err, ENAMETOOLONG, NULL, "path too long below '%s'", rel ? rel : ".");
