@@ -4,11 +4,13 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 
 #include "lib/devino.h"
 #include "lib/hash.h"
+#include "lib/procscan.h"
 #include "lib/util.h"
 #include "lib/walk.h"
 #include "lib/xattr.h"
@@ -138,6 +140,74 @@ static void test_walk(void **state)
 	assert_true(q == -ELOOP || q == -ENOTDIR);
 }
 
+struct seen {
+	const char *want; /* path to look for */
+	struct stat st;   /* its inode */
+	bool fd, map, fd_deleted, id_ok;
+};
+
+static int seen_ref(void *ctx, const struct procscan_ref *ref)
+{
+	struct seen *s = ctx;
+	if (ref->pid != getpid() || strcmp(ref->path, s->want))
+		return PROCSCAN_CONTINUE;
+	if (ref->kind == PROCSCAN_FD) {
+		s->fd = true;
+		s->fd_deleted = ref->deleted;
+	}
+	s->map |= ref->kind == PROCSCAN_MAP;
+	s->id_ok = ref->has_id && ref->dev == s->st.st_dev && ref->ino == s->st.st_ino;
+	return s->id_ok ? PROCSCAN_CONTINUE : PROCSCAN_NEXT_PID;
+}
+
+/* The real /proc: an open and mapped file is seen by path and by (dev, ino),
+ * and still by both once deleted, without the kernel's " (deleted)". */
+static void test_procscan_real(void **state)
+{
+	(void)state;
+	char p[128];
+	snprintf(p, sizeof(p), "%s/held", dir);
+	_cleanup_close_ int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 4096), 0);
+	void *m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+	assert_true(m != MAP_FAILED);
+	struct seen s = { .want = p };
+	assert_int_equal(fstat(fd, &s.st), 0);
+	assert_int_equal(procscan_each("/proc", 0, PROCSCAN_STAT, seen_ref, &s), 0);
+	assert_true(s.fd && s.map && s.id_ok);
+	assert_false(s.fd_deleted);
+	assert_int_equal(unlink(p), 0);
+	s = (struct seen){ .want = p, .st = s.st };
+	assert_int_equal(procscan_each("/proc", 0, PROCSCAN_STAT, seen_ref, &s), 0);
+	assert_true(s.fd && s.map && s.id_ok && s.fd_deleted);
+	char *roots[] = { dir };
+	pid_t *pids = NULL;
+	size_t n = 0;
+	assert_int_equal(procscan_pids_under("/proc", roots, 1, 0, &pids, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(pids[0], getpid());
+	free(pids);
+	assert_int_equal(procscan_pids_under("/proc", roots, 1, getpid(), &pids, &n), 0);
+	assert_int_equal(n, 0);
+	free(pids);
+	munmap(m, 4096);
+	char comm[64];
+	procscan_comm("/proc", getpid(), comm, sizeof(comm));
+	assert_string_equal(comm, "test_lib");
+}
+
+static void test_path_under(void **state)
+{
+	(void)state;
+	assert_true(procscan_path_under("/srv/app", "/srv/app"));
+	assert_true(procscan_path_under("/srv/app/x", "/srv/app//"));
+	assert_false(procscan_path_under("/srv/apple", "/srv/app"));
+	assert_false(procscan_path_under("/srv", "/srv/app"));
+	assert_true(procscan_path_under("/anything", "/"));
+	assert_false(procscan_path_under("socket:[1]", "/"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -145,6 +215,8 @@ int main(void)
 		cmocka_unit_test(test_devino_map),
 		cmocka_unit_test_setup_teardown(test_xattr_ref, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_procscan_real, setup, teardown),
+		cmocka_unit_test(test_path_under),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "services/services_internal.h"
+#include "lib/procscan.h"
 
 static char dir[64];
 
@@ -54,13 +55,13 @@ static int teardown(void **state)
 static void test_path_under(void **state)
 {
 	(void)state;
-	assert_true(services_scan_path_under("/srv/app", "/srv/app"));
-	assert_true(services_scan_path_under("/srv/app/x/y", "/srv/app"));
-	assert_true(services_scan_path_under("/srv/app/x", "/srv/app/"));
-	assert_false(services_scan_path_under("/srv/apple", "/srv/app"));
-	assert_false(services_scan_path_under("/srv", "/srv/app"));
-	assert_false(services_scan_path_under("/", "/srv/app"));
-	assert_true(services_scan_path_under("/anything", "/"));
+	assert_true(procscan_path_under("/srv/app", "/srv/app"));
+	assert_true(procscan_path_under("/srv/app/x/y", "/srv/app"));
+	assert_true(procscan_path_under("/srv/app/x", "/srv/app/"));
+	assert_false(procscan_path_under("/srv/apple", "/srv/app"));
+	assert_false(procscan_path_under("/srv", "/srv/app"));
+	assert_false(procscan_path_under("/", "/srv/app"));
+	assert_true(procscan_path_under("/anything", "/"));
 }
 
 static void test_unit_eligible(void **state)
