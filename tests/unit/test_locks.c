@@ -6,15 +6,15 @@
 #include <sys/stat.h>
 
 #include "host/locks.h"
+#include "testlib.h"
 
-static char dir[64];
+static char dir[TESTLIB_DIR_LEN];
 static int dfd = -1;
 
 static int setup(void **state)
 {
 	(void)state;
-	strcpy(dir, "/tmp/test_locks.XXXXXX");
-	assert_non_null(mkdtemp(dir));
+	assert_int_equal(testlib_mkdir(dir, "locks"), 0);
 	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	return dfd < 0;
 }
@@ -22,13 +22,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	DIR *d = fdopendir(dfd);
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.' || (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")))
-			unlinkat(dirfd(d), de->d_name, 0);
-	closedir(d);
-	rmdir(dir);
+	close(dfd);
+	testlib_rmdir(dir);
 	return 0;
 }
 

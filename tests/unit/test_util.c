@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "lib/util.h"
+#include "testlib.h"
 
 static void test_name_valid(void **state)
 {
@@ -80,8 +81,8 @@ static void test_errors(void **state)
 static void test_atomic_write(void **state)
 {
 	(void)state;
-	char dir[] = "/tmp/ckptd-test-XXXXXX";
-	assert_non_null(mkdtemp(dir));
+	char dir[TESTLIB_DIR_LEN];
+	assert_int_equal(testlib_mkdir(dir, "util"), 0);
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
 	char *buf = NULL;
 	size_t len;
