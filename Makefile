@@ -39,7 +39,7 @@ CLI_OBJS  := $(CLI_SRCS:src/%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run check unit integration bench deps deps-build install clean fmt layers
+.PHONY: all run check unit valgrind integration bench deps deps-build install clean fmt layers
 
 all: $(BUILD)/ckptd $(BUILD)/ckpt
 
@@ -92,6 +92,12 @@ run: deps-build all
 
 unit: $(UNIT_BINS)
 	@fail=0; for t in $(UNIT_BINS); do echo "== $$t"; $$t || fail=1; done; exit $$fail
+
+# The unit tests under valgrind: any leak or memory error fails.
+VALGRIND := valgrind -q --leak-check=full --error-exitcode=1 --child-silent-after-fork=yes \
+	--suppressions=tests/unit/valgrind.supp
+valgrind: $(UNIT_BINS)
+	@fail=0; for t in $(UNIT_BINS); do echo "== $$t"; $(VALGRIND) $$t || fail=1; done; exit $$fail
 
 integration: all
 	$(PYTHON) -m pytest -q -rs tests/integration $(PYTEST_ARGS)
