@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "host/locks.h"
+#include "lib/walk.h"
 #include "testlib.h"
 
 static char dir[TESTLIB_DIR_LEN];
@@ -30,10 +31,10 @@ static int teardown(void **state)
 static int count_entries(void)
 {
 	int n = 0;
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	while ((de = readdir(d)))
-		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	DIR *d;
+	assert_int_equal(walk_open(dfd, NULL, &d), 0);
+	while (walk_next(d))
+		n++;
 	closedir(d);
 	return n;
 }

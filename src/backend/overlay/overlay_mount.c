@@ -3,7 +3,6 @@
 #include "backend/overlay/overlay_mount.h"
 #include "lib/procscan.h"
 
-#include <ctype.h>
 #include <limits.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
