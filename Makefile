@@ -18,7 +18,7 @@ BUILD     ?= build
 SANITIZE  ?=
 PYTEST_ARGS ?=
 
-PKGS      := libmicrohttpd jansson libarchive libsystemd
+PKGS      := libmicrohttpd jansson libarchive libsystemd nettle
 CLI_PKGS  := libcurl jansson
 VERSION   := $(shell sed -n 's/^#define CKPTD_VERSION "\(.*\)"/\1/p' src/config.h)
 
@@ -46,7 +46,7 @@ CLI_OBJS  := $(CLI_SRCS:src/%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run check check-crash unit integration bench deps deps-build install clean fmt layers
+.PHONY: all run check check-crash unit valgrind integration bench deps deps-build install clean fmt layers
 
 MAN_SRCS  := $(wildcard docs/man/*.scd)
 MAN_PAGES := $(MAN_SRCS:docs/man/%.scd=$(BUILD)/man/%)
@@ -103,6 +103,12 @@ run: deps-build all
 
 unit: $(UNIT_BINS)
 	@fail=0; for t in $(UNIT_BINS); do echo "== $$t"; $$t || fail=1; done; exit $$fail
+
+# The unit tests under valgrind: any leak or memory error fails.
+VALGRIND := valgrind -q --leak-check=full --error-exitcode=1 --child-silent-after-fork=yes \
+	--suppressions=tests/unit/valgrind.supp
+valgrind: $(UNIT_BINS)
+	@fail=0; for t in $(UNIT_BINS); do echo "== $$t"; $(VALGRIND) $$t || fail=1; done; exit $$fail
 
 integration: all
 	$(PYTHON) -m pytest -q -rs tests/integration $(PYTEST_ARGS)

@@ -4,6 +4,7 @@
  * {mount}/{id}/checkpoints/latest, {mount}/{id}/metadata.json. */
 #include "host/sandbox.h"
 #include "host/locks.h"
+#include "lib/walk.h"
 
 #include <sys/stat.h>
 
@@ -231,18 +232,14 @@ static void prune_images(int cfd, long long newest)
 	_cleanup_closedir_ DIR *d = NULL;
 	long long second = -1;
 	struct dirent *de;
-	int fd = dup(cfd);
 
-	if (fd < 0 || !(d = fdopendir(fd))) {
-		if (fd >= 0)
-			close(fd);
+	if (walk_open(cfd, NULL, &d) < 0)
 		return;
-	}
-	while ((de = readdir(d)))
+	while ((de = walk_next(d)))
 		if (image_ms(de->d_name) < newest && image_ms(de->d_name) > second)
 			second = image_ms(de->d_name);
 	rewinddir(d);
-	while ((de = readdir(d))) {
+	while ((de = walk_next(d))) {
 		long long ms = image_ms(de->d_name);
 		if (ms >= 0 && ms < second)
 			rm_rf_at(cfd, de->d_name);

@@ -1,5 +1,5 @@
-/* ws.h: RFC 6455 WebSocket, server side: handshake accept key (own SHA-1 and
- * base64, no extra dependency), frame parsing and encoding, and a connection
+/* ws.h: RFC 6455 WebSocket, server side: handshake accept key (SHA-1 and
+ * base64 from nettle), frame parsing and encoding, and a connection
  * that reads whole messages (answering pings, reassembling fragments) and
  * writes from several threads. */
 #pragma once

@@ -15,9 +15,10 @@
 
 #include "backend/backend.h"
 #include "config.h"
+#include "testlib.h"
 
 struct fx {
-	char base[PATH_MAX];
+	char base[TESTLIB_DIR_LEN];
 	char state[PATH_MAX];
 	char *roots[2];
 	size_t n_roots;
@@ -240,8 +241,7 @@ static void fx_open(struct fx *f)
 static int fx_setup_n(void **state, size_t n_roots)
 {
 	struct fx *f = calloc(1, sizeof(*f));
-	snprintf(f->base, sizeof(f->base), "/tmp/test_backend_tar.XXXXXX");
-	assert_non_null(mkdtemp(f->base));
+	assert_int_equal(testlib_mkdir(f->base, "tar"), 0);
 	snprintf(f->state, sizeof(f->state), "%s/state", f->base);
 	assert_int_equal(mkdir(f->state, 0700), 0);
 	for (size_t i = 0; i < n_roots; i++) {
@@ -274,10 +274,7 @@ static int fx_teardown(void **state)
 	if (f->st)
 		backend_tar_ops.close(f->st, false);
 	close(f->ctx.state_fd);
-	umount2(f->state, MNT_DETACH);
-	int fd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	rm_rf_at(fd, f->base + 5);
-	close(fd);
+	testlib_rmdir(f->base);
 	for (size_t i = 0; i < f->n_roots; i++)
 		free(f->roots[i]);
 	free(f);

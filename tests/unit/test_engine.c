@@ -16,10 +16,11 @@
 #include "lib/metrics.h"
 
 #include "engine_fake.h"
+#include "testlib.h"
 
 /* ---- fixtures ---- */
 
-static char dir[64], root[128], state[128];
+static char dir[TESTLIB_DIR_LEN], root[128], state[128];
 static struct config cfg;
 static struct engine *eng;
 
@@ -63,8 +64,7 @@ static void reopen_engine(void)
 static int setup(void **state_)
 {
 	(void)state_;
-	strcpy(dir, "/tmp/test_engine.XXXXXX");
-	if (!mkdtemp(dir))
+	if (testlib_mkdir(dir, "engine") < 0)
 		return -1;
 	snprintf(root, sizeof(root), "%s/root", dir);
 	snprintf(state, sizeof(state), "%s/state", dir);
@@ -93,9 +93,7 @@ static int teardown(void **state_)
 	config_free(&cfg);
 	json_decref(fake.store);
 	free(fake.base);
-	int fd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	rm_rf_at(fd, dir + 5);
-	close(fd);
+	testlib_rmdir(dir);
 	return 0;
 }
 

@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 
 #include "lib/util.h"
+#include "lib/walk.h"
+#include "testlib.h"
 
 static void test_name_valid(void **state)
 {
@@ -80,8 +82,8 @@ static void test_errors(void **state)
 static void test_atomic_write(void **state)
 {
 	(void)state;
-	char dir[] = "/tmp/ckptd-test-XXXXXX";
-	assert_non_null(mkdtemp(dir));
+	char dir[TESTLIB_DIR_LEN];
+	assert_int_equal(testlib_mkdir(dir, "util"), 0);
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
 	char *buf = NULL;
 	size_t len;
@@ -93,11 +95,11 @@ static void test_atomic_write(void **state)
 	assert_int_equal(read_file_at(dfd, "rec.json", 3, &buf, &len), -EFBIG);
 	assert_int_equal(read_file_at(dfd, "missing", 3, &buf, &len), -ENOENT);
 	/* No temp file left behind. */
-	DIR *d = fdopendir(dup(dfd));
-	struct dirent *de;
+	DIR *d;
 	int n = 0;
-	while ((de = readdir(d)))
-		n += de->d_name[0] != '.';
+	assert_int_equal(walk_open(dfd, NULL, &d), 0);
+	while (walk_next(d))
+		n++;
 	closedir(d);
 	assert_int_equal(n, 1);
 	assert_int_equal(mkdirat(dfd, "tree", 0700), 0);

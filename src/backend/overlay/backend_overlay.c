@@ -7,6 +7,7 @@
 #include "backend/overlay/overlay_internal.h"
 #include "backend/overlay/overlay_mount.h"
 #include "backend/overlay/treecopy.h"
+#include "lib/hash.h"
 
 #include <limits.h>
 #include <sys/stat.h>
@@ -15,9 +16,7 @@ static const char *const ovl_subdirs[] = { "l", "u", "w", "idx", "base" };
 
 static void ovl_hash_path(const char *p, char out[OVL_NAME_LEN + 1])
 {
-	uint32_t h = 2166136261u;
-	for (; *p; p++)
-		h = (h ^ (unsigned char)*p) * 16777619u;
+	uint32_t h = hash_fnv32(HASH_FNV32_INIT, p, strlen(p));
 	snprintf(out, OVL_NAME_LEN + 1, "%08x", h);
 }
 

@@ -3,6 +3,7 @@
  * flattening of long chains into one layer. */
 #include "backend/overlay/overlay_internal.h"
 #include "backend/overlay/overlay_mount.h"
+#include "lib/walk.h"
 
 #include <sys/stat.h>
 
@@ -140,20 +141,14 @@ int overlay_layers_load_chains(struct ovl *o, const char *const *ids, json_t *co
 		json_object_set(o->chains, ids[i], c);
 		overlay_layers_ref_all(o, c, +1);
 	}
-	int fd = openat(o->cdir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -ENOMEM;
-	}
+	_cleanup_closedir_ DIR *d = NULL;
+	int q = walk_open(o->cdir_fd, NULL, &d);
+	if (q < 0)
+		return q;
 	struct dirent *de;
-	while ((de = readdir(d))) {
+	while ((de = walk_next(d))) {
 		char id[64];
 		size_t len = strlen(de->d_name);
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
 		if (de->d_name[0] != '.' && len > 5 && len < sizeof(id) && !strcmp(de->d_name + len - 5, ".json")) {
 			snprintf(id, sizeof(id), "%.*s", (int)(len - 5), de->d_name);
 			if (overlay_layers_listed(ids, n, id))
@@ -177,17 +172,12 @@ static bool overlay_layers_in(json_t *arr, const char *name)
 static void overlay_layers_sweep(struct ovl *o, struct ovl_root *r, const char *sub,
 				 bool (*keep)(struct ovl *, struct ovl_root *, const char *))
 {
-	int fd = openat(r->rdir_fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	DIR *d;
+	if (walk_open(r->rdir_fd, sub, &d) < 0)
 		return;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return;
-	}
 	struct dirent *de;
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && !keep(o, r, de->d_name))
+	while ((de = walk_next(d)))
+		if (!keep(o, r, de->d_name))
 			if (rm_rf_at(dirfd(d), de->d_name) < 0)
 				log_debug("overlay: remove '%s/%s/%s' failed", r->rdir, sub, de->d_name);
 	closedir(d);

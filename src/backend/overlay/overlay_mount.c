@@ -1,8 +1,8 @@
 /* overlay_mount.c: overlayfs and bind mounts, mountinfo parsing, busy
  * process discovery. Library code: returns errors, never logs above debug. */
 #include "backend/overlay/overlay_mount.h"
+#include "lib/procscan.h"
 
-#include <ctype.h>
 #include <limits.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -253,93 +253,18 @@ int overlay_mountinfo_find(const char *path, struct overlay_mountinfo *ret)
 	return 0;
 }
 
-static bool ovl_under(const char *p, const char *root)
-{
-	size_t n = strlen(root);
-	return !strncmp(p, root, n) && (p[n] == 0 || p[n] == '/');
-}
-
-static bool ovl_link_under(int dfd, const char *name, const char *root)
-{
-	char buf[PATH_MAX];
-	ssize_t n = readlinkat(dfd, name, buf, sizeof(buf) - 1);
-	if (n <= 0)
-		return false;
-	buf[n] = 0;
-	return ovl_under(buf, root);
-}
-
-static bool ovl_fds_under(int pfd, const char *root)
-{
-	_cleanup_close_ int fd = openat(pfd, "fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d)
-		return false;
-	fd = -1;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.' && ovl_link_under(dirfd(d), de->d_name, root))
-			return true;
-	return false;
-}
-
-static bool ovl_maps_under(int pfd, const char *root)
-{
-	int fd = openat(pfd, "maps", O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	_cleanup_fclose_ FILE *f = fdopen(fd, "r");
-	if (!f) {
-		close(fd);
-		return false;
-	}
-	_cleanup_free_ char *line = NULL;
-	size_t cap = 0;
-	while (getline(&line, &cap, f) > 0) {
-		char *p = strchr(line, '/');
-		if (p) {
-			p[strcspn(p, "\n")] = 0;
-			if (ovl_under(p, root))
-				return true;
-		}
-	}
-	return false;
-}
-
-static json_t *ovl_proc_entry(int pfd, long pid)
-{
-	char comm[64] = "";
-	int fd = openat(pfd, "comm", O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		ssize_t n = read(fd, comm, sizeof(comm) - 1);
-		close(fd);
-		comm[n > 0 ? n : 0] = 0;
-		comm[strcspn(comm, "\n")] = 0;
-	}
-	return json_pack("{s:I,s:s}", "pid", (json_int_t)pid, "command", comm);
-}
-
 json_t *overlay_busy_processes(const char *path)
 {
+	char *roots[] = { (char *)path };
+	_cleanup_free_ pid_t *pids = NULL;
+	size_t n = 0;
 	json_t *arr = json_array();
-	_cleanup_closedir_ DIR *d = opendir("/proc");
-	if (!d || !arr)
+	if (!arr || procscan_pids_under("/proc", roots, 1, getpid(), &pids, &n) < 0)
 		return arr;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		if (!isdigit((unsigned char)de->d_name[0]))
-			continue;
-		long pid = strtol(de->d_name, NULL, 10);
-		if (pid == getpid())
-			continue;
-		_cleanup_close_ int pfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (pfd < 0)
-			continue;
-		if (ovl_link_under(pfd, "cwd", path) || ovl_link_under(pfd, "root", path) || ovl_fds_under(pfd, path) ||
-		    ovl_maps_under(pfd, path))
-			json_array_append_new(arr, ovl_proc_entry(pfd, pid));
+	for (size_t i = 0; i < n; i++) {
+		char comm[64];
+		procscan_comm("/proc", pids[i], comm, sizeof(comm));
+		json_array_append_new(arr, json_pack("{s:I,s:s}", "pid", (json_int_t)pids[i], "command", comm));
 	}
 	return arr;
 }

@@ -16,6 +16,7 @@
 #include "backend/tar/tar_create.h"
 #include "backend/tar/tar_fs.h"
 #include "backend/tar/tar_restore.h"
+#include "lib/walk.h"
 
 #define TAR_DIR "tar"
 #define INTENT "restoring.json"
@@ -389,18 +390,14 @@ static bool id_listed(const char *name, const char *const *ids, size_t n)
 static int tar_recover(void *st, const char *const *ids, json_t *const *data, size_t n, ckpt_error *err)
 {
 	struct tar_state *s = st;
-	int fd = openat(s->tar_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
+	int q = walk_open(s->tar_fd, NULL, &d);
 	(void)data;
 
-	if (fd < 0)
-		return err_set(err, errno, NULL, "cannot list the tar state dir: %m");
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return err_set(err, errno, NULL, "cannot list the tar state dir: %m");
-	}
-	while ((de = readdir(d))) {
+	if (q < 0)
+		return err_set(err, -q, NULL, "cannot list the tar state dir: %s", strerror(-q));
+	while ((de = walk_next(d))) {
 		const char *nm = de->d_name;
 		bool stale = !strncmp(nm, ".tmp-", 5) || !strncmp(nm, "." INTENT ".tmp.", sizeof(INTENT) + 5) ||
 			(id_valid(nm) && !id_listed(nm, ids, n));
