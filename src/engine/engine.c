@@ -223,7 +223,8 @@ int engine_get(struct engine *e, const char *id_or_name, json_t **ret_record, ck
 {
 	json_t *r = engine_resolve(e, id_or_name);
 	if (!r)
-		return err_set(err, ENOENT, "not_found", "no checkpoint with id or name '%s'", id_or_name);
+		return err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
+				    id_or_name);
 	*ret_record = engine_public(e, r);
 	json_decref(r);
 	return 0;
@@ -271,16 +272,19 @@ int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err)
 	json_t *rec = engine_resolve(e, id_or_name);
 	if (rec && !strcmp(json_string_value(json_object_get(rec, "status")), "creating")) {
 		json_decref(rec);
-		return err_set(err, EBUSY, "conflict", "checkpoint '%s' is still being created", id_or_name);
+		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
+				    id_or_name);
 	}
 	json_decref(rec);
 	pthread_mutex_lock(&e->op_lock);
 	engine_set_status(e, "deleting", id_or_name);
 	rec = engine_resolve(e, id_or_name);
 	if (!rec)
-		r = err_set(err, ENOENT, "not_found", "no checkpoint with id or name '%s'", id_or_name);
+		r = err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
+				 id_or_name);
 	else if (!strcmp(json_string_value(json_object_get(rec, "status")), "creating"))
-		r = err_set(err, EBUSY, "conflict", "checkpoint '%s' is still being created", record_id(rec));
+		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
+				 record_id(rec));
 	else
 		r = engine_drop(e, rec, err);
 	if (r == 0)
@@ -296,6 +300,17 @@ int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err)
 const char *engine_backend_name(struct engine *e)
 {
 	return e->backend->name;
+}
+
+/* A backend or the catalog ran out of room: the disk's ENOSPC and a quota's
+ * EDQUOT both answer 507. Anything else a lower layer reports stays unset (500). */
+int engine_storage_err(ckpt_error *err, int r)
+{
+	if (err && r < 0 && (err->errnum == ENOSPC || err->errnum == EDQUOT)) {
+		err->errnum = ENOSPC;
+		return err_mark(err, ERR_NO_SPACE, "insufficient_storage", -ENOSPC);
+	}
+	return r;
 }
 
 void engine_count_http(struct engine *e, int status)

@@ -14,11 +14,12 @@ static int restore_plan(struct engine *e, const char *id_or_name, const struct r
 	char when[40];
 	plan->rec = engine_resolve(e, id_or_name);
 	if (!plan->rec)
-		return err_set(err, ENOENT, "not_found", "no checkpoint with id or name '%s'", id_or_name);
+		return err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
+				    id_or_name);
 	const char *status = json_string_value(json_object_get(plan->rec, "status"));
 	if (strcmp(status, "active"))
-		return err_set(err, EBUSY, "conflict", "checkpoint '%s' is %s, not active", record_id(plan->rec),
-			       status);
+		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is %s, not active",
+				    record_id(plan->rec), status);
 	plan->expired = record_expired(plan->rec, now_ms());
 	if (!plan->expired || req->force)
 		return 0;
@@ -27,10 +28,11 @@ static int restore_plan(struct engine *e, const char *id_or_name, const struct r
 		return 0;
 	}
 	fmt_rfc3339_ms(record_int(plan->rec, "_expires_ms"), when, sizeof(when));
-	return err_set(err, EKEYEXPIRED, "checkpoint_expired",
-		       "checkpoint '%s' expired at %s; pass force: true to restore it anyway, or if_expired: \"fresh\" "
-		       "to reset to the base",
-		       record_id(plan->rec), when);
+	return err_set_kind(
+		err, ERR_EXPIRED, EKEYEXPIRED, "checkpoint_expired",
+		"checkpoint '%s' expired at %s; pass force: true to restore it anyway, or if_expired: \"fresh\" "
+		"to reset to the base",
+		record_id(plan->rec), when);
 }
 
 static void restore_touch(struct engine *e, json_t *rec)
@@ -101,7 +103,7 @@ int engine_restore(struct engine *e, const char *id_or_name, const struct restor
 	if (avail)
 		services_stop(e->services, &rep);
 	t[1] = mono_ms();
-	r = restore_swap(e, &plan, extra, op, err);
+	r = engine_storage_err(err, restore_swap(e, &plan, extra, op, err));
 	t[2] = mono_ms();
 	if (avail) /* also after a failed swap: bring the services back either way */
 		services_start(e->services, &rep);

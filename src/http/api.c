@@ -10,18 +10,18 @@ json_t *api_parse_object(const struct http_request *req, bool required, struct h
 	json_error_t jerr;
 	if (!req->body || req->body_len == 0) {
 		if (required)
-			http_problem(resp, 400, "bad_request", "a JSON object body is required");
+			http_fail(resp, ERR_INVALID, "bad_request", "a JSON object body is required");
 		return required ? NULL : json_object();
 	}
 	json_t *obj = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!obj) {
-		http_problem(resp, 400, "bad_request", "malformed JSON at line %d column %d: %s", jerr.line,
-			     jerr.column, jerr.text);
+		http_fail(resp, ERR_INVALID, "bad_request", "malformed JSON at line %d column %d: %s", jerr.line,
+			  jerr.column, jerr.text);
 		return NULL;
 	}
 	if (!json_is_object(obj)) {
 		json_decref(obj);
-		http_problem(resp, 400, "bad_request", "the body must be a JSON object");
+		http_fail(resp, ERR_INVALID, "bad_request", "the body must be a JSON object");
 		return NULL;
 	}
 	return obj;
@@ -38,7 +38,7 @@ static bool api_only_fields(json_t *obj, const char *const *allowed, struct http
 		for (const char *const *a = allowed; *a; a++)
 			ok |= !strcmp(k, *a);
 		if (!ok) {
-			http_problem(resp, 400, "invalid_field", "unknown field '%s'", k);
+			http_fail(resp, ERR_INVALID, "invalid_field", "unknown field '%s'", k);
 			return false;
 		}
 	}
@@ -54,13 +54,13 @@ bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response 
 		return false;
 	v = json_object_get(obj, "name");
 	if (!json_is_string(v)) {
-		http_problem(resp, 400, "invalid_field", "name is required and must be a string");
+		http_fail(resp, ERR_INVALID, "invalid_field", "name is required and must be a string");
 		return false;
 	}
 	cr->name = json_string_value(v);
 	if ((v = json_object_get(obj, "ttl_secs")) && !json_is_null(v)) {
 		if (!json_is_integer(v)) {
-			http_problem(resp, 400, "invalid_field", "ttl_secs must be an integer number of seconds");
+			http_fail(resp, ERR_INVALID, "invalid_field", "ttl_secs must be an integer number of seconds");
 			return false;
 		}
 		cr->has_ttl = true;
@@ -68,14 +68,14 @@ bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response 
 	}
 	if ((v = json_object_get(obj, "labels")) && !json_is_null(v)) {
 		if (!json_is_object(v)) {
-			http_problem(resp, 400, "invalid_field", "labels must be an object of strings");
+			http_fail(resp, ERR_INVALID, "invalid_field", "labels must be an object of strings");
 			return false;
 		}
 		cr->labels = v;
 	}
 	if ((v = json_object_get(obj, "async")) && !json_is_null(v)) {
 		if (!json_is_boolean(v)) {
-			http_problem(resp, 400, "invalid_field", "async must be true or false");
+			http_fail(resp, ERR_INVALID, "invalid_field", "async must be true or false");
 			return false;
 		}
 		cr->async = json_is_true(v);
@@ -105,7 +105,7 @@ static void api_list(void *app, const struct http_request *req, struct http_resp
 {
 	const char *name = http_query(req, "name");
 	if (name && !name_valid(name)) {
-		http_problem(resp, 400, "invalid_field", "name must be 1 to 128 printable characters");
+		http_fail(resp, ERR_INVALID, "invalid_field", "name must be 1 to 128 printable characters");
 		return;
 	}
 	http_json(resp, 200, json_pack("{s:o}", "checkpoints", engine_list(app, name)));
@@ -139,7 +139,7 @@ bool api_decode_restore(json_t *obj, struct restore_req *rr, struct http_respons
 		return false;
 	if ((v = json_object_get(obj, "force")) && !json_is_null(v)) {
 		if (!json_is_boolean(v)) {
-			http_problem(resp, 400, "invalid_field", "force must be true or false");
+			http_fail(resp, ERR_INVALID, "invalid_field", "force must be true or false");
 			return false;
 		}
 		rr->force = json_is_true(v);
@@ -147,7 +147,7 @@ bool api_decode_restore(json_t *obj, struct restore_req *rr, struct http_respons
 	if ((v = json_object_get(obj, "if_expired")) && !json_is_null(v)) {
 		const char *s = json_string_value(v);
 		if (!s || (strcmp(s, "fail") && strcmp(s, "fresh"))) {
-			http_problem(resp, 400, "invalid_field", "if_expired must be \"fail\" or \"fresh\"");
+			http_fail(resp, ERR_INVALID, "invalid_field", "if_expired must be \"fail\" or \"fresh\"");
 			return false;
 		}
 		rr->if_expired = s;
@@ -186,7 +186,7 @@ static void api_metrics(void *app, const struct http_request *req, struct http_r
 	resp->text = engine_metrics(app);
 	resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
 	if (!resp->text)
-		http_problem(resp, 500, NULL, "cannot render metrics");
+		http_fail(resp, ERR_INTERNAL, NULL, "cannot render metrics");
 }
 
 static const struct http_route routes[] = {
@@ -199,8 +199,16 @@ static const struct http_route routes[] = {
 	{ "GET", "/metrics", api_metrics, false, false },
 };
 
-const struct http_route *api_routes(size_t *ret_n)
+static void api_count_status(void *app, int status)
 {
-	*ret_n = ARRAY_SIZE(routes);
-	return routes;
+	engine_count_http(app, status);
+}
+
+void api_server_opts(struct engine *e, const char *token, struct http_server_opts *ret)
+{
+	*ret = (struct http_server_opts){ .routes = routes,
+					  .n_routes = ARRAY_SIZE(routes),
+					  .app = e,
+					  .token = token,
+					  .on_status = api_count_status };
 }
