@@ -108,7 +108,12 @@ static void api_list(void *app, const struct http_request *req, struct http_resp
 		http_fail(resp, ERR_INVALID, "invalid_field", "name must be 1 to 128 printable characters");
 		return;
 	}
-	http_json(resp, 200, json_pack("{s:o}", "checkpoints", engine_list(app, name)));
+	json_t *list = engine_list(app, name);
+	json_t *out = list ? json_pack("{s:o}", "checkpoints", list) : NULL;
+	if (out)
+		http_json(resp, 200, out);
+	else
+		http_fail(resp, ERR_INTERNAL, NULL, "out of memory listing checkpoints");
 }
 
 static void api_get(void *app, const struct http_request *req, struct http_response *resp)
@@ -155,22 +160,59 @@ bool api_decode_restore(json_t *obj, struct restore_req *rr, struct http_respons
 	return true;
 }
 
+static json_t *api_restore_details(const struct restore_details *d, json_t *out)
+{
+	if (d->n_busy) {
+		json_t *busy = json_array();
+		for (size_t i = 0; i < d->n_busy; i++)
+			json_array_append_new(busy,
+					      json_pack("{s:I, s:s}", "pid", (json_int_t)d->busy[i].pid, "command",
+							d->busy[i].command));
+		json_object_set_new(out, "busy_processes", busy);
+	}
+	if (d->has_tar_stats)
+		json_object_set_new(out, "tar",
+				    json_pack("{s:I, s:I, s:I, s:I}", "rewritten", (json_int_t)d->rewritten, "removed",
+					      (json_int_t)d->removed, "kept", (json_int_t)d->kept, "bytes",
+					      (json_int_t)d->bytes));
+	return out;
+}
+
+json_t *api_restore_json(const struct restore_report *rep)
+{
+	const struct svc_report *s = &rep->services;
+	json_t *out =
+		json_pack("{s:b, s:s, s:I, s:O, s:O, s:O, s:O, s:{s:I, s:I, s:I}, s:s, s:b, s:b}", "ok",
+			  json_array_size(s->failed) == 0, "checkpoint_id", rep->checkpoint_id, "restore_duration_ms",
+			  (json_int_t)rep->duration_ms, "started_services", s->started, "stopped_services", s->stopped,
+			  "failed_services", s->failed, "failures", s->failures, "phases", "stop_ms",
+			  (json_int_t)rep->stop_ms, "swap_ms", (json_int_t)rep->swap_ms, "start_ms",
+			  (json_int_t)rep->start_ms, "services", rep->services_available ? "ok" : "unavailable",
+			  "restored_from_checkpoint", rep->restored_from_checkpoint, "ttl_expired", rep->ttl_expired);
+	if (out && !rep->services_available && rep->services_reason)
+		json_object_set_new(out, "services_reason", json_string(rep->services_reason));
+	return out ? api_restore_details(&rep->details, out) : NULL;
+}
+
 static void api_restore(void *app, const struct http_request *req, struct http_response *resp)
 {
 	struct restore_req rr = { 0 };
+	struct restore_report rep;
 	ckpt_error err = { 0 };
-	json_t *report = NULL;
-	json_t *obj = api_parse_object(req, false, resp);
+	json_auto_t *obj = api_parse_object(req, false, resp);
 
-	if (!obj)
+	if (!obj || !api_decode_restore(obj, &rr, resp))
 		return;
-	if (api_decode_restore(obj, &rr, resp)) {
-		if (engine_restore(app, req->params[0], &rr, &report, &err) < 0)
-			http_error(resp, &err);
-		else
-			http_json(resp, 200, report);
+	if (engine_restore(app, req->params[0], &rr, &rep, &err) < 0) {
+		http_error(resp, &err);
+		return;
 	}
-	json_decref(obj);
+	json_t *out = api_restore_json(&rep);
+	restore_report_free(&rep);
+	if (out)
+		http_json(resp, 200, out);
+	else
+		http_fail(resp, ERR_INTERNAL, NULL, "out of memory writing the restore report");
 }
 
 static void api_health(void *app, const struct http_request *req, struct http_response *resp)

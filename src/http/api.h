@@ -11,6 +11,9 @@ struct restore_req;
 json_t *api_parse_object(const struct http_request *req, bool required, struct http_response *resp);
 bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response *resp);
 bool api_decode_restore(json_t *obj, struct restore_req *rr, struct http_response *resp);
+/* The restore report as the response's JSON (exposed for unit tests). */
+struct restore_report;
+json_t *api_restore_json(const struct restore_report *rep);
 
 /* Server options of sandbox mode: its routes over engine e, and every answer
  * counted in e's metrics. */

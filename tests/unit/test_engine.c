@@ -13,6 +13,7 @@
 #include "engine/catalog.h"
 #include "config.h"
 #include "engine/engine.h"
+#include "http/api.h"
 #include "http/http.h"
 #include "lib/metrics.h"
 
@@ -168,12 +169,12 @@ static void expire(const char *id)
 static int restore(const char *id, bool force, const char *if_expired, json_t **ret, ckpt_error *err)
 {
 	struct restore_req req = { .force = force, .if_expired = if_expired };
-	json_t *rep = NULL;
+	struct restore_report rep;
 	int r = engine_restore(eng, id, &req, &rep, err);
-	if (ret)
-		*ret = rep;
-	else
-		json_decref(rep);
+	if (r == 0 && ret)
+		*ret = api_restore_json(&rep);
+	if (r == 0)
+		restore_report_free(&rep);
 	return r;
 }
 

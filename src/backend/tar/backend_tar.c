@@ -230,7 +230,8 @@ static json_t *stats_json(const struct tar_restore_stats *t)
 }
 
 /* Make every root equal to checkpoint dir name ("base" for a reset). */
-static int do_restore(struct tar_state *s, const char *name, json_t *extra, struct progress *p, ckpt_error *err)
+static int do_restore(struct tar_state *s, const char *name, struct restore_details *details, struct progress *p,
+		      ckpt_error *err)
 {
 	struct tar_restore_stats sum = { 0 };
 	bool zstd = false;
@@ -259,22 +260,27 @@ static int do_restore(struct tar_state *s, const char *name, json_t *extra, stru
 	s->last = sum;
 	s->pending[0] = '\0';
 	pthread_mutex_unlock(&s->lock);
-	if (extra)
-		json_object_set_new(extra, "tar", stats_json(&sum));
+	if (details)
+		*details = (struct restore_details){ .has_tar_stats = true,
+						     .rewritten = sum.rewritten,
+						     .removed = sum.removed,
+						     .kept = sum.kept,
+						     .bytes = sum.bytes };
 	return r;
 }
 
-static int tar_restore(void *st, const char *id, json_t *data, json_t *extra, struct progress *p, ckpt_error *err)
+static int tar_restore(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
+		       ckpt_error *err)
 {
 	(void)data;
 	if (!id_valid(id))
 		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
-	return do_restore(st, id, extra, p, err);
+	return do_restore(st, id, details, p, err);
 }
 
-static int tar_reset(void *st, json_t *extra, ckpt_error *err)
+static int tar_reset(void *st, struct restore_details *details, ckpt_error *err)
 {
-	return do_restore(st, BASE, extra, NULL, err);
+	return do_restore(st, BASE, details, NULL, err);
 }
 
 static int tar_remove(void *st, const char *id, json_t *data, ckpt_error *err)
