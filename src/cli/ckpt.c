@@ -142,7 +142,7 @@ static int ckpt_parse_opt(int c, struct cli_opts *o, struct ckpt_args *a)
 		fputs(ckpt_usage, stdout);
 		return -1;
 	case 'V':
-		puts("ckpt " CKPT_VERSION);
+		puts("ckpt " CKPTD_VERSION);
 		return -1;
 	}
 	if (!a->used)
