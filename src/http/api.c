@@ -13,18 +13,17 @@ json_t *api_parse_object(const struct http_request *req, bool required, struct h
 			http_fail(resp, ERR_INVALID, "bad_request", "a JSON object body is required");
 		return required ? NULL : json_object();
 	}
-	json_t *obj = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
+	json_auto_t *obj = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!obj) {
 		http_fail(resp, ERR_INVALID, "bad_request", "malformed JSON at line %d column %d: %s", jerr.line,
 			  jerr.column, jerr.text);
 		return NULL;
 	}
 	if (!json_is_object(obj)) {
-		json_decref(obj);
 		http_fail(resp, ERR_INVALID, "bad_request", "the body must be a JSON object");
 		return NULL;
 	}
-	return obj;
+	return TAKE_PTR(obj);
 }
 
 /* Unknown members are refused so that a typo never passes silently. */
@@ -88,17 +87,14 @@ static void api_create(void *app, const struct http_request *req, struct http_re
 	struct create_req cr = { 0 };
 	ckpt_error err = { 0 };
 	json_t *rec = NULL;
-	json_t *obj = api_parse_object(req, true, resp);
+	json_auto_t *obj = api_parse_object(req, true, resp);
 
-	if (!obj)
+	if (!obj || !api_decode_create(obj, &cr, resp))
 		return;
-	if (api_decode_create(obj, &cr, resp)) {
-		if (engine_create(app, &cr, &rec, &err) < 0)
-			http_error(resp, &err);
-		else
-			http_json(resp, cr.async ? 202 : 201, rec);
-	}
-	json_decref(obj);
+	if (engine_create(app, &cr, &rec, &err) < 0)
+		http_error(resp, &err);
+	else
+		http_json(resp, cr.async ? 202 : 201, rec);
 }
 
 static void api_list(void *app, const struct http_request *req, struct http_response *resp)

@@ -62,10 +62,9 @@ static int write_meta(struct tar_state *s, int dirfd, ckpt_error *err)
 	json_t *roots = json_array();
 	for (size_t i = 0; i < s->n_roots; i++)
 		json_array_append_new(roots, json_string(s->roots[i]));
-	json_t *meta =
+	json_auto_t *meta =
 		json_pack("{s:i, s:s, s:o}", "version", 1, "compression", s->zstd ? "zstd" : "none", "roots", roots);
 	_cleanup_free_ char *text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
-	json_decref(meta);
 	if (!text)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	int r = write_file_atomic(dirfd, META, text, strlen(text), 0600);
@@ -79,7 +78,8 @@ static int write_meta(struct tar_state *s, int dirfd, ckpt_error *err)
 static int read_meta(struct tar_state *s, int dirfd, const char *name, bool *zstd, ckpt_error *err)
 {
 	_cleanup_free_ char *text = NULL;
-	json_t *meta, *roots;
+	json_auto_t *meta = NULL;
+	json_t *roots;
 	int r = read_file_at(dirfd, META, 1 << 20, &text, NULL);
 
 	if (r < 0)
@@ -94,7 +94,6 @@ static int read_meta(struct tar_state *s, int dirfd, const char *name, bool *zst
 		    strcmp(json_string_value(json_array_get(roots, i)), s->roots[i]))
 			r = err_set(err, EINVAL, NULL, "checkpoint '%s' was made for other roots", name);
 	*zstd = !strcmp(json_string_value(json_object_get(meta, "compression")) ?: "", "zstd");
-	json_decref(meta);
 	return r;
 }
 
@@ -305,11 +304,10 @@ static void finish_interrupted(struct tar_state *s)
 
 	if (read_file_at(s->tar_fd, INTENT, 4096, &text, NULL) < 0)
 		return;
-	json_t *j = json_loads(text, 0, NULL);
+	json_auto_t *j = json_loads(text, 0, NULL);
 	const char *id = json_string_value(json_object_get(j, "id"));
 	char name[64];
 	snprintf(name, sizeof(name), "%s", id ? id : "");
-	json_decref(j);
 	if (strcmp(name, BASE) && !id_valid(name)) {
 		intent_clear(s, NULL);
 		return;
