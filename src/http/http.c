@@ -104,14 +104,17 @@ void http_error(struct http_response *resp, const ckpt_error *err)
 	int status = http_status_of(err, &code);
 	const char *detail = err->msg[0] ? err->msg : strerror(err->errnum ? err->errnum : EIO);
 
-	if (status >= 500) /* the client sees the message; the log keeps the errno too */
+	/* the client sees the message; the log keeps the errno too */
+	if (status >= 500 && err->errnum)
 		log_warn("answering %d: %s (%s)", status, detail, strerror(err->errnum));
+	else if (status >= 500)
+		log_warn("answering %d: %s", status, detail);
 	http_problem(resp, status, code, "%s", detail);
 }
 
 void http_fail(struct http_response *resp, enum ckpt_err_kind kind, const char *code, const char *fmt, ...)
 {
-	ckpt_error err = { .errnum = EIO, .kind = kind, .code = code };
+	ckpt_error err = { .kind = kind, .code = code }; /* no errno: the caller decided */
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(err.msg, sizeof(err.msg), fmt, ap);
