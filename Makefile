@@ -5,6 +5,13 @@ PREFIX    ?= /usr/local
 DESTDIR   ?=
 BINDIR    ?= $(PREFIX)/bin
 UNITDIR   ?= $(PREFIX)/lib/systemd/system
+DATADIR   ?= $(PREFIX)/share
+MANDIR    ?= $(DATADIR)/man
+SYSCONFDIR ?= /etc
+PORT      ?= 7070
+WORKSPACE ?= $(CURDIR)/workspace
+# One state dir per workspace: ckptd refuses a state dir made for other roots.
+STATE     ?= $(CURDIR)/.ckptd$(if $(filter $(CURDIR)/workspace,$(abspath $(WORKSPACE))),,-$(notdir $(abspath $(WORKSPACE))))
 CC        ?= cc
 PYTHON    ?= /usr/bin/python3
 BUILD     ?= build
@@ -42,7 +49,14 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all run check unit integration bench deps deps-build install clean fmt layers
 
-all: $(BUILD)/ckptd $(BUILD)/ckpt
+MAN_SRCS  := $(wildcard docs/man/*.scd)
+MAN_PAGES := $(MAN_SRCS:docs/man/%.scd=$(BUILD)/man/%)
+
+all: $(BUILD)/ckptd $(BUILD)/ckpt $(MAN_PAGES)
+
+$(BUILD)/man/%: docs/man/%.scd
+	@mkdir -p $(dir $@)
+	scdoc < $< > $@
 
 # -MMD writes each object's header dependencies beside it.
 $(BUILD)/obj/cli/%.o: src/cli/%.c
@@ -84,12 +98,9 @@ deps-build:
 deps:
 	@sh tools/deps.sh all
 
+# Serves $(WORKSPACE) on 127.0.0.1:$(PORT); the URL is printed once ckptd listens.
 run: deps-build all
-	@mkdir -p workspace .ckptd
-	@echo "ckptd: serving http://127.0.0.1:7070 for $(CURDIR)/workspace (state in $(CURDIR)/.ckptd)"
-	@echo "try:   curl -s -XPOST -H 'Content-Type: application/json' -d '{\"name\":\"first\"}' http://127.0.0.1:7070/v1/checkpoints"
-	exec $(BUILD)/ckptd --listen 127.0.0.1:7070 --state-dir $(CURDIR)/.ckptd \
-		--root $(CURDIR)/workspace --unmount-on-exit
+	@sh tools/run.sh $(BUILD)/ckptd $(PORT) $(abspath $(WORKSPACE)) $(STATE)
 
 unit: $(UNIT_BINS)
 	@fail=0; for t in $(UNIT_BINS); do echo "== $$t"; $$t || fail=1; done; exit $$fail
@@ -106,12 +117,18 @@ bench: deps-build all
 	$(PYTHON) bench/run.py
 
 install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/share/ckptd
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DATADIR)/ckptd \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
+		$(DESTDIR)$(SYSCONFDIR)/ckptd
 	install -m 0755 $(BUILD)/ckptd $(BUILD)/ckpt $(DESTDIR)$(BINDIR)/
-	for f in services/*.service services/*.socket; do [ -e "$$f" ] || continue; \
-		sed 's|@BINDIR@|$(BINDIR)|g' "$$f" > $(DESTDIR)$(UNITDIR)/$$(basename $$f); done
-	install -m 0644 api/openapi.yaml $(DESTDIR)$(PREFIX)/share/ckptd/
-	[ ! -e services/ckptd.json ] || install -m 0644 services/ckptd.json $(DESTDIR)$(PREFIX)/share/ckptd/ckptd.json.example
+	for f in services/*.in; do sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DATADIR@|$(DATADIR)|g' \
+		-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' "$$f" > $(DESTDIR)$(UNITDIR)/$$(basename $$f .in); done
+	install -m 0644 api/openapi.yaml $(DESTDIR)$(DATADIR)/ckptd/
+	install -m 0644 services/ckptd.json $(DESTDIR)$(DATADIR)/ckptd/ckptd.json.example
+	for p in $(MAN_PAGES); do install -m 0644 $$p $(DESTDIR)$(MANDIR)/man$${p##*.}/; done
+	# The unit reads /etc/ckptd/ckptd.json: install the example once, never over a user's file.
+	[ -e $(DESTDIR)$(SYSCONFDIR)/ckptd/ckptd.json ] || \
+		install -m 0644 services/ckptd.json $(DESTDIR)$(SYSCONFDIR)/ckptd/ckptd.json
 
 clean:
 	rm -rf $(BUILD)

@@ -6,7 +6,7 @@ set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libarchive-dev
-libsystemd-dev libcurl4-openssl-dev libzstd-dev zstd"
+libsystemd-dev libcurl4-openssl-dev libzstd-dev zstd scdoc"
 test_pkgs="libcmocka-dev python3 python3-pytest python3-requests python3-websocket
 python3-yaml runsc debootstrap systemd-container prometheus attr acl curl nodejs psmisc"
 

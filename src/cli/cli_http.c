@@ -130,8 +130,10 @@ int cli_http_request(const struct cli_conn *c, const char *method, const char *p
 		snprintf(r->errbuf, sizeof(r->errbuf), "%s", curl_easy_strerror(res));
 	curl_easy_cleanup(e);
 	curl_slist_free_all(hdrs);
-	if (res != CURLE_OK)
+	if (res != CURLE_OK) {
+		r->curl_code = (int)res;
 		return -EIO;
+	}
 	cli_http_parse(r);
 	return 0;
 }
