@@ -152,7 +152,7 @@ static int ckpt_parse_opt(int c, struct cli_opts *o, struct ckpt_args *a)
 		a->help = true;
 		return 0;
 	case 'V':
-		puts("ckpt " CKPT_VERSION);
+		puts("ckpt " CKPTD_VERSION);
 		return -1;
 	}
 	if (c == 'q' || c == 'y')
@@ -404,7 +404,7 @@ static int ckpt_main(int argc, char **argv, struct cli_opts *o)
 		return optind + 2 < argc ? ckpt_usage_error("unexpected argument \"%s\"", argv[optind + 2])
 					 : ckpt_help(optind + 1 < argc ? argv[optind + 1] : NULL);
 	if (strcmp(argv[optind], "version") == 0) {
-		puts("ckpt " CKPT_VERSION);
+		puts("ckpt " CKPTD_VERSION);
 		return CKPT_EXIT_OK;
 	}
 	const struct ckpt_command *cmd = ckpt_find_command(argv[optind]);

@@ -8,7 +8,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define CKPT_VERSION "0.1.0"
 #define CKPT_DEFAULT_URL "http://127.0.0.1:7070"
 
 /* Exit statuses, documented in docs/cli.md. */

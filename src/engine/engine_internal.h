@@ -52,3 +52,4 @@ void engine_kick_maintenance(struct engine *e);
 struct engine_op *engine_op_begin(struct engine *e, const char *id);
 void engine_op_end(struct engine *e, struct engine_op *op);
 bool record_expired(json_t *rec, int64_t now);
+int engine_storage_err(ckpt_error *err, int r);

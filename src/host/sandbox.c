@@ -188,7 +188,7 @@ int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *lates
 {
 	char created[40], now[40];
 	_cleanup_close_ int dfd = open_sandbox_dir(h, sb->id, NULL, true);
-	json_t *m;
+	json_auto_t *m = NULL;
 	_cleanup_free_ char *text = NULL;
 	int r;
 
@@ -200,7 +200,6 @@ int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *lates
 		      fmt_rfc3339_ms(sb->created_at_ms, created, sizeof(created)), "updated_at",
 		      fmt_rfc3339_ms(now_ms(), now, sizeof(now)), "instance_id", h->instance_id, "latest", latest);
 	text = m ? json_dumps(m, JSON_INDENT(2)) : NULL;
-	json_decref(m);
 	if (!text)
 		return err_set(err, ENOMEM, NULL, "metadata: out of memory");
 	if ((r = write_file_atomic(dfd, "metadata.json", text, strlen(text), 0644)) < 0)
@@ -349,20 +348,17 @@ static int read_metadata(struct host *h, const char *id, json_t **ret, ckpt_erro
 int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err)
 {
 	_cleanup_free_ char *image = NULL, *bundle = NULL, *log = NULL;
-	json_t *meta = NULL;
+	json_auto_t *meta = NULL;
 	int r = latest_image(h, sb->id, &image);
 
 	if (r == -ENOENT)
 		return err_set(err, ENOENT, NULL, "no checkpoint of sandbox '%s'", sb->id);
 	if (r < 0)
 		return err_set(err, -r, NULL, "latest checkpoint of '%s': %s", sb->id, strerror(-r));
-	if ((r = read_metadata(h, sb->id, &meta, err)) < 0 || (r = check_compat(h, meta, err)) < 0) {
-		json_decref(meta);
+	if ((r = read_metadata(h, sb->id, &meta, err)) < 0 || (r = check_compat(h, meta, err)) < 0)
 		return r;
-	}
 	if (json_is_integer(json_object_get(meta, "idle_timeout")))
 		sb->idle_timeout_s = json_integer_value(json_object_get(meta, "idle_timeout"));
-	json_decref(meta);
 	if ((r = prepare_bundle(h, sb->id, &bundle, &log, err)) < 0)
 		return r;
 	runsc_delete(&h->runsc, sb->id); /* a leftover of ours would block the id */

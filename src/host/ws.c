@@ -148,11 +148,6 @@ void ws_conn_free(struct ws_conn *c)
 	free(c);
 }
 
-int ws_conn_fd(const struct ws_conn *c)
-{
-	return c->fd;
-}
-
 static int send_all(int fd, const uint8_t *p, size_t len)
 {
 	while (len) {

@@ -7,21 +7,46 @@
 #include <sys/types.h>
 #include <time.h>
 
-int err_set(ckpt_error *err, int errnum, const char *code, const char *fmt, ...)
+static int err_vset(ckpt_error *err, enum ckpt_err_kind kind, int errnum, const char *code, const char *fmt, va_list ap)
 {
 	if (errnum < 0)
 		errnum = -errnum;
 	if (errnum == 0)
 		errnum = EIO;
 	if (err) {
-		va_list ap;
 		err->errnum = errnum;
+		err->kind = kind;
 		err->code = code;
-		va_start(ap, fmt);
 		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-		va_end(ap);
 	}
 	return -errnum;
+}
+
+int err_set(ckpt_error *err, int errnum, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int r = err_vset(err, ERR_UNSET, errnum, code, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+int err_set_kind(ckpt_error *err, enum ckpt_err_kind kind, int errnum, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int r = err_vset(err, kind, errnum, code, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+int err_mark(ckpt_error *err, enum ckpt_err_kind kind, const char *code, int r)
+{
+	if (err) {
+		err->kind = kind;
+		err->code = code;
+	}
+	return r;
 }
 
 int err_prefix(ckpt_error *err, const char *fmt, ...)

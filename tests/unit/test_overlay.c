@@ -79,9 +79,9 @@ static void create(void *st, const char *id, json_t **data)
 static void restore(void *st, const char *id, json_t *data)
 {
 	ckpt_error err = { 0 };
-	json_t *extra = json_object();
-	int r = B->restore(st, id, data, extra, NULL, &err);
-	json_decref(extra);
+	struct restore_details details = { 0 };
+	int r = B->restore(st, id, data, &details, NULL, &err);
+	restore_details_free(&details);
 	if (r < 0)
 		fail_msg("restore: %s", err.msg);
 }
@@ -127,9 +127,9 @@ static void test_restore_changes(void **s)
 	assert_true(has("dir/inner", "in"));
 	assert_true(has("upper", "U"));
 	/* reset: back to the adopted contents */
-	json_t *extra = json_object();
-	assert_int_equal(B->reset(st, extra, &err), 0);
-	json_decref(extra);
+	struct restore_details details = { 0 };
+	assert_int_equal(B->reset(st, &details, &err), 0);
+	restore_details_free(&details);
 	assert_false(has("upper", NULL));
 	assert_true(has("lower", "L"));
 	B->close(st, false);

@@ -155,7 +155,9 @@ static int ovl_ensure_base(struct ovl_root *r, const struct overlay_mountinfo *m
 {
 	_cleanup_free_ char *base = path_join(r->rdir, "base");
 	struct overlay_mountinfo bi;
-	overlay_mountinfo_find(base, &bi);
+	int q = base ? overlay_mountinfo_find(base, &bi) : -ENOMEM;
+	if (q < 0)
+		return err_set(err, -q, NULL, "mounts of '%s': %s", r->path, strerror(-q));
 	bool have = bi.found;
 	overlay_mountinfo_clear(&bi);
 	if (have)
@@ -188,7 +190,8 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 	int q = ovl_root_dirs(o, r, err);
 	if (q < 0)
 		return q;
-	overlay_mountinfo_find(r->path, &mi);
+	if ((q = overlay_mountinfo_find(r->path, &mi)) < 0)
+		return err_set(err, -q, NULL, "mounts of '%s': %s", r->path, strerror(-q));
 	q = ovl_adopt_record(r, &mi, err);
 	if (q == 0)
 		q = ovl_ensure_base(r, &mi, err);
@@ -263,7 +266,6 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	}
 	o->odir_fd = open(o->odir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	o->cdir_fd = open(cdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	snprintf(o->mount_api, sizeof(o->mount_api), "fsconfig");
 	for (size_t i = 0; i < ctx->n_roots && q == 0; i++) {
 		struct ovl_root *r = &o->roots[o->n_roots++];
 		r->rdir_fd = -1;
@@ -421,12 +423,11 @@ static void ovl_swap_undo(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
 /* Switch every root to chains[h] with a fresh upper. live.json (with the new
  * chain and upper) is written for all roots first: it is the intent a restart
  * finishes, so a crash leaves P before or after, never a mix. */
-static int ovl_switch(struct ovl *o, json_t *chains, json_t *extra, ckpt_error *err)
+static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *details, ckpt_error *err)
 {
 	struct ovl_swap *sw = calloc(o->n_roots + 1, sizeof(*sw));
-	json_t *busy = json_array();
 	size_t prepared = 0, swapped = 0;
-	int q = sw && busy ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
+	int q = sw ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
 
 	for (; q == 0 && prepared < o->n_roots; prepared++) {
 		struct ovl_root *r = &o->roots[prepared];
@@ -450,7 +451,7 @@ static int ovl_switch(struct ovl *o, json_t *chains, json_t *extra, ckpt_error *
 	}
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++, swapped++) {
 		struct ovl_root *r = &o->roots[i];
-		q = overlay_umount(r->path, busy, err);
+		q = overlay_umount(r->path, details, err);
 		if (q == 0)
 			q = ovl_mount_chain(o, r, r->chain, r->upper, err);
 	}
@@ -468,29 +469,27 @@ static int ovl_switch(struct ovl *o, json_t *chains, json_t *extra, ckpt_error *
 		json_decref(sw[i].old_chain);
 		json_decref(sw[i].old_mounted);
 	}
-	if (json_array_size(busy))
-		json_object_set(extra, "busy_processes", busy);
-	json_decref(busy);
 	free(sw);
 	o->dirty_gc = true;
 	(void)swapped;
 	return q;
 }
 
-static int ovl_restore(void *st, const char *id, json_t *data, json_t *extra, struct progress *p, ckpt_error *err)
+static int ovl_restore(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
+		       ckpt_error *err)
 {
 	struct ovl *o = st;
 	(void)p;
 	json_auto_t *chains = overlay_layers_chain_get(o, id, data);
 	if (!chains)
 		return err_set(err, ENOENT, "not_found", "no layers recorded for checkpoint %s", id);
-	return ovl_switch(o, chains, extra, err);
+	return ovl_switch(o, chains, details, err);
 }
 
-static int ovl_reset(void *st, json_t *extra, ckpt_error *err)
+static int ovl_reset(void *st, struct restore_details *details, ckpt_error *err)
 {
 	json_auto_t *empty = json_object();
-	return ovl_switch(st, empty, extra, err);
+	return ovl_switch(st, empty, details, err);
 }
 
 static int ovl_remove(void *st, const char *id, json_t *data, ckpt_error *err)

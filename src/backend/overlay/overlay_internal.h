@@ -37,10 +37,9 @@ struct ovl {
 	int odir_fd, cdir_fd;
 	struct ovl_root *roots;
 	size_t n_roots;
-	json_t *refs;       /* "h/layer" -> number of checkpoints using it */
-	json_t *chains;     /* id -> {h: [layers]} (cache of c/<id>.json) */
-	bool dirty_gc;      /* maintain has layers or uppers to remove */
-	char mount_api[16]; /* "fsconfig" | "legacy" */
+	json_t *refs;   /* "h/layer" -> number of checkpoints using it */
+	json_t *chains; /* id -> {h: [layers]} (cache of c/<id>.json) */
+	bool dirty_gc;  /* maintain has layers or uppers to remove */
 };
 
 /* overlay_layers.c */

@@ -67,7 +67,8 @@ int overlay_layers_chain_save(struct ovl *o, const char *id, json_t *chains)
 /* From a record's data (an imported or older checkpoint): {roots:[{path, layers}]}. */
 static json_t *overlay_layers_from_data(struct ovl *o, json_t *data)
 {
-	json_t *out = json_object(), *e;
+	json_auto_t *out = json_object();
+	json_t *e;
 	size_t i;
 	json_array_foreach(json_object_get(data, "roots"), i, e)
 	{
@@ -77,11 +78,7 @@ static json_t *overlay_layers_from_data(struct ovl *o, json_t *data)
 			if (!strcmp(o->roots[k].path, path))
 				json_object_set(out, o->roots[k].h, layers);
 	}
-	if (json_object_size(out) == 0) {
-		json_decref(out);
-		return NULL;
-	}
-	return out;
+	return json_object_size(out) ? TAKE_PTR(out) : NULL;
 }
 
 json_t *overlay_layers_chain_get(struct ovl *o, const char *id, json_t *data)
@@ -95,10 +92,9 @@ json_t *overlay_layers_chain_get(struct ovl *o, const char *id, json_t *data)
 		return NULL;
 	snprintf(name, sizeof(name), "%s.json", id);
 	if (read_file_at(o->cdir_fd, name, 1 << 20, &s, NULL) == 0) {
-		c = json_loads(s, 0, NULL);
-		if (json_is_object(c))
-			return c;
-		json_decref(c);
+		json_auto_t *loaded = json_loads(s, 0, NULL);
+		if (json_is_object(loaded))
+			return TAKE_PTR(loaded);
 	}
 	return data ? overlay_layers_from_data(o, data) : NULL;
 }

@@ -72,37 +72,46 @@ static int ovl_mount_new_api(const struct overlay_spec *s, ckpt_error *err)
 	return 0;
 }
 
-/* Option string; prefix "" gives relative names (for a child in dir). */
+/* prefix + name, escaped for a legacy option value; NULL when out of memory. */
+static char *ovl_legacy_value(const char *prefix, const char *name)
+{
+	size_t len = strlen(prefix) + strlen(name) + 1;
+	_cleanup_free_ char *full = malloc(len);
+	if (!full)
+		return NULL;
+	snprintf(full, len, "%s%s", prefix, name);
+	return overlay_mount_escape(full);
+}
+
+/* Option string; prefix "" gives relative names (for a child in dir). NULL
+ * when out of memory. */
 static char *ovl_legacy_opts(const struct overlay_spec *s, const char *prefix)
 {
 	size_t cap = 256;
 	for (size_t i = 0; i < s->n_lowers; i++)
 		cap += 2 * (strlen(prefix) + strlen(s->lowers[i]) + 2);
 	cap += 4 * (strlen(prefix) + strlen(s->upper) + strlen(s->work) + 4);
-	char *o = malloc(cap);
+	_cleanup_free_ char *o = malloc(cap);
 	if (!o)
 		return NULL;
 	size_t n = snprintf(o, cap, "lowerdir=");
 	for (size_t i = 0; i < s->n_lowers; i++) {
-		_cleanup_free_ char *full = malloc(strlen(prefix) + strlen(s->lowers[i]) + 2);
-		sprintf(full, "%s%s", prefix, s->lowers[i]);
-		_cleanup_free_ char *e = overlay_mount_escape(full);
+		_cleanup_free_ char *e = ovl_legacy_value(prefix, s->lowers[i]);
+		if (!e)
+			return NULL;
 		n += snprintf(o + n, cap - n, "%s%s", i ? ":" : "", e);
 	}
-	_cleanup_free_ char *u = malloc(strlen(prefix) + strlen(s->upper) + 1);
-	_cleanup_free_ char *w = malloc(strlen(prefix) + strlen(s->work) + 1);
-	sprintf(u, "%s%s", prefix, s->upper);
-	sprintf(w, "%s%s", prefix, s->work);
-	_cleanup_free_ char *ue = overlay_mount_escape(u), *we = overlay_mount_escape(w);
+	_cleanup_free_ char *ue = ovl_legacy_value(prefix, s->upper), *we = ovl_legacy_value(prefix, s->work);
+	if (!ue || !we)
+		return NULL;
 	snprintf(o + n, cap - n, ",upperdir=%s,workdir=%s," OVL_FIXED_OPTS, ue, we);
-	return o;
+	return TAKE_PTR(o);
 }
 
 int overlay_mount_legacy(const struct overlay_spec *s, ckpt_error *err)
 {
-	_cleanup_free_ char *prefix = malloc(strlen(s->dir) + 2);
-	sprintf(prefix, "%s/", s->dir);
-	_cleanup_free_ char *abs = ovl_legacy_opts(s, prefix);
+	_cleanup_free_ char *prefix = path_join(s->dir, "");
+	_cleanup_free_ char *abs = prefix ? ovl_legacy_opts(s, prefix) : NULL;
 	if (!abs)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	if (strlen(abs) < (size_t)sysconf(_SC_PAGESIZE)) {
@@ -217,17 +226,18 @@ static char *ovl_opt_value(const char *opts, const char *key)
 	return NULL;
 }
 
-static void ovl_parse_line(char *line, const char *path, struct overlay_mountinfo *ret)
+/* -ENOMEM when the line names path but cannot be copied. */
+static int ovl_parse_line(char *line, const char *path, struct overlay_mountinfo *ret)
 {
 	char *save = NULL, *f[6] = { 0 };
 	char *tok = strtok_r(line, " ", &save);
 	for (int i = 0; tok && i < 6; i++, tok = strtok_r(NULL, " ", &save))
 		f[i] = tok;
 	if (!f[4])
-		return;
+		return 0;
 	ovl_unescape(f[4]);
 	if (strcmp(f[4], path) != 0)
-		return;
+		return 0;
 	while (tok && strcmp(tok, "-") != 0)
 		tok = strtok_r(NULL, " ", &save);
 	char *fstype = strtok_r(NULL, " ", &save), *source = strtok_r(NULL, " ", &save);
@@ -236,8 +246,14 @@ static void ovl_parse_line(char *line, const char *path, struct overlay_mountinf
 	ret->found = true;
 	snprintf(ret->fstype, sizeof(ret->fstype), "%s", fstype ? fstype : "");
 	ret->source = source ? strdup(source) : NULL;
-	if (fstype && !strcmp(fstype, "overlay") && opts)
+	if (source && !ret->source)
+		return -ENOMEM;
+	if (fstype && !strcmp(fstype, "overlay") && opts) {
 		ret->upperdir = ovl_opt_value(opts, "upperdir");
+		if (!ret->upperdir && strstr(opts, "upperdir="))
+			return -ENOMEM;
+	}
+	return 0;
 }
 
 int overlay_mountinfo_find(const char *path, struct overlay_mountinfo *ret)
@@ -248,37 +264,42 @@ int overlay_mountinfo_find(const char *path, struct overlay_mountinfo *ret)
 		return -errno;
 	_cleanup_free_ char *line = NULL;
 	size_t cap = 0;
-	while (getline(&line, &cap, f) > 0)
-		ovl_parse_line(line, path, ret); /* later lines are mounted on top */
+	while (getline(&line, &cap, f) > 0) /* later lines are mounted on top */
+		if (ovl_parse_line(line, path, ret) < 0) {
+			overlay_mountinfo_clear(ret);
+			return -ENOMEM;
+		}
 	return 0;
 }
 
-json_t *overlay_busy_processes(const char *path)
+int overlay_busy_processes(const char *path, struct restore_details *busy)
 {
 	char *roots[] = { (char *)path };
 	_cleanup_free_ pid_t *pids = NULL;
 	size_t n = 0;
-	json_t *arr = json_array();
-	if (!arr || procscan_pids_under("/proc", roots, 1, getpid(), &pids, &n) < 0)
-		return arr;
+	int r = procscan_pids_under("/proc", roots, 1, getpid(), &pids, &n);
+	if (r < 0)
+		return r;
+	struct busy_process *arr = n ? realloc(busy->busy, (busy->n_busy + n) * sizeof(*arr)) : busy->busy;
+	if (n && !arr)
+		return -ENOMEM;
+	busy->busy = arr;
 	for (size_t i = 0; i < n; i++) {
-		char comm[64];
-		procscan_comm("/proc", pids[i], comm, sizeof(comm));
-		json_array_append_new(arr, json_pack("{s:I,s:s}", "pid", (json_int_t)pids[i], "command", comm));
+		struct busy_process *b = &busy->busy[busy->n_busy++];
+		*b = (struct busy_process){ .pid = pids[i] };
+		procscan_comm("/proc", pids[i], b->command, sizeof(b->command));
 	}
-	return arr;
+	return 0;
 }
 
-int overlay_umount(const char *path, json_t *busy, ckpt_error *err)
+int overlay_umount(const char *path, struct restore_details *busy, ckpt_error *err)
 {
 	if (umount2(path, UMOUNT_NOFOLLOW) == 0)
 		return 0;
 	if (errno != EBUSY)
 		return err_set(err, errno, NULL, "unmount '%s': %m", path);
-	json_t *procs = overlay_busy_processes(path);
-	if (busy && procs)
-		json_array_extend(busy, procs);
-	json_decref(procs);
+	if (busy && overlay_busy_processes(path, busy) < 0)
+		log_debug("cannot list the processes holding '%s'", path);
 	if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) < 0)
 		return err_set(err, errno, NULL, "detach '%s': %m", path);
 	return 0;

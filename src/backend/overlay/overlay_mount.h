@@ -2,6 +2,7 @@
  * processes that keep a mount busy. */
 #pragma once
 #include <jansson.h>
+#include "backend/backend.h"
 #include "lib/util.h"
 
 /* Most lower layers overlayfs accepts (base included). */
@@ -35,10 +36,13 @@ struct overlay_mountinfo {
 	char *source;
 };
 void overlay_mountinfo_clear(struct overlay_mountinfo *m);
-/* The top mount whose mount point is exactly path (from /proc/self/mountinfo). */
+/* The top mount whose mount point is exactly path (from /proc/self/mountinfo).
+ * On failure (<0) ret says not found: callers must not take that as unmounted. */
 int overlay_mountinfo_find(const char *path, struct overlay_mountinfo *ret);
 
-/* Unmount path; on EBUSY fill busy (array of {pid, command}) and detach. */
-int overlay_umount(const char *path, json_t *busy, ckpt_error *err);
-/* Processes with cwd, root, an open fd or a mapping under path. */
-json_t *overlay_busy_processes(const char *path);
+/* Unmount path; on EBUSY add the processes that hold it to busy (may be
+ * NULL) and detach. */
+int overlay_umount(const char *path, struct restore_details *busy, ckpt_error *err);
+/* Add the processes with cwd, root, an open fd or a mapping under path to
+ * d->busy. -ENOMEM when the list cannot grow. */
+int overlay_busy_processes(const char *path, struct restore_details *d);

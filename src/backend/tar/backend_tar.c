@@ -63,10 +63,9 @@ static int write_meta(struct tar_state *s, int dirfd, ckpt_error *err)
 	json_t *roots = json_array();
 	for (size_t i = 0; i < s->n_roots; i++)
 		json_array_append_new(roots, json_string(s->roots[i]));
-	json_t *meta =
+	json_auto_t *meta =
 		json_pack("{s:i, s:s, s:o}", "version", 1, "compression", s->zstd ? "zstd" : "none", "roots", roots);
 	_cleanup_free_ char *text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
-	json_decref(meta);
 	if (!text)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	int r = write_file_atomic(dirfd, META, text, strlen(text), 0600);
@@ -80,7 +79,8 @@ static int write_meta(struct tar_state *s, int dirfd, ckpt_error *err)
 static int read_meta(struct tar_state *s, int dirfd, const char *name, bool *zstd, ckpt_error *err)
 {
 	_cleanup_free_ char *text = NULL;
-	json_t *meta, *roots;
+	json_auto_t *meta = NULL;
+	json_t *roots;
 	int r = read_file_at(dirfd, META, 1 << 20, &text, NULL);
 
 	if (r < 0)
@@ -95,7 +95,6 @@ static int read_meta(struct tar_state *s, int dirfd, const char *name, bool *zst
 		    strcmp(json_string_value(json_array_get(roots, i)), s->roots[i]))
 			r = err_set(err, EINVAL, NULL, "checkpoint '%s' was made for other roots", name);
 	*zstd = !strcmp(json_string_value(json_object_get(meta, "compression")) ?: "", "zstd");
-	json_decref(meta);
 	return r;
 }
 
@@ -231,7 +230,8 @@ static json_t *stats_json(const struct tar_restore_stats *t)
 }
 
 /* Make every root equal to checkpoint dir name ("base" for a reset). */
-static int do_restore(struct tar_state *s, const char *name, json_t *extra, struct progress *p, ckpt_error *err)
+static int do_restore(struct tar_state *s, const char *name, struct restore_details *details, struct progress *p,
+		      ckpt_error *err)
 {
 	struct tar_restore_stats sum = { 0 };
 	bool zstd = false;
@@ -260,22 +260,27 @@ static int do_restore(struct tar_state *s, const char *name, json_t *extra, stru
 	s->last = sum;
 	s->pending[0] = '\0';
 	pthread_mutex_unlock(&s->lock);
-	if (extra)
-		json_object_set_new(extra, "tar", stats_json(&sum));
+	if (details)
+		*details = (struct restore_details){ .has_tar_stats = true,
+						     .rewritten = sum.rewritten,
+						     .removed = sum.removed,
+						     .kept = sum.kept,
+						     .bytes = sum.bytes };
 	return r;
 }
 
-static int tar_restore(void *st, const char *id, json_t *data, json_t *extra, struct progress *p, ckpt_error *err)
+static int tar_restore(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
+		       ckpt_error *err)
 {
 	(void)data;
 	if (!id_valid(id))
 		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
-	return do_restore(st, id, extra, p, err);
+	return do_restore(st, id, details, p, err);
 }
 
-static int tar_reset(void *st, json_t *extra, ckpt_error *err)
+static int tar_reset(void *st, struct restore_details *details, ckpt_error *err)
 {
-	return do_restore(st, BASE, extra, NULL, err);
+	return do_restore(st, BASE, details, NULL, err);
 }
 
 static int tar_remove(void *st, const char *id, json_t *data, ckpt_error *err)
@@ -300,11 +305,10 @@ static void finish_interrupted(struct tar_state *s)
 
 	if (read_file_at(s->tar_fd, INTENT, 4096, &text, NULL) < 0)
 		return;
-	json_t *j = json_loads(text, 0, NULL);
+	json_auto_t *j = json_loads(text, 0, NULL);
 	const char *id = json_string_value(json_object_get(j, "id"));
 	char name[64];
 	snprintf(name, sizeof(name), "%s", id ? id : "");
-	json_decref(j);
 	if (strcmp(name, BASE) && !id_valid(name)) {
 		intent_clear(s, NULL);
 		return;
