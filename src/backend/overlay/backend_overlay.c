@@ -159,8 +159,8 @@ static int ovl_ensure_base(struct ovl_root *r, const struct overlay_mountinfo *m
 	overlay_mountinfo_find(base, &bi);
 	bool have = bi.found;
 	overlay_mountinfo_clear(&bi);
-	if (have)
-		return 0;
+	if (have) /* bound by an older ckptd, maybe shared */
+		return overlay_mount_private(base) < 0 ? err_set(err, errno, NULL, "make '%s' private: %m", base) : 0;
 	if (ovl_is_our_upper(r, mi, NULL))
 		return err_set(err, ENOENT, NULL, "base of '%s' is not mounted under its overlay", r->path);
 	return overlay_mount_bind_ro(r->path, base, err);
