@@ -4,6 +4,7 @@ flows, adopt after restart and after a "reboot", the busy mount, and kill -9
 in the middle of create, restore and delete."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -155,6 +156,7 @@ def test_kill9_during_restore_before_or_after(daemon_factory):
         if now == bad:
             os.unlink(root / f"bad{i}")
             d.restore(cp)
+        assert _temp_files(d.state_dir) == []  # .live.json.tmp.* of the killed restore too
 
 
 def test_kill9_during_create_and_delete(daemon_factory):
@@ -339,3 +341,42 @@ def test_base_bind_is_private(daemon_factory, tmp_path):
         assert not (base / "dir" / "mnt").exists()
     finally:
         subprocess.run(["umount", "-l", str(d.roots[0] / "dir" / "mnt")])
+
+
+TEMP_NAME = re.compile(r"^\..+\.tmp(\.[0-9a-f]{8})?$|^\.tmp-|^\.probe-")
+
+
+def _temp_files(state_dir):
+    """Temp files of ckptd's own writes (not the users' files in layers and uppers)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(state_dir):
+        rel = os.path.relpath(dirpath, state_dir).split(os.sep)
+        if len(rel) >= 4 and rel[:2] == ["overlay", "r"] and rel[3] in ("l", "u", "w", "base"):
+            dirnames[:] = []
+            continue
+        out += [os.path.join(dirpath, n) for n in filenames + dirnames if TEMP_NAME.match(n)]
+    return sorted(out)
+
+
+def test_start_removes_temp_files(daemon_factory):
+    d = overlay_daemon(daemon_factory)
+    cp = d.create("one")["checkpoint_id"]
+    d.kill9()
+    rdir = next((d.state_dir / "overlay" / "r").glob("*/live.json")).parent
+    planted = [d.state_dir / ".ckptd.json.tmp.0badcafe",
+               rdir / ".live.json.tmp.1234abcd",
+               rdir / "idx" / ".index.tmp",
+               d.state_dir / "overlay" / "c" / f".{cp}.json.tmp.00000000",
+               d.state_dir / "catalog" / f".{cp}.json.tmp.deadbeef"]
+    for p in planted:
+        p.write_text("{torn")
+    probe = d.state_dir / "overlay" / ".probe-0a1b2c3d"
+    for sub in "luwm":
+        (probe / sub).mkdir(parents=True)
+    keep = rdir / "notes.tmp.txt"  # not a temp file of ours: stays
+    keep.write_text("x")
+    d.start()
+    assert _temp_files(d.state_dir) == []
+    assert keep.exists()
+    assert [c["checkpoint_id"] for c in d.list()] == [cp]
+    assert d.restore(cp)["ok"] is True

@@ -189,6 +189,8 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 	int q = ovl_root_dirs(o, r, err);
 	if (q < 0)
 		return q;
+	write_file_atomic_sweep(r->rdir_fd); /* .live.json.tmp.* of a killed daemon */
+	unlinkat(r->rdir_fd, "idx/.index.tmp", 0);
 	overlay_mountinfo_find(r->path, &mi);
 	q = ovl_adopt_record(r, &mi, err);
 	if (q == 0)
@@ -245,6 +247,27 @@ static void ovl_free(struct ovl *o)
 	free(o);
 }
 
+/* Probe dirs of a daemon killed while probing (its probe mount detached). */
+static void ovl_sweep_probes(struct ovl *o)
+{
+	int fd = o->odir_fd >= 0 ? openat(o->odir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	_cleanup_closedir_ DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, ".probe-", 7) != 0)
+			continue;
+		_cleanup_free_ char *m = NULL;
+		if (asprintf(&m, "%s/%s/m", o->odir, de->d_name) >= 0)
+			overlay_umount_detach(m);
+		rm_rf_at(o->odir_fd, de->d_name);
+	}
+}
+
 static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *err)
 {
 	struct ovl *o = calloc(1, sizeof(*o));
@@ -265,6 +288,7 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	o->odir_fd = open(o->odir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	o->cdir_fd = open(cdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	snprintf(o->mount_api, sizeof(o->mount_api), "fsconfig");
+	ovl_sweep_probes(o);
 	for (size_t i = 0; i < ctx->n_roots && q == 0; i++) {
 		struct ovl_root *r = &o->roots[o->n_roots++];
 		r->rdir_fd = -1;

@@ -167,6 +167,11 @@ int overlay_mount_bind_ro(const char *src, const char *dst, ckpt_error *err)
 	return 0;
 }
 
+void overlay_umount_detach(const char *path)
+{
+	umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW);
+}
+
 int overlay_mount_private(const char *path)
 {
 	return mount(NULL, path, NULL, MS_PRIVATE, NULL) < 0 ? -errno : 0;
