@@ -380,3 +380,52 @@ def test_start_removes_temp_files(daemon_factory):
     assert keep.exists()
     assert [c["checkpoint_id"] for c in d.list()] == [cp]
     assert d.restore(cp)["ok"] is True
+
+
+def _fill(path, chunk=1 << 16):
+    """Write into path until the filesystem is full; the bytes written."""
+    n = 0
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(os.urandom(chunk))
+                f.flush()
+                n += chunk
+        except OSError as e:
+            assert e.errno == 28, e
+    return n
+
+
+def test_out_of_space_fails_whole(daemon_factory):
+    """The state dir on a small tmpfs: the uppers and layers live there, so a
+    create that does not fit fails with 507 and leaves no half checkpoint, a
+    restore that cannot record its intent fails and changes nothing, and both
+    work again once space is freed."""
+    d = daemon_factory(backend="overlay", start=False)
+    d.state_dir.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(d.state_dir)], check=True)
+    d.start()
+    root = d.roots[0]
+    (root / "a").write_bytes(os.urandom(3 << 20))
+    ok = d.create("fits")
+    (root / "b").write_bytes(os.urandom(3 << 19))  # fits in the upper, not twice
+    live = tree_state(root)
+    res = d.request("POST", "/v1/checkpoints", json={"name": "too-big"})
+    assert res.status_code == 507, res.text
+    assert res.json()["code"] == "insufficient_storage"
+    assert tree_state(root) == live
+    assert [c["name"] for c in d.list()] == ["fits"]
+    assert [p.name for p in (d.state_dir / "overlay" / "c").iterdir()] == [ok["checkpoint_id"] + ".json"]
+    layers = list((d.state_dir / "overlay" / "r").glob("*/l/*"))
+    assert len(layers) == 1 and not layers[0].name.startswith(".tmp"), layers
+    # a full disk: the restore cannot record its intent, so it does nothing
+    _fill(root / "filler")
+    full = tree_state(root)
+    res = d.request("POST", f"/v1/checkpoints/{ok['checkpoint_id']}/restore", json={})
+    assert res.status_code == 507, res.text
+    assert tree_state(root) == full
+    os.unlink(root / "filler")
+    os.unlink(root / "b")  # space freed: both work again
+    assert d.create("after")["size_bytes"] >= 0
+    assert d.restore(ok["checkpoint_id"])["ok"] is True
+    assert not (root / "b").exists() and (root / "a").stat().st_size == 3 << 20

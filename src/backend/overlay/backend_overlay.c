@@ -50,6 +50,14 @@ static int ovl_live_load(struct ovl_root *r)
 	return 0;
 }
 
+/* Out of space is the one failure of our own writes a client can act on. */
+static int ovl_fail(int q, ckpt_error *err)
+{
+	if (err && (err->errnum == ENOSPC || err->errnum == EDQUOT))
+		err->code = "insufficient_storage";
+	return q;
+}
+
 /* A fresh upper and work dir pair, durable. */
 static int ovl_new_upper(struct ovl_root *r, char name[OVL_NAME_LEN + 1])
 {
@@ -413,7 +421,7 @@ static int ovl_create(void *st, const char *id, json_t **ret_data, uint64_t *ret
 	free(names);
 	free(ixs);
 	if (q < 0)
-		return q;
+		return ovl_fail(q, err);
 	*ret_size = size;
 	*ret_data = TAKE_PTR(data);
 	return 0;
@@ -499,7 +507,7 @@ static int ovl_switch(struct ovl *o, json_t *chains, json_t *extra, ckpt_error *
 	free(sw);
 	o->dirty_gc = true;
 	(void)swapped;
-	return q;
+	return ovl_fail(q, err);
 }
 
 static int ovl_restore(void *st, const char *id, json_t *data, json_t *extra, struct progress *p, ckpt_error *err)

@@ -305,10 +305,14 @@ static void overlay_layers_switch(struct ovl *o, struct ovl_root *r, json_t *c, 
 			log_debug("overlay: rewrite chain of %s failed", id);
 	}
 	if (overlay_layers_ends_with(r->chain, c) && json_array_size(c)) {
-		json_t *nc = overlay_layers_rebase(r->chain, c, f);
-		json_decref(r->chain);
-		r->chain = nc;
-		overlay_live_save(r);
+		json_t *old = r->chain; /* kept when live.json cannot be rewritten (disk full) */
+		r->chain = overlay_layers_rebase(old, c, f);
+		if (overlay_live_save(r) < 0) {
+			json_decref(r->chain);
+			r->chain = old;
+		} else {
+			json_decref(old);
+		}
 	}
 	o->dirty_gc = true;
 }
