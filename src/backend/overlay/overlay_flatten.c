@@ -191,6 +191,19 @@ static int fl_subdir(struct fl *f, const struct fl_dir *p, const char *name, siz
 	return q;
 }
 
+/* A copy where a hard link is refused (EMLINK: a file shared by too many layers). */
+static int fl_copy_file(int sfd, const char *name, int dst, const struct stat *st)
+{
+	uint64_t copied;
+	_cleanup_close_ int in = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	_cleanup_close_ int out =
+		in < 0 ? -1 : openat(dst, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (in < 0 || out < 0)
+		return -errno;
+	int q = treecopy_file_data(in, out, st->st_size, &copied);
+	return q < 0 ? q : treecopy_copy_meta(-1, -1, NULL, in, out, st);
+}
+
 /* The entry shown for name, from its topmost layer. */
 static int fl_entry(struct fl *f, const struct fl_dir *d, int sfd, const char *name, size_t top, int dst)
 {
@@ -201,7 +214,9 @@ static int fl_entry(struct fl *f, const struct fl_dir *d, int sfd, const char *n
 		return fl_subdir(f, d, name, top, dst);
 	if (treecopy_is_whiteout(&st))
 		return mknodat(dst, name, S_IFCHR | 0600, makedev(0, 0)) < 0 ? -errno : 0;
-	return linkat(sfd, name, dst, name, 0) < 0 ? -errno : 0;
+	if (linkat(sfd, name, dst, name, 0) == 0)
+		return 0;
+	return errno == EMLINK && S_ISREG(st.st_mode) ? fl_copy_file(sfd, name, dst, &st) : -errno;
 }
 
 static int fl_merge_layer(struct fl *f, const struct fl_dir *d, size_t k, json_t *seen, int dst)
