@@ -137,6 +137,7 @@ static int engine_open_state(struct engine *e, const struct engine_deps *deps, c
 		return r;
 	if (!e->backend->open || !e->backend->create || !e->backend->restore || !e->backend->remove)
 		return err_set(err, ENOTSUP, NULL, "the %s backend is not available in this build", e->backend->name);
+	write_file_atomic_sweep(e->state_fd); /* we hold the state lock: nobody else writes */
 	if ((r = engine_check_identity(e, err)) < 0)
 		return r;
 	if ((r = catalog_open(e->state_fd, &e->catalog, err)) < 0)

@@ -194,6 +194,7 @@ int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *lates
 
 	if (dfd < 0)
 		return err_set(err, -dfd, NULL, "sandbox dir on the volume: %s", strerror(-dfd));
+	write_file_atomic_sweep(dfd); /* a killed owner's; we hold the sandbox's lock */
 	m = json_pack("{s:s, s:I, s:b, s:s, s:o, s:s, s:s, s:s, s:s}", "sandbox_id", sb->id, "idle_timeout",
 		      (json_int_t)sb->idle_timeout_s, "enable_checkpoint", 1, "runsc_version", h->runsc_version,
 		      "cpu_features", strv_json(h->cpu_features, h->n_cpu_features), "created_at",
@@ -255,6 +256,7 @@ int sandbox_checkpoint(struct host *h, struct sandbox *sb, ckpt_error *err)
 
 	if (cfd < 0)
 		return err_set(err, -cfd, NULL, "checkpoint dir on the volume: %s", strerror(-cfd));
+	write_file_atomic_sweep(cfd); /* a killed owner's; we hold the sandbox's lock */
 	snprintf(name, sizeof(name), "checkpoint_%lld.img", ms);
 	if (!log || asprintf(&image, "%s/%s/checkpoints/%s", h->mount, sb->id, name) < 0)
 		return err_set(err, ENOMEM, NULL, "out of memory");

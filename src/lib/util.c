@@ -221,6 +221,34 @@ int write_file_atomic(int dirfd, const char *name, const void *data, size_t len,
 	return fsync_dirfd(dirfd);
 }
 
+static bool write_file_atomic_is_temp(const char *n)
+{
+	const char *t = n[0] == '.' ? strstr(n, ".tmp.") : NULL;
+	if (!t || t == n)
+		return false;
+	t += 5;
+	size_t k = strspn(t, "0123456789abcdef");
+	return k == 8 && t[k] == 0;
+}
+
+int write_file_atomic_sweep(int dirfd)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -ENOMEM;
+	}
+	struct dirent *de;
+	int removed = 0;
+	while ((de = readdir(d)))
+		if (write_file_atomic_is_temp(de->d_name) && unlinkat(dirfd, de->d_name, 0) == 0)
+			removed++;
+	return removed;
+}
+
 int read_file_at(int dirfd, const char *name, size_t max, char **ret, size_t *ret_len)
 {
 	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);

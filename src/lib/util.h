@@ -137,6 +137,9 @@ int random_hex(char *buf, size_t nbytes);
 /* Crash-safe file replacement relative to a directory fd:
  * write name.tmp.XXXX, fsync, rename over name, fsync the directory. */
 int write_file_atomic(int dirfd, const char *name, const void *data, size_t len, mode_t mode);
+/* Remove the temp files write_file_atomic leaves in dirfd when killed midway
+ * (".<name>.tmp.<8 hex>"); for a component's start, before anyone writes. */
+int write_file_atomic_sweep(int dirfd);
 int read_file_at(int dirfd, const char *name, size_t max, char **ret, size_t *ret_len);
 int fsync_dirfd(int dirfd);
 int fsync_path(const char *path);

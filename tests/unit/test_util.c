@@ -111,6 +111,16 @@ static void test_atomic_write(void **state)
 	assert_int_equal(rm_rf_at(dfd, "tree"), 0);
 	assert_int_equal(faccessat(dfd, "tree", F_OK, AT_SYMLINK_NOFOLLOW), -1);
 	assert_int_equal(access("/etc/passwd", F_OK), 0);
+	/* What a killed writer leaves is swept; look-alikes stay. */
+	static const char *const temps[] = { ".rec.json.tmp.0123abcd", ".live.json.tmp.deadbeef" };
+	static const char *const keep[] = { ".rec.json.tmp.0123abc", "rec.tmp.0123abcd", ".x.tmp.0123ABCD" };
+	for (size_t i = 0; i < 2; i++)
+		close(openat(dfd, temps[i], O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+	for (size_t i = 0; i < 3; i++)
+		close(openat(dfd, keep[i], O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+	assert_int_equal(write_file_atomic_sweep(dfd), 2);
+	for (size_t i = 0; i < 3; i++)
+		assert_int_equal(unlinkat(dfd, keep[i], 0), 0);
 	assert_int_equal(rm_rf_at(dfd, "rec.json"), 0);
 	close(dfd);
 	assert_int_equal(rmdir(dir), 0);

@@ -49,6 +49,14 @@ static int ovl_live_load(struct ovl_root *r)
 	return 0;
 }
 
+/* Out of space is the one failure of our own writes a client can act on. */
+static int ovl_fail(int q, ckpt_error *err)
+{
+	if (err && (err->errnum == ENOSPC || err->errnum == EDQUOT))
+		err->code = "insufficient_storage";
+	return q;
+}
+
 /* A fresh upper and work dir pair, durable. */
 static int ovl_new_upper(struct ovl_root *r, char name[OVL_NAME_LEN + 1])
 {
@@ -160,8 +168,8 @@ static int ovl_ensure_base(struct ovl_root *r, const struct overlay_mountinfo *m
 		return err_set(err, -q, NULL, "mounts of '%s': %s", r->path, strerror(-q));
 	bool have = bi.found;
 	overlay_mountinfo_clear(&bi);
-	if (have)
-		return 0;
+	if (have) /* bound by an older ckptd, maybe shared */
+		return overlay_mount_private(base) < 0 ? err_set(err, errno, NULL, "make '%s' private: %m", base) : 0;
 	if (ovl_is_our_upper(r, mi, NULL))
 		return err_set(err, ENOENT, NULL, "base of '%s' is not mounted under its overlay", r->path);
 	return overlay_mount_bind_ro(r->path, base, err);
@@ -190,6 +198,8 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 	int q = ovl_root_dirs(o, r, err);
 	if (q < 0)
 		return q;
+	write_file_atomic_sweep(r->rdir_fd); /* .live.json.tmp.* of a killed daemon */
+	unlinkat(r->rdir_fd, "idx/.index.tmp", 0);
 	if ((q = overlay_mountinfo_find(r->path, &mi)) < 0)
 		return err_set(err, -q, NULL, "mounts of '%s': %s", r->path, strerror(-q));
 	q = ovl_adopt_record(r, &mi, err);
@@ -247,6 +257,27 @@ static void ovl_free(struct ovl *o)
 	free(o);
 }
 
+/* Probe dirs of a daemon killed while probing (its probe mount detached). */
+static void ovl_sweep_probes(struct ovl *o)
+{
+	int fd = o->odir_fd >= 0 ? openat(o->odir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	_cleanup_closedir_ DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, ".probe-", 7) != 0)
+			continue;
+		_cleanup_free_ char *m = NULL;
+		if (asprintf(&m, "%s/%s/m", o->odir, de->d_name) >= 0)
+			overlay_umount_detach(m);
+		rm_rf_at(o->odir_fd, de->d_name);
+	}
+}
+
 static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *err)
 {
 	struct ovl *o = calloc(1, sizeof(*o));
@@ -266,6 +297,7 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	}
 	o->odir_fd = open(o->odir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	o->cdir_fd = open(cdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ovl_sweep_probes(o);
 	for (size_t i = 0; i < ctx->n_roots && q == 0; i++) {
 		struct ovl_root *r = &o->roots[o->n_roots++];
 		r->rdir_fd = -1;
@@ -390,7 +422,7 @@ static int ovl_create(void *st, const char *id, json_t **ret_data, uint64_t *ret
 	free(names);
 	free(ixs);
 	if (q < 0)
-		return q;
+		return ovl_fail(q, err);
 	*ret_size = size;
 	*ret_data = TAKE_PTR(data);
 	return 0;
@@ -472,7 +504,7 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 	free(sw);
 	o->dirty_gc = true;
 	(void)swapped;
-	return q;
+	return ovl_fail(q, err);
 }
 
 static int ovl_restore(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,

@@ -55,5 +55,9 @@ void overlay_layers_gc(struct ovl *o);
 int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err);
 int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NAME_LEN + 1], ckpt_error *err);
 
+/* overlay_flatten.c: merge layers lfd[0..n) (newest first) into the empty
+ * dir dst so that dst over base shows what the chain over base shows. */
+int overlay_flatten(const int *lfd, size_t n, int dst, ckpt_error *err);
+
 /* backend_overlay.c */
 int overlay_live_save(struct ovl_root *r);

@@ -203,31 +203,39 @@ void overlay_layers_gc(struct ovl *o)
 	o->dirty_gc = false;
 }
 
-/* Apply the chain's layers, oldest first, onto one new layer. Sources are
- * immutable, so their files are shared by hard links, not copied. */
+/* Merge the chain into one new layer (overlay_flatten.c). */
 int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NAME_LEN + 1], ckpt_error *err)
 {
 	char tmp[32];
+	size_t n = json_array_size(chain), opened = 0;
 	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (l < 0 || overlay_layers_new_name(l, ret_name) < 0)
 		return err_set(err, EIO, NULL, "open layer store of '%s'", r->path);
-	snprintf(tmp, sizeof(tmp), ".tmp-%s", ret_name);
-	if (mkdirat(l, tmp, 0700) < 0)
-		return err_set(err, errno, NULL, "create merged layer: %m");
-	_cleanup_close_ int dst = openat(l, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int q = dst < 0 ? err_set(err, errno, NULL, "open merged layer: %m") : 0;
-	for (size_t i = json_array_size(chain); q == 0 && i-- > 0;) {
-		_cleanup_close_ int src = openat(l, json_string_value(json_array_get(chain, i)),
-						 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		struct treecopy_opts opts = { .mode = TREECOPY_MERGE, .prev_fd = -1, .link_sources = true };
-		q = src < 0 ? err_set(err, errno, NULL, "open layer: %m") : treecopy_copy(src, dst, &opts, NULL, err);
+	_cleanup_free_ int *lfd = calloc(n + 1, sizeof(int));
+	if (!lfd)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	int q = 0;
+	for (; q == 0 && opened < n; opened++) {
+		lfd[opened] = openat(l, json_string_value(json_array_get(chain, opened)),
+				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (lfd[opened] < 0)
+			q = err_set(err, errno, NULL, "open layer: %m");
 	}
+	snprintf(tmp, sizeof(tmp), ".tmp-%s", ret_name);
+	if (q == 0 && mkdirat(l, tmp, 0700) < 0)
+		q = err_set(err, errno, NULL, "create merged layer: %m");
+	_cleanup_close_ int dst = q == 0 ? openat(l, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	if (q == 0)
+		q = dst < 0 ? err_set(err, errno, NULL, "open merged layer: %m") : overlay_flatten(lfd, n, dst, err);
 	if (q == 0 && syncfs(dst) < 0)
 		q = err_set(err, errno, NULL, "sync merged layer: %m");
 	if (q == 0 && (renameat(l, tmp, l, ret_name) < 0 || fsync_dirfd(l) < 0))
 		q = err_set(err, errno, NULL, "publish merged layer: %m");
 	if (q < 0)
 		rm_rf_at(l, tmp);
+	for (size_t i = 0; i < opened; i++)
+		if (lfd[i] >= 0)
+			close(lfd[i]);
 	return q;
 }
 
@@ -283,10 +291,14 @@ static void overlay_layers_switch(struct ovl *o, struct ovl_root *r, json_t *c, 
 			log_debug("overlay: rewrite chain of %s failed", id);
 	}
 	if (overlay_layers_ends_with(r->chain, c) && json_array_size(c)) {
-		json_t *nc = overlay_layers_rebase(r->chain, c, f);
-		json_decref(r->chain);
-		r->chain = nc;
-		overlay_live_save(r);
+		json_t *old = r->chain; /* kept when live.json cannot be rewritten (disk full) */
+		r->chain = overlay_layers_rebase(old, c, f);
+		if (overlay_live_save(r) < 0) {
+			json_decref(r->chain);
+			r->chain = old;
+		} else {
+			json_decref(old);
+		}
 	}
 	o->dirty_gc = true;
 }

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#define OVL_FIXED_OPTS "index=off,redirect_dir=off,metacopy=off,xino=off"
+#define OVL_FIXED_OPTS "index=off,redirect_dir=on,metacopy=off,xino=off"
 
 char *overlay_mount_escape(const char *s)
 {
@@ -46,7 +46,7 @@ static int ovl_mount_new_api(const struct overlay_spec *s, ckpt_error *err)
 	if (fs < 0)
 		return err_set(err, errno, NULL, "fsopen overlay: %m");
 	static const char *const fixed[][2] = {
-		{ "index", "off" }, { "redirect_dir", "off" }, { "metacopy", "off" }, { "xino", "off" }
+		{ "index", "off" }, { "redirect_dir", "on" }, { "metacopy", "off" }, { "xino", "off" }
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(fixed); i++)
 		if (ovl_cfg(fs, fixed[i][0], fixed[i][1], err) < 0)
@@ -153,23 +153,37 @@ int overlay_mount(const struct overlay_spec *s, ckpt_error *err)
 	return r;
 }
 
+/* Private once attached (attaching under a shared parent makes it shared): a
+ * mount made later on or under src must not propagate onto base, which is
+ * meant to show src's original contents. */
 int overlay_mount_bind_ro(const char *src, const char *dst, ckpt_error *err)
 {
+	bool attached = false;
 	_cleanup_close_ int t = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
 	if (t >= 0) {
 		struct mount_attr a = { .attr_set = MOUNT_ATTR_RDONLY };
-		if (mount_setattr(t, "", AT_EMPTY_PATH, &a, sizeof(a)) == 0 &&
-		    move_mount(t, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) == 0)
-			return 0;
+		attached = mount_setattr(t, "", AT_EMPTY_PATH, &a, sizeof(a)) == 0 &&
+			move_mount(t, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) == 0;
 	}
-	if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+	if (!attached && mount(src, dst, NULL, MS_BIND, NULL) < 0)
 		return err_set(err, errno, NULL, "bind '%s' on '%s': %m", src, dst);
-	if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) < 0) {
+	if ((!attached && mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) < 0) ||
+	    mount(NULL, dst, NULL, MS_PRIVATE, NULL) < 0) {
 		int e = errno;
 		umount2(dst, MNT_DETACH);
-		return err_set(err, e, NULL, "make '%s' read-only: %s", dst, strerror(e));
+		return err_set(err, e, NULL, "make '%s' read-only and private: %s", dst, strerror(e));
 	}
 	return 0;
+}
+
+void overlay_umount_detach(const char *path)
+{
+	umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW);
+}
+
+int overlay_mount_private(const char *path)
+{
+	return mount(NULL, path, NULL, MS_PRIVATE, NULL) < 0 ? -errno : 0;
 }
 
 /* mountinfo escapes ' ', '\t', '\n', '\\' as \ooo; overlay's options also

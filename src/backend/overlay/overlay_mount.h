@@ -26,8 +26,12 @@ int overlay_mount_legacy(const struct overlay_spec *s, ckpt_error *err);
 /* Escape '\\', ',' and ':' for a legacy option value. Returns malloc'd. */
 char *overlay_mount_escape(const char *s);
 
-/* Bind src (not recursively) read-only onto dst. */
+/* Bind src (not recursively) read-only and private onto dst. */
 int overlay_mount_bind_ro(const char *src, const char *dst, ckpt_error *err);
+/* Detach whatever is mounted on path, if anything (best effort). */
+void overlay_umount_detach(const char *path);
+/* Stop propagation to and from the mount at path. */
+int overlay_mount_private(const char *path);
 
 struct overlay_mountinfo {
 	bool found;

@@ -113,7 +113,7 @@ static int treecopy_xattrs(const struct xattr_ref *src, const struct xattr_ref *
 
 /* Owner, mode, xattrs, times of a created inode. dfd_entry >= 0 for regular
  * files and dirs; else the entry is addressed by (dfd, name). */
-static int treecopy_meta(int sfd, int dfd, const char *name, int sfd_entry, int dfd_entry, const struct stat *st)
+int treecopy_copy_meta(int sfd, int dfd, const char *name, int sfd_entry, int dfd_entry, const struct stat *st)
 {
 	struct xattr_ref xs, xd;
 	struct timespec ts[2] = { st->st_atim, st->st_mtim };
@@ -188,7 +188,7 @@ static int treecopy_regular(struct tc *t, int sfd, int dfd, const char *name, co
 		return tc_fail(t, -errno, "create");
 	int r = treecopy_file_data(in, out, st->st_size, &copied);
 	if (r == 0)
-		r = treecopy_meta(sfd, dfd, name, in, out, st);
+		r = treecopy_copy_meta(sfd, dfd, name, in, out, st);
 	if (r < 0)
 		return tc_fail(t, r, "copy");
 	t->st->bytes_copied += copied;
@@ -211,7 +211,7 @@ static int treecopy_special(struct tc *t, int sfd, int dfd, const char *name, co
 		r = -errno;
 	}
 	if (r == 0)
-		r = treecopy_meta(sfd, dfd, name, -1, -1, st);
+		r = treecopy_copy_meta(sfd, dfd, name, -1, -1, st);
 	if (r < 0)
 		return tc_fail(t, r, "create");
 	tc_progress(t, 0);
@@ -234,7 +234,7 @@ static int treecopy_dir(struct tc *t, int sfd, int dfd, const char *name, const 
 		return r;
 	if (make_opaque && fsetxattr(d, OPAQUE_XATTR, "y", 1, 0) < 0)
 		return tc_fail(t, -errno, "set opaque");
-	r = treecopy_meta(sfd, dfd, name, s, d, st);
+	r = treecopy_copy_meta(sfd, dfd, name, s, d, st);
 	if (r < 0)
 		return tc_fail(t, r, "dir metadata");
 	tc_progress(t, 0);
@@ -329,7 +329,7 @@ int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct 
 		return err_set(err, errno, NULL, "stat source: %m");
 	int r = treecopy_dir_contents(&t, src_fd, dst_fd);
 	if (r == 0) {
-		r = treecopy_meta(src_fd, dst_fd, ".", src_fd, dst_fd, &st);
+		r = treecopy_copy_meta(src_fd, dst_fd, ".", src_fd, dst_fd, &st);
 		if (r < 0)
 			tc_fail(&t, r, "root metadata");
 	}
