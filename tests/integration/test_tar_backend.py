@@ -193,3 +193,56 @@ def test_restore_does_not_follow_a_symlinked_parent(daemon_factory, tmp_path):
     d.restore(cp)
     assert list(outside.iterdir()) == []
     assert_same_tree(before, tree_state(d.roots[0]))
+
+
+def fill_fs(path):
+    """Write path until its filesystem has no room left."""
+    with open(path, "wb") as f:
+        chunk = os.urandom(64 << 10)
+        try:
+            while True:
+                f.write(chunk)
+                f.flush()
+        except OSError as e:
+            assert e.errno == 28, e
+
+
+def test_restore_onto_a_full_filesystem_fails_then_the_next_one_heals(daemon_factory, tmp_path):
+    fs = tmp_path / "smallfs"
+    fs.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(fs)], check=True)
+    try:
+        root = fs / "root"
+        root.mkdir()
+        d = daemon_factory(backend="tar", start=False, roots=[root])
+        for i in range(3):
+            (root / f"data{i}.bin").write_bytes(os.urandom(1 << 20))
+        (root / "dir").mkdir()
+        (root / "dir/small.txt").write_text("small\n")
+        (root / "untouched.txt").write_text("never changed\n")
+        d.start()
+        before = tree_state(root)
+        cp = d.create("before-full")["checkpoint_id"]
+        for i in range(3):
+            (root / f"data{i}.bin").write_bytes(b"x")
+        (root / "dir/small.txt").write_text("changed\n")
+        fill_fs(fs / "filler")
+        res = d.request("POST", f"/v1/checkpoints/{cp}/restore", json={})
+        assert res.status_code == 507, res.text
+        assert res.json()["code"] == "insufficient_storage"
+        assert d.health()["tar_unfinished_restore"]["id"] == cp
+        (fs / "filler").unlink()
+        rep = d.restore(cp)
+        assert rep["ok"] is True
+        assert_same_tree(before, tree_state(root))
+        # after a failed restore nothing is trusted: all of it written again,
+        # even the file no one changed
+        assert rep["tar"]["rewritten"] == 6 and rep["tar"]["kept"] == 0, rep["tar"]
+        rep = d.restore(cp)  # and the one after that is incremental again
+        assert rep["tar"]["rewritten"] == 0 and rep["tar"]["kept"] == 6, rep["tar"]
+        assert "tar_unfinished_restore" not in d.health()
+        for i in range(3):  # data, not holes
+            assert os.stat(root / f"data{i}.bin").st_blocks * 512 >= 1 << 20
+        d.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(fs)], check=False)

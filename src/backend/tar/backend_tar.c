@@ -199,10 +199,12 @@ static void add_stats(struct tar_restore_stats *sum, const struct tar_restore_st
 	sum->bytes += one->bytes;
 }
 
-static int restore_roots(struct tar_state *s, int cfd, bool zstd, struct progress *p, struct tar_restore_stats *sum,
-			 ckpt_error *err)
+static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_nothing, struct progress *p,
+			 struct tar_restore_stats *sum, ckpt_error *err)
 {
-	struct tar_restore_opts o = { .skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p };
+	struct tar_restore_opts o = {
+		.skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p, .trust_nothing = trust_nothing
+	};
 	char arch[32], man[32];
 
 	for (size_t i = 0; i < s->n_roots; i++) {
@@ -243,10 +245,15 @@ static int do_restore(struct tar_state *s, const char *name, json_t *extra, stru
 	r = read_meta(s, cfd, name, &zstd, err);
 	if (r < 0)
 		return r;
+	/* An intent left over means a restore failed or was cut short: what it
+	 * touched may look unchanged (same size, a new ctime that an alias
+	 * could have recorded), so this one trusts nothing and rewrites all. */
+	struct stat ist;
+	bool trust_nothing = fstatat(s->tar_fd, INTENT, &ist, AT_SYMLINK_NOFOLLOW) == 0;
 	r = intent_write(s, name, err);
 	if (r < 0)
 		return r;
-	r = restore_roots(s, cfd, zstd, p, &sum, err);
+	r = restore_roots(s, cfd, zstd, trust_nothing, p, &sum, err);
 	if (r < 0) { /* the intent stays: the next open runs the restore again */
 		pthread_mutex_lock(&s->lock);
 		snprintf(s->pending, sizeof(s->pending), "%s", name);
