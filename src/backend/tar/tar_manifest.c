@@ -326,46 +326,49 @@ static int manifest_index(struct tar_manifest *m, ckpt_error *err)
 	return 0;
 }
 
+static void mentry_free(struct tar_mentry *e)
+{
+	free(e->path);
+	free(e->link);
+}
+
+static int manifest_append(struct tar_manifest *m, const struct tar_mentry *e)
+{
+	if (m->n == m->cap) {
+		size_t cap = m->cap ? m->cap * 2 : 256;
+		struct tar_mentry *n = realloc(m->v, cap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		m->v = n;
+		m->cap = cap;
+	}
+	m->v[m->n++] = *e;
+	return 0;
+}
+
+/* Parse one line into m; on failure nothing the line allocated is kept. */
 static int manifest_add_line(struct tar_manifest *m, char *line, size_t lineno, ckpt_error *err)
 {
 	struct tar_mentry e = { 0 };
+	int r = 0;
 
 	if (lineno > 1 && line[0] == 'x' && line[1] == '\t' && m->n == 0)
 		return parse_root_xattr(line, m) < 0
 			? err_set(err, EBADMSG, NULL, "bad root xattr at manifest line %zu", lineno)
 			: 0;
-	if (parse_entry(line, &e) < 0) {
-		free(e.path);
-		free(e.link);
-		return err_set(err, EBADMSG, NULL, "bad manifest line %zu", lineno);
-	}
-	if (lineno == 1) {
-		if (strcmp(e.path, ".") || e.type != 'd') {
-			free(e.path);
-			return err_set(err, EBADMSG, NULL, "manifest does not start with its root");
-		}
+	if (parse_entry(line, &e) < 0)
+		r = err_set(err, EBADMSG, NULL, "bad manifest line %zu", lineno);
+	else if (lineno == 1 && (strcmp(e.path, ".") || e.type != 'd'))
+		r = err_set(err, EBADMSG, NULL, "manifest does not start with its root");
+	else if (lineno == 1)
 		m->root = e;
-		return 0;
-	}
-	if (!tar_path_valid(e.path) || (e.link && !tar_path_valid(e.link))) {
-		int r = err_set(err, EBADMSG, "unsafe_path", "unsafe path in manifest: '%s'", e.path);
-		free(e.path);
-		free(e.link);
-		return r;
-	}
-	if (m->n == m->cap) {
-		size_t cap = m->cap ? m->cap * 2 : 256;
-		struct tar_mentry *n = realloc(m->v, cap * sizeof(*n));
-		if (!n) {
-			free(e.path);
-			free(e.link);
-			return err_set(err, ENOMEM, NULL, "out of memory");
-		}
-		m->v = n;
-		m->cap = cap;
-	}
-	m->v[m->n++] = e;
-	return 0;
+	else if (!tar_path_valid(e.path) || (e.link && !tar_path_valid(e.link)))
+		r = err_set(err, EBADMSG, "unsafe_path", "unsafe path in manifest: '%s'", e.path);
+	else if (manifest_append(m, &e) < 0)
+		r = err_set(err, ENOMEM, NULL, "out of memory");
+	if (r < 0)
+		mentry_free(&e);
+	return r;
 }
 
 static int manifest_parse(struct tar_manifest *m, char *text, ckpt_error *err)
@@ -404,11 +407,9 @@ int tar_manifest_load(int dirfd, const char *name, struct tar_manifest *m, ckpt_
 
 void tar_manifest_free(struct tar_manifest *m)
 {
-	for (size_t i = 0; i < m->n; i++) {
-		free(m->v[i].path);
-		free(m->v[i].link);
-	}
-	free(m->root.path);
+	for (size_t i = 0; i < m->n; i++)
+		mentry_free(&m->v[i]);
+	mentry_free(&m->root);
 	free(m->v);
 	free(m->slots);
 	tar_xattrs_free(m->root_xattrs, m->n_root_xattrs);
