@@ -11,7 +11,7 @@ BUILD     ?= build
 SANITIZE  ?=
 PYTEST_ARGS ?=
 
-PKGS      := libmicrohttpd jansson libarchive libsystemd
+PKGS      := libmicrohttpd jansson libarchive libsystemd nettle
 CLI_PKGS  := libcurl jansson
 VERSION   := $(shell sed -n 's/^#define CKPTD_VERSION "\(.*\)"/\1/p' src/config.h)
 

@@ -22,7 +22,7 @@ static const char ckpt_usage[] =
 	"  list [--name NAME]                                   list checkpoints, newest first\n"
 	"  show ID|NAME                                         show one checkpoint\n"
 	"  delete ID|NAME                                       delete a checkpoint\n"
-	"  restore ID|NAME [--force] [--if-expired fail|fresh]  roll the roots back to it\n"
+	"  restore ID|NAME [--force] [--if-expired fail|fresh] [--verify]  roll the roots back to it\n"
 	"  health                                               the daemon's health\n"
 	"\n"
 	"Options:\n"
@@ -46,6 +46,7 @@ enum {
 	OPT_NAME,
 	OPT_FORCE,
 	OPT_IF_EXPIRED,
+	OPT_VERIFY,
 };
 
 /* In the order of the enum above: ckpt_parse_opt indexes it by c - OPT_URL. */
@@ -60,6 +61,7 @@ static const struct option ckpt_options[] = {
 	{ "name", required_argument, NULL, OPT_NAME },
 	{ "force", no_argument, NULL, OPT_FORCE },
 	{ "if-expired", required_argument, NULL, OPT_IF_EXPIRED },
+	{ "verify", no_argument, NULL, OPT_VERIFY },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ 0 },
@@ -167,6 +169,9 @@ static int ckpt_parse_opt(int c, struct cli_opts *o, struct ckpt_args *a)
 			return ckpt_usage_error("--if-expired wants \"fail\" or \"fresh\", not \"%s\"", optarg);
 		o->if_expired = optarg;
 		return 0;
+	case OPT_VERIFY:
+		o->verify = true;
+		return 0;
 	}
 	return CKPT_EXIT_USAGE; /* getopt printed the message */
 }
@@ -186,7 +191,7 @@ static const struct ckpt_command ckpt_commands[] = {
 	{ "list", 0, OPT_BIT(OPT_NAME), NULL, cli_cmd_list },
 	{ "show", 1, 0, "ID", cli_cmd_show },
 	{ "delete", 1, 0, "ID", cli_cmd_delete },
-	{ "restore", 1, OPT_BIT(OPT_FORCE) | OPT_BIT(OPT_IF_EXPIRED), "ID", cli_cmd_restore },
+	{ "restore", 1, OPT_BIT(OPT_FORCE) | OPT_BIT(OPT_IF_EXPIRED) | OPT_BIT(OPT_VERIFY), "ID", cli_cmd_restore },
 	{ "health", 0, 0, NULL, cli_cmd_health },
 };
 

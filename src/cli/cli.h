@@ -106,6 +106,7 @@ struct cli_opts {
 	/* restore */
 	bool force;
 	const char *if_expired;
+	bool verify;
 	bool tty; /* stdout is a terminal */
 };
 

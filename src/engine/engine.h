@@ -30,6 +30,7 @@ int engine_create(struct engine *e, const struct create_req *req, json_t **ret_r
 struct restore_req {
 	bool force;
 	const char *if_expired; /* NULL, "fail", "fresh" */
+	bool verify;            /* compare the roots with the checkpoint after the swap */
 };
 int engine_restore(struct engine *e, const char *id_or_name, const struct restore_req *req, json_t **ret_report,
 		   ckpt_error *err);

@@ -102,6 +102,11 @@ int engine_restore(struct engine *e, const char *id_or_name, const struct restor
 		services_stop(e->services, &rep);
 	t[1] = mono_ms();
 	r = restore_swap(e, &plan, extra, op, err);
+	if (r == 0 && req->verify) { /* reported as verify_ms, left out of the phases */
+		int64_t v = engine_verify(e, plan.fresh ? NULL : record_id(plan.rec),
+					  json_object_get(plan.rec, "_backend"), extra);
+		t[0] += v, t[1] += v;
+	}
 	t[2] = mono_ms();
 	if (avail) /* also after a failed swap: bring the services back either way */
 		services_start(e->services, &rep);

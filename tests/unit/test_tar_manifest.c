@@ -36,12 +36,18 @@ static int teardown(void **state)
 	return 0;
 }
 
-static int load(const char *body, struct tar_manifest *m, ckpt_error *err)
+/* Lines in the version 1 format (no content hash) unless magic says. */
+static int load_magic(const char *magic, const char *body, struct tar_manifest *m, ckpt_error *err)
 {
 	char text[4096];
-	int n = snprintf(text, sizeof(text), "%s\n%s", TAR_MANIFEST_MAGIC, body);
+	int n = snprintf(text, sizeof(text), "%s\n%s", magic, body);
 	assert_int_equal(write_file_atomic(dirfd_, "m", text, (size_t)n, 0600), 0);
 	return tar_manifest_load(dirfd_, "m", m, err);
+}
+
+static int load(const char *body, struct tar_manifest *m, ckpt_error *err)
+{
+	return load_magic(TAR_MANIFEST_MAGIC_V1, body, m, err);
 }
 
 static void expect_rejected(const char *body, const char *msg)
@@ -92,7 +98,36 @@ static void test_valid_manifest(void **state)
 	assert_non_null(h);
 	assert_string_equal(h->link, "sub/a b");
 	assert_ptr_equal(&m.v[h->group], tar_manifest_find(&m, "sub/a b"));
+	assert_false(m.v[1].has_sha256);
 	tar_manifest_free(&m);
+}
+
+#define SHA "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
+static void test_version2_content_hash(void **state)
+{
+	struct tar_manifest m;
+	ckpt_error err = { 0 };
+	(void)state;
+	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC,
+				    "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t-\n"
+				    "f\t644\t0\t0\t4\t1.0\t1.0\t6\t1\tnone\ta\t-\t" SHA "\n",
+				    &m, &err),
+			 0);
+	assert_true(m.v[0].has_sha256);
+	assert_int_equal(m.v[0].sha256[0], 0x9f);
+	assert_int_equal(m.v[0].sha256[31], 0x08);
+	tar_manifest_free(&m);
+	/* a hash on a directory, a short hash, or a v1 line in a v2 file */
+	assert_int_equal(
+		load_magic(TAR_MANIFEST_MAGIC, "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t" SHA "\n", &m, &err),
+		-EBADMSG);
+	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC,
+				    "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t-\n"
+				    "f\t644\t0\t0\t4\t1.0\t1.0\t6\t1\tnone\ta\t-\t9f86\n",
+				    &m, &err),
+			 -EBADMSG);
+	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC, ROOT, &m, &err), -EBADMSG);
 }
 
 int main(void)
@@ -101,6 +136,7 @@ int main(void)
 		cmocka_unit_test(test_first_entry_hardlink),
 		cmocka_unit_test(test_bad_lines),
 		cmocka_unit_test(test_valid_manifest),
+		cmocka_unit_test(test_version2_content_hash),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,11 +1,13 @@
 /* tar_manifest.c: write, load, validate and index the per-root manifest.
  * Format: a magic line, then one tab-separated line per entry:
- *   type mode uid gid size mtime ctime ino nlink xhash path link
+ *   type mode uid gid size mtime ctime ino nlink xhash path link sha256
+ * (sha256: of a regular file's content, "-" otherwise; absent in version 1)
  * the root directory first (path "."), its xattrs as "x name hexvalue" lines,
  * then the entries in archive order. Paths are %XX-escaped for bytes <= ' ',
  * '%' and DEL, so a line never holds a tab or a newline of a name. */
 #include "backend/tar/tar_manifest.h"
 
+#include <ctype.h>
 #include <limits.h>
 
 #define MANIFEST_MAX (1u << 30)
@@ -116,7 +118,10 @@ static void put_line(FILE *f, const struct tar_mentry *e)
 		put_escaped(f, e->link);
 	else
 		fputc('-', f);
-	fputc('\n', f);
+	fputc('\t', f);
+	for (size_t i = 0; e->has_sha256 && i < TAR_SHA256_LEN; i++)
+		fprintf(f, "%02x", e->sha256[i]);
+	fputs(e->has_sha256 ? "\n" : "-\n", f);
 }
 
 int tar_manifest_write_header(FILE *f, const struct tar_mentry *root, const struct tar_xattr *xa, size_t n_xa)
@@ -198,13 +203,30 @@ static size_t split_tabs(char *line, char **f, size_t max)
 	return n;
 }
 
-static int parse_entry(char *line, struct tar_mentry *e)
+static int parse_sha256(const char *s, struct tar_mentry *e)
 {
-	char *f[13], *end;
+	if (!strcmp(s, "-"))
+		return 0;
+	if (strlen(s) != 2 * TAR_SHA256_LEN || e->type != 'f')
+		return -EINVAL;
+	for (size_t i = 0; i < TAR_SHA256_LEN; i++) {
+		unsigned b;
+		if (!isxdigit((unsigned char)s[2 * i]) || !isxdigit((unsigned char)s[2 * i + 1]) ||
+		    sscanf(s + 2 * i, "%2x", &b) != 1)
+			return -EINVAL;
+		e->sha256[i] = (unsigned char)b;
+	}
+	e->has_sha256 = true;
+	return 0;
+}
+
+static int parse_entry(char *line, size_t n_fields, struct tar_mentry *e)
+{
+	char *f[14], *end;
 	unsigned long long v[5];
 	static const char *types = "fhdlpcb";
 
-	if (split_tabs(line, f, 13) != 12 || strlen(f[0]) != 1 || !strchr(types, f[0][0]))
+	if (split_tabs(line, f, n_fields + 1) != n_fields || strlen(f[0]) != 1 || !strchr(types, f[0][0]))
 		return -EINVAL;
 	e->type = f[0][0];
 	e->mode = (mode_t)strtoul(f[1], &end, 8);
@@ -228,6 +250,8 @@ static int parse_entry(char *line, struct tar_mentry *e)
 	if (unescape(f[10]) < 0 || !(e->path = strdup(f[10])))
 		return -EINVAL;
 	e->group = -1;
+	if (n_fields > 12 && parse_sha256(f[12], e) < 0)
+		return -EINVAL;
 	if (e->type != 'h')
 		return strcmp(f[11], "-") ? -EINVAL : 0;
 	if (unescape(f[11]) < 0 || !(e->link = strdup(f[11])))
@@ -347,7 +371,7 @@ static int manifest_append(struct tar_manifest *m, const struct tar_mentry *e)
 }
 
 /* Parse one line into m; on failure nothing the line allocated is kept. */
-static int manifest_add_line(struct tar_manifest *m, char *line, size_t lineno, ckpt_error *err)
+static int manifest_add_line(struct tar_manifest *m, char *line, size_t lineno, size_t n_fields, ckpt_error *err)
 {
 	struct tar_mentry e = { 0 };
 	int r = 0;
@@ -356,7 +380,7 @@ static int manifest_add_line(struct tar_manifest *m, char *line, size_t lineno, 
 		return parse_root_xattr(line, m) < 0
 			? err_set(err, EBADMSG, NULL, "bad root xattr at manifest line %zu", lineno)
 			: 0;
-	if (parse_entry(line, &e) < 0)
+	if (parse_entry(line, n_fields, &e) < 0)
 		r = err_set(err, EBADMSG, NULL, "bad manifest line %zu", lineno);
 	else if (lineno == 1 && (strcmp(e.path, ".") || e.type != 'd'))
 		r = err_set(err, EBADMSG, NULL, "manifest does not start with its root");
@@ -374,12 +398,14 @@ static int manifest_add_line(struct tar_manifest *m, char *line, size_t lineno, 
 static int manifest_parse(struct tar_manifest *m, char *text, ckpt_error *err)
 {
 	char *save = NULL, *line = strtok_r(text, "\n", &save);
-	size_t lineno = 0;
+	size_t lineno = 0, n_fields = 13;
 
-	if (!line || strcmp(line, TAR_MANIFEST_MAGIC))
+	if (line && !strcmp(line, TAR_MANIFEST_MAGIC_V1))
+		n_fields = 12;
+	else if (!line || strcmp(line, TAR_MANIFEST_MAGIC))
 		return err_set(err, EBADMSG, NULL, "not a ckptd tar manifest");
 	while ((line = strtok_r(NULL, "\n", &save))) {
-		int r = manifest_add_line(m, line, ++lineno, err);
+		int r = manifest_add_line(m, line, ++lineno, n_fields, err);
 		if (r < 0)
 			return r;
 	}
