@@ -211,6 +211,7 @@ void overlay_layers_gc(struct ovl *o)
 {
 	for (size_t i = 0; i < o->n_roots; i++) {
 		overlay_layers_sweep(o, &o->roots[i], "l", overlay_layers_keep_layer);
+		overlay_layers_sweep(o, &o->roots[i], "rec", overlay_layers_keep_layer);
 		overlay_layers_sweep(o, &o->roots[i], "u", overlay_layers_keep_upper);
 		overlay_layers_sweep(o, &o->roots[i], "w", overlay_layers_keep_upper);
 	}
@@ -236,6 +237,8 @@ int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NA
 		struct treecopy_opts opts = { .mode = TREECOPY_MERGE, .prev_fd = -1, .link_sources = true };
 		q = src < 0 ? err_set(err, errno, NULL, "open layer: %m") : treecopy_copy(src, dst, &opts, NULL, err);
 	}
+	if (q == 0 && (q = overlay_record_write(r, dst, ret_name)) < 0)
+		err_set(err, -q, NULL, "record merged layer: %s", strerror(-q));
 	if (q == 0 && syncfs(dst) < 0)
 		q = err_set(err, errno, NULL, "sync merged layer: %m");
 	if (q == 0 && (renameat(l, tmp, l, ret_name) < 0 || fsync_dirfd(l) < 0))
