@@ -69,6 +69,12 @@ struct backend_ops {
 	int (*restore)(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
 		       ckpt_error *err);
 
+	/* After a restore: compare every root with checkpoint id (NULL: the base)
+	 * by its recorded contents, not by the shortcuts restore takes. Appends
+	 * up to max {"path", "reason"} objects to diffs; <0 only when the
+	 * comparison could not run. NULL when the backend cannot verify. */
+	int (*verify)(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err);
+
 	/* Reset every root to its base (its contents when ckptd adopted it). */
 	int (*reset)(void *st, struct restore_details *details, ckpt_error *err);
 

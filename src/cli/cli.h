@@ -108,6 +108,7 @@ struct cli_opts {
 	bool force;
 	const char *if_expired;
 	bool yes, dry_run;
+	bool verify;
 	bool tty; /* stdout is a terminal */
 };
 

@@ -482,6 +482,8 @@ int cli_cmd_restore(const struct cli_opts *o, const char *id)
 		json_object_set_new(body, "force", json_true());
 	if (o->if_expired)
 		json_object_set_new(body, "if_expired", json_string(o->if_expired));
+	if (o->verify)
+		json_object_set_new(body, "verify", json_true());
 	_cli_cleanup_free_ char *path = NULL;
 	int rc = cli_cmd_ref_path(o, id, "/restore", &path);
 	if (rc < 0)

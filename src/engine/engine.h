@@ -32,6 +32,7 @@ int engine_create(struct engine *e, const struct create_req *req, json_t **ret_r
 struct restore_req {
 	bool force;
 	const char *if_expired; /* NULL, "fail", "fresh" */
+	bool verify;            /* compare the roots with the checkpoint after the swap */
 };
 /* What a restore did, as data; the API layer writes the JSON. */
 struct restore_report {
@@ -43,6 +44,7 @@ struct restore_report {
 	const char *services_reason;    /* why not available; lives as long as the engine */
 	struct svc_report services;     /* units stopped, started, failed (owned) */
 	struct restore_details details; /* the backend's own account (owned) */
+	json_t *verify; /* "verify": verified, verify_ms, verify_differences[, verify_error]; owned, or NULL */
 };
 void restore_report_free(struct restore_report *r);
 /* On success fills ret_report, which the caller frees. */

@@ -133,17 +133,21 @@ static void api_delete(void *app, const struct http_request *req, struct http_re
 
 bool api_decode_restore(json_t *obj, struct restore_req *rr, struct http_response *resp)
 {
-	static const char *const allowed[] = { "force", "if_expired", NULL };
+	static const char *const allowed[] = { "force", "if_expired", "verify", NULL };
+	static const char *const flags[] = { "force", "verify" };
+	bool *dst[] = { &rr->force, &rr->verify };
 	json_t *v;
 
 	if (!api_only_fields(obj, allowed, resp))
 		return false;
-	if ((v = json_object_get(obj, "force")) && !json_is_null(v)) {
+	for (size_t i = 0; i < ARRAY_SIZE(flags); i++) {
+		if (!(v = json_object_get(obj, flags[i])) || json_is_null(v))
+			continue;
 		if (!json_is_boolean(v)) {
-			http_fail(resp, ERR_INVALID, "invalid_field", "force must be true or false");
+			http_fail(resp, ERR_INVALID, "invalid_field", "%s must be true or false", flags[i]);
 			return false;
 		}
-		rr->force = json_is_true(v);
+		*dst[i] = json_is_true(v);
 	}
 	if ((v = json_object_get(obj, "if_expired")) && !json_is_null(v)) {
 		const char *s = json_string_value(v);
@@ -187,6 +191,8 @@ json_t *api_restore_json(const struct restore_report *rep)
 			  "restored_from_checkpoint", rep->restored_from_checkpoint, "ttl_expired", rep->ttl_expired);
 	if (out && !rep->services_available && rep->services_reason)
 		json_object_set_new(out, "services_reason", json_string(rep->services_reason));
+	if (out && rep->verify)
+		json_object_update(out, rep->verify); /* its "ok": false when the roots differ */
 	return out ? api_restore_details(&rep->details, out) : NULL;
 }
 

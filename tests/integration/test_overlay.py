@@ -55,6 +55,37 @@ def test_restore_deleted_replaced_renamed(daemon_factory):
     assert tree_state(root) == before
 
 
+def test_verify_catches_a_layer_changed_behind_ckptds_back(daemon_factory):
+    d = overlay_daemon(daemon_factory)
+    root = d.roots[0]
+    (root / "file.txt").write_text("in the first layer\n")
+    (root / "gone.txt").write_text("in the first layer too\n")
+    cp1 = d.create("one")["checkpoint_id"]
+    (root / "second.txt").write_text("second layer\n")
+    os.unlink(root / "dir/sub/deeper/note")  # a whiteout in the second layer
+    cp2 = d.create("two")["checkpoint_id"]
+    (root / "later.txt").write_text("after both\n")
+    rep = d.restore(cp2, verify=True)
+    assert rep["ok"] is True and rep["verified"] is True and rep["verify_differences"] == [], rep
+    rep = d.restore(cp1, verify=True)
+    assert rep["ok"] is True and rep["verified"] is True, rep
+    # write on the layer of cp2 (a lower dir under the mount, an image of the
+    # whole upper: cp2's chain is that one layer over the base)
+    rdir = next((d.state_dir / "overlay" / "r").iterdir())
+    layer = next(p for p in (rdir / "l").iterdir() if (p / "second.txt").exists())
+    (layer / "file.txt").write_text("changed behind ckptd's back\n")
+    os.unlink(layer / "gone.txt")
+    (layer / "planted").write_text("x")
+    rep = d.restore(cp2, verify=True)
+    assert rep["ok"] is False and rep["verified"] is False, rep
+    got = {(x["path"], x["reason"]) for x in rep["verify_differences"]}
+    assert got == {(str(root / "file.txt"), "size"), (str(root / "gone.txt"), "missing"),
+                   (str(root / "planted"), "unexpected")}, got
+    assert rep["verify_ms"] >= 0 and rep["phases"]["swap_ms"] >= 0
+    # the merged view does show the change: verify told the truth
+    assert (root / "planted").exists() and not (root / "gone.txt").exists()
+
+
 def test_retry_loop_and_multi_step(daemon_factory):
     d = overlay_daemon(daemon_factory, tree=False)
     root = d.roots[0]

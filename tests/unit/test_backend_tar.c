@@ -543,7 +543,7 @@ static void test_malicious_manifest_rejected(void **state)
 	put(f->roots[0], "a", "a", 0644);
 	fx_open(f);
 	create_cp(f, id, NULL);
-	manifest_append(f, id, "f\t644\t0\t0\t1\t1.0\t1.0\t1\t1\tnone\t../evil\t-\n");
+	manifest_append(f, id, "f\t644\t0\t0\t1\t1.0\t1.0\t1\t1\tnone\t../evil\t-\t-\n");
 	put(f->roots[0], "b", "b", 0644);
 	assert_int_equal(backend_tar_ops.restore(f->st, id, NULL, NULL, NULL, &err), -EBADMSG);
 	assert_non_null(strstr(err.msg, "unsafe path"));

@@ -12,7 +12,7 @@
 #include <limits.h>
 #include <sys/stat.h>
 
-static const char *const ovl_subdirs[] = { "l", "u", "w", "idx", "base" };
+static const char *const ovl_subdirs[] = { "l", "u", "w", "idx", "base", "rec" };
 
 static void ovl_hash_path(const char *p, char out[OVL_NAME_LEN + 1])
 {
@@ -357,6 +357,8 @@ static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], str
 	struct treecopy_stats stats = { 0 };
 	q = dst < 0 || !ix ? err_set(err, ENOMEM, NULL, "create layer: out of memory")
 			   : treecopy_copy(up, dst, &opts, &stats, err);
+	if (q == 0 && (q = overlay_record_write(r, dst, name)) < 0)
+		err_set(err, -q, NULL, "record layer: %s", strerror(-q));
 	if (q == 0 && syncfs(dst) < 0)
 		q = err_set(err, errno, NULL, "sync layer: %m");
 	if (q == 0 && renameat(l, tmp, l, name) < 0)
@@ -518,6 +520,25 @@ static int ovl_restore(void *st, const char *id, json_t *data, struct restore_de
 	return ovl_switch(o, chains, details, err);
 }
 
+static int ovl_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err)
+{
+	struct ovl *o = st;
+	json_auto_t *chains = id ? overlay_layers_chain_get(o, id, data) : json_object();
+	int q = chains ? 0 : err_set(err, ENOENT, "not_found", "no layers recorded for checkpoint %s", id);
+
+	for (size_t i = 0; q == 0 && i < o->n_roots; i++) {
+		struct ovl_root *r = &o->roots[i];
+		struct overlay_mountinfo mi;
+		json_t *c = json_object_get(chains, r->h);
+		json_auto_t *none = c ? NULL : json_array();
+		overlay_mountinfo_find(r->path, &mi);
+		bool ours = ovl_is_our_upper(r, &mi, r->upper);
+		overlay_mountinfo_clear(&mi);
+		q = overlay_verify_root(r, c ? c : none, ours, diffs, max, err);
+	}
+	return q;
+}
+
 static int ovl_reset(void *st, struct restore_details *details, ckpt_error *err)
 {
 	json_auto_t *empty = json_object();
@@ -617,6 +638,7 @@ const struct backend_ops backend_overlay_ops = {
 	.recover = ovl_recover,
 	.create = ovl_create,
 	.restore = ovl_restore,
+	.verify = ovl_verify,
 	.reset = ovl_reset,
 	.remove = ovl_remove,
 	.health = ovl_health,

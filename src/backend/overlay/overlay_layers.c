@@ -197,6 +197,7 @@ void overlay_layers_gc(struct ovl *o)
 {
 	for (size_t i = 0; i < o->n_roots; i++) {
 		overlay_layers_sweep(o, &o->roots[i], "l", overlay_layers_keep_layer);
+		overlay_layers_sweep(o, &o->roots[i], "rec", overlay_layers_keep_layer);
 		overlay_layers_sweep(o, &o->roots[i], "u", overlay_layers_keep_upper);
 		overlay_layers_sweep(o, &o->roots[i], "w", overlay_layers_keep_upper);
 	}
@@ -227,6 +228,8 @@ int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NA
 	_cleanup_close_ int dst = q == 0 ? openat(l, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	if (q == 0)
 		q = dst < 0 ? err_set(err, errno, NULL, "open merged layer: %m") : overlay_flatten(lfd, n, dst, err);
+	if (q == 0 && (q = overlay_record_write(r, dst, ret_name)) < 0)
+		err_set(err, -q, NULL, "record merged layer: %s", strerror(-q));
 	if (q == 0 && syncfs(dst) < 0)
 		q = err_set(err, errno, NULL, "sync merged layer: %m");
 	if (q == 0 && (renameat(l, tmp, l, ret_name) < 0 || fsync_dirfd(l) < 0))

@@ -17,6 +17,7 @@
 #include "backend/tar/tar_fs.h"
 #include "backend/tar/tar_restore.h"
 #include "lib/walk.h"
+#include "backend/tar/tar_verify.h"
 
 #define TAR_DIR "tar"
 #define INTENT "restoring.json"
@@ -199,10 +200,12 @@ static void add_stats(struct tar_restore_stats *sum, const struct tar_restore_st
 	sum->bytes += one->bytes;
 }
 
-static int restore_roots(struct tar_state *s, int cfd, bool zstd, struct progress *p, struct tar_restore_stats *sum,
-			 ckpt_error *err)
+static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_nothing, struct progress *p,
+			 struct tar_restore_stats *sum, ckpt_error *err)
 {
-	struct tar_restore_opts o = { .skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p };
+	struct tar_restore_opts o = {
+		.skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p, .trust_nothing = trust_nothing
+	};
 	char arch[32], man[32];
 
 	for (size_t i = 0; i < s->n_roots; i++) {
@@ -229,6 +232,20 @@ static json_t *stats_json(const struct tar_restore_stats *t)
 			 (json_int_t)t->removed, "kept", (json_int_t)t->kept, "bytes", (json_int_t)t->bytes);
 }
 
+/* The roots are not (all) checkpoint name: say so in health, and keep or
+ * put back the intent, so the next restore rewrites every entry rather than
+ * trust what looks unchanged. */
+static void unfinished(struct tar_state *s, const char *name, const char *why)
+{
+	struct stat st;
+	if (fstatat(s->tar_fd, INTENT, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		intent_write(s, name, NULL);
+	pthread_mutex_lock(&s->lock);
+	snprintf(s->pending, sizeof(s->pending), "%s", name);
+	snprintf(s->pending_msg, sizeof(s->pending_msg), "%.200s", why);
+	pthread_mutex_unlock(&s->lock);
+}
+
 /* Make every root equal to checkpoint dir name ("base" for a reset). */
 static int do_restore(struct tar_state *s, const char *name, struct restore_details *details, struct progress *p,
 		      ckpt_error *err)
@@ -244,15 +261,17 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	r = read_meta(s, cfd, name, &zstd, err);
 	if (r < 0)
 		return r;
+	/* An intent left over means a restore failed or was cut short: what it
+	 * touched may look unchanged (same size, a new ctime that an alias
+	 * could have recorded), so this one trusts nothing and rewrites all. */
+	struct stat ist;
+	bool trust_nothing = fstatat(s->tar_fd, INTENT, &ist, AT_SYMLINK_NOFOLLOW) == 0;
 	r = intent_write(s, name, err);
 	if (r < 0)
 		return r;
-	r = restore_roots(s, cfd, zstd, p, &sum, err);
+	r = restore_roots(s, cfd, zstd, trust_nothing, p, &sum, err);
 	if (r < 0) { /* the intent stays: the next open runs the restore again */
-		pthread_mutex_lock(&s->lock);
-		snprintf(s->pending, sizeof(s->pending), "%s", name);
-		snprintf(s->pending_msg, sizeof(s->pending_msg), "%.200s", err ? err->msg : "");
-		pthread_mutex_unlock(&s->lock);
+		unfinished(s, name, err ? err->msg : "");
 		return r;
 	}
 	r = intent_clear(s, err);
@@ -276,6 +295,36 @@ static int tar_restore(void *st, const char *id, json_t *data, struct restore_de
 	if (!id_valid(id))
 		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
 	return do_restore(st, id, details, p, err);
+}
+
+static int tar_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err)
+{
+	struct tar_state *s = st;
+	const char *name = id ? id : BASE;
+	char arch[32], man[32];
+	bool zstd;
+	(void)data;
+
+	if (id && !id_valid(id))
+		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
+	_cleanup_close_ int cfd = openat(s->tar_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (cfd < 0)
+		return err_set(err, errno, NULL, "checkpoint data '%s' is missing: %m", name);
+	int r = read_meta(s, cfd, name, &zstd, err);
+	for (size_t i = 0; r >= 0 && i < s->n_roots; i++) {
+		struct tar_verify_opts o = {
+			.root_path = s->roots[i], .skip_dev = s->state_dev, .skip_ino = s->state_ino, .max_diffs = max
+		};
+		_cleanup_close_ int fd = open_root(s, i, err);
+		if (fd < 0)
+			return fd;
+		entry_names(i, zstd, arch, man);
+		if ((r = tar_verify_root(fd, cfd, man, &o, diffs, err)) < 0)
+			err_prefix(err, "root '%s'", s->roots[i]);
+	}
+	if (r >= 0 && json_array_size(diffs) > 0)
+		unfinished(s, name, "verify found differences");
+	return r;
 }
 
 static int tar_reset(void *st, struct restore_details *details, ckpt_error *err)
@@ -442,6 +491,7 @@ const struct backend_ops backend_tar_ops = {
 	.recover = tar_recover,
 	.create = tar_create,
 	.restore = tar_restore,
+	.verify = tar_verify,
 	.reset = tar_reset,
 	.remove = tar_remove,
 	.health = tar_health,

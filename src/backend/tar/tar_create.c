@@ -7,6 +7,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <limits.h>
+#include <nettle/sha2.h>
 #include <sys/stat.h>
 
 #include "backend/tar/tar_fs.h"
@@ -65,9 +66,13 @@ static void add_sparse_map(struct archive_entry *ae, int fd, off_t size)
 	lseek(fd, 0, SEEK_SET);
 }
 
-static int copy_data(struct cctx *c, int fd, uint64_t size, const char *path)
+/* Archive the data and hash it for the manifest (what verify compares). */
+static int copy_data(struct cctx *c, int fd, struct tar_mentry *me, const char *path)
 {
-	uint64_t done = 0;
+	struct sha256_ctx h;
+	uint64_t done = 0, size = me->size;
+
+	sha256_init(&h);
 	while (done < size) {
 		size_t want = size - done < TAR_IO_BUF ? (size_t)(size - done) : TAR_IO_BUF;
 		ssize_t n = read(fd, c->buf, want);
@@ -79,10 +84,13 @@ static int copy_data(struct cctx *c, int fd, uint64_t size, const char *path)
 			break; /* shrank meanwhile: libarchive pads the entry */
 		if (archive_write_data(c->a, c->buf, (size_t)n) < 0)
 			return arch_err(c, "cannot write data of", path);
+		sha256_update(&h, (size_t)n, (const uint8_t *)c->buf);
 		done += (uint64_t)n;
 		if (c->o->p)
 			atomic_fetch_add(&c->o->p->bytes_done, (uint64_t)n);
 	}
+	sha256_digest(&h, TAR_SHA256_LEN, me->sha256);
+	me->has_sha256 = true;
 	return 0;
 }
 
@@ -177,7 +185,7 @@ static int archive_one(struct cctx *c, int dirfd, const char *name, const char *
 		return r;
 	if (archive_write_header(c->a, ae) < ARCHIVE_WARN)
 		return arch_err(c, "cannot write header of", path);
-	if (me.type == 'f' && (r = copy_data(c, fd, me.size, path)) < 0)
+	if (me.type == 'f' && (r = copy_data(c, fd, &me, path)) < 0)
 		return r;
 	if (me.type == 'h' && c->o->p) /* counted by the tree walk, but no data to copy */
 		atomic_fetch_add(&c->o->p->bytes_done, me.size);
