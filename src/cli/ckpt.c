@@ -22,7 +22,7 @@ static const char ckpt_usage[] =
 	"  list [--name NAME] [-q]                                   list checkpoints, newest first\n"
 	"  show ID|NAME                                              show one checkpoint\n"
 	"  delete ID|NAME [-q]                                       delete a checkpoint\n"
-	"  restore ID|NAME [--force] [--if-expired fail|fresh] [--yes] [--dry-run]\n"
+	"  restore ID|NAME [--force] [--if-expired fail|fresh] [--verify] [--yes] [--dry-run]\n"
 	"                                                            roll the roots back to it\n"
 	"  health                                                    the daemon's health\n"
 	"  help [COMMAND]                                            this text, or a command's\n"
@@ -52,6 +52,7 @@ enum {
 	OPT_QUIET,
 	OPT_YES,
 	OPT_DRY_RUN,
+	OPT_VERIFY,
 };
 
 /* In the order of the enum above: ckpt_parse_opt indexes it by c - OPT_URL. */
@@ -69,6 +70,7 @@ static const struct option ckpt_options[] = {
 	{ "quiet", no_argument, NULL, OPT_QUIET },
 	{ "yes", no_argument, NULL, OPT_YES },
 	{ "dry-run", no_argument, NULL, OPT_DRY_RUN },
+	{ "verify", no_argument, NULL, OPT_VERIFY },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ 0 },
@@ -152,7 +154,7 @@ static int ckpt_parse_opt(int c, struct cli_opts *o, struct ckpt_args *a)
 		a->help = true;
 		return 0;
 	case 'V':
-		puts("ckpt " CKPT_VERSION);
+		puts("ckpt " CKPTD_VERSION);
 		return -1;
 	}
 	if (c == 'q' || c == 'y')
@@ -187,6 +189,9 @@ static int ckpt_parse_opt(int c, struct cli_opts *o, struct ckpt_args *a)
 		if (strcmp(optarg, "fail") && strcmp(optarg, "fresh"))
 			return ckpt_usage_error("--if-expired wants \"fail\" or \"fresh\", not \"%s\"", optarg);
 		o->if_expired = optarg;
+		return 0;
+	case OPT_VERIFY:
+		o->verify = true;
 		return 0;
 	}
 	return CKPT_EXIT_USAGE; /* getopt printed the message */
@@ -225,13 +230,15 @@ static const struct ckpt_command ckpt_commands[] = {
 	  "Usage: ckpt delete ID|NAME [-q]\n"
 	  "Delete a checkpoint and its data; prints `Deleted ID`, the id even when a name\n"
 	  "was given (-q: the id alone).\n" },
-	{ "restore", 1, OPT_BIT(OPT_FORCE) | OPT_BIT(OPT_IF_EXPIRED) | OPT_BIT(OPT_YES) | OPT_BIT(OPT_DRY_RUN), "ID",
-	  cli_cmd_restore,
-	  "Usage: ckpt restore ID|NAME [--force] [--if-expired fail|fresh] [--yes] [--dry-run]\n"
+	{ "restore", 1,
+	  OPT_BIT(OPT_FORCE) | OPT_BIT(OPT_IF_EXPIRED) | OPT_BIT(OPT_VERIFY) | OPT_BIT(OPT_YES) | OPT_BIT(OPT_DRY_RUN),
+	  "ID", cli_cmd_restore,
+	  "Usage: ckpt restore ID|NAME [--force] [--if-expired fail|fresh] [--verify] [--yes] [--dry-run]\n"
 	  "Roll every managed root back to a checkpoint, stopping and starting the units\n"
 	  "that use the roots.\n"
 	  "  --force               restore an expired checkpoint anyway\n"
 	  "  --if-expired fresh    reset the roots to their base if it expired\n"
+	  "  --verify              compare the roots with the checkpoint after the swap\n"
 	  "  -y, --yes             do not ask (a terminal asks before restoring)\n"
 	  "  --dry-run             show what would be restored; change nothing\n" },
 	{ "health", 0, 0, NULL, cli_cmd_health, "Usage: ckpt health\nThe daemon's health.\n" },
@@ -404,7 +411,7 @@ static int ckpt_main(int argc, char **argv, struct cli_opts *o)
 		return optind + 2 < argc ? ckpt_usage_error("unexpected argument \"%s\"", argv[optind + 2])
 					 : ckpt_help(optind + 1 < argc ? argv[optind + 1] : NULL);
 	if (strcmp(argv[optind], "version") == 0) {
-		puts("ckpt " CKPT_VERSION);
+		puts("ckpt " CKPTD_VERSION);
 		return CKPT_EXIT_OK;
 	}
 	const struct ckpt_command *cmd = ckpt_find_command(argv[optind]);

@@ -8,7 +8,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define CKPT_VERSION "0.1.0"
 #define CKPT_DEFAULT_URL "http://127.0.0.1:7070"
 
 /* Exit statuses, documented in docs/cli.md. */
@@ -109,6 +108,7 @@ struct cli_opts {
 	bool force;
 	const char *if_expired;
 	bool yes, dry_run;
+	bool verify;
 	bool tty; /* stdout is a terminal */
 };
 

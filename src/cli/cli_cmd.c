@@ -219,10 +219,9 @@ static void cli_cmd_final_frame(struct cli_progress *p, json_t *last, json_t *re
 		bt = size;
 	if (bt <= 0 && ft <= 0)
 		bt = 1; /* an empty tree: still a full bar */
-	json_t *done = json_pack("{s:I,s:I,s:I,s:I}", "bytes_done", (json_int_t)bt, "bytes_total", (json_int_t)bt,
-				 "files_done", ft, "files_total", ft);
+	json_auto_t *done = json_pack("{s:I,s:I,s:I,s:I}", "bytes_done", (json_int_t)bt, "bytes_total", (json_int_t)bt,
+				      "files_done", ft, "files_total", ft);
 	cli_progress_bar(p, done);
-	json_decref(done);
 	cli_progress_end(p, true);
 }
 
@@ -483,6 +482,8 @@ int cli_cmd_restore(const struct cli_opts *o, const char *id)
 		json_object_set_new(body, "force", json_true());
 	if (o->if_expired)
 		json_object_set_new(body, "if_expired", json_string(o->if_expired));
+	if (o->verify)
+		json_object_set_new(body, "verify", json_true());
 	_cli_cleanup_free_ char *path = NULL;
 	int rc = cli_cmd_ref_path(o, id, "/restore", &path);
 	if (rc < 0)

@@ -56,7 +56,7 @@ static CURL *cli_http_easy(const struct cli_conn *c, const char *method, const c
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 10L);
-	curl_easy_setopt(e, CURLOPT_USERAGENT, "ckpt/" CKPT_VERSION);
+	curl_easy_setopt(e, CURLOPT_USERAGENT, "ckpt/" CKPTD_VERSION);
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
 	if (c->socket_path)
 		curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, c->socket_path);

@@ -14,11 +14,12 @@ static int restore_plan(struct engine *e, const char *id_or_name, const struct r
 	char when[40];
 	plan->rec = engine_resolve(e, id_or_name);
 	if (!plan->rec)
-		return err_set(err, ENOENT, "not_found", "no checkpoint with id or name '%s'", id_or_name);
+		return err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
+				    id_or_name);
 	const char *status = json_string_value(json_object_get(plan->rec, "status"));
 	if (strcmp(status, "active"))
-		return err_set(err, EBUSY, "conflict", "checkpoint '%s' is %s, not active", record_id(plan->rec),
-			       status);
+		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is %s, not active",
+				    record_id(plan->rec), status);
 	plan->expired = record_expired(plan->rec, now_ms());
 	if (!plan->expired || req->force)
 		return 0;
@@ -27,10 +28,11 @@ static int restore_plan(struct engine *e, const char *id_or_name, const struct r
 		return 0;
 	}
 	fmt_rfc3339_ms(record_int(plan->rec, "_expires_ms"), when, sizeof(when));
-	return err_set(err, EKEYEXPIRED, "checkpoint_expired",
-		       "checkpoint '%s' expired at %s; pass force: true to restore it anyway, or if_expired: \"fresh\" "
-		       "to reset to the base",
-		       record_id(plan->rec), when);
+	return err_set_kind(
+		err, ERR_EXPIRED, EKEYEXPIRED, "checkpoint_expired",
+		"checkpoint '%s' expired at %s; pass force: true to restore it anyway, or if_expired: \"fresh\" "
+		"to reset to the base",
+		record_id(plan->rec), when);
 }
 
 static void restore_touch(struct engine *e, json_t *rec)
@@ -42,115 +44,109 @@ static void restore_touch(struct engine *e, json_t *rec)
 		log_warn("cannot record last use of \"%s\": %s", record_id(rec), err.msg);
 }
 
-/* ok: the roots were swapped and every unit running before runs again (or
- * is still activating within its own start timeout). */
-static json_t *restore_report(struct engine *e, const struct restore_plan *plan, const struct svc_plan *units,
-			      bool swapped, json_t *extra, const int64_t t[4])
+void restore_report_free(struct restore_report *r)
 {
-	struct svc_report rep;
-	bool avail = services_available(e->services);
-	svc_report_init(&rep);
-	services_report(units, &rep);
-	json_t *out = json_pack("{s:b, s:b, s:s, s:I, s:O, s:O, s:O, s:O, s:{s:I, s:I, s:I}, s:s, s:b, s:b}", "ok",
-				swapped && json_array_size(rep.failed) == 0, "swapped", swapped, "checkpoint_id",
-				record_id(plan->rec), "restore_duration_ms", (json_int_t)(t[3] - t[0]),
-				"started_services", rep.started, "stopped_services", rep.stopped, "failed_services",
-				rep.failed, "failures", rep.failures, "phases", "stop_ms", (json_int_t)(t[1] - t[0]),
-				"swap_ms", (json_int_t)(t[2] - t[1]), "start_ms", (json_int_t)(t[3] - t[2]), "services",
-				avail ? "ok" : "unavailable", "restored_from_checkpoint", !plan->fresh, "ttl_expired",
-				plan->expired);
-	if (json_array_size(rep.activating))
-		json_object_set(out, "activating_services", rep.activating);
-	if (!avail && services_unavailable_reason(e->services))
-		json_object_set_new(out, "services_reason", json_string(services_unavailable_reason(e->services)));
-	json_object_update(out, extra);
-	svc_report_free(&rep);
-	return out;
+	svc_report_free(&r->services);
+	restore_details_free(&r->details);
+	json_decref(r->verify);
+	r->verify = NULL;
 }
 
-static int restore_swap(struct engine *e, const struct restore_plan *plan, json_t *extra, struct engine_op *op,
-			ckpt_error *err)
+static int restore_swap(struct engine *e, const struct restore_plan *plan, struct restore_details *details,
+			struct engine_op *op, ckpt_error *err)
 {
 	if (plan->fresh)
-		return e->backend->reset(e->bst, extra, err);
-	return e->backend->restore(e->bst, record_id(plan->rec), json_object_get(plan->rec, "_backend"), extra,
+		return e->backend->reset(e->bst, details, err);
+	return e->backend->restore(e->bst, record_id(plan->rec), json_object_get(plan->rec, "_backend"), details,
 				   &op->progress, err);
 }
 
-/* Stop, swap, start. The roots are swapped only when every unit that uses
- * them is down; the units stopped are started again whatever happened. */
-static int restore_bracket(struct engine *e, const struct restore_plan *plan, struct engine_op *op, json_t *extra,
-			   json_t **ret_report, ckpt_error *err)
+/* Stop, swap, start, timing each. The roots are swapped only when every unit
+ * that uses them is down (else rep->swapped stays false and r is 0); the
+ * units stopped are started again whatever happened. */
+static int restore_run(struct engine *e, const struct restore_plan *plan, bool verify, struct engine_op *op,
+		       struct restore_report *rep, ckpt_error *err)
 {
 	struct svc_plan units;
-	int64_t t[4];
-	int r;
-
-	t[0] = mono_ms();
-	if ((r = services_plan(e->services, e->cfg->roots, e->cfg->n_roots, &units)) < 0) {
+	int64_t t0 = mono_ms(), t1, t2;
+	int r = services_plan(e->services, e->cfg->roots, e->cfg->n_roots, &units);
+	if (r < 0) {
 		services_plan_free(&units);
 		return err_set(err, -r, NULL, "cannot list the services that use the roots: %s", strerror(-r));
 	}
-	bool swapped = services_stop(e->services, &units) == 0;
-	t[1] = mono_ms();
-	if (swapped)
-		r = restore_swap(e, plan, extra, op, err);
-	t[2] = mono_ms();
+	rep->services_available = services_available(e->services);
+	rep->swapped = services_stop(e->services, &units) == 0;
+	t1 = mono_ms();
+	if (rep->swapped)
+		r = engine_storage_err(err, restore_swap(e, plan, &rep->details, op, err));
+	if (r == 0 && rep->swapped && verify && (rep->verify = json_object())) { /* verify_ms, not a phase */
+		int64_t v = engine_verify(e, plan->fresh ? NULL : record_id(plan->rec),
+					  json_object_get(plan->rec, "_backend"), rep->verify);
+		t0 += v, t1 += v;
+	}
+	t2 = mono_ms();
 	services_start(e->services, &units); /* also after a failed swap */
-	t[3] = mono_ms();
-	if (r == 0)
-		*ret_report = restore_report(e, plan, &units, swapped, extra, t);
+	services_report(&units, &rep->services);
 	services_plan_free(&units);
-	return r < 0 ? r : swapped ? 0 : 1;
+	if (!rep->services_available)
+		rep->services_reason = services_unavailable_reason(e->services);
+	rep->stop_ms = t1 - t0, rep->swap_ms = t2 - t1, rep->start_ms = mono_ms() - t2;
+	rep->duration_ms = mono_ms() - t0;
+	snprintf(rep->checkpoint_id, sizeof(rep->checkpoint_id), "%s", record_id(plan->rec));
+	rep->restored_from_checkpoint = !plan->fresh;
+	rep->ttl_expired = plan->expired;
+	return r;
 }
 
-int engine_restore(struct engine *e, const char *id_or_name, const struct restore_req *req, json_t **ret_report,
-		   ckpt_error *err)
+int engine_restore(struct engine *e, const char *id_or_name, const struct restore_req *req,
+		   struct restore_report *ret_report, ckpt_error *err)
 {
 	struct restore_plan plan = { 0 };
+	struct restore_report rep = { 0 };
 	struct engine_op *op = NULL;
-	json_t *extra = json_object();
-	int64_t t0 = 0;
 	int r;
 
+	svc_report_init(&rep.services);
 	/* Answer a conflict at once rather than queueing behind the create. */
 	if ((r = restore_plan(e, id_or_name, req, &plan, err)) < 0) {
-		json_decref(extra);
+		restore_report_free(&rep);
 		json_decref(plan.rec);
 		return r;
 	}
 	json_decref(TAKE_PTR(plan.rec));
 	pthread_mutex_lock(&e->op_lock);
-	t0 = mono_ms();
 	if ((r = restore_plan(e, id_or_name, req, &plan, err)) < 0)
 		goto out;
 	engine_set_status(e, "restoring", record_id(plan.rec));
 	if (!(op = engine_op_begin(e, record_id(plan.rec)))) {
-		r = -ENOMEM;
+		r = err_set(err, ENOMEM, NULL, "out of memory");
 		goto out;
 	}
-	r = restore_bracket(e, &plan, op, extra, ret_report, err);
-	if (r == 0 && !plan.fresh)
+	r = restore_run(e, &plan, req->verify, op, &rep, err);
+	if (r == 0 && rep.swapped && !plan.fresh)
 		restore_touch(e, plan.rec);
 out:
 	engine_set_status(e, NULL, NULL);
 	pthread_mutex_unlock(&e->op_lock);
 	engine_op_end(e, op);
-	int64_t ms = mono_ms() - t0;
-	if (r == 0) {
-		log_event(LOG_INFO_, &(struct log_fields){ "restore", record_id(plan.rec), NULL, ms },
-			  "restored \"%s\" in %lld ms", record_id(plan.rec), (long long)ms);
-		engine_kick_maintenance(e);
-	} else if (r > 0) {
-		log_event(LOG_WARN_, &(struct log_fields){ "restore", record_id(plan.rec), NULL, ms },
+	if (r == 0 && !rep.swapped) {
+		log_event(LOG_WARN_, &(struct log_fields){ "restore", record_id(plan.rec), NULL, rep.duration_ms },
 			  "restore of \"%s\" not done: a unit that uses the roots could not be stopped",
 			  record_id(plan.rec));
-	} else if (plan.rec) {
-		log_event(LOG_WARN_, &(struct log_fields){ "restore", record_id(plan.rec), NULL, -1 },
-			  "restore of \"%s\" failed: %s", record_id(plan.rec), err ? err->msg : "");
+		*ret_report = rep;
+	} else if (r == 0) {
+		log_event(LOG_INFO_, &(struct log_fields){ "restore", record_id(plan.rec), NULL, rep.duration_ms },
+			  "restored \"%s\" in %lld ms", record_id(plan.rec), (long long)rep.duration_ms);
+		engine_kick_maintenance(e);
+		*ret_report = rep;
+	} else {
+		if (plan.rec)
+			log_event(LOG_WARN_, &(struct log_fields){ "restore", record_id(plan.rec), NULL, -1 },
+				  "restore of \"%s\" failed: %s", record_id(plan.rec), err ? err->msg : "");
+		restore_report_free(&rep);
 	}
-	metrics_op(&e->metrics, OP_RESTORE, r == 0, r == 0 ? (double)ms / 1000.0 : 0);
-	json_decref(extra);
+	bool done = r == 0 && rep.swapped;
+	metrics_op(&e->metrics, OP_RESTORE, done, done ? (double)rep.duration_ms / 1000.0 : 0);
 	json_decref(plan.rec);
-	return r > 0 ? 0 : r;
+	return r;
 }

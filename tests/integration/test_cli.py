@@ -236,6 +236,21 @@ def test_restore_spinner_only_on_a_terminal(d):
     assert "restoring" not in p.stdout and "\r" not in p.stdout
 
 
+def test_restore_verify(d):
+    cid = d.create("v")["checkpoint_id"]
+    out = ok(ckpt(d, "restore", cid, "--verify")).stdout
+    assert re.search(r"Verified: +yes \(\d+ ms\)", out), out
+    # falsify the recorded content hash of hello.txt: the file no longer matches it
+    man = d.state_dir / "tar" / cid / "r0.manifest"
+    lines = man.read_text().splitlines()
+    i = next(i for i, l in enumerate(lines) if "\thello.txt\t" in l)
+    lines[i] = lines[i][:-64] + "0" * 64
+    man.write_text("\n".join(lines) + "\n")
+    p = ckpt(d, "restore", cid, "--verify")
+    assert p.returncode == 1 and "reported failures" in p.stderr, p.stderr
+    assert "NO, the roots differ" in p.stdout and f"content: {d.roots[0] / 'hello.txt'}" in p.stdout, p.stdout
+
+
 def test_restore_expired(d):
     cid = d.create("short", ttl_secs=1)["checkpoint_id"]
     time.sleep(1.2)
