@@ -8,6 +8,8 @@ import subprocess
 import threading
 import time
 
+import requests
+
 from conftest import assert_same_tree, make_full_tree, tree_state
 
 
@@ -311,3 +313,30 @@ def test_verify_catches_a_change_behind_ckptds_back(daemon_factory, tmp_path):
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
         subprocess.run(["losetup", "-d", dev], check=False)
+
+
+def test_first_start_answers_at_once_while_the_base_is_taken(daemon_factory):
+    d = daemon_factory(backend="tar", start=False)
+    big = d.roots[0] / "big"
+    big.mkdir()
+    for i in range(96):
+        (big / f"f{i:02d}").write_bytes(os.urandom(1 << 20))
+    adopted = tree_state(d.roots[0])
+    d.start(wait=False)
+    deadline, health = time.monotonic() + 30, None
+    while time.monotonic() < deadline and health is None:
+        try:
+            health = requests.get(d.url + "/v1/health", timeout=5).json()
+        except requests.ConnectionError:
+            time.sleep(0.005)
+    assert health is not None, d.log()
+    # the first answer comes while 96 MB are still being archived
+    assert health["status"] == "preparing" and health["tar_base"] is False, health
+    cp = d.create("right-away", ttl_secs=1)  # waits for the base
+    h = d.health()
+    assert h["status"] == "ok" and h["tar_base"] is True, h
+    (d.roots[0] / "later.txt").write_text("after adoption\n")
+    time.sleep(1.2)
+    rep = d.restore(cp["checkpoint_id"], if_expired="fresh", verify=True)
+    assert rep["restored_from_checkpoint"] is False and rep["verified"] is True, rep
+    assert_same_tree(adopted, tree_state(d.roots[0]))
