@@ -48,26 +48,24 @@ static int engine_check_identity(struct engine *e, ckpt_error *err)
 {
 	_cleanup_free_ char *buf = NULL;
 	json_t *roots = json_array();
-	for (size_t i = 0; i < e->cfg->n_roots; i++)
-		json_array_append_new(roots, json_string(e->cfg->roots[i]));
-	json_t *want = json_pack("{s:o, s:s}", "roots", roots, "backend", e->backend->name);
+	for (size_t i = 0; roots && i < e->cfg->n_roots; i++)
+		if (json_array_append_new(roots, json_string(e->cfg->roots[i])) < 0)
+			json_decref(TAKE_PTR(roots));
+	json_auto_t *want = roots ? json_pack("{s:o, s:s}", "roots", roots, "backend", e->backend->name) : NULL;
+	if (!want)
+		return err_set(err, ENOMEM, NULL, "state identity: out of memory");
 	int r = read_file_at(e->state_fd, "ckptd.json", 65536, &buf, NULL);
 	if (r == -ENOENT) {
 		_cleanup_free_ char *text = json_dumps(want, JSON_COMPACT | JSON_SORT_KEYS);
-		json_decref(want);
 		r = text ? write_file_atomic(e->state_fd, "ckptd.json", text, strlen(text), 0600) : -ENOMEM;
 		return r < 0 ? err_set(err, -r, NULL, "cannot write state identity: %s", strerror(-r)) : 0;
 	}
-	if (r < 0) {
-		json_decref(want);
+	if (r < 0)
 		return err_set(err, -r, NULL, "cannot read %s/ckptd.json: %s", e->cfg->state_dir, strerror(-r));
-	}
-	json_t *have = json_loads(buf, 0, NULL);
+	json_auto_t *have = json_loads(buf, 0, NULL);
 	bool same = have && json_equal(json_object_get(have, "roots"), json_object_get(want, "roots")) &&
 		json_equal(json_object_get(have, "backend"), json_object_get(want, "backend"));
 	_cleanup_free_ char *had = have ? json_dumps(have, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-	json_decref(have);
-	json_decref(want);
 	if (!same)
 		return err_set(err, EEXIST, NULL,
 			       "state dir '%s' belongs to another setup (%s); use the same roots and backend, or "
@@ -95,6 +93,13 @@ static int engine_recover(struct engine *e, ckpt_error *err)
 	const char **ids = calloc(json_array_size(all) + 1, sizeof(*ids));
 	json_t **data = calloc(json_array_size(all) + 1, sizeof(*data));
 	int r = 0;
+
+	if (!all || !ids || !data) {
+		free(ids);
+		free(data);
+		json_decref(all);
+		return err_set(err, ENOMEM, NULL, "recovery: out of memory");
+	}
 
 	json_array_foreach(all, i, rec)
 	{
@@ -132,6 +137,7 @@ static int engine_open_state(struct engine *e, const struct engine_deps *deps, c
 		return r;
 	if (!e->backend->open || !e->backend->create || !e->backend->restore || !e->backend->remove)
 		return err_set(err, ENOTSUP, NULL, "the %s backend is not available in this build", e->backend->name);
+	write_file_atomic_sweep(e->state_fd); /* we hold the state lock: nobody else writes */
 	if ((r = engine_check_identity(e, err)) < 0)
 		return r;
 	if ((r = catalog_open(e->state_fd, &e->catalog, err)) < 0)
@@ -223,7 +229,8 @@ int engine_get(struct engine *e, const char *id_or_name, json_t **ret_record, ck
 {
 	json_t *r = engine_resolve(e, id_or_name);
 	if (!r)
-		return err_set(err, ENOENT, "not_found", "no checkpoint with id or name '%s'", id_or_name);
+		return err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
+				    id_or_name);
 	*ret_record = engine_public(e, r);
 	json_decref(r);
 	return 0;
@@ -271,20 +278,24 @@ int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err)
 	json_t *rec = engine_resolve(e, id_or_name);
 	if (rec && !strcmp(json_string_value(json_object_get(rec, "status")), "creating")) {
 		json_decref(rec);
-		return err_set(err, EBUSY, "conflict", "checkpoint '%s' is still being created", id_or_name);
+		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
+				    id_or_name);
 	}
 	json_decref(rec);
 	pthread_mutex_lock(&e->op_lock);
 	engine_set_status(e, "deleting", id_or_name);
 	rec = engine_resolve(e, id_or_name);
 	if (!rec)
-		r = err_set(err, ENOENT, "not_found", "no checkpoint with id or name '%s'", id_or_name);
+		r = err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
+				 id_or_name);
 	else if (!strcmp(json_string_value(json_object_get(rec, "status")), "creating"))
-		r = err_set(err, EBUSY, "conflict", "checkpoint '%s' is still being created", record_id(rec));
+		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
+				 record_id(rec));
 	else
 		r = engine_drop(e, rec, err);
 	if (r == 0)
-		log_info("deleted checkpoint \"%s\"", record_id(rec));
+		log_event(LOG_INFO_, &(struct log_fields){ "delete", record_id(rec), NULL, -1 },
+			  "deleted checkpoint \"%s\"", record_id(rec));
 	json_decref(rec);
 	engine_set_status(e, NULL, NULL);
 	pthread_mutex_unlock(&e->op_lock);
@@ -296,6 +307,17 @@ int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err)
 const char *engine_backend_name(struct engine *e)
 {
 	return e->backend->name;
+}
+
+/* A backend or the catalog ran out of room: the disk's ENOSPC and a quota's
+ * EDQUOT both answer 507. Anything else a lower layer reports stays unset (500). */
+int engine_storage_err(ckpt_error *err, int r)
+{
+	if (err && r < 0 && (err->errnum == ENOSPC || err->errnum == EDQUOT)) {
+		err->errnum = ENOSPC;
+		return err_mark(err, ERR_NO_SPACE, "insufficient_storage", -ENOSPC);
+	}
+	return r;
 }
 
 void engine_count_http(struct engine *e, int status)

@@ -52,6 +52,7 @@ void engine_kick_maintenance(struct engine *e);
 struct engine_op *engine_op_begin(struct engine *e, const char *id);
 void engine_op_end(struct engine *e, struct engine_op *op);
 bool record_expired(json_t *rec, int64_t now);
+int engine_storage_err(ckpt_error *err, int r);
 /* Compare the roots with checkpoint id (NULL: the base) and add verified,
  * verify_ms, verify_differences (and ok: false) to extra. Returns its ms. */
 int64_t engine_verify(struct engine *e, const char *id, json_t *data, json_t *extra);

@@ -101,7 +101,8 @@ int engine_sweep(struct engine *e)
 		pthread_mutex_unlock(&e->op_lock);
 		json_decref(cur);
 		if (r == 0) {
-			log_info("expired checkpoint \"%s\" removed", record_id(rec));
+			log_event(LOG_INFO_, &(struct log_fields){ "expire", record_id(rec), NULL, -1 },
+				  "expired checkpoint \"%s\" removed", record_id(rec));
 			n++;
 		} else if (r < 0) {
 			log_warn("cannot remove expired checkpoint \"%s\": %s", record_id(rec), err.msg);

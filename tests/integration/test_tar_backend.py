@@ -200,6 +200,24 @@ def test_restore_does_not_follow_a_symlinked_parent(daemon_factory, tmp_path):
     assert_same_tree(before, tree_state(d.roots[0]))
 
 
+def test_start_removes_temp_files(daemon_factory):
+    """What a kill -9 leaves of write-temp-then-rename, in every dir the tar
+    backend, the catalog and the engine write to, is gone after a start."""
+    d = daemon_factory(backend="tar")
+    (d.roots[0] / "a").write_text("1")
+    cp = d.create("one")["checkpoint_id"]
+    d.kill9()
+    tar = d.state_dir / "tar"
+    planted = [d.state_dir / ".ckptd.json.tmp.0badcafe",
+               tar / ".restoring.json.tmp.12345678",
+               tar / cp / ".r0.alias.tmp.abcdef01",
+               d.state_dir / "catalog" / f".{cp}.json.tmp.deadbeef"]
+    for p in planted:
+        p.write_text("{torn")
+    d.start()
+    assert [p for p in planted if p.exists()] == []
+    assert [c["checkpoint_id"] for c in d.list()] == [cp]
+    assert d.restore(cp)["ok"] is True
 def fill_fs(path):
     """Write path until its filesystem has no room left."""
     with open(path, "wb") as f:

@@ -5,6 +5,7 @@
 #include <cmocka.h>
 
 #include "engine/catalog.h"
+#include "testlib.h"
 
 static json_t *rec(const char *id, const char *name, int64_t created)
 {
@@ -15,10 +16,10 @@ static json_t *rec(const char *id, const char *name, int64_t created)
 static void test_catalog(void **state)
 {
 	(void)state;
-	char dir[] = "/tmp/ckptd-cat-XXXXXX";
+	char dir[TESTLIB_DIR_LEN];
 	ckpt_error err = { 0 };
 	struct catalog *c;
-	assert_non_null(mkdtemp(dir));
+	assert_int_equal(testlib_mkdir(dir, "cat"), 0);
 	int sfd = open(dir, O_RDONLY | O_DIRECTORY);
 	assert_int_equal(catalog_open(sfd, &c, &err), 0);
 
@@ -69,9 +70,7 @@ static void test_catalog(void **state)
 	catalog_close(c);
 	close(cfd);
 	close(sfd);
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	assert_int_equal(system(cmd), 0);
+	testlib_rmdir(dir);
 }
 
 int main(void)

@@ -38,10 +38,9 @@ struct ovl {
 	int odir_fd, cdir_fd;
 	struct ovl_root *roots;
 	size_t n_roots;
-	json_t *refs;       /* "h/layer" -> number of checkpoints using it */
-	json_t *chains;     /* id -> {h: [layers]} (cache of c/<id>.json) */
-	bool dirty_gc;      /* maintain has layers or uppers to remove */
-	char mount_api[16]; /* "fsconfig" | "legacy" */
+	json_t *refs;   /* "h/layer" -> number of checkpoints using it */
+	json_t *chains; /* id -> {h: [layers]} (cache of c/<id>.json) */
+	bool dirty_gc;  /* maintain has layers or uppers to remove */
 };
 
 /* overlay_layers.c */
@@ -57,6 +56,9 @@ void overlay_layers_gc(struct ovl *o);
 int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err);
 int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NAME_LEN + 1], ckpt_error *err);
 
+/* overlay_flatten.c: merge layers lfd[0..n) (newest first) into the empty
+ * dir dst so that dst over base shows what the chain over base shows. */
+int overlay_flatten(const int *lfd, size_t n, int dst, ckpt_error *err);
 /* overlay_verify.c */
 /* Record the layer being written in layer_fd as rec/<name>. */
 int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name);

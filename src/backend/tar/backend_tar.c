@@ -16,6 +16,7 @@
 #include "backend/tar/tar_create.h"
 #include "backend/tar/tar_fs.h"
 #include "backend/tar/tar_restore.h"
+#include "lib/walk.h"
 #include "backend/tar/tar_verify.h"
 
 #define TAR_DIR "tar"
@@ -72,10 +73,9 @@ static int write_meta(struct tar_state *s, int dirfd, ckpt_error *err)
 	json_t *roots = json_array();
 	for (size_t i = 0; i < s->n_roots; i++)
 		json_array_append_new(roots, json_string(s->roots[i]));
-	json_t *meta =
+	json_auto_t *meta =
 		json_pack("{s:i, s:s, s:o}", "version", 1, "compression", s->zstd ? "zstd" : "none", "roots", roots);
 	_cleanup_free_ char *text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
-	json_decref(meta);
 	if (!text)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	int r = write_file_atomic(dirfd, META, text, strlen(text), 0600);
@@ -89,7 +89,8 @@ static int write_meta(struct tar_state *s, int dirfd, ckpt_error *err)
 static int read_meta(struct tar_state *s, int dirfd, const char *name, bool *zstd, ckpt_error *err)
 {
 	_cleanup_free_ char *text = NULL;
-	json_t *meta, *roots;
+	json_auto_t *meta = NULL;
+	json_t *roots;
 	int r = read_file_at(dirfd, META, 1 << 20, &text, NULL);
 
 	if (r < 0)
@@ -104,7 +105,6 @@ static int read_meta(struct tar_state *s, int dirfd, const char *name, bool *zst
 		    strcmp(json_string_value(json_array_get(roots, i)), s->roots[i]))
 			r = err_set(err, EINVAL, NULL, "checkpoint '%s' was made for other roots", name);
 	*zstd = !strcmp(json_string_value(json_object_get(meta, "compression")) ?: "", "zstd");
-	json_decref(meta);
 	return r;
 }
 
@@ -300,7 +300,8 @@ static void unfinished(struct tar_state *s, const char *name, const char *why)
 }
 
 /* Make every root equal to checkpoint dir name ("base" for a reset). */
-static int do_restore(struct tar_state *s, const char *name, json_t *extra, struct progress *p, ckpt_error *err)
+static int do_restore(struct tar_state *s, const char *name, struct restore_details *details, struct progress *p,
+		      ckpt_error *err)
 {
 	struct tar_restore_stats sum = { 0 };
 	bool zstd = false;
@@ -331,12 +332,17 @@ static int do_restore(struct tar_state *s, const char *name, json_t *extra, stru
 	s->last = sum;
 	s->pending[0] = '\0';
 	pthread_mutex_unlock(&s->lock);
-	if (extra)
-		json_object_set_new(extra, "tar", stats_json(&sum));
+	if (details)
+		*details = (struct restore_details){ .has_tar_stats = true,
+						     .rewritten = sum.rewritten,
+						     .removed = sum.removed,
+						     .kept = sum.kept,
+						     .bytes = sum.bytes };
 	return r;
 }
 
-static int tar_restore(void *st, const char *id, json_t *data, json_t *extra, struct progress *p, ckpt_error *err)
+static int tar_restore(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
+		       ckpt_error *err)
 {
 	int r;
 	(void)data;
@@ -344,7 +350,7 @@ static int tar_restore(void *st, const char *id, json_t *data, json_t *extra, st
 		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
 	if ((r = base_wait(st, err)) < 0)
 		return r;
-	return do_restore(st, id, extra, p, err);
+	return do_restore(st, id, details, p, err);
 }
 
 static int tar_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err)
@@ -377,10 +383,10 @@ static int tar_verify(void *st, const char *id, json_t *data, json_t *diffs, siz
 	return r;
 }
 
-static int tar_reset(void *st, json_t *extra, ckpt_error *err)
+static int tar_reset(void *st, struct restore_details *details, ckpt_error *err)
 {
 	int r = base_wait(st, err);
-	return r < 0 ? r : do_restore(st, BASE, extra, NULL, err);
+	return r < 0 ? r : do_restore(st, BASE, details, NULL, err);
 }
 
 static int tar_remove(void *st, const char *id, json_t *data, ckpt_error *err)
@@ -405,11 +411,10 @@ static void finish_interrupted(struct tar_state *s)
 
 	if (read_file_at(s->tar_fd, INTENT, 4096, &text, NULL) < 0)
 		return;
-	json_t *j = json_loads(text, 0, NULL);
+	json_auto_t *j = json_loads(text, 0, NULL);
 	const char *id = json_string_value(json_object_get(j, "id"));
 	char name[64];
 	snprintf(name, sizeof(name), "%s", id ? id : "");
-	json_decref(j);
 	if (strcmp(name, BASE) && !id_valid(name)) {
 		intent_clear(s, NULL);
 		return;
@@ -501,28 +506,30 @@ static bool id_listed(const char *name, const char *const *ids, size_t n)
 static int tar_recover(void *st, const char *const *ids, json_t *const *data, size_t n, ckpt_error *err)
 {
 	struct tar_state *s = st;
-	int fd = openat(s->tar_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
+	int q = walk_open(s->tar_fd, NULL, &d);
 	(void)data;
 
 	pthread_mutex_lock(&s->lock); /* the base being taken is not stale */
 	bool preparing = s->base_state == BASE_PREPARING;
 	pthread_mutex_unlock(&s->lock);
-	if (fd < 0)
-		return err_set(err, errno, NULL, "cannot list the tar state dir: %m");
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return err_set(err, errno, NULL, "cannot list the tar state dir: %m");
-	}
-	while ((de = readdir(d))) {
+	if (q < 0)
+		return err_set(err, -q, NULL, "cannot list the tar state dir: %s", strerror(-q));
+	while ((de = walk_next(d))) {
 		const char *nm = de->d_name;
 		bool stale = (!strncmp(nm, ".tmp-", 5) && (strcmp(nm, ".tmp-" BASE) || !preparing)) ||
 			!strncmp(nm, "." INTENT ".tmp.", sizeof(INTENT) + 5) ||
 			(id_valid(nm) && !id_listed(nm, ids, n));
 		if (stale && rm_rf_at(s->tar_fd, nm) < 0)
 			return err_set(err, errno, NULL, "cannot remove stale '%s': %m", nm);
+		_cleanup_close_ int cfd = !stale && id_valid(nm)
+			? openat(s->tar_fd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+			: -1;
+		if (cfd >= 0) /* an alias file's temp (restore writes into checkpoint dirs) */
+			write_file_atomic_sweep(cfd);
 	}
+	write_file_atomic_sweep(s->tar_fd);
 	return fsync(s->tar_fd) < 0 ? err_set(err, errno, NULL, "cannot sync the tar state dir: %m") : 0;
 }
 

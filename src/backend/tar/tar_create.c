@@ -11,22 +11,16 @@
 #include <sys/stat.h>
 
 #include "backend/tar/tar_fs.h"
+#include "lib/devino.h"
 
 #define TAR_BLOCK (1 << 20)
 #define TAR_IO_BUF (1 << 20)
-
-struct link_slot {
-	dev_t dev;
-	ino_t ino;
-	char *path; /* NULL = empty slot */
-};
 
 struct cctx {
 	struct archive *a;
 	FILE *mf;
 	struct tar_create_opts *o;
-	struct link_slot *links;
-	size_t n_links, cap_links;
+	struct devino_map links; /* (dev, ino) -> first path archived */
 	char *buf;
 	ckpt_error *err;
 };
@@ -48,47 +42,12 @@ static int arch_err(struct cctx *c, const char *what, const char *path)
 	return err_set(c->err, e, NULL, "%s '%s': %s", what, path, archive_error_string(c->a));
 }
 
-static size_t link_hash(dev_t d, ino_t i, size_t cap)
-{
-	return (size_t)((i * 0x9e3779b97f4a7c15ULL) ^ d) & (cap - 1);
-}
-
-static int links_grow(struct cctx *c)
-{
-	size_t cap = c->cap_links ? c->cap_links * 2 : 256;
-	struct link_slot *n = calloc(cap, sizeof(*n));
-	if (!n)
-		return -ENOMEM;
-	for (size_t i = 0; i < c->cap_links; i++) {
-		struct link_slot *s = &c->links[i];
-		if (!s->path)
-			continue;
-		size_t h = link_hash(s->dev, s->ino, cap);
-		while (n[h].path)
-			h = (h + 1) & (cap - 1);
-		n[h] = *s;
-	}
-	free(c->links);
-	c->links = n;
-	c->cap_links = cap;
-	return 0;
-}
-
 /* The first path seen for (dev, ino), or NULL after remembering path. */
 static const char *links_first(struct cctx *c, const struct stat *st, const char *path, int *r)
 {
-	*r = 0;
-	if ((c->n_links + 1) * 2 > c->cap_links && (*r = links_grow(c)) < 0)
-		return NULL;
-	size_t h = link_hash(st->st_dev, st->st_ino, c->cap_links);
-	for (; c->links[h].path; h = (h + 1) & (c->cap_links - 1))
-		if (c->links[h].dev == st->st_dev && c->links[h].ino == st->st_ino)
-			return c->links[h].path;
-	c->links[h] = (struct link_slot){ st->st_dev, st->st_ino, strdup(path) };
-	if (!c->links[h].path)
-		*r = -ENOMEM;
-	c->n_links++;
-	return NULL;
+	const char *first = devino_get(&c->links, st->st_dev, st->st_ino);
+	*r = first ? 0 : devino_put(&c->links, st->st_dev, st->st_ino, path);
+	return first;
 }
 
 static void add_sparse_map(struct archive_entry *ae, int fd, off_t size)
@@ -315,9 +274,7 @@ static void cctx_free(struct cctx *c)
 		archive_write_free(c->a);
 	if (c->mf)
 		fclose(c->mf);
-	for (size_t i = 0; i < c->cap_links; i++)
-		free(c->links[i].path);
-	free(c->links);
+	devino_free(&c->links);
 	free(c->buf);
 }
 

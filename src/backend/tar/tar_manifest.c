@@ -6,6 +6,7 @@
  * then the entries in archive order. Paths are %XX-escaped for bytes <= ' ',
  * '%' and DEL, so a line never holds a tab or a newline of a name. */
 #include "backend/tar/tar_manifest.h"
+#include "lib/hash.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -156,25 +157,14 @@ void tar_xattrs_free(struct tar_xattr *xa, size_t n)
 
 uint64_t tar_xattrs_hash(const struct tar_xattr *xa, size_t n)
 {
-	uint64_t h = 0xcbf29ce484222325ULL;
+	uint64_t h = HASH_FNV64_INIT;
 	if (n == 0)
 		return 0;
 	for (size_t i = 0; i < n; i++) {
-		for (const char *p = xa[i].name; *p; p++)
-			h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
-		h = (h ^ 0) * 0x100000001b3ULL;
-		for (size_t j = 0; j < xa[i].len; j++)
-			h = (h ^ ((unsigned char *)xa[i].value)[j]) * 0x100000001b3ULL;
+		h = hash_fnv64(h, xa[i].name, strlen(xa[i].name) + 1); /* the NUL separates name and value */
+		h = hash_fnv64(h, xa[i].value, xa[i].len);
 	}
 	return h ? h : 1;
-}
-
-static uint64_t str_hash(const char *s)
-{
-	uint64_t h = 0xcbf29ce484222325ULL;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-	return h;
 }
 
 static int parse_ts(const char *s, struct timespec *ts)
@@ -290,7 +280,7 @@ static int parse_root_xattr(char *line, struct tar_manifest *m)
 static int index_insert(struct tar_manifest *m, size_t i)
 {
 	size_t mask = m->n_slots - 1;
-	for (size_t s = str_hash(m->v[i].path) & mask;; s = (s + 1) & mask) {
+	for (size_t s = hash_str(m->v[i].path) & mask;; s = (s + 1) & mask) {
 		if (m->slots[s] < 0) {
 			m->slots[s] = (int32_t)i;
 			return 0;
@@ -305,7 +295,7 @@ struct tar_mentry *tar_manifest_find(const struct tar_manifest *m, const char *p
 	if (!m->n_slots)
 		return NULL;
 	size_t mask = m->n_slots - 1;
-	for (size_t s = str_hash(path) & mask; m->slots[s] >= 0; s = (s + 1) & mask)
+	for (size_t s = hash_str(path) & mask; m->slots[s] >= 0; s = (s + 1) & mask)
 		if (!strcmp(m->v[m->slots[s]].path, path))
 			return &m->v[m->slots[s]];
 	return NULL;
