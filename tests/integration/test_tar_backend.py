@@ -403,3 +403,22 @@ def test_restore_whose_writeback_fails_is_not_ok(daemon_factory, tmp_path):
         if dev:
             subprocess.run(["losetup", "-d", dev], check=False)
         subprocess.run(["umount", "-l", str(back)], check=False)
+
+
+def test_base_that_does_not_fit_is_retried_by_the_next_create(daemon_factory):
+    d = daemon_factory(backend="tar", start=False)
+    d.state_dir.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d.state_dir)], check=True)
+    (d.roots[0] / "big.bin").write_bytes(os.urandom(4 << 20))
+    (d.roots[0] / "small.txt").write_text("stays\n")
+    d.start()
+    h = d.health()
+    assert h["status"] == "ok" and h["tar_base"] is False and "space" in h["tar_base_error"], h
+    res = d.request("POST", "/v1/checkpoints", json={"name": "no-room"})
+    assert res.status_code == 507, res.text
+    assert sorted(os.listdir(d.state_dir / "tar")) == [], "a half base was left behind"
+    (d.roots[0] / "big.bin").unlink()
+    cp = d.create("fits")
+    h = d.health()
+    assert h["tar_base"] is True and "tar_base_error" not in h, h
+    assert [c["checkpoint_id"] for c in d.list()] == [cp["checkpoint_id"]]
