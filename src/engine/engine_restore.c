@@ -4,7 +4,7 @@
 #include "services/services.h"
 
 struct restore_plan {
-	json_t *rec; /* owned */
+	const struct ckpt_record *rec; /* a reference */
 	bool expired, fresh;
 };
 
@@ -15,10 +15,9 @@ static int restore_plan(struct engine *e, const char *id_or_name, const struct r
 	plan->rec = engine_resolve(e, id_or_name);
 	if (!plan->rec)
 		return err_set(err, ENOENT, "not_found", "no checkpoint with id or name '%s'", id_or_name);
-	const char *status = json_string_value(json_object_get(plan->rec, "status"));
-	if (strcmp(status, "active"))
-		return err_set(err, EBUSY, "conflict", "checkpoint '%s' is %s, not active", record_id(plan->rec),
-			       status);
+	if (plan->rec->status != CKPT_ACTIVE)
+		return err_set(err, EBUSY, "conflict", "checkpoint '%s' is %s, not active", plan->rec->id,
+			       ckpt_status_name(plan->rec->status));
 	plan->expired = record_expired(plan->rec, now_ms());
 	if (!plan->expired || req->force)
 		return 0;
@@ -26,20 +25,23 @@ static int restore_plan(struct engine *e, const char *id_or_name, const struct r
 		plan->fresh = true;
 		return 0;
 	}
-	fmt_rfc3339_ms(record_int(plan->rec, "_expires_ms"), when, sizeof(when));
+	fmt_rfc3339_ms(plan->rec->expires_ms, when, sizeof(when));
 	return err_set(err, EKEYEXPIRED, "checkpoint_expired",
 		       "checkpoint '%s' expired at %s; pass force: true to restore it anyway, or if_expired: \"fresh\" "
 		       "to reset to the base",
-		       record_id(plan->rec), when);
+		       plan->rec->id, when);
 }
 
-static void restore_touch(struct engine *e, json_t *rec)
+static void restore_touch(struct engine *e, const struct ckpt_record *rec)
 {
-	char when[40];
 	ckpt_error err = { 0 };
-	json_object_set_new(rec, "last_used_at", json_string(fmt_rfc3339_ms(now_ms(), when, sizeof(when))));
-	if (catalog_put(e->catalog, rec, &err) < 0)
-		log_warn("cannot record last use of \"%s\": %s", record_id(rec), err.msg);
+	struct ckpt_record *d = record_dup(rec);
+	if (!d)
+		return;
+	fmt_rfc3339_ms(now_ms(), d->last_used_at, sizeof(d->last_used_at));
+	if (catalog_put(e->catalog, d, &err) < 0)
+		log_warn("cannot record last use of \"%s\": %s", rec->id, err.msg);
+	record_unref(d);
 }
 
 static json_t *restore_report(struct engine *e, const struct restore_plan *plan, struct svc_report *rep, json_t *extra,
@@ -48,11 +50,11 @@ static json_t *restore_report(struct engine *e, const struct restore_plan *plan,
 	bool avail = services_available(e->services);
 	json_t *out =
 		json_pack("{s:b, s:s, s:I, s:O, s:O, s:O, s:O, s:{s:I, s:I, s:I}, s:s, s:b, s:b}", "ok",
-			  json_array_size(rep->failed) == 0, "checkpoint_id", record_id(plan->rec),
-			  "restore_duration_ms", (json_int_t)(t[3] - t[0]), "started_services", rep->started,
-			  "stopped_services", rep->stopped, "failed_services", rep->failed, "failures", rep->failures,
-			  "phases", "stop_ms", (json_int_t)(t[1] - t[0]), "swap_ms", (json_int_t)(t[2] - t[1]),
-			  "start_ms", (json_int_t)(t[3] - t[2]), "services", avail ? "ok" : "unavailable",
+			  json_array_size(rep->failed) == 0, "checkpoint_id", plan->rec->id, "restore_duration_ms",
+			  (json_int_t)(t[3] - t[0]), "started_services", rep->started, "stopped_services", rep->stopped,
+			  "failed_services", rep->failed, "failures", rep->failures, "phases", "stop_ms",
+			  (json_int_t)(t[1] - t[0]), "swap_ms", (json_int_t)(t[2] - t[1]), "start_ms",
+			  (json_int_t)(t[3] - t[2]), "services", avail ? "ok" : "unavailable",
 			  "restored_from_checkpoint", !plan->fresh, "ttl_expired", plan->expired);
 	if (!avail && services_unavailable_reason(e->services))
 		json_object_set_new(out, "services_reason", json_string(services_unavailable_reason(e->services)));
@@ -65,8 +67,7 @@ static int restore_swap(struct engine *e, const struct restore_plan *plan, json_
 {
 	if (plan->fresh)
 		return e->backend->reset(e->bst, extra, err);
-	return e->backend->restore(e->bst, record_id(plan->rec), json_object_get(plan->rec, "_backend"), extra,
-				   &op->progress, err);
+	return e->backend->restore(e->bst, plan->rec->id, plan->rec->backend_data, extra, &op->progress, err);
 }
 
 int engine_restore(struct engine *e, const char *id_or_name, const struct restore_req *req, json_t **ret_report,
@@ -84,16 +85,16 @@ int engine_restore(struct engine *e, const char *id_or_name, const struct restor
 	if ((r = restore_plan(e, id_or_name, req, &plan, err)) < 0) {
 		json_decref(extra);
 		svc_report_free(&rep);
-		json_decref(plan.rec);
+		record_unref(plan.rec);
 		return r;
 	}
-	json_decref(TAKE_PTR(plan.rec));
+	record_unref(TAKE_PTR(plan.rec));
 	pthread_mutex_lock(&e->op_lock);
 	t[0] = mono_ms();
 	if ((r = restore_plan(e, id_or_name, req, &plan, err)) < 0)
 		goto out;
-	engine_set_status(e, "restoring", record_id(plan.rec));
-	if (!(op = engine_op_begin(e, record_id(plan.rec)))) {
+	engine_set_status(e, "restoring", plan.rec->id);
+	if (!(op = engine_op_begin(e, plan.rec->id))) {
 		r = -ENOMEM;
 		goto out;
 	}
@@ -115,14 +116,14 @@ out:
 	pthread_mutex_unlock(&e->op_lock);
 	engine_op_end(e, op);
 	if (r == 0) {
-		log_info("restored \"%s\" in %lld ms", record_id(plan.rec), (long long)(t[3] - t[0]));
+		log_info("restored \"%s\" in %lld ms", plan.rec->id, (long long)(t[3] - t[0]));
 		engine_kick_maintenance(e);
 	} else if (plan.rec) {
-		log_warn("restore of \"%s\" failed: %s", record_id(plan.rec), err ? err->msg : "");
+		log_warn("restore of \"%s\" failed: %s", plan.rec->id, err ? err->msg : "");
 	}
 	metrics_op(&e->metrics, OP_RESTORE, r == 0, r == 0 ? (double)(t[3] - t[0]) / 1000.0 : 0);
 	svc_report_free(&rep);
 	json_decref(extra);
-	json_decref(plan.rec);
+	record_unref(plan.rec);
 	return r;
 }
