@@ -1,8 +1,8 @@
 /* catalog.c: checkpoint records, one JSON file each under <state>/catalog/,
- * and the only place where a record meets JSON. In memory the records sit in
- * three sorted arrays of shared pointers: by id (get), newest first (list) and
- * by name then newest first (name lookup), plus per-status counters. */
+ * and the only place where a record meets JSON. The records in memory and
+ * their index are catalog_index.c's; this file holds the lock around them. */
 #include "engine/catalog.h"
+#include "engine/catalog_index.h"
 
 #include <sys/stat.h>
 
@@ -11,9 +11,7 @@
 struct catalog {
 	pthread_mutex_t lock;
 	int dirfd; /* <state>/catalog */
-	const struct ckpt_record **by_id, **by_time, **by_name;
-	size_t n, cap;
-	struct catalog_stats stats;
+	struct catalog_index ix;
 };
 
 static const char *const status_names[CKPT_STATUS_N] = {
@@ -36,96 +34,6 @@ static int status_parse(const char *s, enum ckpt_status *ret)
 			return 0;
 		}
 	return -EINVAL;
-}
-
-/* ---- records ---- */
-
-struct ckpt_record *record_new(const char *id, const char *name, enum ckpt_status status)
-{
-	struct ckpt_record *r = calloc(1, sizeof(*r));
-	if (!r)
-		return NULL;
-	r->refs = 1;
-	snprintf(r->id, sizeof(r->id), "%s", id);
-	r->name = strdup(name);
-	r->status = status;
-	r->labels = json_object();
-	r->roots = json_array();
-	r->frozen_services = json_array();
-	if (!r->name || !r->labels || !r->roots || !r->frozen_services) {
-		record_unref(r);
-		return NULL;
-	}
-	return r;
-}
-
-static void record_free(struct ckpt_record *r)
-{
-	free(r->name);
-	free(r->backend);
-	json_decref(r->labels);
-	json_decref(r->roots);
-	json_decref(r->frozen_services);
-	json_decref(r->freeze_failures);
-	json_decref(r->error);
-	json_decref(r->backend_data);
-	json_decref(r->extra);
-	free(r);
-}
-
-const struct ckpt_record *record_ref(const struct ckpt_record *r)
-{
-	if (r)
-		__atomic_add_fetch(&((struct ckpt_record *)r)->refs, 1, __ATOMIC_RELAXED);
-	return r;
-}
-
-void record_unref(const struct ckpt_record *r)
-{
-	struct ckpt_record *m = (struct ckpt_record *)r;
-	if (m && __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) == 0)
-		record_free(m);
-}
-
-void record_set_name(struct ckpt_record *r, const char *name)
-{
-	free(r->name);
-	r->name = strdup(name ? name : "");
-}
-
-void record_set_backend(struct ckpt_record *r, const char *backend)
-{
-	free(r->backend);
-	r->backend = backend ? strdup(backend) : NULL;
-}
-
-static json_t *copy_or_null(json_t *j)
-{
-	return j ? json_deep_copy(j) : NULL;
-}
-
-struct ckpt_record *record_dup(const struct ckpt_record *r)
-{
-	struct ckpt_record *d = malloc(sizeof(*d));
-	if (!d)
-		return NULL;
-	*d = *r;
-	d->refs = 1;
-	d->name = strdup(r->name);
-	d->backend = r->backend ? strdup(r->backend) : NULL;
-	d->labels = copy_or_null(r->labels);
-	d->roots = copy_or_null(r->roots);
-	d->frozen_services = copy_or_null(r->frozen_services);
-	d->freeze_failures = copy_or_null(r->freeze_failures);
-	d->error = copy_or_null(r->error);
-	d->backend_data = copy_or_null(r->backend_data);
-	d->extra = copy_or_null(r->extra);
-	if (!d->name || (r->backend && !d->backend) || (r->labels && !d->labels) || (r->roots && !d->roots) ||
-	    (r->frozen_services && !d->frozen_services)) {
-		record_free(d);
-		return NULL;
-	}
-	return d;
 }
 
 static json_t *time_or_null(const char *s)
@@ -234,7 +142,8 @@ static void record_fill(struct ckpt_record *r, json_t *j)
 		json_decref(r->frozen_services), r->frozen_services = frozen;
 	r->freeze_failures = member_copy(j, "freeze_failures", JSON_OBJECT);
 	r->error = member_copy(j, "error", JSON_OBJECT);
-	r->backend_data = copy_or_null(json_object_get(j, "_backend"));
+	if (json_object_get(j, "_backend"))
+		r->backend_data = json_deep_copy(json_object_get(j, "_backend"));
 	json_object_foreach(j, k, v)
 	{
 		if (member_known(k))
@@ -275,124 +184,6 @@ struct ckpt_record *record_from_json(json_t *j, const char **why)
 	return r;
 }
 
-/* ---- the index ---- */
-
-typedef int (*rec_cmp_fn)(const struct ckpt_record *a, const struct ckpt_record *b);
-
-static int cmp_id(const struct ckpt_record *a, const struct ckpt_record *b)
-{
-	return strcmp(a->id, b->id);
-}
-
-/* Newest first: by creation time, then by id (ids sort by time too). */
-static int cmp_time(const struct ckpt_record *a, const struct ckpt_record *b)
-{
-	if (a->created_ms != b->created_ms)
-		return a->created_ms < b->created_ms ? 1 : -1;
-	return -strcmp(a->id, b->id);
-}
-
-static int cmp_name(const struct ckpt_record *a, const struct ckpt_record *b)
-{
-	int d = strcmp(a->name, b->name);
-	return d ? d : cmp_time(a, b);
-}
-
-/* First position whose record is not before key. */
-static size_t lower_bound(const struct ckpt_record **v, size_t n, const struct ckpt_record *key, rec_cmp_fn cmp)
-{
-	size_t lo = 0, hi = n;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (cmp(v[mid], key) < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
-static void index_insert(const struct ckpt_record **v, size_t n, const struct ckpt_record *r, rec_cmp_fn cmp)
-{
-	size_t i = lower_bound(v, n, r, cmp);
-	memmove(v + i + 1, v + i, (n - i) * sizeof(*v));
-	v[i] = r;
-}
-
-static void index_delete(const struct ckpt_record **v, size_t n, const struct ckpt_record *r, rec_cmp_fn cmp)
-{
-	size_t i = lower_bound(v, n, r, cmp);
-	if (i < n && v[i] == r)
-		memmove(v + i, v + i + 1, (n - i - 1) * sizeof(*v));
-}
-
-static const struct ckpt_record *index_find_id(struct catalog *c, const char *id)
-{
-	struct ckpt_record key = { 0 };
-	snprintf(key.id, sizeof(key.id), "%s", id);
-	size_t i = lower_bound(c->by_id, c->n, &key, cmp_id);
-	return i < c->n && !strcmp(c->by_id[i]->id, id) ? c->by_id[i] : NULL;
-}
-
-static void stats_add(struct catalog *c, const struct ckpt_record *r, bool add)
-{
-	if (add) {
-		c->stats.count[r->status]++;
-		c->stats.bytes[r->status] += (uint64_t)r->size_bytes;
-	} else {
-		c->stats.count[r->status]--;
-		c->stats.bytes[r->status] -= (uint64_t)r->size_bytes;
-	}
-}
-
-static void index_remove(struct catalog *c, const struct ckpt_record *r)
-{
-	index_delete(c->by_id, c->n, r, cmp_id);
-	index_delete(c->by_time, c->n, r, cmp_time);
-	index_delete(c->by_name, c->n, r, cmp_name);
-	c->n--;
-	stats_add(c, r, false);
-	record_unref(r);
-}
-
-static int grow(const struct ckpt_record ***v, size_t cap)
-{
-	const struct ckpt_record **nv = realloc(*v, cap * sizeof(*nv));
-	if (!nv)
-		return -ENOMEM;
-	*v = nv;
-	return 0;
-}
-
-static int index_grow(struct catalog *c)
-{
-	size_t cap = c->cap ? c->cap * 2 : 64;
-	if (grow(&c->by_id, cap) < 0 || grow(&c->by_time, cap) < 0 || grow(&c->by_name, cap) < 0)
-		return -ENOMEM;
-	c->cap = cap;
-	return 0;
-}
-
-/* Take over r (one reference), replacing any record with its id. Lock held. */
-static int index_put(struct catalog *c, struct ckpt_record *r)
-{
-	const struct ckpt_record *old = index_find_id(c, r->id);
-	if (old)
-		index_remove(c, old);
-	else if (c->n == c->cap && index_grow(c) < 0) {
-		record_unref(r);
-		return -ENOMEM;
-	}
-	index_insert(c->by_id, c->n, r, cmp_id);
-	index_insert(c->by_time, c->n, r, cmp_time);
-	index_insert(c->by_name, c->n, r, cmp_name);
-	c->n++;
-	stats_add(c, r, true);
-	return 0;
-}
-
-/* ---- the catalog ---- */
-
 /* Load one record; files that are not whole records (a torn temp file, a
  * foreign file, a record without a valid status) are left out and logged,
  * temp files removed. */
@@ -430,7 +221,7 @@ static void catalog_load_one(struct catalog *c, const char *file)
 		record_unref(r);
 		return;
 	}
-	index_put(c, r);
+	catalog_index_put(&c->ix, r);
 }
 
 int catalog_open(int state_fd, struct catalog **ret, ckpt_error *err)
@@ -467,11 +258,7 @@ void catalog_close(struct catalog *c)
 		return;
 	if (c->dirfd >= 0)
 		close(c->dirfd);
-	for (size_t i = 0; i < c->n; i++)
-		record_unref(c->by_id[i]);
-	free(c->by_id);
-	free(c->by_time);
-	free(c->by_name);
+	catalog_index_free(&c->ix);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -503,7 +290,7 @@ int catalog_put_volatile(struct catalog *c, const struct ckpt_record *r)
 	if (!copy)
 		return -ENOMEM;
 	pthread_mutex_lock(&c->lock);
-	ret = index_put(c, copy);
+	ret = catalog_index_put(&c->ix, copy);
 	pthread_mutex_unlock(&c->lock);
 	return ret;
 }
@@ -518,9 +305,7 @@ int catalog_remove(struct catalog *c, const char *id, ckpt_error *err)
 		return err_set(err, errno, NULL, "cannot remove checkpoint record: %m");
 	fsync_dirfd(c->dirfd);
 	pthread_mutex_lock(&c->lock);
-	const struct ckpt_record *r = index_find_id(c, id);
-	if (r)
-		index_remove(c, r);
+	catalog_index_remove(&c->ix, id);
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
@@ -530,60 +315,35 @@ const struct ckpt_record *catalog_get(struct catalog *c, const char *id)
 	if (!id)
 		return NULL;
 	pthread_mutex_lock(&c->lock);
-	const struct ckpt_record *r = record_ref(index_find_id(c, id));
+	const struct ckpt_record *r = record_ref(catalog_index_get(&c->ix, id));
 	pthread_mutex_unlock(&c->lock);
 	return r;
 }
 
-/* Range [*first, *end) of by_name holding that name, newest first. Lock held. */
-static void name_range(struct catalog *c, const char *name, size_t *first, size_t *end)
-{
-	struct ckpt_record key = { .name = (char *)name, .created_ms = INT64_MAX };
-	size_t i = lower_bound(c->by_name, c->n, &key, cmp_name), j = i;
-	while (j < c->n && !strcmp(c->by_name[j]->name, name))
-		j++;
-	*first = i, *end = j;
-}
-
 const struct ckpt_record *catalog_find_name(struct catalog *c, const char *name)
 {
-	const struct ckpt_record *r = NULL;
-	size_t i, end;
-
 	if (!name)
 		return NULL;
 	pthread_mutex_lock(&c->lock);
-	name_range(c, name, &i, &end);
-	for (size_t k = i; k < end && !r; k++)
-		if (c->by_name[k]->status == CKPT_ACTIVE)
-			r = c->by_name[k];
-	if (!r && i < end)
-		r = c->by_name[i];
-	record_ref(r);
+	const struct ckpt_record *r = record_ref(catalog_index_find_name(&c->ix, name));
 	pthread_mutex_unlock(&c->lock);
 	return r;
 }
 
 int catalog_list(struct catalog *c, const char *name, struct catalog_list *ret)
 {
-	size_t first = 0, end;
+	const struct ckpt_record *const *v;
 
 	pthread_mutex_lock(&c->lock);
-	const struct ckpt_record **src = name ? c->by_name : c->by_time;
-	if (name)
-		name_range(c, name, &first, &end);
-	else
-		end = c->n;
-	ret->n = end - first;
+	ret->n = catalog_index_range(&c->ix, name, &v);
 	ret->v = calloc(ret->n + 1, sizeof(*ret->v));
+	for (size_t i = 0; ret->v && i < ret->n; i++)
+		ret->v[i] = record_ref(v[i]);
+	pthread_mutex_unlock(&c->lock);
 	if (!ret->v) {
-		pthread_mutex_unlock(&c->lock);
 		ret->n = 0;
 		return -ENOMEM;
 	}
-	for (size_t i = 0; i < ret->n; i++)
-		ret->v[i] = record_ref(src[first + i]);
-	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
 
@@ -599,14 +359,14 @@ void catalog_list_free(struct catalog_list *l)
 void catalog_stats(struct catalog *c, struct catalog_stats *ret)
 {
 	pthread_mutex_lock(&c->lock);
-	*ret = c->stats;
+	*ret = c->ix.stats;
 	pthread_mutex_unlock(&c->lock);
 }
 
 size_t catalog_count(struct catalog *c)
 {
 	pthread_mutex_lock(&c->lock);
-	size_t n = c->n;
+	size_t n = c->ix.n;
 	pthread_mutex_unlock(&c->lock);
 	return n;
 }
