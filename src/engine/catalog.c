@@ -12,6 +12,8 @@ struct catalog {
 	pthread_mutex_t lock;
 	int dirfd; /* <state>/catalog */
 	struct catalog_index ix;
+	char (*left_out)[32]; /* ids of record files left out at load */
+	size_t n_left_out;
 };
 
 static const char *const status_names[CKPT_STATUS_N] = {
@@ -184,41 +186,68 @@ struct ckpt_record *record_from_json(json_t *j, const char **why)
 	return r;
 }
 
+static struct ckpt_record *catalog_read(struct catalog *c, const char *file, const char **why)
+{
+	_cleanup_free_ char *buf = NULL;
+	char want[64];
+	size_t len;
+
+	if (read_file_at(c->dirfd, file, RECORD_MAX, &buf, &len) < 0) {
+		*why = "cannot read it";
+		return NULL;
+	}
+	json_t *j = json_loadb(buf, len, 0, NULL);
+	if (!j) {
+		*why = "not JSON";
+		return NULL;
+	}
+	struct ckpt_record *r = record_from_json(j, why);
+	json_decref(j);
+	if (r) {
+		snprintf(want, sizeof(want), "%s.json", r->id);
+		if (strcmp(want, file)) {
+			*why = "its checkpoint_id does not match the file name";
+			record_unref(TAKE_PTR(r));
+		}
+	}
+	return r;
+}
+
+/* A file named like a record that was left out: remember its id, so that
+ * recovery keeps that checkpoint's data until someone looks at the file. */
+static void catalog_left_out(struct catalog *c, const char *file)
+{
+	char id[32];
+	size_t len = strlen(file);
+	if (len < 5 || len - 5 >= sizeof(id) || strcmp(file + len - 5, ".json"))
+		return;
+	memcpy(id, file, len - 5);
+	id[len - 5] = '\0';
+	if (!id_valid(id))
+		return;
+	char(*v)[32] = realloc(c->left_out, (c->n_left_out + 1) * sizeof(*v));
+	if (!v)
+		return;
+	c->left_out = v;
+	memcpy(v[c->n_left_out++], id, sizeof(id));
+}
+
 /* Load one record; files that are not whole records (a torn temp file, a
  * foreign file, a record without a valid status) are left out and logged,
  * temp files removed. */
 static void catalog_load_one(struct catalog *c, const char *file)
 {
-	_cleanup_free_ char *buf = NULL;
-	json_error_t jerr;
 	const char *why = NULL;
-	char want[64];
-	size_t len;
 
 	if (file[0] == '.') {
 		if (strstr(file, ".tmp."))
 			unlinkat(c->dirfd, file, 0);
 		return;
 	}
-	if (read_file_at(c->dirfd, file, RECORD_MAX, &buf, &len) < 0) {
-		log_warn("catalog: %s left out: cannot read it", file);
-		return;
-	}
-	json_t *j = json_loadb(buf, len, 0, &jerr);
-	if (!j) {
-		log_warn("catalog: %s left out: not JSON (%s)", file, jerr.text);
-		return;
-	}
-	struct ckpt_record *r = record_from_json(j, &why);
-	json_decref(j);
-	if (r) {
-		snprintf(want, sizeof(want), "%s.json", r->id);
-		if (strcmp(want, file))
-			why = "its checkpoint_id does not match the file name";
-	}
-	if (why) {
+	struct ckpt_record *r = catalog_read(c, file, &why);
+	if (!r) {
 		log_warn("catalog: %s left out: %s", file, why);
-		record_unref(r);
+		catalog_left_out(c, file);
 		return;
 	}
 	catalog_index_put(&c->ix, r);
@@ -259,6 +288,7 @@ void catalog_close(struct catalog *c)
 	if (c->dirfd >= 0)
 		close(c->dirfd);
 	catalog_index_free(&c->ix);
+	free(c->left_out);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -369,4 +399,10 @@ size_t catalog_count(struct catalog *c)
 	size_t n = c->ix.n;
 	pthread_mutex_unlock(&c->lock);
 	return n;
+}
+
+size_t catalog_left_out_ids(struct catalog *c, const char (**ret)[32])
+{
+	*ret = (const char(*)[32])c->left_out;
+	return c->n_left_out;
 }

@@ -82,3 +82,6 @@ struct catalog_stats {
 };
 void catalog_stats(struct catalog *c, struct catalog_stats *ret);
 size_t catalog_count(struct catalog *c);
+/* Ids of record files left out at load (no valid status, ...): their data is
+ * kept. Fixed after catalog_open. */
+size_t catalog_left_out_ids(struct catalog *c, const char (**ret)[32]);

@@ -93,13 +93,14 @@ static int engine_lock_state(struct engine *e, ckpt_error *err)
 static int engine_recover(struct engine *e, ckpt_error *err)
 {
 	struct catalog_list all;
-	size_t n = 0;
+	const char(*left_out)[32];
+	size_t n = 0, n_left_out = catalog_left_out_ids(e->catalog, &left_out);
 	int r = 0;
 
 	if (catalog_list(e->catalog, NULL, &all) < 0)
 		return -ENOMEM;
-	const char **ids = calloc(all.n + 1, sizeof(*ids));
-	json_t **data = calloc(all.n + 1, sizeof(*data));
+	const char **ids = calloc(all.n + n_left_out + 1, sizeof(*ids));
+	json_t **data = calloc(all.n + n_left_out + 1, sizeof(*data));
 	if (!ids || !data) {
 		free(ids);
 		free(data);
@@ -116,6 +117,9 @@ static int engine_recover(struct engine *e, ckpt_error *err)
 		ids[n] = rec->id;
 		data[n++] = rec->backend_data;
 	}
+	/* A record file left out may be one a person can repair: keep its data. */
+	for (size_t i = 0; i < n_left_out; i++)
+		ids[n++] = left_out[i];
 	if (e->backend->recover)
 		r = e->backend->recover(e->bst, ids, data, n, err);
 	free(ids);

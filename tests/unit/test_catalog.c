@@ -130,6 +130,12 @@ static void test_status_required(void **state)
 	assert_string_equal(r->id, "cp_000000000014aaaaaaaaaaaa");
 	assert_int_equal(r->status, CKPT_DELETING);
 	record_unref(r);
+	const char(*left_out)[32];
+	assert_int_equal(catalog_left_out_ids(c, &left_out), 3); /* their data is kept */
+	for (int i = 0; i < 3; i++)
+		assert_non_null(
+			strstr("cp_000000000011aaaaaaaaaaaa cp_000000000012aaaaaaaaaaaa cp_000000000013aaaaaaaaaaaa",
+			       left_out[i]));
 	catalog_close(c);
 	assert_true(file_exists("cp_000000000011aaaaaaaaaaaa.json"));
 
