@@ -183,6 +183,22 @@ void cli_out_record(json_t *r)
 	cli_out_progress_line(json_object_get(r, "progress"));
 }
 
+/* "Verified: yes (12 ms)" or the differing paths, one per line. */
+static void cli_out_verify(json_t *rep)
+{
+	json_t *v = json_object_get(rep, "verified"), *d;
+	size_t i;
+
+	if (!json_is_boolean(v))
+		return;
+	printf("%-16s%s (%" PRIu64 " ms)\n", "Verified:", json_is_true(v) ? "yes" : "NO, the roots differ",
+	       cli_out_uint(rep, "verify_ms"));
+	if (json_object_get(rep, "verify_error"))
+		printf("%-16s%s\n", "", cli_out_str(rep, "verify_error", "-"));
+	json_array_foreach(json_object_get(rep, "verify_differences"), i, d)
+		printf("%-16s%s: %s\n", "", cli_out_str(d, "reason", "-"), cli_out_str(d, "path", "-"));
+}
+
 void cli_out_restore(json_t *rep)
 {
 	json_t *ok = json_object_get(rep, "ok");
@@ -201,6 +217,7 @@ void cli_out_restore(json_t *rep)
 		       " bytes written)\n",
 		       "Entries:", cli_out_uint(tar, "rewritten"), cli_out_uint(tar, "removed"),
 		       cli_out_uint(tar, "kept"), cli_out_uint(tar, "bytes"));
+	cli_out_verify(rep);
 	printf("%-16s%s\n", "Services:", cli_out_str(rep, "services", "-"));
 	cli_out_list("Stopped:", json_object_get(rep, "stopped_services"));
 	cli_out_list("Started:", json_object_get(rep, "started_services"));

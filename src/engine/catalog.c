@@ -3,6 +3,7 @@
  * their index are catalog_index.c's; this file holds the lock around them. */
 #include "engine/catalog.h"
 #include "engine/catalog_index.h"
+#include "lib/walk.h"
 
 #include <sys/stat.h>
 
@@ -268,14 +269,13 @@ int catalog_open(int state_fd, struct catalog **ret, ckpt_error *err)
 		return err_set(err, errno, NULL, "cannot create catalog dir: %m");
 	}
 	c->dirfd = openat(state_fd, "catalog", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (c->dirfd < 0 || !(d = fdopendir(dup(c->dirfd)))) {
-		int e = errno;
+	int q = c->dirfd < 0 ? -errno : walk_open(c->dirfd, NULL, &d);
+	if (q < 0) {
 		catalog_close(c);
-		return err_set(err, e, NULL, "cannot open catalog dir: %s", strerror(e));
+		return err_set(err, -q, NULL, "cannot open catalog dir: %s", strerror(-q));
 	}
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-			catalog_load_one(c, de->d_name);
+	while ((de = walk_next(d)))
+		catalog_load_one(c, de->d_name);
 	closedir(d);
 	*ret = c;
 	return 0;

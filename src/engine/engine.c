@@ -50,26 +50,24 @@ static int engine_check_identity(struct engine *e, ckpt_error *err)
 {
 	_cleanup_free_ char *buf = NULL;
 	json_t *roots = json_array();
-	for (size_t i = 0; i < e->cfg->n_roots; i++)
-		json_array_append_new(roots, json_string(e->cfg->roots[i]));
-	json_t *want = json_pack("{s:o, s:s}", "roots", roots, "backend", e->backend->name);
+	for (size_t i = 0; roots && i < e->cfg->n_roots; i++)
+		if (json_array_append_new(roots, json_string(e->cfg->roots[i])) < 0)
+			json_decref(TAKE_PTR(roots));
+	json_auto_t *want = roots ? json_pack("{s:o, s:s}", "roots", roots, "backend", e->backend->name) : NULL;
+	if (!want)
+		return err_set(err, ENOMEM, NULL, "state identity: out of memory");
 	int r = read_file_at(e->state_fd, "ckptd.json", 65536, &buf, NULL);
 	if (r == -ENOENT) {
 		_cleanup_free_ char *text = json_dumps(want, JSON_COMPACT | JSON_SORT_KEYS);
-		json_decref(want);
 		r = text ? write_file_atomic(e->state_fd, "ckptd.json", text, strlen(text), 0600) : -ENOMEM;
 		return r < 0 ? err_set(err, -r, NULL, "cannot write state identity: %s", strerror(-r)) : 0;
 	}
-	if (r < 0) {
-		json_decref(want);
+	if (r < 0)
 		return err_set(err, -r, NULL, "cannot read %s/ckptd.json: %s", e->cfg->state_dir, strerror(-r));
-	}
-	json_t *have = json_loads(buf, 0, NULL);
+	json_auto_t *have = json_loads(buf, 0, NULL);
 	bool same = have && json_equal(json_object_get(have, "roots"), json_object_get(want, "roots")) &&
 		json_equal(json_object_get(have, "backend"), json_object_get(want, "backend"));
 	_cleanup_free_ char *had = have ? json_dumps(have, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-	json_decref(have);
-	json_decref(want);
 	if (!same)
 		return err_set(err, EEXIST, NULL,
 			       "state dir '%s' belongs to another setup (%s); use the same roots and backend, or "
@@ -98,14 +96,14 @@ static int engine_recover(struct engine *e, ckpt_error *err)
 	int r = 0;
 
 	if (catalog_list(e->catalog, NULL, &all) < 0)
-		return -ENOMEM;
+		return err_set(err, ENOMEM, NULL, "recovery: out of memory");
 	const char **ids = calloc(all.n + n_left_out + 1, sizeof(*ids));
 	json_t **data = calloc(all.n + n_left_out + 1, sizeof(*data));
 	if (!ids || !data) {
 		free(ids);
 		free(data);
 		catalog_list_free(&all);
-		return -ENOMEM;
+		return err_set(err, ENOMEM, NULL, "recovery: out of memory");
 	}
 	for (size_t i = 0; i < all.n; i++) {
 		const struct ckpt_record *rec = all.v[i];
@@ -145,6 +143,7 @@ static int engine_open_state(struct engine *e, const struct engine_deps *deps, c
 		return r;
 	if (!e->backend->open || !e->backend->create || !e->backend->restore || !e->backend->remove)
 		return err_set(err, ENOTSUP, NULL, "the %s backend is not available in this build", e->backend->name);
+	write_file_atomic_sweep(e->state_fd); /* we hold the state lock: nobody else writes */
 	if ((r = engine_check_identity(e, err)) < 0)
 		return r;
 	if ((r = catalog_open(e->state_fd, &e->catalog, err)) < 0)
@@ -217,20 +216,24 @@ int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err)
 	const struct ckpt_record *rec = engine_resolve(e, id_or_name);
 	if (rec && rec->status == CKPT_CREATING) {
 		record_unref(rec);
-		return err_set(err, EBUSY, "conflict", "checkpoint '%s' is still being created", id_or_name);
+		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
+				    id_or_name);
 	}
 	record_unref(rec);
 	pthread_mutex_lock(&e->op_lock);
 	engine_set_status(e, "deleting", id_or_name);
 	rec = engine_resolve(e, id_or_name);
 	if (!rec)
-		r = err_set(err, ENOENT, "not_found", "no checkpoint with id or name '%s'", id_or_name);
+		r = err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
+				 id_or_name);
 	else if (rec->status == CKPT_CREATING)
-		r = err_set(err, EBUSY, "conflict", "checkpoint '%s' is still being created", rec->id);
+		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
+				 rec->id);
 	else
 		r = engine_drop(e, rec, err);
 	if (r == 0)
-		log_info("deleted checkpoint \"%s\"", rec->id);
+		log_event(LOG_INFO_, &(struct log_fields){ "delete", rec->id, NULL, -1 }, "deleted checkpoint \"%s\"",
+			  rec->id);
 	record_unref(rec);
 	engine_set_status(e, NULL, NULL);
 	pthread_mutex_unlock(&e->op_lock);

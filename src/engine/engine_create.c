@@ -14,19 +14,21 @@ static int create_validate(const struct create_req *req, ckpt_error *err)
 	json_t *v;
 
 	if (!name_valid(req->name))
-		return err_set(err, EINVAL, "invalid_field", "name must be 1 to 128 printable characters");
+		return err_set_kind(err, ERR_INVALID, EINVAL, "invalid_field",
+				    "name must be 1 to 128 printable characters");
 	if (req->has_ttl && (req->ttl_secs < 0 || req->ttl_secs > TTL_MAX_SECS))
-		return err_set(err, EINVAL, "invalid_field", "ttl_secs must be between 0 and %lld", TTL_MAX_SECS);
+		return err_set_kind(err, ERR_INVALID, EINVAL, "invalid_field", "ttl_secs must be between 0 and %lld",
+				    TTL_MAX_SECS);
 	if (!req->labels)
 		return 0;
 	if (!json_is_object(req->labels) || json_object_size(req->labels) > LABELS_MAX)
-		return err_set(err, EINVAL, "invalid_field", "labels must be an object of at most %d strings",
-			       LABELS_MAX);
+		return err_set_kind(err, ERR_INVALID, EINVAL, "invalid_field",
+				    "labels must be an object of at most %d strings", LABELS_MAX);
 	json_object_foreach(req->labels, k, v)
 	{
 		if (!name_valid(k) || !json_is_string(v) || strlen(json_string_value(v)) > 1024)
-			return err_set(
-				err, EINVAL, "invalid_field",
+			return err_set_kind(
+				err, ERR_INVALID, EINVAL, "invalid_field",
 				"labels: keys are 1 to 128 printable characters, values strings of at most 1024 bytes");
 	}
 	return 0;
@@ -86,13 +88,13 @@ static int create_admit(struct engine *e, const struct ckpt_record *rec, ckpt_er
 	pthread_mutex_lock(&e->state_lock);
 	engine_usage(e, &count, &bytes);
 	if ((int64_t)count >= e->cfg->max_checkpoints)
-		r = err_set(err, EDQUOT, "checkpoint_limit",
-			    "checkpoint limit reached (max_checkpoints %lld); delete some first",
-			    (long long)e->cfg->max_checkpoints);
+		r = err_set_kind(err, ERR_LIMIT, EDQUOT, "checkpoint_limit",
+				 "checkpoint limit reached (max_checkpoints %lld); delete some first",
+				 (long long)e->cfg->max_checkpoints);
 	else if (e->cfg->max_state_bytes > 0 && bytes >= (uint64_t)e->cfg->max_state_bytes)
-		r = err_set(err, ENOSPC, "insufficient_storage",
-			    "checkpoints hold %llu bytes, at the max_state_bytes limit %lld", (unsigned long long)bytes,
-			    (long long)e->cfg->max_state_bytes);
+		r = err_set_kind(err, ERR_NO_SPACE, ENOSPC, "insufficient_storage",
+				 "checkpoints hold %llu bytes, at the max_state_bytes limit %lld",
+				 (unsigned long long)bytes, (long long)e->cfg->max_state_bytes);
 	else
 		r = catalog_put_volatile(e->catalog, rec);
 	pthread_mutex_unlock(&e->state_lock);
@@ -108,9 +110,9 @@ static int create_over_budget(struct engine *e, ckpt_error *err)
 	engine_usage(e, &count, &bytes);
 	if (bytes <= (uint64_t)e->cfg->max_state_bytes)
 		return 0;
-	return err_set(err, ENOSPC, "insufficient_storage",
-		       "the checkpoint would bring state to %llu bytes, over max_state_bytes %lld",
-		       (unsigned long long)bytes, (long long)e->cfg->max_state_bytes);
+	return err_set_kind(err, ERR_NO_SPACE, ENOSPC, "insufficient_storage",
+			    "the checkpoint would bring state to %llu bytes, over max_state_bytes %lld",
+			    (unsigned long long)bytes, (long long)e->cfg->max_state_bytes);
 }
 
 static int create_capture(struct engine *e, struct ckpt_record *rec, struct engine_op *op, ckpt_error *err)
@@ -130,8 +132,7 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	if (avail)
 		services_thaw(e->services, &rep);
 	if (r < 0) {
-		if (err && (err->errnum == ENOSPC || err->errnum == EDQUOT))
-			err->errnum = ENOSPC, err->code = "insufficient_storage";
+		r = engine_storage_err(err, r);
 		svc_report_free(&rep);
 		return r;
 	}
@@ -151,7 +152,7 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	catalog_put_volatile(e->catalog, rec);
 	if ((r = create_over_budget(e, err)) == 0) {
 		rec->status = CKPT_ACTIVE;
-		r = catalog_put(e->catalog, rec, err);
+		r = engine_storage_err(err, catalog_put(e->catalog, rec, err));
 	}
 	if (r < 0) {
 		rec->status = CKPT_CREATING;
@@ -177,14 +178,18 @@ static int create_run(struct engine *e, struct ckpt_record *rec, bool keep_faile
 	engine_op_end(e, op);
 	metrics_op(&e->metrics, OP_CREATE, r == 0, (double)(mono_ms() - t0) / 1000.0);
 	if (r == 0) {
-		log_info("created checkpoint \"%s\" (\"%s\") in %lld ms", id, rec->name, (long long)(mono_ms() - t0));
+		int64_t ms = mono_ms() - t0;
+		log_event(LOG_INFO_, &(struct log_fields){ "create", id, NULL, ms },
+			  "created checkpoint \"%s\" (\"%s\") in %lld ms", id, rec->name, (long long)ms);
 		return 0;
 	}
-	log_warn("create of \"%s\" failed: %s", id, err ? err->msg : "");
+	log_event(LOG_WARN_, &(struct log_fields){ "create", id, NULL, mono_ms() - t0 }, "create of \"%s\" failed: %s",
+		  id, err ? err->msg : "");
 	if (keep_failed) {
 		rec->status = CKPT_FAILED;
 		json_decref(rec->error);
-		rec->error = json_pack("{s:s, s:s}", "code", err->code ? err->code : "internal", "detail", err->msg);
+		rec->error = json_pack("{s:s, s:s}", "code", err->kind && err->code ? err->code : "internal", "detail",
+				       err->msg);
 		catalog_put_volatile(e->catalog, rec);
 	} else {
 		catalog_remove(e->catalog, id, NULL);

@@ -51,7 +51,12 @@ void engine_set_status(struct engine *e, const char *op, const char *what);
 struct engine_op *engine_op_begin(struct engine *e, const char *id);
 void engine_op_end(struct engine *e, struct engine_op *op);
 bool record_expired(const struct ckpt_record *rec, int64_t now);
+int engine_storage_err(ckpt_error *err, int r);
 /* engine_sweep.c */
 int engine_sweeper_start(struct engine *e, ckpt_error *err);
 void engine_sweeper_stop(struct engine *e);
 void engine_kick_maintenance(struct engine *e);
+/* engine_verify.c: compare the roots with checkpoint id (NULL: the base) and
+ * add verified, verify_ms, verify_differences (and ok: false) to extra.
+ * Returns its ms. */
+int64_t engine_verify(struct engine *e, const char *id, json_t *data, json_t *extra);

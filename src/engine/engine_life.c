@@ -58,6 +58,17 @@ json_t *engine_public(struct engine *e, const struct ckpt_record *rec)
 	return pub;
 }
 
+/* A backend or the catalog ran out of room: the disk's ENOSPC and a quota's
+ * EDQUOT both answer 507. Anything else a lower layer reports stays unset (500). */
+int engine_storage_err(ckpt_error *err, int r)
+{
+	if (err && r < 0 && (err->errnum == ENOSPC || err->errnum == EDQUOT)) {
+		err->errnum = ENOSPC;
+		return err_mark(err, ERR_NO_SPACE, "insufficient_storage", -ENOSPC);
+	}
+	return r;
+}
+
 void engine_set_status(struct engine *e, const char *op, const char *what)
 {
 	pthread_mutex_lock(&e->state_lock);

@@ -15,7 +15,8 @@ int engine_get(struct engine *e, const char *id_or_name, json_t **ret_record, ck
 {
 	const struct ckpt_record *r = engine_resolve(e, id_or_name);
 	if (!r)
-		return err_set(err, ENOENT, "not_found", "no checkpoint with id or name '%s'", id_or_name);
+		return err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
+				    id_or_name);
 	*ret_record = engine_public(e, r);
 	record_unref(r);
 	return 0;

@@ -26,7 +26,8 @@ int engine_sweep(struct engine *e)
 		pthread_mutex_unlock(&e->op_lock);
 		record_unref(cur);
 		if (r == 0) {
-			log_info("expired checkpoint \"%s\" removed", rec->id);
+			log_event(LOG_INFO_, &(struct log_fields){ "expire", rec->id, NULL, -1 },
+				  "expired checkpoint \"%s\" removed", rec->id);
 			n++;
 		} else if (r < 0) {
 			log_warn("cannot remove expired checkpoint \"%s\": %s", rec->id, err.msg);

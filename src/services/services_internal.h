@@ -15,8 +15,6 @@ bool services_strv_contains(const struct strv *s, const char *str);
 void services_strv_clear(struct strv *s);
 
 /* --- services_scan.c --- */
-/* path is root itself or below it (both absolute, root without trailing '/'). */
-bool services_scan_path_under(const char *path, const char *root);
 /* A unit found by the /proc scan may be managed: a .service that is neither
  * ckptd's own unit nor a login, getty or systemd/dbus infrastructure unit. */
 bool services_scan_unit_eligible(const char *unit, const char *self_unit);

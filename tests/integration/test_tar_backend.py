@@ -64,8 +64,11 @@ def test_every_file_type_round_trip(daemon_factory):
     cp = d.create("all-types")
     assert cp["backend"] == "tar" and cp["size_bytes"] > 0
     mutate_everything(d.roots[0])
-    rep = d.restore(cp["checkpoint_id"])
+    rep = d.restore(cp["checkpoint_id"], verify=True)
     assert rep["ok"] is True
+    # every type, owner, xattr, hardlink and sparse file compares equal
+    assert rep["verified"] is True and rep["verify_differences"] == [], rep
+    assert rep["verify_ms"] >= 0
     assert_same_tree(before, tree_state(d.roots[0]))
     r = d.roots[0]
     assert os.stat(r / "file.txt").st_ino == os.stat(r / "dir/hardlink.txt").st_ino \
@@ -193,3 +196,136 @@ def test_restore_does_not_follow_a_symlinked_parent(daemon_factory, tmp_path):
     d.restore(cp)
     assert list(outside.iterdir()) == []
     assert_same_tree(before, tree_state(d.roots[0]))
+
+
+def test_start_removes_temp_files(daemon_factory):
+    """What a kill -9 leaves of write-temp-then-rename, in every dir the tar
+    backend, the catalog and the engine write to, is gone after a start."""
+    d = daemon_factory(backend="tar")
+    (d.roots[0] / "a").write_text("1")
+    cp = d.create("one")["checkpoint_id"]
+    d.kill9()
+    tar = d.state_dir / "tar"
+    planted = [d.state_dir / ".ckptd.json.tmp.0badcafe",
+               tar / ".restoring.json.tmp.12345678",
+               tar / cp / ".r0.alias.tmp.abcdef01",
+               d.state_dir / "catalog" / f".{cp}.json.tmp.deadbeef"]
+    for p in planted:
+        p.write_text("{torn")
+    d.start()
+    assert [p for p in planted if p.exists()] == []
+    assert [c["checkpoint_id"] for c in d.list()] == [cp]
+    assert d.restore(cp)["ok"] is True
+def fill_fs(path):
+    """Write path until its filesystem has no room left."""
+    with open(path, "wb") as f:
+        chunk = os.urandom(64 << 10)
+        try:
+            while True:
+                f.write(chunk)
+                f.flush()
+        except OSError as e:
+            assert e.errno == 28, e
+
+
+def test_restore_onto_a_full_filesystem_fails_then_the_next_one_heals(daemon_factory, tmp_path):
+    fs = tmp_path / "smallfs"
+    fs.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(fs)], check=True)
+    try:
+        root = fs / "root"
+        root.mkdir()
+        d = daemon_factory(backend="tar", start=False, roots=[root])
+        for i in range(3):
+            (root / f"data{i}.bin").write_bytes(os.urandom(1 << 20))
+        (root / "dir").mkdir()
+        (root / "dir/small.txt").write_text("small\n")
+        (root / "untouched.txt").write_text("never changed\n")
+        d.start()
+        before = tree_state(root)
+        cp = d.create("before-full")["checkpoint_id"]
+        for i in range(3):
+            (root / f"data{i}.bin").write_bytes(b"x")
+        (root / "dir/small.txt").write_text("changed\n")
+        fill_fs(fs / "filler")
+        res = d.request("POST", f"/v1/checkpoints/{cp}/restore", json={})
+        assert res.status_code == 507, res.text
+        assert res.json()["code"] == "insufficient_storage"
+        assert d.health()["tar_unfinished_restore"]["id"] == cp
+        (fs / "filler").unlink()
+        rep = d.restore(cp)
+        assert rep["ok"] is True
+        assert_same_tree(before, tree_state(root))
+        # after a failed restore nothing is trusted: all of it written again,
+        # even the file no one changed
+        assert rep["tar"]["rewritten"] == 6 and rep["tar"]["kept"] == 0, rep["tar"]
+        rep = d.restore(cp)  # and the one after that is incremental again
+        assert rep["tar"]["rewritten"] == 0 and rep["tar"]["kept"] == 6, rep["tar"]
+        assert "tar_unfinished_restore" not in d.health()
+        for i in range(3):  # data, not holes
+            assert os.stat(root / f"data{i}.bin").st_blocks * 512 >= 1 << 20
+        d.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(fs)], check=False)
+
+
+def physical_offset(path):
+    """Byte offset of path's first block on its block device (ext4)."""
+    out = subprocess.run(["filefrag", "-v", "-b4096", str(path)], check=True, capture_output=True,
+                         text=True).stdout
+    for line in out.splitlines():
+        cols = line.replace(":", " ").replace("..", " ").split()
+        if cols and cols[0] == "0":  # ext 0: logical start, end, physical start
+            return int(cols[3]) * 4096
+    raise AssertionError(out)
+
+
+def test_verify_catches_a_change_behind_ckptds_back(daemon_factory, tmp_path):
+    """Change a file's bytes on the block device, under the filesystem: its
+    inode, ctime and size stay, so restore keeps it; verify reads it."""
+    img, mnt = tmp_path / "fs.img", tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run(["truncate", "-s", "32M", str(img)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-b", "4096", "-O", "^has_journal", str(img)], check=True)
+    dev = subprocess.run(["losetup", "-f", "--show", str(img)], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    subprocess.run(["mount", dev, str(mnt)], check=True)
+    try:
+        root = mnt / "root"
+        root.mkdir()
+        (root / "other.txt").write_text("untouched\n")
+        (root / "victim.bin").write_bytes(b"A" * 8192)
+        d = daemon_factory(backend="tar", start=False, roots=[root])
+        d.start()
+        cp = d.create("clean")["checkpoint_id"]
+        rep = d.restore(cp, verify=True)
+        assert rep["ok"] is True and rep["verified"] is True, rep
+        os.sync()
+        off = physical_offset(root / "victim.bin")
+        d.stop()
+        subprocess.run(["umount", str(mnt)], check=True)
+        fd = os.open(dev, os.O_WRONLY)  # through the device: its cache stays coherent
+        try:
+            os.pwrite(fd, b"B" * 16, off)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        subprocess.run(["mount", dev, str(mnt)], check=True)
+        assert (root / "victim.bin").read_bytes()[:16] == b"B" * 16
+        d.start()
+        rep = d.restore(cp)  # the shortcut trusts the unchanged inode
+        assert rep["ok"] is True and rep["tar"]["rewritten"] == 0 and "verified" not in rep
+        rep = d.restore(cp, verify=True)
+        assert rep["ok"] is False and rep["verified"] is False, rep
+        assert rep["verify_differences"] == [{"path": str(root / "victim.bin"), "reason": "content"}]
+        assert rep["restore_duration_ms"] >= 0 and rep["verify_ms"] >= 0
+        assert d.health()["tar_unfinished_restore"]["error"] == "verify found differences"
+        # the next restore trusts nothing and repairs it
+        rep = d.restore(cp, verify=True)
+        assert rep["ok"] is True and rep["verified"] is True and rep["tar"]["kept"] == 0, rep
+        assert (root / "victim.bin").read_bytes() == b"A" * 8192
+        assert "tar_unfinished_restore" not in d.health()
+        d.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        subprocess.run(["losetup", "-d", dev], check=False)

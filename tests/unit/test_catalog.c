@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "engine/catalog.h"
+#include "testlib.h"
 
 static struct ckpt_record *rec(const char *id, const char *name, int64_t created)
 {
@@ -16,14 +17,13 @@ static struct ckpt_record *rec(const char *id, const char *name, int64_t created
 	return r;
 }
 
-static char dir[64];
+static char dir[TESTLIB_DIR_LEN];
 static int sfd = -1;
 
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/ckptd-cat-XXXXXX");
-	assert_non_null(mkdtemp(dir));
+	assert_int_equal(testlib_mkdir(dir, "cat"), 0);
 	sfd = open(dir, O_RDONLY | O_DIRECTORY);
 	return sfd < 0;
 }
@@ -31,10 +31,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	char cmd[128];
 	close(sfd);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd);
+	testlib_rmdir(dir);
+	return 0;
 }
 
 static void put_file(const char *file, const char *text)

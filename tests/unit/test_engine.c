@@ -13,13 +13,16 @@
 #include "engine/catalog.h"
 #include "config.h"
 #include "engine/engine.h"
+#include "http/api.h"
+#include "http/http.h"
 #include "lib/metrics.h"
 
 #include "engine_fake.h"
+#include "testlib.h"
 
 /* ---- fixtures ---- */
 
-static char dir[64], root[128], state[128];
+static char dir[TESTLIB_DIR_LEN], root[128], state[128];
 static struct config cfg;
 static struct engine *eng;
 
@@ -63,8 +66,7 @@ static void reopen_engine(void)
 static int setup(void **state_)
 {
 	(void)state_;
-	strcpy(dir, "/tmp/test_engine.XXXXXX");
-	if (!mkdtemp(dir))
+	if (testlib_mkdir(dir, "engine") < 0)
 		return -1;
 	snprintf(root, sizeof(root), "%s/root", dir);
 	snprintf(state, sizeof(state), "%s/state", dir);
@@ -93,9 +95,7 @@ static int teardown(void **state_)
 	config_free(&cfg);
 	json_decref(fake.store);
 	free(fake.base);
-	int fd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	rm_rf_at(fd, dir + 5);
-	close(fd);
+	testlib_rmdir(dir);
 	return 0;
 }
 
@@ -167,12 +167,12 @@ static void expire(const char *id)
 static int restore(const char *id, bool force, const char *if_expired, json_t **ret, ckpt_error *err)
 {
 	struct restore_req req = { .force = force, .if_expired = if_expired };
-	json_t *rep = NULL;
+	struct restore_report rep;
 	int r = engine_restore(eng, id, &req, &rep, err);
-	if (ret)
-		*ret = rep;
-	else
-		json_decref(rep);
+	if (r == 0 && ret)
+		*ret = api_restore_json(&rep);
+	if (r == 0)
+		restore_report_free(&rep);
 	return r;
 }
 
@@ -386,6 +386,41 @@ static void test_restore_fails_keeps_record(void **state_)
 	assert_int_equal(restore(id, false, NULL, NULL, &err), 0);
 	assert_root("v1");
 	assert_int_equal(restore("cp_000000000000000000000000", false, NULL, NULL, &err), -ENOENT);
+	free(id);
+}
+
+/* Only the engine gives a backend's failure a kind: a full disk is no_space,
+ * anything else (a filesystem EACCES, an EINVAL) stays unset and answers 500. */
+static void test_backend_error_kinds(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+
+	put_root("v1");
+	char *id = create_id("v1", -1);
+	fake.fail_restore = EACCES;
+	assert_int_equal(restore(id, false, NULL, NULL, &err), -EACCES);
+	assert_int_equal(err.kind, ERR_UNSET);
+	assert_int_equal(http_status_of(&err, NULL), 500);
+	fake.fail_restore = EINVAL;
+	assert_int_equal(restore(id, false, NULL, NULL, &err), -EINVAL);
+	assert_int_equal(http_status_of(&err, NULL), 500);
+	fake.fail_restore = EDQUOT;
+	assert_int_equal(restore(id, false, NULL, NULL, &err), -ENOSPC);
+	assert_int_equal(err.kind, ERR_NO_SPACE);
+	assert_int_equal(http_status_of(&err, NULL), 507);
+	assert_non_null(strstr(err.msg, "fake restore failure"));
+	fake.fail_restore = 0;
+	fake.fail_create = EACCES;
+	json_t *rec = NULL;
+	struct create_req cr = { .name = "denied" };
+	assert_int_equal(engine_create(eng, &cr, &rec, &err), -EACCES);
+	assert_int_equal(http_status_of(&err, NULL), 500);
+	fake.fail_create = ENOSPC;
+	assert_int_equal(engine_create(eng, &cr, &rec, &err), -ENOSPC);
+	assert_int_equal(err.kind, ERR_NO_SPACE);
+	assert_string_equal(err.code, "insufficient_storage");
+	fake.fail_create = 0;
 	free(id);
 }
 
@@ -722,6 +757,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_max_state_bytes_full, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_create_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restore_fails_keeps_record, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_backend_error_kinds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restore_updates_last_used, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_expired_restore, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sweep, setup, teardown),

@@ -16,6 +16,8 @@
 #include "backend/tar/tar_create.h"
 #include "backend/tar/tar_fs.h"
 #include "backend/tar/tar_restore.h"
+#include "lib/walk.h"
+#include "backend/tar/tar_verify.h"
 
 #define TAR_DIR "tar"
 #define INTENT "restoring.json"
@@ -62,10 +64,9 @@ static int write_meta(struct tar_state *s, int dirfd, ckpt_error *err)
 	json_t *roots = json_array();
 	for (size_t i = 0; i < s->n_roots; i++)
 		json_array_append_new(roots, json_string(s->roots[i]));
-	json_t *meta =
+	json_auto_t *meta =
 		json_pack("{s:i, s:s, s:o}", "version", 1, "compression", s->zstd ? "zstd" : "none", "roots", roots);
 	_cleanup_free_ char *text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
-	json_decref(meta);
 	if (!text)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	int r = write_file_atomic(dirfd, META, text, strlen(text), 0600);
@@ -79,7 +80,8 @@ static int write_meta(struct tar_state *s, int dirfd, ckpt_error *err)
 static int read_meta(struct tar_state *s, int dirfd, const char *name, bool *zstd, ckpt_error *err)
 {
 	_cleanup_free_ char *text = NULL;
-	json_t *meta, *roots;
+	json_auto_t *meta = NULL;
+	json_t *roots;
 	int r = read_file_at(dirfd, META, 1 << 20, &text, NULL);
 
 	if (r < 0)
@@ -94,7 +96,6 @@ static int read_meta(struct tar_state *s, int dirfd, const char *name, bool *zst
 		    strcmp(json_string_value(json_array_get(roots, i)), s->roots[i]))
 			r = err_set(err, EINVAL, NULL, "checkpoint '%s' was made for other roots", name);
 	*zstd = !strcmp(json_string_value(json_object_get(meta, "compression")) ?: "", "zstd");
-	json_decref(meta);
 	return r;
 }
 
@@ -199,10 +200,12 @@ static void add_stats(struct tar_restore_stats *sum, const struct tar_restore_st
 	sum->bytes += one->bytes;
 }
 
-static int restore_roots(struct tar_state *s, int cfd, bool zstd, struct progress *p, struct tar_restore_stats *sum,
-			 ckpt_error *err)
+static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_nothing, struct progress *p,
+			 struct tar_restore_stats *sum, ckpt_error *err)
 {
-	struct tar_restore_opts o = { .skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p };
+	struct tar_restore_opts o = {
+		.skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p, .trust_nothing = trust_nothing
+	};
 	char arch[32], man[32];
 
 	for (size_t i = 0; i < s->n_roots; i++) {
@@ -229,8 +232,23 @@ static json_t *stats_json(const struct tar_restore_stats *t)
 			 (json_int_t)t->removed, "kept", (json_int_t)t->kept, "bytes", (json_int_t)t->bytes);
 }
 
+/* The roots are not (all) checkpoint name: say so in health, and keep or
+ * put back the intent, so the next restore rewrites every entry rather than
+ * trust what looks unchanged. */
+static void unfinished(struct tar_state *s, const char *name, const char *why)
+{
+	struct stat st;
+	if (fstatat(s->tar_fd, INTENT, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		intent_write(s, name, NULL);
+	pthread_mutex_lock(&s->lock);
+	snprintf(s->pending, sizeof(s->pending), "%s", name);
+	snprintf(s->pending_msg, sizeof(s->pending_msg), "%.200s", why);
+	pthread_mutex_unlock(&s->lock);
+}
+
 /* Make every root equal to checkpoint dir name ("base" for a reset). */
-static int do_restore(struct tar_state *s, const char *name, json_t *extra, struct progress *p, ckpt_error *err)
+static int do_restore(struct tar_state *s, const char *name, struct restore_details *details, struct progress *p,
+		      ckpt_error *err)
 {
 	struct tar_restore_stats sum = { 0 };
 	bool zstd = false;
@@ -243,15 +261,17 @@ static int do_restore(struct tar_state *s, const char *name, json_t *extra, stru
 	r = read_meta(s, cfd, name, &zstd, err);
 	if (r < 0)
 		return r;
+	/* An intent left over means a restore failed or was cut short: what it
+	 * touched may look unchanged (same size, a new ctime that an alias
+	 * could have recorded), so this one trusts nothing and rewrites all. */
+	struct stat ist;
+	bool trust_nothing = fstatat(s->tar_fd, INTENT, &ist, AT_SYMLINK_NOFOLLOW) == 0;
 	r = intent_write(s, name, err);
 	if (r < 0)
 		return r;
-	r = restore_roots(s, cfd, zstd, p, &sum, err);
+	r = restore_roots(s, cfd, zstd, trust_nothing, p, &sum, err);
 	if (r < 0) { /* the intent stays: the next open runs the restore again */
-		pthread_mutex_lock(&s->lock);
-		snprintf(s->pending, sizeof(s->pending), "%s", name);
-		snprintf(s->pending_msg, sizeof(s->pending_msg), "%.200s", err ? err->msg : "");
-		pthread_mutex_unlock(&s->lock);
+		unfinished(s, name, err ? err->msg : "");
 		return r;
 	}
 	r = intent_clear(s, err);
@@ -259,22 +279,57 @@ static int do_restore(struct tar_state *s, const char *name, json_t *extra, stru
 	s->last = sum;
 	s->pending[0] = '\0';
 	pthread_mutex_unlock(&s->lock);
-	if (extra)
-		json_object_set_new(extra, "tar", stats_json(&sum));
+	if (details)
+		*details = (struct restore_details){ .has_tar_stats = true,
+						     .rewritten = sum.rewritten,
+						     .removed = sum.removed,
+						     .kept = sum.kept,
+						     .bytes = sum.bytes };
 	return r;
 }
 
-static int tar_restore(void *st, const char *id, json_t *data, json_t *extra, struct progress *p, ckpt_error *err)
+static int tar_restore(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
+		       ckpt_error *err)
 {
 	(void)data;
 	if (!id_valid(id))
 		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
-	return do_restore(st, id, extra, p, err);
+	return do_restore(st, id, details, p, err);
 }
 
-static int tar_reset(void *st, json_t *extra, ckpt_error *err)
+static int tar_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err)
 {
-	return do_restore(st, BASE, extra, NULL, err);
+	struct tar_state *s = st;
+	const char *name = id ? id : BASE;
+	char arch[32], man[32];
+	bool zstd;
+	(void)data;
+
+	if (id && !id_valid(id))
+		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
+	_cleanup_close_ int cfd = openat(s->tar_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (cfd < 0)
+		return err_set(err, errno, NULL, "checkpoint data '%s' is missing: %m", name);
+	int r = read_meta(s, cfd, name, &zstd, err);
+	for (size_t i = 0; r >= 0 && i < s->n_roots; i++) {
+		struct tar_verify_opts o = {
+			.root_path = s->roots[i], .skip_dev = s->state_dev, .skip_ino = s->state_ino, .max_diffs = max
+		};
+		_cleanup_close_ int fd = open_root(s, i, err);
+		if (fd < 0)
+			return fd;
+		entry_names(i, zstd, arch, man);
+		if ((r = tar_verify_root(fd, cfd, man, &o, diffs, err)) < 0)
+			err_prefix(err, "root '%s'", s->roots[i]);
+	}
+	if (r >= 0 && json_array_size(diffs) > 0)
+		unfinished(s, name, "verify found differences");
+	return r;
+}
+
+static int tar_reset(void *st, struct restore_details *details, ckpt_error *err)
+{
+	return do_restore(st, BASE, details, NULL, err);
 }
 
 static int tar_remove(void *st, const char *id, json_t *data, ckpt_error *err)
@@ -299,11 +354,10 @@ static void finish_interrupted(struct tar_state *s)
 
 	if (read_file_at(s->tar_fd, INTENT, 4096, &text, NULL) < 0)
 		return;
-	json_t *j = json_loads(text, 0, NULL);
+	json_auto_t *j = json_loads(text, 0, NULL);
 	const char *id = json_string_value(json_object_get(j, "id"));
 	char name[64];
 	snprintf(name, sizeof(name), "%s", id ? id : "");
-	json_decref(j);
 	if (strcmp(name, BASE) && !id_valid(name)) {
 		intent_clear(s, NULL);
 		return;
@@ -389,24 +443,26 @@ static bool id_listed(const char *name, const char *const *ids, size_t n)
 static int tar_recover(void *st, const char *const *ids, json_t *const *data, size_t n, ckpt_error *err)
 {
 	struct tar_state *s = st;
-	int fd = openat(s->tar_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
+	int q = walk_open(s->tar_fd, NULL, &d);
 	(void)data;
 
-	if (fd < 0)
-		return err_set(err, errno, NULL, "cannot list the tar state dir: %m");
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return err_set(err, errno, NULL, "cannot list the tar state dir: %m");
-	}
-	while ((de = readdir(d))) {
+	if (q < 0)
+		return err_set(err, -q, NULL, "cannot list the tar state dir: %s", strerror(-q));
+	while ((de = walk_next(d))) {
 		const char *nm = de->d_name;
 		bool stale = !strncmp(nm, ".tmp-", 5) || !strncmp(nm, "." INTENT ".tmp.", sizeof(INTENT) + 5) ||
 			(id_valid(nm) && !id_listed(nm, ids, n));
 		if (stale && rm_rf_at(s->tar_fd, nm) < 0)
 			return err_set(err, errno, NULL, "cannot remove stale '%s': %m", nm);
+		_cleanup_close_ int cfd = !stale && id_valid(nm)
+			? openat(s->tar_fd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+			: -1;
+		if (cfd >= 0) /* an alias file's temp (restore writes into checkpoint dirs) */
+			write_file_atomic_sweep(cfd);
 	}
+	write_file_atomic_sweep(s->tar_fd);
 	return fsync(s->tar_fd) < 0 ? err_set(err, errno, NULL, "cannot sync the tar state dir: %m") : 0;
 }
 
@@ -435,6 +491,7 @@ const struct backend_ops backend_tar_ops = {
 	.recover = tar_recover,
 	.create = tar_create,
 	.restore = tar_restore,
+	.verify = tar_verify,
 	.reset = tar_reset,
 	.remove = tar_remove,
 	.health = tar_health,
