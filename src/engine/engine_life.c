@@ -1,5 +1,6 @@
 /* engine_life.c: progress of running operations, the client's view of a
- * record, health, metrics and the status line. Calls no other engine file. */
+ * record, health, metrics, the status line and the no-space error. Of the
+ * engine it calls only the catalog. */
 #include "config.h"
 #include "engine/engine_internal.h"
 #include "services/services.h"
