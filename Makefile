@@ -154,8 +154,7 @@ check-sanitize: deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) SANITIZE=address,undefined unit integration \
 		PYTEST_ARGS="$(SAN_PYTEST_ARGS)"
-SAN_PYTEST_ARGS ?= --ignore=tests/integration/test_rig.py --ignore=tests/integration/test_rig_v1.py \
-	--ignore=tests/integration/test_fuzz.py --ignore=tests/integration/test_load.py
+SAN_PYTEST_ARGS ?= --ignore=tests/integration/test_fuzz.py --ignore=tests/integration/test_load.py
 
 bench: deps-build all
 	$(PYTHON) bench/run.py
