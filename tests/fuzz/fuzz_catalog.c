@@ -10,12 +10,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define ID "cp_0123456789abcdef01234567"
 
 static int state_fd = -1, cat_fd = -1;
+/* tmpfs: ext4 flushes a truncated-and-rewritten file at close (auto_da_alloc). */
+static char dir[] = "/dev/shm/ckptd-fuzz-catalog-XXXXXX";
+
+static void cleanup(void)
+{
+	rm_rf_at(AT_FDCWD, dir);
+}
 
 static void setup(void)
 {
-	char dir[] = "/tmp/ckptd-fuzz-catalog-XXXXXX";
 	if (!mkdtemp(dir))
 		abort();
+	atexit(cleanup);
 	state_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (state_fd < 0 || mkdirat(state_fd, "catalog", 0700) < 0)
 		abort();

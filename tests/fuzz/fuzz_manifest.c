@@ -6,6 +6,12 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int dir_fd = -1;
+static char dir[] = "/dev/shm/ckptd-fuzz-manifest-XXXXXX"; /* tmpfs: see fuzz_catalog.c */
+
+static void cleanup(void)
+{
+	rm_rf_at(AT_FDCWD, dir);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -13,9 +19,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	ckpt_error err = { 0 };
 
 	if (dir_fd < 0) {
-		char dir[] = "/tmp/ckptd-fuzz-manifest-XXXXXX";
 		if (!mkdtemp(dir) || (dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 			abort();
+		atexit(cleanup);
 	}
 	int fd = openat(dir_fd, "manifest", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0 || write(fd, data, size) != (ssize_t)size)
