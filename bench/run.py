@@ -280,7 +280,9 @@ def main():
         sys.exit(f"{CKPTD} missing: run make first")
     results = {s: one_size(s, a.runs) for s in a.sizes.split(",") if s}
     md = "# ckptd benchmarks\n\n" + (table(results, a.runs) if results else "")
-    if a.load_secs > 0:
+    if a.load_secs > 0 and not shutil.which("wrk"):
+        log("[load] skipped: wrk is not installed (make deps installs it)")
+    elif a.load_secs > 0:
         md += ("\n" if results else "") + load_table(bench_load(a.load_secs))
     print(md)
     pathlib.Path(a.out).write_text(md)
