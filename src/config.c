@@ -255,7 +255,10 @@ int config_apply_json(struct config *cfg, json_t *obj, ckpt_error *err)
 	    (r = json_int(obj, "max_state_bytes", 0, &cfg->max_state_bytes, err)) < 0 ||
 	    (r = json_int(obj, "lock_ttl_secs", 1, &cfg->lock_ttl_secs, err)) < 0 ||
 	    (r = json_int(obj, "lock_renew_secs", 1, &cfg->lock_renew_secs, err)) < 0 ||
-	    (r = json_int(obj, "idle_timeout_secs", 1, &cfg->default_idle_timeout_secs, err)) < 0)
+	    (r = json_int(obj, "idle_timeout_secs", 1, &cfg->default_idle_timeout_secs, err)) < 0 ||
+	    (r = json_int(obj, "max_connections", 16, &cfg->max_connections, err)) < 0 ||
+	    (r = json_int(obj, "max_connections_per_client", 1, &cfg->max_connections_per_client, err)) < 0 ||
+	    (r = json_int(obj, "header_timeout_secs", 1, &cfg->header_timeout_secs, err)) < 0)
 		return r;
 	v64 = cfg->service_timeout_secs;
 	if ((r = json_int(obj, "service_timeout_secs", 1, &v64, err)) < 0)

@@ -36,6 +36,11 @@ struct config {
 	char *config_file;
 	bool verbose;
 
+	/* connections (0: the HTTP layer's defaults) */
+	int64_t max_connections;            /* per listener, default 1024 */
+	int64_t max_connections_per_client; /* per client address, default 64 */
+	int64_t header_timeout_secs;        /* to send a request's headers, default 10 */
+
 	/* overlay */
 	bool unmount_on_exit; /* default off */
 	int flatten_depth;    /* flatten chains deeper than this (default 64) */

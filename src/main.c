@@ -53,6 +53,14 @@ static void app_listeners(struct app *a)
 	}
 }
 
+static void app_http_limits(const struct config *cfg, struct http_server_opts *o)
+{
+	o->conn_limit = (unsigned)(cfg->max_connections > 65536 ? 65536 : cfg->max_connections);
+	o->per_client_limit =
+		(unsigned)(cfg->max_connections_per_client > 65536 ? 65536 : cfg->max_connections_per_client);
+	o->header_timeout_s = (unsigned)(cfg->header_timeout_secs > 3600 ? 3600 : cfg->header_timeout_secs);
+}
+
 static int app_start_sandbox(struct app *a, ckpt_error *err)
 {
 	struct http_server_opts o = { .app = NULL };
@@ -63,6 +71,7 @@ static int app_start_sandbox(struct app *a, ckpt_error *err)
 	o.app = a->engine;
 	o.token = a->cfg.token;
 	o.on_status = on_http_status;
+	app_http_limits(&a->cfg, &o);
 	return http_start(&o, a->listen, a->n_listen, &a->http, err);
 }
 
@@ -73,6 +82,7 @@ static int app_start_host(struct app *a, ckpt_error *err)
 		return r;
 	struct http_server_opts o = { .app = a->host, .token = a->cfg.token };
 	o.routes = host_routes(&o.n_routes);
+	app_http_limits(&a->cfg, &o);
 	return http_start(&o, a->listen, a->n_listen, &a->http, err);
 }
 
