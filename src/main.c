@@ -145,6 +145,15 @@ int main(int argc, char **argv)
 
 	if (r > 0)
 		return 0;
+	if (a.cfg.check_only) {
+		if (r < 0)
+			fprintf(stderr, "ckptd: %s\n", err.msg);
+		else
+			printf("ckptd: configuration is valid%s%s\n", a.cfg.config_file ? ": " : "",
+			       a.cfg.config_file ? a.cfg.config_file : "");
+		config_free(&a.cfg);
+		return r < 0 ? 1 : 0;
+	}
 	log_init(a.cfg.verbose);
 	if (r < 0) {
 		log_error("%s", err.msg);

@@ -280,3 +280,38 @@ def test_kill9_mid_run(daemon_factory, backend):
     if backend == "tar":
         on_disk = {p.name for p in (d.state_dir / "tar").iterdir() if p.name.startswith("cp_")}
         assert on_disk == listed
+
+
+def test_check_config_validates_and_exits(tmp_path):
+    """`ckptd --check-config` (issue 16): 0 and a word when valid, 1 and the
+    reason when not; it creates nothing either way."""
+    import subprocess
+    from conftest import CKPTD
+
+    def check(cfg):
+        f = tmp_path / "c.json"
+        f.write_text(json.dumps(cfg) if isinstance(cfg, dict) else cfg)
+        return subprocess.run([CKPTD, "--check-config", "--config", str(f)], capture_output=True, text=True,
+                              timeout=30)
+
+    (tmp_path / "root").mkdir()
+    state = str(tmp_path / "state")
+    ok = check({"roots": [str(tmp_path / "root")], "state_dir": state})
+    assert ok.returncode == 0 and "valid" in ok.stdout, ok
+    assert not os.path.exists(state)
+    for cfg, words in [
+        ({"root": [str(tmp_path / "root")], "state_dir": state}, ["'root'", "'roots'"]),
+        ({"roots": [str(tmp_path / "root")], "state_dir": state, "max_checkpoint": 1},
+         ["'max_checkpoint'", "'max_checkpoints'"]),
+        ({"roots": str(tmp_path / "root"), "state_dir": state}, ["list"]),
+        ({"roots": [str(tmp_path / "missing")], "state_dir": state}, ["does not exist", "create_roots"]),
+        ('{"roots": [', ["line 1"]),
+    ]:
+        r = check(cfg)
+        assert r.returncode == 1, (cfg, r)
+        for w in words:
+            assert w in r.stderr, (cfg, r.stderr)
+    r = subprocess.run([CKPTD, "--check-config", "--config", str(tmp_path / "absent.json")],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "cannot open config file" in r.stderr, r
+    assert not os.path.exists(tmp_path / "missing") and not os.path.exists(state)
