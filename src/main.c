@@ -67,7 +67,7 @@ static int app_start_sandbox(struct app *a, ckpt_error *err)
 	int r = engine_open(&a->cfg, NULL, &a->engine, err);
 	if (r < 0)
 		return r;
-	o.routes = api_routes(&o.n_routes);
+	o.routes = api_routes(a->cfg.metrics_token_free, &o.n_routes);
 	o.app = a->engine;
 	o.token = a->cfg.token;
 	o.on_status = on_http_status;

@@ -238,6 +238,57 @@ json_t *engine_list(struct engine *e, const char *name)
 	return out;
 }
 
+/* Page tokens are "<created ms>.<id>" of the last record of a page: a
+ * position in the newest-first order, valid even if that record is gone. */
+static int list_token_parse(const char *token, int64_t *ret_ms, const char **ret_id, ckpt_error *err)
+{
+	char *end;
+	errno = 0;
+	long long ms = strtoll(token, &end, 10);
+	if (errno || end == token || *end != '.' || !id_valid(end + 1))
+		return err_set(err, EINVAL, "invalid_field", "page_token is not one this server gave");
+	*ret_ms = ms;
+	*ret_id = end + 1;
+	return 0;
+}
+
+/* Whether rec comes after the position (ms, id) in the newest-first order. */
+static bool list_after(json_t *rec, int64_t ms, const char *id)
+{
+	int64_t t = record_int(rec, "_created_ms");
+	return t < ms || (t == ms && strcmp(record_id(rec), id) < 0);
+}
+
+int engine_list_page(struct engine *e, const char *name, size_t limit, const char *page_token, json_t **ret_list,
+		     char **ret_next, ckpt_error *err)
+{
+	int64_t after_ms = 0;
+	const char *after_id = NULL;
+	json_t *rec, *last = NULL;
+	size_t i;
+
+	*ret_next = NULL;
+	if (page_token && list_token_parse(page_token, &after_ms, &after_id, err) < 0)
+		return -EINVAL;
+	json_t *all = catalog_list(e->catalog, name), *out = json_array();
+	json_array_foreach(all, i, rec)
+	{
+		if (after_id && !list_after(rec, after_ms, after_id))
+			continue;
+		if (json_array_size(out) == limit) {
+			if (asprintf(ret_next, "%lld.%s", (long long)record_int(last, "_created_ms"), record_id(last)) <
+			    0)
+				*ret_next = NULL;
+			break;
+		}
+		json_array_append_new(out, engine_public(e, rec));
+		last = rec;
+	}
+	json_decref(all);
+	*ret_list = out;
+	return 0;
+}
+
 /* Remove a record's data and then the record; used by delete, the sweeper and
  * recovery. The record is marked "deleting" durably first, so a crash in the
  * middle is finished at the next start rather than leaving a broken checkpoint. */

@@ -101,14 +101,48 @@ static void api_create(void *app, const struct http_request *req, struct http_re
 	json_decref(obj);
 }
 
+#define API_LIST_DEFAULT 100
+#define API_LIST_MAX 1000
+
+static bool api_list_limit(const struct http_request *req, size_t *ret, struct http_response *resp)
+{
+	const char *v = http_query(req, "limit");
+	char *end;
+	*ret = API_LIST_DEFAULT;
+	if (!v)
+		return true;
+	errno = 0;
+	unsigned long n = strtoul(v, &end, 10);
+	if (errno || end == v || *end || v[0] == '-' || n < 1 || n > API_LIST_MAX) {
+		http_problem(resp, 400, "invalid_field", "limit must be an integer from 1 to %d", API_LIST_MAX);
+		return false;
+	}
+	*ret = n;
+	return true;
+}
+
 static void api_list(void *app, const struct http_request *req, struct http_response *resp)
 {
 	const char *name = http_query(req, "name");
+	_cleanup_free_ char *next = NULL;
+	ckpt_error err = { 0 };
+	json_t *list;
+	size_t limit;
+
 	if (name && !name_valid(name)) {
 		http_problem(resp, 400, "invalid_field", "name must be 1 to 128 printable characters");
 		return;
 	}
-	http_json(resp, 200, json_pack("{s:o}", "checkpoints", engine_list(app, name)));
+	if (!api_list_limit(req, &limit, resp))
+		return;
+	if (engine_list_page(app, name, limit, http_query(req, "page_token"), &list, &next, &err) < 0) {
+		http_error(resp, &err);
+		return;
+	}
+	json_t *body = json_pack("{s:o}", "checkpoints", list);
+	if (next)
+		json_object_set_new(body, "next_page_token", json_string(next));
+	http_json(resp, 200, body);
 }
 
 static void api_get(void *app, const struct http_request *req, struct http_response *resp)
@@ -199,8 +233,13 @@ static const struct http_route routes[] = {
 	{ "GET", "/metrics", api_metrics, false, false },
 };
 
-const struct http_route *api_routes(size_t *ret_n)
+const struct http_route *api_routes(bool metrics_token_free, size_t *ret_n)
 {
-	*ret_n = ARRAY_SIZE(routes);
-	return routes;
+	static struct http_route out[ARRAY_SIZE(routes)];
+	memcpy(out, routes, sizeof(routes));
+	for (size_t i = 0; i < ARRAY_SIZE(out); i++)
+		if (!strcmp(out[i].pattern, "/metrics"))
+			out[i].public_ = metrics_token_free;
+	*ret_n = ARRAY_SIZE(out);
+	return out;
 }

@@ -315,3 +315,41 @@ def test_check_config_validates_and_exits(tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "cannot open config file" in r.stderr, r
     assert not os.path.exists(tmp_path / "missing") and not os.path.exists(state)
+
+
+def test_list_paginates_and_the_cli_follows_pages(daemon_factory):
+    import subprocess
+    from conftest import CKPT
+
+    d = daemon_factory(config={"max_checkpoints": 300})
+    made = [d.create(f"n{i % 3}")["checkpoint_id"] for i in range(105)]
+    newest_first = made[::-1]
+    # pages of 40: every checkpoint once, newest first, then no token
+    seen, token, pages = [], None, 0
+    while True:
+        params = {"limit": 40, **({"page_token": token} if token else {})}
+        body = d.request("GET", "/v1/checkpoints", params=params).json()
+        seen += [c["checkpoint_id"] for c in body["checkpoints"]]
+        pages += 1
+        token = body.get("next_page_token")
+        if not token:
+            break
+    assert seen == newest_first and pages == 3
+    # the default page is 100; a filter pages too
+    body = d.request("GET", "/v1/checkpoints").json()
+    assert len(body["checkpoints"]) == 100 and body["next_page_token"]
+    body = d.request("GET", "/v1/checkpoints", params={"name": "n1", "limit": 30}).json()
+    assert len(body["checkpoints"]) == 30 and "next_page_token" in body
+    # a token stays valid when the record it names is deleted meanwhile
+    first = d.request("GET", "/v1/checkpoints", params={"limit": 10}).json()
+    d.delete(first["checkpoints"][-1]["checkpoint_id"])
+    rest = d.request("GET", "/v1/checkpoints", params={"limit": 10, "page_token": first["next_page_token"]}).json()
+    assert [c["checkpoint_id"] for c in rest["checkpoints"]] == newest_first[10:20]
+    for bad in ({"limit": 0}, {"limit": 1001}, {"limit": "x"}, {"page_token": "nonsense"}):
+        problem(d.request("GET", "/v1/checkpoints", params=bad), 400, "invalid_field")
+    # `ckpt list` follows the pages
+    out = subprocess.run([CKPT, "--url", d.url, "--json", "list"], capture_output=True, text=True, timeout=60)
+    ids = [c["checkpoint_id"] for c in json.loads(out.stdout)["checkpoints"]]
+    assert out.returncode == 0 and len(ids) == 104 and len(set(ids)) == 104, out.stderr
+    out = subprocess.run([CKPT, "--url", d.url, "list"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 105  # a header and 104 rows

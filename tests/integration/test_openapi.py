@@ -321,6 +321,7 @@ PROVOKE = {
     (RESTORE, "post", 413): lambda df: with_cp(df, "POST", RESTORE, data=BIG, headers={"Content-Type": "application/json"}),
     (RESTORE, "post", 415): lambda df: with_cp(df, "POST", RESTORE, data="{}", headers=TEXT),
     ("/v1/health", "get", 200): lambda df: token_daemon(df).request("GET", "/v1/health"),
+    ("/v1/health", "get", 400): lambda df: token_daemon(df).request("GET", "/v1/health?probe=%00"),
     ("/metrics", "get", 200): lambda df: seeded(df).request("GET", "/metrics"),
     ("/metrics", "get", 401): lambda df: expect_unauthorized(df, "GET", "/metrics"),
     # host mode
@@ -331,6 +332,17 @@ PROVOKE = {
     ("/attach/{sandbox_id}", "get", 401): lambda df: host_daemon(df, "tok").request("GET", "/attach/sb-1", headers=HANDSHAKE),
     ("/attach/{sandbox_id}", "get", 404): lambda df: host_daemon(df).request("GET", "/attach/-bad!id", headers=HANDSHAKE),
 }
+
+def _other_method(path):
+    """Any method a path does not have: 405 (each operation documents it)."""
+    if SPEC["paths"][path].get("x-mode", "sandbox") == "host":
+        return lambda df: host_daemon(df).request("PATCH", fill(path))
+    return lambda df: seeded(df).request("PATCH", fill(path))
+
+
+for _path, _method in spec_operations("sandbox") + spec_operations("host"):
+    if "405" in SPEC["paths"][_path][_method]["responses"]:
+        PROVOKE[(_path, _method, 405)] = _other_method(_path)
 
 UNPROVOKABLE = {
     (CP, "get", 500): "listing reads memory only; no outside trigger makes it fail",
