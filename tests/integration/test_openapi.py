@@ -7,8 +7,10 @@ UNPROVOKABLE with the reason. The route table is checked both ways: each spec
 path answers 405 to a method it does not have with an Allow header naming
 exactly the spec's methods, and paths the spec does not have answer 404. Any
 drift between the spec and the code makes a test here fail."""
+import json
 import os
 import re
+import shutil
 import subprocess
 import time
 
@@ -520,3 +522,32 @@ def test_spec_is_well_formed():
                     assert ctype == "application/problem+json", (path, method, code)
     problem = SPEC["components"]["schemas"]["Problem"]
     assert problem["required"] == ["type", "title", "status", "detail", "code"]
+
+
+REDOCLY = TOP / "tools" / "node_modules" / ".bin" / "redocly"
+
+
+def redocly_lint(spec, config):
+    env = {**os.environ, "REDOCLY_TELEMETRY": "off", "REDOCLY_SUPPRESS_UPDATE_NOTICE": "true"}
+    assert REDOCLY.exists(), "redocly is not installed: `make deps` runs npm ci in tools/"
+    r = subprocess.run([str(REDOCLY), "lint", "--config", str(config), "--format=json", str(spec)],
+                       capture_output=True, text=True, timeout=180, env=env)
+    return json.loads(r.stdout)
+
+
+def test_redocly_lint_has_no_warnings():
+    """redocly's recommended rules, pinned in tools/package-lock.json; the
+    two exceptions (WebSocket endpoints answer 101, never 2XX) are listed in
+    api/.redocly.lint-ignore.yaml."""
+    out = redocly_lint(TOP / "api" / "openapi.yaml", TOP / "api" / "redocly.yaml")
+    assert out["totals"]["errors"] == 0 and out["totals"]["warnings"] == 0, out["problems"]
+    assert out["totals"]["ignored"] == 2
+
+
+def test_redocly_lint_is_strict(tmp_path):
+    """Without the ignore file the same spec warns: the check above can fail."""
+    for name in ("openapi.yaml", "redocly.yaml"):
+        shutil.copy(TOP / "api" / name, tmp_path / name)
+    out = redocly_lint(tmp_path / "openapi.yaml", tmp_path / "redocly.yaml")
+    assert out["totals"]["warnings"] == 2, out
+    assert {p["ruleId"] for p in out["problems"]} == {"operation-2xx-response"}
