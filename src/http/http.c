@@ -28,6 +28,7 @@ struct conn_track {
 	int64_t since_ms;    /* start of the wait for headers */
 	bool pending;        /* waiting for a request's headers */
 	bool evicted;        /* shut down by us, libmicrohttpd closes it */
+	bool upgraded;       /* a WebSocket now: never waiting for headers again */
 	const char *bad_url; /* set by url_unescape: why the URL is refused */
 };
 
@@ -478,10 +479,21 @@ static void conn_set_pending(struct http_server *srv, struct MHD_Connection *con
 	if (!t)
 		return;
 	pthread_mutex_lock(&srv->lock);
-	t->pending = pending;
+	t->pending = pending && !t->upgraded;
 	t->since_ms = mono_ms();
 	if (pending)
 		t->bad_url = NULL;
+	pthread_mutex_unlock(&srv->lock);
+}
+
+static void conn_mark_upgraded(struct http_server *srv, struct MHD_Connection *conn)
+{
+	struct conn_track *t = conn_track_of(conn);
+	if (!t)
+		return;
+	pthread_mutex_lock(&srv->lock);
+	t->upgraded = true;
+	t->pending = false;
 	pthread_mutex_unlock(&srv->lock);
 }
 
@@ -575,6 +587,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		.method = method, .path = url, .body = ctx->body, .body_len = ctx->len, .conn = conn
 	};
 	dispatch(srv, &req, &resp);
+	if (resp.status == 101 && resp.upgrade)
+		conn_mark_upgraded(srv, conn);
 	return reply_now(conn, srv, &resp);
 }
 
