@@ -61,7 +61,6 @@ void config_free(struct config *cfg)
 	free(cfg->runsc_path);
 	free(cfg->sandbox_rootfs);
 	free(cfg->sandbox_state_dir);
-	json_decref(cfg->file);
 	memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -373,16 +372,12 @@ static int load_file(struct config *cfg, const char *file, ckpt_error *err)
 	_cleanup_fclose_ FILE *f = fopen(file, "re");
 	if (!f)
 		return err_set(err, errno, NULL, "cannot open config file '%s': %s", file, strerror(errno));
-	json_t *obj = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+	json_auto_t *obj = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
 	if (!obj)
 		return err_set(err, EINVAL, NULL, "config file '%s' line %d column %d: %s", file, jerr.line,
 			       jerr.column, jerr.text);
-	int r = config_apply_json(cfg, obj, err);
-	if (r < 0) {
-		json_decref(obj);
+	if (config_apply_json(cfg, obj, err) < 0)
 		return err_prefix(err, "config file '%s'", file);
-	}
-	cfg->file = obj;
 	return set_str(&cfg->config_file, file);
 }
 

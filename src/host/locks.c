@@ -27,7 +27,8 @@ static int copy_str(char dst[LOCKS_NAME_MAX], json_t *v)
 
 static int parse_lock(const char *text, struct lock_info *ret)
 {
-	json_t *o = json_loads(text, 0, NULL), *w;
+	json_auto_t *o = json_loads(text, 0, NULL);
+	json_t *w;
 	int r = -EBADMSG;
 
 	memset(ret, 0, sizeof(*ret));
@@ -37,7 +38,6 @@ static int parse_lock(const char *text, struct lock_info *ret)
 		w = json_object_get(o, "waiter");
 		r = (w && !json_is_null(w)) ? copy_str(ret->waiter, w) : 0;
 	}
-	json_decref(o);
 	return r;
 }
 
@@ -62,15 +62,12 @@ bool locks_expired(const struct lock_info *l, int64_t ttl, int64_t now)
 
 static char *lock_text(const char *owner, int64_t ts, const char *waiter)
 {
-	json_t *o = json_pack("{s:s, s:I}", "owner", owner, "timestamp", (json_int_t)ts);
-	char *s;
+	json_auto_t *o = json_pack("{s:s, s:I}", "owner", owner, "timestamp", (json_int_t)ts);
 	if (!o)
 		return NULL;
 	if (waiter && *waiter)
 		json_object_set_new(o, "waiter", json_string(waiter));
-	s = json_dumps(o, JSON_COMPACT);
-	json_decref(o);
-	return s;
+	return json_dumps(o, JSON_COMPACT);
 }
 
 /* A complete temp file beside the lock; its name goes to tmp. */

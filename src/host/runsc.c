@@ -156,12 +156,11 @@ static json_t *bundle_json(const char *rootfs, const char *const *init_argv)
 
 int runsc_write_bundle(const char *bundle_dir, const char *rootfs, const char *const *init_argv, ckpt_error *err)
 {
-	json_t *cfg = bundle_json(rootfs, init_argv);
+	json_auto_t *cfg = bundle_json(rootfs, init_argv);
 	_cleanup_free_ char *text = cfg ? json_dumps(cfg, JSON_INDENT(1)) : NULL;
 	_cleanup_close_ int dfd = -1;
 	int r;
 
-	json_decref(cfg);
 	if (!text)
 		return err_set(err, ENOMEM, NULL, "bundle: out of memory");
 	if ((r = mkdir_p(bundle_dir, 0700)) < 0)

@@ -4,6 +4,7 @@
  * {mount}/{id}/checkpoints/latest, {mount}/{id}/metadata.json. */
 #include "host/sandbox.h"
 #include "host/locks.h"
+#include "lib/walk.h"
 
 #include <sys/stat.h>
 
@@ -187,19 +188,19 @@ int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *lates
 {
 	char created[40], now[40];
 	_cleanup_close_ int dfd = open_sandbox_dir(h, sb->id, NULL, true);
-	json_t *m;
+	json_auto_t *m = NULL;
 	_cleanup_free_ char *text = NULL;
 	int r;
 
 	if (dfd < 0)
 		return err_set(err, -dfd, NULL, "sandbox dir on the volume: %s", strerror(-dfd));
+	write_file_atomic_sweep(dfd); /* a killed owner's; we hold the sandbox's lock */
 	m = json_pack("{s:s, s:I, s:b, s:s, s:o, s:s, s:s, s:s, s:s}", "sandbox_id", sb->id, "idle_timeout",
 		      (json_int_t)sb->idle_timeout_s, "enable_checkpoint", 1, "runsc_version", h->runsc_version,
 		      "cpu_features", strv_json(h->cpu_features, h->n_cpu_features), "created_at",
 		      fmt_rfc3339_ms(sb->created_at_ms, created, sizeof(created)), "updated_at",
 		      fmt_rfc3339_ms(now_ms(), now, sizeof(now)), "instance_id", h->instance_id, "latest", latest);
 	text = m ? json_dumps(m, JSON_INDENT(2)) : NULL;
-	json_decref(m);
 	if (!text)
 		return err_set(err, ENOMEM, NULL, "metadata: out of memory");
 	if ((r = write_file_atomic(dfd, "metadata.json", text, strlen(text), 0644)) < 0)
@@ -231,18 +232,14 @@ static void prune_images(int cfd, long long newest)
 	_cleanup_closedir_ DIR *d = NULL;
 	long long second = -1;
 	struct dirent *de;
-	int fd = dup(cfd);
 
-	if (fd < 0 || !(d = fdopendir(fd))) {
-		if (fd >= 0)
-			close(fd);
+	if (walk_open(cfd, NULL, &d) < 0)
 		return;
-	}
-	while ((de = readdir(d)))
+	while ((de = walk_next(d)))
 		if (image_ms(de->d_name) < newest && image_ms(de->d_name) > second)
 			second = image_ms(de->d_name);
 	rewinddir(d);
-	while ((de = readdir(d))) {
+	while ((de = walk_next(d))) {
 		long long ms = image_ms(de->d_name);
 		if (ms >= 0 && ms < second)
 			rm_rf_at(cfd, de->d_name);
@@ -259,6 +256,7 @@ int sandbox_checkpoint(struct host *h, struct sandbox *sb, ckpt_error *err)
 
 	if (cfd < 0)
 		return err_set(err, -cfd, NULL, "checkpoint dir on the volume: %s", strerror(-cfd));
+	write_file_atomic_sweep(cfd); /* a killed owner's; we hold the sandbox's lock */
 	snprintf(name, sizeof(name), "checkpoint_%lld.img", ms);
 	if (!log || asprintf(&image, "%s/%s/checkpoints/%s", h->mount, sb->id, name) < 0)
 		return err_set(err, ENOMEM, NULL, "out of memory");
@@ -352,20 +350,17 @@ static int read_metadata(struct host *h, const char *id, json_t **ret, ckpt_erro
 int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err)
 {
 	_cleanup_free_ char *image = NULL, *bundle = NULL, *log = NULL;
-	json_t *meta = NULL;
+	json_auto_t *meta = NULL;
 	int r = latest_image(h, sb->id, &image);
 
 	if (r == -ENOENT)
 		return err_set(err, ENOENT, NULL, "no checkpoint of sandbox '%s'", sb->id);
 	if (r < 0)
 		return err_set(err, -r, NULL, "latest checkpoint of '%s': %s", sb->id, strerror(-r));
-	if ((r = read_metadata(h, sb->id, &meta, err)) < 0 || (r = check_compat(h, meta, err)) < 0) {
-		json_decref(meta);
+	if ((r = read_metadata(h, sb->id, &meta, err)) < 0 || (r = check_compat(h, meta, err)) < 0)
 		return r;
-	}
 	if (json_is_integer(json_object_get(meta, "idle_timeout")))
 		sb->idle_timeout_s = json_integer_value(json_object_get(meta, "idle_timeout"));
-	json_decref(meta);
 	if ((r = prepare_bundle(h, sb->id, &bundle, &log, err)) < 0)
 		return r;
 	runsc_delete(&h->runsc, sb->id); /* a leftover of ours would block the id */

@@ -6,15 +6,16 @@
 #include <sys/stat.h>
 
 #include "host/locks.h"
+#include "lib/walk.h"
+#include "testlib.h"
 
-static char dir[64];
+static char dir[TESTLIB_DIR_LEN];
 static int dfd = -1;
 
 static int setup(void **state)
 {
 	(void)state;
-	strcpy(dir, "/tmp/test_locks.XXXXXX");
-	assert_non_null(mkdtemp(dir));
+	assert_int_equal(testlib_mkdir(dir, "locks"), 0);
 	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	return dfd < 0;
 }
@@ -22,23 +23,18 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	DIR *d = fdopendir(dfd);
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.' || (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")))
-			unlinkat(dirfd(d), de->d_name, 0);
-	closedir(d);
-	rmdir(dir);
+	close(dfd);
+	testlib_rmdir(dir);
 	return 0;
 }
 
 static int count_entries(void)
 {
 	int n = 0;
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	while ((de = readdir(d)))
-		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	DIR *d;
+	assert_int_equal(walk_open(dfd, NULL, &d), 0);
+	while (walk_next(d))
+		n++;
 	closedir(d);
 	return n;
 }
