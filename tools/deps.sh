@@ -31,6 +31,13 @@ if [ -n "$missing" ]; then
 	apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 
+# redocly, to lint api/openapi.yaml: the exact version and hash of
+# tools/package-lock.json, from the npm registry, only when the lock changed.
+if [ "${1:-all}" = all ] && ! cmp -s "$here/tools/package-lock.json" "$here/tools/node_modules/.package-lock.json.ckptd" 2>/dev/null; then
+	(cd "$here/tools" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+	cp "$here/tools/package-lock.json" "$here/tools/node_modules/.package-lock.json.ckptd"
+fi
+
 if [ "${1:-all}" = all ] && [ -x "$here/tests/rig/rootfs.sh" ]; then
 	"$here/tests/rig/rootfs.sh"
 fi

@@ -55,6 +55,10 @@ int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err);
 int engine_get(struct engine *e, const char *id_or_name, json_t **ret_record, ckpt_error *err);
 /* NULL when out of memory. */
 json_t *engine_list(struct engine *e, const char *name);
+/* At most limit records after page_token (NULL: from the newest); *ret_next
+ * is the token of the next page (caller frees), NULL on the last page. */
+int engine_list_page(struct engine *e, const char *name, size_t limit, const char *page_token, json_t **ret_list,
+		     char **ret_next, ckpt_error *err);
 json_t *engine_health(struct engine *e);
 /* Prometheus text exposition; caller frees. */
 char *engine_metrics(struct engine *e);

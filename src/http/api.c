@@ -97,17 +97,49 @@ static void api_create(void *app, const struct http_request *req, struct http_re
 		http_json(resp, cr.async ? 202 : 201, rec);
 }
 
+#define API_LIST_DEFAULT 100
+#define API_LIST_MAX 1000
+
+static bool api_list_limit(const struct http_request *req, size_t *ret, struct http_response *resp)
+{
+	const char *v = http_query(req, "limit");
+	char *end;
+	*ret = API_LIST_DEFAULT;
+	if (!v)
+		return true;
+	errno = 0;
+	unsigned long n = strtoul(v, &end, 10);
+	if (errno || end == v || *end || v[0] == '-' || n < 1 || n > API_LIST_MAX) {
+		http_problem(resp, 400, "invalid_field", "limit must be an integer from 1 to %d", API_LIST_MAX);
+		return false;
+	}
+	*ret = n;
+	return true;
+}
+
 static void api_list(void *app, const struct http_request *req, struct http_response *resp)
 {
 	const char *name = http_query(req, "name");
+	_cleanup_free_ char *next = NULL;
+	ckpt_error err = { 0 };
+	json_t *list;
+	size_t limit;
+
 	if (name && !name_valid(name)) {
 		http_fail(resp, ERR_INVALID, "invalid_field", "name must be 1 to 128 printable characters");
 		return;
 	}
-	json_t *list = engine_list(app, name);
-	json_t *out = list ? json_pack("{s:o}", "checkpoints", list) : NULL;
-	if (out)
-		http_json(resp, 200, out);
+	if (!api_list_limit(req, &limit, resp))
+		return;
+	if (engine_list_page(app, name, limit, http_query(req, "page_token"), &list, &next, &err) < 0) {
+		http_error(resp, &err);
+		return;
+	}
+	json_t *body = json_pack("{s:o}", "checkpoints", list);
+	if (body && next)
+		json_object_set_new(body, "next_page_token", json_string(next));
+	if (body)
+		http_json(resp, 200, body);
 	else
 		http_fail(resp, ERR_INTERNAL, NULL, "out of memory listing checkpoints");
 }
@@ -250,11 +282,14 @@ static void api_count_status(void *app, int status)
 	engine_count_http(app, status);
 }
 
-void api_server_opts(struct engine *e, const char *token, struct http_server_opts *ret)
+void api_server_opts(struct engine *e, const char *token, bool metrics_token_free, struct http_server_opts *ret)
 {
-	*ret = (struct http_server_opts){ .routes = routes,
-					  .n_routes = ARRAY_SIZE(routes),
-					  .app = e,
-					  .token = token,
-					  .on_status = api_count_status };
+	static struct http_route out[ARRAY_SIZE(routes)];
+	memcpy(out, routes, sizeof(routes));
+	for (size_t i = 0; i < ARRAY_SIZE(out); i++)
+		if (!strcmp(out[i].pattern, "/metrics"))
+			out[i].public_ = metrics_token_free;
+	*ret = (struct http_server_opts){
+		.routes = out, .n_routes = ARRAY_SIZE(out), .app = e, .token = token, .on_status = api_count_status
+	};
 }
