@@ -136,6 +136,7 @@ static void *engine_sweeper_main(void *arg)
 		pthread_mutex_unlock(&e->state_lock);
 		if (mono_ms() >= next_sweep) {
 			engine_sweep(e);
+			engine_idem_sweep(e);
 			next_sweep = mono_ms() + e->cfg->cleanup_interval_secs * 1000;
 			maintain = true;
 		}
