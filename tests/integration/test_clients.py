@@ -118,3 +118,65 @@ def test_python_package_installs_offline(tmp_path):
     out = subprocess.run([str(venv / "bin/python"), "-c", "import ckptd; print(ckptd.__file__, ckptd.AsyncClient)"],
                          check=True, capture_output=True, text=True, cwd=tmp_path)
     assert str(venv) in out.stdout, out.stdout
+
+
+# --- the TypeScript package --------------------------------------------------
+
+def npm_ready():
+    if not (TS / "node_modules" / ".bin" / "tsc").exists():
+        subprocess.run(["npm", "ci", "--prefer-offline", "--no-audit", "--no-fund"], cwd=TS, check=True,
+                       capture_output=True, timeout=600)
+
+
+def test_typescript_types_match_the_spec_and_typecheck(tmp_path):
+    npm_ready()
+    gen = tmp_path / "api.d.ts"
+    subprocess.run([str(TS / "node_modules/.bin/openapi-typescript"), str(TOP / "api/openapi.yaml"),
+                    "--default-non-nullable", "false", "-o", str(gen)], cwd=TS, check=True, capture_output=True,
+                   timeout=300)
+    assert gen.read_text() == (TS / "src/api.d.ts").read_text(), \
+        "clients/typescript/src/api.d.ts is stale: run `npm run gen-types` in clients/typescript"
+    out = subprocess.run([str(TS / "node_modules/.bin/tsc"), "--strict", "--noEmit", "-p", "."], cwd=TS,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+TS_FLOW = """
+import { Client, NotReachable, OutcomeUnknown, IdempotencyKeyReused, ApiError } from %(mod)r
+const url = process.env.CKPTD_URL
+const out = {}
+try { await new Client({ url: 'http://127.0.0.1:9', retries: 0 }).health() } catch (e) {
+  out.unreachable = [e instanceof NotReachable, e instanceof OutcomeUnknown, e.status] }
+try { await new Client({ url, timeoutMs: 50, retries: 0 }).checkpoint.create({ name: 'maybe', idempotencyKey: 'ts-key' }) }
+catch (e) { out.unknown = [e instanceof OutcomeUnknown, e instanceof NotReachable, e.code] }
+const patient = new Client({ url, retries: 60, backoffMs: 50 })
+out.maybe = (await patient.checkpoint.create({ name: 'maybe', idempotencyKey: 'ts-key' })).checkpoint_id
+try { await patient.checkpoint.create({ name: 'other', idempotencyKey: 'ts-key' }) } catch (e) {
+  out.reused = [e instanceof IdempotencyKeyReused, e instanceof ApiError, e.status, e.code] }
+const hasty = new Client({ url, timeoutMs: 50, retries: 60, backoffMs: 50 })
+out.once = (await hasty.checkpoint.create({ name: 'once' })).checkpoint_id
+const waited = await patient.checkpoint.create({ name: 'bg', wait: true, pollMs: 20 })
+out.bg = [waited.status, waited.checkpoint_id]
+console.log(JSON.stringify(out))
+"""
+
+
+def test_typescript_client_retries_and_errors(daemon_factory, tmp_path):
+    d = daemon_factory()
+    big_tree(d.roots[0])
+    script = tmp_path / "flow.mjs"
+    script.write_text(TS_FLOW % {"mod": str(TS / "src/index.js")})
+    p = subprocess.run([NODE, str(script)], env=dict(os.environ, CKPTD_URL=d.url), capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    import json
+    out = json.loads(p.stdout)
+    assert out["unreachable"] == [True, False, 0]
+    assert out["unknown"] == [True, False, "timeout"]
+    assert out["reused"] == [True, True, 422, "idempotency_key_reused"]
+    assert out["bg"][0] == "active"
+    names = {}
+    for c in d.list():
+        names.setdefault(c["name"], []).append(c["checkpoint_id"])
+    # the timed-out create went on and was answered by key; the retried one made one checkpoint
+    assert names == {"maybe": [out["maybe"]], "once": [out["once"]], "bg": [out["bg"][1]]}

@@ -314,7 +314,7 @@ def test_typescript_and_shell_errors(daemon_factory, tmp_path):
     d = daemon_factory(backend="tar")
     script = tmp_path / "t.mjs"
     script.write_text(
-        f"import {{ Client, NotFound, Expired }} from {str(EX / 'typescript/ckptd_client.mjs')!r}\n"
+        f"import {{ Client, NotFound, Expired }} from {str(TOP / 'clients/typescript/src/index.js')!r}\n"
         "const c = new Client()\n"
         "try { await c.checkpoint.get('cp_000000000000000000000000') } catch (e) {\n"
         "  console.log(e instanceof NotFound, e.status, e.code) }\n"
