@@ -180,3 +180,29 @@ def test_typescript_client_retries_and_errors(daemon_factory, tmp_path):
         names.setdefault(c["name"], []).append(c["checkpoint_id"])
     # the timed-out create went on and was answered by key; the retried one made one checkpoint
     assert names == {"maybe": [out["maybe"]], "once": [out["once"]], "bg": [out["bg"][1]]}
+
+
+def test_shell_client_key_and_timeout(daemon_factory):
+    """The shell client sends a key with its POSTs and tells a timeout (4)
+    from an unreachable daemon (3)."""
+    d = daemon_factory()
+    big_tree(d.roots[0])
+    lib = TOP / "examples/shell/ckptd.sh"
+    env = dict(os.environ, CKPTD_URL=d.url, CKPTD_RETRIES="0", CKPTD_IDEMPOTENCY_KEY="sh-key")
+
+    def sh(script, **extra):
+        return subprocess.run(["sh", "-c", f". {lib}\n{script}"], env=dict(env, **extra), capture_output=True,
+                              text=True, timeout=120)
+
+    p = sh("ckptd_create slow", CKPTD_TIMEOUT="0.05")
+    assert p.returncode == 4 and "code=timeout" in p.stderr, p.stderr
+    p = sh('out=$(ckptd_create slow) && printf %s "$out" | ckptd_json checkpoint_id')  # no timeout: same key answers the first create
+    for _ in range(100):
+        if p.returncode == 0:
+            break
+        assert "idempotency_in_progress" in p.stderr, p.stderr
+        time.sleep(0.1)
+        p = sh('out=$(ckptd_create slow) && printf %s "$out" | ckptd_json checkpoint_id')
+    assert [c["checkpoint_id"] for c in d.list()] == [p.stdout.strip()]
+    p = sh("ckptd_health", CKPTD_URL="http://127.0.0.1:9")
+    assert p.returncode == 3 and "code=not_reachable" in p.stderr, p.stderr

@@ -164,3 +164,25 @@ def test_kill9_then_retry(daemon_factory):
     ks = named(d, "k")
     assert [c["checkpoint_id"] for c in ks if c["status"] == "active"] == [r.json()["checkpoint_id"]]
     assert post(d, CREATE, "before-kill", {"name": "done"}).json() == done.json()
+
+
+def test_keys_expire_after_24h_and_the_sweeper_removes_them(daemon_factory):
+    d = daemon_factory(config={"cleanup_interval_secs": 1})
+    assert post(d, CREATE, "old", {"name": "a"}).status_code == 201
+    assert post(d, CREATE, "young", {"name": "b"}).status_code == 201
+    files = {p.read_text(): p for p in (d.state_dir / "idempotency").iterdir()}
+    old = next(p for t, p in files.items() if '"key":"old"' in t)
+    young = next(p for t, p in files.items() if '"key":"young"' in t)
+    day = 24 * 3600
+    os.utime(old, (time.time() - day - 60,) * 2)
+    os.utime(young, (time.time() - day + 600,) * 2)  # 23 h 50 min: still kept
+    deadline = time.monotonic() + 10
+    while old.exists():
+        assert time.monotonic() < deadline, "the sweeper did not remove the expired key"
+        time.sleep(0.1)
+    assert young.exists()
+    r = post(d, CREATE, "young", {"name": "b"})
+    assert r.status_code == 201 and r.headers.get("Idempotent-Replayed") == "true"
+    # the expired key is free again: another body is a new request, not a 422
+    r = post(d, CREATE, "old", {"name": "c"})
+    assert r.status_code == 201 and "Idempotent-Replayed" not in r.headers
