@@ -65,7 +65,8 @@ def wait_done(rec, deadline):
     """The record if the create is over, None to poll again; raises when it
     failed or the deadline passed."""
     if rec["status"] == "failed":
-        raise CreateFailed(0, "create_failed", rec.get("error") or "the create failed", body=rec)
+        err = rec.get("error") if isinstance(rec.get("error"), dict) else {}
+        raise CreateFailed(0, err.get("code") or "create_failed", err.get("detail") or "the create failed", body=rec)
     if rec["status"] != "creating":
         return rec
     if deadline is not None and time.monotonic() > deadline:
