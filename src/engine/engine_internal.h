@@ -40,6 +40,10 @@ struct engine {
 	pthread_t sweeper;
 	bool sweeper_running, stopping, maintenance_due;
 	pthread_cond_t sweep_cond;
+
+	int idem_fd; /* <state>/idempotency */
+	pthread_mutex_t idem_lock;
+	struct idem_running *idem_running;
 };
 
 /* engine_records.c */
@@ -60,3 +64,5 @@ void engine_kick_maintenance(struct engine *e);
  * add verified, verify_ms, verify_differences (and ok: false) to extra.
  * Returns its ms. */
 int64_t engine_verify(struct engine *e, const char *id, json_t *data, json_t *extra);
+int engine_idem_open(struct engine *e, ckpt_error *err);
+void engine_idem_close(struct engine *e);

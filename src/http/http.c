@@ -65,6 +65,7 @@ static const struct http_status_row {
 	{ 410, "Gone", "gone", ERR_EXPIRED },
 	{ 413, "Content Too Large", "body_too_large", ERR_UNSET },
 	{ 415, "Unsupported Media Type", "unsupported_media_type", ERR_UNSET },
+	{ 422, "Unprocessable Content", "unprocessable", ERR_UNSET },
 	{ 500, "Internal Server Error", "internal", ERR_INTERNAL },
 	{ 503, "Service Unavailable", "unavailable", ERR_UNAVAILABLE },
 	{ 507, "Insufficient Storage", "insufficient_storage", ERR_NO_SPACE },

@@ -241,6 +241,34 @@ def while_creating(df, method, path):
     return r
 
 
+def idem_running(df):
+    """A repeat of a create whose first request still runs."""
+    import threading
+    d = seeded(df)
+    for i in range(30):
+        (d.roots[0] / f"big{i}").write_bytes(os.urandom(4 << 20))
+    hdr = {"Idempotency-Key": "same"}
+    t = threading.Thread(target=lambda: d.request("POST", CP, json={"name": "slow"}, headers=hdr))
+    t.start()
+    deadline = time.monotonic() + 10
+    while not any(c["status"] == "creating" for c in d.list()):
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    r = d.request("POST", CP, json={"name": "slow"}, headers=hdr)
+    t.join()
+    return r
+
+
+def idem_reused(df, path, first_body, second_body):
+    """The same Idempotency-Key sent again with another body."""
+    d = seeded(df)
+    cid = d.create("c")["checkpoint_id"]
+    hdr = {"Idempotency-Key": "k"}
+    first = d.request("POST", path.replace("{id}", cid), json=first_body, headers=hdr)
+    assert first.status_code < 300, first.text
+    return d.request("POST", path.replace("{id}", cid), json=second_body, headers=hdr)
+
+
 HANDSHAKE = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
              "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
 
@@ -300,6 +328,8 @@ PROVOKE = {
     (CP, "post", 400): bad_create_bodies,
     (CP, "post", 401): lambda df: expect_unauthorized(df, "POST", CP, json={"name": "n"}),
     (CP, "post", 403): limit_reached,
+    (CP, "post", 409): idem_running,
+    (CP, "post", 422): lambda df: idem_reused(df, CP, {"name": "a"}, {"name": "b"}),
     (CP, "post", 413): lambda df: seeded(df).request("POST", CP, data=BIG, headers={"Content-Type": "application/json"}),
     (CP, "post", 415): lambda df: seeded(df).request("POST", CP, data='{"name": "n"}', headers=TEXT),
     (CP, "post", 500): state_immutable,
@@ -320,6 +350,7 @@ PROVOKE = {
     (RESTORE, "post", 404): lambda df: seeded(df).request("POST", f"{CP}/{FAKE_ID}/restore", json={}),
     (RESTORE, "post", 409): lambda df: while_creating(df, "POST", RESTORE),
     (RESTORE, "post", 410): lambda df: expired(df, {}),
+    (RESTORE, "post", 422): lambda df: idem_reused(df, RESTORE, {}, {"force": True}),
     (RESTORE, "post", 413): lambda df: with_cp(df, "POST", RESTORE, data=BIG, headers={"Content-Type": "application/json"}),
     (RESTORE, "post", 415): lambda df: with_cp(df, "POST", RESTORE, data="{}", headers=TEXT),
     ("/v1/health", "get", 200): lambda df: token_daemon(df).request("GET", "/v1/health"),
