@@ -1,15 +1,13 @@
-/* host.c: host mode's instance: configuration, the background thread that
- * renews locks, hands sandboxes over to waiting instances and enforces
- * idle_timeout, and the reaper that removes our containers if ckptd dies
- * (so there are never two running copies after a takeover). */
+/* host.c: host mode's instance: configuration, and the background thread
+ * that renews locks, hands sandboxes over to waiting instances and enforces
+ * idle_timeout. reaper.c removes our containers if ckptd dies (so there are
+ * never two running copies after a takeover). */
 #include "host/host.h"
 #include "host/sandbox.h"
 #include "host/locks.h"
+#include "host/reaper.h"
+#include "host/session.h"
 #include "config.h"
-
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 
 #define BG_TICK_MS 250
 
@@ -22,71 +20,6 @@ static bool instance_id_valid(const char *s)
 		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.", s[i]))
 			return false;
 	return s[0] != '.';
-}
-
-/* The reaper: a forked child that learns our container ids through a pipe
- * and deletes them all when the pipe closes, i.e. when ckptd exits or dies. */
-static void reaper_main(int fd, struct runsc *rs)
-{
-	char **ids = NULL, buf[4096], line[SANDBOX_ID_MAX + 4];
-	size_t n = 0, ll = 0;
-	ssize_t k;
-
-	prctl(PR_SET_NAME, "ckptd-reaper");
-	signal(SIGINT, SIG_IGN);
-	signal(SIGTERM, SIG_IGN);
-	while ((k = read(fd, buf, sizeof(buf))) != 0) {
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			break;
-		for (ssize_t i = 0; i < k; i++) {
-			if (buf[i] != '\n') {
-				if (ll < sizeof(line) - 1)
-					line[ll++] = buf[i];
-				continue;
-			}
-			line[ll] = '\0', ll = 0;
-			if (line[0] == '+' && (ids = realloc(ids, (n + 1) * sizeof(*ids))))
-				ids[n++] = strdup(line + 1);
-			for (size_t j = 0; line[0] == '-' && j < n; j++)
-				if (ids[j] && !strcmp(ids[j], line + 1))
-					free(ids[j]), ids[j] = NULL;
-		}
-	}
-	for (size_t j = 0; j < n; j++)
-		if (ids[j])
-			runsc_delete(rs, ids[j]);
-	_exit(0);
-}
-
-static int reaper_start(struct host *h)
-{
-	int p[2];
-	pid_t pid;
-
-	if (pipe2(p, O_CLOEXEC) < 0)
-		return -errno;
-	pid = fork();
-	if (pid < 0) {
-		close(p[0]), close(p[1]);
-		return -errno;
-	}
-	if (pid == 0) {
-		close(p[1]);
-		reaper_main(p[0], &h->runsc);
-	}
-	close(p[0]);
-	h->reaper_fd = p[1];
-	return 0;
-}
-
-void host_reaper_note(struct host *h, char op, const char *id)
-{
-	char line[SANDBOX_ID_MAX + 4];
-	int n = snprintf(line, sizeof(line), "%c%s\n", op, id);
-	if (h->reaper_fd >= 0 && write(h->reaper_fd, line, (size_t)n) != n)
-		log_debug("host: reaper note for '%s' failed", id);
 }
 
 /* Kick the client of a sandbox that is leaving this instance. */
@@ -141,7 +74,7 @@ static void stop_now(struct host *h, struct sandbox *sb, const char *why)
 {
 	log_warn("host: sandbox '%s': stopping it (%s)", sb->id, why);
 	runsc_delete(&h->runsc, sb->id);
-	host_reaper_note(h, '-', sb->id);
+	reaper_note(h->reaper_fd, '-', sb->id);
 	kick_client(h, sb, "SANDBOX_NOT_FOUND", why, WS_CLOSE_SERVER_ERROR);
 	if (sb->checkpointable && h->locks_fd >= 0)
 		locks_release(h->locks_fd, sb->id, h->instance_id);
@@ -300,7 +233,7 @@ static int host_setup(struct host *h, const struct config *cfg, ckpt_error *err)
 		return err_set(err, -r, NULL, "/proc/cpuinfo: %s", strerror(-r));
 	if ((r = instance_dirs(h, cfg, err)) < 0 || (r = open_checkpoint_volume(h, err)) < 0)
 		return r;
-	if ((r = reaper_start(h)) < 0)
+	if ((r = reaper_start(&h->runsc, &h->reaper_fd)) < 0)
 		return err_set(err, -r, NULL, "reaper: %s", strerror(-r));
 	return 0;
 }

@@ -4,6 +4,7 @@
  * {mount}/{id}/checkpoints/latest, {mount}/{id}/metadata.json. */
 #include "host/sandbox.h"
 #include "host/locks.h"
+#include "host/reaper.h"
 
 #include <sys/stat.h>
 
@@ -140,11 +141,11 @@ int sandbox_start(struct host *h, struct sandbox *sb, ckpt_error *err)
 
 	if ((r = prepare_bundle(h, sb->id, &bundle, &log, err)) < 0)
 		return r;
-	host_reaper_note(h, '+', sb->id);
+	reaper_note(h->reaper_fd, '+', sb->id);
 	r = runsc_run(&h->runsc, bundle, sb->id, log, err);
 	if (r < 0) {
 		runsc_delete(&h->runsc, sb->id);
-		host_reaper_note(h, '-', sb->id);
+		reaper_note(h->reaper_fd, '-', sb->id);
 	}
 	return r;
 }
@@ -153,7 +154,7 @@ void sandbox_stop(struct host *h, struct sandbox *sb)
 {
 	_cleanup_free_ char *bundle = sandbox_path(h->bundles_dir, sb->id, "");
 	runsc_delete(&h->runsc, sb->id);
-	host_reaper_note(h, '-', sb->id);
+	reaper_note(h->reaper_fd, '-', sb->id);
 	if (bundle) {
 		_cleanup_free_ char *cfg = path_join(bundle, "config.json");
 		if (cfg)
@@ -369,10 +370,10 @@ int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err)
 	if ((r = prepare_bundle(h, sb->id, &bundle, &log, err)) < 0)
 		return r;
 	runsc_delete(&h->runsc, sb->id); /* a leftover of ours would block the id */
-	host_reaper_note(h, '+', sb->id);
+	reaper_note(h->reaper_fd, '+', sb->id);
 	if ((r = runsc_restore(&h->runsc, bundle, image, sb->id, log, err)) < 0) {
 		runsc_delete(&h->runsc, sb->id);
-		host_reaper_note(h, '-', sb->id);
+		reaper_note(h->reaper_fd, '-', sb->id);
 	}
 	return r;
 }

@@ -1,7 +1,8 @@
 /* sandbox.h: host mode's internal state: the instance (struct host), its
  * registry of running sandboxes, and the sessions (one WebSocket client each).
- * host.c speaks the protocol; sandbox.c runs, executes in, checkpoints and
- * restores sandboxes; locks.c and runsc.c are the adapters below. */
+ * Calls go one way: host_api.c (protocol) > host.c (instance, background
+ * thread) > exec.c > sandbox.c (lifecycle) > session.c, reaper.c > locks.c,
+ * runsc.c, ws.c (adapters). */
 #pragma once
 #include <pthread.h>
 #include <jansson.h>
@@ -64,12 +65,6 @@ struct session {
 
 bool sandbox_id_valid(const char *id);
 
-/* Events, thread-safe. */
-int session_send(struct session *s, json_t *ev); /* steals ev */
-int session_status(struct session *s, const char *status);
-int session_error(struct session *s, const char *fmt, ...) _printf_(2, 3);
-void session_unref(struct session *s);
-
 /* Registry (callers hold h->mu). */
 struct sandbox *sandbox_find(struct host *h, const char *id);
 struct sandbox *sandbox_add(struct host *h, const char *id);
@@ -85,11 +80,3 @@ int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err);
 bool sandbox_has_checkpoint(struct host *h, const char *id);
 void sandbox_stop(struct host *h, struct sandbox *sb);
 int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *latest, ckpt_error *err);
-
-/* Start code in the sandbox on a thread of its own; it streams stdout and
- * stderr events to s and ends with SANDBOX_EXECUTION_DONE. */
-int sandbox_exec(struct host *h, struct sandbox *sb, struct session *s, const char *language, const char *code,
-		 ckpt_error *err);
-
-/* Tell the reaper (which removes our containers if ckptd dies) about a container. */
-void host_reaper_note(struct host *h, char op, const char *id);
