@@ -148,7 +148,7 @@ int exec_start(struct host *h, struct sandbox *sb, const char *language, const c
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	}
 	j->h = h, j->sb = sb, j->sink = *sink, j->code_len = strlen(code);
-	if ((r = runsc_exec(&h->runsc, sb->id, strcmp(language, "python") ? sh : py, &j->p, err)) < 0)
+	if ((r = runsc_exec(&h->runsc, sb->cid, strcmp(language, "python") ? sh : py, &j->p, err)) < 0)
 		goto fail;
 	if ((r = -pthread_create(&t, NULL, exec_main, j)) < 0) {
 		close(j->p.in_fd), close(j->p.out_fd), close(j->p.err_fd);

@@ -48,13 +48,19 @@ static void drop(struct host *h, struct sandbox *sb)
 	pthread_mutex_unlock(&h->mu);
 }
 
+void host_log_failure(struct host *h, const struct sandbox *sb, const char *what, const ckpt_error *err)
+{
+	log_warn("host: sandbox '%s' (container '%s'): %s failed: %s (runsc log '%s/%s.log')", sb->id, sb->cid, what,
+		 err->msg[0] ? err->msg : "unknown error", h->logs_dir, sb->id);
+}
+
 /* Checkpoint and release (handoff, idle) or just stop: the sandbox leaves. */
 static void leave(struct host *h, struct sandbox *sb, bool checkpoint, const char *why)
 {
 	ckpt_error err = { 0 };
 
 	if (checkpoint && sandbox_checkpoint(h, sb, &err) < 0) {
-		log_warn("host: sandbox '%s': %s failed: %s", sb->id, why, err.msg);
+		host_log_failure(h, sb, why, &err);
 		pthread_mutex_lock(&h->mu);
 		sb->state = SB_RUNNING;
 		pthread_mutex_unlock(&h->mu);
@@ -73,8 +79,8 @@ static void leave(struct host *h, struct sandbox *sb, bool checkpoint, const cha
 static void stop_now(struct host *h, struct sandbox *sb, const char *why)
 {
 	log_warn("host: sandbox '%s': stopping it (%s)", sb->id, why);
-	runsc_delete(&h->runsc, sb->id);
-	reaper_note(h->reaper_fd, '-', sb->id);
+	runsc_delete(&h->runsc, sb->cid);
+	reaper_note(h->reaper_fd, '-', sb->cid);
 	kick_client(h, sb, "SANDBOX_NOT_FOUND", why, WS_CLOSE_SERVER_ERROR);
 	if (sb->checkpointable && h->locks_fd >= 0)
 		locks_release(h->locks_fd, sb->id, h->instance_id);
@@ -213,6 +219,22 @@ static int default_instance_id(struct host *h)
 	return asprintf(&h->instance_id, "%s-%d-%s", host, (int)getpid(), rnd) < 0 ? -ENOMEM : 0;
 }
 
+/* The instance's part of container ids: the instance id itself when it is
+ * short enough for runsc, else its head and an FNV-1a hash of the whole. */
+static void cid_tag(struct host *h)
+{
+	uint32_t x = 2166136261u;
+	size_t n = strlen(h->instance_id);
+
+	if (n <= SANDBOX_CID_TAG_MAX) {
+		memcpy(h->cid_tag, h->instance_id, n + 1);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		x = (x ^ (uint8_t)h->instance_id[i]) * 16777619u;
+	snprintf(h->cid_tag, sizeof(h->cid_tag), "%.*s-%08x", SANDBOX_CID_TAG_MAX - 9, h->instance_id, x);
+}
+
 static int host_setup(struct host *h, const struct config *cfg, ckpt_error *err)
 {
 	int r;
@@ -222,6 +244,7 @@ static int host_setup(struct host *h, const struct config *cfg, ckpt_error *err)
 	if (!instance_id_valid(h->instance_id))
 		return err_set(err, EINVAL, NULL, "instance id '%s': use letters, digits, '-', '_', '.'",
 			       h->instance_id);
+	cid_tag(h);
 	h->runsc.path = cfg->runsc_path ? cfg->runsc_path : "runsc";
 	h->rootfs = cfg->sandbox_rootfs ? cfg->sandbox_rootfs : "/";
 	h->lock_ttl = cfg->lock_ttl_secs;

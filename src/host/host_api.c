@@ -84,6 +84,7 @@ static int create_sandbox(struct session *s, int64_t idle, bool ckpt)
 		return -EIO;
 	}
 	if (sandbox_start(h, sb, &err) < 0) {
+		host_log_failure(h, sb, "create", &err);
 		if (ckpt)
 			locks_release(h->locks_fd, id, h->instance_id);
 		forget(s, sb);
@@ -175,6 +176,7 @@ static int attach_restore(struct session *s, struct sandbox *sb)
 	}
 	sb->checkpointable = true;
 	if ((r = sandbox_restore(h, sb, &err)) < 0) {
+		host_log_failure(h, sb, "restore", &err);
 		locks_release(h->locks_fd, sb->id, h->instance_id);
 		forget(s, sb);
 		if (r == -ENOENT)
@@ -253,6 +255,7 @@ static void client_checkpoint(struct session *s)
 		return;
 	}
 	if (sandbox_checkpoint(h, sb, &err) < 0) {
+		host_log_failure(h, sb, "checkpoint", &err);
 		pthread_mutex_lock(&h->mu);
 		sb->state = SB_RUNNING;
 		pthread_mutex_unlock(&h->mu);
@@ -303,6 +306,7 @@ static void client_execute(struct session *s, const char *language, const char *
 		sb->exec_running = false;
 		pthread_mutex_unlock(&h->mu);
 		session_unref(s);
+		host_log_failure(h, sb, "exec", &err);
 		session_status(s, "SANDBOX_EXECUTION_ERROR");
 		session_error(s, "%s", err.msg);
 	}

@@ -95,7 +95,7 @@ static int run_logged(const char *const *argv, const char *log_path, const char 
 {
 	_cleanup_close_ int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	_cleanup_close_ int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	char tail[400];
+	char tail[240]; /* a short reason for the client; the whole story is in the log */
 	pid_t pid;
 	int r;
 

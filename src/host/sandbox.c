@@ -7,6 +7,9 @@
 #include "host/reaper.h"
 
 #include <sys/stat.h>
+#include <sys/vfs.h>
+
+#define FUSE_SUPER_MAGIC 0x65735546
 
 /* The sandbox's init: a Python REPL server on a unix socket inside the
  * sandbox. Globals live in this process, so they are part of the checkpointed
@@ -91,6 +94,7 @@ struct sandbox *sandbox_add(struct host *h, const char *id)
 	if (!sb)
 		return NULL;
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
+	snprintf(sb->cid, sizeof(sb->cid), "%s.%s", id, h->cid_tag);
 	sb->state = SB_STARTING;
 	sb->idle_timeout_s = h->default_idle;
 	sb->created_at_ms = now_ms();
@@ -141,11 +145,11 @@ int sandbox_start(struct host *h, struct sandbox *sb, ckpt_error *err)
 
 	if ((r = prepare_bundle(h, sb->id, &bundle, &log, err)) < 0)
 		return r;
-	reaper_note(h->reaper_fd, '+', sb->id);
-	r = runsc_run(&h->runsc, bundle, sb->id, log, err);
+	reaper_note(h->reaper_fd, '+', sb->cid);
+	r = runsc_run(&h->runsc, bundle, sb->cid, log, err);
 	if (r < 0) {
-		runsc_delete(&h->runsc, sb->id);
-		reaper_note(h->reaper_fd, '-', sb->id);
+		runsc_delete(&h->runsc, sb->cid);
+		reaper_note(h->reaper_fd, '-', sb->cid);
 	}
 	return r;
 }
@@ -153,8 +157,8 @@ int sandbox_start(struct host *h, struct sandbox *sb, ckpt_error *err)
 void sandbox_stop(struct host *h, struct sandbox *sb)
 {
 	_cleanup_free_ char *bundle = sandbox_path(h->bundles_dir, sb->id, "");
-	runsc_delete(&h->runsc, sb->id);
-	reaper_note(h->reaper_fd, '-', sb->id);
+	runsc_delete(&h->runsc, sb->cid);
+	reaper_note(h->reaper_fd, '-', sb->cid);
 	if (bundle) {
 		_cleanup_free_ char *cfg = path_join(bundle, "config.json");
 		if (cfg)
@@ -263,7 +267,7 @@ int sandbox_checkpoint(struct host *h, struct sandbox *sb, ckpt_error *err)
 	snprintf(name, sizeof(name), "checkpoint_%lld.img", ms);
 	if (!log || asprintf(&image, "%s/%s/checkpoints/%s", h->mount, sb->id, name) < 0)
 		return err_set(err, ENOMEM, NULL, "out of memory");
-	if ((r = runsc_checkpoint(&h->runsc, sb->id, image, log, err)) < 0)
+	if ((r = runsc_checkpoint(&h->runsc, sb->cid, image, log, err)) < 0)
 		return r;
 	sync_image(image);
 	if ((r = write_file_atomic(cfd, "latest", name, strlen(name), 0644)) < 0)
@@ -350,6 +354,22 @@ static int read_metadata(struct host *h, const char *id, json_t **ret, ckpt_erro
 	return 0;
 }
 
+/* runsc's sandbox reads the image as another user: a FUSE volume mounted
+ * without allow_other lets checkpoints (written by runsc itself) succeed and
+ * makes every restore fail with "permission denied". Say so. */
+static void hint_volume_access(struct host *h, ckpt_error *err)
+{
+	struct statfs fs;
+
+	if (!err || !strcasestr(err->msg, "permission denied") || statfs(h->mount, &fs) < 0 ||
+	    fs.f_type != FUSE_SUPER_MAGIC)
+		return;
+	err_prefix(err,
+		   "runsc cannot read the checkpoint on the FUSE volume '%s'; it is likely mounted without "
+		   "allow_other (mount it with -o allow_other)",
+		   h->mount);
+}
+
 int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err)
 {
 	_cleanup_free_ char *image = NULL, *bundle = NULL, *log = NULL;
@@ -369,11 +389,12 @@ int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err)
 	json_decref(meta);
 	if ((r = prepare_bundle(h, sb->id, &bundle, &log, err)) < 0)
 		return r;
-	runsc_delete(&h->runsc, sb->id); /* a leftover of ours would block the id */
-	reaper_note(h->reaper_fd, '+', sb->id);
-	if ((r = runsc_restore(&h->runsc, bundle, image, sb->id, log, err)) < 0) {
-		runsc_delete(&h->runsc, sb->id);
-		reaper_note(h->reaper_fd, '-', sb->id);
+	runsc_delete(&h->runsc, sb->cid); /* a leftover of ours would block the id */
+	reaper_note(h->reaper_fd, '+', sb->cid);
+	if ((r = runsc_restore(&h->runsc, bundle, image, sb->cid, log, err)) < 0) {
+		hint_volume_access(h, err);
+		runsc_delete(&h->runsc, sb->cid);
+		reaper_note(h->reaper_fd, '-', sb->cid);
 	}
 	return r;
 }

@@ -10,6 +10,10 @@
 #include "host/ws.h"
 
 #define SANDBOX_ID_MAX 64
+/* runsc names its control socket after the container id and refuses ids
+ * longer than 92 characters (checked with runsc 0.0~20221219.0). */
+#define SANDBOX_CID_MAX 92
+#define SANDBOX_CID_TAG_MAX (SANDBOX_CID_MAX - SANDBOX_ID_MAX - 1)
 
 enum sandbox_state {
 	SB_STARTING, /* being created or restored; not usable yet */
@@ -21,6 +25,9 @@ struct session;
 
 struct sandbox {
 	char id[SANDBOX_ID_MAX + 1];
+	/* the runsc container: "{id}.{instance tag}", unique per instance, so
+	 * two instances on one machine can both hold a copy during a handoff */
+	char cid[SANDBOX_CID_MAX + 1];
 	enum sandbox_state state;
 	bool checkpointable;    /* lock held, checkpoints on the volume */
 	int64_t idle_timeout_s; /* 0 = never */
@@ -34,7 +41,8 @@ struct sandbox {
 
 struct host {
 	char *instance_id;
-	struct runsc runsc; /* path and our --root */
+	char cid_tag[SANDBOX_CID_TAG_MAX + 1]; /* instance_id, or a hash of a long one */
+	struct runsc runsc;                    /* path and our --root */
 	char *runsc_root, *bundles_dir, *logs_dir;
 	const char *rootfs;
 	char runsc_version[128];

@@ -66,10 +66,16 @@ class HostInstance:
     def health(self):
         return requests.get(self.http + "/v1/health", timeout=5).json()
 
-    def containers(self):
+    def runsc_containers(self):
         out = subprocess.run(["runsc", "--root", str(self.runsc_root), "list", "-quiet"],
                              capture_output=True, text=True)
         return [line for line in out.stdout.split() if line]
+
+    def containers(self):
+        """Sandbox ids of our containers (named "{sandbox id}.{instance}")."""
+        cids = self.runsc_containers()
+        assert all(c.endswith("." + self.name) for c in cids), cids
+        return [c[:-len(self.name) - 1] for c in cids]
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
@@ -90,8 +96,8 @@ def hosts(tmp_path):
     volume.mkdir()
     made = []
 
-    def make(name, bucket=True):
-        h = HostInstance(name, tmp_path, volume, bucket).start()
+    def make(name, bucket=True, mount=None):
+        h = HostInstance(name, tmp_path, mount or volume, bucket).start()
         made.append(h)
         return h
 
@@ -101,14 +107,58 @@ def hosts(tmp_path):
         h.stop()
     for h in made:  # nothing may outlive its instance (the reaper's job after kill -9)
         deadline = time.time() + 20
-        while h.containers() and time.time() < deadline:
+        while h.runsc_containers() and time.time() < deadline:
             time.sleep(0.2)
-        left = h.containers()
+        left = h.runsc_containers()
         for c in left:
             subprocess.run(["runsc", "--root", str(h.runsc_root), "delete", "-force", c])
         assert not left, "containers left behind by %s: %s" % (h.name, left)
         for bad in ("AddressSanitizer", "runtime error:", "LeakSanitizer"):
             assert bad not in h.log(), h.log()
+
+
+class FuseVolume:
+    """tests/integration/fusefs.py mounted over a backing dir: a volume that can
+    stall (freeze), lack link(), or lack allow_other."""
+
+    def __init__(self, backing, mnt, *flags):
+        self.mnt = pathlib.Path(mnt)
+        self.mnt.mkdir(parents=True, exist_ok=True)
+        self.freeze_file = pathlib.Path(str(mnt) + ".frozen")
+        self.proc = subprocess.Popen(["/usr/bin/python3", str(pathlib.Path(__file__).parent / "fusefs.py"),
+                                      str(backing), str(mnt), "--freeze-file", str(self.freeze_file)] + list(flags))
+        deadline = time.time() + 10
+        while not os.path.ismount(mnt):
+            assert self.proc.poll() is None and time.time() < deadline, "fusefs did not mount"
+            time.sleep(0.05)
+
+    def freeze(self):
+        self.freeze_file.touch()
+
+    def thaw(self):
+        self.freeze_file.unlink(missing_ok=True)
+
+    def stop(self):
+        self.thaw()
+        subprocess.run(["umount", "-l", str(self.mnt)])
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture
+def fuse(tmp_path):
+    made = []
+
+    def mount(name, *flags):
+        v = FuseVolume(tmp_path / "volume", tmp_path / ("fuse-" + name), *flags)
+        made.append(v)
+        return v
+
+    yield mount
+    for v in made:
+        v.stop()
 
 
 def events_until_close(sb, limit=50):
@@ -346,7 +396,12 @@ def test_restore_errors(hosts):
     img = hosts.volume / sid / "checkpoints" / meta["latest"] / "checkpoint.img"
     good = img.read_bytes()
     img.write_bytes(b"garbage" * 1000)
-    attach_fails(["runsc restore"])
+    msg = attach_fails(["runsc restore"])
+    # the client gets a short reason; the log has runsc's message and its log file
+    assert len(msg) < 300, msg
+    logged = [line for line in b.log().splitlines() if "restore failed" in line]
+    assert logged and "runsc log '%s/logs/%s.log'" % (b.state / "sandboxes" / "B", sid) in logged[-1], b.log()
+    assert (b.state / "sandboxes" / "B" / "logs" / (sid + ".log")).exists()
 
     img.write_bytes(good)
     sb = Sandbox.attach(b.url, sid)
@@ -387,3 +442,49 @@ def test_handoff_while_a_client_is_still_attached(hosts):
     assert new.run("python", "print(v)").stdout == "moved\n"
     assert a.containers() == [] and b.containers() == [old.sandbox_id]
     new.close()
+
+
+def test_two_instances_on_one_machine(hosts, tmp_path):
+    # Another runsc on this machine runs a container named after the sandbox
+    # (what an older instance did): runsc names its control socket after the
+    # container id, so B's restore would fail with "address already in use".
+    a, b = hosts("A"), hosts("B")
+    sid = checkpointed(a, "x = 5")
+    root, bundle = tmp_path / "other-root", tmp_path / "other-bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps({
+        "ociVersion": "1.0.2", "process": {"user": {"uid": 0, "gid": 0}, "args": ["/bin/sleep", "600"],
+                                           "env": ["PATH=/usr/bin:/bin"], "cwd": "/"},
+        "root": {"path": "/", "readonly": False}, "hostname": "other",
+        "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
+        "linux": {"namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")]}}))
+    other = ["runsc", "--root", str(root), "--overlay", "--network=none"]
+    subprocess.run(other + ["run", "-detach", "-bundle", str(bundle), sid], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        sb = Sandbox.attach(b.url, sid)
+        assert sb.run("python", "print(x)").stdout == "5\n"
+        assert b.runsc_containers() == [sid + ".B"]
+        sb.close()
+        # and back to A while B's container is still being deleted: no clash either
+        sb = Sandbox.attach(a.url, sid)
+        assert sb.run("python", "print(x + 1)").stdout == "6\n"
+        sb.close()
+    finally:
+        subprocess.run(other + ["delete", "-force", sid])
+
+
+def test_fuse_volume_without_allow_other(fuse, hosts):
+    fa, fb = fuse("A"), fuse("B")
+    a, b = hosts("A", mount=fa.mnt), hosts("B", mount=fb.mnt)
+    sid = checkpointed(a, "x = 3")
+    sb = raw_attach(b.url, sid)
+    evs = events_until_close(sb)
+    assert statuses(evs) == ["SANDBOX_RESTORING", "SANDBOX_RESTORE_ERROR"], evs
+    assert "allow_other" in errors(evs)[0], errors(evs)
+    # the same volume mounted with allow_other restores
+    fc = fuse("C", "--allow-other")
+    c = hosts("C", mount=fc.mnt)
+    sb = Sandbox.attach(c.url, sid)
+    assert sb.run("python", "print(x)").stdout == "3\n"
+    sb.close()
