@@ -35,6 +35,7 @@ void config_defaults(struct config *cfg)
 	cfg->service_timeout_secs = 30;
 	cfg->lock_ttl_secs = 30;
 	cfg->lock_renew_secs = 5;
+	cfg->lock_margin_secs = 2;
 	cfg->default_idle_timeout_secs = 300;
 }
 
@@ -255,6 +256,7 @@ int config_apply_json(struct config *cfg, json_t *obj, ckpt_error *err)
 	    (r = json_int(obj, "max_state_bytes", 0, &cfg->max_state_bytes, err)) < 0 ||
 	    (r = json_int(obj, "lock_ttl_secs", 1, &cfg->lock_ttl_secs, err)) < 0 ||
 	    (r = json_int(obj, "lock_renew_secs", 1, &cfg->lock_renew_secs, err)) < 0 ||
+	    (r = json_int(obj, "lock_margin_secs", 0, &cfg->lock_margin_secs, err)) < 0 ||
 	    (r = json_int(obj, "idle_timeout_secs", 1, &cfg->default_idle_timeout_secs, err)) < 0)
 		return r;
 	v64 = cfg->service_timeout_secs;

@@ -9,7 +9,8 @@
 #include "host/session.h"
 #include "config.h"
 
-#define BG_TICK_MS 250
+#define BG_TICK_MS 250 /* also how often an owner looks for a waiter */
+#define WATCHDOG_TICK_MS 50
 
 static bool instance_id_valid(const char *s)
 {
@@ -82,8 +83,7 @@ static void stop_now(struct host *h, struct sandbox *sb, const char *why)
 	runsc_delete(&h->runsc, sb->cid);
 	reaper_note(h->reaper_fd, '-', sb->cid);
 	kick_client(h, sb, "SANDBOX_NOT_FOUND", why, WS_CLOSE_SERVER_ERROR);
-	if (sb->checkpointable && h->locks_fd >= 0)
-		locks_release(h->locks_fd, sb->id, h->instance_id);
+	sandbox_unlock(h, sb); /* removes the lock only if it is still ours */
 	pthread_mutex_lock(&h->mu);
 	while (sb->exec_running)
 		pthread_cond_wait(&h->cond, &h->mu);
@@ -98,33 +98,98 @@ enum bg_action {
 	BG_IDLE
 };
 
-/* Renew a due lock, under h->mu (lock files are small; sessions keep
- * streaming meanwhile, they do not take h->mu to send). */
-static enum bg_action renew_locked(struct host *h, struct sandbox *sb, int64_t now_s)
-{
-	char waiter[LOCKS_NAME_MAX] = "";
-	int r = locks_renew(h->locks_fd, sb->id, h->instance_id, now_s, waiter);
+struct held {
+	char id[SANDBOX_ID_MAX + 1];
+	uint64_t token;
+	bool due; /* renew; otherwise only look for a waiter */
+};
 
-	if (r == -ESTALE || (r < 0 && now_s - sb->renewed_at >= h->lock_ttl))
-		return BG_LOST;
-	if (r == 0)
-		sb->renewed_at = now_s;
-	/* a waiter wants it: hand over, but let a running execution finish */
-	return (r == 0 && waiter[0] && !sb->exec_running) ? BG_HANDOFF : BG_NONE;
+/* Lock files this instance holds, copied under h->mu. */
+static size_t held_locks(struct host *h, int64_t now_s, struct held **ret)
+{
+	size_t n = 0, i = 0;
+
+	pthread_mutex_lock(&h->mu);
+	for (struct sandbox *sb = h->sandboxes; sb; sb = sb->next)
+		n += sb->token != 0;
+	*ret = n ? calloc(n, sizeof(**ret)) : NULL;
+	for (struct sandbox *sb = h->sandboxes; *ret && sb; sb = sb->next)
+		if (sb->token) {
+			snprintf((*ret)[i].id, sizeof((*ret)[i].id), "%s", sb->id);
+			(*ret)[i].token = sb->token;
+			(*ret)[i++].due = now_s - sb->renewed_at >= h->lock_renew || sb->waiter_seen;
+		}
+	pthread_mutex_unlock(&h->mu);
+	return *ret ? n : 0;
 }
 
-/* Renew what is due and claim one sandbox needing work, under h->mu. */
-static struct sandbox *next_work(struct host *h, enum bg_action *act, int64_t now_s)
+/* The sandbox still holding this lock generation (under h->mu). */
+static struct sandbox *holder(struct host *h, const struct held *l)
+{
+	struct sandbox *sb = sandbox_find(h, l->id);
+	return sb && sb->token == l->token ? sb : NULL;
+}
+
+/* Renew one lock, or just read it for a waiter, without h->mu: the volume
+ * may block here for as long as it likes; the watchdog keeps time. */
+static void renew_one(struct host *h, const struct held *l, int64_t now_s)
+{
+	char waiter[LOCKS_NAME_MAX] = "";
+	struct lock_info cur;
+	int64_t t0 = mono_ms();
+	struct sandbox *sb;
+	int r;
+
+	pthread_mutex_lock(&h->lock_io);
+	pthread_mutex_lock(&h->mu);
+	sb = holder(h, l);
+	pthread_mutex_unlock(&h->mu);
+	if (sb && l->due) {
+		r = locks_renew(&h->locks, l->id, h->instance_id, l->token, now_s, waiter);
+	} else if (sb) {
+		r = locks_read(&h->locks, l->id, &cur);
+		if (r == -ENOENT || (r == 0 && (strcmp(cur.owner, h->instance_id) || cur.token != l->token)))
+			r = -ESTALE;
+		else if (r == 0)
+			memcpy(waiter, cur.waiter, sizeof(waiter));
+	}
+	pthread_mutex_unlock(&h->lock_io);
+	pthread_mutex_lock(&h->mu);
+	if (sb && (sb = holder(h, l))) {
+		if (r == 0 && l->due)
+			sb->lease_until = t0 + h->lock_ttl * 1000, sb->renewed_at = now_s;
+		if (r == -ESTALE)
+			sb->fenced = true; /* taken over: the watchdog kills it */
+		if (r == 0 && waiter[0])
+			sb->waiter_seen = true;
+	}
+	pthread_mutex_unlock(&h->mu);
+}
+
+static void renew_all(struct host *h)
+{
+	int64_t now_s = now_ms() / 1000;
+	_cleanup_free_ struct held *l = NULL;
+	size_t n = held_locks(h, now_s, &l);
+
+	for (size_t i = 0; i < n; i++)
+		renew_one(h, &l[i], now_s);
+}
+
+/* Claim one sandbox needing work, under h->mu. */
+static struct sandbox *next_work(struct host *h, enum bg_action *act)
 {
 	for (struct sandbox *sb = h->sandboxes; sb; sb = sb->next) {
 		if (sb->state != SB_RUNNING)
 			continue;
 		*act = BG_NONE;
-		if (!sb->client && !sb->exec_running && sb->idle_timeout_s > 0 &&
-		    mono_ms() - sb->detached_mono_ms >= sb->idle_timeout_s * 1000)
+		if (sb->fenced)
+			*act = BG_LOST;
+		else if (!sb->client && !sb->exec_running && sb->idle_timeout_s > 0 &&
+			 mono_ms() - sb->detached_mono_ms >= sb->idle_timeout_s * 1000)
 			*act = BG_IDLE;
-		else if (sb->checkpointable && now_s - sb->renewed_at >= h->lock_renew)
-			*act = renew_locked(h, sb, now_s);
+		else if (sb->waiter_seen && !sb->exec_running) /* let a running execution finish */
+			*act = BG_HANDOFF;
 		if (*act != BG_NONE) {
 			sb->state = SB_BUSY;
 			return sb;
@@ -139,14 +204,13 @@ static void bg_tick(struct host *h)
 	struct sandbox *sb;
 
 	for (;;) {
-		int64_t now_s = now_ms() / 1000;
 		pthread_mutex_lock(&h->mu);
-		sb = h->stopping ? NULL : next_work(h, &act, now_s);
+		sb = h->stopping ? NULL : next_work(h, &act);
 		pthread_mutex_unlock(&h->mu);
 		if (!sb)
 			return;
 		if (act == BG_LOST)
-			stop_now(h, sb, "the sandbox moved to another instance");
+			stop_now(h, sb, "lost ownership: the sandbox moved to another instance or its lease ran out");
 		else if (act == BG_HANDOFF)
 			leave(h, sb, true, "handoff");
 		else
@@ -154,24 +218,90 @@ static void bg_tick(struct host *h)
 	}
 }
 
-static void *bg_main(void *arg)
+static void wait_ms(struct host *h, int ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += ms * 1000000L;
+	ts.tv_sec += ts.tv_nsec / 1000000000L;
+	ts.tv_nsec %= 1000000000L;
+	pthread_cond_timedwait(&h->cond, &h->mu, &ts);
+}
+
+/* The watchdog: the owner stops executing when its lease runs out by its own
+ * monotonic clock, whatever the volume does. It never touches the volume and
+ * holds h->mu only to look at the clock and the registry. */
+static void *watchdog_main(void *arg)
 {
 	struct host *h = arg;
 
 	pthread_mutex_lock(&h->mu);
-	while (!h->stopping) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += BG_TICK_MS * 1000000L;
-		ts.tv_sec += ts.tv_nsec / 1000000000L;
-		ts.tv_nsec %= 1000000000L;
-		pthread_cond_timedwait(&h->cond, &h->mu, &ts);
+	while (!h->closed) {
+		char cid[SANDBOX_CID_MAX + 1] = "", id[SANDBOX_ID_MAX + 1];
+		for (struct sandbox *sb = h->sandboxes; sb && !cid[0]; sb = sb->next)
+			if (sb->token && !sb->killed && (sb->fenced || mono_ms() >= sb->lease_until)) {
+				sb->fenced = sb->killed = true;
+				memcpy(cid, sb->cid, sizeof(cid));
+				memcpy(id, sb->id, sizeof(id));
+			}
+		if (!cid[0]) {
+			wait_ms(h, WATCHDOG_TICK_MS);
+			continue;
+		}
 		pthread_mutex_unlock(&h->mu);
-		bg_tick(h);
+		log_warn("host: sandbox '%s': lease lost, killing container '%s'", id, cid);
+		runsc_delete(&h->runsc, cid);
 		pthread_mutex_lock(&h->mu);
 	}
 	pthread_mutex_unlock(&h->mu);
 	return NULL;
+}
+
+/* Run fn every BG_TICK_MS until *until turns true (read under h->mu). */
+static void tick_loop(struct host *h, const bool *until, void (*fn)(struct host *h))
+{
+	pthread_mutex_lock(&h->mu);
+	while (!*until) {
+		wait_ms(h, BG_TICK_MS);
+		pthread_mutex_unlock(&h->mu);
+		fn(h);
+		pthread_mutex_lock(&h->mu);
+	}
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* Renewal runs on a thread of its own so that a checkpoint, a handoff or a
+ * stop on the work thread never delays it (a checkpoint may take longer than
+ * the lease); it may block on the volume, never under h->mu. It ends only
+ * once shutdown has saved the sandboxes. */
+static void *renew_main(void *arg)
+{
+	struct host *h = arg;
+	tick_loop(h, &h->closed, renew_all);
+	return NULL;
+}
+
+static void *bg_main(void *arg)
+{
+	struct host *h = arg;
+	tick_loop(h, &h->stopping, bg_tick);
+	return NULL;
+}
+
+/* Which create-if-absent the volume honours decides the lock method; with
+ * none, checkpointing is refused now rather than at the first sandbox. */
+static int probe_locks(struct host *h)
+{
+	ckpt_error perr = { 0 };
+
+	h->locks.method = locks_probe(h->locks.fd, &perr);
+	if (h->locks.method != LOCKS_NONE)
+		return 0;
+	if (asprintf(&h->no_checkpoint_why, "no safe lock method on the checkpoint volume '%s': %s", h->mount,
+		     perr.msg) < 0)
+		return -ENOMEM;
+	log_error("host: checkpointing refused: %s", h->no_checkpoint_why);
+	return 0;
 }
 
 static int open_checkpoint_volume(struct host *h, ckpt_error *err)
@@ -180,16 +310,15 @@ static int open_checkpoint_volume(struct host *h, ckpt_error *err)
 	const char *mount = getenv("SANDBOX_CHECKPOINT_MOUNT_PATH");
 	_cleanup_free_ char *locks = NULL;
 
-	h->locks_fd = -1;
 	if (!bucket || !*bucket || !mount || !*mount)
 		return 0; /* checkpointing off: create with enable_checkpoint fails */
 	if (mount[0] != '/')
 		return err_set(err, EINVAL, NULL, "SANDBOX_CHECKPOINT_MOUNT_PATH must be absolute");
 	if (!(h->mount = strdup(mount)) || !(locks = path_join(mount, "locks")))
 		return -ENOMEM;
-	if (mkdir_p(locks, 0755) < 0 || (h->locks_fd = open(locks, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+	if (mkdir_p(locks, 0755) < 0 || (h->locks.fd = open(locks, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return err_set(err, errno, NULL, "checkpoint volume '%s': %s", locks, strerror(errno));
-	return 0;
+	return probe_locks(h);
 }
 
 static int instance_dirs(struct host *h, const struct config *cfg, ckpt_error *err)
@@ -249,6 +378,7 @@ static int host_setup(struct host *h, const struct config *cfg, ckpt_error *err)
 	h->rootfs = cfg->sandbox_rootfs ? cfg->sandbox_rootfs : "/";
 	h->lock_ttl = cfg->lock_ttl_secs;
 	h->lock_renew = cfg->lock_renew_secs;
+	h->lock_margin = cfg->lock_margin_secs;
 	h->default_idle = cfg->default_idle_timeout_secs;
 	if ((r = runsc_version(h->runsc.path, h->runsc_version, sizeof(h->runsc_version), err)) < 0)
 		return r;
@@ -269,20 +399,29 @@ int host_open(const struct config *cfg, struct host **ret, ckpt_error *err)
 	if (!h)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	h->reaper_fd = -1;
-	h->locks_fd = -1;
+	h->locks.fd = -1;
 	pthread_mutex_init(&h->mu, NULL);
+	pthread_mutex_init(&h->lock_io, NULL);
 	pthread_cond_init(&h->cond, NULL);
-	if ((r = host_setup(h, cfg, err)) < 0 || (r = -pthread_create(&h->bg, NULL, bg_main, h)) < 0) {
+	if ((r = host_setup(h, cfg, err)) < 0 || (r = -pthread_create(&h->bg, NULL, bg_main, h)) < 0 ||
+	    !(h->bg_started = true) || (r = -pthread_create(&h->watchdog, NULL, watchdog_main, h)) < 0 ||
+	    !(h->watchdog_started = true) || (r = -pthread_create(&h->renewer, NULL, renew_main, h)) < 0) {
 		if (r == -ENOMEM && !err->msg[0])
 			err_set(err, ENOMEM, NULL, "out of memory");
 		host_close(h);
 		return r;
 	}
-	h->bg_started = true;
-	log_info("host: instance '%s', runsc %s, checkpoints %s%s", h->instance_id, h->runsc_version,
-		 h->mount ? "in " : "off", h->mount ? h->mount : "");
+	h->renewer_started = true;
+	log_info("host: instance '%s', runsc %s, checkpoints %s%s, locks by %s (ttl %llds + margin %llds)",
+		 h->instance_id, h->runsc_version, h->mount ? "in " : "off", h->mount ? h->mount : "",
+		 locks_method_name(h->locks.method), (long long)h->lock_ttl, (long long)h->lock_margin);
 	*ret = h;
 	return 0;
+}
+
+bool host_checkpointing(const struct host *h)
+{
+	return h->mount && h->locks.method != LOCKS_NONE;
 }
 
 json_t *host_health(struct host *h)
@@ -294,9 +433,11 @@ json_t *host_health(struct host *h)
 	for (struct sandbox *sb = h->sandboxes; sb; sb = sb->next)
 		n++;
 	pthread_mutex_unlock(&h->mu);
-	return json_pack("{s:s, s:s, s:b, s:s?, s:I, s:I}", "instance_id", h->instance_id, "runsc_version",
-			 h->runsc_version, "checkpointing", h->mount != NULL, "checkpoint_mount", h->mount, "sandboxes",
-			 (json_int_t)n, "lock_ttl_secs", (json_int_t)h->lock_ttl);
+	return json_pack("{s:s, s:s, s:b, s:s?, s:s?, s:s, s:I, s:I, s:I}", "instance_id", h->instance_id,
+			 "runsc_version", h->runsc_version, "checkpointing", host_checkpointing(h), "checkpoint_mount",
+			 h->mount, "checkpointing_refused", h->no_checkpoint_why, "lock_method",
+			 locks_method_name(h->locks.method), "sandboxes", (json_int_t)n, "lock_ttl_secs",
+			 (json_int_t)h->lock_ttl, "lock_margin_secs", (json_int_t)h->lock_margin);
 }
 
 /* On shutdown, checkpointable sandboxes are saved and released so another
@@ -332,12 +473,20 @@ void host_close(struct host *h)
 		pthread_cond_broadcast(&h->cond);
 		pthread_mutex_unlock(&h->mu);
 		pthread_join(h->bg, NULL);
-		host_shutdown_sandboxes(h);
+		host_shutdown_sandboxes(h); /* leases still renewed and watched */
 	}
+	pthread_mutex_lock(&h->mu);
+	h->closed = true;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->mu);
+	if (h->watchdog_started)
+		pthread_join(h->watchdog, NULL);
+	if (h->renewer_started)
+		pthread_join(h->renewer, NULL);
 	/* Sessions may still hold h: it stays allocated until exit; the reaper
 	 * removes whatever is left when its pipe closes. */
 	if (h->reaper_fd >= 0)
 		close(TAKE_FD(h->reaper_fd));
-	if (h->locks_fd >= 0)
-		close(TAKE_FD(h->locks_fd));
+	if (h->locks.fd >= 0)
+		close(TAKE_FD(h->locks.fd));
 }

@@ -26,7 +26,6 @@ static void become_running(struct session *s, struct sandbox *sb)
 {
 	pthread_mutex_lock(&s->h->mu);
 	sb->state = SB_RUNNING;
-	sb->renewed_at = now_ms() / 1000;
 	pthread_mutex_unlock(&s->h->mu);
 }
 
@@ -74,10 +73,9 @@ static int create_sandbox(struct session *s, int64_t idle, bool ckpt)
 	if (!sb)
 		return -ENOMEM;
 	session_status(s, "SANDBOX_CREATING");
-	if (ckpt &&
-	    (locks_acquire(h->locks_fd, id, h->instance_id, h->lock_ttl, now_ms() / 1000, NULL) < 0 ||
-	     sandbox_write_metadata(h, sb, "", &err) < 0)) {
-		locks_release(h->locks_fd, id, h->instance_id);
+	if (ckpt && (sandbox_lock(h, sb, NULL) < 0 || sandbox_write_metadata(h, sb, "", &err) < 0)) {
+		host_log_failure(h, sb, "locking the new sandbox", &err);
+		sandbox_unlock(h, sb);
 		forget(s, sb);
 		session_fail(s, "SANDBOX_CREATION_ERROR", WS_CLOSE_APP_ERROR,
 			     err.msg[0] ? err.msg : "cannot lock the new sandbox");
@@ -85,8 +83,7 @@ static int create_sandbox(struct session *s, int64_t idle, bool ckpt)
 	}
 	if (sandbox_start(h, sb, &err) < 0) {
 		host_log_failure(h, sb, "create", &err);
-		if (ckpt)
-			locks_release(h->locks_fd, id, h->instance_id);
+		sandbox_unlock(h, sb);
 		forget(s, sb);
 		session_fail(s, "SANDBOX_CREATION_ERROR", WS_CLOSE_APP_ERROR, err.msg);
 		return -EIO;
@@ -122,26 +119,31 @@ static int session_create(struct session *s)
 			     "SANDBOX_CHECKPOINT_MOUNT_PATH)");
 		return -ENOTSUP;
 	}
+	if (ckpt && !host_checkpointing(s->h)) {
+		session_fail(s, "SANDBOX_CREATION_ERROR", WS_CLOSE_APP_ERROR, s->h->no_checkpoint_why);
+		return -ENOTSUP;
+	}
 	return create_sandbox(s, idle, ckpt);
 }
 
 /* Wait until the lock is ours: the owner hands over when it sees us as the
  * waiter, or its lock expires. 1 = ours, 0 = the client left, <0 = gave up. */
-static int wait_for_lock(struct session *s, const char *id, char *why, size_t len)
+static int wait_for_lock(struct session *s, struct sandbox *sb, char *why, size_t len)
 {
 	struct host *h = s->h;
-	int64_t deadline = mono_ms() + (2 * h->lock_ttl + 120) * 1000;
+	const char *id = sb->id;
+	int64_t deadline = mono_ms() + (2 * (h->lock_ttl + h->lock_margin) + 120) * 1000;
 	struct lock_info cur;
 
 	for (;;) {
-		int r = locks_acquire(h->locks_fd, id, h->instance_id, h->lock_ttl, now_ms() / 1000, &cur);
+		int r = sandbox_lock(h, sb, &cur);
 		if (r == 0)
 			return 1;
 		if (r != -EBUSY) {
 			snprintf(why, len, "lock of sandbox '%s': %s", id, strerror(-r));
 			return r;
 		}
-		locks_add_waiter(h->locks_fd, id, h->instance_id);
+		locks_add_waiter(&h->locks, id, h->instance_id);
 		if (mono_ms() > deadline) {
 			snprintf(why, len, "instance '%s' did not hand sandbox '%s' over in time", cur.owner, id);
 			return -ETIMEDOUT;
@@ -163,12 +165,17 @@ static int attach_restore(struct session *s, struct sandbox *sb)
 	char why[400];
 	int r;
 
-	if (!h->mount || (locks_read(h->locks_fd, sb->id, &cur) == -ENOENT && !sandbox_has_checkpoint(h, sb->id))) {
+	if (!h->mount || (locks_read(&h->locks, sb->id, &cur) == -ENOENT && !sandbox_has_checkpoint(h, sb->id))) {
 		forget(s, sb);
 		session_fail(s, "SANDBOX_NOT_FOUND", WS_CLOSE_SERVER_ERROR, NULL);
 		return -ENOENT;
 	}
-	if ((r = wait_for_lock(s, sb->id, why, sizeof(why))) <= 0) {
+	if (!host_checkpointing(h)) {
+		forget(s, sb);
+		session_fail(s, "SANDBOX_RESTORE_ERROR", WS_CLOSE_APP_ERROR, h->no_checkpoint_why);
+		return -ENOTSUP;
+	}
+	if ((r = wait_for_lock(s, sb, why, sizeof(why))) <= 0) {
 		forget(s, sb);
 		if (r < 0)
 			session_fail(s, "SANDBOX_RESTORE_ERROR", WS_CLOSE_APP_ERROR, why);
@@ -177,7 +184,7 @@ static int attach_restore(struct session *s, struct sandbox *sb)
 	sb->checkpointable = true;
 	if ((r = sandbox_restore(h, sb, &err)) < 0) {
 		host_log_failure(h, sb, "restore", &err);
-		locks_release(h->locks_fd, sb->id, h->instance_id);
+		sandbox_unlock(h, sb);
 		forget(s, sb);
 		if (r == -ENOENT)
 			session_fail(s, "SANDBOX_NOT_FOUND", WS_CLOSE_SERVER_ERROR, NULL);
@@ -198,7 +205,7 @@ static int session_attach(struct session *s)
 
 	pthread_mutex_lock(&h->mu);
 	sb = sandbox_find(h, s->attach_id);
-	if (sb && (sb->client || sb->state != SB_RUNNING)) {
+	if (sb && (sb->client || sb->state != SB_RUNNING || sb->fenced)) {
 		in_use = true;
 	} else if (sb) {
 		local = true;
@@ -240,8 +247,8 @@ static void client_checkpoint(struct session *s)
 		refuse = "Cannot checkpoint while an execution is in progress.";
 	else if (!sb->checkpointable)
 		refuse = "checkpointing was not enabled for this sandbox (enable_checkpoint)";
-	else if (sb->state != SB_RUNNING)
-		refuse = "the sandbox is busy";
+	else if (sb->state != SB_RUNNING || sb->fenced)
+		refuse = sb->fenced ? "lost ownership" : "the sandbox is busy";
 	else
 		sb->state = SB_BUSY;
 	pthread_mutex_unlock(&h->mu);
@@ -291,7 +298,7 @@ static void client_execute(struct session *s, const char *language, const char *
 
 	pthread_mutex_lock(&h->mu);
 	sb = s->sb;
-	busy = !sb || sb->exec_running || sb->state != SB_RUNNING;
+	busy = !sb || sb->exec_running || sb->state != SB_RUNNING || sb->fenced;
 	if (!busy)
 		sb->exec_running = true, s->refs++; /* the execution's reference */
 	pthread_mutex_unlock(&h->mu);

@@ -165,8 +165,71 @@ void sandbox_stop(struct host *h, struct sandbox *sb)
 			unlink(cfg);
 		rmdir(bundle);
 	}
-	if (sb->checkpointable && h->locks_fd >= 0)
-		locks_release(h->locks_fd, sb->id, h->instance_id);
+	sandbox_unlock(h, sb);
+}
+
+int sandbox_lock(struct host *h, struct sandbox *sb, struct lock_info *cur)
+{
+	int64_t t0 = mono_ms();
+	uint64_t token = 0;
+	int r = locks_acquire(&h->locks, sb->id, h->instance_id, h->lock_ttl + h->lock_margin, now_ms() / 1000, cur,
+			      &token);
+
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&h->mu);
+	sb->token = token;
+	sb->lease_until = t0 + h->lock_ttl * 1000;
+	sb->renewed_at = now_ms() / 1000;
+	sb->fenced = false;
+	pthread_mutex_unlock(&h->mu);
+	return 0;
+}
+
+void sandbox_unlock(struct host *h, struct sandbox *sb)
+{
+	uint64_t token;
+
+	pthread_mutex_lock(&h->lock_io); /* a renewal in flight must not recreate it */
+	pthread_mutex_lock(&h->mu);
+	token = sb->token;
+	sb->token = 0;
+	pthread_mutex_unlock(&h->mu);
+	if (token)
+		locks_release(&h->locks, sb->id, h->instance_id);
+	pthread_mutex_unlock(&h->lock_io);
+}
+
+int sandbox_fence(struct host *h, struct sandbox *sb, ckpt_error *err)
+{
+	uint64_t token;
+	bool alive;
+	int r;
+
+	pthread_mutex_lock(&h->mu);
+	token = sb->token;
+	alive = token && !sb->fenced && mono_ms() < sb->lease_until;
+	pthread_mutex_unlock(&h->mu);
+	if (!alive)
+		return err_set(err, ESTALE, NULL, "lost ownership: the lease of sandbox '%s' ran out", sb->id);
+	if ((r = locks_check(&h->locks, sb->id, h->instance_id, token)) < 0)
+		return err_set(err, ESTALE, NULL, "lost ownership: the lock of sandbox '%s' %s", sb->id,
+			       r == -ESTALE ? "was taken over" : "cannot be read");
+	return 0;
+}
+
+/* Write name in dfd only while the fence holds; a stale token writes nothing. */
+static int write_fenced(struct host *h, struct sandbox *sb, int dfd, const char *name, const char *text,
+			ckpt_error *err)
+{
+	int r;
+
+	if ((r = sandbox_fence(h, sb, err)) < 0)
+		return r;
+	r = locks_write_fenced(&h->locks, sb->id, h->instance_id, sb->token, dfd, name, text, strlen(text));
+	if (r == -ESTALE)
+		return err_set(err, ESTALE, NULL, "lost ownership: the lock of sandbox '%s' was taken over", sb->id);
+	return r < 0 ? err_set(err, -r, NULL, "%s: %s", name, strerror(-r)) : 0;
 }
 
 static int open_sandbox_dir(struct host *h, const char *id, const char *sub, bool create)
@@ -194,7 +257,6 @@ int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *lates
 	_cleanup_close_ int dfd = open_sandbox_dir(h, sb->id, NULL, true);
 	json_t *m;
 	_cleanup_free_ char *text = NULL;
-	int r;
 
 	if (dfd < 0)
 		return err_set(err, -dfd, NULL, "sandbox dir on the volume: %s", strerror(-dfd));
@@ -203,13 +265,13 @@ int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *lates
 		      "cpu_features", strv_json(h->cpu_features, h->n_cpu_features), "created_at",
 		      fmt_rfc3339_ms(sb->created_at_ms, created, sizeof(created)), "updated_at",
 		      fmt_rfc3339_ms(now_ms(), now, sizeof(now)), "instance_id", h->instance_id, "latest", latest);
+	if (m)
+		json_object_set_new(m, "token", json_integer((json_int_t)sb->token));
 	text = m ? json_dumps(m, JSON_INDENT(2)) : NULL;
 	json_decref(m);
 	if (!text)
 		return err_set(err, ENOMEM, NULL, "metadata: out of memory");
-	if ((r = write_file_atomic(dfd, "metadata.json", text, strlen(text), 0644)) < 0)
-		return err_set(err, -r, NULL, "metadata.json: %s", strerror(-r));
-	return 0;
+	return write_fenced(h, sb, dfd, "metadata.json", text, err);
 }
 
 /* fsync what runsc wrote before `latest` points at it. */
@@ -243,6 +305,7 @@ static void prune_images(int cfd, long long newest)
 			close(fd);
 		return;
 	}
+	rewinddir(d); /* the dup shares its offset with cfd */
 	while ((de = readdir(d)))
 		if (image_ms(de->d_name) < newest && image_ms(de->d_name) > second)
 			second = image_ms(de->d_name);
@@ -252,6 +315,43 @@ static void prune_images(int cfd, long long newest)
 		if (ms >= 0 && ms < second)
 			rm_rf_at(cfd, de->d_name);
 	}
+}
+
+/* `latest.{token}`: each lock generation publishes under its own token, and
+ * readers take the highest. A write of an owner that lost its lock, still
+ * blocked on the volume when the next owner took over, lands under the old
+ * token and never becomes the latest. */
+static int latest_write(struct host *h, struct sandbox *sb, int cfd, const char *image, ckpt_error *err)
+{
+	char name[48];
+	snprintf(name, sizeof(name), "latest.%llu", (unsigned long long)sb->token);
+	return write_fenced(h, sb, cfd, name, image, err);
+}
+
+/* The highest token with a latest.{token} file (0: only a plain `latest`
+ * from before tokens, or nothing); the two highest are kept. */
+static uint64_t latest_token(int cfd, bool prune)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	unsigned long long v, top = 0, second = 0;
+	struct dirent *de;
+	int fd = dup(cfd);
+	char tail;
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	rewinddir(d); /* the dup shares its offset with cfd */
+	while ((de = readdir(d)))
+		if (sscanf(de->d_name, "latest.%llu%c", &v, &tail) == 1 && v > second)
+			second = v > top ? top : v, top = v > top ? v : top;
+	rewinddir(d);
+	while (prune && (de = readdir(d)))
+		if (sscanf(de->d_name, "latest.%llu%c", &v, &tail) == 1 && v < second)
+			unlinkat(cfd, de->d_name, 0);
+	return top;
 }
 
 int sandbox_checkpoint(struct host *h, struct sandbox *sb, ckpt_error *err)
@@ -268,19 +368,25 @@ int sandbox_checkpoint(struct host *h, struct sandbox *sb, ckpt_error *err)
 	if (!log || asprintf(&image, "%s/%s/checkpoints/%s", h->mount, sb->id, name) < 0)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	if ((r = runsc_checkpoint(&h->runsc, sb->cid, image, log, err)) < 0)
-		return r;
+		return sandbox_fence(h, sb, err) < 0 ? -ESTALE : r; /* killed by the watchdog: say why */
 	sync_image(image);
-	if ((r = write_file_atomic(cfd, "latest", name, strlen(name), 0644)) < 0)
-		return err_set(err, -r, NULL, "latest: %s", strerror(-r));
-	if ((r = sandbox_write_metadata(h, sb, name, err)) < 0)
+	if ((r = latest_write(h, sb, cfd, name, err)) < 0 || (r = sandbox_write_metadata(h, sb, name, err)) < 0)
 		return r;
+	/* acknowledge only what was published under a lease we still hold */
+	if ((r = sandbox_fence(h, sb, err)) < 0)
+		return r;
+	/* hand over first: runsc checkpoint has stopped the sandbox already, and
+	 * `runsc delete` takes a second or two the next owner need not wait */
+	sandbox_unlock(h, sb);
 	sandbox_stop(h, sb);
+	latest_token(cfd, true);
 	prune_images(cfd, ms);
 	return 0;
 }
 
-/* The image dir named by `latest`; -ENOENT when there is none. */
-static int latest_image(struct host *h, const char *id, char **ret)
+/* The image dir named by the newest `latest`; -ENOENT when there is none.
+ * ret_name, if not NULL, gets the image's name. */
+static int latest_image(struct host *h, const char *id, char **ret, char **ret_name)
 {
 	_cleanup_close_ int cfd = open_sandbox_dir(h, id, "checkpoints", false);
 	_cleanup_free_ char *name = NULL;
@@ -289,20 +395,28 @@ static int latest_image(struct host *h, const char *id, char **ret)
 
 	if (cfd < 0)
 		return cfd == -ENOTDIR ? -ENOENT : cfd;
-	if ((r = read_file_at(cfd, "latest", 256, &name, NULL)) < 0)
+	char lname[48] = "latest";
+	uint64_t top = latest_token(cfd, false);
+	if (top)
+		snprintf(lname, sizeof(lname), "latest.%llu", (unsigned long long)top);
+	if ((r = read_file_at(cfd, lname, 256, &name, NULL)) < 0)
 		return r;
 	name[strcspn(name, "\n")] = '\0';
 	if (image_ms(name) < 0)
 		return -EBADMSG;
 	if (fstatat(cfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return -errno;
-	return asprintf(ret, "%s/%s/checkpoints/%s", h->mount, id, name) < 0 ? -ENOMEM : 0;
+	if (asprintf(ret, "%s/%s/checkpoints/%s", h->mount, id, name) < 0)
+		return -ENOMEM;
+	if (ret_name)
+		*ret_name = TAKE_PTR(name);
+	return 0;
 }
 
 bool sandbox_has_checkpoint(struct host *h, const char *id)
 {
 	_cleanup_free_ char *image = NULL;
-	return h->mount && latest_image(h, id, &image) == 0;
+	return h->mount && latest_image(h, id, &image, NULL) == 0;
 }
 
 static bool has_feature(struct host *h, const char *f)
@@ -372,9 +486,10 @@ static void hint_volume_access(struct host *h, ckpt_error *err)
 
 int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err)
 {
-	_cleanup_free_ char *image = NULL, *bundle = NULL, *log = NULL;
+	_cleanup_free_ char *image = NULL, *name = NULL, *bundle = NULL, *log = NULL;
+	_cleanup_close_ int cfd = -1;
 	json_t *meta = NULL;
-	int r = latest_image(h, sb->id, &image);
+	int r = latest_image(h, sb->id, &image, &name);
 
 	if (r == -ENOENT)
 		return err_set(err, ENOENT, NULL, "no checkpoint of sandbox '%s'", sb->id);
@@ -388,6 +503,12 @@ int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err)
 		sb->idle_timeout_s = json_integer_value(json_object_get(meta, "idle_timeout"));
 	json_decref(meta);
 	if ((r = prepare_bundle(h, sb->id, &bundle, &log, err)) < 0)
+		return r;
+	/* adopt the image under our token first: a late write of the previous
+	 * owner lands under its older token and stays behind this one */
+	if ((cfd = open_sandbox_dir(h, sb->id, "checkpoints", false)) < 0)
+		return err_set(err, -cfd, NULL, "checkpoint dir on the volume: %s", strerror(-cfd));
+	if ((r = latest_write(h, sb, cfd, name, err)) < 0)
 		return r;
 	runsc_delete(&h->runsc, sb->cid); /* a leftover of ours would block the id */
 	reaper_note(h->reaper_fd, '+', sb->cid);

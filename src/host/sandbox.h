@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include "host/runsc.h"
 #include "host/ws.h"
+#include "host/locks.h"
 
 #define SANDBOX_ID_MAX 64
 /* runsc names its control socket after the container id and refuses ids
@@ -36,6 +37,15 @@ struct sandbox {
 	bool exec_running;
 	int64_t detached_mono_ms; /* when the last client left */
 	int64_t renewed_at;       /* unix s of our last lock renewal */
+	/* The lease: while token != 0 we hold the lock with this fencing token
+	 * until lease_until (CLOCK_MONOTONIC ms), ttl after the start of the
+	 * last renewal that succeeded. Past it the watchdog kills the container
+	 * and sets fenced, whatever the volume does. */
+	uint64_t token;
+	int64_t lease_until;
+	bool fenced;      /* must not run any more */
+	bool killed;      /* the watchdog has killed its container */
+	bool waiter_seen; /* another instance waits for it: hand over */
 	struct sandbox *next;
 };
 
@@ -48,17 +58,20 @@ struct host {
 	char runsc_version[128];
 	char **cpu_features;
 	size_t n_cpu_features;
-	char *mount;  /* NULL: checkpointing not configured */
-	int locks_fd; /* {mount}/locks, or -1 */
-	int64_t lock_ttl, lock_renew, default_idle;
-	int reaper_fd; /* write end: "+id\n" / "-id\n" */
+	char *mount;             /* NULL: checkpointing not configured */
+	struct locks locks;      /* {mount}/locks (fd -1 when off) and the method */
+	char *no_checkpoint_why; /* checkpointing refused at start: why */
+	int64_t lock_ttl, lock_renew, lock_margin, default_idle;
+	pthread_mutex_t lock_io; /* orders renewal and release of one lock file */
+	int reaper_fd;           /* write end: "+id\n" / "-id\n" */
 
 	pthread_mutex_t mu; /* registry, sandbox fields, session refs */
 	pthread_cond_t cond;
 	struct sandbox *sandboxes;
-	bool stopping;
-	pthread_t bg;
-	bool bg_started;
+	bool stopping;                   /* no new work */
+	bool closed;                     /* sandboxes saved: renewal and watchdog end too */
+	pthread_t bg, watchdog, renewer; /* work, lease clock, lock renewal */
+	bool bg_started, watchdog_started, renewer_started;
 };
 
 struct session {
@@ -78,10 +91,19 @@ struct sandbox *sandbox_find(struct host *h, const char *id);
 struct sandbox *sandbox_add(struct host *h, const char *id);
 void sandbox_remove(struct host *h, struct sandbox *sb);
 
+/* The lock and its lease (called without h->mu). sandbox_lock: 0 when the
+ * lock is ours (sb->token set), -EBUSY (cur filled) when another holds it. */
+int sandbox_lock(struct host *h, struct sandbox *sb, struct lock_info *cur);
+void sandbox_unlock(struct host *h, struct sandbox *sb);
+/* The fence: 0 while our lease runs by our clock and the lock on the volume
+ * still carries our token; -ESTALE (err: "lost ownership") otherwise. */
+int sandbox_fence(struct host *h, struct sandbox *sb, ckpt_error *err);
+
 /* Lifecycle (called without h->mu; sb is in state SB_STARTING or SB_BUSY,
  * which keeps everyone else away). */
 int sandbox_start(struct host *h, struct sandbox *sb, ckpt_error *err);
-/* Checkpoint to the volume, stop, release the lock. */
+/* Checkpoint to the volume, publish it (fenced), release the lock, then
+ * delete the container. -ESTALE: ownership was lost; nothing may be acked. */
 int sandbox_checkpoint(struct host *h, struct sandbox *sb, ckpt_error *err);
 /* -ENOENT: no checkpoint on the volume. */
 int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err);

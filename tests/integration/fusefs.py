@@ -1,9 +1,10 @@
 """A pass-through FUSE file system for host-mode tests (Debian's python3-fusepy):
 it mirrors a backing directory and can behave like a troublesome shared volume.
 
-    fusefs.py BACKING MOUNTPOINT [--allow-other] [--no-link] [--freeze-file PATH]
+    fusefs.py BACKING MOUNTPOINT [--allow-other] [--no-link] [--no-rename-over] [--freeze-file PATH]
 
 --no-link       link() fails with EPERM, as on a bucket mount
+--no-rename-over  rename() onto an existing file fails with EPERM
 --freeze-file   while PATH exists every operation blocks (a stalled network
                 volume); removing PATH lets them go on
 --allow-other   mount with allow_other (other users, such as runsc's sandbox,
@@ -18,9 +19,10 @@ import fusepy
 
 
 class PassThrough(fusepy.Operations):
-    def __init__(self, root, no_link, freeze_file):
+    def __init__(self, root, no_link, no_rename_over, freeze_file):
         self.root = root
         self.no_link = no_link
+        self.no_rename_over = no_rename_over
         self.freeze_file = freeze_file
 
     def __call__(self, op, path, *args):
@@ -76,6 +78,8 @@ class PassThrough(fusepy.Operations):
         os.link(self._p(source), self._p(target))
 
     def rename(self, old, new):
+        if self.no_rename_over and os.path.lexists(self._p(new)):
+            raise fusepy.FuseOSError(errno.EPERM)
         os.rename(self._p(old), self._p(new))
 
     def utimens(self, path, times=None):
@@ -114,12 +118,13 @@ def main():
     ap.add_argument("mountpoint")
     ap.add_argument("--allow-other", action="store_true")
     ap.add_argument("--no-link", action="store_true")
+    ap.add_argument("--no-rename-over", action="store_true")
     ap.add_argument("--freeze-file")
     a = ap.parse_args()
     opts = {"foreground": True, "nothreads": False, "default_permissions": True}
     if a.allow_other:
         opts["allow_other"] = True
-    fusepy.FUSE(PassThrough(os.path.abspath(a.backing), a.no_link, a.freeze_file), a.mountpoint, **opts)
+    fusepy.FUSE(PassThrough(os.path.abspath(a.backing), a.no_link, a.no_rename_over, a.freeze_file), a.mountpoint, **opts)
 
 
 if __name__ == "__main__":

@@ -161,6 +161,23 @@ def fuse(tmp_path):
         v.stop()
 
 
+def drained(inst, timeout=20):
+    """True once inst runs no sandbox and no container. The old owner releases
+    the lock before `runsc delete`, so the new owner may be running first."""
+    deadline = time.time() + timeout
+    while (inst.health()["sandboxes"] or inst.containers()) and time.time() < deadline:
+        time.sleep(0.1)
+    return inst.health()["sandboxes"] == 0 and inst.containers() == []
+
+
+def latest(volume, sid):
+    """The image the newest `latest.{token}` names, and that token."""
+    ckdir = volume / sid / "checkpoints"
+    tokens = [int(p.name.split(".")[1]) for p in ckdir.glob("latest.*")]
+    assert tokens, list(ckdir.iterdir())
+    return (ckdir / ("latest.%d" % max(tokens))).read_text(), max(tokens)
+
+
 def events_until_close(sb, limit=50):
     out = []
     for _ in range(limit):
@@ -287,11 +304,12 @@ def test_checkpoint_then_restore_on_other_instance(hosts):
     ckpt_s = time.time() - t0
     assert sb.statuses[-2:] == ["SANDBOX_CHECKPOINTING", "SANDBOX_CHECKPOINTED"]
     vol = hosts.volume / sb.sandbox_id
-    latest = (vol / "checkpoints" / "latest").read_text()
-    assert latest.startswith("checkpoint_") and (vol / "checkpoints" / latest / "checkpoint.img").exists()
+    image, token = latest(hosts.volume, sb.sandbox_id)
+    assert image.startswith("checkpoint_") and (vol / "checkpoints" / image / "checkpoint.img").exists()
     meta = json.loads((vol / "metadata.json").read_text())
     assert meta["idle_timeout"] == 120 and meta["runsc_version"] == a.health()["runsc_version"]
-    assert meta["cpu_features"] and meta["created_at"].endswith("Z") and meta["latest"] == latest
+    assert meta["cpu_features"] and meta["created_at"].endswith("Z") and meta["latest"] == image
+    assert meta["token"] == token
     assert not (hosts.volume / "locks" / (sb.sandbox_id + ".lock")).exists()
     assert a.health()["sandboxes"] == 0 and a.containers() == []
 
@@ -302,7 +320,7 @@ def test_checkpoint_then_restore_on_other_instance(hosts):
     assert sb2.run("python", "print(x + 1)").stdout == "42\n"
     assert sb2.run("bash", "cat /root/note").stdout == "kept"
     lock = json.loads((hosts.volume / "locks" / (sb.sandbox_id + ".lock")).read_text())
-    assert lock["owner"] == "B" and isinstance(lock["timestamp"], int)
+    assert lock["owner"] == "B" and isinstance(lock["timestamp"], int) and lock["token"] > token
     print("checkpoint %.2fs, restore on the other instance %.2fs" % (ckpt_s, restore_s))
     sb2.close()
 
@@ -325,7 +343,7 @@ def test_live_handoff(hosts):
     handoff_s = time.time() - t0
     assert handoff_s < LOCK_TTL + 5
     assert sb2.run("python", "counter += 1; print(counter)").stdout == "8\n"
-    assert a.health()["sandboxes"] == 0 and a.containers() == []
+    assert drained(a)
     assert b.containers() == [sid]
     lock = json.loads((hosts.volume / "locks" / (sid + ".lock")).read_text())
     assert lock["owner"] == "B" and "waiter" not in lock
@@ -335,12 +353,12 @@ def test_live_handoff(hosts):
     sb2.close()
     sb3 = Sandbox.attach(a.url, sid)
     assert sb3.run("python", "print(counter)").stdout == "8\n"
-    assert b.containers() == []
+    assert drained(b)
     # a third checkpoint: only the newest two images are kept
     assert sb3.checkpoint() == 1000
     ckdir = hosts.volume / sid / "checkpoints"
     images = sorted(p.name for p in ckdir.iterdir() if p.name.startswith("checkpoint_"))
-    assert len(images) == 2 and (ckdir / "latest").read_text() == images[-1]
+    assert len(images) == 2 and latest(hosts.volume, sid)[0] == images[-1]
 
 
 def test_kill9_owner_then_takeover(hosts):
@@ -416,12 +434,12 @@ def test_idle_timeout(hosts):
     gone = Sandbox.create(a.url, idle_timeout=1)
     keep.close()
     gone.close()
-    deadline = time.time() + 15
+    deadline = time.time() + 90  # two checkpoints on a loaded machine
     while a.health()["sandboxes"] and time.time() < deadline:
         time.sleep(0.2)
     assert a.health()["sandboxes"] == 0 and a.containers() == []
     # checkpointed and released: attach restores it; the other was destroyed
-    assert (hosts.volume / keep.sandbox_id / "checkpoints" / "latest").exists()
+    assert latest(hosts.volume, keep.sandbox_id)[0].startswith("checkpoint_")
     sb = Sandbox.attach(a.url, keep.sandbox_id)
     assert sb.run("python", "print(z)").stdout == "idle\n"
     sb.close()
@@ -440,7 +458,7 @@ def test_handoff_while_a_client_is_still_attached(hosts):
     evs = events_until_close(old)
     assert statuses(evs) == ["SANDBOX_CHECKPOINTED"] and old.close_code == 1000
     assert new.run("python", "print(v)").stdout == "moved\n"
-    assert a.containers() == [] and b.containers() == [old.sandbox_id]
+    assert drained(a) and b.containers() == [old.sandbox_id]
     new.close()
 
 
@@ -488,3 +506,106 @@ def test_fuse_volume_without_allow_other(fuse, hosts):
     sb = Sandbox.attach(c.url, sid)
     assert sb.run("python", "print(x)").stdout == "3\n"
     sb.close()
+
+
+def checkpointed_then_running(a):
+    """A sandbox on a whose checkpoint has n = 1 and whose live copy has n = 2."""
+    sid = checkpointed(a, "n = 1")
+    sb = Sandbox.attach(a.url, sid)
+    assert sb.run("python", "n = 2").exit_code == 0
+    return sid, sb
+
+
+def test_lock_probe_on_a_volume_without_link(fuse, hosts):
+    # a bucket-like volume: no link(); O_EXCL still refuses a second create
+    fa, fb = fuse("A", "--allow-other", "--no-link"), fuse("B", "--allow-other", "--no-link")
+    a, b = hosts("A", mount=fa.mnt), hosts("B", mount=fb.mnt)
+    assert a.health()["lock_method"] == "excl" and a.health()["checkpointing"] is True
+    sb = Sandbox.create(a.url, enable_checkpoint=True)
+    assert sb.run("python", "x = 'no link'").exit_code == 0
+    lock = json.loads((hosts.volume / "locks" / (sb.sandbox_id + ".lock")).read_text())
+    assert lock["owner"] == "A" and lock["token"] >= 1
+    sb2 = Sandbox.attach(b.url, sb.sandbox_id)   # live handoff through O_EXCL locks
+    assert sb2.run("python", "print(x)").stdout == "no link\n"
+    sb2.close()
+    # no rename() over an existing file: lock updates cannot be atomic, so
+    # checkpointing is refused at start, with the reason
+    fc = fuse("C", "--allow-other", "--no-rename-over")
+    c = hosts("C", mount=fc.mnt)
+    h = c.health()
+    assert h["lock_method"] == "none" and h["checkpointing"] is False
+    assert "rename" in h["checkpointing_refused"] and "checkpointing refused" in c.log()
+    with pytest.raises(SandboxError) as e:
+        Sandbox.create(c.url, enable_checkpoint=True)
+    assert e.value.status == "SANDBOX_CREATION_ERROR" and "no safe lock method" in e.value.message
+    assert Sandbox.create(c.url).run("bash", "echo ok").stdout == "ok\n"  # sandboxes still run
+
+
+def test_owner_stops_by_its_clock_when_the_volume_stalls(fuse, hosts):
+    # A's volume freezes: its renewals block. A must stop executing by its own
+    # clock (lease = ttl after its last renewal) while the volume is still
+    # frozen; B takes over after ttl + margin; nothing A finishes later counts.
+    fa = fuse("A", "--allow-other")
+    a, b = hosts("A", mount=fa.mnt), hosts("B")
+    margin = a.health()["lock_margin_secs"]
+    sid, sb = checkpointed_then_running(a)
+    # a long execution that ticks: it must stop when A's lease ends
+    ticks = []
+    sb.send({"language": "python", "code": "import time\nfor i in range(600):\n print(i, flush=True); time.sleep(0.1)"})
+    assert sb.recv_event()["status"] == "SANDBOX_EXECUTION_RUNNING"
+    try:
+        fa.freeze()
+        frozen_at = time.time()
+        while True:
+            ev = sb.recv_event()
+            if ev is None or ev.get("event") != "stdout":
+                break
+            ticks.append(time.time())
+        stopped_after = ticks[-1] - frozen_at
+        assert stopped_after < LOCK_TTL + 1.5, stopped_after
+        deadline = time.time() + 5
+        while a.runsc_containers() and time.time() < deadline:
+            time.sleep(0.1)
+        state = subprocess.run(["runsc", "--root", str(a.runsc_root), "list"], capture_output=True, text=True)
+        assert a.runsc_containers() == [], state.stdout  # gone while the volume is still frozen
+        # the client was told: no CHECKPOINTED, no silent success
+        # B takes over (ttl + margin after A's last renewal) and restores n = 1
+        t0 = time.time()
+        sb2 = Sandbox.attach(b.url, sid)
+        took = time.time() - frozen_at
+        assert took >= LOCK_TTL + margin - 1.5, took
+        assert sb2.run("python", "print(n)").stdout == "1\n"
+        lock = json.loads((hosts.volume / "locks" / (sid + ".lock")).read_text())
+        assert lock["owner"] == "B"
+        print("A stopped %.2fs after the freeze; B running %.2fs after it (restore %.2fs)"
+              % (stopped_after, took, time.time() - t0))
+    finally:
+        fa.thaw()
+    # A's stalled renewal finds the lock taken; nothing of A becomes latest
+    assert drained(a)
+    image, token = latest(hosts.volume, sid)
+    assert token == lock["token"]
+    assert "lease lost" in a.log()
+    assert sb2.run("python", "n += 1; print(n)").stdout == "2\n"
+    sb2.close()
+
+
+def test_checkpoint_under_a_lost_lease_is_not_acknowledged(fuse, hosts):
+    fa = fuse("A", "--allow-other")
+    a, b = hosts("A", mount=fa.mnt), hosts("B")
+    sid, sb = checkpointed_then_running(a)
+    try:
+        fa.freeze()
+        sb.send({"action": "checkpoint"})        # blocks on the frozen volume
+        sb2 = Sandbox.attach(b.url, sid)          # B takes over meanwhile
+        assert sb2.run("python", "print(n)").stdout == "1\n"
+    finally:
+        fa.thaw()
+    evs = events_until_close(sb)
+    assert "SANDBOX_CHECKPOINTED" not in statuses(evs), evs
+    assert statuses(evs)[-1] == "SANDBOX_CHECKPOINT_ERROR" and sb.close_code == 4000, evs
+    assert any("lost ownership" in m for m in errors(evs)), evs
+    image, token = latest(hosts.volume, sid)
+    assert token == json.loads((hosts.volume / "locks" / (sid + ".lock")).read_text())["token"]
+    assert sb2.run("python", "print(n)").stdout == "1\n"
+    sb2.close()
