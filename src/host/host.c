@@ -64,6 +64,7 @@ static void leave(struct host *h, struct sandbox *sb, bool checkpoint, const cha
 		host_log_failure(h, sb, why, &err);
 		pthread_mutex_lock(&h->mu);
 		sb->state = SB_RUNNING;
+		sb->waiter_seen = false; /* retried when the next look sees the waiter */
 		pthread_mutex_unlock(&h->mu);
 		return;
 	}
