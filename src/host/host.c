@@ -118,7 +118,7 @@ static size_t held_locks(struct host *h, int64_t now_s, struct held **ret)
 		if (sb->token) {
 			snprintf((*ret)[i].id, sizeof((*ret)[i].id), "%s", sb->id);
 			(*ret)[i].token = sb->token;
-			(*ret)[i++].due = now_s - sb->renewed_at >= h->lock_renew || sb->waiter_seen;
+			(*ret)[i++].due = now_s - sb->renewed_at >= h->lock_renew;
 		}
 	pthread_mutex_unlock(&h->mu);
 	return *ret ? n : 0;
@@ -132,16 +132,20 @@ static struct sandbox *holder(struct host *h, const struct held *l)
 }
 
 /* Renew one lock, or just read it for a waiter, without h->mu: the volume
- * may block here for as long as it likes; the watchdog keeps time. */
-static void renew_one(struct host *h, const struct held *l, int64_t now_s)
+ * may block here for as long as it likes; the watchdog keeps time. The
+ * timestamp written and the lease's start are taken together, just before
+ * the write: a lease never outlasts what a taker computes from the file. */
+static void renew_one(struct host *h, const struct held *l)
 {
 	char waiter[LOCKS_NAME_MAX] = "";
 	struct lock_info cur;
-	int64_t t0 = mono_ms();
+	int64_t t0, now_s;
 	struct sandbox *sb;
-	int r;
+	int r = 0;
 
 	pthread_mutex_lock(&h->lock_io);
+	t0 = mono_ms();
+	now_s = now_ms() / 1000;
 	pthread_mutex_lock(&h->mu);
 	sb = holder(h, l);
 	pthread_mutex_unlock(&h->mu);
@@ -174,7 +178,7 @@ static void renew_all(struct host *h)
 	size_t n = held_locks(h, now_s, &l);
 
 	for (size_t i = 0; i < n; i++)
-		renew_one(h, &l[i], now_s);
+		renew_one(h, &l[i]);
 }
 
 /* Claim one sandbox needing work, under h->mu. */
@@ -251,7 +255,9 @@ static void *watchdog_main(void *arg)
 		}
 		pthread_mutex_unlock(&h->mu);
 		log_warn("host: sandbox '%s': lease lost, killing container '%s'", id, cid);
-		runsc_delete(&h->runsc, cid);
+		int r = runsc_delete(&h->runsc, cid);
+		if (r < 0)
+			log_error("host: sandbox '%s': runsc delete -force '%s' failed: %s", id, cid, strerror(-r));
 		pthread_mutex_lock(&h->mu);
 	}
 	pthread_mutex_unlock(&h->mu);

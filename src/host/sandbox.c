@@ -170,17 +170,16 @@ void sandbox_stop(struct host *h, struct sandbox *sb)
 
 int sandbox_lock(struct host *h, struct sandbox *sb, struct lock_info *cur)
 {
-	int64_t t0 = mono_ms();
+	int64_t t0 = mono_ms(), now_s = now_ms() / 1000;
 	uint64_t token = 0;
-	int r = locks_acquire(&h->locks, sb->id, h->instance_id, h->lock_ttl + h->lock_margin, now_ms() / 1000, cur,
-			      &token);
+	int r = locks_acquire(&h->locks, sb->id, h->instance_id, h->lock_ttl + h->lock_margin, now_s, cur, &token);
 
 	if (r < 0)
 		return r;
 	pthread_mutex_lock(&h->mu);
 	sb->token = token;
 	sb->lease_until = t0 + h->lock_ttl * 1000;
-	sb->renewed_at = now_ms() / 1000;
+	sb->renewed_at = now_s;
 	sb->fenced = false;
 	pthread_mutex_unlock(&h->mu);
 	return 0;
