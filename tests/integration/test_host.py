@@ -609,3 +609,53 @@ def test_checkpoint_under_a_lost_lease_is_not_acknowledged(fuse, hosts):
     assert token == json.loads((hosts.volume / "locks" / (sid + ".lock")).read_text())["token"]
     assert sb2.run("python", "print(n)").stdout == "1\n"
     sb2.close()
+
+
+def running(inst):
+    out = subprocess.run(["runsc", "--root", str(inst.runsc_root), "list", "-format=json"],
+                         capture_output=True, text=True).stdout
+    return {c["id"].rsplit(".", 1)[0] for c in json.loads(out or "[]") or [] if c.get("status") == "running"}
+
+
+def test_stall_rounds_one_live_copy_no_acked_checkpoint_lost(fuse, hosts):
+    # Rounds of: the owner's volume freezes while a client attaches elsewhere.
+    # A monitor samples both instances' runsc containers all along: never two
+    # running copies; and every acknowledged checkpoint is what the next owner
+    # restores (work after it is lost, as documented).
+    import threading
+    fa, fb = fuse("A", "--allow-other"), fuse("B", "--allow-other")
+    a, b = hosts("A", mount=fa.mnt), hosts("B", mount=fb.mnt)
+    sid = checkpointed(a, "n = 0")
+    both, stop = [], threading.Event()
+
+    def monitor():
+        while not stop.is_set():
+            if sid in running(a) and sid in running(b):
+                both.append(time.time())
+            time.sleep(0.05)
+
+    t = threading.Thread(target=monitor)
+    t.start()
+    try:
+        owner, other, fo = a, b, fa
+        acked = 0
+        for rnd in range(4):
+            sb = Sandbox.attach(owner.url, sid)
+            assert sb.run("python", "n += 1").exit_code == 0
+            assert sb.checkpoint() == 1000
+            acked += 1
+            sb = Sandbox.attach(owner.url, sid)
+            assert sb.run("python", "n += 100").exit_code == 0   # never acknowledged
+            fo.freeze()
+            try:
+                sb2 = Sandbox.attach(other.url, sid)
+                assert sb2.run("python", "print(n)").stdout == "%d\n" % acked, rnd
+                assert sb2.checkpoint() == 1000
+            finally:
+                fo.thaw()
+            assert drained(owner)
+            owner, other, fo = other, owner, (fb if fo is fa else fa)
+    finally:
+        stop.set()
+        t.join()
+    assert not both, "two running copies at %s" % both
