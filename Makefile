@@ -5,18 +5,26 @@ PREFIX    ?= /usr/local
 DESTDIR   ?=
 BINDIR    ?= $(PREFIX)/bin
 UNITDIR   ?= $(PREFIX)/lib/systemd/system
+DATADIR   ?= $(PREFIX)/share
+MANDIR    ?= $(DATADIR)/man
+SYSCONFDIR ?= /etc
+PORT      ?= 7070
+WORKSPACE ?= $(CURDIR)/workspace
+# One state dir per workspace: ckptd refuses a state dir made for other roots.
+STATE     ?= $(CURDIR)/.ckptd$(if $(filter $(CURDIR)/workspace,$(abspath $(WORKSPACE))),,-$(notdir $(abspath $(WORKSPACE))))
 CC        ?= cc
 PYTHON    ?= /usr/bin/python3
 BUILD     ?= build
 SANITIZE  ?=
 PYTEST_ARGS ?=
 
-PKGS      := libmicrohttpd jansson libarchive libsystemd
+PKGS      := libmicrohttpd jansson libarchive libsystemd nettle
 CLI_PKGS  := libcurl jansson
-VERSION   := $(shell sed -n 's/^#define CKPTD_VERSION "\(.*\)"/\1/p' src/config.h)
+# The one version string: ckptd and ckpt get it as CKPTD_VERSION.
+VERSION   := 0.1.0
 
 CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -O2 -g -D_GNU_SOURCE -pthread \
-	-fstack-protector-strong -D_FORTIFY_SOURCE=2 -Isrc
+	-fstack-protector-strong -D_FORTIFY_SOURCE=2 -Isrc -DCKPTD_VERSION='"$(VERSION)"'
 ifneq ($(SANITIZE),)
 CFLAGS_BASE += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -O1
 LDFLAGS_SAN := -fsanitize=$(SANITIZE)
@@ -39,9 +47,16 @@ CLI_OBJS  := $(CLI_SRCS:src/%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run check unit integration bench deps deps-build install clean fmt layers
+.PHONY: all run check check-crash unit valgrind integration bench deps deps-build install clean fmt layers
 
-all: $(BUILD)/ckptd $(BUILD)/ckpt
+MAN_SRCS  := $(wildcard docs/man/*.scd)
+MAN_PAGES := $(MAN_SRCS:docs/man/%.scd=$(BUILD)/man/%)
+
+all: $(BUILD)/ckptd $(BUILD)/ckpt $(MAN_PAGES)
+
+$(BUILD)/man/%: docs/man/%.scd
+	@mkdir -p $(dir $@)
+	scdoc < $< > $@
 
 # -MMD writes each object's header dependencies beside it.
 $(BUILD)/obj/cli/%.o: src/cli/%.c
@@ -69,8 +84,11 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libckptd.a
 
 -include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(BUILD)/obj/main.d $(UNIT_BINS:=.d)
 
-layers:
-	@sh tools/layers.sh $(LAYERS)
+# Includes from the sources; calls between files from the objects (no upward
+# call, no cycle within a folder). CYCLES_ALLOW names folders whose cycles only warn.
+CYCLES_ALLOW ?=
+layers: $(LIB_OBJS)
+	@CYCLES_ALLOW="$(CYCLES_ALLOW)" sh tools/layers.sh --objects $(BUILD)/obj $(LAYERS)
 
 # Format every C file to .clang-format.
 fmt:
@@ -83,15 +101,18 @@ deps-build:
 deps:
 	@sh tools/deps.sh all
 
+# Serves $(WORKSPACE) on 127.0.0.1:$(PORT); the URL is printed once ckptd listens.
 run: deps-build all
-	@mkdir -p workspace .ckptd
-	@echo "ckptd: serving http://127.0.0.1:7070 for $(CURDIR)/workspace (state in $(CURDIR)/.ckptd)"
-	@echo "try:   curl -s -XPOST -H 'Content-Type: application/json' -d '{\"name\":\"first\"}' http://127.0.0.1:7070/v1/checkpoints"
-	exec $(BUILD)/ckptd --listen 127.0.0.1:7070 --state-dir $(CURDIR)/.ckptd \
-		--root $(CURDIR)/workspace --unmount-on-exit
+	@sh tools/run.sh $(BUILD)/ckptd $(PORT) $(abspath $(WORKSPACE)) $(STATE)
 
 unit: $(UNIT_BINS)
 	@fail=0; for t in $(UNIT_BINS); do echo "== $$t"; $$t || fail=1; done; exit $$fail
+
+# The unit tests under valgrind: any leak or memory error fails.
+VALGRIND := valgrind -q --leak-check=full --error-exitcode=1 --child-silent-after-fork=yes \
+	--suppressions=tests/unit/valgrind.supp
+valgrind: $(UNIT_BINS)
+	@fail=0; for t in $(UNIT_BINS); do echo "== $$t"; $(VALGRIND) $$t || fail=1; done; exit $$fail
 
 integration: all
 	$(PYTHON) -m pytest -q -rs tests/integration $(PYTEST_ARGS)
@@ -101,16 +122,27 @@ check: deps all
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory integration
 
+# SIGKILL ckptd during create, restore and delete on both backends (tests/crash).
+CRASH_KILLS ?= 300
+check-crash: deps all
+	$(PYTHON) tests/crash/crash.py --kills $(CRASH_KILLS)
+
 bench: deps-build all
 	$(PYTHON) bench/run.py
 
 install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/share/ckptd
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DATADIR)/ckptd \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
+		$(DESTDIR)$(SYSCONFDIR)/ckptd
 	install -m 0755 $(BUILD)/ckptd $(BUILD)/ckpt $(DESTDIR)$(BINDIR)/
-	for f in services/*.service services/*.socket; do [ -e "$$f" ] || continue; \
-		sed 's|@BINDIR@|$(BINDIR)|g' "$$f" > $(DESTDIR)$(UNITDIR)/$$(basename $$f); done
-	install -m 0644 api/openapi.yaml $(DESTDIR)$(PREFIX)/share/ckptd/
-	[ ! -e services/ckptd.json ] || install -m 0644 services/ckptd.json $(DESTDIR)$(PREFIX)/share/ckptd/ckptd.json.example
+	for f in services/*.in; do sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DATADIR@|$(DATADIR)|g' \
+		-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' "$$f" > $(DESTDIR)$(UNITDIR)/$$(basename $$f .in); done
+	install -m 0644 api/openapi.yaml $(DESTDIR)$(DATADIR)/ckptd/
+	install -m 0644 services/ckptd.json $(DESTDIR)$(DATADIR)/ckptd/ckptd.json.example
+	for p in $(MAN_PAGES); do install -m 0644 $$p $(DESTDIR)$(MANDIR)/man$${p##*.}/; done
+	# The unit reads /etc/ckptd/ckptd.json: install the example once, never over a user's file.
+	[ -e $(DESTDIR)$(SYSCONFDIR)/ckptd/ckptd.json ] || \
+		install -m 0644 services/ckptd.json $(DESTDIR)$(SYSCONFDIR)/ckptd/ckptd.json
 
 clean:
 	rm -rf $(BUILD)

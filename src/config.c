@@ -60,7 +60,6 @@ void config_free(struct config *cfg)
 	free(cfg->runsc_path);
 	free(cfg->sandbox_rootfs);
 	free(cfg->sandbox_state_dir);
-	json_decref(cfg->file);
 	memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -273,15 +272,11 @@ int config_apply_json(struct config *cfg, json_t *obj, ckpt_error *err)
 static int load_file(struct config *cfg, const char *file, ckpt_error *err)
 {
 	json_error_t jerr;
-	json_t *obj = json_load_file(file, JSON_REJECT_DUPLICATES, &jerr);
+	json_auto_t *obj = json_load_file(file, JSON_REJECT_DUPLICATES, &jerr);
 	if (!obj)
 		return err_set(err, EINVAL, NULL, "config file '%s' line %d: %s", file, jerr.line, jerr.text);
-	int r = config_apply_json(cfg, obj, err);
-	if (r < 0) {
-		json_decref(obj);
+	if (config_apply_json(cfg, obj, err) < 0)
 		return err_prefix(err, "config file '%s'", file);
-	}
-	cfg->file = obj;
 	return set_str(&cfg->config_file, file);
 }
 

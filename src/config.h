@@ -4,7 +4,9 @@
 #include <jansson.h>
 #include "lib/util.h"
 
-#define CKPTD_VERSION "0.1.0"
+#ifndef CKPTD_VERSION /* the one version string is in the Makefile */
+#error "CKPTD_VERSION is not defined: build with the Makefile, which passes -DCKPTD_VERSION"
+#endif
 #define MAX_LISTEN 8
 #define MAX_ROOTS 16
 
@@ -16,12 +18,6 @@ enum backend_kind {
 enum run_mode {
 	MODE_SANDBOX,
 	MODE_HOST
-};
-
-struct root_services {
-	char *root;   /* the root this applies to ("*" = all roots) */
-	char **units; /* unit names configured for the root */
-	size_t n_units;
 };
 
 struct config {
@@ -61,8 +57,6 @@ struct config {
 	int64_t lock_renew_secs;           /* default 5 */
 	int64_t lock_margin_secs;          /* default 2: a taker waits ttl + this */
 	int64_t default_idle_timeout_secs; /* default 300 */
-
-	json_t *file; /* the parsed config file (or NULL), for modules' own keys */
 };
 
 /* Parse argv (and the --config file it names). On --help/--version prints and

@@ -20,11 +20,6 @@ struct app {
 	char fd_specs[MAX_LISTEN][16];
 };
 
-static void on_http_status(void *app, int status)
-{
-	engine_count_http(app, status);
-}
-
 /* A unix path the service manager already passed us is not bound again. */
 static bool passed_unix_path(int first, int n, const char *path)
 {
@@ -55,14 +50,11 @@ static void app_listeners(struct app *a)
 
 static int app_start_sandbox(struct app *a, ckpt_error *err)
 {
-	struct http_server_opts o = { .app = NULL };
+	struct http_server_opts o;
 	int r = engine_open(&a->cfg, NULL, &a->engine, err);
 	if (r < 0)
 		return r;
-	o.routes = api_routes(&o.n_routes);
-	o.app = a->engine;
-	o.token = a->cfg.token;
-	o.on_status = on_http_status;
+	api_server_opts(a->engine, a->cfg.token, &o);
 	return http_start(&o, a->listen, a->n_listen, &a->http, err);
 }
 

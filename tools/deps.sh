@@ -6,9 +6,10 @@ set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libarchive-dev
-libsystemd-dev libcurl4-openssl-dev libzstd-dev zstd"
+libsystemd-dev nettle-dev libcurl4-openssl-dev libzstd-dev zstd scdoc"
 test_pkgs="libcmocka-dev python3 python3-pytest python3-requests python3-websocket
-python3-yaml python3-fusepy runsc debootstrap systemd-container prometheus attr acl curl nodejs psmisc"
+python3-yaml python3-fusepy runsc debootstrap systemd-container prometheus attr acl curl nodejs psmisc
+valgrind"
 
 want=$build_pkgs
 [ "${1:-all}" = all ] && want="$build_pkgs $test_pkgs"

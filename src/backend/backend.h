@@ -21,6 +21,28 @@ struct progress {
 	_Atomic uint64_t bytes_done, bytes_total, files_done, files_total;
 };
 
+/* A process that still held a root when a restore swapped it. */
+struct busy_process {
+	long pid;
+	char command[64];
+};
+
+/* What a restore or reset did besides succeeding, as data: the API layer
+ * writes it into the response. Fields a backend does not fill stay zero. */
+struct restore_details {
+	struct busy_process *busy; /* overlay: owned array; old mounts were detached lazily */
+	size_t n_busy;
+	bool has_tar_stats; /* tar: the in-place restore's counts */
+	uint64_t rewritten, removed, kept, bytes;
+};
+
+static inline void restore_details_free(struct restore_details *d)
+{
+	free(d->busy);
+	d->busy = NULL;
+	d->n_busy = 0;
+}
+
 struct backend_ops {
 	const char *name; /* "overlay" | "tar" */
 
@@ -42,12 +64,19 @@ struct backend_ops {
 	int (*create)(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
 		      ckpt_error *err);
 
-	/* Make every root equal to checkpoint id. extra: object the backend may add
-	 * members to (e.g. busy_processes); it is merged into the response. */
-	int (*restore)(void *st, const char *id, json_t *data, json_t *extra, struct progress *p, ckpt_error *err);
+	/* Make every root equal to checkpoint id. details (may be NULL, else
+	 * zeroed by the caller) says what it did; the caller frees it. */
+	int (*restore)(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
+		       ckpt_error *err);
+
+	/* After a restore: compare every root with checkpoint id (NULL: the base)
+	 * by its recorded contents, not by the shortcuts restore takes. Appends
+	 * up to max {"path", "reason"} objects to diffs; <0 only when the
+	 * comparison could not run. NULL when the backend cannot verify. */
+	int (*verify)(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err);
 
 	/* Reset every root to its base (its contents when ckptd adopted it). */
-	int (*reset)(void *st, json_t *extra, ckpt_error *err);
+	int (*reset)(void *st, struct restore_details *details, ckpt_error *err);
 
 	/* Drop checkpoint id's data (the record is already gone or going). */
 	int (*remove)(void *st, const char *id, json_t *data, ckpt_error *err);

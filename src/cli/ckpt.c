@@ -18,12 +18,15 @@ static const char ckpt_usage[] =
 	"Client of ckptd, the in-sandbox filesystem checkpoint and rollback service.\n"
 	"\n"
 	"Commands:\n"
-	"  create NAME [--ttl SECS] [--label K=V]... [--async]   make a checkpoint\n"
-	"  list [--name NAME]                                   list checkpoints, newest first\n"
-	"  show ID|NAME                                         show one checkpoint\n"
-	"  delete ID|NAME                                       delete a checkpoint\n"
-	"  restore ID|NAME [--force] [--if-expired fail|fresh]  roll the roots back to it\n"
-	"  health                                               the daemon's health\n"
+	"  create NAME [--ttl SECS] [--label K=V]... [--async] [-q]   make a checkpoint\n"
+	"  list [--name NAME] [-q]                                   list checkpoints, newest first\n"
+	"  show ID|NAME                                              show one checkpoint\n"
+	"  delete ID|NAME [-q]                                       delete a checkpoint\n"
+	"  restore ID|NAME [--force] [--if-expired fail|fresh] [--verify] [--yes] [--dry-run]\n"
+	"                                                            roll the roots back to it\n"
+	"  health                                                    the daemon's health\n"
+	"  help [COMMAND]                                            this text, or a command's\n"
+	"  version                                                   ckpt's version\n"
 	"\n"
 	"Options:\n"
 	"  --url URL          daemon URL (default $CKPTD_URL, else " CKPT_DEFAULT_URL ")\n"
@@ -46,6 +49,10 @@ enum {
 	OPT_NAME,
 	OPT_FORCE,
 	OPT_IF_EXPIRED,
+	OPT_QUIET,
+	OPT_YES,
+	OPT_DRY_RUN,
+	OPT_VERIFY,
 };
 
 /* In the order of the enum above: ckpt_parse_opt indexes it by c - OPT_URL. */
@@ -60,6 +67,10 @@ static const struct option ckpt_options[] = {
 	{ "name", required_argument, NULL, OPT_NAME },
 	{ "force", no_argument, NULL, OPT_FORCE },
 	{ "if-expired", required_argument, NULL, OPT_IF_EXPIRED },
+	{ "quiet", no_argument, NULL, OPT_QUIET },
+	{ "yes", no_argument, NULL, OPT_YES },
+	{ "dry-run", no_argument, NULL, OPT_DRY_RUN },
+	{ "verify", no_argument, NULL, OPT_VERIFY },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ 0 },
@@ -70,6 +81,7 @@ struct ckpt_args {
 	const char *url, *socket, *token_file;
 	const char *only; /* the first command-specific option seen, for errors */
 	unsigned used;    /* bit per command-specific option */
+	bool help;        /* -h: the command's help, or the usage */
 };
 
 static int ckpt_usage_error(const char *fmt, const char *arg)
@@ -139,12 +151,14 @@ static int ckpt_parse_opt(int c, struct cli_opts *o, struct ckpt_args *a)
 		o->json = true;
 		return 0;
 	case 'h':
-		fputs(ckpt_usage, stdout);
-		return -1;
+		a->help = true;
+		return 0;
 	case 'V':
-		puts("ckpt " CKPT_VERSION);
+		puts("ckpt " CKPTD_VERSION);
 		return -1;
 	}
+	if (c == 'q' || c == 'y')
+		c = c == 'q' ? OPT_QUIET : OPT_YES;
 	if (!a->used)
 		a->only = ckpt_options[c - OPT_URL].name;
 	a->used |= 1u << (c - OPT_URL);
@@ -162,10 +176,22 @@ static int ckpt_parse_opt(int c, struct cli_opts *o, struct ckpt_args *a)
 	case OPT_FORCE:
 		o->force = true;
 		return 0;
+	case OPT_QUIET:
+		o->quiet = true;
+		return 0;
+	case OPT_YES:
+		o->yes = true;
+		return 0;
+	case OPT_DRY_RUN:
+		o->dry_run = true;
+		return 0;
 	case OPT_IF_EXPIRED:
 		if (strcmp(optarg, "fail") && strcmp(optarg, "fresh"))
 			return ckpt_usage_error("--if-expired wants \"fail\" or \"fresh\", not \"%s\"", optarg);
 		o->if_expired = optarg;
+		return 0;
+	case OPT_VERIFY:
+		o->verify = true;
 		return 0;
 	}
 	return CKPT_EXIT_USAGE; /* getopt printed the message */
@@ -179,15 +205,43 @@ struct ckpt_command {
 	unsigned opts; /* command-specific options it accepts */
 	const char *arg_name;
 	int (*run)(const struct cli_opts *o, const char *arg);
+	const char *help; /* `ckpt help CMD`, `ckpt CMD --help` */
 };
 
 static const struct ckpt_command ckpt_commands[] = {
-	{ "create", 1, OPT_BIT(OPT_TTL) | OPT_BIT(OPT_LABEL) | OPT_BIT(OPT_ASYNC), "NAME", cli_cmd_create },
-	{ "list", 0, OPT_BIT(OPT_NAME), NULL, cli_cmd_list },
-	{ "show", 1, 0, "ID", cli_cmd_show },
-	{ "delete", 1, 0, "ID", cli_cmd_delete },
-	{ "restore", 1, OPT_BIT(OPT_FORCE) | OPT_BIT(OPT_IF_EXPIRED), "ID", cli_cmd_restore },
-	{ "health", 0, 0, NULL, cli_cmd_health },
+	{ "create", 1, OPT_BIT(OPT_TTL) | OPT_BIT(OPT_LABEL) | OPT_BIT(OPT_ASYNC) | OPT_BIT(OPT_QUIET), "NAME",
+	  cli_cmd_create,
+	  "Usage: ckpt create NAME [--ttl SECS] [--label K=V]... [--async] [-q]\n"
+	  "Make a checkpoint of every managed root.\n"
+	  "  --ttl SECS     expire after SECS seconds (0: never; default: the daemon's)\n"
+	  "  --label K=V    attach a label (repeatable)\n"
+	  "  --async        return at once; the checkpoint is then \"creating\"\n"
+	  "  -q, --quiet    print the checkpoint id only\n"
+	  "On a terminal a bar shows the progress; Ctrl-C leaves the create running.\n" },
+	{ "list", 0, OPT_BIT(OPT_NAME) | OPT_BIT(OPT_QUIET), NULL, cli_cmd_list,
+	  "Usage: ckpt list [--name NAME] [-q]\n"
+	  "List checkpoints, newest first.\n"
+	  "  --name NAME    only those named NAME\n"
+	  "  -q, --quiet    print ids only, one per line\n" },
+	{ "show", 1, 0, "ID", cli_cmd_show,
+	  "Usage: ckpt show ID|NAME\n"
+	  "Show one checkpoint. A name means its newest active checkpoint.\n" },
+	{ "delete", 1, OPT_BIT(OPT_QUIET), "ID", cli_cmd_delete,
+	  "Usage: ckpt delete ID|NAME [-q]\n"
+	  "Delete a checkpoint and its data; prints `Deleted ID`, the id even when a name\n"
+	  "was given (-q: the id alone).\n" },
+	{ "restore", 1,
+	  OPT_BIT(OPT_FORCE) | OPT_BIT(OPT_IF_EXPIRED) | OPT_BIT(OPT_VERIFY) | OPT_BIT(OPT_YES) | OPT_BIT(OPT_DRY_RUN),
+	  "ID", cli_cmd_restore,
+	  "Usage: ckpt restore ID|NAME [--force] [--if-expired fail|fresh] [--verify] [--yes] [--dry-run]\n"
+	  "Roll every managed root back to a checkpoint, stopping and starting the units\n"
+	  "that use the roots.\n"
+	  "  --force               restore an expired checkpoint anyway\n"
+	  "  --if-expired fresh    reset the roots to their base if it expired\n"
+	  "  --verify              compare the roots with the checkpoint after the swap\n"
+	  "  -y, --yes             do not ask (a terminal asks before restoring)\n"
+	  "  --dry-run             show what would be restored; change nothing\n" },
+	{ "health", 0, 0, NULL, cli_cmd_health, "Usage: ckpt health\nThe daemon's health.\n" },
 };
 
 static const struct ckpt_command *ckpt_find_command(const char *name)
@@ -196,6 +250,71 @@ static const struct ckpt_command *ckpt_find_command(const char *name)
 		if (strcmp(ckpt_commands[i].name, name) == 0)
 			return &ckpt_commands[i];
 	return NULL;
+}
+
+/* Edit distance, for "did you mean". */
+static size_t ckpt_distance(const char *a, const char *b)
+{
+	size_t lb = strlen(b), row[32];
+	if (lb >= 32)
+		return 99;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = j;
+	for (size_t i = 1; a[i - 1]; i++) {
+		size_t diag = row[0];
+		row[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+			if (row[j] + 1 < best)
+				best = row[j] + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[lb];
+}
+
+static const char *ckpt_nearest_command(const char *name)
+{
+	static const char *const extra[] = { "help", "version" };
+	const char *best = NULL;
+	size_t best_d = 3; /* at most two edits away */
+	for (size_t i = 0; i < sizeof(ckpt_commands) / sizeof(ckpt_commands[0]) + 2; i++) {
+		size_t n = sizeof(ckpt_commands) / sizeof(ckpt_commands[0]);
+		const char *c = i < n ? ckpt_commands[i].name : extra[i - n];
+		size_t d = strlen(name) < 32 ? ckpt_distance(name, c) : 99;
+		if (d < best_d || (strncmp(name, c, strlen(name)) == 0 && strlen(name) >= 2 && !best)) {
+			best = c;
+			best_d = d;
+		}
+	}
+	return best;
+}
+
+static int ckpt_unknown_command(const char *name)
+{
+	const char *near = ckpt_nearest_command(name);
+	fprintf(stderr, "ckpt: unknown command \"%s\"", name);
+	if (near)
+		fprintf(stderr, "; did you mean \"%s\"?", near);
+	fputs("\nTry 'ckpt --help'.\n", stderr);
+	return CKPT_EXIT_USAGE;
+}
+
+/* `ckpt help [CMD]`. */
+static int ckpt_help(const char *name)
+{
+	if (!name) {
+		fputs(ckpt_usage, stdout);
+		return CKPT_EXIT_OK;
+	}
+	const struct ckpt_command *cmd = ckpt_find_command(name);
+	if (!cmd)
+		return ckpt_unknown_command(name);
+	fputs(cmd->help, stdout);
+	return CKPT_EXIT_OK;
 }
 
 /* Where the daemon is: flags first, then $CKPTD_SOCKET, $CKPTD_URL, the default. */
@@ -248,10 +367,17 @@ static int ckpt_resolve_token(struct cli_opts *o, const struct ckpt_args *a)
 static int ckpt_parse(int argc, char **argv, struct cli_opts *o, struct ckpt_args *a)
 {
 	int c;
-	opterr = 1;
-	while ((c = getopt_long(argc, argv, "hV", ckpt_options, NULL)) != -1) {
-		if (c == '?' || c == ':')
-			return CKPT_EXIT_USAGE;
+	opterr = 0; /* our messages, in the style of the others */
+	while ((c = getopt_long(argc, argv, ":hVqy", ckpt_options, NULL)) != -1) {
+		if (c == ':')
+			return ckpt_usage_error("option %s needs a value", argv[optind - 1]);
+		if (c == '?') {
+			if (optopt) {
+				char opt[3] = { '-', (char)optopt, '\0' };
+				return ckpt_usage_error("unknown option %s", opt);
+			}
+			return ckpt_usage_error("unknown option %s", argv[optind - 1]);
+		}
 		int r = ckpt_parse_opt(c, o, a);
 		if (r)
 			return r;
@@ -276,11 +402,23 @@ static int ckpt_main(int argc, char **argv, struct cli_opts *o)
 	int r = ckpt_parse(argc, argv, o, &a);
 	if (r)
 		return r < 0 ? CKPT_EXIT_OK : r;
-	if (optind >= argc)
+	if (optind >= argc) {
+		if (a.help)
+			return ckpt_help(NULL);
 		return ckpt_usage_error("%s", "missing command");
+	}
+	if (strcmp(argv[optind], "help") == 0)
+		return optind + 2 < argc ? ckpt_usage_error("unexpected argument \"%s\"", argv[optind + 2])
+					 : ckpt_help(optind + 1 < argc ? argv[optind + 1] : NULL);
+	if (strcmp(argv[optind], "version") == 0) {
+		puts("ckpt " CKPTD_VERSION);
+		return CKPT_EXIT_OK;
+	}
 	const struct ckpt_command *cmd = ckpt_find_command(argv[optind]);
 	if (!cmd)
-		return ckpt_usage_error("unknown command \"%s\"", argv[optind]);
+		return ckpt_unknown_command(argv[optind]);
+	if (a.help)
+		return ckpt_help(cmd->name);
 	r = ckpt_check_command(cmd, &a, argc - optind - 1, argv + optind + 1);
 	if (!r)
 		r = ckpt_resolve_conn(o, &a);

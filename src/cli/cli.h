@@ -8,7 +8,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define CKPT_VERSION "0.1.0"
 #define CKPT_DEFAULT_URL "http://127.0.0.1:7070"
 
 /* Exit statuses, documented in docs/cli.md. */
@@ -44,6 +43,7 @@ struct cli_reply {
 	char *body; /* NUL-terminated, may be empty */
 	size_t len;
 	json_t *json;     /* parsed body when it is JSON, else NULL */
+	int curl_code;    /* CURLcode of a transport failure, else 0 */
 	char errbuf[256]; /* transport error text */
 };
 
@@ -103,9 +103,12 @@ struct cli_opts {
 	bool async;
 	/* list */
 	const char *name_filter;
+	bool quiet; /* -q: ids only */
 	/* restore */
 	bool force;
 	const char *if_expired;
+	bool yes, dry_run;
+	bool verify;
 	bool tty; /* stdout is a terminal */
 };
 

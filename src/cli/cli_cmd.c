@@ -1,9 +1,15 @@
 /* cli_cmd.c: the ckpt subcommands. Each sends one API request (create with a
  * progress bar polls), prints the answer, and returns the exit status. */
+#include <curl/curl.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include "cli/cli.h"
 
 #define CLI_POLL_MS 100
@@ -14,8 +20,54 @@ static void cli_cmd_reply_freep(struct cli_reply *r)
 }
 #define _cleanup_reply_ __attribute__((cleanup(cli_cmd_reply_freep)))
 
+/* Why a unix socket cannot be reached, in ckptd's words rather than curl's. */
+static void cli_cmd_socket_problem(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) < 0) {
+		fprintf(stderr,
+			"ckpt: cannot reach ckptd: no socket at %s (%s); is ckptd running with --listen unix:%s? "
+			"The shipped unit listens on /run/ckptd/ckptd.sock\n",
+			path, strerror(errno), path);
+		return;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		fprintf(stderr, "ckpt: cannot reach ckptd: %s is not a socket\n", path);
+		return;
+	}
+	fprintf(stderr, "ckpt: cannot reach ckptd: nothing accepts connections on %s; is ckptd running?\n", path);
+}
+
 static int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r)
 {
+	switch (r->curl_code) {
+	case CURLE_COULDNT_CONNECT:
+		if (o->conn.socket_path)
+			cli_cmd_socket_problem(o->conn.socket_path);
+		else
+			fprintf(stderr,
+				"ckpt: cannot reach ckptd: nothing answers at %s; is it running, on that address? "
+				"(%s)\n",
+				o->conn.base_url, r->errbuf);
+		return CKPT_EXIT_CONNECT;
+	case CURLE_COULDNT_RESOLVE_HOST:
+		fprintf(stderr, "ckpt: cannot reach ckptd: unknown host in %s\n", o->conn.base_url);
+		return CKPT_EXIT_CONNECT;
+	case CURLE_URL_MALFORMAT:
+	case CURLE_UNSUPPORTED_PROTOCOL:
+		fprintf(stderr, "ckpt: %s is not a URL ckpt can use (http://HOST:PORT or unix:PATH)\n",
+			o->conn.base_url);
+		return CKPT_EXIT_USAGE;
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_RECV_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+		/* The request may have reached ckptd: say so, a retry could repeat it. */
+		fprintf(stderr,
+			"ckpt: ckptd did not finish answering (%s): the outcome is unknown; check with `ckpt list`\n",
+			r->errbuf);
+		return CKPT_EXIT_CONNECT;
+	}
 	if (o->conn.socket_path)
 		fprintf(stderr, "ckpt: cannot reach ckptd on unix socket %s: %s\n", o->conn.socket_path, r->errbuf);
 	else
@@ -30,6 +82,10 @@ static int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r)
 	if (o->json)
 		cli_out_verbatim(r);
 	cli_out_problem(r);
+	if (r->status == 401)
+		fprintf(stderr,
+			o->conn.token ? "hint: the token ckpt sent was refused; check --token-file or CKPTD_TOKEN\n"
+				      : "hint: ckptd wants a token: pass --token-file FILE or set CKPTD_TOKEN\n");
 	return CKPT_EXIT_SERVER;
 }
 
@@ -123,9 +179,15 @@ static int cli_cmd_ref_path(const struct cli_opts *o, const char *ref, const cha
 	return -1;
 }
 
+static bool cli_cmd_quiet;
+
 static void cli_cmd_created(json_t *r)
 {
 	char sz[32];
+	if (cli_cmd_quiet) {
+		puts(json_string_value(json_object_get(r, "checkpoint_id")) ?: "");
+		return;
+	}
 	const char *status = json_string_value(json_object_get(r, "status"));
 	const char *id = json_string_value(json_object_get(r, "checkpoint_id"));
 	const char *name = json_string_value(json_object_get(r, "name"));
@@ -157,10 +219,9 @@ static void cli_cmd_final_frame(struct cli_progress *p, json_t *last, json_t *re
 		bt = size;
 	if (bt <= 0 && ft <= 0)
 		bt = 1; /* an empty tree: still a full bar */
-	json_t *done = json_pack("{s:I,s:I,s:I,s:I}", "bytes_done", (json_int_t)bt, "bytes_total", (json_int_t)bt,
-				 "files_done", ft, "files_total", ft);
+	json_auto_t *done = json_pack("{s:I,s:I,s:I,s:I}", "bytes_done", (json_int_t)bt, "bytes_total", (json_int_t)bt,
+				      "files_done", ft, "files_total", ft);
 	cli_progress_bar(p, done);
-	json_decref(done);
 	cli_progress_end(p, true);
 }
 
@@ -198,6 +259,25 @@ static int cli_cmd_poll_once(const struct cli_opts *o, const char *path, struct 
 	return CKPT_EXIT_SERVER + 2;
 }
 
+/* Ctrl-C stops ckpt, not the create: say so, and how to follow it. The text
+ * is made before the signal can come; the handler only writes it. */
+static char cli_cmd_sigint_msg[512];
+
+static void cli_cmd_on_sigint(int sig)
+{
+	(void)sig;
+	ssize_t n = write(STDERR_FILENO, cli_cmd_sigint_msg, strlen(cli_cmd_sigint_msg));
+	(void)n;
+	_exit(130);
+}
+
+static void cli_cmd_sigint_say(const char *fmt, const char *a, const char *b)
+{
+	snprintf(cli_cmd_sigint_msg, sizeof(cli_cmd_sigint_msg), fmt, a, b);
+	struct sigaction sa = { .sa_handler = cli_cmd_on_sigint };
+	sigaction(SIGINT, &sa, NULL);
+}
+
 /* Poll GET /v1/checkpoints/{id} until the checkpoint leaves "creating". */
 static int cli_cmd_follow(const struct cli_opts *o, json_t *accepted)
 {
@@ -210,6 +290,9 @@ static int cli_cmd_follow(const struct cli_opts *o, json_t *accepted)
 		return CKPT_EXIT_SERVER;
 	}
 	struct cli_progress p;
+	cli_cmd_sigint_say("\nckpt: interrupted; ckptd goes on creating %s in the background: "
+			   "`ckpt show %s` follows it\n",
+			   id, id);
 	cli_progress_start(&p, label);
 	json_t *last = json_incref(json_object_get(accepted, "progress"));
 	cli_progress_bar(&p, last);
@@ -229,7 +312,11 @@ static int cli_cmd_follow(const struct cli_opts *o, json_t *accepted)
 int cli_cmd_create(const struct cli_opts *o, const char *name)
 {
 	/* A bar only for a person watching: a tty, no --json, and not --async. */
-	bool bar = o->tty && !o->json && !o->async;
+	bool bar = o->tty && !o->json && !o->async && !o->quiet;
+	cli_cmd_quiet = o->quiet;
+	cli_cmd_sigint_say("\nckpt: interrupted; ckptd may still be creating \"%s\" in the background: "
+			   "`ckpt list --name %s` shows it\n",
+			   name, name);
 	json_auto_t *body = cli_cmd_create_body(o, name, o->async || bar);
 	_cleanup_reply_ struct cli_reply r = { 0 };
 	int rc = cli_cmd_send(o, "POST", "/v1/checkpoints", body, &r, NULL, NULL);
@@ -242,7 +329,17 @@ int cli_cmd_create(const struct cli_opts *o, const char *name)
 
 static void cli_cmd_list_human(json_t *body)
 {
-	cli_out_table(json_object_get(body, "checkpoints"));
+	json_t *all = json_object_get(body, "checkpoints"), *c;
+	size_t i;
+	if (cli_cmd_quiet) {
+		json_array_foreach(all, i, c) puts(json_string_value(json_object_get(c, "checkpoint_id")) ?: "");
+		return;
+	}
+	if (json_array_size(all) == 0) {
+		puts("No checkpoints.");
+		return;
+	}
+	cli_out_table(all);
 }
 
 int cli_cmd_list(const struct cli_opts *o, const char *unused __attribute__((unused)))
@@ -250,6 +347,7 @@ int cli_cmd_list(const struct cli_opts *o, const char *unused __attribute__((unu
 	_cli_cleanup_free_ char *path = o->name_filter ? cli_http_path("/v1/checkpoints?name=", o->name_filter, NULL)
 						       : strdup("/v1/checkpoints");
 	_cleanup_reply_ struct cli_reply r = { 0 };
+	cli_cmd_quiet = o->quiet;
 	int rc = cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL);
 	return rc >= 0 ? rc : cli_cmd_print(o, &r, cli_cmd_list_human);
 }
@@ -264,19 +362,27 @@ int cli_cmd_show(const struct cli_opts *o, const char *id)
 	return rc >= 0 ? rc : cli_cmd_print(o, &r, cli_out_record);
 }
 
-int cli_cmd_delete(const struct cli_opts *o, const char *id)
+int cli_cmd_delete(const struct cli_opts *o, const char *ref)
 {
-	_cli_cleanup_free_ char *path = NULL;
-	_cleanup_reply_ struct cli_reply r = { 0 };
-	int rc = cli_cmd_ref_path(o, id, NULL, &path);
+	_cli_cleanup_free_ char *path = NULL, *id_path = NULL;
+	_cleanup_reply_ struct cli_reply rec = { 0 }, r = { 0 };
+	/* The record first: a name means one checkpoint, and the output names it by id. */
+	int rc = cli_cmd_ref_path(o, ref, NULL, &path);
 	if (rc < 0)
-		rc = cli_cmd_send(o, "DELETE", path, NULL, &r, NULL, NULL);
+		rc = cli_cmd_send(o, "GET", path, NULL, &rec, NULL, NULL);
+	if (rc >= 0)
+		return rc;
+	const char *id = json_string_value(json_object_get(rec.json, "checkpoint_id"));
+	id_path = id ? cli_http_path("/v1/checkpoints/", id, NULL) : NULL;
+	rc = cli_cmd_send(o, "DELETE", id_path ? id_path : path, NULL, &r, NULL, NULL);
 	if (rc >= 0)
 		return rc;
 	if (o->json)
 		cli_out_verbatim(&r); /* 204: nothing */
+	else if (o->quiet)
+		puts(id ? id : ref);
 	else
-		printf("Deleted %s\n", id);
+		printf("Deleted %s\n", id ? id : ref);
 	return CKPT_EXIT_OK;
 }
 
@@ -318,6 +424,57 @@ static void cli_cmd_watch_tick(void *arg)
 		cli_progress_spin(&w->p);
 }
 
+/* What a restore would do, from the record: nothing is changed. */
+static void cli_cmd_restore_preview(json_t *rec, FILE *out)
+{
+	char when[40];
+	fprintf(out, "Restore would roll every managed root back to %s \"%s\" (created %s, %s)\n",
+		json_string_value(json_object_get(rec, "checkpoint_id")) ?: "?",
+		json_string_value(json_object_get(rec, "name")) ?: "",
+		cli_out_time(json_object_get(rec, "created_at"), "?", when, sizeof(when)),
+		json_string_value(json_object_get(rec, "backend")) ?: "?");
+	fputs("and discard every change made since. The systemd units that use the roots are\n"
+	      "stopped first and the ones that were running are started again.\n",
+	      out);
+}
+
+/* Read one line from the terminal: true for y or yes. */
+static bool cli_cmd_confirm(void)
+{
+	char line[16];
+	fputs("Restore? [y/N] ", stderr);
+	fflush(stderr);
+	if (!fgets(line, sizeof(line), stdin))
+		return false;
+	line[strcspn(line, "\r\n")] = '\0';
+	return strcasecmp(line, "y") == 0 || strcasecmp(line, "yes") == 0;
+}
+
+/* --dry-run, or a person at a terminal without --yes: show the checkpoint first. */
+static int cli_cmd_restore_check(const struct cli_opts *o, const char *path)
+{
+	bool ask = !o->yes && !o->json && isatty(STDIN_FILENO) && isatty(STDERR_FILENO);
+	if (!o->dry_run && !ask)
+		return -1;
+	_cli_cleanup_free_ char *record_path = strndup(path, strlen(path) - strlen("/restore"));
+	_cleanup_reply_ struct cli_reply r = { 0 };
+	int rc = cli_cmd_send(o, "GET", record_path, NULL, &r, NULL, NULL);
+	if (rc >= 0)
+		return rc;
+	if (o->dry_run) {
+		if (o->json)
+			cli_out_verbatim(&r);
+		else
+			cli_cmd_restore_preview(r.json, stdout);
+		return CKPT_EXIT_OK;
+	}
+	cli_cmd_restore_preview(r.json, stderr);
+	if (cli_cmd_confirm())
+		return -1;
+	fputs("ckpt: not restored\n", stderr);
+	return CKPT_EXIT_SERVER;
+}
+
 int cli_cmd_restore(const struct cli_opts *o, const char *id)
 {
 	json_auto_t *body = json_object();
@@ -325,8 +482,12 @@ int cli_cmd_restore(const struct cli_opts *o, const char *id)
 		json_object_set_new(body, "force", json_true());
 	if (o->if_expired)
 		json_object_set_new(body, "if_expired", json_string(o->if_expired));
+	if (o->verify)
+		json_object_set_new(body, "verify", json_true());
 	_cli_cleanup_free_ char *path = NULL;
 	int rc = cli_cmd_ref_path(o, id, "/restore", &path);
+	if (rc < 0)
+		rc = cli_cmd_restore_check(o, path);
 	if (rc >= 0)
 		return rc;
 	_cli_cleanup_free_ char *label = NULL, *record_path = NULL;

@@ -56,7 +56,7 @@ static CURL *cli_http_easy(const struct cli_conn *c, const char *method, const c
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 10L);
-	curl_easy_setopt(e, CURLOPT_USERAGENT, "ckpt/" CKPT_VERSION);
+	curl_easy_setopt(e, CURLOPT_USERAGENT, "ckpt/" CKPTD_VERSION);
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
 	if (c->socket_path)
 		curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, c->socket_path);
@@ -130,8 +130,10 @@ int cli_http_request(const struct cli_conn *c, const char *method, const char *p
 		snprintf(r->errbuf, sizeof(r->errbuf), "%s", curl_easy_strerror(res));
 	curl_easy_cleanup(e);
 	curl_slist_free_all(hdrs);
-	if (res != CURLE_OK)
+	if (res != CURLE_OK) {
+		r->curl_code = (int)res;
 		return -EIO;
+	}
 	cli_http_parse(r);
 	return 0;
 }

@@ -2,7 +2,9 @@
  * Mutating operations are serialized by one lock; reads never wait for it. */
 #pragma once
 #include <jansson.h>
+#include "backend/backend.h"
 #include "lib/util.h"
+#include "services/services.h"
 
 struct config;
 struct engine;
@@ -30,11 +32,28 @@ int engine_create(struct engine *e, const struct create_req *req, json_t **ret_r
 struct restore_req {
 	bool force;
 	const char *if_expired; /* NULL, "fail", "fresh" */
+	bool verify;            /* compare the roots with the checkpoint after the swap */
 };
-int engine_restore(struct engine *e, const char *id_or_name, const struct restore_req *req, json_t **ret_report,
-		   ckpt_error *err);
+/* What a restore did, as data; the API layer writes the JSON. */
+struct restore_report {
+	char checkpoint_id[32];
+	int64_t duration_ms, stop_ms, swap_ms, start_ms;
+	bool restored_from_checkpoint; /* false: reset to the base (if_expired fresh) */
+	bool ttl_expired;
+	bool services_available;
+	bool swapped;                   /* false: a unit using the roots could not be stopped, nothing was swapped */
+	const char *services_reason;    /* why not available; lives as long as the engine */
+	struct svc_report services;     /* units stopped, started, failed (owned) */
+	struct restore_details details; /* the backend's own account (owned) */
+	json_t *verify; /* "verify": verified, verify_ms, verify_differences[, verify_error]; owned, or NULL */
+};
+void restore_report_free(struct restore_report *r);
+/* On success fills ret_report, which the caller frees. */
+int engine_restore(struct engine *e, const char *id_or_name, const struct restore_req *req,
+		   struct restore_report *ret_report, ckpt_error *err);
 int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err);
 int engine_get(struct engine *e, const char *id_or_name, json_t **ret_record, ckpt_error *err);
+/* NULL when out of memory. */
 json_t *engine_list(struct engine *e, const char *name);
 json_t *engine_health(struct engine *e);
 /* Prometheus text exposition; caller frees. */

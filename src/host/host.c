@@ -9,6 +9,9 @@
 #include "host/session.h"
 #include "config.h"
 
+#include <signal.h>
+#include <sys/syscall.h>
+
 #define BG_TICK_MS 250 /* also how often an owner looks for a waiter */
 #define WATCHDOG_TICK_MS 50
 
@@ -246,6 +249,9 @@ static void *watchdog_main(void *arg)
 		for (struct sandbox *sb = h->sandboxes; sb && !cid[0]; sb = sb->next)
 			if (sb->token && !sb->killed && (sb->fenced || mono_ms() >= sb->lease_until)) {
 				sb->fenced = sb->killed = true;
+				/* at once, no runsc call in the way; delete cleans up */
+				if (sb->pidfd >= 0 && syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0) < 0)
+					log_debug("host: sandbox '%s': pidfd kill: %m", sb->id);
 				memcpy(cid, sb->cid, sizeof(cid));
 				memcpy(id, sb->id, sizeof(id));
 			}

@@ -31,7 +31,8 @@ static void become_running(struct session *s, struct sandbox *sb)
 
 static int parse_config(struct session *s, const char *msg, int64_t *idle, bool *ckpt, char *why, size_t len)
 {
-	json_t *o = json_loads(msg, 0, NULL), *v;
+	json_auto_t *o = json_loads(msg, 0, NULL);
+	json_t *v;
 	int r = 0;
 
 	*idle = s->h->default_idle;
@@ -48,7 +49,6 @@ static int parse_config(struct session *s, const char *msg, int64_t *idle, bool 
 		*idle = json_integer_value(v);
 	if (r == 0)
 		*ckpt = json_is_true(json_object_get(o, "enable_checkpoint"));
-	json_decref(o);
 	return r;
 }
 
@@ -321,7 +321,7 @@ static void client_execute(struct session *s, const char *language, const char *
 
 static void handle_message(struct session *s, const char *msg)
 {
-	json_t *o = json_loads(msg, 0, NULL);
+	json_auto_t *o = json_loads(msg, 0, NULL);
 	const char *action = json_string_value(json_object_get(o, "action"));
 	const char *lang = json_string_value(json_object_get(o, "language"));
 	const char *code = json_string_value(json_object_get(o, "code"));
@@ -336,7 +336,6 @@ static void handle_message(struct session *s, const char *msg)
 		session_error(
 			s,
 			"expected {\"language\": \"python\"|\"bash\", \"code\": ...} or {\"action\": \"checkpoint\"}");
-	json_decref(o);
 }
 
 static void session_loop(struct session *s)

@@ -28,7 +28,8 @@ static int copy_str(char dst[LOCKS_NAME_MAX], json_t *v)
 
 static int parse_lock(const char *text, struct lock_info *ret)
 {
-	json_t *o = json_loads(text, 0, NULL), *w, *t;
+	json_auto_t *o = json_loads(text, 0, NULL);
+	json_t *w, *t;
 	int r = -EBADMSG;
 
 	memset(ret, 0, sizeof(*ret));
@@ -40,7 +41,6 @@ static int parse_lock(const char *text, struct lock_info *ret)
 		w = json_object_get(o, "waiter");
 		r = (w && !json_is_null(w)) ? copy_str(ret->waiter, w) : 0;
 	}
-	json_decref(o);
 	return r;
 }
 
@@ -65,16 +65,13 @@ bool locks_expired(const struct lock_info *l, int64_t ttl, int64_t now)
 
 static char *lock_text(const char *owner, int64_t ts, uint64_t token, const char *waiter)
 {
-	json_t *o =
+	json_auto_t *o =
 		json_pack("{s:s, s:I, s:I}", "owner", owner, "timestamp", (json_int_t)ts, "token", (json_int_t)token);
-	char *s;
 	if (!o)
 		return NULL;
 	if (waiter && *waiter)
 		json_object_set_new(o, "waiter", json_string(waiter));
-	s = json_dumps(o, JSON_COMPACT);
-	json_decref(o);
-	return s;
+	return json_dumps(o, JSON_COMPACT);
 }
 
 /* A complete temp file beside the lock; its name goes to tmp. */
@@ -274,12 +271,24 @@ int locks_acquire(const struct locks *L, const char *id, const char *me, int64_t
 	return -EBUSY;
 }
 
+/* A lock naming an older generation than ours, while no newer one was
+ * issued: the late write of a former owner (its renewal blocked on the volume
+ * and landed after we took over). Tokens decide: the lock is still ours. */
+static bool clobbered_by_older(const struct locks *L, const char *id, const struct lock_info *l, uint64_t token)
+{
+	return l->token < token && gen_read(L, id) <= token;
+}
+
 int locks_renew(const struct locks *L, const char *id, const char *me, uint64_t token, int64_t now,
 		char ret_waiter[LOCKS_NAME_MAX])
 {
 	struct lock_info l;
 	int r = locks_read(L, id, &l);
 
+	if (r == 0 && strcmp(l.owner, me) && clobbered_by_older(L, id, &l, token)) {
+		snprintf(l.owner, sizeof(l.owner), "%s", me); /* put ours back */
+		l.token = token;
+	}
 	if (r == -ENOENT || (r == 0 && (strcmp(l.owner, me) || l.token != token)))
 		return -ESTALE;
 	if (r < 0)
@@ -297,6 +306,8 @@ int locks_check(const struct locks *L, const char *id, const char *me, uint64_t 
 	struct lock_info l;
 	int r = locks_read(L, id, &l);
 
+	if (r == 0 && strcmp(l.owner, me) && clobbered_by_older(L, id, &l, token))
+		return 0;
 	if (r == -ENOENT || (r == 0 && (strcmp(l.owner, me) || l.token != token)))
 		return -ESTALE;
 	if (r < 0)

@@ -5,6 +5,7 @@
 #include "host/sandbox.h"
 #include "host/locks.h"
 #include "host/reaper.h"
+#include "lib/walk.h"
 
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -95,6 +96,7 @@ struct sandbox *sandbox_add(struct host *h, const char *id)
 		return NULL;
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
 	snprintf(sb->cid, sizeof(sb->cid), "%s.%s", id, h->cid_tag);
+	sb->pidfd = -1;
 	sb->state = SB_STARTING;
 	sb->idle_timeout_s = h->default_idle;
 	sb->created_at_ms = now_ms();
@@ -111,6 +113,8 @@ void sandbox_remove(struct host *h, struct sandbox *sb)
 			*p = sb->next;
 			if (sb->client)
 				sb->client->sb = NULL;
+			if (sb->pidfd >= 0)
+				close(sb->pidfd);
 			free(sb);
 			return;
 		}
@@ -138,6 +142,18 @@ static int prepare_bundle(struct host *h, const char *id, char **ret_bundle, cha
 	return 0;
 }
 
+/* Keep a handle on the sandbox process for the watchdog's instant kill. */
+static void note_pidfd(struct host *h, struct sandbox *sb)
+{
+	int fd = runsc_sandbox_pidfd(&h->runsc, sb->cid);
+
+	pthread_mutex_lock(&h->mu);
+	if (sb->pidfd >= 0)
+		close(sb->pidfd);
+	sb->pidfd = fd < 0 ? -1 : fd;
+	pthread_mutex_unlock(&h->mu);
+}
+
 int sandbox_start(struct host *h, struct sandbox *sb, ckpt_error *err)
 {
 	_cleanup_free_ char *bundle = NULL, *log = NULL;
@@ -147,6 +163,8 @@ int sandbox_start(struct host *h, struct sandbox *sb, ckpt_error *err)
 		return r;
 	reaper_note(h->reaper_fd, '+', sb->cid);
 	r = runsc_run(&h->runsc, bundle, sb->cid, log, err);
+	if (r == 0)
+		note_pidfd(h, sb);
 	if (r < 0) {
 		runsc_delete(&h->runsc, sb->cid);
 		reaper_note(h->reaper_fd, '-', sb->cid);
@@ -254,11 +272,12 @@ int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *lates
 {
 	char created[40], now[40];
 	_cleanup_close_ int dfd = open_sandbox_dir(h, sb->id, NULL, true);
-	json_t *m;
+	json_auto_t *m = NULL;
 	_cleanup_free_ char *text = NULL;
 
 	if (dfd < 0)
 		return err_set(err, -dfd, NULL, "sandbox dir on the volume: %s", strerror(-dfd));
+	write_file_atomic_sweep(dfd); /* a killed owner's; we hold the sandbox's lock */
 	m = json_pack("{s:s, s:I, s:b, s:s, s:o, s:s, s:s, s:s, s:s}", "sandbox_id", sb->id, "idle_timeout",
 		      (json_int_t)sb->idle_timeout_s, "enable_checkpoint", 1, "runsc_version", h->runsc_version,
 		      "cpu_features", strv_json(h->cpu_features, h->n_cpu_features), "created_at",
@@ -267,7 +286,6 @@ int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *lates
 	if (m)
 		json_object_set_new(m, "token", json_integer((json_int_t)sb->token));
 	text = m ? json_dumps(m, JSON_INDENT(2)) : NULL;
-	json_decref(m);
 	if (!text)
 		return err_set(err, ENOMEM, NULL, "metadata: out of memory");
 	return write_fenced(h, sb, dfd, "metadata.json", text, err);
@@ -297,19 +315,14 @@ static void prune_images(int cfd, long long newest)
 	_cleanup_closedir_ DIR *d = NULL;
 	long long second = -1;
 	struct dirent *de;
-	int fd = dup(cfd);
 
-	if (fd < 0 || !(d = fdopendir(fd))) {
-		if (fd >= 0)
-			close(fd);
+	if (walk_open(cfd, NULL, &d) < 0)
 		return;
-	}
-	rewinddir(d); /* the dup shares its offset with cfd */
-	while ((de = readdir(d)))
+	while ((de = walk_next(d)))
 		if (image_ms(de->d_name) < newest && image_ms(de->d_name) > second)
 			second = image_ms(de->d_name);
 	rewinddir(d);
-	while ((de = readdir(d))) {
+	while ((de = walk_next(d))) {
 		long long ms = image_ms(de->d_name);
 		if (ms >= 0 && ms < second)
 			rm_rf_at(cfd, de->d_name);
@@ -334,20 +347,15 @@ static uint64_t latest_token(int cfd, bool prune)
 	_cleanup_closedir_ DIR *d = NULL;
 	unsigned long long v, top = 0, second = 0;
 	struct dirent *de;
-	int fd = dup(cfd);
 	char tail;
 
-	if (fd < 0 || !(d = fdopendir(fd))) {
-		if (fd >= 0)
-			close(fd);
+	if (walk_open(cfd, NULL, &d) < 0)
 		return 0;
-	}
-	rewinddir(d); /* the dup shares its offset with cfd */
-	while ((de = readdir(d)))
+	while ((de = walk_next(d)))
 		if (sscanf(de->d_name, "latest.%llu%c", &v, &tail) == 1 && v > second)
 			second = v > top ? top : v, top = v > top ? v : top;
 	rewinddir(d);
-	while (prune && (de = readdir(d)))
+	while (prune && (de = walk_next(d)))
 		if (sscanf(de->d_name, "latest.%llu%c", &v, &tail) == 1 && v < second)
 			unlinkat(cfd, de->d_name, 0);
 	return top;
@@ -363,6 +371,7 @@ int sandbox_checkpoint(struct host *h, struct sandbox *sb, ckpt_error *err)
 
 	if (cfd < 0)
 		return err_set(err, -cfd, NULL, "checkpoint dir on the volume: %s", strerror(-cfd));
+	write_file_atomic_sweep(cfd); /* a killed owner's; we hold the sandbox's lock */
 	snprintf(name, sizeof(name), "checkpoint_%lld.img", ms);
 	if (!log || asprintf(&image, "%s/%s/checkpoints/%s", h->mount, sb->id, name) < 0)
 		return err_set(err, ENOMEM, NULL, "out of memory");
@@ -487,20 +496,17 @@ int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err)
 {
 	_cleanup_free_ char *image = NULL, *name = NULL, *bundle = NULL, *log = NULL;
 	_cleanup_close_ int cfd = -1;
-	json_t *meta = NULL;
+	json_auto_t *meta = NULL;
 	int r = latest_image(h, sb->id, &image, &name);
 
 	if (r == -ENOENT)
 		return err_set(err, ENOENT, NULL, "no checkpoint of sandbox '%s'", sb->id);
 	if (r < 0)
 		return err_set(err, -r, NULL, "latest checkpoint of '%s': %s", sb->id, strerror(-r));
-	if ((r = read_metadata(h, sb->id, &meta, err)) < 0 || (r = check_compat(h, meta, err)) < 0) {
-		json_decref(meta);
+	if ((r = read_metadata(h, sb->id, &meta, err)) < 0 || (r = check_compat(h, meta, err)) < 0)
 		return r;
-	}
 	if (json_is_integer(json_object_get(meta, "idle_timeout")))
 		sb->idle_timeout_s = json_integer_value(json_object_get(meta, "idle_timeout"));
-	json_decref(meta);
 	if ((r = prepare_bundle(h, sb->id, &bundle, &log, err)) < 0)
 		return r;
 	/* adopt the image under our token first: a late write of the previous
@@ -516,5 +522,7 @@ int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err)
 		runsc_delete(&h->runsc, sb->cid);
 		reaper_note(h->reaper_fd, '-', sb->cid);
 	}
+	if (r == 0)
+		note_pidfd(h, sb);
 	return r;
 }

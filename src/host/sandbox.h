@@ -43,6 +43,7 @@ struct sandbox {
 	 * and sets fenced, whatever the volume does. */
 	uint64_t token;
 	int64_t lease_until;
+	int pidfd;        /* the runsc-sandbox process, or -1 (under h->mu) */
 	bool fenced;      /* must not run any more */
 	bool killed;      /* the watchdog has killed its container */
 	bool waiter_seen; /* another instance waits for it: hand over */

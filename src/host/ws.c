@@ -1,82 +1,30 @@
 /* ws.c: RFC 6455 framing and handshake for host mode's WebSocket sessions.
- * libmicrohttpd hands over the raw socket after 101; the framing is ours. */
+ * libmicrohttpd hands over the raw socket after 101; the framing is ours,
+ * SHA-1 and base64 are nettle's (already loaded through GnuTLS). */
 #include "host/ws.h"
 
+#include <nettle/base64.h>
+#include <nettle/sha1.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
 
 #define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
-static uint32_t rol32(uint32_t x, int n)
-{
-	return (x << n) | (x >> (32 - n));
-}
-
-static void sha1_block(uint32_t h[5], const uint8_t *p)
-{
-	uint32_t w[80], a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
-
-	for (int i = 0; i < 16; i++)
-		w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 |
-			p[4 * i + 3];
-	for (int i = 16; i < 80; i++)
-		w[i] = rol32(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
-	for (int i = 0; i < 80; i++) {
-		uint32_t f, k;
-		if (i < 20)
-			f = (b & c) | (~b & d), k = 0x5A827999;
-		else if (i < 40)
-			f = b ^ c ^ d, k = 0x6ED9EBA1;
-		else if (i < 60)
-			f = (b & c) | (b & d) | (c & d), k = 0x8F1BBCDC;
-		else
-			f = b ^ c ^ d, k = 0xCA62C1D6;
-		uint32_t t = rol32(a, 5) + f + e + k + w[i];
-		e = d, d = c, c = rol32(b, 30), b = a, a = t;
-	}
-	h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e;
-}
-
 void ws_sha1(const void *data, size_t len, uint8_t out[20])
 {
-	uint32_t h[5] = { 0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0 };
-	const uint8_t *p = data;
-	uint8_t tail[128] = { 0 };
-	size_t full = len / 64 * 64, rest = len - full, tlen;
-	uint64_t bits = (uint64_t)len * 8;
-
-	for (size_t i = 0; i < full; i += 64)
-		sha1_block(h, p + i);
-	memcpy(tail, p + full, rest);
-	tail[rest] = 0x80;
-	tlen = rest + 1 + 8 <= 64 ? 64 : 128;
-	for (int i = 0; i < 8; i++)
-		tail[tlen - 1 - i] = (uint8_t)(bits >> (8 * i));
-	for (size_t i = 0; i < tlen; i += 64)
-		sha1_block(h, tail + i);
-	for (int i = 0; i < 20; i++)
-		out[i] = (uint8_t)(h[i / 4] >> (24 - 8 * (i % 4)));
+	struct sha1_ctx c;
+	sha1_init(&c);
+	sha1_update(&c, len, data);
+	sha1_digest(&c, SHA1_DIGEST_SIZE, out);
 }
 
 size_t ws_base64(const uint8_t *in, size_t len, char *out)
 {
-	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	size_t o = 0;
-
-	for (size_t i = 0; i < len; i += 3) {
-		uint32_t v = (uint32_t)in[i] << 16;
-		if (i + 1 < len)
-			v |= (uint32_t)in[i + 1] << 8;
-		if (i + 2 < len)
-			v |= in[i + 2];
-		out[o++] = tab[v >> 18 & 63];
-		out[o++] = tab[v >> 12 & 63];
-		out[o++] = i + 1 < len ? tab[v >> 6 & 63] : '=';
-		out[o++] = i + 2 < len ? tab[v & 63] : '=';
-	}
-	out[o] = '\0';
-	return o;
+	size_t n = BASE64_ENCODE_RAW_LENGTH(len);
+	base64_encode_raw(out, len, in);
+	out[n] = '\0';
+	return n;
 }
 
 int ws_accept_key(const char *key, char out[29])
@@ -198,11 +146,6 @@ void ws_conn_free(struct ws_conn *c)
 	free(c->rbuf);
 	free(c->msg);
 	free(c);
-}
-
-int ws_conn_fd(const struct ws_conn *c)
-{
-	return c->fd;
 }
 
 static int send_all(int fd, const uint8_t *p, size_t len)

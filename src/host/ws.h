@@ -1,5 +1,5 @@
-/* ws.h: RFC 6455 WebSocket, server side: handshake accept key (own SHA-1 and
- * base64, no extra dependency), frame parsing and encoding, and a connection
+/* ws.h: RFC 6455 WebSocket, server side: handshake accept key (SHA-1 and
+ * base64 from nettle), frame parsing and encoding, and a connection
  * that reads whole messages (answering pings, reassembling fragments) and
  * writes from several threads. */
 #pragma once
@@ -51,7 +51,6 @@ struct ws_conn;
 /* extra: bytes already read past the HTTP headers (start of the first frame). */
 struct ws_conn *ws_conn_new(int fd, const char *extra, size_t extra_len);
 void ws_conn_free(struct ws_conn *c);
-int ws_conn_fd(const struct ws_conn *c);
 
 /* Wait up to timeout_ms for a whole text or binary message: returns its opcode
  * with *ret a NUL-terminated malloc'd buffer; 0 on timeout; WS_OP_CLOSE when

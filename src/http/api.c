@@ -10,21 +10,20 @@ json_t *api_parse_object(const struct http_request *req, bool required, struct h
 	json_error_t jerr;
 	if (!req->body || req->body_len == 0) {
 		if (required)
-			http_problem(resp, 400, "bad_request", "a JSON object body is required");
+			http_fail(resp, ERR_INVALID, "bad_request", "a JSON object body is required");
 		return required ? NULL : json_object();
 	}
-	json_t *obj = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
+	json_auto_t *obj = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!obj) {
-		http_problem(resp, 400, "bad_request", "malformed JSON at line %d column %d: %s", jerr.line,
-			     jerr.column, jerr.text);
+		http_fail(resp, ERR_INVALID, "bad_request", "malformed JSON at line %d column %d: %s", jerr.line,
+			  jerr.column, jerr.text);
 		return NULL;
 	}
 	if (!json_is_object(obj)) {
-		json_decref(obj);
-		http_problem(resp, 400, "bad_request", "the body must be a JSON object");
+		http_fail(resp, ERR_INVALID, "bad_request", "the body must be a JSON object");
 		return NULL;
 	}
-	return obj;
+	return TAKE_PTR(obj);
 }
 
 /* Unknown members are refused so that a typo never passes silently. */
@@ -38,7 +37,7 @@ static bool api_only_fields(json_t *obj, const char *const *allowed, struct http
 		for (const char *const *a = allowed; *a; a++)
 			ok |= !strcmp(k, *a);
 		if (!ok) {
-			http_problem(resp, 400, "invalid_field", "unknown field '%s'", k);
+			http_fail(resp, ERR_INVALID, "invalid_field", "unknown field '%s'", k);
 			return false;
 		}
 	}
@@ -54,13 +53,13 @@ bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response 
 		return false;
 	v = json_object_get(obj, "name");
 	if (!json_is_string(v)) {
-		http_problem(resp, 400, "invalid_field", "name is required and must be a string");
+		http_fail(resp, ERR_INVALID, "invalid_field", "name is required and must be a string");
 		return false;
 	}
 	cr->name = json_string_value(v);
 	if ((v = json_object_get(obj, "ttl_secs")) && !json_is_null(v)) {
 		if (!json_is_integer(v)) {
-			http_problem(resp, 400, "invalid_field", "ttl_secs must be an integer number of seconds");
+			http_fail(resp, ERR_INVALID, "invalid_field", "ttl_secs must be an integer number of seconds");
 			return false;
 		}
 		cr->has_ttl = true;
@@ -68,14 +67,14 @@ bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response 
 	}
 	if ((v = json_object_get(obj, "labels")) && !json_is_null(v)) {
 		if (!json_is_object(v)) {
-			http_problem(resp, 400, "invalid_field", "labels must be an object of strings");
+			http_fail(resp, ERR_INVALID, "invalid_field", "labels must be an object of strings");
 			return false;
 		}
 		cr->labels = v;
 	}
 	if ((v = json_object_get(obj, "async")) && !json_is_null(v)) {
 		if (!json_is_boolean(v)) {
-			http_problem(resp, 400, "invalid_field", "async must be true or false");
+			http_fail(resp, ERR_INVALID, "invalid_field", "async must be true or false");
 			return false;
 		}
 		cr->async = json_is_true(v);
@@ -88,27 +87,29 @@ static void api_create(void *app, const struct http_request *req, struct http_re
 	struct create_req cr = { 0 };
 	ckpt_error err = { 0 };
 	json_t *rec = NULL;
-	json_t *obj = api_parse_object(req, true, resp);
+	json_auto_t *obj = api_parse_object(req, true, resp);
 
-	if (!obj)
+	if (!obj || !api_decode_create(obj, &cr, resp))
 		return;
-	if (api_decode_create(obj, &cr, resp)) {
-		if (engine_create(app, &cr, &rec, &err) < 0)
-			http_error(resp, &err);
-		else
-			http_json(resp, cr.async ? 202 : 201, rec);
-	}
-	json_decref(obj);
+	if (engine_create(app, &cr, &rec, &err) < 0)
+		http_error(resp, &err);
+	else
+		http_json(resp, cr.async ? 202 : 201, rec);
 }
 
 static void api_list(void *app, const struct http_request *req, struct http_response *resp)
 {
 	const char *name = http_query(req, "name");
 	if (name && !name_valid(name)) {
-		http_problem(resp, 400, "invalid_field", "name must be 1 to 128 printable characters");
+		http_fail(resp, ERR_INVALID, "invalid_field", "name must be 1 to 128 printable characters");
 		return;
 	}
-	http_json(resp, 200, json_pack("{s:o}", "checkpoints", engine_list(app, name)));
+	json_t *list = engine_list(app, name);
+	json_t *out = list ? json_pack("{s:o}", "checkpoints", list) : NULL;
+	if (out)
+		http_json(resp, 200, out);
+	else
+		http_fail(resp, ERR_INTERNAL, NULL, "out of memory listing checkpoints");
 }
 
 static void api_get(void *app, const struct http_request *req, struct http_response *resp)
@@ -132,22 +133,26 @@ static void api_delete(void *app, const struct http_request *req, struct http_re
 
 bool api_decode_restore(json_t *obj, struct restore_req *rr, struct http_response *resp)
 {
-	static const char *const allowed[] = { "force", "if_expired", NULL };
+	static const char *const allowed[] = { "force", "if_expired", "verify", NULL };
+	static const char *const flags[] = { "force", "verify" };
+	bool *dst[] = { &rr->force, &rr->verify };
 	json_t *v;
 
 	if (!api_only_fields(obj, allowed, resp))
 		return false;
-	if ((v = json_object_get(obj, "force")) && !json_is_null(v)) {
+	for (size_t i = 0; i < ARRAY_SIZE(flags); i++) {
+		if (!(v = json_object_get(obj, flags[i])) || json_is_null(v))
+			continue;
 		if (!json_is_boolean(v)) {
-			http_problem(resp, 400, "invalid_field", "force must be true or false");
+			http_fail(resp, ERR_INVALID, "invalid_field", "%s must be true or false", flags[i]);
 			return false;
 		}
-		rr->force = json_is_true(v);
+		*dst[i] = json_is_true(v);
 	}
 	if ((v = json_object_get(obj, "if_expired")) && !json_is_null(v)) {
 		const char *s = json_string_value(v);
 		if (!s || (strcmp(s, "fail") && strcmp(s, "fresh"))) {
-			http_problem(resp, 400, "invalid_field", "if_expired must be \"fail\" or \"fresh\"");
+			http_fail(resp, ERR_INVALID, "invalid_field", "if_expired must be \"fail\" or \"fresh\"");
 			return false;
 		}
 		rr->if_expired = s;
@@ -155,22 +160,63 @@ bool api_decode_restore(json_t *obj, struct restore_req *rr, struct http_respons
 	return true;
 }
 
+static json_t *api_restore_details(const struct restore_details *d, json_t *out)
+{
+	if (d->n_busy) {
+		json_t *busy = json_array();
+		for (size_t i = 0; i < d->n_busy; i++)
+			json_array_append_new(busy,
+					      json_pack("{s:I, s:s}", "pid", (json_int_t)d->busy[i].pid, "command",
+							d->busy[i].command));
+		json_object_set_new(out, "busy_processes", busy);
+	}
+	if (d->has_tar_stats)
+		json_object_set_new(out, "tar",
+				    json_pack("{s:I, s:I, s:I, s:I}", "rewritten", (json_int_t)d->rewritten, "removed",
+					      (json_int_t)d->removed, "kept", (json_int_t)d->kept, "bytes",
+					      (json_int_t)d->bytes));
+	return out;
+}
+
+json_t *api_restore_json(const struct restore_report *rep)
+{
+	const struct svc_report *s = &rep->services;
+	json_t *out = json_pack(
+		"{s:b, s:b, s:s, s:I, s:O, s:O, s:O, s:O, s:{s:I, s:I, s:I}, s:s, s:b, s:b}", "ok",
+		rep->swapped && json_array_size(s->failed) == 0, "swapped", rep->swapped, "checkpoint_id",
+		rep->checkpoint_id, "restore_duration_ms", (json_int_t)rep->duration_ms, "started_services", s->started,
+		"stopped_services", s->stopped, "failed_services", s->failed, "failures", s->failures, "phases",
+		"stop_ms", (json_int_t)rep->stop_ms, "swap_ms", (json_int_t)rep->swap_ms, "start_ms",
+		(json_int_t)rep->start_ms, "services", rep->services_available ? "ok" : "unavailable",
+		"restored_from_checkpoint", rep->restored_from_checkpoint, "ttl_expired", rep->ttl_expired);
+	if (out && json_array_size(s->activating))
+		json_object_set(out, "activating_services", s->activating);
+	if (out && !rep->services_available && rep->services_reason)
+		json_object_set_new(out, "services_reason", json_string(rep->services_reason));
+	if (out && rep->verify)
+		json_object_update(out, rep->verify); /* its "ok": false when the roots differ */
+	return out ? api_restore_details(&rep->details, out) : NULL;
+}
+
 static void api_restore(void *app, const struct http_request *req, struct http_response *resp)
 {
 	struct restore_req rr = { 0 };
+	struct restore_report rep;
 	ckpt_error err = { 0 };
-	json_t *report = NULL;
-	json_t *obj = api_parse_object(req, false, resp);
+	json_auto_t *obj = api_parse_object(req, false, resp);
 
-	if (!obj)
+	if (!obj || !api_decode_restore(obj, &rr, resp))
 		return;
-	if (api_decode_restore(obj, &rr, resp)) {
-		if (engine_restore(app, req->params[0], &rr, &report, &err) < 0)
-			http_error(resp, &err);
-		else
-			http_json(resp, 200, report);
+	if (engine_restore(app, req->params[0], &rr, &rep, &err) < 0) {
+		http_error(resp, &err);
+		return;
 	}
-	json_decref(obj);
+	json_t *out = api_restore_json(&rep);
+	restore_report_free(&rep);
+	if (out)
+		http_json(resp, 200, out);
+	else
+		http_fail(resp, ERR_INTERNAL, NULL, "out of memory writing the restore report");
 }
 
 static void api_health(void *app, const struct http_request *req, struct http_response *resp)
@@ -186,7 +232,7 @@ static void api_metrics(void *app, const struct http_request *req, struct http_r
 	resp->text = engine_metrics(app);
 	resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
 	if (!resp->text)
-		http_problem(resp, 500, NULL, "cannot render metrics");
+		http_fail(resp, ERR_INTERNAL, NULL, "cannot render metrics");
 }
 
 static const struct http_route routes[] = {
@@ -199,8 +245,16 @@ static const struct http_route routes[] = {
 	{ "GET", "/metrics", api_metrics, false, false },
 };
 
-const struct http_route *api_routes(size_t *ret_n)
+static void api_count_status(void *app, int status)
 {
-	*ret_n = ARRAY_SIZE(routes);
-	return routes;
+	engine_count_http(app, status);
+}
+
+void api_server_opts(struct engine *e, const char *token, struct http_server_opts *ret)
+{
+	*ret = (struct http_server_opts){ .routes = routes,
+					  .n_routes = ARRAY_SIZE(routes),
+					  .app = e,
+					  .token = token,
+					  .on_status = api_count_status };
 }

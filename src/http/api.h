@@ -3,6 +3,7 @@
 #include "http/http.h"
 
 struct create_req;
+struct engine;
 struct restore_req;
 
 /* Request decoding, exposed for unit tests. On failure they fill resp with a
@@ -10,7 +11,10 @@ struct restore_req;
 json_t *api_parse_object(const struct http_request *req, bool required, struct http_response *resp);
 bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response *resp);
 bool api_decode_restore(json_t *obj, struct restore_req *rr, struct http_response *resp);
+/* The restore report as the response's JSON (exposed for unit tests). */
+struct restore_report;
+json_t *api_restore_json(const struct restore_report *rep);
 
-/* Routes of sandbox mode; `app` is the struct engine. */
-const struct http_route *api_routes(size_t *ret_n);
-/* GET /v1/health for host mode; `app` is the struct host. */
+/* Server options of sandbox mode: its routes over engine e, and every answer
+ * counted in e's metrics. */
+void api_server_opts(struct engine *e, const char *token, struct http_server_opts *ret);

@@ -65,6 +65,12 @@ const char *http_header(const struct http_request *req, const char *key);
 
 /* Fill resp with application/problem+json {type,title,status,detail,code}. */
 void http_problem(struct http_response *resp, int status, const char *code, const char *fmt, ...) _printf_(4, 5);
-/* Map an engine error (errno table) to a problem response. */
+/* An error as a problem response: its kind gives the status and default code
+ * (the one table in http.c); an unset kind is a 500 with code "internal". */
 void http_error(struct http_response *resp, const ckpt_error *err);
+/* The same for an error the caller classifies on the spot. */
+void http_fail(struct http_response *resp, enum ckpt_err_kind kind, const char *code, const char *fmt, ...)
+	_printf_(4, 5);
+/* Status and code (with ret_code) that http_error answers for err. */
+int http_status_of(const ckpt_error *err, const char **ret_code);
 void http_json(struct http_response *resp, int status, json_t *body);

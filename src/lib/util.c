@@ -1,26 +1,52 @@
-/* util.c: errors, logs, time, validation and crash-safe file helpers. */
+/* util.c: errors, time, validation and crash-safe file helpers. */
 #include "lib/util.h"
+#include "lib/walk.h"
 
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 
-int err_set(ckpt_error *err, int errnum, const char *code, const char *fmt, ...)
+static int err_vset(ckpt_error *err, enum ckpt_err_kind kind, int errnum, const char *code, const char *fmt, va_list ap)
 {
 	if (errnum < 0)
 		errnum = -errnum;
 	if (errnum == 0)
 		errnum = EIO;
 	if (err) {
-		va_list ap;
 		err->errnum = errnum;
+		err->kind = kind;
 		err->code = code;
-		va_start(ap, fmt);
 		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-		va_end(ap);
 	}
 	return -errnum;
+}
+
+int err_set(ckpt_error *err, int errnum, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int r = err_vset(err, ERR_UNSET, errnum, code, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+int err_set_kind(ckpt_error *err, enum ckpt_err_kind kind, int errnum, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int r = err_vset(err, kind, errnum, code, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+int err_mark(ckpt_error *err, enum ckpt_err_kind kind, const char *code, int r)
+{
+	if (err) {
+		err->kind = kind;
+		err->code = code;
+	}
+	return r;
 }
 
 int err_prefix(ckpt_error *err, const char *fmt, ...)
@@ -42,32 +68,6 @@ int err_prefix(ckpt_error *err, const char *fmt, ...)
 	memcpy(err->msg + cl, ": ", 2);
 	err->msg[cl + 2 + ol] = '\0';
 	return -(err->errnum ? err->errnum : EIO);
-}
-
-static bool log_prefix, log_verbose;
-
-void log_init(bool verbose)
-{
-	/* journald sets JOURNAL_STREAM for units whose stderr it reads. */
-	log_prefix = getenv("JOURNAL_STREAM") != NULL;
-	log_verbose = verbose;
-}
-
-void log_msg(int prio, const char *fmt, ...)
-{
-	static const char *names[] = { "emerg", "alert", "crit", "error", "warning", "notice", "info", "debug" };
-	char line[2048];
-	va_list ap;
-
-	if (prio >= LOG_DEBUG_ && !log_verbose)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	if (log_prefix)
-		fprintf(stderr, "<%d>%s\n", prio, line);
-	else
-		fprintf(stderr, "ckptd[%d]: %s: %s\n", (int)getpid(), names[prio & 7], line);
 }
 
 int64_t now_ms(void)
@@ -221,6 +221,34 @@ int write_file_atomic(int dirfd, const char *name, const void *data, size_t len,
 	return fsync_dirfd(dirfd);
 }
 
+static bool write_file_atomic_is_temp(const char *n)
+{
+	const char *t = n[0] == '.' ? strstr(n, ".tmp.") : NULL;
+	if (!t || t == n)
+		return false;
+	t += 5;
+	size_t k = strspn(t, "0123456789abcdef");
+	return k == 8 && t[k] == 0;
+}
+
+int write_file_atomic_sweep(int dirfd)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -ENOMEM;
+	}
+	struct dirent *de;
+	int removed = 0;
+	while ((de = readdir(d)))
+		if (write_file_atomic_is_temp(de->d_name) && unlinkat(dirfd, de->d_name, 0) == 0)
+			removed++;
+	return removed;
+}
+
 int read_file_at(int dirfd, const char *name, size_t max, char **ret, size_t *ret_len)
 {
 	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -274,24 +302,13 @@ int mkdir_p(const char *path, mode_t mode)
 	return 0;
 }
 
-static int rm_children(int dfd)
+/* Every child is tried; the first error is kept. */
+static int rm_child(void *ctx, int dfd, const char *name)
 {
-	_cleanup_closedir_ DIR *d = fdopendir(dfd);
-	struct dirent *de;
-	int r = 0;
-
-	if (!d) {
-		close(dfd);
-		return -errno;
-	}
-	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		int k = rm_rf_at(dirfd(d), de->d_name);
-		if (k < 0 && r == 0)
-			r = k;
-	}
-	return r;
+	int *first = ctx, k = rm_rf_at(dfd, name);
+	if (k < 0 && *first == 0)
+		*first = k;
+	return 0;
 }
 
 int rm_rf_at(int dirfd, const char *name)
@@ -304,12 +321,9 @@ int rm_rf_at(int dirfd, const char *name)
 		return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
 	if (fstat(dirfd, &parent) == 0 && parent.st_dev != st.st_dev)
 		return -EXDEV; /* a mount point: never descend into another filesystem */
-	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int r = rm_children(fd);
-	if (r < 0)
-		return r;
+	int first = 0, r = walk_each(dirfd, name, rm_child, &first);
+	if (r < 0 || first < 0)
+		return r < 0 ? r : first;
 	return unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT ? -errno : 0;
 }
 
@@ -348,43 +362,30 @@ static bool inode_seen(struct inode_set *s, ino_t ino)
 	return false;
 }
 
-static int du_walk(int dfd, const char *name, struct inode_set *links, uint64_t *sum)
+struct du {
+	struct inode_set links;
+	uint64_t sum;
+};
+
+static int du_walk(void *ctx, int dfd, const char *name)
 {
+	struct du *du = ctx;
 	struct stat st;
 	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -errno;
-	if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && inode_seen(links, st.st_ino))
+	if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && inode_seen(&du->links, st.st_ino))
 		return 0;
-	*sum += (uint64_t)st.st_blocks * 512;
-	if (!S_ISDIR(st.st_mode))
-		return 0;
-	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -errno;
-	}
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		int r = du_walk(dirfd(d), de->d_name, links, sum);
-		if (r < 0)
-			return r;
-	}
-	return 0;
+	du->sum += (uint64_t)st.st_blocks * 512;
+	return S_ISDIR(st.st_mode) ? walk_each(dfd, name, du_walk, du) : 0;
 }
 
 int tree_disk_usage(int dirfd, const char *name, uint64_t *ret)
 {
-	struct inode_set links = { 0 };
-	uint64_t sum = 0;
-	int r = du_walk(dirfd, name, &links, &sum);
-	free(links.v);
+	struct du du = { 0 };
+	int r = du_walk(&du, dirfd, name);
+	free(du.links.v);
 	if (r >= 0)
-		*ret = sum;
+		*ret = du.sum;
 	return r;
 }
 

@@ -60,20 +60,43 @@ static inline void fclosep(FILE **f)
 		_t;            \
 	})
 
-/* An error travelling up: errnum (positive errno) decides the HTTP status in one
- * table (http.c); code, when set, is the stable machine code clients match on. */
+/* What went wrong, in terms a client can act on. Only the API and the engine
+ * choose a kind, where the decision is made; lower layers leave it unset, and
+ * an unset kind answers 500. The HTTP layer maps kind to status in one table. */
+enum ckpt_err_kind {
+	ERR_UNSET = 0,
+	ERR_INVALID,     /* the request is wrong: 400 */
+	ERR_NOT_FOUND,   /* 404 */
+	ERR_CONFLICT,    /* not now, in this state: 409 */
+	ERR_EXPIRED,     /* 410 */
+	ERR_LIMIT,       /* a configured limit reached: 403 */
+	ERR_NO_SPACE,    /* the disk or a byte budget is full: 507 */
+	ERR_UNAVAILABLE, /* 503 */
+	ERR_INTERNAL,    /* 500 */
+};
+
+/* An error travelling up: errnum (positive errno) says what failed and stays in
+ * the message and the log; kind decides the HTTP status; code, when set with a
+ * kind, is the stable machine code clients match on. */
 typedef struct ckpt_error {
 	int errnum;
+	enum ckpt_err_kind kind;
 	const char *code; /* static string or NULL */
 	char msg[512];
 } ckpt_error;
 
-/* Fill err (may be NULL) and return -errnum. */
+/* Fill err (may be NULL) with kind unset and return -errnum. */
 int err_set(ckpt_error *err, int errnum, const char *code, const char *fmt, ...) _printf_(4, 5);
+/* The same, with a kind chosen by the caller (API and engine only). */
+int err_set_kind(ckpt_error *err, enum ckpt_err_kind kind, int errnum, const char *code, const char *fmt, ...)
+	_printf_(5, 6);
+/* Give an error already filled below a kind and code; returns r unchanged. */
+int err_mark(ckpt_error *err, enum ckpt_err_kind kind, const char *code, int r);
 /* Prefix context to an existing message: "context: old message". Returns -errnum. */
 int err_prefix(ckpt_error *err, const char *fmt, ...) _printf_(2, 3);
 
-/* Logging: one line per event; "<N>" priority prefixes when stderr goes to journald. */
+/* Logging (log.c). Under journald each event is a journal entry with structured
+ * fields; elsewhere a timestamped line on stderr. */
 enum {
 	LOG_ERR_ = 3,
 	LOG_WARN_ = 4,
@@ -82,7 +105,15 @@ enum {
 	LOG_DEBUG_ = 7
 };
 void log_init(bool verbose);
+bool log_is_verbose(void);
 void log_msg(int prio, const char *fmt, ...) _printf_(2, 3);
+/* An event of an operation, with the journal fields OPERATION, CHECKPOINT_ID, UNIT
+ * and DURATION_MS (each left out when NULL or < 0). */
+struct log_fields {
+	const char *operation, *checkpoint_id, *unit;
+	int64_t duration_ms;
+};
+void log_event(int prio, const struct log_fields *f, const char *fmt, ...) _printf_(3, 4);
 #define log_error(...) log_msg(LOG_ERR_, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_WARN_, __VA_ARGS__)
 #define log_notice(...) log_msg(LOG_NOTICE_, __VA_ARGS__)
@@ -106,6 +137,9 @@ int random_hex(char *buf, size_t nbytes);
 /* Crash-safe file replacement relative to a directory fd:
  * write name.tmp.XXXX, fsync, rename over name, fsync the directory. */
 int write_file_atomic(int dirfd, const char *name, const void *data, size_t len, mode_t mode);
+/* Remove the temp files write_file_atomic leaves in dirfd when killed midway
+ * (".<name>.tmp.<8 hex>"); for a component's start, before anyone writes. */
+int write_file_atomic_sweep(int dirfd);
 int read_file_at(int dirfd, const char *name, size_t max, char **ret, size_t *ret_len);
 int fsync_dirfd(int dirfd);
 int fsync_path(const char *path);

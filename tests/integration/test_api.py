@@ -3,6 +3,7 @@ crash recovery, and bad input that must change nothing."""
 import json
 import os
 import random
+import re
 import shutil
 import threading
 import time
@@ -280,3 +281,18 @@ def test_kill9_mid_run(daemon_factory, backend):
     if backend == "tar":
         on_disk = {p.name for p in (d.state_dir / "tar").iterdir() if p.name.startswith("cp_")}
         assert on_disk == listed
+
+
+def test_log_lines_are_timestamped_with_operation_fields(daemon_factory):
+    """Outside journald each event is one line: UTC timestamp, pid, level,
+    message, and the operation's fields."""
+    d = daemon_factory()
+    cid = d.create("logged")["checkpoint_id"]
+    d.restore(cid)
+    lines = d.log().splitlines()
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ckptd\[\d+\]: (error|warning|notice|info|debug): "
+    assert lines and all(re.match(stamp, line) for line in lines), lines
+    created = [line for line in lines if f"op=create id={cid}" in line]
+    restored = [line for line in lines if f"op=restore id={cid}" in line]
+    assert created and re.search(r"duration_ms=\d+\]$", created[0]), lines
+    assert restored and re.search(r"duration_ms=\d+\]$", restored[0]), lines

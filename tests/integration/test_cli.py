@@ -236,6 +236,21 @@ def test_restore_spinner_only_on_a_terminal(d):
     assert "restoring" not in p.stdout and "\r" not in p.stdout
 
 
+def test_restore_verify(d):
+    cid = d.create("v")["checkpoint_id"]
+    out = ok(ckpt(d, "restore", cid, "--verify")).stdout
+    assert re.search(r"Verified: +yes \(\d+ ms\)", out), out
+    # falsify the recorded content hash of hello.txt: the file no longer matches it
+    man = d.state_dir / "tar" / cid / "r0.manifest"
+    lines = man.read_text().splitlines()
+    i = next(i for i, l in enumerate(lines) if "\thello.txt\t" in l)
+    lines[i] = lines[i][:-64] + "0" * 64
+    man.write_text("\n".join(lines) + "\n")
+    p = ckpt(d, "restore", cid, "--verify")
+    assert p.returncode == 1 and "reported failures" in p.stderr, p.stderr
+    assert "NO, the roots differ" in p.stdout and f"content: {d.roots[0] / 'hello.txt'}" in p.stdout, p.stdout
+
+
 def test_restore_expired(d):
     cid = d.create("short", ttl_secs=1)["checkpoint_id"]
     time.sleep(1.2)
@@ -265,3 +280,110 @@ def test_failed_async_create_on_a_terminal(daemon_factory):
     assert (d.roots[0] / "big.bin").stat().st_size == 4 << 20
     piped = ckpt(d, "create", "no-room-piped")
     assert piped.returncode == 1 and "insufficient_storage" in piped.stderr, piped.stderr
+
+
+def run_on_terminal(args, answer=None, interrupt_after=None):
+    """ckpt with stdin, stdout and stderr on one pseudo-terminal, as a person runs it.
+    answer: a line typed once ckpt asks; interrupt_after: seconds, then Ctrl-C."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    e = {k: v for k, v in os.environ.items() if not k.startswith("CKPTD_")}
+    p = subprocess.Popen([CKPT, *args], stdin=slave, stdout=slave, stderr=slave, env=e, start_new_session=True)
+    os.close(slave)
+    out, t0, sent = b"", time.monotonic(), False
+    while time.monotonic() - t0 < 60:
+        if interrupt_after is not None and not sent and time.monotonic() - t0 > interrupt_after:
+            p.send_signal(2)
+            sent = True
+        r, _, _ = select.select([master], [], [], 0.1)
+        if not r:
+            if p.poll() is not None:
+                break
+            continue
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+        if answer is not None and b"[y/N]" in out:
+            os.write(master, answer.encode() + b"\n")
+            answer = None
+    os.close(master)
+    return p.wait(30), out.decode(errors="replace")
+
+
+def test_did_you_mean_help_and_version_commands(d):
+    p = run(["creat", "x"])
+    assert p.returncode == 2 and 'did you mean "create"?' in p.stderr
+    p = run(["lsit"])
+    assert p.returncode == 2 and 'did you mean "list"?' in p.stderr
+    p = run(["frobnicate"])
+    assert p.returncode == 2 and "did you mean" not in p.stderr
+    assert "Usage: ckpt restore" in ok(run(["help", "restore"])).stdout
+    assert ok(run(["restore", "--help"])).stdout == ok(run(["help", "restore"])).stdout
+    assert ok(run(["help"])).stdout == ok(run(["--help"])).stdout
+    assert ok(run(["version"])).stdout == ok(run(["--version"])).stdout
+    # Unknown options and missing values: the same "ckpt: ... Try" style as other usage errors.
+    for args, text in ((["list", "--bogus"], "unknown option --bogus"), (["-x", "list"], "unknown option -x"),
+                       (["create", "n", "--ttl"], "option --ttl needs a value")):
+        p = run(args)
+        assert p.returncode == 2 and p.stderr == f"ckpt: {text}\nTry 'ckpt --help'.\n", p.stderr
+
+
+def test_messages_in_ckptds_words(daemon_factory, tmp_path):
+    p = run(["--socket", "/nonexistent", "list"])
+    assert p.returncode == 3 and "no socket at /nonexistent" in p.stderr and "port 80" not in p.stderr
+    d = daemon_factory(token="t0ken-value")
+    p = ckpt(d, "list")
+    assert p.returncode == 1 and "hint: ckptd wants a token: pass --token-file FILE or set CKPTD_TOKEN" in p.stderr
+    p = ckpt(d, "list", env={"CKPTD_TOKEN": "wrong"})
+    assert p.returncode == 1 and "the token ckpt sent was refused" in p.stderr
+
+
+def test_empty_list_quiet_ids_and_delete_by_name(d):
+    assert ok(ckpt(d, "list")).stdout == "No checkpoints.\n"
+    assert ok(ckpt(d, "list", "-q")).stdout == ""
+    cid = ok(ckpt(d, "create", "q1", "-q")).stdout.strip()
+    assert re.fullmatch(r"cp_[0-9a-f]{24}", cid)
+    cid2 = ok(ckpt(d, "create", "q2", "--quiet")).stdout.strip()
+    assert ok(ckpt(d, "list", "-q")).stdout.split() == [cid2, cid]
+    # A name given to delete: the output names the checkpoint by its id, as docs/cli.md says.
+    assert ok(ckpt(d, "delete", "q1")).stdout == f"Deleted {cid}\n"
+    assert ok(ckpt(d, "delete", "q2", "-q")).stdout == f"{cid2}\n"
+
+
+def test_restore_asks_on_a_terminal_and_dry_run_changes_nothing(d):
+    cid = d.create("before")["checkpoint_id"]
+    (d.roots[0] / "hello.txt").write_text("changed\n")
+    rc, out = run_on_terminal(["--url", d.url, "restore", cid], answer="n")
+    assert rc == 1 and "Restore? [y/N]" in out and "not restored" in out, out
+    assert (d.roots[0] / "hello.txt").read_text() == "changed\n"
+    p = ok(ckpt(d, "restore", cid, "--dry-run"))
+    assert f"Restore would roll every managed root back to {cid} \"before\"" in p.stdout
+    assert (d.roots[0] / "hello.txt").read_text() == "changed\n"
+    rc, out = run_on_terminal(["--url", d.url, "restore", "--dry-run", cid])
+    assert rc == 0 and "[y/N]" not in out and (d.roots[0] / "hello.txt").read_text() == "changed\n"
+    rc, out = run_on_terminal(["--url", d.url, "restore", cid], answer="y")
+    assert rc == 0 and f"Restored {cid}" in out, out
+    assert (d.roots[0] / "hello.txt").read_text() == "hello\n"
+    (d.roots[0] / "hello.txt").write_text("again\n")
+    rc, out = run_on_terminal(["--url", d.url, "restore", cid, "--yes"])
+    assert rc == 0 and "[y/N]" not in out and (d.roots[0] / "hello.txt").read_text() == "hello\n"
+
+
+def test_ctrl_c_during_create_says_it_goes_on(d):
+    blob = os.urandom(1 << 20)
+    for i in range(300):
+        (d.roots[0] / f"f{i:03}").write_bytes(blob[i:] + blob[:i])
+    rc, out = run_on_terminal(["--url", d.url, "create", "interrupted"], interrupt_after=0.15)
+    assert rc == 130, out
+    assert "interrupted; ckptd goes on creating cp_" in out or "ckpt list --name interrupted" in out, out
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        recs = d.list(name="interrupted")
+        if recs and recs[0]["status"] == "active":
+            break
+        time.sleep(0.2)
+    assert recs and recs[0]["status"] == "active", "the create did not go on after Ctrl-C"

@@ -383,6 +383,13 @@ def test_kill9_owner_then_takeover(hosts):
     lock = json.loads((hosts.volume / "locks" / (sid + ".lock")).read_text())
     assert lock["owner"] == "B"
     print("takeover after kill -9 took %.2fs (lock ttl %ds)" % (took, LOCK_TTL))
+    # what A would leave if killed while writing; the new owner's writes sweep it
+    torn = [hosts.volume / sid / ".metadata.json.tmp.0badcafe",
+            hosts.volume / sid / "checkpoints" / ".latest.tmp.12345678"]
+    for p in torn:
+        p.write_text("{torn")
+    assert sb2.checkpoint() == 1000
+    assert [p for p in torn if p.exists()] == []
     sb2.close()
 
 

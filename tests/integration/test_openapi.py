@@ -426,10 +426,13 @@ def test_request_schemas_match_what_the_daemon_accepts(daemon_factory):
     assert r.json()["labels"] == {"k": "v"} and r.json()["name"] == body["name"]
     cid = r.json()["checkpoint_id"]
     restore = deref(SPEC["components"]["schemas"]["RestoreRequest"])
-    assert set(restore["properties"]) == {"force", "if_expired"}
+    assert set(restore["properties"]) == {"force", "if_expired", "verify"}
     for v in restore["properties"]["if_expired"]["enum"]:
-        r = d.request("POST", f"{CP}/{cid}/restore", json={"force": False, "if_expired": v})
+        r = d.request("POST", f"{CP}/{cid}/restore", json={"force": False, "if_expired": v, "verify": True})
         assert r.status_code == 200, r.text
+        assert r.json()["verified"] is True, r.text
+    r = d.request("POST", f"{CP}/{cid}/restore", json={"verify": "yes"})
+    assert r.status_code == 400, r.text
     r = d.request("POST", f"{CP}/{cid}/restore", data=b"")
     assert r.status_code == 200, "an empty restore body must count as {}: " + r.text
 

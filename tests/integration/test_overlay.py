@@ -2,13 +2,15 @@
 restore after deletes/replaced dirs/renames, retry loop and multi-step
 flows, adopt after restart and after a "reboot", the busy mount, and kill -9
 in the middle of create, restore and delete."""
+import json
 import os
+import re
 import shutil
 import subprocess
 import threading
 import time
 
-from conftest import make_full_tree, unmount_all
+from conftest import assert_same_tree, make_full_tree, unmount_all
 from conftest import tree_state
 
 
@@ -51,6 +53,37 @@ def test_restore_deleted_replaced_renamed(daemon_factory):
     rep = d.restore(cp["checkpoint_id"])
     assert rep["ok"] is True
     assert tree_state(root) == before
+
+
+def test_verify_catches_a_layer_changed_behind_ckptds_back(daemon_factory):
+    d = overlay_daemon(daemon_factory)
+    root = d.roots[0]
+    (root / "file.txt").write_text("in the first layer\n")
+    (root / "gone.txt").write_text("in the first layer too\n")
+    cp1 = d.create("one")["checkpoint_id"]
+    (root / "second.txt").write_text("second layer\n")
+    os.unlink(root / "dir/sub/deeper/note")  # a whiteout in the second layer
+    cp2 = d.create("two")["checkpoint_id"]
+    (root / "later.txt").write_text("after both\n")
+    rep = d.restore(cp2, verify=True)
+    assert rep["ok"] is True and rep["verified"] is True and rep["verify_differences"] == [], rep
+    rep = d.restore(cp1, verify=True)
+    assert rep["ok"] is True and rep["verified"] is True, rep
+    # write on the layer of cp2 (a lower dir under the mount, an image of the
+    # whole upper: cp2's chain is that one layer over the base)
+    rdir = next((d.state_dir / "overlay" / "r").iterdir())
+    layer = next(p for p in (rdir / "l").iterdir() if (p / "second.txt").exists())
+    (layer / "file.txt").write_text("changed behind ckptd's back\n")
+    os.unlink(layer / "gone.txt")
+    (layer / "planted").write_text("x")
+    rep = d.restore(cp2, verify=True)
+    assert rep["ok"] is False and rep["verified"] is False, rep
+    got = {(x["path"], x["reason"]) for x in rep["verify_differences"]}
+    assert got == {(str(root / "file.txt"), "size"), (str(root / "gone.txt"), "missing"),
+                   (str(root / "planted"), "unexpected")}, got
+    assert rep["verify_ms"] >= 0 and rep["phases"]["swap_ms"] >= 0
+    # the merged view does show the change: verify told the truth
+    assert (root / "planted").exists() and not (root / "gone.txt").exists()
 
 
 def test_retry_loop_and_multi_step(daemon_factory):
@@ -154,6 +187,7 @@ def test_kill9_during_restore_before_or_after(daemon_factory):
         if now == bad:
             os.unlink(root / f"bad{i}")
             d.restore(cp)
+        assert _temp_files(d.state_dir) == []  # .live.json.tmp.* of the killed restore too
 
 
 def test_kill9_during_create_and_delete(daemon_factory):
@@ -181,3 +215,248 @@ def test_kill9_during_create_and_delete(daemon_factory):
         assert d.restore(cid)["ok"] is True
     layers = list((d.state_dir / "overlay" / "r").glob("*/l/*"))
     assert not [p for p in layers if p.name.startswith(".tmp")]
+
+
+# --- Directory renames (redirect_dir=on): a managed root behaves like a plain
+# directory. Every operation runs on the root and on a plain copy (the mirror);
+# the two trees must stay equal, and each checkpoint restores its tree.
+
+def _mirror(root, mirror):
+    subprocess.run(["cp", "-a", f"{root}/.", str(mirror)], check=True)
+
+
+def _both(root, mirror, op):
+    op(root)
+    op(mirror)
+    assert_same_tree(tree_state(mirror, mtimes=False), tree_state(root, mtimes=False))
+
+
+def _rename_ops():
+    """A sequence of directory renames: base dirs, dirs living in layers after a
+    restore, across parents, over an empty directory, and files changed inside
+    renamed dirs (copy-ups below a redirect)."""
+    def g0(r):
+        os.rename(r / "dir", r / "d0")                      # a base dir
+        (r / "d0/sub/deeper/note").write_text("changed in d0\n")
+    def g1(r):
+        os.rename(r / "d0", r / "d1")                       # the same dir, now in a layer
+        (r / "d1/new.txt").write_text("new in d1\n")
+    def g2(r):
+        os.rename(r / "d1/sub", r / "setgid-dir/s2")        # across parents, out of a renamed dir
+        os.unlink(r / "d1/data.bin")
+    def g3(r):
+        os.rename(r / "setgid-dir/s2", r / "empty-dir")     # over an empty directory
+        (r / "empty-dir/deeper/more").write_text("more\n")
+    def g4(r):
+        os.mkdir(r / "fresh")
+        os.rename(r / "empty-dir/deeper", r / "fresh/deepest")  # into a new (opaque-free) dir
+        os.rename(r / "d1", r / "fresh/d5")
+    return [g0, g1, g2, g3, g4]
+
+
+def _generations(d, mirror):
+    root = d.roots[0]
+    cps = [(d.create("g-base")["checkpoint_id"], tree_state(root))]
+    for i, op in enumerate(_rename_ops()):
+        _both(root, mirror, op)
+        cp = d.create(f"g{i}")["checkpoint_id"]
+        cps.append((cp, tree_state(root)))
+        assert d.restore(cp)["ok"] is True  # the next renames meet dirs in layers
+        assert_same_tree(cps[-1][1], tree_state(root))
+    return cps
+
+
+def _restore_each(d, cps):
+    root = d.roots[0]
+    for cp, state in list(reversed(cps)) + cps[1::2]:
+        assert d.restore(cp)["ok"] is True
+        assert_same_tree(state, tree_state(root))
+
+
+def test_rename_dirs_through_generations(daemon_factory, tmp_path):
+    d = overlay_daemon(daemon_factory)
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    _mirror(d.roots[0], mirror)
+    cps = _generations(d, mirror)
+    _restore_each(d, cps)
+    # a renamed dir of a restored checkpoint renames again, and checkpoints
+    d.restore(cps[3][0])
+    os.rename(d.roots[0] / "d1", d.roots[0] / "again")
+    state = tree_state(d.roots[0])
+    cp = d.create("again")["checkpoint_id"]
+    d.restore(cps[0][0])
+    d.restore(cp)
+    assert_same_tree(state, tree_state(d.roots[0]))
+
+
+def test_rename_dirs_survive_flattening(daemon_factory, tmp_path):
+    d = overlay_daemon(daemon_factory, config={"flatten_depth": 2})
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    _mirror(d.roots[0], mirror)
+    cps = _generations(d, mirror)
+    chains = d.state_dir / "overlay" / "c"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # maintenance flattens in the background
+        depths = [len(next(iter(json.loads(p.read_text()).values()))) for p in chains.glob("*.json")]
+        if max(depths) <= 2 and d.health()["overlay_roots"][0]["layers"] <= 2:
+            break
+        time.sleep(0.1)
+    assert max(depths) <= 2, depths
+    _restore_each(d, cps)
+    d.stop()
+    unmount_all(d.base)  # remounted from the flattened chain after a "reboot"
+    d.start()
+    _restore_each(d, cps)
+
+
+def _git(root, *args):
+    return subprocess.run(["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
+                          cwd=root, capture_output=True, text=True)
+
+
+def test_git_mv_and_python_rename(daemon_factory):
+    d = daemon_factory(backend="overlay", start=False)
+    root = d.roots[0]
+    (root / "pkg/sub").mkdir(parents=True)
+    (root / "pkg/__init__.py").write_text("")
+    (root / "pkg/sub/mod.py").write_text("X = 1\n")
+    (root / "data/deep").mkdir(parents=True)
+    (root / "data/deep/rows.csv").write_text("a,b\n")
+    assert _git(root, "init", "-q").returncode == 0
+    assert _git(root, "add", "-A").returncode == 0
+    assert _git(root, "commit", "-qm", "one").returncode == 0
+    d.start()
+    first = d.create("first")["checkpoint_id"]
+    r = _git(root, "mv", "pkg", "pkg2")  # a base dir: EXDEV with redirect_dir=off
+    assert r.returncode == 0, r.stderr
+    os.rename(root / "data/deep", root / "data/deeper")  # Python: OSError 18 with redirect_dir=off
+    assert (root / "data/deeper/rows.csv").read_text() == "a,b\n"
+    assert _git(root, "add", "-A").returncode == 0
+    assert _git(root, "commit", "-qm", "mv").returncode == 0
+    moved = tree_state(root)
+    second = d.create("second")["checkpoint_id"]
+    d.restore(first)
+    assert (root / "pkg/sub/mod.py").exists() and not (root / "pkg2").exists()
+    assert _git(root, "status", "--porcelain").stdout == ""
+    r = _git(root, "mv", "pkg", "lib")  # after a restore the dir lives in a layer
+    assert r.returncode == 0, r.stderr
+    d.restore(second)
+    assert_same_tree(moved, tree_state(root))
+    assert _git(root, "status", "--porcelain").stdout == ""
+    assert _git(root, "log", "--format=%s").stdout.split() == ["mv", "one"]
+    assert _git(root, "fsck", "--strict").returncode == 0
+
+
+def test_base_bind_is_private(daemon_factory, tmp_path):
+    """Mounts on or below the root (the overlay itself included) must not
+    propagate onto base, the read-only bind of the root's original contents."""
+    d = daemon_factory(backend="overlay", start=False)
+    make_full_tree(d.roots[0])
+    # as on a systemd host, where / is a shared mount
+    subprocess.run(["mount", "--bind", "--make-shared", str(d.base), str(d.base)], check=True)
+    subprocess.run(["mount", "--make-shared", str(d.base)], check=True)
+    d.start()
+    base = next((d.state_dir / "overlay" / "r").glob("*/base"))
+    cp = d.create("one")["checkpoint_id"]
+    d.restore(cp)
+    (d.roots[0] / "dir" / "mnt").mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(d.roots[0] / "dir" / "mnt")], check=True)
+    try:
+        with open("/proc/self/mountinfo") as f:
+            fields = [line.split() for line in f]
+        on_base = [x for x in fields if x[4] == str(base) or x[4].startswith(str(base) + "/")]
+        assert len(on_base) == 1, on_base  # the bind alone
+        assert "shared:" not in " ".join(on_base[0][6:on_base[0].index("-")])
+        assert not (base / "dir" / "mnt").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(d.roots[0] / "dir" / "mnt")])
+
+
+TEMP_NAME = re.compile(r"^\..+\.tmp(\.[0-9a-f]{8})?$|^\.tmp-|^\.probe-")
+
+
+def _temp_files(state_dir):
+    """Temp files of ckptd's own writes (not the users' files in layers and uppers)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(state_dir):
+        rel = os.path.relpath(dirpath, state_dir).split(os.sep)
+        if len(rel) >= 4 and rel[:2] == ["overlay", "r"] and rel[3] in ("l", "u", "w", "base"):
+            dirnames[:] = []
+            continue
+        out += [os.path.join(dirpath, n) for n in filenames + dirnames if TEMP_NAME.match(n)]
+    return sorted(out)
+
+
+def test_start_removes_temp_files(daemon_factory):
+    d = overlay_daemon(daemon_factory)
+    cp = d.create("one")["checkpoint_id"]
+    d.kill9()
+    rdir = next((d.state_dir / "overlay" / "r").glob("*/live.json")).parent
+    planted = [d.state_dir / ".ckptd.json.tmp.0badcafe",
+               rdir / ".live.json.tmp.1234abcd",
+               rdir / "idx" / ".index.tmp",
+               d.state_dir / "overlay" / "c" / f".{cp}.json.tmp.00000000",
+               d.state_dir / "catalog" / f".{cp}.json.tmp.deadbeef"]
+    for p in planted:
+        p.write_text("{torn")
+    probe = d.state_dir / "overlay" / ".probe-0a1b2c3d"
+    for sub in "luwm":
+        (probe / sub).mkdir(parents=True)
+    keep = rdir / "notes.tmp.txt"  # not a temp file of ours: stays
+    keep.write_text("x")
+    d.start()
+    assert _temp_files(d.state_dir) == []
+    assert keep.exists()
+    assert [c["checkpoint_id"] for c in d.list()] == [cp]
+    assert d.restore(cp)["ok"] is True
+
+
+def _fill(path, chunk=1 << 16):
+    """Write into path until the filesystem is full; the bytes written."""
+    n = 0
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(os.urandom(chunk))
+                f.flush()
+                n += chunk
+        except OSError as e:
+            assert e.errno == 28, e
+    return n
+
+
+def test_out_of_space_fails_whole(daemon_factory):
+    """The state dir on a small tmpfs: the uppers and layers live there, so a
+    create that does not fit fails with 507 and leaves no half checkpoint, a
+    restore that cannot record its intent fails and changes nothing, and both
+    work again once space is freed."""
+    d = daemon_factory(backend="overlay", start=False)
+    d.state_dir.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(d.state_dir)], check=True)
+    d.start()
+    root = d.roots[0]
+    (root / "a").write_bytes(os.urandom(3 << 20))
+    ok = d.create("fits")
+    (root / "b").write_bytes(os.urandom(3 << 19))  # fits in the upper, not twice
+    live = tree_state(root)
+    res = d.request("POST", "/v1/checkpoints", json={"name": "too-big"})
+    assert res.status_code == 507, res.text
+    assert res.json()["code"] == "insufficient_storage"
+    assert tree_state(root) == live
+    assert [c["name"] for c in d.list()] == ["fits"]
+    assert [p.name for p in (d.state_dir / "overlay" / "c").iterdir()] == [ok["checkpoint_id"] + ".json"]
+    layers = list((d.state_dir / "overlay" / "r").glob("*/l/*"))
+    assert len(layers) == 1 and not layers[0].name.startswith(".tmp"), layers
+    # a full disk: the restore cannot record its intent, so it does nothing
+    _fill(root / "filler")
+    full = tree_state(root)
+    res = d.request("POST", f"/v1/checkpoints/{ok['checkpoint_id']}/restore", json={})
+    assert res.status_code == 507, res.text
+    assert tree_state(root) == full
+    os.unlink(root / "filler")
+    os.unlink(root / "b")  # space freed: both work again
+    assert d.create("after")["size_bytes"] >= 0
+    assert d.restore(ok["checkpoint_id"])["ok"] is True
+    assert not (root / "b").exists() and (root / "a").stat().st_size == 3 << 20

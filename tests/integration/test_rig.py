@@ -152,3 +152,14 @@ def test_journal_keeps_log_priorities(rig):
     assert ours, "no ckptd log lines in the journal"
     assert not any(str(e.get("MESSAGE", "")).startswith("<") for e in ours), "priority prefix not parsed"
     assert {e["PRIORITY"] for e in ours} & {"5", "4", "3"}, "every line at the default priority"
+    # Operations carry structured fields that journalctl can select on.
+    ops = {}
+    for e in ours:
+        if "OPERATION" in e:
+            ops.setdefault(e["OPERATION"], []).append(e)
+    assert {"create", "restore"} <= set(ops), sorted(ops)
+    for e in ops["create"] + ops["restore"]:
+        assert e["CHECKPOINT_ID"].startswith("cp_") and e["CHECKPOINT_ID"] in e["MESSAGE"]
+    assert any(int(e.get("DURATION_MS", -1)) >= 0 for e in ops["restore"])
+    sel = rig.sh("journalctl", "--no-pager", "-u", "ckptd.service", "-o", "json", "OPERATION=restore").stdout
+    assert sel.strip() and all(json.loads(line)["OPERATION"] == "restore" for line in sel.splitlines())

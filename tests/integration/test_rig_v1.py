@@ -9,7 +9,7 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "rig"))
-from samples import active, api, main_pid, web_get, write_in  # noqa: E402
+from samples import active, api, main_pid, wait_ignoring_sigterm, web_get, write_in  # noqa: E402
 import samples  # noqa: E402
 
 
@@ -55,6 +55,7 @@ def test_restore_works_without_freezer(rig):
 
 def test_unit_ignoring_sigterm_is_killed_after_the_timeout(rig):
     rig.systemctl("start", "stubborn.service")
+    wait_ignoring_sigterm(rig, "stubborn.service")
     before = main_pid(rig, "stubborn.service")
     rep = api(rig, "POST", f"/v1/checkpoints/{rig.v1}/restore", json={}).json()
     assert rep["ok"] is True, rep

@@ -8,6 +8,8 @@ import subprocess
 import threading
 import time
 
+import requests
+
 from conftest import assert_same_tree, make_full_tree, tree_state
 
 
@@ -64,8 +66,11 @@ def test_every_file_type_round_trip(daemon_factory):
     cp = d.create("all-types")
     assert cp["backend"] == "tar" and cp["size_bytes"] > 0
     mutate_everything(d.roots[0])
-    rep = d.restore(cp["checkpoint_id"])
+    rep = d.restore(cp["checkpoint_id"], verify=True)
     assert rep["ok"] is True
+    # every type, owner, xattr, hardlink and sparse file compares equal
+    assert rep["verified"] is True and rep["verify_differences"] == [], rep
+    assert rep["verify_ms"] >= 0
     assert_same_tree(before, tree_state(d.roots[0]))
     r = d.roots[0]
     assert os.stat(r / "file.txt").st_ino == os.stat(r / "dir/hardlink.txt").st_ino \
@@ -193,3 +198,227 @@ def test_restore_does_not_follow_a_symlinked_parent(daemon_factory, tmp_path):
     d.restore(cp)
     assert list(outside.iterdir()) == []
     assert_same_tree(before, tree_state(d.roots[0]))
+
+
+def test_start_removes_temp_files(daemon_factory):
+    """What a kill -9 leaves of write-temp-then-rename, in every dir the tar
+    backend, the catalog and the engine write to, is gone after a start."""
+    d = daemon_factory(backend="tar")
+    (d.roots[0] / "a").write_text("1")
+    cp = d.create("one")["checkpoint_id"]
+    d.kill9()
+    tar = d.state_dir / "tar"
+    planted = [d.state_dir / ".ckptd.json.tmp.0badcafe",
+               tar / ".restoring.json.tmp.12345678",
+               tar / cp / ".r0.alias.tmp.abcdef01",
+               d.state_dir / "catalog" / f".{cp}.json.tmp.deadbeef"]
+    for p in planted:
+        p.write_text("{torn")
+    d.start()
+    assert [p for p in planted if p.exists()] == []
+    assert [c["checkpoint_id"] for c in d.list()] == [cp]
+    assert d.restore(cp)["ok"] is True
+def fill_fs(path):
+    """Write path until its filesystem has no room left."""
+    with open(path, "wb") as f:
+        chunk = os.urandom(64 << 10)
+        try:
+            while True:
+                f.write(chunk)
+                f.flush()
+        except OSError as e:
+            assert e.errno == 28, e
+
+
+def test_restore_onto_a_full_filesystem_fails_then_the_next_one_heals(daemon_factory, tmp_path):
+    fs = tmp_path / "smallfs"
+    fs.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(fs)], check=True)
+    try:
+        root = fs / "root"
+        root.mkdir()
+        d = daemon_factory(backend="tar", start=False, roots=[root])
+        for i in range(3):
+            (root / f"data{i}.bin").write_bytes(os.urandom(1 << 20))
+        (root / "dir").mkdir()
+        (root / "dir/small.txt").write_text("small\n")
+        (root / "untouched.txt").write_text("never changed\n")
+        d.start()
+        before = tree_state(root)
+        cp = d.create("before-full")["checkpoint_id"]
+        for i in range(3):
+            (root / f"data{i}.bin").write_bytes(b"x")
+        (root / "dir/small.txt").write_text("changed\n")
+        fill_fs(fs / "filler")
+        res = d.request("POST", f"/v1/checkpoints/{cp}/restore", json={})
+        assert res.status_code == 507, res.text
+        assert res.json()["code"] == "insufficient_storage"
+        assert d.health()["tar_unfinished_restore"]["id"] == cp
+        (fs / "filler").unlink()
+        rep = d.restore(cp)
+        assert rep["ok"] is True
+        assert_same_tree(before, tree_state(root))
+        # after a failed restore nothing is trusted: all of it written again,
+        # even the file no one changed
+        assert rep["tar"]["rewritten"] == 6 and rep["tar"]["kept"] == 0, rep["tar"]
+        rep = d.restore(cp)  # and the one after that is incremental again
+        assert rep["tar"]["rewritten"] == 0 and rep["tar"]["kept"] == 6, rep["tar"]
+        assert "tar_unfinished_restore" not in d.health()
+        for i in range(3):  # data, not holes
+            assert os.stat(root / f"data{i}.bin").st_blocks * 512 >= 1 << 20
+        d.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(fs)], check=False)
+
+
+def physical_offset(path):
+    """Byte offset of path's first block on its block device (ext4)."""
+    out = subprocess.run(["filefrag", "-v", "-b4096", str(path)], check=True, capture_output=True,
+                         text=True).stdout
+    for line in out.splitlines():
+        cols = line.replace(":", " ").replace("..", " ").split()
+        if cols and cols[0] == "0":  # ext 0: logical start, end, physical start
+            return int(cols[3]) * 4096
+    raise AssertionError(out)
+
+
+def test_verify_catches_a_change_behind_ckptds_back(daemon_factory, tmp_path):
+    """Change a file's bytes on the block device, under the filesystem: its
+    inode, ctime and size stay, so restore keeps it; verify reads it."""
+    img, mnt = tmp_path / "fs.img", tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run(["truncate", "-s", "32M", str(img)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-b", "4096", "-O", "^has_journal", str(img)], check=True)
+    dev = subprocess.run(["losetup", "-f", "--show", str(img)], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    subprocess.run(["mount", dev, str(mnt)], check=True)
+    try:
+        root = mnt / "root"
+        root.mkdir()
+        (root / "other.txt").write_text("untouched\n")
+        (root / "victim.bin").write_bytes(b"A" * 8192)
+        d = daemon_factory(backend="tar", start=False, roots=[root])
+        d.start()
+        cp = d.create("clean")["checkpoint_id"]
+        rep = d.restore(cp, verify=True)
+        assert rep["ok"] is True and rep["verified"] is True, rep
+        os.sync()
+        off = physical_offset(root / "victim.bin")
+        d.stop()
+        subprocess.run(["umount", str(mnt)], check=True)
+        fd = os.open(dev, os.O_WRONLY)  # through the device: its cache stays coherent
+        try:
+            os.pwrite(fd, b"B" * 16, off)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        subprocess.run(["mount", dev, str(mnt)], check=True)
+        assert (root / "victim.bin").read_bytes()[:16] == b"B" * 16
+        d.start()
+        rep = d.restore(cp)  # the shortcut trusts the unchanged inode
+        assert rep["ok"] is True and rep["tar"]["rewritten"] == 0 and "verified" not in rep
+        rep = d.restore(cp, verify=True)
+        assert rep["ok"] is False and rep["verified"] is False, rep
+        assert rep["verify_differences"] == [{"path": str(root / "victim.bin"), "reason": "content"}]
+        assert rep["restore_duration_ms"] >= 0 and rep["verify_ms"] >= 0
+        assert d.health()["tar_unfinished_restore"]["error"] == "verify found differences"
+        # the next restore trusts nothing and repairs it
+        rep = d.restore(cp, verify=True)
+        assert rep["ok"] is True and rep["verified"] is True and rep["tar"]["kept"] == 0, rep
+        assert (root / "victim.bin").read_bytes() == b"A" * 8192
+        assert "tar_unfinished_restore" not in d.health()
+        d.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        subprocess.run(["losetup", "-d", dev], check=False)
+
+
+def test_first_start_answers_at_once_while_the_base_is_taken(daemon_factory):
+    d = daemon_factory(backend="tar", start=False)
+    big = d.roots[0] / "big"
+    big.mkdir()
+    for i in range(96):
+        (big / f"f{i:02d}").write_bytes(os.urandom(1 << 20))
+    adopted = tree_state(d.roots[0])
+    d.start(wait=False)
+    deadline, health = time.monotonic() + 30, None
+    while time.monotonic() < deadline and health is None:
+        try:
+            health = requests.get(d.url + "/v1/health", timeout=5).json()
+        except requests.ConnectionError:
+            time.sleep(0.005)
+    assert health is not None, d.log()
+    # the first answer comes while 96 MB are still being archived
+    assert health["status"] == "preparing" and health["tar_base"] is False, health
+    cp = d.create("right-away", ttl_secs=1)  # waits for the base
+    h = d.health()
+    assert h["status"] == "ok" and h["tar_base"] is True, h
+    (d.roots[0] / "later.txt").write_text("after adoption\n")
+    time.sleep(1.2)
+    rep = d.restore(cp["checkpoint_id"], if_expired="fresh", verify=True)
+    assert rep["restored_from_checkpoint"] is False and rep["verified"] is True, rep
+    assert_same_tree(adopted, tree_state(d.roots[0]))
+
+
+def test_restore_whose_writeback_fails_is_not_ok(daemon_factory, tmp_path):
+    """ext4 on a loop device whose backing file lives on a tmpfs that runs
+    out: write(2) succeeds into the page cache, writeback fails, and only the
+    restore's final syncfs sees it. The next restore with room heals."""
+    back, mnt = tmp_path / "back", tmp_path / "mnt"
+    back.mkdir()
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(back)], check=True)
+    dev = None
+    try:
+        subprocess.run(["truncate", "-s", "48M", str(back / "img")], check=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-b", "4096", "-O", "^has_journal", str(back / "img")],
+                       check=True)
+        dev = subprocess.run(["losetup", "-f", "--show", str(back / "img")], check=True, capture_output=True,
+                             text=True).stdout.strip()
+        subprocess.run(["mount", "-o", "errors=continue", dev, str(mnt)], check=True)
+        root = mnt / "root"
+        root.mkdir()
+        for i in range(3):
+            (root / f"data{i}.bin").write_bytes(os.urandom(4 << 20))
+        d = daemon_factory(backend="tar", start=False, roots=[root])
+        d.start()
+        before = tree_state(root)
+        cp = d.create("before")["checkpoint_id"]
+        for i in range(3):
+            (root / f"data{i}.bin").write_bytes(b"x")
+        os.sync()
+        fill_fs(back / "filler")  # the loop's backing store is full; ext4 does not know
+        res = d.request("POST", f"/v1/checkpoints/{cp}/restore", json={})
+        # the loop reports its backing store's ENOSPC; only syncfs sees it
+        assert res.status_code == 507 and "cannot sync root" in res.json()["detail"], res.text
+        assert d.health()["tar_unfinished_restore"]["id"] == cp
+        (back / "filler").unlink()
+        rep = d.restore(cp, verify=True)
+        assert rep["ok"] is True and rep["verified"] is True, rep
+        assert rep["tar"]["kept"] == 0, rep["tar"]
+        assert_same_tree(before, tree_state(root))
+        d.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        if dev:
+            subprocess.run(["losetup", "-d", dev], check=False)
+        subprocess.run(["umount", "-l", str(back)], check=False)
+
+
+def test_base_that_does_not_fit_is_retried_by_the_next_create(daemon_factory):
+    d = daemon_factory(backend="tar", start=False)
+    d.state_dir.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d.state_dir)], check=True)
+    (d.roots[0] / "big.bin").write_bytes(os.urandom(4 << 20))
+    (d.roots[0] / "small.txt").write_text("stays\n")
+    d.start()
+    h = d.health()
+    assert h["status"] == "ok" and h["tar_base"] is False and "space" in h["tar_base_error"], h
+    res = d.request("POST", "/v1/checkpoints", json={"name": "no-room"})
+    assert res.status_code == 507, res.text
+    assert sorted(os.listdir(d.state_dir / "tar")) == [], "a half base was left behind"
+    (d.roots[0] / "big.bin").unlink()
+    cp = d.create("fits")
+    h = d.health()
+    assert h["tar_base"] is True and "tar_base_error" not in h, h
+    assert [c["checkpoint_id"] for c in d.list()] == [cp["checkpoint_id"]]

@@ -109,7 +109,8 @@ static int fake_create(void *st, const char *id, json_t **ret_data, uint64_t *re
 	return 0;
 }
 
-static int fake_restore(void *st, const char *id, json_t *data, json_t *extra, struct progress *p, ckpt_error *err)
+static int fake_restore(void *st, const char *id, json_t *data, struct restore_details *extra, struct progress *p,
+			ckpt_error *err)
 {
 	(void)extra, (void)p;
 	fake.n_restore++;
@@ -122,7 +123,7 @@ static int fake_restore(void *st, const char *id, json_t *data, json_t *extra, s
 	return fake_write_root(st, json_string_value(v));
 }
 
-static int fake_reset(void *st, json_t *extra, ckpt_error *err)
+static int fake_reset(void *st, struct restore_details *extra, ckpt_error *err)
 {
 	(void)extra, (void)err;
 	fake.n_reset++;

@@ -109,12 +109,74 @@ static void test_restore(void **state)
 	assert_int_equal(decode_restore("[true]", &rr), 400);
 }
 
+/* The one table: http_error answers with the status and code of err's kind;
+ * errno never decides the status. */
+static int answer(const ckpt_error *err, char *code, size_t len)
+{
+	struct http_response resp = { 0 };
+	http_error(&resp, err);
+	json_t *j = resp.json;
+	assert_non_null(j);
+	assert_int_equal(json_integer_value(json_object_get(j, "status")), resp.status);
+	assert_string_equal(resp.content_type, "application/problem+json");
+	snprintf(code, len, "%s", json_string_value(json_object_get(j, "code")));
+	json_decref(j);
+	return resp.status;
+}
+
+static void test_error_table(void **state)
+{
+	(void)state;
+	static const struct {
+		enum ckpt_err_kind kind;
+		int status;
+		const char *code;
+	} want[] = {
+		{ ERR_UNSET, 500, "internal" },
+		{ ERR_INVALID, 400, "bad_request" },
+		{ ERR_NOT_FOUND, 404, "not_found" },
+		{ ERR_CONFLICT, 409, "conflict" },
+		{ ERR_EXPIRED, 410, "gone" },
+		{ ERR_LIMIT, 403, "forbidden" },
+		{ ERR_NO_SPACE, 507, "insufficient_storage" },
+		{ ERR_UNAVAILABLE, 503, "unavailable" },
+		{ ERR_INTERNAL, 500, "internal" },
+	};
+	ckpt_error err = { 0 };
+	char code[64];
+
+	for (size_t i = 0; i < ARRAY_SIZE(want); i++) {
+		err_set_kind(&err, want[i].kind, EIO, NULL, "kind %zu", i);
+		assert_int_equal(answer(&err, code, sizeof(code)), want[i].status);
+		assert_string_equal(code, want[i].code);
+	}
+	/* a kind's specific code is kept */
+	err_set_kind(&err, ERR_EXPIRED, EKEYEXPIRED, "checkpoint_expired", "expired");
+	assert_int_equal(answer(&err, code, sizeof(code)), 410);
+	assert_string_equal(code, "checkpoint_expired");
+	/* errnos that once picked a status are 500 without a kind, whatever code a
+	 * lower layer left: a filesystem EACCES is no 401, EINVAL no 400 */
+	int errnos[] = { EACCES, EINVAL, ENOENT, EBUSY, ENOSPC, EDQUOT, EKEYEXPIRED, EMSGSIZE };
+	for (size_t i = 0; i < ARRAY_SIZE(errnos); i++) {
+		err_set(&err, errnos[i], "not_found", "a lower layer failed: %s", strerror(errnos[i]));
+		assert_int_equal(answer(&err, code, sizeof(code)), 500);
+		assert_string_equal(code, "internal");
+	}
+	/* marking keeps errno and message */
+	err_set(&err, EDQUOT, NULL, "write: %s", strerror(EDQUOT));
+	assert_int_equal(err_mark(&err, ERR_NO_SPACE, "insufficient_storage", -EDQUOT), -EDQUOT);
+	assert_int_equal(err.errnum, EDQUOT);
+	assert_int_equal(answer(&err, code, sizeof(code)), 507);
+	assert_string_equal(code, "insufficient_storage");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_create_ok),
 		cmocka_unit_test(test_create_rejects),
 		cmocka_unit_test(test_restore),
+		cmocka_unit_test(test_error_table),
 	};
 	return cmocka_run_group_tests_name("api", tests, NULL, NULL);
 }

@@ -15,9 +15,10 @@
 
 #include "backend/backend.h"
 #include "config.h"
+#include "testlib.h"
 
 struct fx {
-	char base[PATH_MAX];
+	char base[TESTLIB_DIR_LEN];
 	char state[PATH_MAX];
 	char *roots[2];
 	size_t n_roots;
@@ -229,19 +230,30 @@ static ino_t ino_of(const char *path)
 
 /* ---- fixture ---- */
 
+/* Open; the first open takes the base in the background: wait for it, as
+ * these tests change the roots right after (health says "preparing"). */
 static void fx_open(struct fx *f)
 {
 	ckpt_error err = { 0 };
 	int r = backend_tar_ops.open(&f->ctx, &f->st, &err);
 	if (r < 0)
 		fail_msg("open: %s", err.msg);
+	for (int i = 0; i < 60000; i++) {
+		json_t *h = json_object();
+		backend_tar_ops.health(f->st, h);
+		bool preparing = !strcmp(json_string_value(json_object_get(h, "status")) ?: "", "preparing");
+		json_decref(h);
+		if (!preparing)
+			return;
+		usleep(1000);
+	}
+	fail_msg("the base was not taken within 60 s");
 }
 
 static int fx_setup_n(void **state, size_t n_roots)
 {
 	struct fx *f = calloc(1, sizeof(*f));
-	snprintf(f->base, sizeof(f->base), "/tmp/test_backend_tar.XXXXXX");
-	assert_non_null(mkdtemp(f->base));
+	assert_int_equal(testlib_mkdir(f->base, "tar"), 0);
 	snprintf(f->state, sizeof(f->state), "%s/state", f->base);
 	assert_int_equal(mkdir(f->state, 0700), 0);
 	for (size_t i = 0; i < n_roots; i++) {
@@ -274,10 +286,7 @@ static int fx_teardown(void **state)
 	if (f->st)
 		backend_tar_ops.close(f->st, false);
 	close(f->ctx.state_fd);
-	umount2(f->state, MNT_DETACH);
-	int fd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	rm_rf_at(fd, f->base + 5);
-	close(fd);
+	testlib_rmdir(f->base);
 	for (size_t i = 0; i < f->n_roots; i++)
 		free(f->roots[i]);
 	free(f);
@@ -301,12 +310,14 @@ static json_t *restore_cp(struct fx *f, const char *id)
 {
 	ckpt_error err = { 0 };
 	struct progress p = { 0 };
-	json_t *extra = json_object();
-	int r = backend_tar_ops.restore(f->st, id, NULL, extra, &p, &err);
+	struct restore_details d = { 0 };
+	int r = backend_tar_ops.restore(f->st, id, NULL, &d, &p, &err);
 	if (r < 0)
 		fail_msg("restore: %s", err.msg);
 	assert_int_equal(atomic_load(&p.files_done), atomic_load(&p.files_total));
-	return extra;
+	assert_true(d.has_tar_stats);
+	return json_pack("{s:{s:I, s:I, s:I, s:I}}", "tar", "rewritten", (json_int_t)d.rewritten, "removed",
+			 (json_int_t)d.removed, "kept", (json_int_t)d.kept, "bytes", (json_int_t)d.bytes);
 }
 
 static void mutate(const char *r)
@@ -458,11 +469,11 @@ static void test_reset_to_base(void **state)
 	put(f->roots[0], "later", "x", 0644);
 	create_cp(f, id, NULL);
 	mutate(f->roots[0]);
-	json_t *extra = json_object();
-	assert_int_equal(backend_tar_ops.reset(f->st, extra, &err), 0);
+	struct restore_details details = { 0 };
+	assert_int_equal(backend_tar_ops.reset(f->st, &details, &err), 0);
+	assert_true(details.has_tar_stats);
 	char *after = snapshot(f->roots[0]);
 	assert_same_tree(before, after);
-	json_decref(extra);
 	/* a restart keeps the base it recorded first */
 	backend_tar_ops.close(f->st, false);
 	f->st = NULL;
@@ -544,7 +555,7 @@ static void test_malicious_manifest_rejected(void **state)
 	put(f->roots[0], "a", "a", 0644);
 	fx_open(f);
 	create_cp(f, id, NULL);
-	manifest_append(f, id, "f\t644\t0\t0\t1\t1.0\t1.0\t1\t1\tnone\t../evil\t-\n");
+	manifest_append(f, id, "f\t644\t0\t0\t1\t1.0\t1.0\t1\t1\tnone\t../evil\t-\t-\n");
 	put(f->roots[0], "b", "b", 0644);
 	assert_int_equal(backend_tar_ops.restore(f->st, id, NULL, NULL, NULL, &err), -EBADMSG);
 	assert_non_null(strstr(err.msg, "unsafe path"));

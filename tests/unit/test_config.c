@@ -6,22 +6,21 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "testlib.h"
 
-static char tmp[64];
+static char tmp[TESTLIB_DIR_LEN];
 
 static int setup(void **state)
 {
 	(void)state;
-	strcpy(tmp, "/tmp/ckptd-cfg-XXXXXX");
-	return mkdtemp(tmp) ? 0 : -1;
+	return testlib_mkdir(tmp, "cfg");
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
-	return system(cmd);
+	testlib_rmdir(tmp);
+	return 0;
 }
 
 static int parse(struct config *cfg, ckpt_error *err, ...)

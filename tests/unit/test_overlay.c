@@ -11,8 +11,9 @@
 #include "backend/backend.h"
 #include "config.h"
 #include "backend/overlay/overlay_mount.h"
+#include "testlib.h"
 
-static char dir[64], root[96], state[96];
+static char dir[TESTLIB_DIR_LEN], root[96], state[96];
 static char *roots[1];
 static struct config cfg;
 static struct backend_ctx ctx;
@@ -20,8 +21,7 @@ static struct backend_ctx ctx;
 static int setup(void **st)
 {
 	(void)st;
-	strcpy(dir, "/tmp/test_overlay.XXXXXX");
-	assert_non_null(mkdtemp(dir));
+	assert_int_equal(testlib_mkdir(dir, "overlay"), 0);
 	snprintf(root, sizeof(root), "%s/root", dir);
 	snprintf(state, sizeof(state), "%s/state", dir);
 	mkdir(root, 0755);
@@ -33,23 +33,11 @@ static int setup(void **st)
 	return 0;
 }
 
-/* Unmount everything mounted below dir, newest first (a "reboot"). */
-static void unmount_all(void)
-{
-	char cmd[256];
-	snprintf(cmd, sizeof(cmd), "awk '$5 ~ \"^%s/\" {print $5}' /proc/self/mountinfo | tac | xargs -r -n1 umount -l",
-		 dir);
-	assert_int_equal(system(cmd), 0);
-}
-
 static int teardown(void **st)
 {
 	(void)st;
-	unmount_all();
 	close(ctx.state_fd);
-	int fd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	rm_rf_at(fd, dir + 5);
-	close(fd);
+	testlib_rmdir(dir);
 	config_free(&cfg);
 	return 0;
 }
@@ -91,9 +79,9 @@ static void create(void *st, const char *id, json_t **data)
 static void restore(void *st, const char *id, json_t *data)
 {
 	ckpt_error err = { 0 };
-	json_t *extra = json_object();
-	int r = B->restore(st, id, data, extra, NULL, &err);
-	json_decref(extra);
+	struct restore_details details = { 0 };
+	int r = B->restore(st, id, data, &details, NULL, &err);
+	restore_details_free(&details);
 	if (r < 0)
 		fail_msg("restore: %s", err.msg);
 }
@@ -139,9 +127,9 @@ static void test_restore_changes(void **s)
 	assert_true(has("dir/inner", "in"));
 	assert_true(has("upper", "U"));
 	/* reset: back to the adopted contents */
-	json_t *extra = json_object();
-	assert_int_equal(B->reset(st, extra, &err), 0);
-	json_decref(extra);
+	struct restore_details details = { 0 };
+	assert_int_equal(B->reset(st, &details, &err), 0);
+	restore_details_free(&details);
 	assert_false(has("upper", NULL));
 	assert_true(has("lower", "L"));
 	B->close(st, false);
@@ -164,7 +152,7 @@ static void test_adopt_restart_and_reboot(void **s)
 	put("more", "m");
 	B->close(st, false);
 	/* reboot: every mount gone, the upper stays on disk */
-	unmount_all();
+	testlib_detach_mounts(dir);
 	assert_false(has("after", NULL));
 	st = open_backend();
 	assert_true(has("after", "a"));

@@ -8,8 +8,9 @@
 
 #include "config.h"
 #include "services/services_internal.h"
+#include "testlib.h"
 
-static char dir[64];
+static char dir[TESTLIB_DIR_LEN];
 
 static void put_link(const char *rel, const char *target)
 {
@@ -38,29 +39,19 @@ static void put_file(const char *rel, const char *text)
 static int setup(void **state)
 {
 	(void)state;
-	strcpy(dir, "/tmp/test_services.XXXXXX");
-	return mkdtemp(dir) ? 0 : -1;
+	return testlib_mkdir(dir, "services");
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	int fd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	rm_rf_at(fd, dir + 5);
-	close(fd);
+	testlib_rmdir(dir);
 	return 0;
 }
 
-static void test_path_under(void **state)
+static void test_unit_names(void **state)
 {
 	(void)state;
-	assert_true(services_scan_path_under("/srv/app", "/srv/app"));
-	assert_true(services_scan_path_under("/srv/app/x/y", "/srv/app"));
-	assert_true(services_scan_path_under("/srv/app/x", "/srv/app/"));
-	assert_false(services_scan_path_under("/srv/apple", "/srv/app"));
-	assert_false(services_scan_path_under("/srv", "/srv/app"));
-	assert_false(services_scan_path_under("/", "/srv/app"));
-	assert_true(services_scan_path_under("/anything", "/"));
 }
 
 static void test_unit_eligible(void **state)
@@ -190,20 +181,25 @@ static void test_unavailable_without_systemd(void **state)
 	char *roots[] = { dir };
 	struct services *s = NULL;
 	ckpt_error err = { 0 };
-	assert_int_equal(services_open(&cfg, roots, 1, &s, &err), 0);
+	assert_int_equal(services_open(&cfg, NULL, &s, &err), 0);
 	assert_non_null(s);
 	assert_false(services_available(s));
 	assert_non_null(strstr(services_unavailable_reason(s), "PID 1"));
+	struct svc_plan plan;
+	assert_int_equal(services_plan(s, roots, 1, &plan), 0);
+	assert_int_equal(plan.n, 0);
+	assert_int_equal(services_freeze(s, &plan), 0);
+	assert_int_equal(services_thaw(s, &plan), 0);
+	assert_int_equal(services_stop(s, &plan), 0);
+	assert_int_equal(services_start(s, &plan), 0);
 	struct svc_report rep;
 	svc_report_init(&rep);
-	assert_int_equal(services_freeze(s, &rep), 0);
-	assert_int_equal(services_thaw(s, &rep), 0);
-	assert_int_equal(services_stop(s, &rep), 0);
-	assert_int_equal(services_start(s, &rep), 0);
+	services_report(&plan, &rep);
 	assert_int_equal(json_array_size(rep.stopped) + json_array_size(rep.started) + json_array_size(rep.failed) +
 				 json_array_size(rep.frozen) + json_object_size(rep.failures),
 			 0);
 	svc_report_free(&rep);
+	services_plan_free(&plan);
 	services_close(s);
 	config_free(&cfg);
 }
@@ -211,7 +207,7 @@ static void test_unavailable_without_systemd(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_path_under),
+		cmocka_unit_test(test_unit_names),
 		cmocka_unit_test(test_unit_eligible),
 		cmocka_unit_test(test_unit_allowed_and_named),
 		cmocka_unit_test_setup_teardown(test_scan_pids, setup, teardown),

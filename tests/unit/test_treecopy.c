@@ -9,8 +9,9 @@
 #include <sys/xattr.h>
 
 #include "backend/overlay/treecopy.h"
+#include "testlib.h"
 
-static char dir[64];
+static char dir[TESTLIB_DIR_LEN];
 static int src, dst, dst2;
 
 static int opendir_at(const char *name)
@@ -24,8 +25,7 @@ static int opendir_at(const char *name)
 static int setup(void **state)
 {
 	(void)state;
-	strcpy(dir, "/tmp/test_treecopy.XXXXXX");
-	assert_non_null(mkdtemp(dir));
+	assert_int_equal(testlib_mkdir(dir, "treecopy"), 0);
 	src = opendir_at("src");
 	dst = opendir_at("dst");
 	dst2 = opendir_at("dst2");
@@ -38,9 +38,7 @@ static int teardown(void **state)
 	close(src);
 	close(dst);
 	close(dst2);
-	int fd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	rm_rf_at(fd, dir + 5);
-	close(fd);
+	testlib_rmdir(dir);
 	return 0;
 }
 

@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 
 #include "lib/util.h"
+#include "lib/walk.h"
+#include "testlib.h"
 
 static void test_name_valid(void **state)
 {
@@ -80,8 +82,8 @@ static void test_errors(void **state)
 static void test_atomic_write(void **state)
 {
 	(void)state;
-	char dir[] = "/tmp/ckptd-test-XXXXXX";
-	assert_non_null(mkdtemp(dir));
+	char dir[TESTLIB_DIR_LEN];
+	assert_int_equal(testlib_mkdir(dir, "util"), 0);
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
 	char *buf = NULL;
 	size_t len;
@@ -93,11 +95,11 @@ static void test_atomic_write(void **state)
 	assert_int_equal(read_file_at(dfd, "rec.json", 3, &buf, &len), -EFBIG);
 	assert_int_equal(read_file_at(dfd, "missing", 3, &buf, &len), -ENOENT);
 	/* No temp file left behind. */
-	DIR *d = fdopendir(dup(dfd));
-	struct dirent *de;
+	DIR *d;
 	int n = 0;
-	while ((de = readdir(d)))
-		n += de->d_name[0] != '.';
+	assert_int_equal(walk_open(dfd, NULL, &d), 0);
+	while (walk_next(d))
+		n++;
 	closedir(d);
 	assert_int_equal(n, 1);
 	assert_int_equal(mkdirat(dfd, "tree", 0700), 0);
@@ -109,6 +111,16 @@ static void test_atomic_write(void **state)
 	assert_int_equal(rm_rf_at(dfd, "tree"), 0);
 	assert_int_equal(faccessat(dfd, "tree", F_OK, AT_SYMLINK_NOFOLLOW), -1);
 	assert_int_equal(access("/etc/passwd", F_OK), 0);
+	/* What a killed writer leaves is swept; look-alikes stay. */
+	static const char *const temps[] = { ".rec.json.tmp.0123abcd", ".live.json.tmp.deadbeef" };
+	static const char *const keep[] = { ".rec.json.tmp.0123abc", "rec.tmp.0123abcd", ".x.tmp.0123ABCD" };
+	for (size_t i = 0; i < 2; i++)
+		close(openat(dfd, temps[i], O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+	for (size_t i = 0; i < 3; i++)
+		close(openat(dfd, keep[i], O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+	assert_int_equal(write_file_atomic_sweep(dfd), 2);
+	for (size_t i = 0; i < 3; i++)
+		assert_int_equal(unlinkat(dfd, keep[i], 0), 0);
 	assert_int_equal(rm_rf_at(dfd, "rec.json"), 0);
 	close(dfd);
 	assert_int_equal(rmdir(dir), 0);

@@ -1,53 +1,32 @@
 /* backend_overlay.c: the overlayfs layer backend. A root P is an overlay of
  * an immutable chain of layers over P's original contents (base); create
  * copies the upper into a new layer, restore swaps the mount. The layer
- * store, references and flattening live in overlay_layers.c. */
+ * store, references and flattening live in overlay_layers.c, a root's live
+ * state (live.json) in overlay_root.c. */
 #include "backend/backend.h"
 #include "config.h"
 #include "backend/overlay/overlay_internal.h"
 #include "backend/overlay/overlay_mount.h"
 #include "backend/overlay/treecopy.h"
+#include "lib/hash.h"
 
 #include <limits.h>
 #include <sys/stat.h>
 
-static const char *const ovl_subdirs[] = { "l", "u", "w", "idx", "base" };
+static const char *const ovl_subdirs[] = { "l", "u", "w", "idx", "base", "rec" };
 
 static void ovl_hash_path(const char *p, char out[OVL_NAME_LEN + 1])
 {
-	uint32_t h = 2166136261u;
-	for (; *p; p++)
-		h = (h ^ (unsigned char)*p) * 16777619u;
+	uint32_t h = hash_fnv32(HASH_FNV32_INIT, p, strlen(p));
 	snprintf(out, OVL_NAME_LEN + 1, "%08x", h);
 }
 
-int overlay_live_save(struct ovl_root *r)
+/* Out of space is the one failure of our own writes a client can act on. */
+static int ovl_fail(int q, ckpt_error *err)
 {
-	json_auto_t *j = json_pack("{s:s,s:O,s:O,s:s}", "path", r->path, "chain", r->chain, "mounted", r->mounted,
-				   "upper", r->upper);
-	_cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	if (!s)
-		return -ENOMEM;
-	return write_file_atomic(r->rdir_fd, "live.json", s, strlen(s), 0600);
-}
-
-static int ovl_live_load(struct ovl_root *r)
-{
-	_cleanup_free_ char *s = NULL;
-	int q = read_file_at(r->rdir_fd, "live.json", 1 << 20, &s, NULL);
-	if (q < 0)
-		return q;
-	json_auto_t *j = json_loads(s, 0, NULL);
-	const char *up = json_string_value(json_object_get(j, "upper"));
-	json_t *c = json_object_get(j, "chain"), *m = json_object_get(j, "mounted");
-	if (!up || strlen(up) != OVL_NAME_LEN || !json_is_array(c))
-		return -EBADMSG;
-	snprintf(r->upper, sizeof(r->upper), "%s", up);
-	json_decref(r->chain);
-	json_decref(r->mounted);
-	r->chain = json_incref(c);
-	r->mounted = json_incref(json_is_array(m) ? m : c);
-	return 0;
+	if (err && (err->errnum == ENOSPC || err->errnum == EDQUOT))
+		err->code = "insufficient_storage";
+	return q;
 }
 
 /* A fresh upper and work dir pair, durable. */
@@ -138,7 +117,7 @@ static int ovl_root_dirs(struct ovl *o, struct ovl_root *r, ckpt_error *err)
  * is mounted, so a crash at any later point is finished by the next start. */
 static int ovl_adopt_record(struct ovl_root *r, const struct overlay_mountinfo *mi, ckpt_error *err)
 {
-	int q = ovl_live_load(r);
+	int q = overlay_live_load(r);
 	if (q == 0)
 		return 0;
 	if (q != -ENOENT)
@@ -156,11 +135,13 @@ static int ovl_ensure_base(struct ovl_root *r, const struct overlay_mountinfo *m
 {
 	_cleanup_free_ char *base = path_join(r->rdir, "base");
 	struct overlay_mountinfo bi;
-	overlay_mountinfo_find(base, &bi);
+	int q = base ? overlay_mountinfo_find(base, &bi) : -ENOMEM;
+	if (q < 0)
+		return err_set(err, -q, NULL, "mounts of '%s': %s", r->path, strerror(-q));
 	bool have = bi.found;
 	overlay_mountinfo_clear(&bi);
-	if (have)
-		return 0;
+	if (have) /* bound by an older ckptd, maybe shared */
+		return overlay_mount_private(base) < 0 ? err_set(err, errno, NULL, "make '%s' private: %m", base) : 0;
 	if (ovl_is_our_upper(r, mi, NULL))
 		return err_set(err, ENOENT, NULL, "base of '%s' is not mounted under its overlay", r->path);
 	return overlay_mount_bind_ro(r->path, base, err);
@@ -189,7 +170,10 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 	int q = ovl_root_dirs(o, r, err);
 	if (q < 0)
 		return q;
-	overlay_mountinfo_find(r->path, &mi);
+	write_file_atomic_sweep(r->rdir_fd); /* .live.json.tmp.* of a killed daemon */
+	unlinkat(r->rdir_fd, "idx/.index.tmp", 0);
+	if ((q = overlay_mountinfo_find(r->path, &mi)) < 0)
+		return err_set(err, -q, NULL, "mounts of '%s': %s", r->path, strerror(-q));
 	q = ovl_adopt_record(r, &mi, err);
 	if (q == 0)
 		q = ovl_ensure_base(r, &mi, err);
@@ -202,8 +186,7 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 		if (q == 0)
 			q = ovl_mount_chain(o, r, r->chain, r->upper, err);
 		if (q == 0) {
-			json_decref(r->mounted);
-			r->mounted = json_incref(r->chain);
+			overlay_live_set(r, r->chain, r->chain);
 			q = overlay_live_save(r);
 		}
 	}
@@ -245,6 +228,27 @@ static void ovl_free(struct ovl *o)
 	free(o);
 }
 
+/* Probe dirs of a daemon killed while probing (its probe mount detached). */
+static void ovl_sweep_probes(struct ovl *o)
+{
+	int fd = o->odir_fd >= 0 ? openat(o->odir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	_cleanup_closedir_ DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, ".probe-", 7) != 0)
+			continue;
+		_cleanup_free_ char *m = NULL;
+		if (asprintf(&m, "%s/%s/m", o->odir, de->d_name) >= 0)
+			overlay_umount_detach(m);
+		rm_rf_at(o->odir_fd, de->d_name);
+	}
+}
+
 static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *err)
 {
 	struct ovl *o = calloc(1, sizeof(*o));
@@ -264,7 +268,7 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	}
 	o->odir_fd = open(o->odir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	o->cdir_fd = open(cdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	snprintf(o->mount_api, sizeof(o->mount_api), "fsconfig");
+	ovl_sweep_probes(o);
 	for (size_t i = 0; i < ctx->n_roots && q == 0; i++) {
 		struct ovl_root *r = &o->roots[o->n_roots++];
 		r->rdir_fd = -1;
@@ -324,6 +328,8 @@ static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], str
 	struct treecopy_stats stats = { 0 };
 	q = dst < 0 || !ix ? err_set(err, ENOMEM, NULL, "create layer: out of memory")
 			   : treecopy_copy(up, dst, &opts, &stats, err);
+	if (q == 0 && (q = overlay_record_write(r, dst, name)) < 0)
+		err_set(err, -q, NULL, "record layer: %s", strerror(-q));
 	if (q == 0 && syncfs(dst) < 0)
 		q = err_set(err, errno, NULL, "sync layer: %m");
 	if (q == 0 && renameat(l, tmp, l, name) < 0)
@@ -389,7 +395,7 @@ static int ovl_create(void *st, const char *id, json_t **ret_data, uint64_t *ret
 	free(names);
 	free(ixs);
 	if (q < 0)
-		return q;
+		return ovl_fail(q, err);
 	*ret_size = size;
 	*ret_data = TAKE_PTR(data);
 	return 0;
@@ -411,10 +417,7 @@ static void ovl_swap_undo(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
 	if (!ovl_is_our_upper(r, &mi, s->old_upper) || ovl_is_our_upper(r, &mi, r->upper))
 		ovl_mount_chain(o, r, s->old_mounted, s->old_upper, &e);
 	overlay_mountinfo_clear(&mi);
-	json_decref(r->chain);
-	json_decref(r->mounted);
-	r->chain = json_incref(s->old_chain);
-	r->mounted = json_incref(s->old_mounted);
+	overlay_live_set(r, s->old_chain, s->old_mounted);
 	memcpy(r->upper, s->old_upper, sizeof(r->upper));
 	overlay_live_save(r);
 }
@@ -422,12 +425,11 @@ static void ovl_swap_undo(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
 /* Switch every root to chains[h] with a fresh upper. live.json (with the new
  * chain and upper) is written for all roots first: it is the intent a restart
  * finishes, so a crash leaves P before or after, never a mix. */
-static int ovl_switch(struct ovl *o, json_t *chains, json_t *extra, ckpt_error *err)
+static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *details, ckpt_error *err)
 {
 	struct ovl_swap *sw = calloc(o->n_roots + 1, sizeof(*sw));
-	json_t *busy = json_array();
 	size_t prepared = 0, swapped = 0;
-	int q = sw && busy ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
+	int q = sw ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
 
 	for (; q == 0 && prepared < o->n_roots; prepared++) {
 		struct ovl_root *r = &o->roots[prepared];
@@ -442,16 +444,14 @@ static int ovl_switch(struct ovl *o, json_t *chains, json_t *extra, ckpt_error *
 			err_set(err, -q, NULL, "new upper for '%s': %s", r->path, strerror(-q));
 			break;
 		}
-		json_decref(r->chain);
-		json_decref(r->mounted);
-		r->chain = c ? json_incref(c) : json_array();
-		r->mounted = json_incref(r->chain);
+		json_auto_t *none = json_array();
+		overlay_live_set(r, c ? c : none, c ? c : none);
 		if ((q = overlay_live_save(r)) < 0)
 			err_set(err, -q, NULL, "record restore intent: %s", strerror(-q));
 	}
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++, swapped++) {
 		struct ovl_root *r = &o->roots[i];
-		q = overlay_umount(r->path, busy, err);
+		q = overlay_umount(r->path, details, err);
 		if (q == 0)
 			q = ovl_mount_chain(o, r, r->chain, r->upper, err);
 	}
@@ -469,29 +469,46 @@ static int ovl_switch(struct ovl *o, json_t *chains, json_t *extra, ckpt_error *
 		json_decref(sw[i].old_chain);
 		json_decref(sw[i].old_mounted);
 	}
-	if (json_array_size(busy))
-		json_object_set(extra, "busy_processes", busy);
-	json_decref(busy);
 	free(sw);
 	o->dirty_gc = true;
 	(void)swapped;
-	return q;
+	return ovl_fail(q, err);
 }
 
-static int ovl_restore(void *st, const char *id, json_t *data, json_t *extra, struct progress *p, ckpt_error *err)
+static int ovl_restore(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
+		       ckpt_error *err)
 {
 	struct ovl *o = st;
 	(void)p;
 	json_auto_t *chains = overlay_layers_chain_get(o, id, data);
 	if (!chains)
 		return err_set(err, ENOENT, "not_found", "no layers recorded for checkpoint %s", id);
-	return ovl_switch(o, chains, extra, err);
+	return ovl_switch(o, chains, details, err);
 }
 
-static int ovl_reset(void *st, json_t *extra, ckpt_error *err)
+static int ovl_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err)
+{
+	struct ovl *o = st;
+	json_auto_t *chains = id ? overlay_layers_chain_get(o, id, data) : json_object();
+	int q = chains ? 0 : err_set(err, ENOENT, "not_found", "no layers recorded for checkpoint %s", id);
+
+	for (size_t i = 0; q == 0 && i < o->n_roots; i++) {
+		struct ovl_root *r = &o->roots[i];
+		struct overlay_mountinfo mi;
+		json_t *c = json_object_get(chains, r->h);
+		json_auto_t *none = c ? NULL : json_array();
+		overlay_mountinfo_find(r->path, &mi);
+		bool ours = ovl_is_our_upper(r, &mi, r->upper);
+		overlay_mountinfo_clear(&mi);
+		q = overlay_verify_root(r, c ? c : none, ours, diffs, max, err);
+	}
+	return q;
+}
+
+static int ovl_reset(void *st, struct restore_details *details, ckpt_error *err)
 {
 	json_auto_t *empty = json_object();
-	return ovl_switch(st, empty, extra, err);
+	return ovl_switch(st, empty, details, err);
 }
 
 static int ovl_remove(void *st, const char *id, json_t *data, ckpt_error *err)
@@ -587,6 +604,7 @@ const struct backend_ops backend_overlay_ops = {
 	.recover = ovl_recover,
 	.create = ovl_create,
 	.restore = ovl_restore,
+	.verify = ovl_verify,
 	.reset = ovl_reset,
 	.remove = ovl_remove,
 	.health = ovl_health,

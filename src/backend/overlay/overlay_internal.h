@@ -1,5 +1,6 @@
 /* overlay_internal.h: the overlay backend's state, shared by backend_overlay.c
- * (the ops) and overlay_layers.c (layer store, references, GC, flatten).
+ * (the ops), overlay_layers.c (layer store, references, GC, flatten) and
+ * overlay_root.c (live.json). Calls go ops -> layers -> root, never back.
  *
  * On disk, below <state>/overlay/:
  *   r/<h>/            one per root (h: hash of the root's path)
@@ -7,6 +8,7 @@
  *     l/<name>/       immutable layers; l/.tmp-<name> while being written
  *     u/<name>, w/<name>  upper and work dirs; only live.json's upper is in use
  *     idx/<upper>     index of the upper at its last create (for hard links)
+ *     rec/<name>      each layer's record, what verify compares it with
  *     live.json       {path, chain, mounted, upper}: the adoption record and
  *                     the intent of a restore (written before the swap)
  *   c/<id>.json       each checkpoint's chains {h: [layers, newest first]};
@@ -37,10 +39,9 @@ struct ovl {
 	int odir_fd, cdir_fd;
 	struct ovl_root *roots;
 	size_t n_roots;
-	json_t *refs;       /* "h/layer" -> number of checkpoints using it */
-	json_t *chains;     /* id -> {h: [layers]} (cache of c/<id>.json) */
-	bool dirty_gc;      /* maintain has layers or uppers to remove */
-	char mount_api[16]; /* "fsconfig" | "legacy" */
+	json_t *refs;   /* "h/layer" -> number of checkpoints using it */
+	json_t *chains; /* id -> {h: [layers]} (cache of c/<id>.json) */
+	bool dirty_gc;  /* maintain has layers or uppers to remove */
 };
 
 /* overlay_layers.c */
@@ -56,5 +57,18 @@ void overlay_layers_gc(struct ovl *o);
 int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err);
 int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NAME_LEN + 1], ckpt_error *err);
 
-/* backend_overlay.c */
+/* overlay_flatten.c: merge layers lfd[0..n) (newest first) into the empty
+ * dir dst so that dst over base shows what the chain over base shows. */
+int overlay_flatten(const int *lfd, size_t n, int dst, ckpt_error *err);
+/* overlay_verify.c */
+/* Record the layer being written in layer_fd as rec/<name>. */
+int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name);
+/* Append to diffs what differs in r from chain: mount (mounted_ok false or
+ * another chain), a non-empty upper, layers that no longer match their records. */
+int overlay_verify_root(struct ovl_root *r, json_t *chain, bool mounted_ok, json_t *diffs, size_t max, ckpt_error *err);
+
+/* overlay_root.c: live.json of a root */
 int overlay_live_save(struct ovl_root *r);
+int overlay_live_load(struct ovl_root *r);
+/* Set r's live chain and the chain its mount uses (references taken). */
+void overlay_live_set(struct ovl_root *r, json_t *chain, json_t *mounted);

@@ -3,6 +3,7 @@
  * flattening of long chains into one layer. */
 #include "backend/overlay/overlay_internal.h"
 #include "backend/overlay/overlay_mount.h"
+#include "lib/walk.h"
 
 #include <sys/stat.h>
 
@@ -66,7 +67,8 @@ int overlay_layers_chain_save(struct ovl *o, const char *id, json_t *chains)
 /* From a record's data (an imported or older checkpoint): {roots:[{path, layers}]}. */
 static json_t *overlay_layers_from_data(struct ovl *o, json_t *data)
 {
-	json_t *out = json_object(), *e;
+	json_auto_t *out = json_object();
+	json_t *e;
 	size_t i;
 	json_array_foreach(json_object_get(data, "roots"), i, e)
 	{
@@ -76,11 +78,7 @@ static json_t *overlay_layers_from_data(struct ovl *o, json_t *data)
 			if (!strcmp(o->roots[k].path, path))
 				json_object_set(out, o->roots[k].h, layers);
 	}
-	if (json_object_size(out) == 0) {
-		json_decref(out);
-		return NULL;
-	}
-	return out;
+	return json_object_size(out) ? TAKE_PTR(out) : NULL;
 }
 
 json_t *overlay_layers_chain_get(struct ovl *o, const char *id, json_t *data)
@@ -94,10 +92,9 @@ json_t *overlay_layers_chain_get(struct ovl *o, const char *id, json_t *data)
 		return NULL;
 	snprintf(name, sizeof(name), "%s.json", id);
 	if (read_file_at(o->cdir_fd, name, 1 << 20, &s, NULL) == 0) {
-		c = json_loads(s, 0, NULL);
-		if (json_is_object(c))
-			return c;
-		json_decref(c);
+		json_auto_t *loaded = json_loads(s, 0, NULL);
+		if (json_is_object(loaded))
+			return TAKE_PTR(loaded);
 	}
 	return data ? overlay_layers_from_data(o, data) : NULL;
 }
@@ -140,20 +137,14 @@ int overlay_layers_load_chains(struct ovl *o, const char *const *ids, json_t *co
 		json_object_set(o->chains, ids[i], c);
 		overlay_layers_ref_all(o, c, +1);
 	}
-	int fd = openat(o->cdir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -ENOMEM;
-	}
+	_cleanup_closedir_ DIR *d = NULL;
+	int q = walk_open(o->cdir_fd, NULL, &d);
+	if (q < 0)
+		return q;
 	struct dirent *de;
-	while ((de = readdir(d))) {
+	while ((de = walk_next(d))) {
 		char id[64];
 		size_t len = strlen(de->d_name);
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
 		if (de->d_name[0] != '.' && len > 5 && len < sizeof(id) && !strcmp(de->d_name + len - 5, ".json")) {
 			snprintf(id, sizeof(id), "%.*s", (int)(len - 5), de->d_name);
 			if (overlay_layers_listed(ids, n, id))
@@ -177,17 +168,12 @@ static bool overlay_layers_in(json_t *arr, const char *name)
 static void overlay_layers_sweep(struct ovl *o, struct ovl_root *r, const char *sub,
 				 bool (*keep)(struct ovl *, struct ovl_root *, const char *))
 {
-	int fd = openat(r->rdir_fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	DIR *d;
+	if (walk_open(r->rdir_fd, sub, &d) < 0)
 		return;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return;
-	}
 	struct dirent *de;
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && !keep(o, r, de->d_name))
+	while ((de = walk_next(d)))
+		if (!keep(o, r, de->d_name))
 			if (rm_rf_at(dirfd(d), de->d_name) < 0)
 				log_debug("overlay: remove '%s/%s/%s' failed", r->rdir, sub, de->d_name);
 	closedir(d);
@@ -211,37 +197,48 @@ void overlay_layers_gc(struct ovl *o)
 {
 	for (size_t i = 0; i < o->n_roots; i++) {
 		overlay_layers_sweep(o, &o->roots[i], "l", overlay_layers_keep_layer);
+		overlay_layers_sweep(o, &o->roots[i], "rec", overlay_layers_keep_layer);
 		overlay_layers_sweep(o, &o->roots[i], "u", overlay_layers_keep_upper);
 		overlay_layers_sweep(o, &o->roots[i], "w", overlay_layers_keep_upper);
 	}
 	o->dirty_gc = false;
 }
 
-/* Apply the chain's layers, oldest first, onto one new layer. Sources are
- * immutable, so their files are shared by hard links, not copied. */
+/* Merge the chain into one new layer (overlay_flatten.c). */
 int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NAME_LEN + 1], ckpt_error *err)
 {
 	char tmp[32];
+	size_t n = json_array_size(chain), opened = 0;
 	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (l < 0 || overlay_layers_new_name(l, ret_name) < 0)
 		return err_set(err, EIO, NULL, "open layer store of '%s'", r->path);
-	snprintf(tmp, sizeof(tmp), ".tmp-%s", ret_name);
-	if (mkdirat(l, tmp, 0700) < 0)
-		return err_set(err, errno, NULL, "create merged layer: %m");
-	_cleanup_close_ int dst = openat(l, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int q = dst < 0 ? err_set(err, errno, NULL, "open merged layer: %m") : 0;
-	for (size_t i = json_array_size(chain); q == 0 && i-- > 0;) {
-		_cleanup_close_ int src = openat(l, json_string_value(json_array_get(chain, i)),
-						 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		struct treecopy_opts opts = { .mode = TREECOPY_MERGE, .prev_fd = -1, .link_sources = true };
-		q = src < 0 ? err_set(err, errno, NULL, "open layer: %m") : treecopy_copy(src, dst, &opts, NULL, err);
+	_cleanup_free_ int *lfd = calloc(n + 1, sizeof(int));
+	if (!lfd)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	int q = 0;
+	for (; q == 0 && opened < n; opened++) {
+		lfd[opened] = openat(l, json_string_value(json_array_get(chain, opened)),
+				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (lfd[opened] < 0)
+			q = err_set(err, errno, NULL, "open layer: %m");
 	}
+	snprintf(tmp, sizeof(tmp), ".tmp-%s", ret_name);
+	if (q == 0 && mkdirat(l, tmp, 0700) < 0)
+		q = err_set(err, errno, NULL, "create merged layer: %m");
+	_cleanup_close_ int dst = q == 0 ? openat(l, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	if (q == 0)
+		q = dst < 0 ? err_set(err, errno, NULL, "open merged layer: %m") : overlay_flatten(lfd, n, dst, err);
+	if (q == 0 && (q = overlay_record_write(r, dst, ret_name)) < 0)
+		err_set(err, -q, NULL, "record merged layer: %s", strerror(-q));
 	if (q == 0 && syncfs(dst) < 0)
 		q = err_set(err, errno, NULL, "sync merged layer: %m");
 	if (q == 0 && (renameat(l, tmp, l, ret_name) < 0 || fsync_dirfd(l) < 0))
 		q = err_set(err, errno, NULL, "publish merged layer: %m");
 	if (q < 0)
 		rm_rf_at(l, tmp);
+	for (size_t i = 0; i < opened; i++)
+		if (lfd[i] >= 0)
+			close(lfd[i]);
 	return q;
 }
 
@@ -297,10 +294,14 @@ static void overlay_layers_switch(struct ovl *o, struct ovl_root *r, json_t *c, 
 			log_debug("overlay: rewrite chain of %s failed", id);
 	}
 	if (overlay_layers_ends_with(r->chain, c) && json_array_size(c)) {
-		json_t *nc = overlay_layers_rebase(r->chain, c, f);
-		json_decref(r->chain);
-		r->chain = nc;
-		overlay_live_save(r);
+		json_t *old = r->chain; /* kept when live.json cannot be rewritten (disk full) */
+		r->chain = overlay_layers_rebase(old, c, f);
+		if (overlay_live_save(r) < 0) {
+			json_decref(r->chain);
+			r->chain = old;
+		} else {
+			json_decref(old);
+		}
 	}
 	o->dirty_gc = true;
 }

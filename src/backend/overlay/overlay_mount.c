@@ -1,14 +1,14 @@
 /* overlay_mount.c: overlayfs and bind mounts, mountinfo parsing, busy
  * process discovery. Library code: returns errors, never logs above debug. */
 #include "backend/overlay/overlay_mount.h"
+#include "lib/procscan.h"
 
-#include <ctype.h>
 #include <limits.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#define OVL_FIXED_OPTS "index=off,redirect_dir=off,metacopy=off,xino=off"
+#define OVL_FIXED_OPTS "index=off,redirect_dir=on,metacopy=off,xino=off"
 
 char *overlay_mount_escape(const char *s)
 {
@@ -46,7 +46,7 @@ static int ovl_mount_new_api(const struct overlay_spec *s, ckpt_error *err)
 	if (fs < 0)
 		return err_set(err, errno, NULL, "fsopen overlay: %m");
 	static const char *const fixed[][2] = {
-		{ "index", "off" }, { "redirect_dir", "off" }, { "metacopy", "off" }, { "xino", "off" }
+		{ "index", "off" }, { "redirect_dir", "on" }, { "metacopy", "off" }, { "xino", "off" }
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(fixed); i++)
 		if (ovl_cfg(fs, fixed[i][0], fixed[i][1], err) < 0)
@@ -72,37 +72,46 @@ static int ovl_mount_new_api(const struct overlay_spec *s, ckpt_error *err)
 	return 0;
 }
 
-/* Option string; prefix "" gives relative names (for a child in dir). */
+/* prefix + name, escaped for a legacy option value; NULL when out of memory. */
+static char *ovl_legacy_value(const char *prefix, const char *name)
+{
+	size_t len = strlen(prefix) + strlen(name) + 1;
+	_cleanup_free_ char *full = malloc(len);
+	if (!full)
+		return NULL;
+	snprintf(full, len, "%s%s", prefix, name);
+	return overlay_mount_escape(full);
+}
+
+/* Option string; prefix "" gives relative names (for a child in dir). NULL
+ * when out of memory. */
 static char *ovl_legacy_opts(const struct overlay_spec *s, const char *prefix)
 {
 	size_t cap = 256;
 	for (size_t i = 0; i < s->n_lowers; i++)
 		cap += 2 * (strlen(prefix) + strlen(s->lowers[i]) + 2);
 	cap += 4 * (strlen(prefix) + strlen(s->upper) + strlen(s->work) + 4);
-	char *o = malloc(cap);
+	_cleanup_free_ char *o = malloc(cap);
 	if (!o)
 		return NULL;
 	size_t n = snprintf(o, cap, "lowerdir=");
 	for (size_t i = 0; i < s->n_lowers; i++) {
-		_cleanup_free_ char *full = malloc(strlen(prefix) + strlen(s->lowers[i]) + 2);
-		sprintf(full, "%s%s", prefix, s->lowers[i]);
-		_cleanup_free_ char *e = overlay_mount_escape(full);
+		_cleanup_free_ char *e = ovl_legacy_value(prefix, s->lowers[i]);
+		if (!e)
+			return NULL;
 		n += snprintf(o + n, cap - n, "%s%s", i ? ":" : "", e);
 	}
-	_cleanup_free_ char *u = malloc(strlen(prefix) + strlen(s->upper) + 1);
-	_cleanup_free_ char *w = malloc(strlen(prefix) + strlen(s->work) + 1);
-	sprintf(u, "%s%s", prefix, s->upper);
-	sprintf(w, "%s%s", prefix, s->work);
-	_cleanup_free_ char *ue = overlay_mount_escape(u), *we = overlay_mount_escape(w);
+	_cleanup_free_ char *ue = ovl_legacy_value(prefix, s->upper), *we = ovl_legacy_value(prefix, s->work);
+	if (!ue || !we)
+		return NULL;
 	snprintf(o + n, cap - n, ",upperdir=%s,workdir=%s," OVL_FIXED_OPTS, ue, we);
-	return o;
+	return TAKE_PTR(o);
 }
 
 int overlay_mount_legacy(const struct overlay_spec *s, ckpt_error *err)
 {
-	_cleanup_free_ char *prefix = malloc(strlen(s->dir) + 2);
-	sprintf(prefix, "%s/", s->dir);
-	_cleanup_free_ char *abs = ovl_legacy_opts(s, prefix);
+	_cleanup_free_ char *prefix = path_join(s->dir, "");
+	_cleanup_free_ char *abs = prefix ? ovl_legacy_opts(s, prefix) : NULL;
 	if (!abs)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	if (strlen(abs) < (size_t)sysconf(_SC_PAGESIZE)) {
@@ -144,23 +153,37 @@ int overlay_mount(const struct overlay_spec *s, ckpt_error *err)
 	return r;
 }
 
+/* Private once attached (attaching under a shared parent makes it shared): a
+ * mount made later on or under src must not propagate onto base, which is
+ * meant to show src's original contents. */
 int overlay_mount_bind_ro(const char *src, const char *dst, ckpt_error *err)
 {
+	bool attached = false;
 	_cleanup_close_ int t = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
 	if (t >= 0) {
 		struct mount_attr a = { .attr_set = MOUNT_ATTR_RDONLY };
-		if (mount_setattr(t, "", AT_EMPTY_PATH, &a, sizeof(a)) == 0 &&
-		    move_mount(t, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) == 0)
-			return 0;
+		attached = mount_setattr(t, "", AT_EMPTY_PATH, &a, sizeof(a)) == 0 &&
+			move_mount(t, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) == 0;
 	}
-	if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+	if (!attached && mount(src, dst, NULL, MS_BIND, NULL) < 0)
 		return err_set(err, errno, NULL, "bind '%s' on '%s': %m", src, dst);
-	if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) < 0) {
+	if ((!attached && mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) < 0) ||
+	    mount(NULL, dst, NULL, MS_PRIVATE, NULL) < 0) {
 		int e = errno;
 		umount2(dst, MNT_DETACH);
-		return err_set(err, e, NULL, "make '%s' read-only: %s", dst, strerror(e));
+		return err_set(err, e, NULL, "make '%s' read-only and private: %s", dst, strerror(e));
 	}
 	return 0;
+}
+
+void overlay_umount_detach(const char *path)
+{
+	umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW);
+}
+
+int overlay_mount_private(const char *path)
+{
+	return mount(NULL, path, NULL, MS_PRIVATE, NULL) < 0 ? -errno : 0;
 }
 
 /* mountinfo escapes ' ', '\t', '\n', '\\' as \ooo; overlay's options also
@@ -217,17 +240,18 @@ static char *ovl_opt_value(const char *opts, const char *key)
 	return NULL;
 }
 
-static void ovl_parse_line(char *line, const char *path, struct overlay_mountinfo *ret)
+/* -ENOMEM when the line names path but cannot be copied. */
+static int ovl_parse_line(char *line, const char *path, struct overlay_mountinfo *ret)
 {
 	char *save = NULL, *f[6] = { 0 };
 	char *tok = strtok_r(line, " ", &save);
 	for (int i = 0; tok && i < 6; i++, tok = strtok_r(NULL, " ", &save))
 		f[i] = tok;
 	if (!f[4])
-		return;
+		return 0;
 	ovl_unescape(f[4]);
 	if (strcmp(f[4], path) != 0)
-		return;
+		return 0;
 	while (tok && strcmp(tok, "-") != 0)
 		tok = strtok_r(NULL, " ", &save);
 	char *fstype = strtok_r(NULL, " ", &save), *source = strtok_r(NULL, " ", &save);
@@ -236,8 +260,14 @@ static void ovl_parse_line(char *line, const char *path, struct overlay_mountinf
 	ret->found = true;
 	snprintf(ret->fstype, sizeof(ret->fstype), "%s", fstype ? fstype : "");
 	ret->source = source ? strdup(source) : NULL;
-	if (fstype && !strcmp(fstype, "overlay") && opts)
+	if (source && !ret->source)
+		return -ENOMEM;
+	if (fstype && !strcmp(fstype, "overlay") && opts) {
 		ret->upperdir = ovl_opt_value(opts, "upperdir");
+		if (!ret->upperdir && strstr(opts, "upperdir="))
+			return -ENOMEM;
+	}
+	return 0;
 }
 
 int overlay_mountinfo_find(const char *path, struct overlay_mountinfo *ret)
@@ -248,112 +278,42 @@ int overlay_mountinfo_find(const char *path, struct overlay_mountinfo *ret)
 		return -errno;
 	_cleanup_free_ char *line = NULL;
 	size_t cap = 0;
-	while (getline(&line, &cap, f) > 0)
-		ovl_parse_line(line, path, ret); /* later lines are mounted on top */
+	while (getline(&line, &cap, f) > 0) /* later lines are mounted on top */
+		if (ovl_parse_line(line, path, ret) < 0) {
+			overlay_mountinfo_clear(ret);
+			return -ENOMEM;
+		}
 	return 0;
 }
 
-static bool ovl_under(const char *p, const char *root)
+int overlay_busy_processes(const char *path, struct restore_details *busy)
 {
-	size_t n = strlen(root);
-	return !strncmp(p, root, n) && (p[n] == 0 || p[n] == '/');
-}
-
-static bool ovl_link_under(int dfd, const char *name, const char *root)
-{
-	char buf[PATH_MAX];
-	ssize_t n = readlinkat(dfd, name, buf, sizeof(buf) - 1);
-	if (n <= 0)
-		return false;
-	buf[n] = 0;
-	return ovl_under(buf, root);
-}
-
-static bool ovl_fds_under(int pfd, const char *root)
-{
-	_cleanup_close_ int fd = openat(pfd, "fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d)
-		return false;
-	fd = -1;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.' && ovl_link_under(dirfd(d), de->d_name, root))
-			return true;
-	return false;
-}
-
-static bool ovl_maps_under(int pfd, const char *root)
-{
-	int fd = openat(pfd, "maps", O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	_cleanup_fclose_ FILE *f = fdopen(fd, "r");
-	if (!f) {
-		close(fd);
-		return false;
+	char *roots[] = { (char *)path };
+	_cleanup_free_ pid_t *pids = NULL;
+	size_t n = 0;
+	int r = procscan_pids_under("/proc", roots, 1, getpid(), &pids, &n);
+	if (r < 0)
+		return r;
+	struct busy_process *arr = n ? realloc(busy->busy, (busy->n_busy + n) * sizeof(*arr)) : busy->busy;
+	if (n && !arr)
+		return -ENOMEM;
+	busy->busy = arr;
+	for (size_t i = 0; i < n; i++) {
+		struct busy_process *b = &busy->busy[busy->n_busy++];
+		*b = (struct busy_process){ .pid = pids[i] };
+		procscan_comm("/proc", pids[i], b->command, sizeof(b->command));
 	}
-	_cleanup_free_ char *line = NULL;
-	size_t cap = 0;
-	while (getline(&line, &cap, f) > 0) {
-		char *p = strchr(line, '/');
-		if (p) {
-			p[strcspn(p, "\n")] = 0;
-			if (ovl_under(p, root))
-				return true;
-		}
-	}
-	return false;
+	return 0;
 }
 
-static json_t *ovl_proc_entry(int pfd, long pid)
-{
-	char comm[64] = "";
-	int fd = openat(pfd, "comm", O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		ssize_t n = read(fd, comm, sizeof(comm) - 1);
-		close(fd);
-		comm[n > 0 ? n : 0] = 0;
-		comm[strcspn(comm, "\n")] = 0;
-	}
-	return json_pack("{s:I,s:s}", "pid", (json_int_t)pid, "command", comm);
-}
-
-json_t *overlay_busy_processes(const char *path)
-{
-	json_t *arr = json_array();
-	_cleanup_closedir_ DIR *d = opendir("/proc");
-	if (!d || !arr)
-		return arr;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		if (!isdigit((unsigned char)de->d_name[0]))
-			continue;
-		long pid = strtol(de->d_name, NULL, 10);
-		if (pid == getpid())
-			continue;
-		_cleanup_close_ int pfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (pfd < 0)
-			continue;
-		if (ovl_link_under(pfd, "cwd", path) || ovl_link_under(pfd, "root", path) || ovl_fds_under(pfd, path) ||
-		    ovl_maps_under(pfd, path))
-			json_array_append_new(arr, ovl_proc_entry(pfd, pid));
-	}
-	return arr;
-}
-
-int overlay_umount(const char *path, json_t *busy, ckpt_error *err)
+int overlay_umount(const char *path, struct restore_details *busy, ckpt_error *err)
 {
 	if (umount2(path, UMOUNT_NOFOLLOW) == 0)
 		return 0;
 	if (errno != EBUSY)
 		return err_set(err, errno, NULL, "unmount '%s': %m", path);
-	json_t *procs = overlay_busy_processes(path);
-	if (busy && procs)
-		json_array_extend(busy, procs);
-	json_decref(procs);
+	if (busy && overlay_busy_processes(path, busy) < 0)
+		log_debug("cannot list the processes holding '%s'", path);
 	if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) < 0)
 		return err_set(err, errno, NULL, "detach '%s': %m", path);
 	return 0;

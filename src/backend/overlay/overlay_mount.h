@@ -2,6 +2,7 @@
  * processes that keep a mount busy. */
 #pragma once
 #include <jansson.h>
+#include "backend/backend.h"
 #include "lib/util.h"
 
 /* Most lower layers overlayfs accepts (base included). */
@@ -25,8 +26,12 @@ int overlay_mount_legacy(const struct overlay_spec *s, ckpt_error *err);
 /* Escape '\\', ',' and ':' for a legacy option value. Returns malloc'd. */
 char *overlay_mount_escape(const char *s);
 
-/* Bind src (not recursively) read-only onto dst. */
+/* Bind src (not recursively) read-only and private onto dst. */
 int overlay_mount_bind_ro(const char *src, const char *dst, ckpt_error *err);
+/* Detach whatever is mounted on path, if anything (best effort). */
+void overlay_umount_detach(const char *path);
+/* Stop propagation to and from the mount at path. */
+int overlay_mount_private(const char *path);
 
 struct overlay_mountinfo {
 	bool found;
@@ -35,10 +40,13 @@ struct overlay_mountinfo {
 	char *source;
 };
 void overlay_mountinfo_clear(struct overlay_mountinfo *m);
-/* The top mount whose mount point is exactly path (from /proc/self/mountinfo). */
+/* The top mount whose mount point is exactly path (from /proc/self/mountinfo).
+ * On failure (<0) ret says not found: callers must not take that as unmounted. */
 int overlay_mountinfo_find(const char *path, struct overlay_mountinfo *ret);
 
-/* Unmount path; on EBUSY fill busy (array of {pid, command}) and detach. */
-int overlay_umount(const char *path, json_t *busy, ckpt_error *err);
-/* Processes with cwd, root, an open fd or a mapping under path. */
-json_t *overlay_busy_processes(const char *path);
+/* Unmount path; on EBUSY add the processes that hold it to busy (may be
+ * NULL) and detach. */
+int overlay_umount(const char *path, struct restore_details *busy, ckpt_error *err);
+/* Add the processes with cwd, root, an open fd or a mapping under path to
+ * d->busy. -ENOMEM when the list cannot grow. */
+int overlay_busy_processes(const char *path, struct restore_details *d);

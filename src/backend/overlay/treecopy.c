@@ -2,7 +2,9 @@
  * Order per inode: create, data, chown, chmod, xattrs, then times;
  * directory times after their children. */
 #include "backend/overlay/treecopy.h"
-#include "backend/overlay/treecopy_internal.h"
+#include "lib/devino.h"
+#include "lib/walk.h"
+#include "lib/xattr.h"
 #include "backend/backend.h"
 
 #include <limits.h>
@@ -19,8 +21,8 @@ struct tc {
 	struct treecopy_stats *st;
 	ckpt_error *err;
 	int dst_root;
-	struct treecopy_links links;
-	char path[PATH_MAX]; /* relpath of the current entry */
+	struct devino_map links; /* (dev, ino) -> first relpath copied */
+	char path[PATH_MAX];     /* relpath of the current entry */
 	size_t len;
 };
 
@@ -89,50 +91,21 @@ int treecopy_file_data(int in, int out, off_t size, uint64_t *ret_copied)
 	return 0;
 }
 
-/* xattrs through an fd, or through /proc/self/fd/<dir>/<name> for symlinks
- * and special files (O_PATH fds do not carry xattr calls). */
-struct xref {
-	int fd;
-	char proc[PATH_MAX];
-};
-
-static void xref_init(struct xref *x, int fd, int dirfd, const char *name)
+static int treecopy_xattrs(const struct xattr_ref *src, const struct xattr_ref *dst)
 {
-	x->fd = fd;
-	if (fd < 0)
-		snprintf(x->proc, sizeof(x->proc), "/proc/self/fd/%d/%s", dirfd, name);
-}
-
-static ssize_t xref_list(const struct xref *x, char *buf, size_t n)
-{
-	return x->fd >= 0 ? flistxattr(x->fd, buf, n) : llistxattr(x->proc, buf, n);
-}
-
-static ssize_t xref_get(const struct xref *x, const char *k, void *buf, size_t n)
-{
-	return x->fd >= 0 ? fgetxattr(x->fd, k, buf, n) : lgetxattr(x->proc, k, buf, n);
-}
-
-static int xref_set(const struct xref *x, const char *k, const void *v, size_t n)
-{
-	return x->fd >= 0 ? fsetxattr(x->fd, k, v, n, 0) : lsetxattr(x->proc, k, v, n, 0);
-}
-
-static int treecopy_xattrs(const struct xref *src, const struct xref *dst)
-{
-	char names[65536];
-	static __thread char val[65536];
-	ssize_t n = xref_list(src, names, sizeof(names));
+	char names[XATTR_LIST_BUF];
+	static __thread char val[XATTR_VALUE_BUF];
+	ssize_t n = xattr_list(src, names, sizeof(names));
 	if (n < 0)
 		return errno == ENOTSUP ? 0 : -errno;
 	for (char *k = names; k < names + n; k += strlen(k) + 1) {
-		ssize_t v = xref_get(src, k, val, sizeof(val));
+		ssize_t v = xattr_get(src, k, val, sizeof(val));
 		if (v < 0) {
 			if (errno == ENODATA)
 				continue;
 			return -errno;
 		}
-		if (xref_set(dst, k, val, v) < 0 && errno != ENOTSUP)
+		if (xattr_set(dst, k, val, v) < 0 && errno != ENOTSUP)
 			return -errno;
 	}
 	return 0;
@@ -140,9 +113,9 @@ static int treecopy_xattrs(const struct xref *src, const struct xref *dst)
 
 /* Owner, mode, xattrs, times of a created inode. dfd_entry >= 0 for regular
  * files and dirs; else the entry is addressed by (dfd, name). */
-static int treecopy_meta(int sfd, int dfd, const char *name, int sfd_entry, int dfd_entry, const struct stat *st)
+int treecopy_copy_meta(int sfd, int dfd, const char *name, int sfd_entry, int dfd_entry, const struct stat *st)
 {
-	struct xref xs, xd;
+	struct xattr_ref xs, xd;
 	struct timespec ts[2] = { st->st_atim, st->st_mtim };
 	bool lnk = S_ISLNK(st->st_mode);
 
@@ -152,8 +125,8 @@ static int treecopy_meta(int sfd, int dfd, const char *name, int sfd_entry, int 
 	if (!lnk &&
 	    (dfd_entry >= 0 ? fchmod(dfd_entry, st->st_mode & 07777) : fchmodat(dfd, name, st->st_mode & 07777, 0)))
 		return -errno;
-	xref_init(&xs, sfd_entry, sfd, name);
-	xref_init(&xd, dfd_entry, dfd, name);
+	xattr_ref_init(&xs, sfd_entry, sfd, name);
+	xattr_ref_init(&xd, dfd_entry, dfd, name);
 	int r = treecopy_xattrs(&xs, &xd);
 	if (r < 0)
 		return r;
@@ -188,7 +161,7 @@ static void tc_progress(struct tc *t, uint64_t bytes)
  * or from the previous layer. 1 when linked, 0 when a copy is needed. */
 static int treecopy_try_link(struct tc *t, int sfd, int dfd, const char *name, const struct stat *st)
 {
-	const char *first = st->st_nlink > 1 ? treecopy_links_get(&t->links, st->st_dev, st->st_ino) : NULL;
+	const char *first = st->st_nlink > 1 ? devino_get(&t->links, st->st_dev, st->st_ino) : NULL;
 	int r = -1;
 	if (first)
 		r = linkat(t->dst_root, first, dfd, name, 0);
@@ -215,7 +188,7 @@ static int treecopy_regular(struct tc *t, int sfd, int dfd, const char *name, co
 		return tc_fail(t, -errno, "create");
 	int r = treecopy_file_data(in, out, st->st_size, &copied);
 	if (r == 0)
-		r = treecopy_meta(sfd, dfd, name, in, out, st);
+		r = treecopy_copy_meta(sfd, dfd, name, in, out, st);
 	if (r < 0)
 		return tc_fail(t, r, "copy");
 	t->st->bytes_copied += copied;
@@ -238,7 +211,7 @@ static int treecopy_special(struct tc *t, int sfd, int dfd, const char *name, co
 		r = -errno;
 	}
 	if (r == 0)
-		r = treecopy_meta(sfd, dfd, name, -1, -1, st);
+		r = treecopy_copy_meta(sfd, dfd, name, -1, -1, st);
 	if (r < 0)
 		return tc_fail(t, r, "create");
 	tc_progress(t, 0);
@@ -261,7 +234,7 @@ static int treecopy_dir(struct tc *t, int sfd, int dfd, const char *name, const 
 		return r;
 	if (make_opaque && fsetxattr(d, OPAQUE_XATTR, "y", 1, 0) < 0)
 		return tc_fail(t, -errno, "set opaque");
-	r = treecopy_meta(sfd, dfd, name, s, d, st);
+	r = treecopy_copy_meta(sfd, dfd, name, s, d, st);
 	if (r < 0)
 		return tc_fail(t, r, "dir metadata");
 	tc_progress(t, 0);
@@ -270,9 +243,10 @@ static int treecopy_dir(struct tc *t, int sfd, int dfd, const char *name, const 
 
 static bool treecopy_opaque(int sfd, const char *name)
 {
-	char v[4], p[PATH_MAX];
-	snprintf(p, sizeof(p), "/proc/self/fd/%d/%s", sfd, name);
-	ssize_t n = lgetxattr(p, OPAQUE_XATTR, v, sizeof(v));
+	char v[4];
+	struct xattr_ref x;
+	xattr_ref_init(&x, -1, sfd, name);
+	ssize_t n = xattr_get(&x, OPAQUE_XATTR, v, sizeof(v));
 	return n == 1 && v[0] == 'y';
 }
 
@@ -319,24 +293,18 @@ static int treecopy_entry(struct tc *t, int sfd, int dfd, const char *name)
 	}
 	r = S_ISREG(st.st_mode) ? treecopy_regular(t, sfd, dfd, name, &st) : treecopy_special(t, sfd, dfd, name, &st);
 	if (r == 0 && st.st_nlink > 1 && !t->o->link_sources)
-		r = treecopy_links_put(&t->links, st.st_dev, st.st_ino, t->path);
+		r = devino_put(&t->links, st.st_dev, st.st_ino, t->path);
 	return r < 0 ? r : 0;
 }
 
 static int treecopy_dir_contents(struct tc *t, int sfd, int dfd)
 {
-	int fd = openat(sfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return tc_fail(t, -errno, "open dir");
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return tc_fail(t, -ENOMEM, "opendir");
-	}
+	_cleanup_closedir_ DIR *d = NULL;
+	int q = walk_open(sfd, NULL, &d);
+	if (q < 0)
+		return tc_fail(t, q, "open dir");
 	struct dirent *de;
-	while ((errno = 0, de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
+	while ((de = walk_next(d))) {
 		size_t saved;
 		int r = tc_push(t, de->d_name, &saved);
 		if (r == 0)
@@ -361,10 +329,10 @@ int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct 
 		return err_set(err, errno, NULL, "stat source: %m");
 	int r = treecopy_dir_contents(&t, src_fd, dst_fd);
 	if (r == 0) {
-		r = treecopy_meta(src_fd, dst_fd, ".", src_fd, dst_fd, &st);
+		r = treecopy_copy_meta(src_fd, dst_fd, ".", src_fd, dst_fd, &st);
 		if (r < 0)
 			tc_fail(&t, r, "root metadata");
 	}
-	treecopy_links_free(&t.links);
+	devino_free(&t.links);
 	return r;
 }

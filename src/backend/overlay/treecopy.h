@@ -53,3 +53,6 @@ int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct 
 int treecopy_file_data(int in, int out, off_t size, uint64_t *ret_copied);
 
 bool treecopy_is_whiteout(const struct stat *st);
+/* Owner, mode, xattrs, then times of a created inode, from st and the source:
+ * through fds (sfd_entry, dfd_entry >= 0) or by (sfd|dfd, name). */
+int treecopy_copy_meta(int sfd, int dfd, const char *name, int sfd_entry, int dfd_entry, const struct stat *st);

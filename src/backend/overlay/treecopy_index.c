@@ -1,8 +1,7 @@
 /* treecopy_index.c: the per-upper index (relpath -> inode, ctime, size) that
- * lets a create hard-link files unchanged since the previous layer, and the
- * inode map used to keep hardlinks inside one copy. */
+ * lets a create hard-link files unchanged since the previous layer. */
 #include "backend/overlay/treecopy.h"
-#include "backend/overlay/treecopy_internal.h"
+#include "lib/hash.h"
 
 #include <sys/stat.h>
 
@@ -17,14 +16,6 @@ struct treecopy_index {
 	struct ix_entry *v;
 	size_t cap, n;
 };
-
-static uint64_t treecopy_hash_str(const char *s)
-{
-	uint64_t h = 1469598103934665603ULL;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-	return h;
-}
 
 struct treecopy_index *treecopy_index_new(void)
 {
@@ -57,7 +48,7 @@ size_t treecopy_index_count(const struct treecopy_index *ix)
 
 static struct ix_entry *treecopy_index_slot(struct ix_entry *v, size_t cap, const char *path)
 {
-	size_t i = treecopy_hash_str(path) & (cap - 1);
+	size_t i = hash_str(path) & (cap - 1);
 	while (v[i].path && strcmp(v[i].path, path) != 0)
 		i = (i + 1) & (cap - 1);
 	return &v[i];
@@ -191,57 +182,4 @@ int treecopy_index_load(int dirfd, const char *name, struct treecopy_index **ret
 	*ret = ix;
 	*ret_tag = tag;
 	return 0;
-}
-
-/* Inode map: (dev, ino) -> first destination relpath, for hardlinks. */
-static size_t treecopy_links_slot(const struct treecopy_links *m, size_t cap, dev_t dev, ino_t ino,
-				  struct link_entry *v)
-{
-	size_t i = ((uint64_t)ino * 11400714819323198485ULL ^ dev) & (cap - 1);
-	(void)m;
-	while (v[i].path && !(v[i].dev == dev && v[i].ino == ino))
-		i = (i + 1) & (cap - 1);
-	return i;
-}
-
-const char *treecopy_links_get(const struct treecopy_links *m, dev_t dev, ino_t ino)
-{
-	if (!m->cap)
-		return NULL;
-	return m->v[treecopy_links_slot(m, m->cap, dev, ino, m->v)].path;
-}
-
-int treecopy_links_put(struct treecopy_links *m, dev_t dev, ino_t ino, const char *path)
-{
-	if ((m->n + 1) * 2 > m->cap) {
-		size_t cap = m->cap ? m->cap * 2 : 64;
-		struct link_entry *v = calloc(cap, sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		for (size_t i = 0; i < m->cap; i++)
-			if (m->v[i].path)
-				v[treecopy_links_slot(m, cap, m->v[i].dev, m->v[i].ino, v)] = m->v[i];
-		free(m->v);
-		m->v = v;
-		m->cap = cap;
-	}
-	struct link_entry *e = &m->v[treecopy_links_slot(m, m->cap, dev, ino, m->v)];
-	if (e->path)
-		return 0;
-	e->path = strdup(path);
-	if (!e->path)
-		return -ENOMEM;
-	e->dev = dev;
-	e->ino = ino;
-	m->n++;
-	return 0;
-}
-
-void treecopy_links_free(struct treecopy_links *m)
-{
-	for (size_t i = 0; i < m->cap; i++)
-		free(m->v[i].path);
-	free(m->v);
-	m->v = NULL;
-	m->cap = m->n = 0;
 }

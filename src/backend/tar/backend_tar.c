@@ -16,6 +16,8 @@
 #include "backend/tar/tar_create.h"
 #include "backend/tar/tar_fs.h"
 #include "backend/tar/tar_restore.h"
+#include "lib/walk.h"
+#include "backend/tar/tar_verify.h"
 
 #define TAR_DIR "tar"
 #define INTENT "restoring.json"
@@ -30,7 +32,16 @@ struct tar_state {
 	bool zstd;
 	dev_t state_dev;
 	ino_t state_ino;
-	pthread_mutex_t lock;          /* guards the members health reads */
+	pthread_mutex_t lock;     /* guards the members health reads */
+	pthread_cond_t base_cond; /* base_state left BASE_PREPARING */
+	pthread_t base_thread;
+	bool base_thread_started;
+	enum {
+		BASE_READY,
+		BASE_PREPARING,
+		BASE_FAILED
+	} base_state;
+	char base_error[256];
 	struct tar_restore_stats last; /* of the last restore */
 	char pending[64];              /* id of a restore that could not be finished */
 	char pending_msg[256];
@@ -62,10 +73,9 @@ static int write_meta(struct tar_state *s, int dirfd, ckpt_error *err)
 	json_t *roots = json_array();
 	for (size_t i = 0; i < s->n_roots; i++)
 		json_array_append_new(roots, json_string(s->roots[i]));
-	json_t *meta =
+	json_auto_t *meta =
 		json_pack("{s:i, s:s, s:o}", "version", 1, "compression", s->zstd ? "zstd" : "none", "roots", roots);
 	_cleanup_free_ char *text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
-	json_decref(meta);
 	if (!text)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	int r = write_file_atomic(dirfd, META, text, strlen(text), 0600);
@@ -79,7 +89,8 @@ static int write_meta(struct tar_state *s, int dirfd, ckpt_error *err)
 static int read_meta(struct tar_state *s, int dirfd, const char *name, bool *zstd, ckpt_error *err)
 {
 	_cleanup_free_ char *text = NULL;
-	json_t *meta, *roots;
+	json_auto_t *meta = NULL;
+	json_t *roots;
 	int r = read_file_at(dirfd, META, 1 << 20, &text, NULL);
 
 	if (r < 0)
@@ -94,7 +105,6 @@ static int read_meta(struct tar_state *s, int dirfd, const char *name, bool *zst
 		    strcmp(json_string_value(json_array_get(roots, i)), s->roots[i]))
 			r = err_set(err, EINVAL, NULL, "checkpoint '%s' was made for other roots", name);
 	*zstd = !strcmp(json_string_value(json_object_get(meta, "compression")) ?: "", "zstd");
-	json_decref(meta);
 	return r;
 }
 
@@ -155,6 +165,48 @@ static int snapshot(struct tar_state *s, const char *name, struct progress *p, c
 	return r;
 }
 
+/* The first start takes the base off the request path: health answers at
+ * once ("preparing") and everything that reads or writes the roots waits. */
+static void *base_thread(void *arg)
+{
+	struct tar_state *s = arg;
+	ckpt_error err = { 0 };
+	int64_t t0 = mono_ms();
+	int r = snapshot(s, BASE, NULL, &err);
+
+	pthread_mutex_lock(&s->lock);
+	s->base_state = r < 0 ? BASE_FAILED : BASE_READY;
+	snprintf(s->base_error, sizeof(s->base_error), "%.200s", r < 0 ? err.msg : "");
+	pthread_cond_broadcast(&s->base_cond);
+	pthread_mutex_unlock(&s->lock);
+	if (r < 0)
+		log_warn("tar: cannot record the roots' base: %s", err.msg);
+	else
+		log_info("tar: recorded the roots' base in %lld ms", (long long)(mono_ms() - t0));
+	return NULL;
+}
+
+/* Wait for the base; if taking it failed, try again now (callers hold the
+ * engine's operation lock, so only one does). */
+static int base_wait(struct tar_state *s, ckpt_error *err)
+{
+	pthread_mutex_lock(&s->lock);
+	while (s->base_state == BASE_PREPARING)
+		pthread_cond_wait(&s->base_cond, &s->lock);
+	bool failed = s->base_state == BASE_FAILED;
+	pthread_mutex_unlock(&s->lock);
+	if (!failed)
+		return 0;
+	int r = snapshot(s, BASE, NULL, err);
+	if (r < 0)
+		return err_prefix(err, "cannot record the roots' base");
+	pthread_mutex_lock(&s->lock);
+	s->base_state = BASE_READY;
+	s->base_error[0] = '\0';
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
 static int tar_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
 		      ckpt_error *err)
 {
@@ -164,6 +216,8 @@ static int tar_create(void *st, const char *id, json_t **ret_data, uint64_t *ret
 
 	if (!id_valid(id))
 		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
+	if ((r = base_wait(s, err)) < 0)
+		return r;
 	r = snapshot(s, id, p, err);
 	if (r < 0)
 		return r;
@@ -199,10 +253,12 @@ static void add_stats(struct tar_restore_stats *sum, const struct tar_restore_st
 	sum->bytes += one->bytes;
 }
 
-static int restore_roots(struct tar_state *s, int cfd, bool zstd, struct progress *p, struct tar_restore_stats *sum,
-			 ckpt_error *err)
+static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_nothing, struct progress *p,
+			 struct tar_restore_stats *sum, ckpt_error *err)
 {
-	struct tar_restore_opts o = { .skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p };
+	struct tar_restore_opts o = {
+		.skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p, .trust_nothing = trust_nothing
+	};
 	char arch[32], man[32];
 
 	for (size_t i = 0; i < s->n_roots; i++) {
@@ -229,8 +285,23 @@ static json_t *stats_json(const struct tar_restore_stats *t)
 			 (json_int_t)t->removed, "kept", (json_int_t)t->kept, "bytes", (json_int_t)t->bytes);
 }
 
+/* The roots are not (all) checkpoint name: say so in health, and keep or
+ * put back the intent, so the next restore rewrites every entry rather than
+ * trust what looks unchanged. */
+static void unfinished(struct tar_state *s, const char *name, const char *why)
+{
+	struct stat st;
+	if (fstatat(s->tar_fd, INTENT, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		intent_write(s, name, NULL);
+	pthread_mutex_lock(&s->lock);
+	snprintf(s->pending, sizeof(s->pending), "%s", name);
+	snprintf(s->pending_msg, sizeof(s->pending_msg), "%.200s", why);
+	pthread_mutex_unlock(&s->lock);
+}
+
 /* Make every root equal to checkpoint dir name ("base" for a reset). */
-static int do_restore(struct tar_state *s, const char *name, json_t *extra, struct progress *p, ckpt_error *err)
+static int do_restore(struct tar_state *s, const char *name, struct restore_details *details, struct progress *p,
+		      ckpt_error *err)
 {
 	struct tar_restore_stats sum = { 0 };
 	bool zstd = false;
@@ -243,15 +314,17 @@ static int do_restore(struct tar_state *s, const char *name, json_t *extra, stru
 	r = read_meta(s, cfd, name, &zstd, err);
 	if (r < 0)
 		return r;
+	/* An intent left over means a restore failed or was cut short: what it
+	 * touched may look unchanged (same size, a new ctime that an alias
+	 * could have recorded), so this one trusts nothing and rewrites all. */
+	struct stat ist;
+	bool trust_nothing = fstatat(s->tar_fd, INTENT, &ist, AT_SYMLINK_NOFOLLOW) == 0;
 	r = intent_write(s, name, err);
 	if (r < 0)
 		return r;
-	r = restore_roots(s, cfd, zstd, p, &sum, err);
+	r = restore_roots(s, cfd, zstd, trust_nothing, p, &sum, err);
 	if (r < 0) { /* the intent stays: the next open runs the restore again */
-		pthread_mutex_lock(&s->lock);
-		snprintf(s->pending, sizeof(s->pending), "%s", name);
-		snprintf(s->pending_msg, sizeof(s->pending_msg), "%.200s", err ? err->msg : "");
-		pthread_mutex_unlock(&s->lock);
+		unfinished(s, name, err ? err->msg : "");
 		return r;
 	}
 	r = intent_clear(s, err);
@@ -259,22 +332,61 @@ static int do_restore(struct tar_state *s, const char *name, json_t *extra, stru
 	s->last = sum;
 	s->pending[0] = '\0';
 	pthread_mutex_unlock(&s->lock);
-	if (extra)
-		json_object_set_new(extra, "tar", stats_json(&sum));
+	if (details)
+		*details = (struct restore_details){ .has_tar_stats = true,
+						     .rewritten = sum.rewritten,
+						     .removed = sum.removed,
+						     .kept = sum.kept,
+						     .bytes = sum.bytes };
 	return r;
 }
 
-static int tar_restore(void *st, const char *id, json_t *data, json_t *extra, struct progress *p, ckpt_error *err)
+static int tar_restore(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
+		       ckpt_error *err)
 {
+	int r;
 	(void)data;
 	if (!id_valid(id))
 		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
-	return do_restore(st, id, extra, p, err);
+	if ((r = base_wait(st, err)) < 0)
+		return r;
+	return do_restore(st, id, details, p, err);
 }
 
-static int tar_reset(void *st, json_t *extra, ckpt_error *err)
+static int tar_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err)
 {
-	return do_restore(st, BASE, extra, NULL, err);
+	struct tar_state *s = st;
+	const char *name = id ? id : BASE;
+	char arch[32], man[32];
+	bool zstd;
+	(void)data;
+
+	if (id && !id_valid(id))
+		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
+	_cleanup_close_ int cfd = openat(s->tar_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (cfd < 0)
+		return err_set(err, errno, NULL, "checkpoint data '%s' is missing: %m", name);
+	int r = read_meta(s, cfd, name, &zstd, err);
+	for (size_t i = 0; r >= 0 && i < s->n_roots; i++) {
+		struct tar_verify_opts o = {
+			.root_path = s->roots[i], .skip_dev = s->state_dev, .skip_ino = s->state_ino, .max_diffs = max
+		};
+		_cleanup_close_ int fd = open_root(s, i, err);
+		if (fd < 0)
+			return fd;
+		entry_names(i, zstd, arch, man);
+		if ((r = tar_verify_root(fd, cfd, man, &o, diffs, err)) < 0)
+			err_prefix(err, "root '%s'", s->roots[i]);
+	}
+	if (r >= 0 && json_array_size(diffs) > 0)
+		unfinished(s, name, "verify found differences");
+	return r;
+}
+
+static int tar_reset(void *st, struct restore_details *details, ckpt_error *err)
+{
+	int r = base_wait(st, err);
+	return r < 0 ? r : do_restore(st, BASE, details, NULL, err);
 }
 
 static int tar_remove(void *st, const char *id, json_t *data, ckpt_error *err)
@@ -299,11 +411,10 @@ static void finish_interrupted(struct tar_state *s)
 
 	if (read_file_at(s->tar_fd, INTENT, 4096, &text, NULL) < 0)
 		return;
-	json_t *j = json_loads(text, 0, NULL);
+	json_auto_t *j = json_loads(text, 0, NULL);
 	const char *id = json_string_value(json_object_get(j, "id"));
 	char name[64];
 	snprintf(name, sizeof(name), "%s", id ? id : "");
-	json_decref(j);
 	if (strcmp(name, BASE) && !id_valid(name)) {
 		intent_clear(s, NULL);
 		return;
@@ -327,6 +438,7 @@ static int state_init(struct tar_state *s, const struct backend_ctx *ctx, ckpt_e
 	s->n_roots = ctx->n_roots;
 	s->tar_fd = -1;
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->base_cond, NULL);
 	if (fstat(ctx->state_fd, &st) < 0)
 		return err_set(err, errno, NULL, "cannot stat the state dir: %m");
 	s->state_dev = st.st_dev;
@@ -346,8 +458,11 @@ static void tar_close(void *st, bool unmount)
 	(void)unmount;
 	if (!s)
 		return;
+	if (s->base_thread_started)
+		pthread_join(s->base_thread, NULL);
 	if (s->tar_fd >= 0)
 		close(s->tar_fd);
+	pthread_cond_destroy(&s->base_cond);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
@@ -365,10 +480,12 @@ static int tar_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 		finish_interrupted(s);
 		rm_rf_at(s->tar_fd, ".tmp-" BASE);
 		/* The base is what reset returns to: the roots as first adopted. */
-		if (fstatat(s->tar_fd, BASE, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			r = snapshot(s, BASE, NULL, err);
-		if (r < 0)
-			err_prefix(err, "cannot record the roots' base");
+		if (fstatat(s->tar_fd, BASE, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			s->base_state = BASE_PREPARING;
+			if ((r = -pthread_create(&s->base_thread, NULL, base_thread, s)) < 0)
+				err_set(err, -r, NULL, "cannot start taking the roots' base: %s", strerror(-r));
+			s->base_thread_started = r == 0;
+		}
 	}
 	if (r < 0) {
 		tar_close(s, false);
@@ -389,24 +506,30 @@ static bool id_listed(const char *name, const char *const *ids, size_t n)
 static int tar_recover(void *st, const char *const *ids, json_t *const *data, size_t n, ckpt_error *err)
 {
 	struct tar_state *s = st;
-	int fd = openat(s->tar_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
+	int q = walk_open(s->tar_fd, NULL, &d);
 	(void)data;
 
-	if (fd < 0)
-		return err_set(err, errno, NULL, "cannot list the tar state dir: %m");
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return err_set(err, errno, NULL, "cannot list the tar state dir: %m");
-	}
-	while ((de = readdir(d))) {
+	pthread_mutex_lock(&s->lock); /* the base being taken is not stale */
+	bool preparing = s->base_state == BASE_PREPARING;
+	pthread_mutex_unlock(&s->lock);
+	if (q < 0)
+		return err_set(err, -q, NULL, "cannot list the tar state dir: %s", strerror(-q));
+	while ((de = walk_next(d))) {
 		const char *nm = de->d_name;
-		bool stale = !strncmp(nm, ".tmp-", 5) || !strncmp(nm, "." INTENT ".tmp.", sizeof(INTENT) + 5) ||
+		bool stale = (!strncmp(nm, ".tmp-", 5) && (strcmp(nm, ".tmp-" BASE) || !preparing)) ||
+			!strncmp(nm, "." INTENT ".tmp.", sizeof(INTENT) + 5) ||
 			(id_valid(nm) && !id_listed(nm, ids, n));
 		if (stale && rm_rf_at(s->tar_fd, nm) < 0)
 			return err_set(err, errno, NULL, "cannot remove stale '%s': %m", nm);
+		_cleanup_close_ int cfd = !stale && id_valid(nm)
+			? openat(s->tar_fd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+			: -1;
+		if (cfd >= 0) /* an alias file's temp (restore writes into checkpoint dirs) */
+			write_file_atomic_sweep(cfd);
 	}
+	write_file_atomic_sweep(s->tar_fd);
 	return fsync(s->tar_fd) < 0 ? err_set(err, errno, NULL, "cannot sync the tar state dir: %m") : 0;
 }
 
@@ -421,6 +544,10 @@ static void tar_health(void *st, json_t *out)
 	json_object_set_new(out, "tar_compression", json_string(s->zstd ? "zstd" : "none"));
 	json_object_set_new(out, "tar_base", json_boolean(fstatat(s->tar_fd, BASE, &b, AT_SYMLINK_NOFOLLOW) == 0));
 	pthread_mutex_lock(&s->lock);
+	if (s->base_state == BASE_PREPARING)
+		json_object_set_new(out, "status", json_string("preparing"));
+	if (s->base_state == BASE_FAILED)
+		json_object_set_new(out, "tar_base_error", json_string(s->base_error));
 	json_object_set_new(out, "tar_last_restore", stats_json(&s->last));
 	if (s->pending[0])
 		json_object_set_new(out, "tar_unfinished_restore",
@@ -435,6 +562,7 @@ const struct backend_ops backend_tar_ops = {
 	.recover = tar_recover,
 	.create = tar_create,
 	.restore = tar_restore,
+	.verify = tar_verify,
 	.reset = tar_reset,
 	.remove = tar_remove,
 	.health = tar_health,

@@ -7,25 +7,20 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <limits.h>
+#include <nettle/sha2.h>
 #include <sys/stat.h>
 
 #include "backend/tar/tar_fs.h"
+#include "lib/devino.h"
 
 #define TAR_BLOCK (1 << 20)
 #define TAR_IO_BUF (1 << 20)
-
-struct link_slot {
-	dev_t dev;
-	ino_t ino;
-	char *path; /* NULL = empty slot */
-};
 
 struct cctx {
 	struct archive *a;
 	FILE *mf;
 	struct tar_create_opts *o;
-	struct link_slot *links;
-	size_t n_links, cap_links;
+	struct devino_map links; /* (dev, ino) -> first path archived */
 	char *buf;
 	ckpt_error *err;
 };
@@ -47,47 +42,12 @@ static int arch_err(struct cctx *c, const char *what, const char *path)
 	return err_set(c->err, e, NULL, "%s '%s': %s", what, path, archive_error_string(c->a));
 }
 
-static size_t link_hash(dev_t d, ino_t i, size_t cap)
-{
-	return (size_t)((i * 0x9e3779b97f4a7c15ULL) ^ d) & (cap - 1);
-}
-
-static int links_grow(struct cctx *c)
-{
-	size_t cap = c->cap_links ? c->cap_links * 2 : 256;
-	struct link_slot *n = calloc(cap, sizeof(*n));
-	if (!n)
-		return -ENOMEM;
-	for (size_t i = 0; i < c->cap_links; i++) {
-		struct link_slot *s = &c->links[i];
-		if (!s->path)
-			continue;
-		size_t h = link_hash(s->dev, s->ino, cap);
-		while (n[h].path)
-			h = (h + 1) & (cap - 1);
-		n[h] = *s;
-	}
-	free(c->links);
-	c->links = n;
-	c->cap_links = cap;
-	return 0;
-}
-
 /* The first path seen for (dev, ino), or NULL after remembering path. */
 static const char *links_first(struct cctx *c, const struct stat *st, const char *path, int *r)
 {
-	*r = 0;
-	if ((c->n_links + 1) * 2 > c->cap_links && (*r = links_grow(c)) < 0)
-		return NULL;
-	size_t h = link_hash(st->st_dev, st->st_ino, c->cap_links);
-	for (; c->links[h].path; h = (h + 1) & (c->cap_links - 1))
-		if (c->links[h].dev == st->st_dev && c->links[h].ino == st->st_ino)
-			return c->links[h].path;
-	c->links[h] = (struct link_slot){ st->st_dev, st->st_ino, strdup(path) };
-	if (!c->links[h].path)
-		*r = -ENOMEM;
-	c->n_links++;
-	return NULL;
+	const char *first = devino_get(&c->links, st->st_dev, st->st_ino);
+	*r = first ? 0 : devino_put(&c->links, st->st_dev, st->st_ino, path);
+	return first;
 }
 
 static void add_sparse_map(struct archive_entry *ae, int fd, off_t size)
@@ -106,9 +66,13 @@ static void add_sparse_map(struct archive_entry *ae, int fd, off_t size)
 	lseek(fd, 0, SEEK_SET);
 }
 
-static int copy_data(struct cctx *c, int fd, uint64_t size, const char *path)
+/* Archive the data and hash it for the manifest (what verify compares). */
+static int copy_data(struct cctx *c, int fd, struct tar_mentry *me, const char *path)
 {
-	uint64_t done = 0;
+	struct sha256_ctx h;
+	uint64_t done = 0, size = me->size;
+
+	sha256_init(&h);
 	while (done < size) {
 		size_t want = size - done < TAR_IO_BUF ? (size_t)(size - done) : TAR_IO_BUF;
 		ssize_t n = read(fd, c->buf, want);
@@ -120,10 +84,13 @@ static int copy_data(struct cctx *c, int fd, uint64_t size, const char *path)
 			break; /* shrank meanwhile: libarchive pads the entry */
 		if (archive_write_data(c->a, c->buf, (size_t)n) < 0)
 			return arch_err(c, "cannot write data of", path);
+		sha256_update(&h, (size_t)n, (const uint8_t *)c->buf);
 		done += (uint64_t)n;
 		if (c->o->p)
 			atomic_fetch_add(&c->o->p->bytes_done, (uint64_t)n);
 	}
+	sha256_digest(&h, TAR_SHA256_LEN, me->sha256);
+	me->has_sha256 = true;
 	return 0;
 }
 
@@ -218,7 +185,7 @@ static int archive_one(struct cctx *c, int dirfd, const char *name, const char *
 		return r;
 	if (archive_write_header(c->a, ae) < ARCHIVE_WARN)
 		return arch_err(c, "cannot write header of", path);
-	if (me.type == 'f' && (r = copy_data(c, fd, me.size, path)) < 0)
+	if (me.type == 'f' && (r = copy_data(c, fd, &me, path)) < 0)
 		return r;
 	if (me.type == 'h' && c->o->p) /* counted by the tree walk, but no data to copy */
 		atomic_fetch_add(&c->o->p->bytes_done, me.size);
@@ -307,9 +274,7 @@ static void cctx_free(struct cctx *c)
 		archive_write_free(c->a);
 	if (c->mf)
 		fclose(c->mf);
-	for (size_t i = 0; i < c->cap_links; i++)
-		free(c->links[i].path);
-	free(c->links);
+	devino_free(&c->links);
 	free(c->buf);
 }
 

@@ -6,38 +6,18 @@
 #include <sys/xattr.h>
 #include <time.h>
 
-#define XATTR_LIST_MAX_ 65536
-#define XATTR_VALUE_MAX_ 65536
-
-/* Path through /proc that names dirfd/name without following a final
- * symlink: l*xattr() on it reaches symlinks and fifos that cannot be opened. */
-static void proc_path(char *buf, size_t len, int dirfd, const char *name)
-{
-	if (name)
-		snprintf(buf, len, "/proc/self/fd/%d/%s", dirfd, name);
-	else
-		snprintf(buf, len, "/proc/self/fd/%d", dirfd);
-}
-
-static ssize_t xa_list(int fd, const char *path, char *buf, size_t len)
-{
-	return path ? llistxattr(path, buf, len) : flistxattr(fd, buf, len);
-}
-
-static ssize_t xa_get(int fd, const char *path, const char *n, void *buf, size_t len)
-{
-	return path ? lgetxattr(path, n, buf, len) : fgetxattr(fd, n, buf, len);
-}
+#include "lib/walk.h"
+#include "lib/xattr.h"
 
 static int xa_cmp(const void *a, const void *b)
 {
 	return strcmp(((const struct tar_xattr *)a)->name, ((const struct tar_xattr *)b)->name);
 }
 
-static int xa_read_one(int fd, const char *path, const char *n, struct tar_xattr *x)
+static int xa_read_one(const struct xattr_ref *ref, const char *n, struct tar_xattr *x)
 {
-	char buf[XATTR_VALUE_MAX_];
-	ssize_t len = xa_get(fd, path, n, buf, sizeof(buf));
+	char buf[XATTR_VALUE_BUF];
+	ssize_t len = xattr_get(ref, n, buf, sizeof(buf));
 	if (len < 0)
 		return -errno;
 	x->name = strdup(n);
@@ -51,17 +31,13 @@ static int xa_read_one(int fd, const char *path, const char *n, struct tar_xattr
 
 int tar_xattrs_read(int dirfd, const char *name, struct tar_xattr **ret, size_t *ret_n)
 {
-	char pbuf[PATH_MAX + 32], list[XATTR_LIST_MAX_];
-	const char *path = NULL;
+	char list[XATTR_LIST_BUF];
+	struct xattr_ref ref;
 	struct tar_xattr *xa = NULL;
 	size_t n = 0;
-	ssize_t len;
 
-	if (name) {
-		proc_path(pbuf, sizeof(pbuf), dirfd, name);
-		path = pbuf;
-	}
-	len = xa_list(dirfd, path, list, sizeof(list));
+	xattr_ref_init(&ref, -1, dirfd, name);
+	ssize_t len = xattr_list(&ref, list, sizeof(list));
 	if (len < 0)
 		return errno == ENOTSUP || errno == ENODATA ? (*ret = NULL, *ret_n = 0, 0) : -errno;
 	for (ssize_t off = 0; off < len; off += (ssize_t)strlen(list + off) + 1) {
@@ -70,7 +46,7 @@ int tar_xattrs_read(int dirfd, const char *name, struct tar_xattr **ret, size_t 
 			goto nomem;
 		xa = nx;
 		memset(&xa[n], 0, sizeof(xa[n]));
-		int r = xa_read_one(dirfd, path, list + off, &xa[n++]);
+		int r = xa_read_one(&ref, list + off, &xa[n++]);
 		if (r == -ENODATA) { /* removed meanwhile */
 			free(xa[--n].name);
 			continue;
@@ -92,7 +68,7 @@ nomem:
 
 int tar_xattrs_apply_fd(int fd, const struct tar_xattr *xa, size_t n)
 {
-	char list[XATTR_LIST_MAX_];
+	char list[XATTR_LIST_BUF];
 	ssize_t len = flistxattr(fd, list, sizeof(list));
 
 	if (len < 0 && errno != ENOTSUP)
@@ -169,21 +145,13 @@ void tar_cwd_leave(int *saved)
 
 void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, uint64_t *files, uint64_t *bytes)
 {
-	/* A new open file description: readdir must not move dirfd's offset. */
-	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
 	struct stat st;
 
-	if (!d) {
-		close(fd);
+	if (walk_open(dirfd, NULL, &d) < 0)
 		return;
-	}
-	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
+	while ((de = walk_next(d))) {
 		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		if (st.st_dev == skip_dev && st.st_ino == skip_ino)
@@ -218,20 +186,14 @@ void tar_wait_past(struct timespec t)
 
 int tar_walk_dir(int dirfd, const char *rel, tar_walk_fn fn, void *ctx, ckpt_error *err)
 {
-	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_closedir_ DIR *d = NULL;
 	char path[PATH_MAX];
 	struct dirent *de;
+	int q = walk_open(dirfd, NULL, &d);
 
-	if (fd < 0)
-		return err_set(err, errno, NULL, "cannot open '%s': %m", rel ? rel : ".");
-	_cleanup_closedir_ DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return err_set(err, errno, NULL, "cannot list '%s': %m", rel ? rel : ".");
-	}
-	while ((errno = 0, de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
+	if (q < 0)
+		return err_set(err, -q, NULL, "cannot open '%s': %s", rel ? rel : ".", strerror(-q));
+	while ((de = walk_next(d))) {
 		if ((size_t)snprintf(path, sizeof(path), "%s%s%s", rel ? rel : "", rel ? "/" : "", de->d_name) >=
 		    sizeof(path))
 			return err_set(err, ENAMETOOLONG, NULL, "path too long below '%s'", rel ? rel : ".");

@@ -1,11 +1,14 @@
 /* tar_manifest.c: write, load, validate and index the per-root manifest.
  * Format: a magic line, then one tab-separated line per entry:
- *   type mode uid gid size mtime ctime ino nlink xhash path link
+ *   type mode uid gid size mtime ctime ino nlink xhash path link sha256
+ * (sha256: of a regular file's content, "-" otherwise; absent in version 1)
  * the root directory first (path "."), its xattrs as "x name hexvalue" lines,
  * then the entries in archive order. Paths are %XX-escaped for bytes <= ' ',
  * '%' and DEL, so a line never holds a tab or a newline of a name. */
 #include "backend/tar/tar_manifest.h"
+#include "lib/hash.h"
 
+#include <ctype.h>
 #include <limits.h>
 
 #define MANIFEST_MAX (1u << 30)
@@ -116,7 +119,10 @@ static void put_line(FILE *f, const struct tar_mentry *e)
 		put_escaped(f, e->link);
 	else
 		fputc('-', f);
-	fputc('\n', f);
+	fputc('\t', f);
+	for (size_t i = 0; e->has_sha256 && i < TAR_SHA256_LEN; i++)
+		fprintf(f, "%02x", e->sha256[i]);
+	fputs(e->has_sha256 ? "\n" : "-\n", f);
 }
 
 int tar_manifest_write_header(FILE *f, const struct tar_mentry *root, const struct tar_xattr *xa, size_t n_xa)
@@ -151,25 +157,14 @@ void tar_xattrs_free(struct tar_xattr *xa, size_t n)
 
 uint64_t tar_xattrs_hash(const struct tar_xattr *xa, size_t n)
 {
-	uint64_t h = 0xcbf29ce484222325ULL;
+	uint64_t h = HASH_FNV64_INIT;
 	if (n == 0)
 		return 0;
 	for (size_t i = 0; i < n; i++) {
-		for (const char *p = xa[i].name; *p; p++)
-			h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
-		h = (h ^ 0) * 0x100000001b3ULL;
-		for (size_t j = 0; j < xa[i].len; j++)
-			h = (h ^ ((unsigned char *)xa[i].value)[j]) * 0x100000001b3ULL;
+		h = hash_fnv64(h, xa[i].name, strlen(xa[i].name) + 1); /* the NUL separates name and value */
+		h = hash_fnv64(h, xa[i].value, xa[i].len);
 	}
 	return h ? h : 1;
-}
-
-static uint64_t str_hash(const char *s)
-{
-	uint64_t h = 0xcbf29ce484222325ULL;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-	return h;
 }
 
 static int parse_ts(const char *s, struct timespec *ts)
@@ -198,13 +193,30 @@ static size_t split_tabs(char *line, char **f, size_t max)
 	return n;
 }
 
-static int parse_entry(char *line, struct tar_mentry *e)
+static int parse_sha256(const char *s, struct tar_mentry *e)
 {
-	char *f[13], *end;
+	if (!strcmp(s, "-"))
+		return 0;
+	if (strlen(s) != 2 * TAR_SHA256_LEN || e->type != 'f')
+		return -EINVAL;
+	for (size_t i = 0; i < TAR_SHA256_LEN; i++) {
+		unsigned b;
+		if (!isxdigit((unsigned char)s[2 * i]) || !isxdigit((unsigned char)s[2 * i + 1]) ||
+		    sscanf(s + 2 * i, "%2x", &b) != 1)
+			return -EINVAL;
+		e->sha256[i] = (unsigned char)b;
+	}
+	e->has_sha256 = true;
+	return 0;
+}
+
+static int parse_entry(char *line, size_t n_fields, struct tar_mentry *e)
+{
+	char *f[14], *end;
 	unsigned long long v[5];
 	static const char *types = "fhdlpcb";
 
-	if (split_tabs(line, f, 13) != 12 || strlen(f[0]) != 1 || !strchr(types, f[0][0]))
+	if (split_tabs(line, f, n_fields + 1) != n_fields || strlen(f[0]) != 1 || !strchr(types, f[0][0]))
 		return -EINVAL;
 	e->type = f[0][0];
 	e->mode = (mode_t)strtoul(f[1], &end, 8);
@@ -228,6 +240,8 @@ static int parse_entry(char *line, struct tar_mentry *e)
 	if (unescape(f[10]) < 0 || !(e->path = strdup(f[10])))
 		return -EINVAL;
 	e->group = -1;
+	if (n_fields > 12 && parse_sha256(f[12], e) < 0)
+		return -EINVAL;
 	if (e->type != 'h')
 		return strcmp(f[11], "-") ? -EINVAL : 0;
 	if (unescape(f[11]) < 0 || !(e->link = strdup(f[11])))
@@ -266,7 +280,7 @@ static int parse_root_xattr(char *line, struct tar_manifest *m)
 static int index_insert(struct tar_manifest *m, size_t i)
 {
 	size_t mask = m->n_slots - 1;
-	for (size_t s = str_hash(m->v[i].path) & mask;; s = (s + 1) & mask) {
+	for (size_t s = hash_str(m->v[i].path) & mask;; s = (s + 1) & mask) {
 		if (m->slots[s] < 0) {
 			m->slots[s] = (int32_t)i;
 			return 0;
@@ -281,7 +295,7 @@ struct tar_mentry *tar_manifest_find(const struct tar_manifest *m, const char *p
 	if (!m->n_slots)
 		return NULL;
 	size_t mask = m->n_slots - 1;
-	for (size_t s = str_hash(path) & mask; m->slots[s] >= 0; s = (s + 1) & mask)
+	for (size_t s = hash_str(path) & mask; m->slots[s] >= 0; s = (s + 1) & mask)
 		if (!strcmp(m->v[m->slots[s]].path, path))
 			return &m->v[m->slots[s]];
 	return NULL;
@@ -326,57 +340,62 @@ static int manifest_index(struct tar_manifest *m, ckpt_error *err)
 	return 0;
 }
 
-static int manifest_add_line(struct tar_manifest *m, char *line, size_t lineno, ckpt_error *err)
+static void mentry_free(struct tar_mentry *e)
+{
+	free(e->path);
+	free(e->link);
+}
+
+static int manifest_append(struct tar_manifest *m, const struct tar_mentry *e)
+{
+	if (m->n == m->cap) {
+		size_t cap = m->cap ? m->cap * 2 : 256;
+		struct tar_mentry *n = realloc(m->v, cap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		m->v = n;
+		m->cap = cap;
+	}
+	m->v[m->n++] = *e;
+	return 0;
+}
+
+/* Parse one line into m; on failure nothing the line allocated is kept. */
+static int manifest_add_line(struct tar_manifest *m, char *line, size_t lineno, size_t n_fields, ckpt_error *err)
 {
 	struct tar_mentry e = { 0 };
+	int r = 0;
 
 	if (lineno > 1 && line[0] == 'x' && line[1] == '\t' && m->n == 0)
 		return parse_root_xattr(line, m) < 0
 			? err_set(err, EBADMSG, NULL, "bad root xattr at manifest line %zu", lineno)
 			: 0;
-	if (parse_entry(line, &e) < 0) {
-		free(e.path);
-		free(e.link);
-		return err_set(err, EBADMSG, NULL, "bad manifest line %zu", lineno);
-	}
-	if (lineno == 1) {
-		if (strcmp(e.path, ".") || e.type != 'd') {
-			free(e.path);
-			return err_set(err, EBADMSG, NULL, "manifest does not start with its root");
-		}
+	if (parse_entry(line, n_fields, &e) < 0)
+		r = err_set(err, EBADMSG, NULL, "bad manifest line %zu", lineno);
+	else if (lineno == 1 && (strcmp(e.path, ".") || e.type != 'd'))
+		r = err_set(err, EBADMSG, NULL, "manifest does not start with its root");
+	else if (lineno == 1)
 		m->root = e;
-		return 0;
-	}
-	if (!tar_path_valid(e.path) || (e.link && !tar_path_valid(e.link))) {
-		int r = err_set(err, EBADMSG, "unsafe_path", "unsafe path in manifest: '%s'", e.path);
-		free(e.path);
-		free(e.link);
-		return r;
-	}
-	if (m->n == m->cap) {
-		size_t cap = m->cap ? m->cap * 2 : 256;
-		struct tar_mentry *n = realloc(m->v, cap * sizeof(*n));
-		if (!n) {
-			free(e.path);
-			free(e.link);
-			return err_set(err, ENOMEM, NULL, "out of memory");
-		}
-		m->v = n;
-		m->cap = cap;
-	}
-	m->v[m->n++] = e;
-	return 0;
+	else if (!tar_path_valid(e.path) || (e.link && !tar_path_valid(e.link)))
+		r = err_set(err, EBADMSG, "unsafe_path", "unsafe path in manifest: '%s'", e.path);
+	else if (manifest_append(m, &e) < 0)
+		r = err_set(err, ENOMEM, NULL, "out of memory");
+	if (r < 0)
+		mentry_free(&e);
+	return r;
 }
 
 static int manifest_parse(struct tar_manifest *m, char *text, ckpt_error *err)
 {
 	char *save = NULL, *line = strtok_r(text, "\n", &save);
-	size_t lineno = 0;
+	size_t lineno = 0, n_fields = 13;
 
-	if (!line || strcmp(line, TAR_MANIFEST_MAGIC))
+	if (line && !strcmp(line, TAR_MANIFEST_MAGIC_V1))
+		n_fields = 12;
+	else if (!line || strcmp(line, TAR_MANIFEST_MAGIC))
 		return err_set(err, EBADMSG, NULL, "not a ckptd tar manifest");
 	while ((line = strtok_r(NULL, "\n", &save))) {
-		int r = manifest_add_line(m, line, ++lineno, err);
+		int r = manifest_add_line(m, line, ++lineno, n_fields, err);
 		if (r < 0)
 			return r;
 	}
@@ -404,11 +423,9 @@ int tar_manifest_load(int dirfd, const char *name, struct tar_manifest *m, ckpt_
 
 void tar_manifest_free(struct tar_manifest *m)
 {
-	for (size_t i = 0; i < m->n; i++) {
-		free(m->v[i].path);
-		free(m->v[i].link);
-	}
-	free(m->root.path);
+	for (size_t i = 0; i < m->n; i++)
+		mentry_free(&m->v[i]);
+	mentry_free(&m->root);
 	free(m->v);
 	free(m->slots);
 	tar_xattrs_free(m->root_xattrs, m->n_root_xattrs);

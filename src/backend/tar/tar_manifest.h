@@ -6,7 +6,10 @@
 #include <sys/stat.h>
 #include "lib/util.h"
 
-#define TAR_MANIFEST_MAGIC "ckptd-tar-manifest 1"
+#define TAR_MANIFEST_MAGIC "ckptd-tar-manifest 2"
+/* Version 1 lacks the content hash; it is still read. */
+#define TAR_MANIFEST_MAGIC_V1 "ckptd-tar-manifest 1"
+#define TAR_SHA256_LEN 32
 
 /* Entry types: f regular, h hardlink to an earlier f, d dir, l symlink,
  * p fifo, c char device, b block device. */
@@ -21,7 +24,9 @@ struct tar_mentry {
 	struct timespec mtime, ctime;
 	uint64_t ino;
 	uint32_t nlink;
-	uint64_t xhash;    /* 0 = no xattrs */
+	uint64_t xhash;  /* 0 = no xattrs */
+	bool has_sha256; /* regular files of a version 2 manifest */
+	unsigned char sha256[TAR_SHA256_LEN];
 	int32_t group;     /* index of the hardlink group's first member, or -1 */
 	bool seen, needed; /* restore's bookkeeping */
 	/* Identity of the copy a past restore wrote (the "seen" file): a live

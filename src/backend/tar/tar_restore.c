@@ -23,6 +23,8 @@ struct rctx {
 	struct tar_restore_opts *o;
 	struct tar_restore_stats *st;
 	ckpt_error *err;
+	int pdir_fd; /* the directory of the last regular file written */
+	char pdir[PATH_MAX];
 };
 
 int tar_extract_flags(void)
@@ -81,7 +83,7 @@ static int live_one(struct rctx *c, int dirfd, const char *name, const char *rel
 		return 0;
 	}
 	e->seen = true;
-	if (!unchanged(e, &st))
+	if (c->o->trust_nothing || !unchanged(e, &st))
 		e->needed = true;
 	if (!S_ISDIR(st.st_mode))
 		return 0;
@@ -230,7 +232,39 @@ static struct tar_mentry *check_entry(struct rctx *c, struct archive_entry *ae)
 	return e;
 }
 
-static int copy_blocks(struct rctx *c, struct archive *a, struct archive *w, const char *path)
+/* Failures count as failures: libarchive reports a failed write(2) of the
+ * data as a mere ARCHIVE_WARN and then extends the file to its size with
+ * ftruncate, leaving a hole where the content should be. */
+static int disk_err(struct rctx *c, struct archive *w, const char *what, const char *path)
+{
+	int e = tar_errno_norm(archive_errno(w));
+	return err_set(c->err, e, e == ENOSPC ? "insufficient_storage" : NULL, "cannot %s '%s': %s", what, path,
+		       archive_error_string(w) ?: strerror(e));
+}
+
+static int sys_err(struct rctx *c, int e, const char *what, const char *path)
+{
+	e = tar_errno_norm(e);
+	return err_set(c->err, e, e == ENOSPC ? "insufficient_storage" : NULL, "cannot %s '%s': %s", what, path,
+		       strerror(e));
+}
+
+static int pwrite_all(int fd, const char *buf, size_t len, off_t off)
+{
+	while (len > 0) {
+		ssize_t n = pwrite(fd, buf, len, off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -ENOSPC;
+		buf += n, len -= (size_t)n, off += n;
+	}
+	return 0;
+}
+
+static int copy_blocks(struct rctx *c, struct archive *a, int fd, const char *path)
 {
 	const void *buf;
 	size_t len;
@@ -238,9 +272,8 @@ static int copy_blocks(struct rctx *c, struct archive *a, struct archive *w, con
 	int r;
 
 	while ((r = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK) {
-		if (archive_write_data_block(w, buf, len, off) < ARCHIVE_WARN)
-			return err_set(c->err, tar_errno_norm(archive_errno(w)), NULL, "cannot write '%s': %s", path,
-				       archive_error_string(w));
+		if ((r = pwrite_all(fd, buf, len, off)) < 0)
+			return sys_err(c, -r, "write", path);
 		c->st->bytes += len;
 		if (c->o->p)
 			atomic_fetch_add(&c->o->p->bytes_done, len);
@@ -251,26 +284,98 @@ static int copy_blocks(struct rctx *c, struct archive *a, struct archive *w, con
 	return 0;
 }
 
-static int extract_one(struct rctx *c, struct archive *a, struct archive *w, struct archive_entry *ae)
+static int entry_xattrs_apply(struct archive_entry *ae, int fd)
+{
+	size_t n = (size_t)archive_entry_xattr_reset(ae), i = 0;
+	struct tar_xattr *xa = n ? calloc(n, sizeof(*xa)) : NULL;
+	const char *name;
+	const void *value;
+	size_t len;
+
+	if (n && !xa)
+		return -ENOMEM;
+	while (i < n && archive_entry_xattr_next(ae, &name, &value, &len) == ARCHIVE_OK)
+		xa[i++] = (struct tar_xattr){ (char *)name, (void *)value, len };
+	int r = tar_xattrs_apply_fd(fd, xa, i);
+	free(xa);
+	return r;
+}
+
+/* Files of one directory come in a row in the archive: keep its fd. */
+static int parent_fd(struct rctx *c, int root_fd, const char *path, const char **leaf)
+{
+	const char *slash = strrchr(path, '/');
+	size_t len = slash ? (size_t)(slash - path) : 0;
+
+	if (c->pdir_fd >= 0 && strlen(c->pdir) == len && !strncmp(c->pdir, path, len)) {
+		*leaf = slash ? slash + 1 : path;
+		return c->pdir_fd;
+	}
+	if (c->pdir_fd >= 0)
+		close(c->pdir_fd);
+	c->pdir_fd = tar_open_parent(root_fd, path, leaf);
+	snprintf(c->pdir, sizeof(c->pdir), "%.*s", (int)len, path);
+	return c->pdir_fd;
+}
+
+/* A regular file is written here, not by libarchive, so that every step
+ * (data, size, owner, mode, xattrs, times, close) is checked. Order per
+ * inode: data, chown, chmod, xattrs, then times. */
+static int write_regular(struct rctx *c, struct archive *a, int root_fd, struct archive_entry *ae)
+{
+	const char *path = archive_entry_pathname(ae), *leaf;
+	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT },
+				  { archive_entry_mtime(ae), archive_entry_mtime_nsec(ae) } };
+	int pfd = parent_fd(c, root_fd, path, &leaf);
+	int fd, x, r = 0;
+
+	if (pfd < 0)
+		return err_set(c->err, -pfd, NULL, "cannot open the directory of '%s': %s", path, strerror(-pfd));
+	if (unlinkat(pfd, leaf, 0) < 0 && errno != ENOENT)
+		return sys_err(c, errno, "remove", path);
+	fd = openat(pfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return sys_err(c, errno, "create", path);
+	if (archive_entry_size(ae) > 0)
+		r = copy_blocks(c, a, fd, path);
+	if (r >= 0 && ftruncate(fd, archive_entry_size(ae)) < 0)
+		r = sys_err(c, errno, "set the size of", path);
+	if (r >= 0 &&
+	    (fchown(fd, archive_entry_uid(ae), archive_entry_gid(ae)) < 0 ||
+	     fchmod(fd, archive_entry_mode(ae) & 07777) < 0))
+		r = sys_err(c, errno, "set the owner or mode of", path);
+	if (r >= 0 && (x = entry_xattrs_apply(ae, fd)) < 0)
+		r = sys_err(c, -x, "set the xattrs of", path);
+	if (r >= 0 && futimens(fd, ts) < 0)
+		r = sys_err(c, errno, "set the times of", path);
+	if (close(fd) < 0 && r >= 0)
+		r = sys_err(c, errno, "close", path);
+	return r;
+}
+
+/* Everything else (directories, links, devices, fifos) has no data: the disk
+ * writer creates it; anything short of ARCHIVE_OK is a failure too. */
+static int extract_one(struct rctx *c, struct archive *a, struct archive *w, int root_fd, struct archive_entry *ae)
 {
 	const char *path = archive_entry_pathname(ae);
 	int r;
 
-	if (archive_write_header(w, ae) < ARCHIVE_WARN)
-		return err_set(c->err, tar_errno_norm(archive_errno(w)), NULL, "cannot extract '%s': %s", path,
-			       archive_error_string(w));
-	if (archive_entry_size(ae) > 0 && (r = copy_blocks(c, a, w, path)) < 0)
-		return r;
-	if (archive_write_finish_entry(w) < ARCHIVE_WARN)
-		return err_set(c->err, tar_errno_norm(archive_errno(w)), NULL, "cannot finish '%s': %s", path,
-			       archive_error_string(w));
+	if (archive_entry_filetype(ae) == AE_IFREG && !archive_entry_hardlink(ae)) {
+		if ((r = write_regular(c, a, root_fd, ae)) < 0)
+			return r;
+	} else {
+		if (archive_write_header(w, ae) != ARCHIVE_OK)
+			return disk_err(c, w, "extract", path);
+		if (archive_write_finish_entry(w) != ARCHIVE_OK)
+			return disk_err(c, w, "finish", path);
+	}
 	c->st->rewritten++;
 	if (c->o->p)
 		atomic_fetch_add(&c->o->p->files_done, 1);
 	return 0;
 }
 
-static int extract_loop(struct rctx *c, struct archive *a, struct archive *w, uint64_t total)
+static int extract_loop(struct rctx *c, struct archive *a, struct archive *w, int root_fd, uint64_t total)
 {
 	struct archive_entry *ae;
 	uint64_t done = 0;
@@ -292,7 +397,7 @@ static int extract_loop(struct rctx *c, struct archive *a, struct archive *w, ui
 					       archive_error_string(a));
 			continue;
 		}
-		if ((r = extract_one(c, a, w, ae)) < 0)
+		if ((r = extract_one(c, a, w, root_fd, ae)) < 0)
 			return r;
 		done++;
 	}
@@ -319,10 +424,11 @@ static int extract(struct rctx *c, int root_fd, int ckpt_dirfd, const char *arch
 	r = tar_cwd_enter(root_fd, &saved);
 	if (r < 0)
 		return err_set(c->err, r, NULL, "cannot enter the root: %s", strerror(-r));
-	r = extract_loop(c, a, w, total);
-	if (archive_write_close(w) < ARCHIVE_WARN && r >= 0)
-		r = err_set(c->err, tar_errno_norm(archive_errno(w)), NULL, "cannot finish extraction: %s",
-			    archive_error_string(w));
+	r = extract_loop(c, a, w, root_fd, total);
+	if (c->pdir_fd >= 0)
+		close(TAKE_FD(c->pdir_fd));
+	if (archive_write_close(w) != ARCHIVE_OK && r >= 0)
+		r = disk_err(c, w, "finish extraction in", ".");
 	tar_cwd_leave(&saved);
 	return r;
 }
@@ -365,7 +471,7 @@ static int apply_root(struct rctx *c, int root_fd)
 int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const char *manifest, struct tar_restore_opts *o,
 		     struct tar_restore_stats *stats, ckpt_error *err)
 {
-	struct rctx c = { .o = o, .st = stats, .err = err };
+	struct rctx c = { .o = o, .st = stats, .err = err, .pdir_fd = -1 };
 	uint64_t files, bytes;
 	int r;
 

@@ -9,6 +9,7 @@ struct tar_restore_opts {
 	dev_t skip_dev; /* a directory never touched (the state dir) */
 	ino_t skip_ino;
 	struct progress *p;        /* may be NULL; totals are added to */
+	bool trust_nothing;        /* rewrite every entry: a past restore failed */
 	struct timespec max_ctime; /* out: newest ctime remembered as an alias */
 };
 

@@ -1,0 +1,226 @@
+/* overlay_verify.c: layer records, and the comparison "verify" makes after a
+ * restore. A layer is immutable; its record (rec/<layer>, written when the
+ * layer is published) lists each entry's type, mode, owner, size and mtime.
+ * Verify then checks, per root: the mount at P is ours with the upper just
+ * made, that upper is still empty, and every layer of the checkpoint's chain
+ * still matches its record, so a write on a layer directory behind ckptd's
+ * back shows. Inode ctimes cannot stand in: linking a file into a newer layer
+ * or removing an older layer changes them. The base is not recorded. */
+#include "backend/overlay/overlay_internal.h"
+
+#include <sys/stat.h>
+
+#define REC_MAGIC "ckptd-layer-record 1\n"
+#define REC_MAX (1u << 30)
+
+struct rec_walk {
+	FILE *out;     /* writing: the record */
+	json_t *map;   /* verifying: escaped path -> fields, removed when seen */
+	json_t *diffs; /* verifying */
+	const char *root_path;
+	size_t max;
+};
+
+/* Every byte outside printable ASCII, '%' and space as %XX: lines stay
+ * lines and keys stay valid UTF-8 whatever the file names hold. */
+static void rec_escape(const char *s, char *out, size_t size)
+{
+	size_t n = 0;
+	for (const unsigned char *p = (const unsigned char *)s; *p && n + 4 < size; p++)
+		n += (size_t)snprintf(out + n, size - n, *p <= ' ' || *p >= 0x7f || *p == '%' ? "%%%02X" : "%c", *p);
+	out[n] = '\0';
+}
+
+static void rec_fields(const struct stat *st, char *out, size_t size)
+{
+	snprintf(out, size, "%o %u %u %llu %lld.%09ld", (unsigned)st->st_mode, (unsigned)st->st_uid,
+		 (unsigned)st->st_gid, S_ISREG(st->st_mode) ? (unsigned long long)st->st_size : 0ULL,
+		 (long long)st->st_mtim.tv_sec, st->st_mtim.tv_nsec);
+}
+
+static void rec_differ(struct rec_walk *w, const char *rel, const char *reason)
+{
+	if (json_array_size(w->diffs) >= w->max)
+		return;
+	_cleanup_free_ char *p = rel ? path_join(w->root_path, rel) : strdup(w->root_path);
+	json_array_append_new(w->diffs, json_pack("{s:s, s:s}", "path", p ? p : rel, "reason", reason));
+}
+
+/* Which field of two field strings differs first. */
+static const char *rec_reason(const char *want, const char *got)
+{
+	static const char *const names[] = { "type", "owner", "owner", "size", "mtime" };
+	unsigned mw, mg;
+	if (sscanf(want, "%o", &mw) == 1 && sscanf(got, "%o", &mg) == 1 && mw != mg)
+		return (mw & S_IFMT) != (mg & S_IFMT) ? "type" : "mode";
+	const char *a = strchr(want, ' '), *b = strchr(got, ' ');
+	for (size_t i = 1; a && b && i < ARRAY_SIZE(names); i++) {
+		size_t la = strcspn(a + 1, " "), lb = strcspn(b + 1, " ");
+		if (la != lb || memcmp(a + 1, b + 1, la))
+			return names[i];
+		a = strchr(a + 1, ' '), b = strchr(b + 1, ' ');
+	}
+	return "mtime";
+}
+
+static void rec_entry(struct rec_walk *w, const char *rel, const struct stat *st)
+{
+	char key[3 * 4096 + 1], f[128];
+	rec_escape(rel, key, sizeof(key));
+	rec_fields(st, f, sizeof(f));
+	if (w->out) {
+		fprintf(w->out, "%s %s\n", f, key);
+		return;
+	}
+	const char *want = json_string_value(json_object_get(w->map, key));
+	if (!want)
+		rec_differ(w, rel, "unexpected");
+	else if (strcmp(want, f))
+		rec_differ(w, rel, rec_reason(want, f));
+	json_object_del(w->map, key);
+}
+
+static int rec_walk_dir(struct rec_walk *w, int dfd, const char *rel)
+{
+	int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	struct dirent *de;
+	int q = 0;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return -errno;
+	}
+	while (q == 0 && (de = readdir(d))) {
+		struct stat st;
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		_cleanup_free_ char *p = rel ? path_join(rel, de->d_name) : strdup(de->d_name);
+		if (!p || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			q = p ? -errno : -ENOMEM;
+			break;
+		}
+		rec_entry(w, p, &st);
+		if (!S_ISDIR(st.st_mode))
+			continue;
+		_cleanup_close_ int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		q = sub < 0 ? -errno : rec_walk_dir(w, sub, p);
+	}
+	closedir(d);
+	return q;
+}
+
+int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name)
+{
+	_cleanup_free_ char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	_cleanup_close_ int lfd = openat(layer_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct rec_walk w = { .out = f };
+
+	if (!f)
+		return -ENOMEM;
+	fputs(REC_MAGIC, f);
+	int q = lfd < 0 ? -errno : rec_walk_dir(&w, lfd, NULL);
+	if (fclose(f) != 0 && q == 0)
+		q = -ENOMEM;
+	_cleanup_close_ int rfd = openat(r->rdir_fd, "rec", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (q == 0)
+		q = rfd < 0 ? -errno : write_file_atomic(rfd, name, text, len, 0600);
+	return q;
+}
+
+/* rec/<name> as escaped path -> fields; NULL when there is none. */
+static json_t *rec_load(struct ovl_root *r, const char *name)
+{
+	_cleanup_free_ char *text = NULL;
+	_cleanup_close_ int rfd = openat(r->rdir_fd, "rec", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char *save = NULL;
+
+	if (rfd < 0 || read_file_at(rfd, name, REC_MAX, &text, NULL) < 0 || strncmp(text, REC_MAGIC, strlen(REC_MAGIC)))
+		return NULL;
+	json_t *map = json_object();
+	for (char *l = strtok_r(text + strlen(REC_MAGIC), "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		char *sp = strrchr(l, ' ');
+		if (!sp)
+			continue;
+		*sp = '\0';
+		json_object_set_new(map, sp + 1, json_string(l));
+	}
+	return map;
+}
+
+static int verify_layer(struct ovl_root *r, int layers_fd, const char *name, struct rec_walk *w)
+{
+	json_auto_t *map = rec_load(r, name);
+	const char *key;
+	json_t *v;
+
+	if (!map) {
+		log_debug("overlay: layer '%s' of '%s' has no record: not compared", name, r->path);
+		return 0;
+	}
+	_cleanup_close_ int lfd = openat(layers_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (lfd < 0) {
+		rec_differ(w, NULL, "layer");
+		return 0;
+	}
+	w->map = map;
+	int q = rec_walk_dir(w, lfd, NULL);
+	json_object_foreach(map, key, v)
+	{
+		char raw[4096];
+		size_t n = 0;
+		for (const char *p = key; *p && n + 1 < sizeof(raw); n++) { /* undo rec_escape */
+			unsigned c;
+			raw[n] = *p == '%' && sscanf(p + 1, "%2X", &c) == 1 ? (char)c : *p;
+			p += *p == '%' ? 3 : 1;
+		}
+		raw[n] = '\0';
+		rec_differ(w, raw, "missing");
+	}
+	return q;
+}
+
+static bool upper_empty(struct ovl_root *r)
+{
+	char p[64];
+	snprintf(p, sizeof(p), "u/%s", r->upper);
+	int fd = openat(r->rdir_fd, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	struct dirent *de;
+	bool empty = d != NULL;
+
+	while (d && (de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			empty = false;
+	if (d)
+		closedir(d);
+	else if (fd >= 0)
+		close(fd);
+	return empty;
+}
+
+int overlay_verify_root(struct ovl_root *r, json_t *chain, bool mounted_ok, json_t *diffs, size_t max, ckpt_error *err)
+{
+	struct rec_walk w = { .diffs = diffs, .root_path = r->path, .max = max };
+	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	size_t i;
+	json_t *v;
+
+	if (!mounted_ok || !json_equal(r->mounted, chain))
+		rec_differ(&w, NULL, "mount");
+	if (!upper_empty(r))
+		rec_differ(&w, NULL, "upper");
+	if (l < 0)
+		return err_set(err, errno, NULL, "open the layers of '%s': %m", r->path);
+	json_array_foreach(chain, i, v)
+	{
+		int q = verify_layer(r, l, json_string_value(v), &w);
+		if (q < 0)
+			return err_set(err, -q, NULL, "read layer '%s' of '%s': %s", json_string_value(v), r->path,
+				       strerror(-q));
+	}
+	return 0;
+}

@@ -1,0 +1,201 @@
+/* procscan.c: /proc/<pid>/{cwd,root,fd/N,maps}, read relative to fds. */
+#include "lib/procscan.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include "lib/util.h"
+#include "lib/walk.h"
+
+#define DELETED_SUFFIX " (deleted)"
+
+/* Cut the kernel's " (deleted)" mark off path (in place). */
+static bool strip_deleted(char *path)
+{
+	size_t n = strlen(path), k = strlen(DELETED_SUFFIX);
+	if (n <= k || strcmp(path + n - k, DELETED_SUFFIX) != 0)
+		return false;
+	path[n - k] = '\0';
+	return true;
+}
+
+/* One magic link (cwd, root, fd/N) below dirfd. */
+static int scan_link(struct procscan_ref *ref, int dirfd, const char *name, unsigned flags, procscan_fn fn, void *ctx)
+{
+	char buf[PATH_MAX];
+	struct stat st;
+	ssize_t n = readlinkat(dirfd, name, buf, sizeof(buf) - 1);
+	if (n <= 0 || buf[0] != '/')
+		return PROCSCAN_CONTINUE;
+	buf[n] = '\0';
+	ref->deleted = strip_deleted(buf);
+	ref->path = buf;
+	ref->has_id = (flags & PROCSCAN_STAT) && fstatat(dirfd, name, &st, 0) == 0;
+	ref->dev = ref->has_id ? st.st_dev : 0;
+	ref->ino = ref->has_id ? st.st_ino : 0;
+	return fn(ctx, ref);
+}
+
+static int scan_fds(struct procscan_ref *ref, unsigned flags, procscan_fn fn, void *ctx)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	int r = PROCSCAN_CONTINUE;
+	if (walk_open(ref->pid_fd, "fd", &d) < 0)
+		return r; /* gone, or not ours to read */
+	ref->kind = PROCSCAN_FD;
+	while (r == PROCSCAN_CONTINUE && (de = walk_next(d)))
+		r = scan_link(ref, dirfd(d), de->d_name, flags, fn, ctx);
+	return r;
+}
+
+/* A maps line: "addr perms offset maj:min inode   /path"; the path starts at
+ * the first '/' after the inode field (names may hold spaces). */
+static bool parse_map(char *line, struct procscan_ref *ref)
+{
+	unsigned maj, min;
+	unsigned long long ino;
+	int end = 0;
+	line[strcspn(line, "\n")] = '\0';
+	if (sscanf(line, "%*s %*s %*s %x:%x %llu %n", &maj, &min, &ino, &end) != 3 || line[end] != '/')
+		return false;
+	ref->path = line + end;
+	ref->deleted = strip_deleted(line + end);
+	ref->has_id = true;
+	ref->dev = makedev(maj, min);
+	ref->ino = (ino_t)ino;
+	return true;
+}
+
+static int scan_maps(struct procscan_ref *ref, unsigned flags, procscan_fn fn, void *ctx)
+{
+	int fd = openat(ref->pid_fd, "maps", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return PROCSCAN_CONTINUE;
+	_cleanup_fclose_ FILE *f = fdopen(fd, "re");
+	if (!f) {
+		close(fd);
+		return -ENOMEM;
+	}
+	_cleanup_free_ char *line = NULL, *prev = NULL;
+	size_t cap = 0;
+	int r = PROCSCAN_CONTINUE;
+	ref->kind = PROCSCAN_MAP;
+	while (r == PROCSCAN_CONTINUE && getline(&line, &cap, f) > 0) {
+		if (!parse_map(line, ref) || (prev && !strcmp(prev, ref->path)))
+			continue;
+		free(prev);
+		if (!(prev = strdup(ref->path)))
+			return -ENOMEM;
+		ref->has_id = ref->has_id && (flags & PROCSCAN_STAT);
+		r = fn(ctx, ref);
+	}
+	return r;
+}
+
+static int scan_pid(int pid_fd, pid_t pid, unsigned flags, procscan_fn fn, void *ctx)
+{
+	struct procscan_ref ref = { .pid = pid, .pid_fd = pid_fd, .kind = PROCSCAN_CWD };
+	int r = scan_link(&ref, pid_fd, "cwd", flags, fn, ctx);
+	if (r == PROCSCAN_CONTINUE) {
+		ref.kind = PROCSCAN_ROOT;
+		r = scan_link(&ref, pid_fd, "root", flags, fn, ctx);
+	}
+	if (r == PROCSCAN_CONTINUE)
+		r = scan_fds(&ref, flags, fn, ctx);
+	if (r == PROCSCAN_CONTINUE)
+		r = scan_maps(&ref, flags, fn, ctx);
+	return r < 0 ? r : 0;
+}
+
+static pid_t pid_of(const char *s)
+{
+	char *end;
+	if (!isdigit((unsigned char)*s))
+		return 0;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	return *end || errno || v <= 0 || v > INT_MAX ? 0 : (pid_t)v;
+}
+
+int procscan_each(const char *proc, pid_t skip_pid, unsigned flags, procscan_fn fn, void *ctx)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	int r = walk_open(AT_FDCWD, proc, &d);
+	if (r < 0)
+		return r;
+	while ((de = walk_next(d))) {
+		pid_t pid = pid_of(de->d_name);
+		if (pid == 0 || pid == skip_pid)
+			continue;
+		_cleanup_close_ int pfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (pfd >= 0 && (r = scan_pid(pfd, pid, flags, fn, ctx)) < 0)
+			return r;
+	}
+	return 0;
+}
+
+bool procscan_path_under(const char *path, const char *root)
+{
+	size_t n = strlen(root);
+	while (n > 1 && root[n - 1] == '/')
+		n--;
+	if (n == 1 && root[0] == '/')
+		return path[0] == '/';
+	return strncmp(path, root, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+struct under {
+	char *const *roots;
+	size_t n_roots;
+	pid_t *v;
+	size_t n, cap;
+};
+
+static int under_ref(void *ctx, const struct procscan_ref *ref)
+{
+	struct under *u = ctx;
+	size_t i = 0;
+	while (i < u->n_roots && !procscan_path_under(ref->path, u->roots[i]))
+		i++;
+	if (i == u->n_roots)
+		return PROCSCAN_CONTINUE;
+	if (u->n == u->cap) {
+		size_t cap = u->cap ? u->cap * 2 : 16;
+		pid_t *v = realloc(u->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		u->v = v;
+		u->cap = cap;
+	}
+	u->v[u->n++] = ref->pid;
+	return PROCSCAN_NEXT_PID;
+}
+
+int procscan_pids_under(const char *proc, char *const *roots, size_t n_roots, pid_t skip_pid, pid_t **ret,
+			size_t *ret_n)
+{
+	struct under u = { .roots = roots, .n_roots = n_roots };
+	int r = procscan_each(proc, skip_pid, 0, under_ref, &u);
+	if (r < 0) {
+		free(u.v);
+		return r;
+	}
+	*ret = u.v;
+	*ret_n = u.n;
+	return 0;
+}
+
+void procscan_comm(const char *proc, pid_t pid, char *buf, size_t len)
+{
+	char p[PATH_MAX];
+	buf[0] = '\0';
+	snprintf(p, sizeof(p), "%s/%d/comm", proc, (int)pid);
+	_cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 && len > 1 ? read(fd, buf, len - 1) : 0;
+	buf[n > 0 ? n : 0] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+}

@@ -1,0 +1,272 @@
+#!/usr/bin/python3
+"""Crash harness: SIGKILL ckptd at random points of create, restore and delete,
+restart it, and check what it promised.
+
+    crash.py [--backend tar|overlay|both] [--kills N] [--seed S] [--dir DIR]
+
+Each round changes the managed root, starts one operation in a thread and kills
+the daemon after a delay drawn around that operation's measured duration (from
+before it starts to after it ends). After every restart:
+
+- every acknowledged checkpoint is listed, active, and its record unchanged; an
+  acknowledged delete stays deleted;
+- a create that was killed is either complete (active, and restores to the tree
+  it was made from) or absent; nothing stays "creating" or "deleting";
+- a killed restore leaves the root as it was before or as the checkpoint, never a
+  mix;
+- a killed delete leaves the checkpoint whole or gone.
+At the end every surviving checkpoint is restored and compared with the tree it
+was made from, and after a second, clean restart no temp file is left in the
+state dir. Prints the number of kills and of invariants checked; exits 1 on the
+first broken invariant."""
+import argparse
+import os
+import pathlib
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+import requests
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "integration"))
+from conftest import Daemon, tree_state, unmount_all  # noqa: E402
+
+
+class Broken(Exception):
+    pass
+
+
+class Harness:
+    def __init__(self, base, backend, rng):
+        self.rng = rng
+        self.d = Daemon(base, backend=backend, config={"cleanup_interval_secs": 3600, "max_checkpoints": 1000,
+                                                       "default_ttl_secs": 0})
+        self.root = self.d.roots[0]
+        self.acked = {}  # cid -> (name, tree)
+        self.records = {}  # cid -> record as acknowledged
+        self.deleted = set()
+        self.durations = {"create": 0.05, "restore": 0.05, "delete": 0.02}
+        self.kills = 0
+        self.checks = 0
+        self.counts = {}
+        self.gen = 0
+
+    def check(self, cond, what):
+        self.checks += 1
+        if not cond:
+            raise Broken(what)
+
+    # ---- the managed tree ----
+    def seed_tree(self):
+        blob = os.urandom(64 << 10)
+        for i in range(120):
+            sub = self.root / f"d{i % 6}"
+            sub.mkdir(exist_ok=True)
+            (sub / f"f{i:03}.bin").write_bytes(blob[i * 97:] + blob[:i * 97])
+        (self.root / "notes.txt").write_text("start\n")
+        os.symlink("notes.txt", self.root / "link")
+
+    def mutate(self):
+        self.gen += 1
+        r = self.rng
+        files = [p for p in self.root.rglob("*.bin")]
+        for p in r.sample(files, min(len(files), r.randint(1, 6))):
+            with open(p, "r+b") as f:
+                f.seek(r.randrange(0, 60 << 10))
+                f.write(os.urandom(r.randint(1, 8192)))
+        for p in r.sample(files, min(len(files), r.randint(0, 2))):
+            if p.exists():
+                p.unlink()
+        new = self.root / f"d{r.randrange(6)}" / f"g{self.gen}.bin"
+        new.parent.mkdir(exist_ok=True)
+        new.write_bytes(os.urandom(r.randint(0, 200 << 10)))
+        with open(self.root / "notes.txt", "a") as f:
+            f.write(f"gen {self.gen}\n")
+
+    # ---- one killed operation ----
+    def run_killed(self, op, fn):
+        """Run fn() in a thread, SIGKILL ckptd after a delay; returns the response or None."""
+        out = {}
+
+        def go():
+            try:
+                out["r"] = fn()
+            except requests.RequestException as e:
+                out["e"] = e
+
+        avg = self.durations[op]
+        # Mostly during the operation; some before it starts and after it ends.
+        delay = self.rng.choice([0, self.rng.uniform(0, avg * 1.2), self.rng.uniform(0, avg * 1.2), avg * 2])
+        t = threading.Thread(target=go)
+        t0 = time.monotonic()
+        t.start()
+        time.sleep(delay)
+        self.d.kill9()
+        self.kills += 1
+        t.join(60)
+        r = out.get("r")
+        if r is not None and r.status_code < 300:
+            # Finished before the kill: learn how long the operation takes.
+            self.durations[op] = 0.7 * avg + 0.3 * (time.monotonic() - t0)
+        self.counts[op] = self.counts.get(op, 0) + 1
+        return r
+
+    def restart(self):
+        self.d.start(timeout=60)
+
+    # ---- invariants ----
+    def check_catalog(self, maybe=()):
+        """maybe: cids that an interrupted operation may have removed."""
+        listed = {c["checkpoint_id"]: c for c in self.d.list()}
+        for c in listed.values():
+            self.check(c["status"] in ("active", "failed"),
+                       f"{c['checkpoint_id']} is '{c['status']}' after a restart")
+        for cid in list(self.acked):
+            if cid in maybe and cid not in listed:
+                del self.acked[cid]
+                continue
+            self.check(cid in listed, f"acknowledged checkpoint {cid} lost")
+            self.check(listed[cid]["status"] == "active", f"acknowledged {cid} is {listed[cid]['status']}")
+            for k in ("name", "created_at", "size_bytes"):
+                self.check(listed[cid].get(k) == self.records[cid].get(k), f"{cid}: {k} changed")
+        for cid in self.deleted:
+            self.check(cid not in listed, f"deleted checkpoint {cid} came back")
+        return listed
+
+    def check_restores_to(self, cid, tree):
+        r = self.d.request("POST", f"/v1/checkpoints/{cid}/restore", json={})
+        self.check(r.status_code == 200 and r.json().get("ok") is True, f"restore of {cid}: {r.status_code} {r.text}")
+        self.check(tree_state(self.root) == tree, f"{cid} did not restore to the tree it was made from")
+
+    # ---- the rounds ----
+    def round_create(self):
+        self.mutate()
+        tree = tree_state(self.root)
+        name = f"c{self.kills}"
+        r = self.run_killed("create", lambda: self.d.request("POST", "/v1/checkpoints", json={"name": name}))
+        self.restart()
+        if r is not None and r.status_code == 201:
+            rec = r.json()
+            self.acked[rec["checkpoint_id"]] = (name, tree)
+            self.records[rec["checkpoint_id"]] = rec
+        listed = self.check_catalog()
+        self.check(tree_state(self.root) == tree, "a killed create changed the root")
+        for cid, c in listed.items():
+            if c["name"] == name and cid not in self.acked:
+                # Not acknowledged but complete: it must hold the tree.
+                self.check(c["status"] == "active", f"half-made checkpoint {cid} is listed")
+                self.acked[cid] = (name, tree)
+                self.records[cid] = c
+                self.check_restores_to(cid, tree)
+
+    def round_restore(self):
+        if not self.acked:
+            return self.round_create()
+        cid = self.rng.choice(sorted(self.acked))
+        self.mutate()
+        before = tree_state(self.root)
+        r = self.run_killed("restore",
+                            lambda: self.d.request("POST", f"/v1/checkpoints/{cid}/restore", json={}))
+        self.restart()
+        self.check_catalog()
+        now = tree_state(self.root)
+        target = self.acked[cid][1]
+        if r is not None and r.status_code == 200 and r.json().get("ok"):
+            self.check(now == target, f"acknowledged restore of {cid} not in place after a restart")
+        else:
+            self.check(now in (before, target), f"killed restore of {cid} left a mixed tree")
+
+    def round_delete(self):
+        if len(self.acked) < 3:
+            return self.round_create()
+        cid = self.rng.choice(sorted(self.acked))
+        r = self.run_killed("delete", lambda: self.d.request("DELETE", f"/v1/checkpoints/{cid}"))
+        self.restart()
+        if r is not None and r.status_code == 204:
+            del self.acked[cid]
+            self.deleted.add(cid)
+        self.check_catalog(maybe={cid})
+
+    def temp_files(self):
+        return [str(p) for p in self.d.state_dir.rglob("*") if ".tmp" in p.name]
+
+    def calibrate(self):
+        """One uninterrupted operation of each kind: how long they take here."""
+        t0 = time.monotonic()
+        rec = self.d.create("calibrate")
+        self.durations["create"] = time.monotonic() - t0
+        self.acked[rec["checkpoint_id"]] = ("calibrate", tree_state(self.root))
+        self.records[rec["checkpoint_id"]] = rec
+        self.mutate()
+        t0 = time.monotonic()
+        self.d.restore(rec["checkpoint_id"])
+        self.durations["restore"] = time.monotonic() - t0
+        other = self.d.create("calibrate-delete")["checkpoint_id"]
+        t0 = time.monotonic()
+        self.d.delete(other)
+        self.durations["delete"] = time.monotonic() - t0
+        self.deleted.add(other)
+
+    def run(self, kills):
+        self.seed_tree()
+        self.d.start()
+        self.calibrate()
+        rounds = [self.round_create] * 4 + [self.round_restore] * 4 + [self.round_delete] * 2
+        while self.kills < kills:
+            self.rng.choice(rounds)()
+        # Every survivor holds its tree; a clean restart leaves no temp file.
+        for cid, (_, tree) in sorted(self.acked.items()):
+            self.check_restores_to(cid, tree)
+        self.d.stop()
+        self.d.start()
+        self.d.stop()
+        left = self.temp_files()
+        self.check(not left, f"temp files survive a second restart: {left[:5]}")
+
+    def cleanup(self):
+        try:
+            self.d.cleanup()
+        except Exception:
+            pass
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="both", choices=["tar", "overlay", "both"])
+    ap.add_argument("--kills", type=int, default=300, help="kills per backend")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--dir", default=None, help="work dir (default: a new temp dir)")
+    a = ap.parse_args()
+    seed = a.seed if a.seed is not None else random.randrange(1 << 30)
+    backends = ["tar", "overlay"] if a.backend == "both" else [a.backend]
+    top = pathlib.Path(a.dir or tempfile.mkdtemp(prefix="ckptd-crash-"))
+    failed = False
+    for b in backends:
+        h = Harness(top / b, b, random.Random(seed))
+        t0 = time.monotonic()
+        try:
+            h.run(a.kills)
+            verdict = "ok"
+        except Broken as e:
+            verdict = f"BROKEN: {e}"
+            failed = True
+        finally:
+            h.cleanup()
+        print(f"crash[{b}]: seed {seed}: {h.kills} kills ({', '.join(f'{k} {v}' for k, v in sorted(h.counts.items()))}),"
+              f" {h.checks} invariants checked, {len(h.acked)} checkpoints at the end,"
+              f" {time.monotonic() - t0:.0f} s: {verdict}", flush=True)
+        if failed:
+            print(f"crash[{b}]: log in {h.d.logfile}", flush=True)
+            break
+    if not failed and a.dir is None:
+        unmount_all(top)
+        shutil.rmtree(top, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

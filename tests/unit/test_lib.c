@@ -1,0 +1,224 @@
+/* Unit tests of the shared helpers in src/lib: hash, (dev, ino) map, directory
+ * walker, /proc scanner, xattrs through /proc. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+
+#include "lib/devino.h"
+#include "lib/hash.h"
+#include "lib/procscan.h"
+#include "lib/util.h"
+#include "lib/walk.h"
+#include "lib/xattr.h"
+#include "testlib.h"
+
+/* Published FNV-1a vectors: the values reach disk, so they must not change. */
+static void test_hash_vectors(void **state)
+{
+	(void)state;
+	assert_int_equal(hash_fnv32(HASH_FNV32_INIT, "", 0), 0x811c9dc5u);
+	assert_int_equal(hash_fnv32(HASH_FNV32_INIT, "a", 1), 0xe40c292cu);
+	assert_int_equal(hash_fnv32(HASH_FNV32_INIT, "foobar", 6), 0xbf9cf968u);
+	assert_true(hash_str("a") == 0xaf63dc4c8601ec8cULL);
+	assert_true(hash_str("foobar") == 0x85944171f73967e8ULL);
+	/* Continuing a hash equals hashing the concatenation. */
+	assert_true(hash_fnv64(hash_fnv64(HASH_FNV64_INIT, "foo", 3), "bar", 3) == hash_str("foobar"));
+}
+
+/* Enough inodes to grow the table several times; same ino on two devs differs. */
+static void test_devino_map(void **state)
+{
+	(void)state;
+	struct devino_map m = { 0 };
+	char p[32];
+	assert_null(devino_get(&m, 1, 1));
+	for (int i = 0; i < 1000; i++) {
+		snprintf(p, sizeof(p), "f%d", i);
+		assert_int_equal(devino_put(&m, (dev_t)(i % 3), (ino_t)i, p), 0);
+	}
+	assert_int_equal(devino_put(&m, 1, 1, "later"), 0); /* the first path stays */
+	assert_string_equal(devino_get(&m, 1, 1), "f1");
+	assert_string_equal(devino_get(&m, 2, 998), "f998");
+	assert_null(devino_get(&m, 0, 1));
+	assert_int_equal(m.n, 1000);
+	devino_free(&m);
+	assert_null(devino_get(&m, 1, 1));
+}
+
+static char dir[TESTLIB_DIR_LEN];
+
+static int setup(void **state)
+{
+	(void)state;
+	return testlib_mkdir(dir, "lib");
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	testlib_rmdir(dir);
+	return 0;
+}
+
+/* The same inode through (dirfd, name), through its fd, and as dirfd itself;
+ * a symlink's name reaches the link, never its target. */
+static void test_xattr_ref(void **state)
+{
+	(void)state;
+	_cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int fd = openat(dfd, "f", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	struct xattr_ref byname, byfd, self, link;
+	char v[16];
+
+	assert_true(dfd >= 0 && fd >= 0);
+	assert_int_equal(symlinkat("f", dfd, "l"), 0);
+	xattr_ref_init(&byname, -1, dfd, "f");
+	xattr_ref_init(&byfd, fd, dfd, "f");
+	xattr_ref_init(&self, -1, dfd, NULL);
+	xattr_ref_init(&link, -1, dfd, "l");
+	assert_int_equal(xattr_set(&byname, "trusted.ckptd", "one", 3), 0);
+	assert_int_equal(xattr_get(&byfd, "trusted.ckptd", v, sizeof(v)), 3);
+	assert_memory_equal(v, "one", 3);
+	assert_int_equal(xattr_set(&self, "trusted.ckptd", "dir", 3), 0);
+	assert_int_equal(fgetxattr(dfd, "trusted.ckptd", v, sizeof(v)), 3);
+	assert_memory_equal(v, "dir", 3);
+	assert_int_equal(xattr_get(&link, "trusted.ckptd", v, sizeof(v)), -1);
+	assert_int_equal(errno, ENODATA);
+	assert_int_equal(xattr_set(&link, "trusted.ckptd", "lnk", 3), 0);
+	assert_int_equal(xattr_get(&byname, "trusted.ckptd", v, sizeof(v)), 3);
+	assert_memory_equal(v, "one", 3);
+	assert_int_equal(xattr_list(&link, v, sizeof(v)), (ssize_t)sizeof("trusted.ckptd"));
+}
+
+static int count_entry(void *ctx, int dfd, const char *name)
+{
+	(void)dfd;
+	int *n = ctx;
+	if (!strcmp(name, "stop"))
+		return -ECANCELED;
+	(*n)++;
+	return 0;
+}
+
+/* "." and ".." never show; a symlink is not followed; listing a dir by its
+ * fd leaves that fd's own offset alone; fn's error stops the walk. */
+static void test_walk(void **state)
+{
+	(void)state;
+	_cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	int n = 0;
+
+	assert_int_equal(mkdirat(dfd, "sub", 0700), 0);
+	assert_int_equal(mkdirat(dfd, "sub/a", 0700), 0);
+	assert_int_equal(symlinkat("sub", dfd, "link"), 0);
+	int q = walk_open(dfd, "link", &d);
+	assert_true(q == -ELOOP || q == -ENOTDIR); /* O_DIRECTORY may answer first */
+	assert_int_equal(walk_open(dfd, "missing", &d), -ENOENT);
+	assert_int_equal(walk_open(dfd, NULL, &d), 0);
+	while ((de = walk_next(d)))
+		n++;
+	assert_int_equal(errno, 0);
+	assert_int_equal(n, 2);
+	_cleanup_closedir_ DIR *again = fdopendir(dfd);
+	n = 0;
+	while ((de = walk_next(again)))
+		n++;
+	assert_int_equal(n, 2); /* not at the end: walk_open read another description */
+	dfd = -1;               /* owned by again now */
+	n = 0;
+	assert_int_equal(walk_each(dirfd(again), "sub", count_entry, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(mkdirat(dirfd(again), "sub/stop", 0700), 0);
+	assert_int_equal(walk_each(dirfd(again), "sub", count_entry, &n), -ECANCELED);
+	q = walk_each(dirfd(again), "link", count_entry, &n);
+	assert_true(q == -ELOOP || q == -ENOTDIR);
+}
+
+struct seen {
+	const char *want; /* path to look for */
+	struct stat st;   /* its inode */
+	bool fd, map, fd_deleted, id_ok;
+};
+
+static int seen_ref(void *ctx, const struct procscan_ref *ref)
+{
+	struct seen *s = ctx;
+	if (ref->pid != getpid() || strcmp(ref->path, s->want))
+		return PROCSCAN_CONTINUE;
+	if (ref->kind == PROCSCAN_FD) {
+		s->fd = true;
+		s->fd_deleted = ref->deleted;
+	}
+	s->map |= ref->kind == PROCSCAN_MAP;
+	s->id_ok = ref->has_id && ref->dev == s->st.st_dev && ref->ino == s->st.st_ino;
+	return s->id_ok ? PROCSCAN_CONTINUE : PROCSCAN_NEXT_PID;
+}
+
+/* The real /proc: an open and mapped file is seen by path and by (dev, ino),
+ * and still by both once deleted, without the kernel's " (deleted)". */
+static void test_procscan_real(void **state)
+{
+	(void)state;
+	char p[128];
+	snprintf(p, sizeof(p), "%s/held", dir);
+	_cleanup_close_ int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 4096), 0);
+	void *m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+	assert_true(m != MAP_FAILED);
+	struct seen s = { .want = p };
+	assert_int_equal(fstat(fd, &s.st), 0);
+	assert_int_equal(procscan_each("/proc", 0, PROCSCAN_STAT, seen_ref, &s), 0);
+	assert_true(s.fd && s.map && s.id_ok);
+	assert_false(s.fd_deleted);
+	assert_int_equal(unlink(p), 0);
+	s = (struct seen){ .want = p, .st = s.st };
+	assert_int_equal(procscan_each("/proc", 0, PROCSCAN_STAT, seen_ref, &s), 0);
+	assert_true(s.fd && s.map && s.id_ok && s.fd_deleted);
+	char *roots[] = { dir };
+	pid_t *pids = NULL;
+	size_t n = 0;
+	assert_int_equal(procscan_pids_under("/proc", roots, 1, 0, &pids, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(pids[0], getpid());
+	free(pids);
+	assert_int_equal(procscan_pids_under("/proc", roots, 1, getpid(), &pids, &n), 0);
+	assert_int_equal(n, 0);
+	free(pids);
+	munmap(m, 4096);
+	char comm[64], self[17] = "";
+	procscan_comm("/proc", getpid(), comm, sizeof(comm));
+	assert_int_equal(prctl(PR_GET_NAME, self), 0); /* "test_lib", or valgrind's */
+	assert_string_equal(comm, self);
+}
+
+static void test_path_under(void **state)
+{
+	(void)state;
+	assert_true(procscan_path_under("/srv/app", "/srv/app"));
+	assert_true(procscan_path_under("/srv/app/x", "/srv/app//"));
+	assert_false(procscan_path_under("/srv/apple", "/srv/app"));
+	assert_false(procscan_path_under("/srv", "/srv/app"));
+	assert_true(procscan_path_under("/anything", "/"));
+	assert_false(procscan_path_under("socket:[1]", "/"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hash_vectors),
+		cmocka_unit_test(test_devino_map),
+		cmocka_unit_test_setup_teardown(test_xattr_ref, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_procscan_real, setup, teardown),
+		cmocka_unit_test(test_path_under),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
