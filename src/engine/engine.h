@@ -55,6 +55,10 @@ int engine_get(struct engine *e, const char *id_or_name, json_t **ret_record, ck
 /* NULL when out of memory. */
 json_t *engine_list(struct engine *e, const char *name);
 json_t *engine_health(struct engine *e);
+/* After READY: start the units stopped for a mount at start (units ordered
+ * After=ckptd.service could not start before), and look for processes that
+ * no unit covers. Health says what happened. */
+void engine_adoption_finish(struct engine *e);
 /* Prometheus text exposition; caller frees. */
 char *engine_metrics(struct engine *e);
 /* Delete expired checkpoints (the sweeper calls this). Returns how many. */

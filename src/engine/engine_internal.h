@@ -37,6 +37,13 @@ struct engine {
 	unsigned pending_async;
 	char status[160];
 
+	/* Adoption (engine_adopt.c): units stopped before a mount at start,
+	 * started again by engine_adoption_finish; guarded by state_lock. */
+	json_t *adoption;      /* {mounted: [roots], restarted_units, failed, at} or NULL */
+	json_t *unmanaged;     /* [{pid, command, hidden}] from the last scan */
+	int64_t unmanaged_ms;  /* mono_ms of that scan */
+	bool adoption_pending; /* units stopped, not started yet */
+
 	pthread_t sweeper;
 	bool sweeper_running, stopping, maintenance_due;
 	pthread_cond_t sweep_cond;
@@ -56,3 +63,8 @@ int engine_storage_err(ckpt_error *err, int r);
 /* Compare the roots with checkpoint id (NULL: the base) and add verified,
  * verify_ms, verify_differences (and ok: false) to extra. Returns its ms. */
 int64_t engine_verify(struct engine *e, const char *id, json_t *data, json_t *extra);
+
+/* engine_adopt.c */
+void engine_adopt_before_mount(void *engine, const char *root); /* backend_ctx.before_mount */
+void engine_adoption_health(struct engine *e, json_t *h);
+void engine_adoption_free(struct engine *e);

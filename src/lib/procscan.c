@@ -35,6 +35,8 @@ static int scan_link(struct procscan_ref *ref, int dirfd, const char *name, unsi
 	ref->has_id = (flags & PROCSCAN_STAT) && fstatat(dirfd, name, &st, 0) == 0;
 	ref->dev = ref->has_id ? st.st_dev : 0;
 	ref->ino = ref->has_id ? st.st_ino : 0;
+	ref->link_dirfd = dirfd;
+	ref->link_name = name;
 	return fn(ctx, ref);
 }
 
@@ -83,6 +85,8 @@ static int scan_maps(struct procscan_ref *ref, unsigned flags, procscan_fn fn, v
 	size_t cap = 0;
 	int r = PROCSCAN_CONTINUE;
 	ref->kind = PROCSCAN_MAP;
+	ref->link_dirfd = -1;
+	ref->link_name = NULL;
 	while (r == PROCSCAN_CONTINUE && getline(&line, &cap, f) > 0) {
 		if (!parse_map(line, ref) || (prev && !strcmp(prev, ref->path)))
 			continue;
@@ -198,4 +202,100 @@ void procscan_comm(const char *proc, pid_t pid, char *buf, size_t len)
 	ssize_t n = fd >= 0 && len > 1 ? read(fd, buf, len - 1) : 0;
 	buf[n > 0 ? n : 0] = '\0';
 	buf[strcspn(buf, "\n")] = '\0';
+}
+
+static int target_of_id(const struct stat *st, const struct procscan_target *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (st->st_dev == t[i].dev && st->st_ino == t[i].ino)
+			return (int)i;
+	return -1;
+}
+
+/* Walk up from a directory by "..": the kernel follows the dentries, not
+ * the path the link reads. -2 when the link is not a directory. */
+static int dir_target(const struct procscan_ref *ref, const struct procscan_target *t, size_t n)
+{
+	int fd = openat(ref->link_dirfd, ref->link_name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -2;
+	struct stat st, up;
+	int hit = -1;
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return -1;
+	}
+	for (int depth = 0; depth < 4096; depth++) {
+		if ((hit = target_of_id(&st, t, n)) >= 0)
+			break;
+		int pfd = openat(fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+		close(fd);
+		fd = pfd;
+		if (fd < 0 || fstat(fd, &up) < 0 || (up.st_dev == st.st_dev && up.st_ino == st.st_ino))
+			break; /* the top of what we can see */
+		st = up;
+	}
+	if (fd >= 0)
+		close(fd);
+	return hit;
+}
+
+int procscan_ref_target(const struct procscan_ref *ref, const struct procscan_target *t, size_t n)
+{
+	int any = ref->has_id ? target_of_id(&(struct stat){ .st_dev = ref->dev, .st_ino = ref->ino }, t, n) : -1;
+	if (any >= 0)
+		return any;
+	if (ref->link_name) {
+		int d = dir_target(ref, t, n);
+		if (d != -2)
+			return d;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!procscan_path_under(ref->path, t[i].path))
+			continue;
+		if (ref->has_id && ref->dev == t[i].dev)
+			return (int)i;
+		if (any < 0)
+			any = (int)i;
+	}
+	return any;
+}
+
+struct users {
+	const struct procscan_target *t;
+	size_t n_t;
+	struct procscan_user *v;
+	size_t n, cap;
+};
+
+static int users_ref(void *ctx, const struct procscan_ref *ref)
+{
+	struct users *u = ctx;
+	int i = procscan_ref_target(ref, u->t, u->n_t);
+	if (i < 0)
+		return PROCSCAN_CONTINUE;
+	if (u->n == u->cap) {
+		size_t cap = u->cap ? u->cap * 2 : 16;
+		struct procscan_user *v = realloc(u->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		u->v = v;
+		u->cap = cap;
+	}
+	u->v[u->n++] = (struct procscan_user){ .pid = ref->pid, .tag = u->t[i].tag };
+	return PROCSCAN_NEXT_PID;
+}
+
+int procscan_users(const char *proc, const struct procscan_target *t, size_t n, pid_t skip_pid,
+		   struct procscan_user **ret, size_t *ret_n)
+{
+	struct users u = { .t = t, .n_t = n };
+	int r = procscan_each(proc, skip_pid, PROCSCAN_STAT, users_ref, &u);
+	if (r < 0) {
+		free(u.v);
+		return r;
+	}
+	*ret = u.v;
+	*ret_n = u.n;
+	return 0;
 }

@@ -16,8 +16,10 @@ struct services {
 	struct strv configured; /* units named in the config */
 	bool auto_discover;
 	int64_t timeout_ms;
-	struct strv to_start; /* active before the last stop */
-	struct strv frozen;   /* frozen by the last freeze */
+	struct strv to_start;          /* active before the last stop */
+	struct strv frozen;            /* frozen by the last freeze */
+	struct procscan_target *extra; /* hidden directories (path owned) */
+	size_t n_extra;
 };
 
 int services_strv_add(struct strv *s, const char *str)
@@ -150,6 +152,9 @@ void services_close(struct services *s)
 	services_strv_clear(&s->configured);
 	services_strv_clear(&s->to_start);
 	services_strv_clear(&s->frozen);
+	for (size_t i = 0; i < s->n_extra; i++)
+		free((char *)s->extra[i].path);
+	free(s->extra);
 	free(s->self_unit);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
@@ -167,27 +172,94 @@ const char *services_unavailable_reason(struct services *s)
 	return s->available ? NULL : s->reason;
 }
 
-/* Configured units plus the eligible units of processes using the roots. */
-static int managed_units(struct services *s, struct strv *ret)
+int services_add_target(struct services *s, const char *path, dev_t dev, ino_t ino)
+{
+	struct procscan_target *t = realloc(s->extra, (s->n_extra + 1) * sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	s->extra = t;
+	char *p = strdup(path);
+	if (!p)
+		return -ENOMEM;
+	pthread_mutex_lock(&s->lock);
+	t[s->n_extra++] = (struct procscan_target){ .path = p, .dev = dev, .ino = ino, .tag = -1 };
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/* Processes using t (NULL: the roots as they are now plus the hidden
+ * directories), by identity. */
+static int users_of(struct services *s, const struct procscan_target *t, size_t n, struct procscan_user **ret,
+		    size_t *ret_n)
+{
+	_cleanup_free_ struct procscan_target *all = NULL;
+	if (!t) {
+		int r = services_scan_targets(s->roots.v, s->roots.n, s->extra, s->n_extra, &all, &n);
+		if (r < 0)
+			return r;
+		t = all;
+	}
+	return procscan_users("/proc", t, n, getpid(), ret, ret_n);
+}
+
+/* The unit pid belongs to when ckptd may manage it (malloc'd), else NULL. */
+static char *unit_of(struct services *s, pid_t pid, char **any)
+{
+	char *unit = NULL;
+	*any = NULL;
+	if (sd_pid_get_unit(pid, &unit) < 0)
+		return NULL;
+	if (services_strv_contains(&s->configured, unit) ||
+	    (s->auto_discover && services_scan_unit_eligible(unit, s->self_unit)))
+		return unit;
+	*any = unit;
+	return NULL;
+}
+
+/* Configured units plus the eligible units of processes using t (NULL: the
+ * roots), found by device and inode. */
+static int managed_units(struct services *s, const struct procscan_target *t, size_t n_t, struct strv *ret)
 {
 	for (size_t i = 0; i < s->configured.n; i++)
 		if (services_strv_add(ret, s->configured.v[i]) < 0)
 			return -ENOMEM;
 	if (!s->auto_discover)
 		return 0;
-	_cleanup_free_ pid_t *pids = NULL;
+	_cleanup_free_ struct procscan_user *users = NULL;
 	size_t n = 0;
-	int r = services_scan_pids("/proc", s->roots.v, s->roots.n, getpid(), &pids, &n);
+	int r = users_of(s, t, n_t, &users, &n);
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < n; i++) {
-		_cleanup_free_ char *unit = NULL;
-		if (sd_pid_get_unit(pids[i], &unit) < 0 || !services_scan_unit_eligible(unit, s->self_unit))
-			continue;
-		if (services_strv_add(ret, unit) < 0)
+		_cleanup_free_ char *other = NULL;
+		_cleanup_free_ char *unit = unit_of(s, users[i].pid, &other);
+		if (unit && services_strv_add(ret, unit) < 0)
 			return -ENOMEM;
 	}
 	return 0;
+}
+
+json_t *services_unmanaged_users(struct services *s, const struct procscan_target *t, size_t n_t)
+{
+	json_t *out = json_array();
+	_cleanup_free_ struct procscan_user *users = NULL;
+	size_t n = 0;
+	if (!s || users_of(s, t, n_t, &users, &n) < 0)
+		return out;
+	for (size_t i = 0; i < n; i++) {
+		_cleanup_free_ char *other = NULL;
+		_cleanup_free_ char *unit = s->available ? unit_of(s, users[i].pid, &other) : NULL;
+		char comm[64];
+		if (unit)
+			continue;
+		procscan_comm("/proc", users[i].pid, comm, sizeof(comm));
+		json_t *u = json_pack("{s:I,s:s,s:i}", "pid", (json_int_t)users[i].pid, "command", comm, "tag",
+				      users[i].tag);
+		if (u && other)
+			json_object_set_new(u, "unit", json_string(other));
+		json_array_append_new(out, u);
+	}
+	return out;
 }
 
 static bool state_running(const char *st)
@@ -196,10 +268,11 @@ static bool state_running(const char *st)
 }
 
 /* The managed units that are running now. */
-static int active_units(struct services *s, struct services_bus *b, struct strv *ret)
+static int active_units(struct services *s, struct services_bus *b, const struct procscan_target *t, size_t n_t,
+			struct strv *ret)
 {
 	struct strv all = { 0 };
-	int r = managed_units(s, &all);
+	int r = managed_units(s, t, n_t, &all);
 	for (size_t i = 0; r >= 0 && i < all.n; i++) {
 		_cleanup_free_ char *st = NULL;
 		if (services_bus_active_state(b, all.v[i], &st) < 0)
@@ -251,29 +324,41 @@ static void stop_judge(struct services_bus *b, struct services_job *j, struct sv
 static int stop_unreachable(struct services *s, struct svc_report *rep)
 {
 	struct strv all = { 0 };
-	int r = managed_units(s, &all);
+	int r = managed_units(s, NULL, 0, &all);
 	for (size_t i = 0; i < all.n; i++)
 		report_fail(rep, all.v[i], "cannot reach systemd on the system bus", false);
 	services_strv_clear(&all);
 	return r < 0 ? r : -ENOTCONN;
 }
 
+/* Stop the active managed units using t (NULL: the roots); they join to_start. */
+static int stop_units(struct services *s, struct services_bus *b, const struct procscan_target *t, size_t n_t,
+		      struct svc_report *rep)
+{
+	struct strv units = { 0 };
+	if (!b)
+		return stop_unreachable(s, rep);
+	int r = active_units(s, b, t, n_t, &units);
+	struct services_job *jobs = r >= 0 && units.n ? jobs_new(&units) : NULL;
+	if (r >= 0 && units.n && !jobs)
+		r = -ENOMEM;
+	if (jobs) {
+		r = services_bus_run_jobs(b, SERVICES_JOB_STOP, jobs, units.n, s->timeout_ms);
+		for (size_t i = 0; i < units.n; i++)
+			stop_judge(b, &jobs[i], rep);
+		jobs_free(jobs, units.n);
+	}
+	for (size_t i = 0; i < units.n; i++)
+		if (services_strv_add(&s->to_start, units.v[i]) < 0)
+			r = -ENOMEM;
+	services_strv_clear(&units);
+	return r;
+}
+
 static int stop_locked(struct services *s, struct services_bus *b, struct svc_report *rep)
 {
 	services_strv_clear(&s->to_start);
-	if (!b)
-		return stop_unreachable(s, rep);
-	int r = active_units(s, b, &s->to_start);
-	if (r < 0 || s->to_start.n == 0)
-		return r;
-	struct services_job *jobs = jobs_new(&s->to_start);
-	if (!jobs)
-		return -ENOMEM;
-	r = services_bus_run_jobs(b, SERVICES_JOB_STOP, jobs, s->to_start.n, s->timeout_ms);
-	for (size_t i = 0; i < s->to_start.n; i++)
-		stop_judge(b, &jobs[i], rep);
-	jobs_free(jobs, s->to_start.n);
-	return r;
+	return stop_units(s, b, NULL, 0, rep);
 }
 
 typedef int (*locked_op)(struct services *s, struct services_bus *b, struct svc_report *rep);
@@ -303,6 +388,20 @@ static int with_bus(struct services *s, const struct strv *work, locked_op op, s
 int services_stop(struct services *s, struct svc_report *rep)
 {
 	return with_bus(s, NULL, stop_locked, rep, "stop");
+}
+
+int services_stop_users(struct services *s, const struct procscan_target *t, size_t n, struct svc_report *rep)
+{
+	struct services_bus *b = NULL;
+	if (!services_available(s))
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	if (services_bus_open(&b, NULL) < 0)
+		b = NULL;
+	int r = stop_units(s, b, t, n, rep);
+	services_bus_close(b);
+	pthread_mutex_unlock(&s->lock);
+	return r;
 }
 
 static void start_judge(struct services_bus *b, struct services_job *j, struct svc_report *rep)
@@ -350,7 +449,7 @@ static int freeze_locked(struct services *s, struct services_bus *b, struct svc_
 	struct strv units = { 0 };
 	if (!b)
 		return -ENOTCONN;
-	if (active_units(s, b, &units) < 0)
+	if (active_units(s, b, NULL, 0, &units) < 0)
 		log_debug("services: freeze: cannot list the managed units");
 	for (size_t i = 0; i < units.n; i++) {
 		_cleanup_free_ char *reason = NULL, *why = NULL;

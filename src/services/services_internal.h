@@ -27,6 +27,10 @@ bool services_scan_unit_allowed(const char *unit, const char *self_unit);
  * one of roots, reading the proc filesystem mounted at proc. */
 int services_scan_pids(const char *proc, char *const *roots, size_t n_roots, pid_t skip_pid, pid_t **ret,
 		       size_t *ret_n);
+/* Each root as it is now (stat of its path, tag -1) followed by extra: the
+ * targets a scan by identity looks for. *ret malloc'd. */
+int services_scan_targets(char *const *roots, size_t n_roots, const struct procscan_target *extra, size_t n_extra,
+			  struct procscan_target **ret, size_t *ret_n);
 
 /* --- services_bus.c --- */
 struct services_bus;

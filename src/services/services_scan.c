@@ -1,6 +1,7 @@
 /* services_scan.c: which processes use a managed root (lib/procscan.c reads
  * /proc), and which units may be managed at all. No sd-bus, so unit-testable. */
 #include "services/services_internal.h"
+#include <sys/stat.h>
 #include "lib/procscan.h"
 
 static bool has_prefix(const char *s, const char *p)
@@ -55,4 +56,25 @@ char *services_scan_unit_name(const char *name)
 int services_scan_pids(const char *proc, char *const *roots, size_t n_roots, pid_t skip_pid, pid_t **ret, size_t *ret_n)
 {
 	return procscan_pids_under(proc, roots, n_roots, skip_pid, ret, ret_n);
+}
+
+int services_scan_targets(char *const *roots, size_t n_roots, const struct procscan_target *extra, size_t n_extra,
+			  struct procscan_target **ret, size_t *ret_n)
+{
+	struct procscan_target *t = calloc(n_roots + n_extra + 1, sizeof(*t));
+	size_t n = 0;
+	if (!t)
+		return -ENOMEM;
+	for (size_t i = 0; i < n_roots; i++) {
+		struct stat st;
+		if (stat(roots[i], &st) == 0)
+			t[n++] = (struct procscan_target){
+				.path = roots[i], .dev = st.st_dev, .ino = st.st_ino, .tag = -1
+			};
+	}
+	for (size_t i = 0; i < n_extra; i++)
+		t[n++] = extra[i];
+	*ret = t;
+	*ret_n = n;
+	return 0;
 }

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 
 #include "lib/devino.h"
@@ -141,6 +142,59 @@ static void test_walk(void **state)
 	assert_true(q == -ELOOP || q == -ENOTDIR);
 }
 
+/* By identity: a child whose cwd is below a directory that was renamed away
+ * is found through the directory's (dev, ino), and a target that only reads
+ * the same path but is another inode does not match it. */
+static void test_procscan_users_by_identity(void **state)
+{
+	(void)state;
+	char a[160], deep[200], moved[160];
+	snprintf(a, sizeof(a), "%s/a", dir);
+	snprintf(deep, sizeof(deep), "%s/a/b/c", dir);
+	snprintf(moved, sizeof(moved), "%s/moved", dir);
+	assert_int_equal(mkdir_p(deep, 0700), 0);
+	struct stat sa, other;
+	assert_int_equal(stat(a, &sa), 0);
+	int pfd[2];
+	assert_int_equal(pipe(pfd), 0);
+	pid_t child = fork();
+	if (child == 0) {
+		char c;
+		if (chdir(deep) < 0)
+			_exit(1);
+		close(pfd[1]);
+		(void)!read(pfd[0], &c, 1); /* until the parent closes its end */
+		_exit(0);
+	}
+	close(pfd[0]);
+	for (int i = 0; i < 200; i++) { /* wait for the chdir */
+		char link[64], buf[256];
+		snprintf(link, sizeof(link), "/proc/%d/cwd", (int)child);
+		ssize_t k = readlink(link, buf, sizeof(buf) - 1);
+		if (k > 0 && (buf[k] = 0, !strcmp(buf, deep)))
+			break;
+		usleep(10000);
+	}
+	assert_int_equal(rename(a, moved), 0);
+	assert_int_equal(mkdir(a, 0700), 0); /* same path, another inode */
+	assert_int_equal(stat(a, &other), 0);
+	struct procscan_target t = { .path = "/nonexistent", .dev = sa.st_dev, .ino = sa.st_ino, .tag = 7 };
+	struct procscan_user *u = NULL;
+	size_t n = 0, found = 0;
+	assert_int_equal(procscan_users("/proc", &t, 1, getpid(), &u, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		found += u[i].pid == child && u[i].tag == 7;
+	free(u);
+	assert_int_equal(found, 1);
+	t = (struct procscan_target){ .path = a, .dev = other.st_dev, .ino = other.st_ino };
+	assert_int_equal(procscan_users("/proc", &t, 1, getpid(), &u, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		assert_int_not_equal(u[i].pid, child);
+	free(u);
+	close(pfd[1]);
+	assert_int_equal(waitpid(child, NULL, 0), child);
+}
+
 struct seen {
 	const char *want; /* path to look for */
 	struct stat st;   /* its inode */
@@ -218,6 +272,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_xattr_ref, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_real, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_procscan_users_by_identity, setup, teardown),
 		cmocka_unit_test(test_path_under),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
