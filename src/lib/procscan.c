@@ -213,7 +213,8 @@ static int target_of_id(const struct stat *st, const struct procscan_target *t, 
 }
 
 /* Walk up from a directory by "..": the kernel follows the dentries, not
- * the path the link reads. -2 when the link is not a directory. */
+ * the path the link reads (but steps onto a mount over the parent it
+ * reaches). -2 when the link is not a directory. */
 static int dir_target(const struct procscan_ref *ref, const struct procscan_target *t, size_t n)
 {
 	int fd = openat(ref->link_dirfd, ref->link_name, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -225,9 +226,17 @@ static int dir_target(const struct procscan_ref *ref, const struct procscan_targ
 		close(fd);
 		return -1;
 	}
+	dev_t below = st.st_dev;
 	for (int depth = 0; depth < 4096; depth++) {
-		if ((hit = target_of_id(&st, t, n)) >= 0)
+		if ((hit = target_of_id(&st, t, n)) >= 0) {
+			/* ".." from the top of a directory a mount hides lands on the
+			 * mount: the device of the step below tells them apart. */
+			for (size_t j = 0; below != t[hit].dev && j < n; j++)
+				if (t[j].dev == below && !strcmp(t[j].path, t[hit].path))
+					hit = (int)j;
 			break;
+		}
+		below = st.st_dev;
 		int pfd = openat(fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
 		close(fd);
 		fd = pfd;

@@ -174,17 +174,19 @@ const char *services_unavailable_reason(struct services *s)
 
 int services_add_target(struct services *s, const char *path, dev_t dev, ino_t ino)
 {
-	struct procscan_target *t = realloc(s->extra, (s->n_extra + 1) * sizeof(*t));
-	if (!t)
-		return -ENOMEM;
-	s->extra = t;
-	char *p = strdup(path);
+	char *p = s ? strdup(path) : NULL;
 	if (!p)
 		return -ENOMEM;
 	pthread_mutex_lock(&s->lock);
-	t[s->n_extra++] = (struct procscan_target){ .path = p, .dev = dev, .ino = ino, .tag = -1 };
+	struct procscan_target *t = realloc(s->extra, (s->n_extra + 1) * sizeof(*t));
+	if (t) {
+		s->extra = t;
+		t[s->n_extra++] = (struct procscan_target){ .path = p, .dev = dev, .ino = ino, .tag = 1 };
+	}
 	pthread_mutex_unlock(&s->lock);
-	return 0;
+	if (!t)
+		free(p);
+	return t ? 0 : -ENOMEM;
 }
 
 /* Processes using t (NULL: the roots as they are now plus the hidden

@@ -69,7 +69,7 @@ int services_scan_targets(char *const *roots, size_t n_roots, const struct procs
 		struct stat st;
 		if (stat(roots[i], &st) == 0)
 			t[n++] = (struct procscan_target){
-				.path = roots[i], .dev = st.st_dev, .ino = st.st_ino, .tag = -1
+				.path = roots[i], .dev = st.st_dev, .ino = st.st_ino, .tag = 0
 			};
 	}
 	for (size_t i = 0; i < n_extra; i++)
