@@ -192,6 +192,8 @@ void engine_close(struct engine *e)
 	pthread_mutex_unlock(&e->state_lock);
 	if (e->bst && e->backend->close)
 		e->backend->close(e->bst, e->cfg->unmount_on_exit);
+	if (e->adoption_pending) /* a failed start: bring back the units it stopped */
+		engine_adoption_finish(e);
 	if (e->services && !e->services_borrowed)
 		services_close(e->services);
 	engine_adoption_free(e);
