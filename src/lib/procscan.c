@@ -249,24 +249,31 @@ static int dir_target(const struct procscan_ref *ref, const struct procscan_targ
 	return hit;
 }
 
+static int path_target(const char *path, const struct procscan_target *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (procscan_path_under(path, t[i].path))
+			return (int)i;
+	return -1;
+}
+
 int procscan_ref_target(const struct procscan_ref *ref, const struct procscan_target *t, size_t n)
 {
-	int any = ref->has_id ? target_of_id(&(struct stat){ .st_dev = ref->dev, .st_ino = ref->ino }, t, n) : -1;
-	if (any >= 0)
-		return any;
-	if (ref->link_name) {
+	struct stat st = { .st_dev = ref->dev, .st_ino = ref->ino };
+	int any = path_target(ref->path, t, n);
+	/* cwd and root always by identity; an fd (costly to stat, and rarely a
+	 * directory) only when its path reads below a target. */
+	if (ref->link_name && (ref->kind != PROCSCAN_FD || any >= 0)) {
 		int d = dir_target(ref, t, n);
 		if (d != -2)
 			return d;
 	}
-	for (size_t i = 0; i < n; i++) {
-		if (!procscan_path_under(ref->path, t[i].path))
-			continue;
-		if (ref->has_id && ref->dev == t[i].dev)
+	if (any < 0)
+		return -1;
+	bool has_id = ref->has_id || (ref->link_name && fstatat(ref->link_dirfd, ref->link_name, &st, 0) == 0);
+	for (size_t i = 0; has_id && i < n; i++)
+		if (st.st_dev == t[i].dev && procscan_path_under(ref->path, t[i].path))
 			return (int)i;
-		if (any < 0)
-			any = (int)i;
-	}
 	return any;
 }
 
@@ -299,7 +306,7 @@ int procscan_users(const char *proc, const struct procscan_target *t, size_t n, 
 		   struct procscan_user **ret, size_t *ret_n)
 {
 	struct users u = { .t = t, .n_t = n };
-	int r = procscan_each(proc, skip_pid, PROCSCAN_STAT, users_ref, &u);
+	int r = procscan_each(proc, skip_pid, 0, users_ref, &u); /* stat only what matters */
 	if (r < 0) {
 		free(u.v);
 		return r;

@@ -68,11 +68,12 @@ struct procscan_target {
 	int tag; /* the caller's, returned with the pids found */
 };
 
-/* The target ref uses, or -1. A directory (cwd, root, a directory fd) is
- * matched by walking its parents with ".." from the proc link itself, so a
- * directory hidden under a mount, renamed, or reading the same path as a
- * mount is still told apart; a file or mapping, which has no parent to walk,
- * by its path below a target's path, preferring the target on its device. */
+/* The target ref uses, or -1. A cwd or root (and a directory fd whose path
+ * reads below a target) is matched by walking its parents with ".." from the
+ * proc link itself, so a directory hidden under a mount, renamed, or reading
+ * the same path as a mount is still told apart; a file or mapping, which has
+ * no parent to walk, by its path below a target's path, preferring the
+ * target on its device. */
 int procscan_ref_target(const struct procscan_ref *ref, const struct procscan_target *t, size_t n);
 
 struct procscan_user {
