@@ -202,7 +202,11 @@ static void cli_out_verify(json_t *rep)
 void cli_out_restore(json_t *rep)
 {
 	json_t *ok = json_object_get(rep, "ok");
-	printf("%s %s in %" PRIu64 " ms\n", json_is_true(ok) ? "Restored" : "Restore finished with failures:",
+	bool swapped = !json_is_false(json_object_get(rep, "swapped"));
+	printf("%s %s in %" PRIu64 " ms\n",
+	       json_is_true(ok)  ? "Restored"
+		       : swapped ? "Restore finished with failures:"
+				 : "Not restored (a unit using the roots still runs; roots unchanged):",
 	       cli_out_str(rep, "checkpoint_id", "-"), cli_out_uint(rep, "restore_duration_ms"));
 	if (json_is_false(json_object_get(rep, "restored_from_checkpoint")))
 		puts("Note:           the checkpoint had expired; the roots were reset to their base");
@@ -222,8 +226,14 @@ void cli_out_restore(json_t *rep)
 	cli_out_list("Stopped:", json_object_get(rep, "stopped_services"));
 	cli_out_list("Started:", json_object_get(rep, "started_services"));
 	cli_out_list("Failed:", json_object_get(rep, "failed_services"));
-	if (json_array_size(json_object_get(rep, "failures")))
-		cli_out_list("Failures:", json_object_get(rep, "failures"));
+	if (json_array_size(json_object_get(rep, "activating_services")))
+		cli_out_list("Activating:", json_object_get(rep, "activating_services"));
+	const char *unit;
+	json_t *why;
+	json_object_foreach(json_object_get(rep, "failures"), unit, why)
+	{
+		printf("%-16s%s: %s\n", "Failure:", unit, json_string_value(why) ? json_string_value(why) : "?");
+	}
 	if (json_array_size(json_object_get(rep, "busy_processes")))
 		cli_out_list("Busy:", json_object_get(rep, "busy_processes"));
 }

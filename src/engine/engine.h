@@ -41,6 +41,7 @@ struct restore_report {
 	bool restored_from_checkpoint; /* false: reset to the base (if_expired fresh) */
 	bool ttl_expired;
 	bool services_available;
+	bool swapped;                   /* false: a unit using the roots could not be stopped, nothing was swapped */
 	const char *services_reason;    /* why not available; lives as long as the engine */
 	struct svc_report services;     /* units stopped, started, failed (owned) */
 	struct restore_details details; /* the backend's own account (owned) */

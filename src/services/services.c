@@ -1,60 +1,14 @@
 /* services.c: which systemd units a restore stops and starts and a create
- * freezes, and what the report says about them. The bus work is in
- * services_bus.c, the /proc scan in services_scan.c. */
-#include <pthread.h>
-#include <systemd/sd-daemon.h>
-#include <systemd/sd-login.h>
+ * freezes (the plan), and what the report says about them. Executing a plan
+ * is services_run.c; the system calls go through a services_ops table. */
 #include "config.h"
 #include "services/services_internal.h"
-
-struct services {
-	pthread_mutex_t lock; /* one operation at a time: they share to_start/frozen */
-	bool available;
-	char reason[sizeof(((ckpt_error *)0)->msg)];
-	char *self_unit; /* ckptd's own unit, never managed */
-	struct strv roots;
-	struct strv configured; /* units named in the config */
-	bool auto_discover;
-	int64_t timeout_ms;
-	struct strv to_start; /* active before the last stop */
-	struct strv frozen;   /* frozen by the last freeze */
-};
-
-int services_strv_add(struct strv *s, const char *str)
-{
-	if (services_strv_contains(s, str))
-		return 0;
-	char **v = realloc(s->v, (s->n + 1) * sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	s->v = v;
-	if (!(v[s->n] = strdup(str)))
-		return -ENOMEM;
-	s->n++;
-	return 0;
-}
-
-bool services_strv_contains(const struct strv *s, const char *str)
-{
-	for (size_t i = 0; i < s->n; i++)
-		if (strcmp(s->v[i], str) == 0)
-			return true;
-	return false;
-}
-
-void services_strv_clear(struct strv *s)
-{
-	for (size_t i = 0; i < s->n; i++)
-		free(s->v[i]);
-	free(s->v);
-	s->v = NULL;
-	s->n = 0;
-}
 
 void svc_report_init(struct svc_report *r)
 {
 	r->stopped = json_array();
 	r->started = json_array();
+	r->activating = json_array();
 	r->failed = json_array();
 	r->frozen = json_array();
 	r->failures = json_object();
@@ -64,34 +18,74 @@ void svc_report_free(struct svc_report *r)
 {
 	json_decref(r->stopped);
 	json_decref(r->started);
+	json_decref(r->activating);
 	json_decref(r->failed);
 	json_decref(r->frozen);
 	json_decref(r->failures);
 	memset(r, 0, sizeof(*r));
 }
 
-static void report_add(json_t *list, const char *unit)
+static void report_add(json_t *list, const char *unit, bool yes)
 {
-	if (list)
+	if (list && yes)
 		json_array_append_new(list, json_string(unit));
 }
 
-/* A unit failed: named in failed (unless only_reason) and failures {unit: reason}. */
-static void report_fail(struct svc_report *rep, const char *unit, const char *reason, bool only_reason)
+void services_report(const struct svc_plan *p, struct svc_report *r)
 {
-	if (!rep)
-		return;
-	if (!only_reason)
-		report_add(rep->failed, unit);
-	if (rep->failures)
-		json_object_set_new(rep->failures, unit, json_string(reason ? reason : "out of memory"));
+	for (size_t i = 0; i < p->n; i++) {
+		const struct svc_unit *u = &p->units[i];
+		report_add(r->stopped, u->name, u->stopped);
+		report_add(r->started, u->name, u->started);
+		report_add(r->activating, u->name, u->activating);
+		report_add(r->failed, u->name, u->failed);
+		report_add(r->frozen, u->name, u->frozen);
+		if (u->reason && r->failures)
+			json_object_set_new(r->failures, u->name, json_string(u->reason));
+	}
 }
 
-static int open_config(struct services *s, const struct config *cfg, char *const *roots, size_t n_roots)
+struct svc_unit *services_plan_add(struct svc_plan *p, const char *unit)
 {
-	for (size_t i = 0; i < n_roots; i++)
-		if (services_strv_add(&s->roots, roots[i]) < 0)
-			return -ENOMEM;
+	for (size_t i = 0; i < p->n; i++)
+		if (!strcmp(p->units[i].name, unit))
+			return &p->units[i];
+	struct svc_unit *v = realloc(p->units, (p->n + 1) * sizeof(*v));
+	if (!v)
+		return NULL;
+	p->units = v;
+	memset(&v[p->n], 0, sizeof(v[p->n]));
+	if (!(v[p->n].name = strdup(unit)))
+		return NULL;
+	return &v[p->n++];
+}
+
+void services_plan_free(struct svc_plan *p)
+{
+	for (size_t i = 0; p && i < p->n; i++) {
+		free(p->units[i].name);
+		free(p->units[i].reason);
+	}
+	if (p)
+		free(p->units);
+	if (p)
+		memset(p, 0, sizeof(*p));
+}
+
+void services_unit_fail(struct svc_unit *u, const char *reason)
+{
+	free(u->reason);
+	u->reason = strdup(reason ? reason : "out of memory");
+	u->failed = true;
+}
+
+bool services_state_running(const char *st)
+{
+	return st && (!strcmp(st, "active") || !strcmp(st, "activating") || !strcmp(st, "reloading"));
+}
+
+static int open_config(struct services *s, const struct config *cfg)
+{
 	for (size_t i = 0; i < cfg->n_units; i++) {
 		_cleanup_free_ char *u = services_scan_unit_name(cfg->units[i]);
 		if (!u)
@@ -109,29 +103,29 @@ static int open_config(struct services *s, const struct config *cfg, char *const
 
 static void open_probe(struct services *s)
 {
-	struct services_bus *b = NULL;
+	void *conn = NULL;
 	ckpt_error e = { 0 };
-	if (sd_booted() <= 0) {
+	if (!s->ops->booted()) {
 		snprintf(s->reason, sizeof(s->reason), "systemd is not the init system (PID 1)");
 		return;
 	}
-	if (services_bus_open(&b, &e) < 0) {
+	if (s->ops->connect(&conn, &e) < 0) {
 		snprintf(s->reason, sizeof(s->reason), "%s", e.msg);
 		return;
 	}
-	services_bus_close(b);
+	s->ops->disconnect(conn);
 	s->available = true;
 }
 
-int services_open(const struct config *cfg, char *const *roots, size_t n_roots, struct services **ret, ckpt_error *err)
+int services_open(const struct config *cfg, const struct services_ops *ops, struct services **ret, ckpt_error *err)
 {
 	struct services *s = calloc(1, sizeof(*s));
 	if (!s)
 		return err_set(err, ENOMEM, NULL, "out of memory");
-	pthread_mutex_init(&s->lock, NULL);
-	if (sd_pid_get_unit(getpid(), &s->self_unit) < 0)
+	s->ops = ops ? ops : &services_bus_ops;
+	if (s->ops->pid_unit(getpid(), &s->self_unit) < 0)
 		s->self_unit = NULL;
-	if (open_config(s, cfg, roots, n_roots) < 0) {
+	if (open_config(s, cfg) < 0) {
 		services_close(s);
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	}
@@ -144,14 +138,8 @@ void services_close(struct services *s)
 {
 	if (!s)
 		return;
-	if (s->frozen.n)
-		services_thaw(s, NULL);
-	services_strv_clear(&s->roots);
 	services_strv_clear(&s->configured);
-	services_strv_clear(&s->to_start);
-	services_strv_clear(&s->frozen);
 	free(s->self_unit);
-	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
 
@@ -168,232 +156,55 @@ const char *services_unavailable_reason(struct services *s)
 }
 
 /* Configured units plus the eligible units of processes using the roots. */
-static int managed_units(struct services *s, struct strv *ret)
+static int managed_units(struct services *s, char *const *roots, size_t n_roots, struct strv *ret)
 {
-	for (size_t i = 0; i < s->configured.n; i++)
-		if (services_strv_add(ret, s->configured.v[i]) < 0)
+	struct strv using = { 0 };
+	int r = 0;
+	for (size_t i = 0; r >= 0 && i < s->configured.n; i++)
+		r = services_strv_add(ret, s->configured.v[i]);
+	if (r >= 0 && s->auto_discover)
+		r = s->ops->units_using(roots, n_roots, &using);
+	for (size_t i = 0; r >= 0 && i < using.n; i++)
+		if (services_scan_unit_eligible(using.v[i], s->self_unit))
+			r = services_strv_add(ret, using.v[i]);
+	services_strv_clear(&using);
+	return r;
+}
+
+/* Without the manager nothing can be stopped: every managed unit is in the
+ * plan as failed, so the restore does not swap under running services. */
+static int plan_unreachable(struct svc_plan *p, const struct strv *all, const char *why)
+{
+	for (size_t i = 0; i < all->n; i++) {
+		struct svc_unit *u = services_plan_add(p, all->v[i]);
+		if (!u)
 			return -ENOMEM;
-	if (!s->auto_discover)
-		return 0;
-	_cleanup_free_ pid_t *pids = NULL;
-	size_t n = 0;
-	int r = services_scan_pids("/proc", s->roots.v, s->roots.n, getpid(), &pids, &n);
-	if (r < 0)
-		return r;
-	for (size_t i = 0; i < n; i++) {
-		_cleanup_free_ char *unit = NULL;
-		if (sd_pid_get_unit(pids[i], &unit) < 0 || !services_scan_unit_eligible(unit, s->self_unit))
-			continue;
-		if (services_strv_add(ret, unit) < 0)
-			return -ENOMEM;
+		services_unit_fail(u, why);
 	}
 	return 0;
 }
 
-static bool state_running(const char *st)
-{
-	return st && (!strcmp(st, "active") || !strcmp(st, "activating") || !strcmp(st, "reloading"));
-}
-
-/* The managed units that are running now. */
-static int active_units(struct services *s, struct services_bus *b, struct strv *ret)
+int services_plan(struct services *s, char *const *roots, size_t n_roots, struct svc_plan *ret)
 {
 	struct strv all = { 0 };
-	int r = managed_units(s, &all);
-	for (size_t i = 0; r >= 0 && i < all.n; i++) {
-		_cleanup_free_ char *st = NULL;
-		if (services_bus_active_state(b, all.v[i], &st) < 0)
-			log_debug("services: no ActiveState for '%s'", all.v[i]);
-		else if (state_running(st))
-			r = services_strv_add(ret, all.v[i]);
-	}
-	services_strv_clear(&all);
-	return r;
-}
-
-static struct services_job *jobs_new(const struct strv *units)
-{
-	struct services_job *jobs = calloc(units->n ? units->n : 1, sizeof(*jobs));
-	for (size_t i = 0; jobs && i < units->n; i++)
-		jobs[i].unit = units->v[i];
-	return jobs;
-}
-
-static void jobs_free(struct services_job *jobs, size_t n)
-{
-	for (size_t i = 0; jobs && i < n; i++)
-		services_job_clear(&jobs[i]);
-	free(jobs);
-}
-
-/* A stop job that did not end "done" still stopped the unit if it is down now. */
-static void stop_judge(struct services_bus *b, struct services_job *j, struct svc_report *rep)
-{
-	_cleanup_free_ char *st = NULL, *why = NULL;
-	if (j->done && !j->error && j->result && !strcmp(j->result, "done")) {
-		report_add(rep ? rep->stopped : NULL, j->unit);
-		return;
-	}
-	if (!j->error && services_bus_active_state(b, j->unit, &st) >= 0 &&
-	    (!strcmp(st, "inactive") || !strcmp(st, "failed"))) {
-		report_add(rep ? rep->stopped : NULL, j->unit);
-		return;
-	}
-	if (j->error ||
-	    asprintf(&why, "stop job ended '%s', unit is %s", j->result ? j->result : "?",
-		     st ? st : "in an unknown state") < 0)
-		why = NULL;
-	report_fail(rep, j->unit, j->error ? j->error : why, false);
-}
-
-/* Without the bus nothing can be stopped: the units found are named as
- * failed, so the restore does not report ok with its services still running. */
-static int stop_unreachable(struct services *s, struct svc_report *rep)
-{
-	struct strv all = { 0 };
-	int r = managed_units(s, &all);
-	for (size_t i = 0; i < all.n; i++)
-		report_fail(rep, all.v[i], "cannot reach systemd on the system bus", false);
-	services_strv_clear(&all);
-	return r < 0 ? r : -ENOTCONN;
-}
-
-static int stop_locked(struct services *s, struct services_bus *b, struct svc_report *rep)
-{
-	services_strv_clear(&s->to_start);
-	if (!b)
-		return stop_unreachable(s, rep);
-	int r = active_units(s, b, &s->to_start);
-	if (r < 0 || s->to_start.n == 0)
-		return r;
-	struct services_job *jobs = jobs_new(&s->to_start);
-	if (!jobs)
-		return -ENOMEM;
-	r = services_bus_run_jobs(b, SERVICES_JOB_STOP, jobs, s->to_start.n, s->timeout_ms);
-	for (size_t i = 0; i < s->to_start.n; i++)
-		stop_judge(b, &jobs[i], rep);
-	jobs_free(jobs, s->to_start.n);
-	return r;
-}
-
-typedef int (*locked_op)(struct services *s, struct services_bus *b, struct svc_report *rep);
-
-/* Run op under the lock on a fresh bus connection (fresh, so a restarted
- * dbus or systemd never leaves a dead connection behind); op gets NULL when
- * the bus cannot be reached. When work is empty there is nothing to do. */
-static int with_bus(struct services *s, const struct strv *work, locked_op op, struct svc_report *rep, const char *what)
-{
-	struct services_bus *b = NULL;
-	int r = 0;
+	void *conn = NULL;
+	ckpt_error e = { 0 };
+	memset(ret, 0, sizeof(*ret));
+	ret->roots = roots, ret->n_roots = n_roots;
 	if (!services_available(s))
 		return 0;
-	pthread_mutex_lock(&s->lock);
-	if (!work || work->n) {
-		if (services_bus_open(&b, NULL) < 0)
-			b = NULL;
-		r = op(s, b, rep);
+	int r = managed_units(s, roots, n_roots, &all);
+	if (r >= 0 && s->ops->connect(&conn, &e) < 0)
+		r = plan_unreachable(ret, &all, "cannot reach systemd on the system bus");
+	for (size_t i = 0; r >= 0 && conn && i < all.n; i++) {
+		_cleanup_free_ char *st = NULL;
+		if (s->ops->active_state(conn, all.v[i], &st) < 0)
+			log_debug("services: no ActiveState for '%s'", all.v[i]);
+		else if (services_state_running(st) && !services_plan_add(ret, all.v[i]))
+			r = -ENOMEM;
 	}
-	services_bus_close(b);
-	pthread_mutex_unlock(&s->lock);
-	if (r < 0)
-		log_debug("services: %s: %s", what, strerror(-r));
+	if (conn)
+		s->ops->disconnect(conn);
+	services_strv_clear(&all);
 	return r;
-}
-
-int services_stop(struct services *s, struct svc_report *rep)
-{
-	return with_bus(s, NULL, stop_locked, rep, "stop");
-}
-
-static void start_judge(struct services_bus *b, struct services_job *j, struct svc_report *rep)
-{
-	_cleanup_free_ char *res = NULL, *why = NULL;
-	if (!j->error && j->result && !strcmp(j->result, "done")) {
-		report_add(rep ? rep->started : NULL, j->unit);
-		return;
-	}
-	if (!j->error && services_bus_unit_result(b, j->unit, &res) < 0)
-		res = NULL;
-	if (j->error ||
-	    asprintf(&why, "start job ended '%s'%s%s%s", j->result ? j->result : "?", res ? " (unit result: " : "",
-		     res ? res : "", res ? ")" : "") < 0)
-		why = NULL;
-	report_fail(rep, j->unit, j->error ? j->error : why, false);
-}
-
-/* b is NULL when the bus could not be reached: every unit then failed to start. */
-static int start_locked(struct services *s, struct services_bus *b, struct svc_report *rep)
-{
-	int r = b ? 0 : -ENOTCONN;
-	struct services_job *jobs = b ? jobs_new(&s->to_start) : NULL;
-	if (b && !jobs)
-		r = -ENOMEM;
-	if (jobs) {
-		r = services_bus_run_jobs(b, SERVICES_JOB_START, jobs, s->to_start.n, s->timeout_ms);
-		for (size_t i = 0; i < s->to_start.n; i++)
-			start_judge(b, &jobs[i], rep);
-		jobs_free(jobs, s->to_start.n);
-	}
-	for (size_t i = 0; r < 0 && !jobs && i < s->to_start.n; i++)
-		report_fail(rep, s->to_start.v[i], strerror(-r), false);
-	services_strv_clear(&s->to_start);
-	return r;
-}
-
-int services_start(struct services *s, struct svc_report *rep)
-{
-	return s ? with_bus(s, &s->to_start, start_locked, rep, "start") : 0;
-}
-
-static int freeze_locked(struct services *s, struct services_bus *b, struct svc_report *rep)
-{
-	struct strv units = { 0 };
-	if (!b)
-		return -ENOTCONN;
-	if (active_units(s, b, &units) < 0)
-		log_debug("services: freeze: cannot list the managed units");
-	for (size_t i = 0; i < units.n; i++) {
-		_cleanup_free_ char *reason = NULL, *why = NULL;
-		if (services_bus_freeze(b, units.v[i], true, s->timeout_ms, &reason) >= 0) {
-			if (services_strv_add(&s->frozen, units.v[i]) < 0) {
-				/* Not remembered means never thawed: undo at once. */
-				services_bus_freeze(b, units.v[i], false, s->timeout_ms, &reason);
-				continue;
-			}
-			report_add(rep ? rep->frozen : NULL, units.v[i]);
-		} else if (asprintf(&why, "not frozen: %s", reason ? reason : "unknown error") >= 0) {
-			report_fail(rep, units.v[i], why, true);
-		}
-	}
-	services_strv_clear(&units);
-	return 0;
-}
-
-/* Freezing is best effort: a unit that cannot be frozen (cgroup v1) is named in
- * failures and the create goes on, consistent only as far as syncfs makes it. */
-int services_freeze(struct services *s, struct svc_report *rep)
-{
-	return with_bus(s, NULL, freeze_locked, rep, "freeze");
-}
-
-static int thaw_locked(struct services *s, struct services_bus *b, struct svc_report *rep)
-{
-	int r = b ? 0 : -ENOTCONN;
-	for (size_t i = 0; b && i < s->frozen.n; i++) {
-		_cleanup_free_ char *reason = NULL, *why = NULL;
-		int k = services_bus_freeze(b, s->frozen.v[i], false, s->timeout_ms, &reason);
-		if (k < 0 && asprintf(&why, "not thawed: %s", reason ? reason : "unknown error") >= 0)
-			report_fail(rep, s->frozen.v[i], why, true);
-		if (k < 0 && r >= 0)
-			r = k;
-	}
-	/* Without a bus the units stay remembered, so a later thaw retries. */
-	if (b)
-		services_strv_clear(&s->frozen);
-	return r;
-}
-
-int services_thaw(struct services *s, struct svc_report *rep)
-{
-	return s ? with_bus(s, &s->frozen, thaw_locked, rep, "thaw") : 0;
 }

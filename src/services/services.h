@@ -1,31 +1,67 @@
 /* services.h: systemd units around a restore (stop, start) and a create
- * (freeze, thaw). Only services.c talks to sd-bus. */
+ * (freeze, thaw), planned then executed. services_plan says which units run
+ * now and use the roots; stop, start, freeze and thaw take that plan and write
+ * into it what systemd said happened to each unit. The module keeps no state
+ * between calls: the plan is the caller's. */
 #pragma once
 #include <jansson.h>
 #include "lib/util.h"
 
 struct config;
 struct services;
+struct services_ops;
 
-/* What happened to units; arrays of unit names, failures {unit: reason}. */
+/* One unit of a plan and what happened to it. */
+struct svc_unit {
+	char *name;
+	bool side_effect; /* not managed: systemd stopped it because a managed unit stopped */
+	bool stopped;     /* went down in services_stop */
+	bool started;     /* active again after services_start */
+	bool activating;  /* still activating within its own start timeout */
+	bool frozen;      /* frozen by services_freeze */
+	bool thawed;      /* and thawed again by services_thaw */
+	bool failed;      /* its stop or start failed: reason says why */
+	char *reason;     /* failure, or a freeze/thaw problem (frozen units only) */
+};
+
+struct svc_plan {
+	struct svc_unit *units;
+	size_t n;
+	char *const *roots; /* borrowed from the caller of services_plan */
+	size_t n_roots;
+};
+void services_plan_free(struct svc_plan *p);
+
+/* What the plan says, as the API reports it: arrays of unit names, and
+ * failures {unit: reason}. */
 struct svc_report {
-	json_t *stopped, *started, *failed, *frozen; /* arrays */
-	json_t *failures;                            /* object */
+	json_t *stopped, *started, *activating, *failed, *frozen; /* arrays */
+	json_t *failures;                                         /* object */
 };
 void svc_report_init(struct svc_report *r);
 void svc_report_free(struct svc_report *r);
+/* Adds the plan's units to the lists of r. */
+void services_report(const struct svc_plan *p, struct svc_report *r);
 
-/* Never fails for lack of systemd: services_available() then says false. */
-int services_open(const struct config *cfg, char *const *roots, size_t n_roots, struct services **ret, ckpt_error *err);
+/* ops NULL: the real systemd. Never fails for lack of systemd:
+ * services_available() then says false. */
+int services_open(const struct config *cfg, const struct services_ops *ops, struct services **ret, ckpt_error *err);
 void services_close(struct services *s);
 bool services_available(struct services *s);
 /* Why not available (or NULL). */
 const char *services_unavailable_reason(struct services *s);
 
-/* Stop every managed unit that is active; remembers them for services_start. */
-int services_stop(struct services *s, struct svc_report *rep);
-/* Start the units stopped by the last services_stop. */
-int services_start(struct services *s, struct svc_report *rep);
-/* Freeze / thaw managed units for a consistent create. */
-int services_freeze(struct services *s, struct svc_report *rep);
-int services_thaw(struct services *s, struct svc_report *rep);
+/* The managed units (configured, plus with auto those with a process using a
+ * root) that are running now. Without systemd the plan is empty. When the
+ * manager cannot be reached, every managed unit is in the plan, failed. */
+int services_plan(struct services *s, char *const *roots, size_t n_roots, struct svc_plan *ret);
+/* Stop the plan's units, and follow the units systemd stops with them (added
+ * to the plan as side effects). Returns < 0 when a unit still runs afterwards
+ * (even after SIGKILL): the roots must not be swapped then. */
+int services_stop(struct services *s, struct svc_plan *p);
+/* Start every unit that services_stop stopped. < 0 when one did not come back. */
+int services_start(struct services *s, struct svc_plan *p);
+/* Freeze / thaw the plan's units for a consistent create. Best effort: a unit
+ * that cannot be frozen (cgroup v1) gets a reason and the create goes on. */
+int services_freeze(struct services *s, struct svc_plan *p);
+int services_thaw(struct services *s, struct svc_plan *p);

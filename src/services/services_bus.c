@@ -1,9 +1,13 @@
-/* services_bus.c: systemd's manager on the system bus. Jobs are queued in
- * parallel and waited for through JobRemoved signals, subscribed to before any
- * job is queued so no completion can be missed; waits use sd_bus_wait with
- * deadlines, never sleeps. */
+/* services_bus.c: the real services_ops. systemd's manager on the system
+ * bus: jobs are queued in parallel and waited for through JobRemoved signals,
+ * subscribed to before any job is queued so no completion can be missed;
+ * EnqueueUnitJob names the jobs systemd adds for other units in the same transaction. Waits use
+ * sd_bus_wait with deadlines, never sleeps. Units of processes come from
+ * sd-login over the /proc scan. */
 #include <signal.h>
 #include <systemd/sd-bus.h>
+#include <systemd/sd-daemon.h>
+#include <systemd/sd-login.h>
 #include "services/services_internal.h"
 
 #define SD_DEST "org.freedesktop.systemd1"
@@ -14,11 +18,6 @@
 
 struct services_bus {
 	sd_bus *bus;
-};
-
-struct job_batch {
-	struct services_job *jobs;
-	size_t n;
 };
 
 static void bus_error_freep(sd_bus_error *e)
@@ -40,7 +39,34 @@ static char *bus_reason(const sd_bus_error *e, int r)
 	return asprintf(&s, "%s", strerror(r < 0 ? -r : r)) < 0 ? NULL : s;
 }
 
-int services_bus_open(struct services_bus **ret, ckpt_error *err)
+struct job_batch {
+	struct services_jobs *jobs;
+};
+
+static bool bus_booted(void)
+{
+	return sd_booted() > 0;
+}
+
+static int bus_pid_unit(pid_t pid, char **ret)
+{
+	return sd_pid_get_unit(pid, ret);
+}
+
+static int bus_units_using(char *const *roots, size_t n_roots, struct strv *ret)
+{
+	_cleanup_free_ pid_t *pids = NULL;
+	size_t n = 0;
+	int r = services_scan_pids("/proc", roots, n_roots, getpid(), &pids, &n);
+	for (size_t i = 0; r >= 0 && i < n; i++) {
+		_cleanup_free_ char *unit = NULL;
+		if (sd_pid_get_unit(pids[i], &unit) >= 0)
+			r = services_strv_add(ret, unit);
+	}
+	return r;
+}
+
+static int bus_connect(void **ret, ckpt_error *err)
 {
 	_cleanup_free_ struct services_bus *b = calloc(1, sizeof(*b));
 	if (!b)
@@ -52,8 +78,9 @@ int services_bus_open(struct services_bus **ret, ckpt_error *err)
 	return 0;
 }
 
-void services_bus_close(struct services_bus *b)
+static void bus_disconnect(void *conn)
 {
+	struct services_bus *b = conn;
 	if (!b)
 		return;
 	sd_bus_flush_close_unref(b->bus);
@@ -70,28 +97,52 @@ static int unit_property(struct services_bus *b, const char *unit, const char *i
 	return sd_bus_get_property_string(b->bus, SD_DEST, path, iface, prop, &e, ret);
 }
 
-int services_bus_active_state(struct services_bus *b, const char *unit, char **ret)
+static int bus_active_state(void *conn, const char *unit, char **ret)
 {
-	return unit_property(b, unit, "org.freedesktop.systemd1.Unit", "ActiveState", ret);
+	return unit_property(conn, unit, "org.freedesktop.systemd1.Unit", "ActiveState", ret);
 }
 
-int services_bus_unit_result(struct services_bus *b, const char *unit, char **ret)
+static int bus_unit_result(void *conn, const char *unit, char **ret)
 {
-	return unit_property(b, unit, "org.freedesktop.systemd1.Service", "Result", ret);
+	return unit_property(conn, unit, "org.freedesktop.systemd1.Service", "Result", ret);
 }
 
-void services_job_clear(struct services_job *j)
+struct services_job *services_jobs_add(struct services_jobs *jobs, const char *unit)
 {
-	free(j->path);
-	free(j->result);
-	free(j->error);
-	j->path = j->result = j->error = NULL;
-	j->done = j->killed = false;
+	if (jobs->n == jobs->cap) {
+		size_t cap = jobs->cap ? jobs->cap * 2 : 8;
+		struct services_job *v = realloc(jobs->v, cap * sizeof(*v));
+		if (!v)
+			return NULL;
+		jobs->v = v, jobs->cap = cap;
+	}
+	struct services_job *j = &jobs->v[jobs->n];
+	memset(j, 0, sizeof(*j));
+	if (!(j->unit = strdup(unit)))
+		return NULL;
+	jobs->n++;
+	return j;
 }
 
-static bool job_pending(const struct services_job *j)
+void services_jobs_clear(struct services_jobs *jobs)
 {
-	return !j->done;
+	for (size_t i = 0; i < jobs->n; i++) {
+		struct services_job *j = &jobs->v[i];
+		free(j->unit);
+		free(j->path);
+		free(j->result);
+		free(j->error);
+	}
+	free(jobs->v);
+	memset(jobs, 0, sizeof(*jobs));
+}
+
+static struct services_job *jobs_find_unit(struct services_jobs *jobs, const char *unit)
+{
+	for (size_t i = 0; i < jobs->n; i++)
+		if (!strcmp(jobs->v[i].unit, unit))
+			return &jobs->v[i];
+	return NULL;
 }
 
 static void job_fail(struct services_job *j, const char *fmt, ...) _printf_(2, 3);
@@ -103,6 +154,7 @@ static void job_fail(struct services_job *j, const char *fmt, ...)
 		j->error = NULL;
 	va_end(ap);
 	j->done = true;
+	j->ended_ms = mono_ms();
 }
 
 static int on_job_removed(sd_bus_message *m, void *userdata, sd_bus_error *ret_error)
@@ -113,34 +165,89 @@ static int on_job_removed(sd_bus_message *m, void *userdata, sd_bus_error *ret_e
 	(void)ret_error;
 	if (sd_bus_message_read(m, "uoss", &id, &path, &unit, &result) < 0)
 		return 0;
-	for (size_t i = 0; i < batch->n; i++) {
-		struct services_job *j = &batch->jobs[i];
-		if (job_pending(j) && j->path && strcmp(j->path, path) == 0) {
+	for (size_t i = 0; i < batch->jobs->n; i++) {
+		struct services_job *j = &batch->jobs->v[i];
+		if (!j->done && j->path && strcmp(j->path, path) == 0) {
 			j->result = strdup(result);
 			j->done = true;
+			j->ended_ms = mono_ms();
 		}
 	}
 	return 0;
 }
 
-/* StopUnit/StartUnit for one job; a refused call ends the job with error. */
-static void job_queue(struct services_bus *b, struct services_job *j, const char *method, int64_t timeout_ms)
+/* A stop job systemd added to the transaction for another unit (a unit that
+ * Requires=, BindsTo= or is PartOf= the one stopped): waited for too. */
+static void job_side_effect(struct services_jobs *jobs, const struct services_job *cause, const char *path,
+			    const char *unit, const char *type)
+{
+	if (strcmp(type, "stop") || jobs_find_unit(jobs, unit))
+		return;
+	ptrdiff_t at = cause - jobs->v; /* jobs->v may move */
+	struct services_job *j = services_jobs_add(jobs, unit);
+	if (!j)
+		return;
+	cause = &jobs->v[at];
+	j->side_effect = true;
+	j->queued_ms = cause->queued_ms, j->deadline = cause->deadline;
+	if (!(j->path = strdup(path)))
+		job_fail(j, "out of memory");
+	log_debug("services: systemd stops \"%s\" with \"%s\"", unit, cause->unit);
+}
+
+/* EnqueueUnitJob's reply: "uososa(uosos)", the job and the transaction's others. */
+static int job_read_reply(sd_bus_message *reply, struct services_jobs *jobs, size_t at)
+{
+	const char *path, *unit, *unit_path, *type;
+	uint32_t id;
+	int r = sd_bus_message_read(reply, "uosos", &id, &path, &unit, &unit_path, &type);
+	if (r < 0)
+		return r;
+	if (!(jobs->v[at].path = strdup(path)))
+		return -ENOMEM;
+	r = sd_bus_message_enter_container(reply, 'a', "(uosos)");
+	while (r >= 0 && (r = sd_bus_message_read(reply, "(uosos)", &id, &path, &unit, &unit_path, &type)) > 0)
+		job_side_effect(jobs, &jobs->v[at], path, unit, type);
+	return r < 0 ? r : 0;
+}
+
+/* StopUnit / StartUnit, for a systemd older than 246: no side effects seen. */
+static int job_queue_plain(struct services_bus *b, struct services_job *j, enum services_job_kind kind, sd_bus_error *e)
+{
+	_cleanup_bus_message_ sd_bus_message *reply = NULL;
+	const char *path;
+	sd_bus_error_free(e);
+	int r = sd_bus_call_method(b->bus, SD_DEST, SD_PATH, SD_MANAGER,
+				   kind == SERVICES_JOB_STOP ? "StopUnit" : "StartUnit", e, &reply, "ss", j->unit,
+				   "replace");
+	if (r >= 0)
+		r = sd_bus_message_read(reply, "o", &path);
+	if (r >= 0 && !(j->path = strdup(path)))
+		r = -ENOMEM;
+	return r;
+}
+
+/* EnqueueUnitJob (systemd >= 246) for one job; a refused call ends the job. */
+static void job_queue(struct services_bus *b, struct services_jobs *jobs, size_t at, enum services_job_kind kind,
+		      int64_t timeout_ms)
 {
 	_cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
 	_cleanup_bus_message_ sd_bus_message *reply = NULL;
-	const char *path;
-	int r = sd_bus_call_method(b->bus, SD_DEST, SD_PATH, SD_MANAGER, method, &e, &reply, "ss", j->unit, "replace");
+	struct services_job *j = &jobs->v[at];
+	j->queued_ms = mono_ms();
+	j->deadline = j->queued_ms + timeout_ms;
+	int r = sd_bus_call_method(b->bus, SD_DEST, SD_PATH, SD_MANAGER, "EnqueueUnitJob", &e, &reply, "sss", j->unit,
+				   kind == SERVICES_JOB_STOP ? "stop" : "start", "replace");
 	if (r >= 0)
-		r = sd_bus_message_read(reply, "o", &path);
-	if (r < 0) {
+		r = job_read_reply(reply, jobs, at);
+	j = &jobs->v[at];
+	if (r < 0 && sd_bus_error_has_name(&e, SD_BUS_ERROR_UNKNOWN_METHOD))
+		r = job_queue_plain(b, j, kind, &e);
+	if (r < 0 && !j->path) {
 		j->error = bus_reason(&e, r);
 		j->done = true;
-		return;
+		j->ended_ms = mono_ms();
 	}
-	j->path = strdup(path);
-	if (!j->path)
-		job_fail(j, "out of memory");
-	j->deadline = mono_ms() + timeout_ms;
 }
 
 static void job_kill(struct services_bus *b, struct services_job *j)
@@ -150,19 +257,20 @@ static void job_kill(struct services_bus *b, struct services_job *j)
 				   (int32_t)SIGKILL);
 	j->killed = true;
 	j->deadline = mono_ms() + KILL_GRACE_MS;
-	if (r < 0)
-		log_debug("services: KillUnit '%s': %s", j->unit, e.message ? e.message : strerror(-r));
+	log_event(LOG_WARN_, &(struct log_fields){ "stop", NULL, j->unit, mono_ms() - j->queued_ms },
+		  "services: \"%s\" did not stop in time: SIGKILL%s%s", j->unit, r < 0 ? " failed: " : "",
+		  r < 0 ? (e.message ? e.message : strerror(-r)) : "");
 }
 
 /* Handle jobs past their deadline; returns the nearest remaining deadline or
  * INT64_MAX when no job is pending. */
-static int64_t jobs_expire(struct services_bus *b, enum services_job_kind kind, struct services_job *jobs, size_t n,
+static int64_t jobs_expire(struct services_bus *b, enum services_job_kind kind, struct services_jobs *jobs,
 			   int64_t timeout_ms)
 {
 	int64_t now = mono_ms(), next = INT64_MAX;
-	for (size_t i = 0; i < n; i++) {
-		struct services_job *j = &jobs[i];
-		if (!job_pending(j))
+	for (size_t i = 0; i < jobs->n; i++) {
+		struct services_job *j = &jobs->v[i];
+		if (j->done)
 			continue;
 		if (j->deadline <= now) {
 			if (kind == SERVICES_JOB_STOP && !j->killed) {
@@ -171,6 +279,7 @@ static int64_t jobs_expire(struct services_bus *b, enum services_job_kind kind, 
 				job_fail(j, "%s job timed out after %llds%s",
 					 kind == SERVICES_JOB_STOP ? "stop" : "start", (long long)(timeout_ms / 1000),
 					 j->killed ? " and SIGKILL" : "");
+				j->timed_out = true;
 				continue;
 			}
 		}
@@ -180,7 +289,7 @@ static int64_t jobs_expire(struct services_bus *b, enum services_job_kind kind, 
 	return next;
 }
 
-static int jobs_wait(struct services_bus *b, enum services_job_kind kind, struct services_job *jobs, size_t n,
+static int jobs_wait(struct services_bus *b, enum services_job_kind kind, struct services_jobs *jobs,
 		     int64_t timeout_ms)
 {
 	for (;;) {
@@ -189,7 +298,7 @@ static int jobs_wait(struct services_bus *b, enum services_job_kind kind, struct
 			return r;
 		if (r > 0)
 			continue;
-		int64_t next = jobs_expire(b, kind, jobs, n, timeout_ms);
+		int64_t next = jobs_expire(b, kind, jobs, timeout_ms);
 		if (next == INT64_MAX)
 			return 0;
 		int64_t left = next - mono_ms();
@@ -199,11 +308,11 @@ static int jobs_wait(struct services_bus *b, enum services_job_kind kind, struct
 	}
 }
 
-int services_bus_run_jobs(struct services_bus *b, enum services_job_kind kind, struct services_job *jobs, size_t n,
-			  int64_t timeout_ms)
+static int bus_run_jobs(void *conn, enum services_job_kind kind, struct services_jobs *jobs, int64_t timeout_ms)
 {
 	_cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
-	struct job_batch batch = { jobs, n };
+	struct services_bus *b = conn;
+	struct job_batch batch = { jobs };
 	sd_bus_slot *slot = NULL;
 	int r = sd_bus_match_signal(b->bus, &slot, SD_DEST, SD_PATH, SD_MANAGER, "JobRemoved", on_job_removed, &batch);
 	if (r < 0)
@@ -214,17 +323,18 @@ int services_bus_run_jobs(struct services_bus *b, enum services_job_kind kind, s
 		sd_bus_slot_unref(slot);
 		return r;
 	}
-	for (size_t i = 0; i < n; i++)
-		job_queue(b, &jobs[i], kind == SERVICES_JOB_STOP ? "StopUnit" : "StartUnit", timeout_ms);
-	r = jobs_wait(b, kind, jobs, n, timeout_ms);
+	for (size_t i = 0, n = jobs->n; i < n; i++)
+		job_queue(b, jobs, i, kind, timeout_ms);
+	r = jobs_wait(b, kind, jobs, timeout_ms);
 	sd_bus_slot_unref(slot);
 	return r;
 }
 
-int services_bus_freeze(struct services_bus *b, const char *unit, bool freeze, int64_t timeout_ms, char **reason)
+static int bus_freeze(void *conn, const char *unit, bool freeze, int64_t timeout_ms, char **reason)
 {
 	_cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
 	_cleanup_bus_message_ sd_bus_message *m = NULL;
+	struct services_bus *b = conn;
 	const char *method = freeze ? "FreezeUnit" : "ThawUnit";
 	int r = sd_bus_message_new_method_call(b->bus, &m, SD_DEST, SD_PATH, SD_MANAGER, method);
 	if (r >= 0)
@@ -235,3 +345,15 @@ int services_bus_freeze(struct services_bus *b, const char *unit, bool freeze, i
 		*reason = bus_reason(&e, r);
 	return r;
 }
+
+const struct services_ops services_bus_ops = {
+	.booted = bus_booted,
+	.pid_unit = bus_pid_unit,
+	.units_using = bus_units_using,
+	.connect = bus_connect,
+	.disconnect = bus_disconnect,
+	.active_state = bus_active_state,
+	.unit_result = bus_unit_result,
+	.run_jobs = bus_run_jobs,
+	.freeze = bus_freeze,
+};

@@ -6,12 +6,10 @@ the tar backend, so the services step is shown with both backends."""
 import pathlib
 import sys
 
-import time
-
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "rig"))
-from samples import active, api, main_pid, web_get, write_in  # noqa: E402
+from samples import active, api, main_pid, wait_ignoring_sigterm, web_get, write_in  # noqa: E402
 import samples  # noqa: E402
 
 
@@ -57,15 +55,8 @@ def test_restore_works_without_freezer(rig):
 
 def test_unit_ignoring_sigterm_is_killed_after_the_timeout(rig):
     rig.systemctl("start", "stubborn.service")
+    wait_ignoring_sigterm(rig, "stubborn.service")
     before = main_pid(rig, "stubborn.service")
-    # Type=simple: start returns before python has set SIGTERM to be ignored.
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        status = rig.sh("cat", f"/proc/{before}/status").stdout
-        sigign = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
-        if sigign & (1 << (15 - 1)):
-            break
-        time.sleep(0.05)
     rep = api(rig, "POST", f"/v1/checkpoints/{rig.v1}/restore", json={}).json()
     assert rep["ok"] is True, rep
     assert sorted(rep["stopped_services"]) == ["stubborn.service", "web.service", "worker.service"], rep

@@ -1,6 +1,9 @@
 """The sample units the rig tests run under ckptd: a web app serving files
 from the managed root, a worker appending to a file in it, a unit that
-cannot start after a restore, and a bystander outside the root."""
+cannot start after a restore, one that ignores SIGTERM, one bound to the web
+app, and a bystander outside the root."""
+import time
+
 import requests
 
 import rig as rigmod
@@ -64,6 +67,15 @@ WorkingDirectory=/srv/app
 ExecStart=/usr/bin/python3 -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(1e6)'
 TimeoutStopSec=300
 """,
+        # Uses nothing under the root, but is bound to web.service: systemd
+        # stops it whenever web.service stops.
+        "bound.service": f"""[Unit]
+Description=rig unit bound to web.service
+BindsTo=web.service
+After=web.service
+[Service]
+ExecStart={SLEEPER}
+""",
         # Uses nothing under the root: must never be touched.
         "bystander.service": f"""[Unit]
 Description=rig unit outside the managed root
@@ -112,6 +124,19 @@ def main_pid(rig, unit):
 
 def active(rig, unit):
     return rig.show(unit, "ActiveState")["ActiveState"]
+
+
+def wait_ignoring_sigterm(rig, unit, timeout=20):
+    """Until the unit's main process has set SIGTERM to ignored: right after
+    `systemctl start` Python may still be starting, and dies of SIGTERM."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = rig.sh("cat", f"/proc/{main_pid(rig, unit)}/status", check=False).stdout
+        ign = [line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")]
+        if ign and int(ign[0], 16) & (1 << (15 - 1)):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{unit} never ignored SIGTERM")
 
 
 def web_get(rig, path):

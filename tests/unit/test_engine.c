@@ -1,6 +1,8 @@
 /* test_engine.c: the engine's order of steps over a fake backend that can be
  * told to fail: limits, expiry, force and fresh restores, the sweeper's
- * delete, crash recovery of deletes, async create with progress, reopen. */
+ * delete, crash recovery of deletes, async create with progress, reopen,
+ * and the services bracket (stop, swap, start; freeze, thaw) over a fake
+ * systemd whose stops, starts and freezes fail on demand. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +20,7 @@
 #include "lib/metrics.h"
 
 #include "engine_fake.h"
+#include "services_fake.h"
 #include "testlib.h"
 
 /* ---- fixtures ---- */
@@ -25,6 +28,7 @@
 static char dir[TESTLIB_DIR_LEN], root[128], state[128];
 static struct config cfg;
 static struct engine *eng;
+static struct services *svcs; /* the fake systemd, when a test set it up */
 
 static void put_root(const char *text)
 {
@@ -50,7 +54,7 @@ static void assert_root(const char *want)
 static void open_engine(void)
 {
 	ckpt_error err = { 0 };
-	struct engine_deps deps = { .backend = &fake_ops };
+	struct engine_deps deps = { .backend = &fake_ops, .services = svcs };
 	int r = engine_open(&cfg, &deps, &eng, &err);
 	if (r < 0)
 		fail_msg("engine_open: %s", err.msg);
@@ -92,6 +96,8 @@ static int teardown(void **state_)
 	(void)state_;
 	engine_close(eng);
 	eng = NULL;
+	services_close(svcs);
+	svcs = NULL;
 	config_free(&cfg);
 	json_decref(fake.store);
 	free(fake.base);
@@ -559,6 +565,40 @@ static void test_crash_while_deleting(void **state_)
 	free(other);
 }
 
+/* A record file without a status (or with an unknown one) is left out at
+ * start: the daemon runs, the name means the checkpoint still readable, the
+ * file and the checkpoint's data stay for a person to look at. */
+static void test_record_without_status(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	json_t *got = NULL;
+	char *good = create_id("n", -1), *bad = create_id("n", -1), *odd = create_id("o", -1);
+
+	edit_record(bad, "status", json_null());
+	edit_record(odd, "status", json_string("zombie"));
+	assert_int_equal(engine_get(eng, bad, &got, NULL), -ENOENT);
+	assert_int_equal(engine_get(eng, odd, &got, NULL), -ENOENT);
+	assert_int_equal(engine_get(eng, "n", &got, &err), 0);
+	assert_string_equal(str_of(got, "checkpoint_id"), good);
+	json_decref(got);
+	json_t *list = engine_list(eng, NULL);
+	assert_int_equal(json_array_size(list), 1);
+	json_decref(list);
+	assert_int_equal(engine_delete(eng, "o", &err), -ENOENT);
+	assert_int_equal(engine_sweep(eng), 0);
+	char *text = engine_metrics(eng);
+	assert_non_null(strstr(text, "ckptd_checkpoints{state=\"active\"} 1\n"));
+	free(text);
+	assert_true(record_file_exists(bad));
+	assert_true(record_file_exists(odd));
+	assert_non_null(json_object_get(fake.store, bad)); /* recovery kept the data */
+	assert_non_null(json_object_get(fake.store, odd));
+	free(good);
+	free(bad);
+	free(odd);
+}
+
 static void test_async_create(void **state_)
 {
 	(void)state_;
@@ -712,6 +752,238 @@ static void test_metrics_follow(void **state_)
 	free(id);
 }
 
+/* ---- the services bracket, over the fake systemd ---- */
+
+/* a and b use the root, c does not, d uses it but is not running. */
+static int setup_svc(void **state_)
+{
+	ckpt_error err = { 0 };
+	if (setup(state_) < 0)
+		return -1;
+	engine_close(eng);
+	svc_fake_reset();
+	svc_add("a.service", "active", true);
+	svc_add("b.service", "active", true);
+	svc_add("c.service", "active", false);
+	svc_add("d.service", "inactive", true);
+	cfg.services_auto = true;
+	if (services_open(&cfg, &svc_fake_ops, &svcs, &err) < 0)
+		return -1;
+	open_engine();
+	return 0;
+}
+
+/* A checkpoint of "v1", the root changed to "v2", the log cleared. */
+static char *svc_checkpoint(void)
+{
+	put_root("v1");
+	char *id = create_id("v1", -1);
+	put_root("v2");
+	svc.log[0] = '\0';
+	svc.swaps_logged = fake.n_restore + fake.n_reset;
+	return id;
+}
+
+/* The names in a report's list, space separated. */
+static char *names(json_t *rep, const char *key)
+{
+	static char buf[256];
+	json_t *v;
+	size_t i;
+	buf[0] = '\0';
+	json_array_foreach(json_object_get(rep, key), i, v)
+	{
+		size_t len = strlen(buf);
+		snprintf(buf + len, sizeof(buf) - len, "%s%s", len ? " " : "", json_string_value(v));
+	}
+	return buf;
+}
+
+static json_t *svc_restore(const char *id)
+{
+	ckpt_error err = { 0 };
+	json_t *rep = NULL;
+	if (restore(id, false, NULL, &rep, &err) < 0)
+		fail_msg("restore: %s", err.msg);
+	return rep;
+}
+
+static void test_svc_bracket_order(void **state_)
+{
+	(void)state_;
+	char *id = svc_checkpoint();
+	json_t *rep = svc_restore(id);
+	assert_string_equal(svc.log, "stop:a.service stop:b.service swap start:a.service start:b.service");
+	assert_true(json_is_true(json_object_get(rep, "ok")));
+	assert_true(json_is_true(json_object_get(rep, "swapped")));
+	assert_string_equal(str_of(rep, "services"), "ok");
+	assert_string_equal(names(rep, "stopped_services"), "a.service b.service");
+	assert_string_equal(names(rep, "started_services"), "a.service b.service");
+	assert_string_equal(names(rep, "failed_services"), "");
+	assert_int_equal(json_object_size(json_object_get(rep, "failures")), 0);
+	assert_string_equal(svc_unit("c.service")->state, "active");
+	assert_string_equal(svc_unit("d.service")->state, "inactive"); /* not running before: not started */
+	assert_root("v1");
+	json_decref(rep);
+	free(id);
+}
+
+/* b survives even SIGKILL: nothing is swapped, a (already stopped) comes back. */
+static void test_svc_stop_fails(void **state_)
+{
+	(void)state_;
+	json_t *got = NULL;
+	char *id = svc_checkpoint();
+	svc_unit("b.service")->survives_stop = true;
+	json_t *rep = svc_restore(id);
+	assert_string_equal(svc.log, "stop:a.service stop:b.service start:a.service");
+	assert_int_equal(fake.n_restore, 0);
+	assert_root("v2");
+	assert_true(json_is_false(json_object_get(rep, "ok")));
+	assert_true(json_is_false(json_object_get(rep, "swapped")));
+	assert_string_equal(names(rep, "stopped_services"), "a.service");
+	assert_string_equal(names(rep, "started_services"), "a.service");
+	assert_string_equal(names(rep, "failed_services"), "b.service");
+	const char *why = json_string_value(json_object_get(json_object_get(rep, "failures"), "b.service"));
+	assert_non_null(strstr(why, "SIGKILL"));
+	assert_non_null(strstr(why, "deactivating"));
+	assert_string_equal(svc_unit("a.service")->state, "active");
+	/* Not restored: its last use is not recorded. */
+	assert_int_equal(engine_get(eng, id, &got, NULL), 0);
+	assert_true(json_is_null(json_object_get(got, "last_used_at")));
+	json_decref(got);
+	json_decref(rep);
+	free(id);
+}
+
+/* Down by systemd's account, but a process of the unit still uses the root. */
+static void test_svc_leftover_process(void **state_)
+{
+	(void)state_;
+	char *id = svc_checkpoint();
+	svc_unit("a.service")->leftover = true;
+	json_t *rep = svc_restore(id);
+	assert_int_equal(fake.n_restore, 0);
+	assert_root("v2");
+	assert_true(json_is_false(json_object_get(rep, "ok")));
+	assert_string_equal(names(rep, "failed_services"), "a.service");
+	assert_string_equal(names(rep, "started_services"), "b.service");
+	assert_non_null(strstr(str_of(json_object_get(rep, "failures"), "a.service"), "still use a root"));
+	json_decref(rep);
+	free(id);
+}
+
+/* The swap fails: the error is answered, and the units come back first. */
+static void test_svc_swap_fails(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	char *id = svc_checkpoint();
+	fake.fail_restore = EIO;
+	assert_int_equal(restore(id, false, NULL, NULL, &err), -EIO);
+	assert_string_equal(svc.log, "stop:a.service stop:b.service swap start:a.service start:b.service");
+	assert_string_equal(svc_unit("a.service")->state, "active");
+	assert_string_equal(svc_unit("b.service")->state, "active");
+	free(id);
+}
+
+static void test_svc_start_fails(void **state_)
+{
+	(void)state_;
+	char *id = svc_checkpoint();
+	svc_unit("b.service")->start_fails = true;
+	json_t *rep = svc_restore(id);
+	assert_root("v1");
+	assert_true(json_is_false(json_object_get(rep, "ok")));
+	assert_true(json_is_true(json_object_get(rep, "swapped")));
+	assert_string_equal(names(rep, "stopped_services"), "a.service b.service");
+	assert_string_equal(names(rep, "started_services"), "a.service");
+	assert_string_equal(names(rep, "failed_services"), "b.service");
+	const char *why = str_of(json_object_get(rep, "failures"), "b.service");
+	assert_non_null(strstr(why, "'failed'"));
+	assert_non_null(strstr(why, "exit-code"));
+	json_decref(rep);
+	free(id);
+}
+
+/* Still activating at ckptd's timeout, within its own: not a failure. */
+static void test_svc_start_activating(void **state_)
+{
+	(void)state_;
+	char *id = svc_checkpoint();
+	svc_unit("b.service")->start_slow = true;
+	json_t *rep = svc_restore(id);
+	assert_true(json_is_true(json_object_get(rep, "ok")));
+	assert_string_equal(names(rep, "started_services"), "a.service");
+	assert_string_equal(names(rep, "activating_services"), "b.service");
+	assert_string_equal(names(rep, "failed_services"), "");
+	json_decref(rep);
+	free(id);
+}
+
+/* c is bound to a: systemd stops it with a; it is reported and started again. */
+static void test_svc_side_effect(void **state_)
+{
+	(void)state_;
+	char *id = svc_checkpoint();
+	svc_unit("c.service")->bound_to = "a.service";
+	json_t *rep = svc_restore(id);
+	assert_true(json_is_true(json_object_get(rep, "ok")));
+	assert_string_equal(names(rep, "stopped_services"), "a.service b.service c.service");
+	assert_string_equal(names(rep, "started_services"), "a.service b.service c.service");
+	assert_string_equal(svc.log,
+			    "stop:a.service stop:b.service swap start:a.service start:b.service "
+			    "start:c.service");
+	assert_string_equal(svc_unit("c.service")->state, "active");
+	json_decref(rep);
+	free(id);
+}
+
+/* c, bound to a, does not go down with it: not managed, so not using the
+ * root, it does not hold up the swap, and is neither stopped nor failed. */
+static void test_svc_side_effect_survives(void **state_)
+{
+	(void)state_;
+	char *id = svc_checkpoint();
+	svc_unit("c.service")->bound_to = "a.service";
+	svc_unit("c.service")->survives_stop = true;
+	json_t *rep = svc_restore(id);
+	assert_true(json_is_true(json_object_get(rep, "ok")));
+	assert_root("v1");
+	assert_string_equal(names(rep, "stopped_services"), "a.service b.service");
+	assert_string_equal(names(rep, "failed_services"), "");
+	json_decref(rep);
+	free(id);
+}
+
+static void test_svc_unreachable(void **state_)
+{
+	(void)state_;
+	char *id = svc_checkpoint();
+	svc.unreachable = true;
+	json_t *rep = svc_restore(id);
+	assert_int_equal(fake.n_restore, 0);
+	assert_true(json_is_false(json_object_get(rep, "ok")));
+	assert_string_equal(names(rep, "failed_services"), "a.service b.service");
+	assert_non_null(strstr(str_of(json_object_get(rep, "failures"), "a.service"), "cannot reach systemd"));
+	json_decref(rep);
+	free(id);
+}
+
+static void test_svc_freeze_thaw(void **state_)
+{
+	(void)state_;
+	svc_unit("b.service")->freeze_fails = true;
+	json_t *rec = create_ok("frozen", -1);
+	assert_string_equal(svc.log, "freeze:a.service freeze:b.service thaw:a.service");
+	assert_string_equal(names(rec, "frozen_services"), "a.service");
+	json_decref(rec);
+	json_t *got = NULL;
+	assert_int_equal(engine_get(eng, "frozen", &got, NULL), 0);
+	assert_non_null(strstr(str_of(json_object_get(got, "freeze_failures"), "b.service"), "not frozen"));
+	json_decref(got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -730,12 +1002,23 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sweeper_thread, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_delete_fails_then_reopen, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_while_deleting, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_record_without_status, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_async_create, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_async_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_async_create_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_failed_create_expires, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reopen_lists_same, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_metrics_follow, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_svc_bracket_order, setup_svc, teardown),
+		cmocka_unit_test_setup_teardown(test_svc_stop_fails, setup_svc, teardown),
+		cmocka_unit_test_setup_teardown(test_svc_leftover_process, setup_svc, teardown),
+		cmocka_unit_test_setup_teardown(test_svc_swap_fails, setup_svc, teardown),
+		cmocka_unit_test_setup_teardown(test_svc_start_fails, setup_svc, teardown),
+		cmocka_unit_test_setup_teardown(test_svc_start_activating, setup_svc, teardown),
+		cmocka_unit_test_setup_teardown(test_svc_side_effect, setup_svc, teardown),
+		cmocka_unit_test_setup_teardown(test_svc_side_effect_survives, setup_svc, teardown),
+		cmocka_unit_test_setup_teardown(test_svc_unreachable, setup_svc, teardown),
+		cmocka_unit_test_setup_teardown(test_svc_freeze_thaw, setup_svc, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

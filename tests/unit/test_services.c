@@ -181,20 +181,25 @@ static void test_unavailable_without_systemd(void **state)
 	char *roots[] = { dir };
 	struct services *s = NULL;
 	ckpt_error err = { 0 };
-	assert_int_equal(services_open(&cfg, roots, 1, &s, &err), 0);
+	assert_int_equal(services_open(&cfg, NULL, &s, &err), 0);
 	assert_non_null(s);
 	assert_false(services_available(s));
 	assert_non_null(strstr(services_unavailable_reason(s), "PID 1"));
+	struct svc_plan plan;
+	assert_int_equal(services_plan(s, roots, 1, &plan), 0);
+	assert_int_equal(plan.n, 0);
+	assert_int_equal(services_freeze(s, &plan), 0);
+	assert_int_equal(services_thaw(s, &plan), 0);
+	assert_int_equal(services_stop(s, &plan), 0);
+	assert_int_equal(services_start(s, &plan), 0);
 	struct svc_report rep;
 	svc_report_init(&rep);
-	assert_int_equal(services_freeze(s, &rep), 0);
-	assert_int_equal(services_thaw(s, &rep), 0);
-	assert_int_equal(services_stop(s, &rep), 0);
-	assert_int_equal(services_start(s, &rep), 0);
+	services_report(&plan, &rep);
 	assert_int_equal(json_array_size(rep.stopped) + json_array_size(rep.started) + json_array_size(rep.failed) +
 				 json_array_size(rep.frozen) + json_object_size(rep.failures),
 			 0);
 	svc_report_free(&rep);
+	services_plan_free(&plan);
 	services_close(s);
 	config_free(&cfg);
 }

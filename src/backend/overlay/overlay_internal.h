@@ -1,5 +1,6 @@
 /* overlay_internal.h: the overlay backend's state, shared by backend_overlay.c
- * (the ops) and overlay_layers.c (layer store, references, GC, flatten).
+ * (the ops), overlay_layers.c (layer store, references, GC, flatten) and
+ * overlay_root.c (live.json). Calls go ops -> layers -> root, never back.
  *
  * On disk, below <state>/overlay/:
  *   r/<h>/            one per root (h: hash of the root's path)
@@ -66,5 +67,8 @@ int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name);
  * another chain), a non-empty upper, layers that no longer match their records. */
 int overlay_verify_root(struct ovl_root *r, json_t *chain, bool mounted_ok, json_t *diffs, size_t max, ckpt_error *err);
 
-/* backend_overlay.c */
+/* overlay_root.c: live.json of a root */
 int overlay_live_save(struct ovl_root *r);
+int overlay_live_load(struct ovl_root *r);
+/* Set r's live chain and the chain its mount uses (references taken). */
+void overlay_live_set(struct ovl_root *r, json_t *chain, json_t *mounted);
