@@ -31,11 +31,19 @@ if [ -n "$missing" ]; then
 	apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 
+# npm: NodeSource's nodejs carries it; Debian's nodejs needs the npm package.
+if [ "${1:-all}" = all ] && ! command -v npm >/dev/null; then
+	echo "deps: installing npm"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
+fi
+
 # redocly, to lint api/openapi.yaml: the exact version and hash of
 # tools/package-lock.json, from the npm registry, only when the lock changed.
 if [ "${1:-all}" = all ] && ! cmp -s "$here/tools/package-lock.json" "$here/tools/node_modules/.package-lock.json.ckptd" 2>/dev/null; then
 	(cd "$here/tools" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
 	cp "$here/tools/package-lock.json" "$here/tools/node_modules/.package-lock.json.ckptd"
+fi
+
 # The TypeScript client's dev tools (tsc, openapi-typescript), pinned by its
 # package-lock.json. npm comes with nodejs (NodeSource's; Debian's is the
 # separate package npm).
