@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 #include "cli/cli.h"
 
@@ -320,6 +321,19 @@ static int ckpt_help(const char *name)
 	return CKPT_EXIT_OK;
 }
 
+/* One random key per run of ckpt: every POST it makes may then be retried
+ * without doing the work twice. Without randomness, no key and no retry. */
+static void ckpt_idempotency_key(char *buf, size_t len)
+{
+	unsigned char raw[16];
+	buf[0] = '\0';
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw) || len < 2 * sizeof(raw) + 6)
+		return;
+	size_t o = (size_t)snprintf(buf, len, "ckpt-");
+	for (size_t i = 0; i < sizeof(raw); i++)
+		o += (size_t)snprintf(buf + o, len - o, "%02x", raw[i]);
+}
+
 /* Where the daemon is: flags first, then $CKPTD_SOCKET, $CKPTD_URL, the default. */
 static int ckpt_resolve_conn(struct cli_opts *o, const struct ckpt_args *a)
 {
@@ -430,6 +444,7 @@ static int ckpt_main(int argc, char **argv, struct cli_opts *o)
 	if (r)
 		return r;
 	o->tty = isatty(STDOUT_FILENO);
+	ckpt_idempotency_key(o->conn.idem_key, sizeof(o->conn.idem_key));
 	return cmd->run(o, cmd->n_args ? argv[optind + 1] : NULL);
 }
 

@@ -36,6 +36,7 @@ struct cli_conn {
 	char *base_url;    /* without a trailing slash */
 	char *socket_path; /* unix socket, or NULL for TCP */
 	char *token;       /* bearer token, or NULL */
+	char idem_key[40]; /* Idempotency-Key sent with every POST of this run */
 };
 
 struct cli_reply {

@@ -89,6 +89,22 @@ static int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r)
 	return CKPT_EXIT_SERVER;
 }
 
+#define CLI_RETRIES 3
+
+static bool cli_cmd_outcome_unknown(int curl_code)
+{
+	return curl_code == CURLE_OPERATION_TIMEDOUT || curl_code == CURLE_RECV_ERROR ||
+		curl_code == CURLE_GOT_NOTHING || curl_code == CURLE_PARTIAL_FILE;
+}
+
+static bool cli_cmd_code_is(const struct cli_reply *r, const char *code)
+{
+	const char *c = json_string_value(json_object_get(r->json, "code"));
+	return c && strcmp(c, code) == 0;
+}
+
+static void cli_cmd_sleep_ms(long ms);
+
 /* Send a request; returns -1 when it succeeded (2xx), else the exit status. */
 static int cli_cmd_send(const struct cli_opts *o, const char *method, const char *path, json_t *body,
 			struct cli_reply *r, cli_tick_fn tick, void *tick_arg)
@@ -97,7 +113,23 @@ static int cli_cmd_send(const struct cli_opts *o, const char *method, const char
 		fprintf(stderr, "ckpt: out of memory\n");
 		return CKPT_EXIT_SERVER;
 	}
-	if (cli_http_request(&o->conn, method, path, body, r, tick, tick_arg) < 0)
+	/* A POST carries the run's Idempotency-Key, so it can be sent again when its
+	 * outcome is unknown (the connection broke after sending) or ckptd was busy
+	 * (503, or 409 while the first try with this key still runs): the daemon
+	 * answers a repeat with the first result instead of doing the work twice. */
+	bool retry_ok = strcmp(method, "POST") == 0 && o->conn.idem_key[0];
+	int q;
+	for (int attempt = 0;; attempt++) {
+		q = cli_http_request(&o->conn, method, path, body, r, tick, tick_arg);
+		bool unknown = q < 0 && cli_cmd_outcome_unknown(r->curl_code);
+		bool busy = q == 0 &&
+			(r->status == 503 || (r->status == 409 && cli_cmd_code_is(r, "idempotency_in_progress")));
+		if (!retry_ok || attempt >= CLI_RETRIES || !(unknown || busy))
+			break;
+		cli_reply_free(r);
+		cli_cmd_sleep_ms(500L << attempt);
+	}
+	if (q < 0)
 		return cli_cmd_transport(o, r);
 	if (r->status < 200 || r->status > 299)
 		return cli_cmd_fail(o, r);

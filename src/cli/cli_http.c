@@ -26,9 +26,14 @@ static size_t cli_http_write(char *data, size_t size, size_t n, void *arg)
 	return add;
 }
 
-static struct curl_slist *cli_http_headers(const struct cli_conn *c, bool has_body)
+static struct curl_slist *cli_http_headers(const struct cli_conn *c, const char *method, bool has_body)
 {
 	struct curl_slist *h = NULL;
+	if (c->idem_key[0] && strcmp(method, "POST") == 0) {
+		char line[64];
+		snprintf(line, sizeof(line), "Idempotency-Key: %s", c->idem_key);
+		h = curl_slist_append(h, line);
+	}
 	h = curl_slist_append(h, "Accept: application/json, application/problem+json");
 	/* libcurl would add "Expect: 100-continue" to bodies over 1 KiB: a round trip for nothing. */
 	h = curl_slist_append(h, "Expect:");
@@ -116,7 +121,7 @@ int cli_http_request(const struct cli_conn *c, const char *method, const char *p
 		snprintf(r->errbuf, sizeof(r->errbuf), "out of memory");
 		return -ENOMEM;
 	}
-	struct curl_slist *hdrs = cli_http_headers(c, payload != NULL);
+	struct curl_slist *hdrs = cli_http_headers(c, method, payload != NULL);
 	CURL *e = cli_http_easy(c, method, url, payload, hdrs, r);
 	if (!e) {
 		curl_slist_free_all(hdrs);

@@ -3,6 +3,7 @@
  * buffer and the handler runs on the final call. */
 #include "http/http.h"
 
+#include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -205,6 +206,23 @@ static void on_upgrade(void *cls, struct MHD_Connection *conn, void *con_cls, co
 	free(resp);
 }
 
+/* "203.0.113.7", "[2001:db8::1]" or "unix" for the logs. */
+static const char *peer_address(void *conn, char *buf, size_t len)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+	char ip[INET6_ADDRSTRLEN] = "";
+	if (sa && sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, ip, sizeof(ip));
+	else if (sa && sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, ip, sizeof(ip));
+	if (!*ip)
+		snprintf(buf, len, "unix");
+	else
+		snprintf(buf, len, sa->sa_family == AF_INET6 ? "[%s]" : "%s", ip);
+	return buf;
+}
+
 static bool authorized(struct http_server *srv, const struct http_request *req)
 {
 	const char *h = http_header(req, "Authorization");
@@ -292,6 +310,10 @@ static void dispatch(struct http_server *srv, struct http_request *req, struct h
 		return;
 	}
 	if (!match->public_ && !authorized(srv, req)) {
+		char peer[64];
+		log_warn("refused %s %s from %s: %s bearer token", req->method, req->path,
+			 peer_address(req->conn, peer, sizeof(peer)),
+			 http_header(req, "Authorization") ? "wrong" : "no");
 		http_problem(resp, 401, NULL, "missing or wrong bearer token");
 		resp->extra_headers[0][0] = strdup("WWW-Authenticate");
 		resp->extra_headers[0][1] = strdup("Bearer");
@@ -596,7 +618,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	struct http_request req = {
 		.method = method, .path = url, .body = ctx->body, .body_len = ctx->len, .conn = conn
 	};
+	int64_t t0 = mono_ms();
 	dispatch(srv, &req, &resp);
+	if (log_is_verbose()) { /* one access line per request */
+		char peer[64];
+		log_info("%s %s %d %lld ms %zu bytes in, from %s", method, url, resp.status,
+			 (long long)(mono_ms() - t0), ctx->len, peer_address(conn, peer, sizeof(peer)));
+	}
 	if (resp.status == 101 && resp.upgrade)
 		conn_mark_upgraded(srv, conn);
 	return reply_now(conn, srv, &resp);
