@@ -50,7 +50,7 @@ static void engine_usage(struct engine *e, size_t *count, uint64_t *bytes)
 	json_decref(all);
 }
 
-static json_t *create_record(struct engine *e, const struct create_req *req, const char *id)
+json_t *create_record(struct engine *e, const struct create_req *req, const char *id)
 {
 	int64_t now = now_ms();
 	int64_t ttl = req->has_ttl ? req->ttl_secs : e->cfg->default_ttl_secs;

@@ -56,3 +56,5 @@ int engine_storage_err(ckpt_error *err, int r);
 /* Compare the roots with checkpoint id (NULL: the base) and add verified,
  * verify_ms, verify_differences (and ok: false) to extra. Returns its ms. */
 int64_t engine_verify(struct engine *e, const char *id, json_t *data, json_t *extra);
+/* A new record in state "creating" (engine_create.c). */
+json_t *create_record(struct engine *e, const struct create_req *req, const char *id);

@@ -68,3 +68,12 @@ int overlay_verify_root(struct ovl_root *r, json_t *chain, bool mounted_ok, json
 
 /* backend_overlay.c */
 int overlay_live_save(struct ovl_root *r);
+/* Record, sync and publish layer .tmp-<name> (fd dst) of layer store l when
+ * q == 0; remove it on any failure. Returns q or the new failure. */
+int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q,
+			  ckpt_error *err);
+
+/* overlay_export.c: the view_open, view_close and import ops. */
+int overlay_view_open(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);
+void overlay_view_close(void *st, char **dirs);
+int overlay_import(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size, ckpt_error *err);
