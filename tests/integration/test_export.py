@@ -136,3 +136,259 @@ def test_export_unknown_and_cli(daemon_factory, tmp_path):
     d = daemon_factory(backend="tar")
     r = d.request("GET", "/v1/checkpoints/cp_000000000000000000000000/export")
     assert r.status_code == 404
+
+
+# ---- hostile archives ----------------------------------------------------
+
+def zstd(raw):
+    return subprocess.run(["zstd", "-q", "-c"], input=raw, capture_output=True, check=True).stdout
+
+
+class Crafted:
+    """A pax archive laid out as export lays it out, which a test then spoils."""
+
+    def __init__(self, d):
+        self.d = d
+        self.entries = []  # (TarInfo, data or None)
+        self.manifest_entries = [{"path": ".", "type": "dir"}]
+        self.add_dir("roots/0", manifest=False)
+
+    def add_dir(self, name, manifest=True):
+        ti = tarfile.TarInfo(name)
+        ti.type, ti.mode = tarfile.DIRTYPE, 0o755
+        self.entries.append((ti, None))
+        if manifest:
+            self.manifest_entries.append({"path": name[len("roots/0/"):], "type": "dir", "mode": 0o755})
+
+    def add_file(self, name, data, manifest=True, size=None, digest=None):
+        ti = tarfile.TarInfo(name)
+        ti.size, ti.mode = len(data), 0o644
+        self.entries.append((ti, data))
+        if manifest:
+            self.manifest_entries.append({
+                "path": name[len("roots/0/"):], "type": "file", "mode": 0o644,
+                "size": len(data) if size is None else size,
+                "sha256": digest or __import__("hashlib").sha256(data).hexdigest()})
+
+    def add(self, ti, manifest_entry=None):
+        self.entries.append((ti, None))
+        if manifest_entry:
+            self.manifest_entries.append(manifest_entry)
+
+    def manifest(self):
+        return {"format": "ckptd-export", "version": 1, "backend": "tar",
+                "checkpoint": {"checkpoint_id": "cp_0123456789abcdef01234567", "name": "crafted",
+                               "labels": {}},
+                "base": None,
+                "roots": [{"path": str(self.d.roots[0]), "entries": self.manifest_entries}]}
+
+    def blob(self, compress=True):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+            m = json.dumps(self.manifest()).encode()
+            ti = tarfile.TarInfo("manifest.json")
+            ti.size = len(m)
+            t.addfile(ti, io.BytesIO(m))
+            for ti, data in self.entries:
+                t.addfile(ti, io.BytesIO(data) if data is not None else None)
+        return zstd(buf.getvalue()) if compress else buf.getvalue()
+
+
+@pytest.fixture
+def victim(daemon_factory, tmp_path):
+    d = daemon_factory(backend="tar")
+    (d.roots[0] / "keep").write_text("live\n")
+    yield d
+    # whatever the archive tried, nothing outside the temp dir was written and the temp dir is gone
+    assert not (tmp_path / "escaped").exists()
+    assert not (d.base / "escaped").exists()
+    assert not (d.state_dir / "escaped").exists()
+    assert not list((d.state_dir / "xfer").iterdir()) if (d.state_dir / "xfer").exists() else True
+    assert d.list() == []
+    assert (d.roots[0] / "keep").read_text() == "live\n" and sorted(os.listdir(d.roots[0])) == ["keep"]
+
+
+def refused(d, blob, words):
+    r = d.request("POST", "/v1/checkpoints/import", data=blob)
+    assert r.status_code == 400, r.text
+    assert r.json()["code"] == "invalid_archive", r.text
+    assert words in r.json()["detail"], r.text
+
+
+def test_valid_crafted_archive_imports(daemon_factory):
+    """The crafting itself is right: unspoiled, it imports (so each refusal
+    below is for the one thing spoiled)."""
+    d = daemon_factory(backend="tar")
+    c = Crafted(d)
+    c.add_dir("roots/0/sub")
+    c.add_file("roots/0/sub/f", b"hello")
+    ti = tarfile.TarInfo("roots/0/ln")
+    ti.type, ti.linkname = tarfile.SYMTYPE, "sub/f"
+    c.add(ti, {"path": "ln", "type": "symlink", "link": "sub/f", "mode": 0o777})
+    rec = import_(d, c.blob())
+    d.restore(rec["checkpoint_id"])
+    assert (d.roots[0] / "sub/f").read_bytes() == b"hello"
+    assert os.readlink(d.roots[0] / "ln") == "sub/f"
+
+
+def test_absolute_path(victim, tmp_path):
+    c = Crafted(victim)
+    c.add_file(str(tmp_path / "escaped"), b"x", manifest=False)
+    refused(victim, c.blob(), "not below roots/")
+
+
+def test_absolute_path_inside_roots(victim, tmp_path):
+    c = Crafted(victim)
+    c.add_file("roots/0/" + str(tmp_path / "escaped"), b"x", manifest=False)
+    refused(victim, c.blob(), "'..' path")
+
+
+def test_dotdot(victim):
+    c = Crafted(victim)
+    c.add_file("roots/0/../../escaped", b"x", manifest=False)
+    refused(victim, c.blob(), "'..' path")
+
+
+def test_symlink_that_escapes(victim):
+    c = Crafted(victim)
+    ti = tarfile.TarInfo("roots/0/ln")
+    ti.type, ti.linkname = tarfile.SYMTYPE, "../../../../.."
+    c.add(ti, {"path": "ln", "type": "symlink", "link": "../../../../..", "mode": 0o777})
+    c.add_file("roots/0/ln/escaped", b"x")
+    refused(victim, c.blob(), "points outside its root")
+
+
+def test_write_through_symlink(victim):
+    """Even a symlink that stays inside cannot be written through."""
+    c = Crafted(victim)
+    c.add_dir("roots/0/d")
+    ti = tarfile.TarInfo("roots/0/ln")
+    ti.type, ti.linkname = tarfile.SYMTYPE, "d"
+    c.add(ti, {"path": "ln", "type": "symlink", "link": "d", "mode": 0o777})
+    c.add_file("roots/0/ln/escaped", b"x")
+    refused(victim, c.blob(), "cannot extract")
+
+
+def test_hardlink_that_leaves(victim, tmp_path):
+    target = tmp_path / "outside"
+    target.write_text("secret\n")
+    c = Crafted(victim)
+    ti = tarfile.TarInfo("roots/0/h")
+    ti.type, ti.linkname = tarfile.LNKTYPE, str(target)
+    c.add(ti, {"path": "h", "type": "hardlink", "link": str(target), "mode": 0o644})
+    refused(victim, c.blob(), "not below roots/")
+    c = Crafted(victim)
+    ti = tarfile.TarInfo("roots/0/h")
+    ti.type, ti.linkname = tarfile.LNKTYPE, "roots/0/../../../outside"
+    c.add(ti, {"path": "h", "type": "hardlink", "link": "x", "mode": 0o644})
+    refused(victim, c.blob(), "'..' path")
+    assert target.stat().st_nlink == 1
+
+
+def test_device_node(victim):
+    c = Crafted(victim)
+    ti = tarfile.TarInfo("roots/0/null")
+    ti.type, ti.devmajor, ti.devminor = tarfile.CHRTYPE, 1, 3
+    c.add(ti, {"path": "null", "type": "file", "size": 0, "sha256": "0" * 64})
+    refused(victim, c.blob(), "device node")
+
+
+def test_oversize_entry(victim):
+    c = Crafted(victim)
+    c.add_file("roots/0/big", b"y" * 100_000, size=10)
+    refused(victim, c.blob(), "holds 100000 bytes, the manifest says 10")
+
+
+def test_manifest_lies_about_size(victim):
+    c = Crafted(victim)
+    c.add_file("roots/0/small", b"y" * 10, size=100_000)
+    refused(victim, c.blob(), "the manifest says 100000")
+
+
+def test_wrong_digest(victim):
+    c = Crafted(victim)
+    c.add_file("roots/0/f", b"hello", digest="ab" * 32)
+    refused(victim, c.blob(), "sha256")
+
+
+def test_truncated_stream(victim):
+    c = Crafted(victim)
+    c.add_file("roots/0/f", os.urandom(300_000))
+    blob = c.blob()
+    refused(victim, blob[: len(blob) // 2], "truncated")
+    raw = c.blob(compress=False)
+    # a tar cut at an entry boundary: entries in the manifest are missing
+    cut = raw[:1536]
+    refused(victim, zstd(cut), "")
+
+
+def test_duplicate_entry(victim):
+    c = Crafted(victim)
+    c.add_file("roots/0/f", b"one")
+    c.add_file("roots/0/f", b"one", manifest=False)
+    refused(victim, c.blob(), "appears twice")
+
+
+def test_entry_not_in_manifest(victim):
+    c = Crafted(victim)
+    c.add_file("roots/0/extra", b"x", manifest=False)
+    refused(victim, c.blob(), "not in the manifest")
+
+
+def test_manifest_not_first_and_garbage(victim):
+    refused(victim, zstd(b"\0" * 4096), "")
+    refused(victim, b"garbage" * 100, "")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        ti = tarfile.TarInfo("roots/0/f")
+        ti.size = 1
+        t.addfile(ti, io.BytesIO(b"x"))
+    refused(victim, zstd(buf.getvalue()), "first entry must be manifest.json")
+
+
+def test_overlay_xattrs_are_dropped(daemon_factory):
+    """trusted.overlay.* in an archive would steer the overlay layer (redirects
+    into other paths): import drops them."""
+    d = daemon_factory(backend="overlay")
+    c = Crafted(d)
+    c.add_dir("roots/0/dir")
+    ti = c.entries[-1][0]
+    ti.pax_headers = {"SCHILY.xattr.trusted.overlay.redirect": "/etc", "SCHILY.xattr.user.ok": "1"}
+    rec = import_(d, c.blob())
+    d.restore(rec["checkpoint_id"])
+    assert os.listdir(d.roots[0] / "dir") == []
+    assert os.getxattr(d.roots[0] / "dir", "user.ok") == b"1"
+
+
+def _status_kb(pid, key):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+@pytest.mark.parametrize("backend", ["overlay", "tar"])
+def test_export_memory_stays_flat(daemon_factory, backend):
+    """300 MB through the export: the daemon's peak RSS grows by at most 32 MB
+    (the whole file would be ten times that)."""
+    d = daemon_factory(backend=backend, config={"cleanup_interval_secs": 3600})
+    for i in range(3):
+        with open(d.roots[0] / f"big{i}", "wb") as f:
+            for _ in range(100):
+                f.write(os.urandom(1 << 20))  # incompressible
+    cid = d.create("big")["checkpoint_id"]
+    pid = d.proc.pid
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")  # reset the peak (VmHWM) to the current RSS
+    before = _status_kb(pid, "VmRSS")
+    total = 0
+    with d.request("GET", f"/v1/checkpoints/{cid}/export", stream=True) as r:
+        assert r.status_code == 200
+        for piece in r.iter_content(1 << 16):
+            total += len(piece)
+    peak = _status_kb(pid, "VmHWM")
+    grown_mb = (peak - before) / 1024
+    print(f"\n{backend}: exported {total >> 20} MB, daemon RSS {before >> 10} MB -> peak {peak >> 10} MB "
+          f"(+{grown_mb:.1f} MB)")
+    assert total > 300 << 20  # random data does not compress
+    assert grown_mb <= 32, f"RSS grew by {grown_mb:.1f} MB"
