@@ -38,7 +38,7 @@ static void cli_cmd_socket_problem(const char *path)
 	fprintf(stderr, "ckpt: cannot reach ckptd: nothing accepts connections on %s; is ckptd running?\n", path);
 }
 
-static int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r)
+int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r)
 {
 	switch (r->curl_code) {
 	case CURLE_COULDNT_CONNECT:
@@ -77,7 +77,7 @@ static int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r
 
 /* An error answer: the problem document to stdout with --json (scripts parse
  * it), its detail and code to stderr always. */
-static int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r)
+int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r)
 {
 	if (o->json)
 		cli_out_verbatim(r);
@@ -162,7 +162,7 @@ static int cli_cmd_resolve_name(const struct cli_opts *o, const char *name, char
 }
 
 /* "/v1/checkpoints/{ref}{suffix}" for an id or a name; -1 on success, else the exit status. */
-static int cli_cmd_ref_path(const struct cli_opts *o, const char *ref, const char *suffix, char **ret)
+int cli_cmd_ref_path(const struct cli_opts *o, const char *ref, const char *suffix, char **ret)
 {
 	_cli_cleanup_free_ char *id = NULL;
 	if (strchr(ref, '/')) {

@@ -392,3 +392,43 @@ def test_export_memory_stays_flat(daemon_factory, backend):
           f"(+{grown_mb:.1f} MB)")
     assert total > 300 << 20  # random data does not compress
     assert grown_mb <= 32, f"RSS grew by {grown_mb:.1f} MB"
+
+
+# ---- the ckpt client --------------------------------------------------------
+
+def test_cli_export_import(daemon_factory, tmp_path):
+    import re
+    from test_cli import run, run_pty, BAR
+    a = daemon_factory(backend="tar")
+    b = daemon_factory(backend="tar")
+    make_full_tree(a.roots[0])
+    for i in range(40):  # enough that the upload takes a few progress frames
+        (a.roots[0] / f"blob{i}").write_bytes(os.urandom(1 << 20))
+    want = tree_state(a.roots[0])
+    cid = a.create("cli")["checkpoint_id"]
+    out = tmp_path / "cp.tar.zst"
+    p = run(["--url", a.url, "export", cid, "-o", str(out)])
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(f"Exported {cid} to {out}") and "\r" not in p.stdout
+    assert not (tmp_path / "cp.tar.zst.part").exists()
+    with untar(out.read_bytes()) as t:
+        assert t.getnames()[0] == "manifest.json"
+    # on a terminal: a line with the bytes received, then the same summary
+    rc, tty = run_pty(["--url", a.url, "export", cid, "-o", str(tmp_path / "tty.tar.zst")])
+    assert rc == 0 and "exporting" in tty and "Exported" in tty, tty
+    # import shows a bar on a terminal and prints the new record
+    rc, tty = run_pty(["--url", b.url, "import", str(out)])
+    assert rc == 0, tty
+    assert BAR.search(tty) and "100%" in tty, tty
+    new = re.search(r"ID:\s+(cp_[0-9a-f]{24})", tty).group(1)
+    assert b.get(new)["import_of"] == cid
+    b.restore(new)
+    assert_same_tree(want, tree_state(b.roots[0]))
+    # errors: unknown id (no file left), no -o, a damaged archive
+    p = run(["--url", a.url, "export", "cp_000000000000000000000000", "-o", str(tmp_path / "x")])
+    assert p.returncode == 1 and "not_found" in p.stderr
+    assert not (tmp_path / "x").exists() and not (tmp_path / "x.part").exists()
+    assert run(["--url", a.url, "export", cid]).returncode == 2
+    (tmp_path / "bad").write_bytes(out.read_bytes()[:5000])
+    p = run(["--url", b.url, "import", str(tmp_path / "bad")])
+    assert p.returncode == 1 and "invalid_archive" in p.stderr
