@@ -73,7 +73,7 @@ json_t *create_record(struct engine *e, const struct create_req *req, const char
 
 /* Check the limits and publish the record in state "creating" in one step, so
  * two racing creates cannot both take the last place. */
-static int create_admit(struct engine *e, json_t *rec, ckpt_error *err)
+int create_admit(struct engine *e, json_t *rec, ckpt_error *err)
 {
 	size_t count;
 	uint64_t bytes;

@@ -996,9 +996,11 @@ int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err
 		json_t *data = NULL;
 		uint64_t size = 0;
 		int64_t t0 = mono_ms();
+		bool admitted = (q = create_admit(e, rec, err)) == 0;
 		pthread_mutex_lock(&e->op_lock);
 		engine_set_status(e, "importing", id);
-		q = dirs ? e->backend->import(e->bst, id, dirs, &data, &size, err) : -ENOMEM;
+		if (q == 0)
+			q = dirs ? e->backend->import(e->bst, id, dirs, &data, &size, err) : -ENOMEM;
 		if (q == 0) {
 			json_object_set_new(rec, "_backend", data ? data : json_object());
 			json_object_set_new(rec, "size_bytes", json_integer((json_int_t)size));
@@ -1007,12 +1009,14 @@ int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err
 			if ((q = catalog_put(e->catalog, rec, err)) < 0)
 				e->backend->remove(e->bst, id, json_object_get(rec, "_backend"), NULL);
 		}
+		if (q < 0 && admitted)
+			catalog_remove(e->catalog, id, NULL);
 		engine_set_status(e, NULL, NULL);
 		pthread_mutex_unlock(&e->op_lock);
 		for (size_t i = 0; dirs && i < e->cfg->n_roots; i++)
 			free(dirs[i]);
 		free(dirs);
-		if (q < 0)
+		if (q < 0 && !err->kind) /* a limit keeps its own kind (EDQUOT is not a full disk) */
 			q = engine_storage_err(err, q);
 	}
 	xfer_rm(e, c.tmp);

@@ -58,3 +58,5 @@ int engine_storage_err(ckpt_error *err, int r);
 int64_t engine_verify(struct engine *e, const char *id, json_t *data, json_t *extra);
 /* A new record in state "creating" (engine_create.c). */
 json_t *create_record(struct engine *e, const struct create_req *req, const char *id);
+/* Check max_checkpoints and max_state_bytes and publish rec (volatile). */
+int create_admit(struct engine *e, json_t *rec, ckpt_error *err);

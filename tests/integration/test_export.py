@@ -432,3 +432,43 @@ def test_cli_export_import(daemon_factory, tmp_path):
     (tmp_path / "bad").write_bytes(out.read_bytes()[:5000])
     p = run(["--url", b.url, "import", str(tmp_path / "bad")])
     assert p.returncode == 1 and "invalid_archive" in p.stderr
+
+
+@pytest.mark.parametrize("backend", ["tar", "overlay"])
+def test_older_checkpoint_of_a_chain_and_two_roots(daemon_factory, tmp_path, backend):
+    """An overlay checkpoint below newer ones exports as it was (its own
+    chain, whiteouts and redirects resolved), for each of two roots."""
+    a = daemon_factory(backend=backend, n_roots=2, start=False)
+    b = daemon_factory(backend=backend, n_roots=2, start=False)
+    for d in (a, b):
+        for i, r in enumerate(d.roots):
+            (r / "base-file").write_text(f"base {i}\n")
+            (r / "base-dir").mkdir()
+            (r / "base-dir/inner").write_text("inner\n")
+            os.utime(r / "base-file", ns=(10**18, 10**18))
+            os.utime(r / "base-dir/inner", ns=(10**18, 10**18))
+        d.start()
+    r0, r1 = a.roots
+    (r0 / "one").write_text("1\n")
+    os.unlink(r1 / "base-file")
+    want = [tree_state(r) for r in a.roots]
+    first = a.create("first")["checkpoint_id"]
+    os.rename(r0 / "base-dir", r0 / "moved")
+    (r1 / "two").write_text("2\n")
+    os.unlink(r0 / "one")
+    a.create("second")
+    (r0 / "live-only").write_text("x")
+    rec = import_(b, export(a, first))
+    b.restore(rec["checkpoint_id"])
+    for w, r in zip(want, b.roots):
+        assert_same_tree(w, tree_state(r))
+
+
+def test_import_respects_max_checkpoints(daemon_factory):
+    d = daemon_factory(backend="tar", config={"max_checkpoints": 1})
+    (d.roots[0] / "f").write_text("x")
+    blob = export(d, d.create("only")["checkpoint_id"])
+    r = d.request("POST", "/v1/checkpoints/import", data=blob)
+    assert r.status_code == 403 and r.json()["code"] == "checkpoint_limit", r.text
+    assert len(d.list()) == 1
+    assert not list((d.state_dir / "xfer").iterdir())

@@ -303,6 +303,15 @@ def import_ok(df):
     return d.request("POST", IMPORT, data=blob)
 
 
+def import_over_limit(df):
+    d = seeded(df, config={"max_checkpoints": 1})
+    cid = d.create("c")["checkpoint_id"]
+    r = d.request("POST", IMPORT, data=d.request("GET", f"{CP}/{cid}/export").content)
+    assert r.json().get("code") == "checkpoint_limit", r.text
+    assert len(d.list()) == 1
+    return r
+
+
 def import_base_mismatch(df):
     a, b = df(backend="overlay", start=False), df(backend="overlay", start=False)
     (a.roots[0] / "base").write_text("one")
@@ -347,6 +356,7 @@ PROVOKE = {
     (IMPORT, "post", 201): import_ok,
     (IMPORT, "post", 400): lambda df: seeded(df).request("POST", IMPORT, data=b"not an archive"),
     (IMPORT, "post", 401): lambda df: expect_unauthorized(df, "POST", IMPORT, data=b"x"),
+    (IMPORT, "post", 403): import_over_limit,
     (IMPORT, "post", 409): import_base_mismatch,
     (IMPORT, "post", 413): lambda df: seeded(df, config={"max_import_bytes": 1000}).request(
         "POST", IMPORT, data=b"x" * 2000),
