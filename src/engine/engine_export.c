@@ -19,6 +19,7 @@
 #include <nettle/sha2.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -256,8 +257,22 @@ static void xfer_rm(struct engine *e, const char *tmp)
 		rm_rf_at(e->state_fd, tmp + strlen(e->cfg->state_dir) + 1);
 }
 
+/* A killed daemon may have left views mounted (xfer/<rnd>/v<N>): detach
+ * them first, since the removal never crosses into a mount. */
 void engine_xfer_sweep(struct engine *e)
 {
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	if (walk_open(e->state_fd, XFER_DIR, &d) == 0) {
+		while ((de = walk_next(d))) {
+			for (size_t i = 0; i < e->cfg->n_roots; i++) {
+				char p[PATH_MAX];
+				snprintf(p, sizeof(p), "%s/%s/%s/v%zu", e->cfg->state_dir, XFER_DIR, de->d_name, i);
+				if (umount2(p, MNT_DETACH | UMOUNT_NOFOLLOW) == 0)
+					log_info("detached a view a killed export left at %s", p);
+			}
+		}
+	}
 	rm_rf_at(e->state_fd, XFER_DIR);
 }
 

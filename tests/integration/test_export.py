@@ -472,3 +472,34 @@ def test_import_respects_max_checkpoints(daemon_factory):
     assert r.status_code == 403 and r.json()["code"] == "checkpoint_limit", r.text
     assert len(d.list()) == 1
     assert not list((d.state_dir / "xfer").iterdir())
+
+
+def test_client_gone_and_daemon_killed_mid_export(daemon_factory):
+    """A client that hangs up mid-stream, and a daemon killed mid-stream, leave
+    no view mounted and nothing in the transfer area (after the restart)."""
+    import socket
+    d = daemon_factory(backend="overlay")
+    for i in range(4):
+        (d.roots[0] / f"big{i}").write_bytes(os.urandom(16 << 20))
+    cid = d.create("big")["checkpoint_id"]
+
+    def start_export():
+        s = socket.create_connection(("127.0.0.1", d.port))
+        s.sendall(f"GET /v1/checkpoints/{cid}/export HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        s.recv(4096)  # headers and the first bytes: the writer is running
+        return s
+
+    s = start_export()
+    assert any("xfer" in m for m in mounts_under(d.state_dir))
+    s.close()
+    deadline = time.monotonic() + 20
+    while any("xfer" in m for m in mounts_under(d.state_dir)) or list((d.state_dir / "xfer").iterdir()):
+        assert time.monotonic() < deadline, "the export's view outlived its client"
+        time.sleep(0.1)
+    s = start_export()
+    d.kill9()
+    s.close()
+    d.start()
+    assert not any("xfer" in m for m in mounts_under(d.state_dir))
+    assert not (d.state_dir / "xfer").exists() or not list((d.state_dir / "xfer").iterdir())
+    assert d.request("GET", f"/v1/checkpoints/{cid}/export").status_code == 200
