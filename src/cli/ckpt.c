@@ -253,7 +253,7 @@ static const struct ckpt_command ckpt_commands[] = {
 	  "Usage: ckpt export ID|NAME -o FILE\n"
 	  "Write a checkpoint as one portable archive (pax tar, zstd) to FILE (\"-\": stdout).\n"
 	  "  -o, --output FILE  where the archive goes; written as FILE.part, renamed when complete\n"
-	  "On a terminal a line shows the bytes received.\n" },
+	  "On a terminal a bar shows the progress.\n" },
 	{ "import", 1, 0, "FILE", cli_cmd_import,
 	  "Usage: ckpt import FILE\n"
 	  "Make a new checkpoint from an archive made by `ckpt export` (FILE \"-\": stdin is not\n"

@@ -61,7 +61,7 @@ typedef void (*cli_xfer_fn)(void *arg, uint64_t down, uint64_t up, uint64_t up_t
  * answer's body goes to out_fd (-1: into ret), any other answer into ret.
  * Returns as cli_http_request; a cut stream is a transport failure. */
 int cli_http_file(const struct cli_conn *c, const char *method, const char *path, int in_fd, uint64_t in_size,
-		  int out_fd, struct cli_reply *ret, cli_xfer_fn fn, void *arg);
+		  int out_fd, struct cli_reply *ret, cli_xfer_fn fn, cli_tick_fn tick, void *arg);
 /* "/v1/checkpoints/" + escaped id + suffix; caller frees. */
 char *cli_http_path(const char *prefix, const char *segment, const char *suffix);
 
@@ -132,6 +132,16 @@ int cli_cmd_health(const struct cli_opts *o, const char *unused);
 int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r);
 int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r);
 int cli_cmd_ref_path(const struct cli_opts *o, const char *ref, const char *suffix, char **ret);
+/* A long request in flight: the tick polls the record at record_path and
+ * draws a bar from its progress (a spinner while it has none). */
+struct cli_watch {
+	const struct cli_opts *o;
+	const char *record_path;
+	struct cli_progress p;
+	int64_t polled_ms;
+	json_t *progress; /* last seen with totals, or NULL */
+};
+void cli_cmd_watch_tick(void *arg);
 /* cli_xfer.c */
 int cli_cmd_export(const struct cli_opts *o, const char *id);
 int cli_cmd_import(const struct cli_opts *o, const char *file);

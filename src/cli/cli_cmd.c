@@ -391,14 +391,6 @@ int cli_cmd_delete(const struct cli_opts *o, const char *ref)
 /* A restore in flight: the API answers only at the end, but the record shows
  * the backend's progress meanwhile (tar), so the tick polls it for a bar and
  * falls back to a spinner when there is nothing to show. */
-struct cli_watch {
-	const struct cli_opts *o;
-	const char *record_path;
-	struct cli_progress p;
-	int64_t polled_ms;
-	json_t *progress; /* last seen with totals, or NULL */
-};
-
 static void cli_cmd_watch_poll(struct cli_watch *w)
 {
 	_cleanup_reply_ struct cli_reply r = { 0 };
@@ -413,7 +405,7 @@ static void cli_cmd_watch_poll(struct cli_watch *w)
 	}
 }
 
-static void cli_cmd_watch_tick(void *arg)
+void cli_cmd_watch_tick(void *arg)
 {
 	struct cli_watch *w = arg;
 	if (cli_progress_now_ms() - w->polled_ms >= CLI_WATCH_MS)

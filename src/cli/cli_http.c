@@ -193,7 +193,7 @@ static int cli_http_xfer_info(void *arg, curl_off_t dl_total, curl_off_t dl, cur
 }
 
 int cli_http_file(const struct cli_conn *c, const char *method, const char *path, int in_fd, uint64_t in_size,
-		  int out_fd, struct cli_reply *r, cli_xfer_fn fn, void *arg)
+		  int out_fd, struct cli_reply *r, cli_xfer_fn fn, cli_tick_fn tick, void *arg)
 {
 	memset(r, 0, sizeof(*r));
 	_cli_cleanup_free_ char *url = NULL;
@@ -222,7 +222,7 @@ int cli_http_file(const struct cli_conn *c, const char *method, const char *path
 		curl_easy_setopt(e, CURLOPT_READDATA, &x);
 		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)in_size);
 	}
-	CURLcode res = cli_http_run(e, NULL, NULL);
+	CURLcode res = cli_http_run(e, tick, arg);
 	if (x.write_failed)
 		snprintf(r->errbuf, sizeof(r->errbuf), "cannot write the output file: %s", strerror(errno));
 	return cli_http_finish(e, hdrs, res, r);

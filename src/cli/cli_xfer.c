@@ -18,7 +18,7 @@ static void cli_xfer_tick(void *arg, uint64_t down, uint64_t up, uint64_t up_tot
 {
 	struct cli_xfer_view *v = arg;
 	char a[32];
-	if (up_total) {
+	if (up_total) { /* an upload: its own bytes make the bar */
 		json_auto_t *pr =
 			json_pack("{s:I, s:I}", "bytes_done", (json_int_t)up, "bytes_total", (json_int_t)up_total);
 		if (cli_progress_now_ms() - v->p.last_ms >= 100 || !v->p.drawn)
@@ -32,8 +32,7 @@ static void cli_xfer_tick(void *arg, uint64_t down, uint64_t up, uint64_t up_tot
 int cli_cmd_export(const struct cli_opts *o, const char *id)
 {
 	struct cli_reply r;
-	_cli_cleanup_free_ char *path = NULL, *part = NULL;
-	struct cli_xfer_view v = { .verb = "exporting" };
+	_cli_cleanup_free_ char *path = NULL, *part = NULL, *record_path = NULL, *label = NULL;
 	bool to_stdout = o->output && !strcmp(o->output, "-");
 	int rc, fd;
 
@@ -41,7 +40,8 @@ int cli_cmd_export(const struct cli_opts *o, const char *id)
 		fputs("ckpt: export needs -o FILE (\"-\" for stdout)\nTry 'ckpt --help'.\n", stderr);
 		return CKPT_EXIT_USAGE;
 	}
-	if ((rc = cli_cmd_ref_path(o, id, "/export", &path)) >= 0)
+	if ((rc = cli_cmd_ref_path(o, id, "/export", &path)) >= 0 ||
+	    (rc = cli_cmd_ref_path(o, id, NULL, &record_path)) >= 0)
 		return rc;
 	if (to_stdout) {
 		fd = STDOUT_FILENO;
@@ -54,12 +54,22 @@ int cli_cmd_export(const struct cli_opts *o, const char *id)
 			return CKPT_EXIT_USAGE;
 		}
 	}
+	/* The record shows the export's progress (bytes of file content archived). */
 	bool show = o->tty && !to_stdout;
-	cli_progress_start(&v.p, v.label);
-	snprintf(v.label, sizeof(v.label), "exporting");
-	int q = cli_http_file(&o->conn, "GET", path, -1, 0, fd, &r, show ? cli_xfer_tick : NULL, &v);
-	if (show)
-		cli_progress_end(&v.p, false);
+	struct cli_watch w = { .o = o, .record_path = record_path };
+	if (asprintf(&label, "exporting %s", id) < 0)
+		label = NULL;
+	cli_progress_start(&w.p, label ? label : "exporting");
+	int q = cli_http_file(&o->conn, "GET", path, -1, 0, fd, &r, NULL, show ? cli_cmd_watch_tick : NULL, &w);
+	if (show) {
+		if (q == 0 && r.status == 200 && w.progress) { /* the last frame says it all arrived */
+			json_object_set(w.progress, "bytes_done", json_object_get(w.progress, "bytes_total"));
+			json_object_set(w.progress, "files_done", json_object_get(w.progress, "files_total"));
+			cli_progress_bar(&w.p, w.progress);
+		}
+		cli_progress_end(&w.p, w.progress != NULL && q == 0 && r.status == 200);
+	}
+	json_decref(w.progress);
 	if (!to_stdout && (fsync(fd) < 0 || close(fd) < 0) && q == 0)
 		snprintf(r.errbuf, sizeof(r.errbuf), "cannot write %s: %s", part, strerror(errno)), q = -EIO;
 	if (q < 0)
@@ -101,7 +111,7 @@ int cli_cmd_import(const struct cli_opts *o, const char *file)
 	snprintf(v.label, sizeof(v.label), "importing %s", file);
 	cli_progress_start(&v.p, v.label);
 	int q = cli_http_file(&o->conn, "POST", "/v1/checkpoints/import", fd, (uint64_t)st.st_size, -1, &r,
-			      o->tty ? cli_xfer_tick : NULL, &v);
+			      o->tty ? cli_xfer_tick : NULL, NULL, &v);
 	close(fd);
 	if (o->tty)
 		cli_progress_end(&v.p, false);

@@ -280,6 +280,8 @@ void engine_xfer_sweep(struct engine *e)
 
 struct engine_export {
 	struct engine *e;
+	struct engine_op *op; /* its progress shows in the record while streaming */
+	uint64_t files_total, bytes_total;
 	int rfd, wfd;
 	pthread_t thread;
 	bool started;
@@ -318,6 +320,7 @@ static int mf_entry(void *ctx, int dirfd, const char *name, const char *rel, con
 			return -EAGAIN; /* changed while read: the view is not stable */
 		json_object_set_new(o, "size", json_integer((json_int_t)len));
 		json_object_set_new(o, "sha256", json_string(sum));
+		x->bytes_total += len;
 	} else if (link) {
 		json_object_set_new(o, "link", json_string(link));
 	} else if (!strcmp(type, "symlink")) {
@@ -331,6 +334,7 @@ static int mf_entry(void *ctx, int dirfd, const char *name, const char *rel, con
 	_cleanup_free_ char *s = json_dumps(o, JSON_COMPACT);
 	if (!s)
 		return -ENOMEM;
+	x->files_total++;
 	fprintf(x->mf, ",\n%s", s);
 	return ferror(x->mf) ? -EIO : 0;
 }
@@ -440,6 +444,8 @@ static int ar_entry(void *ctx, int dirfd, const char *name, const char *rel, con
 
 	if (!xw_type(st, false))
 		return 0;
+	if (x->op && rel)
+		atomic_fetch_add(&x->op->progress.files_done, 1);
 	struct archive_entry *ae = archive_entry_new();
 	if (!ae)
 		return -ENOMEM;
@@ -468,6 +474,8 @@ static int ar_entry(void *ctx, int dirfd, const char *name, const char *rel, con
 	if (q == 0 && S_ISREG(st->st_mode) && !link) {
 		_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 		q = fd < 0 ? err_set(&x->err, errno, NULL, "open '%s': %m", rel) : ar_copy_fd(x, fd);
+		if (x->op)
+			atomic_fetch_add(&x->op->progress.bytes_done, (uint64_t)st->st_size);
 	}
 	archive_entry_free(ae);
 	return q;
@@ -547,6 +555,8 @@ void engine_export_free(struct engine_export *x)
 	if (x->wfd >= 0)
 		close(x->wfd);
 	export_cleanup(x);
+	if (x->op)
+		engine_op_end(x->e, x->op);
 	free(x->tmp);
 	json_decref(x->rec);
 	json_decref(x->links);
@@ -589,6 +599,10 @@ int engine_export_open(struct engine *e, const char *id_or_name, struct engine_e
 	json_decref(data);
 	if (q == 0)
 		q = export_manifest(x, err);
+	if (q == 0 && (x->op = engine_op_begin(e, record_id(x->rec)))) {
+		atomic_store(&x->op->progress.files_total, x->files_total);
+		atomic_store(&x->op->progress.bytes_total, x->bytes_total);
+	}
 	if (q == 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		q = err_set(err, errno, NULL, "socketpair: %m");
 	if (q == 0) {

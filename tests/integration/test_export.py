@@ -392,6 +392,13 @@ def test_export_memory_stays_flat(daemon_factory, backend):
           f"(+{grown_mb:.1f} MB)")
     assert total > 300 << 20  # random data does not compress
     assert grown_mb <= 32, f"RSS grew by {grown_mb:.1f} MB"
+    if backend == "overlay":  # long enough for the client's bar, fed by the record's progress
+        from test_cli import run_pty, BAR
+        out = d.base / "big.tar.zst"
+        rc, tty = run_pty(["--url", d.url, "export", cid, "-o", str(out)])
+        assert rc == 0, tty
+        assert BAR.search(tty) and "100%" in tty and f"exporting {cid}" in tty, tty
+        assert out.stat().st_size > 300 << 20
 
 
 # ---- the ckpt client --------------------------------------------------------
