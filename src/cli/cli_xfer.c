@@ -11,22 +11,17 @@
 struct cli_xfer_view {
 	struct cli_progress p;
 	char label[160];
-	const char *verb;
 };
 
+/* An upload: its own bytes make the bar. */
 static void cli_xfer_tick(void *arg, uint64_t down, uint64_t up, uint64_t up_total)
 {
 	struct cli_xfer_view *v = arg;
-	char a[32];
-	if (up_total) { /* an upload: its own bytes make the bar */
-		json_auto_t *pr =
-			json_pack("{s:I, s:I}", "bytes_done", (json_int_t)up, "bytes_total", (json_int_t)up_total);
-		if (cli_progress_now_ms() - v->p.last_ms >= 100 || !v->p.drawn)
-			cli_progress_bar(&v->p, pr);
+	(void)down;
+	if (!up_total || (v->p.drawn && cli_progress_now_ms() - v->p.last_ms < 100))
 		return;
-	}
-	snprintf(v->label, sizeof(v->label), "%s %s", v->verb, cli_out_size(down, a, sizeof(a)));
-	cli_progress_spin(&v->p);
+	json_auto_t *pr = json_pack("{s:I, s:I}", "bytes_done", (json_int_t)up, "bytes_total", (json_int_t)up_total);
+	cli_progress_bar(&v->p, pr);
 }
 
 int cli_cmd_export(const struct cli_opts *o, const char *id)
@@ -97,7 +92,7 @@ int cli_cmd_export(const struct cli_opts *o, const char *id)
 int cli_cmd_import(const struct cli_opts *o, const char *file)
 {
 	struct cli_reply r;
-	struct cli_xfer_view v = { .verb = "importing" };
+	struct cli_xfer_view v;
 	struct stat st;
 	int rc;
 

@@ -31,7 +31,7 @@
 #define XFER_DIR "xfer"
 #define FORMAT_NAME "ckptd-export"
 #define FORMAT_VERSION 1
-#define MANIFEST_MAX (256u << 20)
+#define MANIFEST_MAX (64u << 20) /* read whole into memory: bounded */
 #define BLOCK (64 * 1024)
 #define BASE_HASH_MAX (64 * 1024) /* base files up to this size count by content */
 
