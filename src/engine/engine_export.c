@@ -281,6 +281,7 @@ void engine_xfer_sweep(struct engine *e)
 struct engine_export {
 	struct engine *e;
 	struct engine_op *op; /* its progress shows in the record while streaming */
+	char id[32];
 	uint64_t files_total, bytes_total;
 	int rfd, wfd;
 	pthread_t thread;
@@ -529,7 +530,7 @@ static void *export_main(void *arg)
 	if (q == 0 && archive_write_close(x->a) != ARCHIVE_OK)
 		q = ar_fail(x, "finish the archive");
 	if (q < 0)
-		log_warn("export of %s failed: %s", record_id(x->rec), x->err.msg);
+		log_warn("export of %s failed: %s", x->id, x->err.msg);
 	archive_write_free(TAKE_PTR(x->a));
 	free(TAKE_PTR(x->buf));
 	shutdown(x->wfd, SHUT_WR);
@@ -569,37 +570,38 @@ int engine_export_open(struct engine *e, const char *id_or_name, struct engine_e
 	if (!e->backend->view_open)
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "unsupported", "the %s backend cannot export",
 				    e->backend->name);
-	json_t *rec = engine_resolve(e, id_or_name);
+	const struct ckpt_record *rec = engine_resolve(e, id_or_name);
 	if (!rec)
 		return err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint '%s'", id_or_name);
-	if (strcmp(json_string_value(json_object_get(rec, "status")) ?: "", "active")) {
-		json_decref(rec);
+	if (rec->status != CKPT_ACTIVE) {
+		record_unref(rec);
 		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict",
 				    "checkpoint '%s' is not active (being created or deleted)", id_or_name);
 	}
 	struct engine_export *x = calloc(1, sizeof(*x));
 	if (!x) {
-		json_decref(rec);
+		record_unref(rec);
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	}
 	x->e = e;
 	x->rfd = x->wfd = -1;
 	x->links = json_object();
-	json_t *data = json_incref(json_object_get(rec, "_backend"));
+	json_t *data = json_incref(rec->backend_data);
 	x->rec = engine_public(e, rec);
-	json_decref(rec);
+	snprintf(x->id, sizeof(x->id), "%s", rec->id);
+	record_unref(rec);
 	int q = xfer_tmp(e, &x->tmp, err);
 	if (q == 0) {
 		/* The view is made under the operation lock: no restore or
 		 * delete changes the layers while it is being mounted. */
 		pthread_mutex_lock(&e->op_lock);
-		q = e->backend->view_open(e->bst, record_id(x->rec), data, x->tmp, &x->dirs, err);
+		q = e->backend->view_open(e->bst, x->id, data, x->tmp, &x->dirs, err);
 		pthread_mutex_unlock(&e->op_lock);
 	}
 	json_decref(data);
 	if (q == 0)
 		q = export_manifest(x, err);
-	if (q == 0 && (x->op = engine_op_begin(e, record_id(x->rec)))) {
+	if (q == 0 && (x->op = engine_op_begin(e, x->id))) {
 		atomic_store(&x->op->progress.files_total, x->files_total);
 		atomic_store(&x->op->progress.bytes_total, x->bytes_total);
 	}
@@ -617,8 +619,7 @@ int engine_export_open(struct engine *e, const char *id_or_name, struct engine_e
 		engine_export_free(x);
 		return engine_storage_err(err, q);
 	}
-	log_event(LOG_INFO_, &(struct log_fields){ "export", record_id(x->rec), NULL, -1 }, "exporting %s",
-		  record_id(x->rec));
+	log_event(LOG_INFO_, &(struct log_fields){ "export", x->id, NULL, -1 }, "exporting %s", x->id);
 	*ret = x;
 	return 0;
 }
@@ -1006,7 +1007,8 @@ int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err
 		pthread_join(t, NULL);
 		q = c.status;
 	}
-	json_auto_t *rec = NULL;
+	struct ckpt_record *rec = NULL;
+	char oid[32] = "";
 	if (q == 0 && (q = id_generate(id, sizeof(id))) < 0)
 		err_set(err, -q, NULL, "generate an id");
 	if (q == 0) {
@@ -1016,8 +1018,11 @@ int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err
 		struct create_req cr = { .name = nm && name_valid(nm) ? nm : "imported",
 					 .labels = json_is_object(labels) ? labels : NULL };
 		rec = create_record(e, &cr, id);
-		const char *oid = json_string_value(json_object_get(orig, "checkpoint_id"));
-		json_object_set_new(rec, "import_of", oid ? json_string(oid) : json_null());
+		snprintf(oid, sizeof(oid), "%s", json_string_value(json_object_get(orig, "checkpoint_id")) ?: "");
+		if (rec && !rec->extra) /* kept as is in the record file and answers */
+			rec->extra = json_object();
+		if (rec)
+			json_object_set_new(rec->extra, "import_of", id_valid(oid) ? json_string(oid) : json_null());
 		char **dirs = calloc(e->cfg->n_roots + 1, sizeof(*dirs));
 		for (size_t i = 0; dirs && i < e->cfg->n_roots; i++)
 			if (asprintf(&dirs[i], "%s/%zu", c.tmp, i) < 0)
@@ -1025,18 +1030,19 @@ int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err
 		json_t *data = NULL;
 		uint64_t size = 0;
 		int64_t t0 = mono_ms();
-		bool admitted = (q = create_admit(e, rec, err)) == 0;
+		bool admitted = (q = rec ? create_admit(e, rec, err) : -ENOMEM) == 0;
 		pthread_mutex_lock(&e->op_lock);
 		engine_set_status(e, "importing", id);
 		if (q == 0)
 			q = dirs ? e->backend->import(e->bst, id, dirs, &data, &size, err) : -ENOMEM;
 		if (q == 0) {
-			json_object_set_new(rec, "_backend", data ? data : json_object());
-			json_object_set_new(rec, "size_bytes", json_integer((json_int_t)size));
-			json_object_set_new(rec, "duration_ms", json_integer(mono_ms() - t0));
-			json_object_set_new(rec, "status", json_string("active"));
+			json_decref(rec->backend_data);
+			rec->backend_data = data ? data : json_object();
+			rec->size_bytes = (int64_t)size;
+			rec->duration_ms = mono_ms() - t0;
+			rec->status = CKPT_ACTIVE;
 			if ((q = catalog_put(e->catalog, rec, err)) < 0)
-				e->backend->remove(e->bst, id, json_object_get(rec, "_backend"), NULL);
+				e->backend->remove(e->bst, id, rec->backend_data, NULL);
 		}
 		if (q < 0 && admitted)
 			catalog_remove(e->catalog, id, NULL);
@@ -1054,10 +1060,13 @@ int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err
 	json_decref(c.expect);
 	if (q < 0) {
 		log_event(LOG_WARN_, &(struct log_fields){ "import", NULL, NULL, -1 }, "import refused: %s", err->msg);
+		if (rec)
+			record_unref(rec);
 		return q;
 	}
-	log_event(LOG_INFO_, &(struct log_fields){ "import", id, NULL, -1 }, "imported %s as %s",
-		  json_string_value(json_object_get(rec, "import_of")) ?: "?", id);
+	log_event(LOG_INFO_, &(struct log_fields){ "import", id, NULL, -1 }, "imported %s as %s", oid[0] ? oid : "?",
+		  id);
 	*ret_record = engine_public(e, rec);
+	record_unref(rec);
 	return 0;
 }

@@ -42,21 +42,25 @@ struct engine {
 	pthread_cond_t sweep_cond;
 };
 
-json_t *engine_resolve(struct engine *e, const char *id_or_name);
-json_t *engine_public(struct engine *e, json_t *rec);
-int engine_drop(struct engine *e, json_t *rec, ckpt_error *err);
+/* engine_records.c */
+const struct ckpt_record *engine_resolve(struct engine *e, const char *id_or_name);
+int engine_drop(struct engine *e, const struct ckpt_record *rec, ckpt_error *err);
+/* engine_life.c */
+json_t *engine_public(struct engine *e, const struct ckpt_record *rec);
 void engine_set_status(struct engine *e, const char *op, const char *what);
+struct engine_op *engine_op_begin(struct engine *e, const char *id);
+void engine_op_end(struct engine *e, struct engine_op *op);
+bool record_expired(const struct ckpt_record *rec, int64_t now);
+int engine_storage_err(ckpt_error *err, int r);
+/* engine_sweep.c */
 int engine_sweeper_start(struct engine *e, ckpt_error *err);
 void engine_sweeper_stop(struct engine *e);
 void engine_kick_maintenance(struct engine *e);
-struct engine_op *engine_op_begin(struct engine *e, const char *id);
-void engine_op_end(struct engine *e, struct engine_op *op);
-bool record_expired(json_t *rec, int64_t now);
-int engine_storage_err(ckpt_error *err, int r);
-/* Compare the roots with checkpoint id (NULL: the base) and add verified,
- * verify_ms, verify_differences (and ok: false) to extra. Returns its ms. */
+/* engine_verify.c: compare the roots with checkpoint id (NULL: the base) and
+ * add verified, verify_ms, verify_differences (and ok: false) to extra.
+ * Returns its ms. */
 int64_t engine_verify(struct engine *e, const char *id, json_t *data, json_t *extra);
 /* A new record in state "creating" (engine_create.c). */
-json_t *create_record(struct engine *e, const struct create_req *req, const char *id);
+struct ckpt_record *create_record(struct engine *e, const struct create_req *req, const char *id);
 /* Check max_checkpoints and max_state_bytes and publish rec (volatile). */
-int create_admit(struct engine *e, json_t *rec, ckpt_error *err);
+int create_admit(struct engine *e, const struct ckpt_record *rec, ckpt_error *err);

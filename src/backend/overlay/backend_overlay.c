@@ -1,7 +1,8 @@
 /* backend_overlay.c: the overlayfs layer backend. A root P is an overlay of
  * an immutable chain of layers over P's original contents (base); create
  * copies the upper into a new layer, restore swaps the mount. The layer
- * store, references and flattening live in overlay_layers.c. */
+ * store, references and flattening live in overlay_layers.c, a root's live
+ * state (live.json) in overlay_root.c. */
 #include "backend/backend.h"
 #include "config.h"
 #include "backend/overlay/overlay_internal.h"
@@ -18,35 +19,6 @@ static void ovl_hash_path(const char *p, char out[OVL_NAME_LEN + 1])
 {
 	uint32_t h = hash_fnv32(HASH_FNV32_INIT, p, strlen(p));
 	snprintf(out, OVL_NAME_LEN + 1, "%08x", h);
-}
-
-int overlay_live_save(struct ovl_root *r)
-{
-	json_auto_t *j = json_pack("{s:s,s:O,s:O,s:s}", "path", r->path, "chain", r->chain, "mounted", r->mounted,
-				   "upper", r->upper);
-	_cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	if (!s)
-		return -ENOMEM;
-	return write_file_atomic(r->rdir_fd, "live.json", s, strlen(s), 0600);
-}
-
-static int ovl_live_load(struct ovl_root *r)
-{
-	_cleanup_free_ char *s = NULL;
-	int q = read_file_at(r->rdir_fd, "live.json", 1 << 20, &s, NULL);
-	if (q < 0)
-		return q;
-	json_auto_t *j = json_loads(s, 0, NULL);
-	const char *up = json_string_value(json_object_get(j, "upper"));
-	json_t *c = json_object_get(j, "chain"), *m = json_object_get(j, "mounted");
-	if (!up || strlen(up) != OVL_NAME_LEN || !json_is_array(c))
-		return -EBADMSG;
-	snprintf(r->upper, sizeof(r->upper), "%s", up);
-	json_decref(r->chain);
-	json_decref(r->mounted);
-	r->chain = json_incref(c);
-	r->mounted = json_incref(json_is_array(m) ? m : c);
-	return 0;
 }
 
 /* Out of space is the one failure of our own writes a client can act on. */
@@ -145,7 +117,7 @@ static int ovl_root_dirs(struct ovl *o, struct ovl_root *r, ckpt_error *err)
  * is mounted, so a crash at any later point is finished by the next start. */
 static int ovl_adopt_record(struct ovl_root *r, const struct overlay_mountinfo *mi, ckpt_error *err)
 {
-	int q = ovl_live_load(r);
+	int q = overlay_live_load(r);
 	if (q == 0)
 		return 0;
 	if (q != -ENOENT)
@@ -214,8 +186,7 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 		if (q == 0)
 			q = ovl_mount_chain(o, r, r->chain, r->upper, err);
 		if (q == 0) {
-			json_decref(r->mounted);
-			r->mounted = json_incref(r->chain);
+			overlay_live_set(r, r->chain, r->chain);
 			q = overlay_live_save(r);
 		}
 	}
@@ -332,23 +303,6 @@ static int ovl_open_dir(int dfd, const char *a, const char *b)
 	return openat(dfd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
-/* Finish layer store l's .tmp-<name> (fd dst) once written (q == 0): record
- * it, make it durable, publish it as name. On any failure it is removed. */
-int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q, ckpt_error *err)
-{
-	if (q == 0 && (q = overlay_record_write(r, dst, name)) < 0)
-		err_set(err, -q, NULL, "record layer: %s", strerror(-q));
-	if (q == 0 && syncfs(dst) < 0)
-		q = err_set(err, errno, NULL, "sync layer: %m");
-	if (q == 0 && renameat(l, tmp, l, name) < 0)
-		q = err_set(err, errno, NULL, "publish layer: %m");
-	if (q == 0 && fsync_dirfd(l) < 0)
-		q = err_set(err, errno, NULL, "sync layer store: %m");
-	if (q < 0)
-		rm_rf_at(l, tmp);
-	return q;
-}
-
 /* Copy r's upper into a new durable layer; on success ix (the upper's new
  * index) is handed to the caller. */
 static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], struct treecopy_index **ret_ix,
@@ -453,10 +407,7 @@ static void ovl_swap_undo(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
 	if (!ovl_is_our_upper(r, &mi, s->old_upper) || ovl_is_our_upper(r, &mi, r->upper))
 		ovl_mount_chain(o, r, s->old_mounted, s->old_upper, &e);
 	overlay_mountinfo_clear(&mi);
-	json_decref(r->chain);
-	json_decref(r->mounted);
-	r->chain = json_incref(s->old_chain);
-	r->mounted = json_incref(s->old_mounted);
+	overlay_live_set(r, s->old_chain, s->old_mounted);
 	memcpy(r->upper, s->old_upper, sizeof(r->upper));
 	overlay_live_save(r);
 }
@@ -483,10 +434,8 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 			err_set(err, -q, NULL, "new upper for '%s': %s", r->path, strerror(-q));
 			break;
 		}
-		json_decref(r->chain);
-		json_decref(r->mounted);
-		r->chain = c ? json_incref(c) : json_array();
-		r->mounted = json_incref(r->chain);
+		json_auto_t *none = json_array();
+		overlay_live_set(r, c ? c : none, c ? c : none);
 		if ((q = overlay_live_save(r)) < 0)
 			err_set(err, -q, NULL, "record restore intent: %s", strerror(-q));
 	}

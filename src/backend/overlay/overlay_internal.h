@@ -1,5 +1,6 @@
 /* overlay_internal.h: the overlay backend's state, shared by backend_overlay.c
- * (the ops) and overlay_layers.c (layer store, references, GC, flatten).
+ * (the ops), overlay_layers.c (layer store, references, GC, flatten) and
+ * overlay_root.c (live.json). Calls go ops -> layers -> root, never back.
  *
  * On disk, below <state>/overlay/:
  *   r/<h>/            one per root (h: hash of the root's path)
@@ -55,6 +56,10 @@ void overlay_layers_gc(struct ovl *o);
 /* Merge chains deeper than the threshold into one layer each. */
 int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err);
 int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NAME_LEN + 1], ckpt_error *err);
+/* overlay_layers.c too: record, sync and publish layer .tmp-<name> (fd dst) of layer store l when
+ * q == 0; remove it on any failure. Returns q or the new failure. */
+int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q,
+			  ckpt_error *err);
 
 /* overlay_flatten.c: merge layers lfd[0..n) (newest first) into the empty
  * dir dst so that dst over base shows what the chain over base shows. */
@@ -66,12 +71,11 @@ int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name);
  * another chain), a non-empty upper, layers that no longer match their records. */
 int overlay_verify_root(struct ovl_root *r, json_t *chain, bool mounted_ok, json_t *diffs, size_t max, ckpt_error *err);
 
-/* backend_overlay.c */
+/* overlay_root.c: live.json of a root */
 int overlay_live_save(struct ovl_root *r);
-/* Record, sync and publish layer .tmp-<name> (fd dst) of layer store l when
- * q == 0; remove it on any failure. Returns q or the new failure. */
-int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q,
-			  ckpt_error *err);
+int overlay_live_load(struct ovl_root *r);
+/* Set r's live chain and the chain its mount uses (references taken). */
+void overlay_live_set(struct ovl_root *r, json_t *chain, json_t *mounted);
 
 /* overlay_export.c: the view_open, view_close and import ops. */
 int overlay_view_open(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);
