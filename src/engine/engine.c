@@ -147,6 +147,8 @@ static int engine_open_state(struct engine *e, const struct engine_deps *deps, c
 	write_file_atomic_sweep(e->state_fd); /* we hold the state lock: nobody else writes */
 	if ((r = engine_check_identity(e, err)) < 0)
 		return r;
+	if ((r = engine_idem_open(e, err)) < 0)
+		return r;
 	if ((r = catalog_open(e->state_fd, &e->catalog, err)) < 0)
 		return r;
 	if ((r = e->backend->open(&e->bctx, &e->bst, err)) < 0)
@@ -163,7 +165,8 @@ int engine_open(const struct config *cfg, const struct engine_deps *deps, struct
 	if (!e)
 		return -ENOMEM;
 	e->cfg = cfg;
-	e->state_fd = e->lock_fd = -1;
+	e->state_fd = e->lock_fd = e->idem_fd = -1;
+	pthread_mutex_init(&e->idem_lock, NULL);
 	e->started_ms = mono_ms();
 	pthread_mutex_init(&e->op_lock, NULL);
 	pthread_mutex_init(&e->state_lock, NULL);
@@ -199,6 +202,8 @@ void engine_close(struct engine *e)
 	if (e->services && !e->services_borrowed)
 		services_close(e->services);
 	catalog_close(e->catalog);
+	engine_idem_close(e);
+	pthread_mutex_destroy(&e->idem_lock);
 	if (e->lock_fd >= 0)
 		close(e->lock_fd);
 	if (e->state_fd >= 0)

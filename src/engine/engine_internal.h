@@ -40,6 +40,10 @@ struct engine {
 	pthread_t sweeper;
 	bool sweeper_running, stopping, maintenance_due;
 	pthread_cond_t sweep_cond;
+
+	int idem_fd; /* <state>/idempotency */
+	pthread_mutex_t idem_lock;
+	struct idem_running *idem_running;
 };
 
 /* engine_records.c */
@@ -60,6 +64,8 @@ void engine_kick_maintenance(struct engine *e);
  * add verified, verify_ms, verify_differences (and ok: false) to extra.
  * Returns its ms. */
 int64_t engine_verify(struct engine *e, const char *id, json_t *data, json_t *extra);
+int engine_idem_open(struct engine *e, ckpt_error *err);
+void engine_idem_close(struct engine *e);
 /* A new record in state "creating" (engine_create.c). */
 struct ckpt_record *create_record(struct engine *e, const struct create_req *req, const char *id);
 /* Check max_checkpoints and max_state_bytes and publish rec (volatile). */

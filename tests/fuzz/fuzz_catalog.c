@@ -44,21 +44,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	close(fd);
 	if (catalog_open(state_fd, &c, &err) < 0)
 		abort(); /* a bad record is left out, never fatal */
-	json_t *r = catalog_get(c, ID);
+	const struct ckpt_record *r = catalog_get(c, ID);
 	bool listed = r != NULL;
 	if (r) {
-		/* Only a whole record of this id is listed. */
-		if (strcmp(record_id(r), ID) || !json_is_string(json_object_get(r, "name")))
+		/* Only a whole record of this id is listed, with a known status. */
+		if (strcmp(r->id, ID) || !r->name || r->status >= CKPT_STATUS_N)
 			abort();
-		json_t *pub = record_public(r);
-		(void)record_int(r, "size_bytes");
+		json_t *pub = record_json(r, false);
+		if (!pub || !json_is_string(json_object_get(pub, "name")))
+			abort();
 		json_decref(pub);
-		json_decref(r);
+		record_unref(r);
 	}
-	json_t *list = catalog_list(c, NULL);
-	if (json_array_size(list) != (listed ? 1 : 0))
+	struct catalog_list list;
+	if (catalog_list(c, NULL, &list) < 0 || list.n != (listed ? 1u : 0u))
 		abort();
-	json_decref(list);
+	catalog_list_free(&list);
 	catalog_close(c);
 	return 0;
 }
