@@ -38,6 +38,7 @@ void config_defaults(struct config *cfg)
 	cfg->service_timeout_secs = 30;
 	cfg->lock_ttl_secs = 30;
 	cfg->lock_renew_secs = 5;
+	cfg->lock_margin_secs = 2;
 	cfg->default_idle_timeout_secs = 300;
 }
 
@@ -272,6 +273,7 @@ static const char *const known_keys[] = {
 	"max_import_bytes",
 	"lock_ttl_secs",
 	"lock_renew_secs",
+	"lock_margin_secs",
 	"idle_timeout_secs",
 	"max_connections",
 	"max_connections_per_client",
@@ -353,6 +355,7 @@ int config_apply_json(struct config *cfg, json_t *obj, ckpt_error *err)
 	    (r = json_int(obj, "max_import_bytes", 1, &cfg->max_import_bytes, err)) < 0 ||
 	    (r = json_int(obj, "lock_ttl_secs", 1, &cfg->lock_ttl_secs, err)) < 0 ||
 	    (r = json_int(obj, "lock_renew_secs", 1, &cfg->lock_renew_secs, err)) < 0 ||
+	    (r = json_int(obj, "lock_margin_secs", 0, &cfg->lock_margin_secs, err)) < 0 ||
 	    (r = json_int(obj, "idle_timeout_secs", 1, &cfg->default_idle_timeout_secs, err)) < 0 ||
 	    (r = json_int(obj, "max_connections", 16, &cfg->max_connections, err)) < 0 ||
 	    (r = json_int(obj, "max_connections_per_client", 1, &cfg->max_connections_per_client, err)) < 0 ||

@@ -64,6 +64,7 @@ struct config {
 	char *sandbox_state_dir;           /* default <state_dir>/sandboxes */
 	int64_t lock_ttl_secs;             /* default 30 */
 	int64_t lock_renew_secs;           /* default 5 */
+	int64_t lock_margin_secs;          /* default 2: a taker waits ttl + this */
 	int64_t default_idle_timeout_secs; /* default 300 */
 };
 

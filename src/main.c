@@ -167,6 +167,7 @@ int main(int argc, char **argv)
 	log_notice("ckptd %s ready (%s mode%s%s)", CKPTD_VERSION, a.cfg.mode == MODE_HOST ? "host" : "sandbox",
 		   a.engine ? ", backend " : "", a.engine ? engine_backend_name(a.engine) : "");
 	sd_notify(0, "READY=1");
+	engine_adoption_finish(a.engine); /* units After=ckptd.service can start now */
 	app_notify_status(&a);
 	int sig = app_wait(&a);
 	log_notice("stopping on signal %d", sig);

@@ -75,6 +75,7 @@ void cli_out_table(json_t *records);
 void cli_out_record(json_t *record);
 void cli_out_restore(json_t *report);
 void cli_out_health(json_t *health);
+void cli_out_status(json_t *health);
 /* Print the reply body as is (with a final newline). */
 void cli_out_verbatim(const struct cli_reply *r);
 /* "ckpt: detail (code, HTTP status)" on stderr. */
@@ -127,6 +128,7 @@ int cli_cmd_show(const struct cli_opts *o, const char *id);
 int cli_cmd_delete(const struct cli_opts *o, const char *id);
 int cli_cmd_restore(const struct cli_opts *o, const char *id);
 int cli_cmd_health(const struct cli_opts *o, const char *unused);
+int cli_cmd_status(const struct cli_opts *o, const char *unused);
 /* Shared by the commands: a transport failure or an error answer, reported;
  * "/v1/checkpoints/{ref}{suffix}" (-1 on success, else the exit status). */
 int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r);

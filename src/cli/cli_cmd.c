@@ -546,3 +546,10 @@ int cli_cmd_health(const struct cli_opts *o, const char *unused __attribute__((u
 	int rc = cli_cmd_send(o, "GET", "/v1/health", NULL, &r, NULL, NULL);
 	return rc >= 0 ? rc : cli_cmd_print(o, &r, cli_out_health);
 }
+
+int cli_cmd_status(const struct cli_opts *o, const char *unused __attribute__((unused)))
+{
+	_cleanup_reply_ struct cli_reply r = { 0 };
+	int rc = cli_cmd_send(o, "GET", "/v1/health", NULL, &r, NULL, NULL);
+	return rc >= 0 ? rc : cli_cmd_print(o, &r, cli_out_status);
+}

@@ -60,6 +60,10 @@ json_t *engine_list(struct engine *e, const char *name);
 int engine_list_page(struct engine *e, const char *name, size_t limit, const char *page_token, json_t **ret_list,
 		     char **ret_next, ckpt_error *err);
 json_t *engine_health(struct engine *e);
+/* After READY: start the units stopped for a mount at start (units ordered
+ * After=ckptd.service could not start before), and look for processes that
+ * no unit covers. Health says what happened. */
+void engine_adoption_finish(struct engine *e);
 /* Prometheus text exposition; caller frees. */
 char *engine_metrics(struct engine *e);
 /* Delete expired checkpoints (the sweeper calls this). Returns how many. */

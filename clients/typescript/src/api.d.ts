@@ -11,7 +11,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List checkpoints, newest first */
+        /** List checkpoints, newest first, a page at a time */
         get: operations["listCheckpoints"];
         put?: never;
         /**
@@ -100,7 +100,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Prometheus metrics (text exposition format 0.0.4) */
+        /**
+         * Prometheus metrics (text exposition format 0.0.4)
+         * @description Needs the token like the API, unless the daemon runs with
+         *     `"metrics_token_free": true`, which lets Prometheus scrape without it.
+         */
         get: operations["metrics"];
         put?: never;
         post?: never;
@@ -226,6 +230,14 @@ export interface components {
              * @description the last restore from it; null before the first.
              */
             last_used_at: string | null;
+            /**
+             * @description Bytes this checkpoint added to the state directory when it was
+             *     created: for `overlay`, the bytes copied into its layer (what
+             *     changed since the previous checkpoint, so often far less than the
+             *     roots); for `tar`, the disk usage of its directory (archives and
+             *     manifest, all of every root). Fixed at creation. The sum over
+             *     checkpoints is `ckptd_checkpoint_bytes`.
+             */
             size_bytes: number;
             /** @description how long the create took. */
             duration_ms: number;
@@ -253,14 +265,36 @@ export interface components {
         };
         CheckpointList: {
             checkpoints: components["schemas"]["Checkpoint"][];
+            /** @description present when more checkpoints follow; pass it as `page_token`. */
+            next_page_token?: string;
         };
         RestoreReport: {
-            /** @description true when the roots were restored and every service came back. */
+            /**
+             * @description true only when the roots were swapped and every unit that was
+             *     running before runs again (or is still activating within its own
+             *     start timeout: see `activating_services`). Otherwise `failures`
+             *     says why, per unit.
+             */
             ok: boolean;
+            /**
+             * @description false when a unit that uses the roots could not be stopped (even
+             *     after SIGKILL at `service_timeout_secs`): the roots were left as
+             *     they were and the units already stopped were started again.
+             */
+            swapped?: boolean;
             checkpoint_id: string;
             restore_duration_ms: number;
+            /** @description Units active again after the restore (ActiveState `active` or `reloading`). */
             started_services: string[];
+            /**
+             * @description Units that went down, by systemd's account (job result and
+             *     ActiveState): the managed units and those systemd stopped with
+             *     them (`Requires=`, `BindsTo=`, `PartOf=`), which are started again too.
+             */
             stopped_services: string[];
+            /** @description Units still activating when ckptd stopped waiting, within their own start timeout. */
+            activating_services?: string[];
+            /** @description Units that could not be stopped, or did not come back. */
             failed_services: string[];
             /** @description unit -> reason, one member per failed unit. */
             failures: {
@@ -304,8 +338,12 @@ export interface components {
         };
         Health: components["schemas"]["SandboxHealth"] | components["schemas"]["HostHealth"];
         SandboxHealth: {
-            /** @enum {string} */
-            status: "ok";
+            /**
+             * @description `preparing` while the tar backend takes the roots' base at its first
+             *     start; creates and restores wait for it meanwhile.
+             * @enum {string}
+             */
+            status: "ok" | "preparing";
             version: string;
             /** @enum {string} */
             mode: "sandbox";
@@ -330,12 +368,34 @@ export interface components {
             tar_compression?: "zstd" | "none";
             /** @description tar backend only; whether the base archive (for `if_expired` fresh) exists. */
             tar_base?: boolean;
+            /** @description tar backend only; why taking the base failed (the next create tries again). */
+            tar_base_error?: string;
             tar_last_restore?: components["schemas"]["TarRestoreStats"];
             /** @description tar backend only; a restore that failed half-way and is retried. */
             tar_unfinished_restore?: {
                 id: string;
                 error: string;
             };
+            /** @description Present when this start mounted over a root (first adoption, reboot, an interrupted restore). The units using a root, found by device and inode, were stopped before the mount and started again on it after READY. `state: starting units` until then. */
+            adoption?: {
+                mounted: string[];
+                stopped_units: string[];
+                restarted_units: string[];
+                failures: {
+                    [key: string]: string;
+                };
+                /** Format: date-time */
+                at?: string;
+                /** @enum {string} */
+                state?: "starting units";
+            };
+            /** @description Warning: processes using a root (cwd, root, open files, mappings, found by device and inode) that belong to no unit ckptd manages, so nothing stops them around a mount or a restore. `hidden`: they use the directory hidden under ckptd's mount, not the managed root. Rescanned at most every 5 s. */
+            unmanaged_users?: {
+                pid: number;
+                command: string;
+                unit?: string;
+                hidden: boolean;
+            }[];
             /** @description overlay backend only. */
             overlay_roots?: {
                 path: string;
@@ -366,8 +426,17 @@ export interface components {
             instance_id: string;
             /** @description a checkpoint restores only with the same runsc version. */
             runsc_version: string;
-            /** @description whether SANDBOX_CHECKPOINT_BUCKET and SANDBOX_CHECKPOINT_MOUNT_PATH are set. */
+            /** @description whether SANDBOX_CHECKPOINT_BUCKET and SANDBOX_CHECKPOINT_MOUNT_PATH are set and the volume offers a safe lock method. */
             checkpointing: boolean;
+            /** @description why checkpointing was refused at start (no safe lock method on the volume). */
+            checkpointing_refused?: string | null;
+            /**
+             * @description how lock files are created on the volume, as the start-up probe chose.
+             * @enum {string}
+             */
+            lock_method?: "link" | "excl" | "none";
+            /** @description a taker waits lock_ttl_secs plus this before taking a stale lock. */
+            lock_margin_secs?: number;
             /** @description the shared volume holding checkpoints and locks. */
             checkpoint_mount: string | null;
             /** @description sandboxes this instance runs. */
@@ -430,7 +499,11 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The path exists but not with this method (code `method_not_allowed`). */
+        /**
+         * @description Answered to any method the path does not have (code
+         *     `method_not_allowed`); `Allow` names the ones it has (`HEAD` wherever
+         *     `GET`).
+         */
         MethodNotAllowed: {
             headers: {
                 Allow?: string;
@@ -542,6 +615,14 @@ export interface operations {
             query?: {
                 /** @description only checkpoints with this name */
                 name?: string;
+                /** @description at most this many checkpoints in the page */
+                limit?: number;
+                /**
+                 * @description `next_page_token` of the previous page. It names a position in
+                 *     the newest-first order, so it stays valid when checkpoints are
+                 *     created or deleted between pages.
+                 */
+                page_token?: string;
             };
             header?: never;
             path?: never;
@@ -560,6 +641,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            405: components["responses"]["MethodNotAllowed"];
             500: components["responses"]["Internal"];
         };
     };
@@ -631,6 +713,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            405: components["responses"]["MethodNotAllowed"];
             409: components["responses"]["IdempotencyInProgress"];
             413: components["responses"]["TooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -662,6 +745,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
             500: components["responses"]["Internal"];
         };
     };
@@ -686,6 +770,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
             409: components["responses"]["Conflict"];
             500: components["responses"]["Internal"];
         };
@@ -735,6 +820,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
             /**
              * @description The checkpoint is still being created or is being deleted (code
              *     `conflict`), or a request with the same Idempotency-Key still runs
@@ -782,6 +868,8 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
+            400: components["responses"]["BadRequest"];
+            405: components["responses"]["MethodNotAllowed"];
         };
     };
     metrics: {
@@ -797,8 +885,11 @@ export interface operations {
              * @description ckptd_checkpoint_create_duration_seconds and
              *     ckptd_checkpoint_restore_duration_seconds (histograms),
              *     ckptd_checkpoints{state}, ckptd_checkpoint_bytes,
-             *     ckptd_operations_total{op,result}, ckptd_http_requests_total{code},
-             *     ckptd_build_info.
+             *     ckptd_operations_total{op,result} (a refused or failed operation is
+             *     an `error` whatever its status), ckptd_http_requests_total{code},
+             *     ckptd_build_info, and the process metrics
+             *     process_cpu_seconds_total, process_resident_memory_bytes,
+             *     process_virtual_memory_bytes, process_open_fds, process_max_fds.
              */
             200: {
                 headers: {
@@ -809,6 +900,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            405: components["responses"]["MethodNotAllowed"];
             500: components["responses"]["Internal"];
         };
     };
@@ -828,6 +920,7 @@ export interface operations {
             101: components["responses"]["SwitchingProtocols"];
             400: components["responses"]["NotAnUpgrade"];
             401: components["responses"]["Unauthorized"];
+            405: components["responses"]["MethodNotAllowed"];
             500: components["responses"]["Internal"];
         };
     };
@@ -858,6 +951,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            405: components["responses"]["MethodNotAllowed"];
             500: components["responses"]["Internal"];
         };
     };

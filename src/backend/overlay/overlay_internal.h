@@ -39,9 +39,11 @@ struct ovl {
 	int odir_fd, cdir_fd;
 	struct ovl_root *roots;
 	size_t n_roots;
-	json_t *refs;   /* "h/layer" -> number of checkpoints using it */
-	json_t *chains; /* id -> {h: [layers]} (cache of c/<id>.json) */
-	bool dirty_gc;  /* maintain has layers or uppers to remove */
+	json_t *refs;                                           /* "h/layer" -> number of checkpoints using it */
+	json_t *chains;                                         /* id -> {h: [layers]} (cache of c/<id>.json) */
+	bool dirty_gc;                                          /* maintain has layers or uppers to remove */
+	void (*before_mount)(void *hook_ctx, const char *root); /* backend_ctx's */
+	void *hook_ctx;
 };
 
 /* overlay_layers.c */
