@@ -94,6 +94,17 @@ struct backend_ops {
 	void (*maintain)(void *st);
 
 	void (*close)(void *st, bool unmount);
+
+	/* Export and import (backend_export.h explains; NULL: not supported).
+	 * view_open: for each root, an absolute directory showing checkpoint id
+	 * (NULL: the base) as a whole tree, made below the empty dir tmp, which
+	 * the caller removes after view_close. Nothing may write to it. */
+	int (*view_open)(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);
+	void (*view_close)(void *st, char **dirs);
+	/* Make checkpoint id from dirs[i], root i's whole tree (below the state
+	 * dir; the backend may move from it, the caller removes what is left). */
+	int (*import)(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size,
+		      ckpt_error *err);
 };
 
 extern const struct backend_ops backend_tar_ops;

@@ -25,6 +25,8 @@ static const char ckpt_usage[] =
 	"  delete ID|NAME [-q]                                       delete a checkpoint\n"
 	"  restore ID|NAME [--force] [--if-expired fail|fresh] [--verify] [--yes] [--dry-run]\n"
 	"                                                            roll the roots back to it\n"
+	"  export ID|NAME -o FILE                                    write it as one portable archive\n"
+	"  import FILE                                               a new checkpoint from an archive\n"
 	"  health                                                    the daemon's health\n"
 	"  help [COMMAND]                                            this text, or a command's\n"
 	"  version                                                   ckpt's version\n"
@@ -54,6 +56,7 @@ enum {
 	OPT_YES,
 	OPT_DRY_RUN,
 	OPT_VERIFY,
+	OPT_OUTPUT,
 };
 
 /* In the order of the enum above: ckpt_parse_opt indexes it by c - OPT_URL. */
@@ -72,6 +75,7 @@ static const struct option ckpt_options[] = {
 	{ "yes", no_argument, NULL, OPT_YES },
 	{ "dry-run", no_argument, NULL, OPT_DRY_RUN },
 	{ "verify", no_argument, NULL, OPT_VERIFY },
+	{ "output", required_argument, NULL, OPT_OUTPUT },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ 0 },
@@ -158,8 +162,8 @@ static int ckpt_parse_opt(int c, struct cli_opts *o, struct ckpt_args *a)
 		puts("ckpt " CKPTD_VERSION);
 		return -1;
 	}
-	if (c == 'q' || c == 'y')
-		c = c == 'q' ? OPT_QUIET : OPT_YES;
+	if (c == 'q' || c == 'y' || c == 'o')
+		c = c == 'q' ? OPT_QUIET : c == 'y' ? OPT_YES : OPT_OUTPUT;
 	if (!a->used)
 		a->only = ckpt_options[c - OPT_URL].name;
 	a->used |= 1u << (c - OPT_URL);
@@ -193,6 +197,9 @@ static int ckpt_parse_opt(int c, struct cli_opts *o, struct ckpt_args *a)
 		return 0;
 	case OPT_VERIFY:
 		o->verify = true;
+		return 0;
+	case OPT_OUTPUT:
+		o->output = optarg;
 		return 0;
 	}
 	return CKPT_EXIT_USAGE; /* getopt printed the message */
@@ -246,6 +253,16 @@ static const struct ckpt_command ckpt_commands[] = {
 	{ "status", 0, 0, NULL, cli_cmd_status,
 	  "Usage: ckpt status\nA short summary of health: warnings (processes using a root that no\n"
 	  "managed unit covers), backend, roots, checkpoints, the units restarted at adoption.\n" },
+	{ "export", 1, OPT_BIT(OPT_OUTPUT), "ID", cli_cmd_export,
+	  "Usage: ckpt export ID|NAME -o FILE\n"
+	  "Write a checkpoint as one portable archive (pax tar, zstd) to FILE (\"-\": stdout).\n"
+	  "  -o, --output FILE  where the archive goes; written as FILE.part, renamed when complete\n"
+	  "On a terminal a bar shows the progress.\n" },
+	{ "import", 1, 0, "FILE", cli_cmd_import,
+	  "Usage: ckpt import FILE\n"
+	  "Make a new checkpoint from an archive made by `ckpt export` (FILE \"-\": stdin is not\n"
+	  "supported; the size must be known). Prints the new record; import_of names the\n"
+	  "exported checkpoint. On a terminal a bar shows the upload.\n" },
 };
 
 static const struct ckpt_command *ckpt_find_command(const char *name)
@@ -385,7 +402,7 @@ static int ckpt_parse(int argc, char **argv, struct cli_opts *o, struct ckpt_arg
 {
 	int c;
 	opterr = 0; /* our messages, in the style of the others */
-	while ((c = getopt_long(argc, argv, ":hVqy", ckpt_options, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":hVqyo:", ckpt_options, NULL)) != -1) {
 		if (c == ':')
 			return ckpt_usage_error("option %s needs a value", argv[optind - 1]);
 		if (c == '?') {

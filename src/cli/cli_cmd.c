@@ -38,7 +38,7 @@ static void cli_cmd_socket_problem(const char *path)
 	fprintf(stderr, "ckpt: cannot reach ckptd: nothing accepts connections on %s; is ckptd running?\n", path);
 }
 
-static int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r)
+int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r)
 {
 	switch (r->curl_code) {
 	case CURLE_COULDNT_CONNECT:
@@ -77,7 +77,7 @@ static int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r
 
 /* An error answer: the problem document to stdout with --json (scripts parse
  * it), its detail and code to stderr always. */
-static int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r)
+int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r)
 {
 	if (o->json)
 		cli_out_verbatim(r);
@@ -194,7 +194,7 @@ static int cli_cmd_resolve_name(const struct cli_opts *o, const char *name, char
 }
 
 /* "/v1/checkpoints/{ref}{suffix}" for an id or a name; -1 on success, else the exit status. */
-static int cli_cmd_ref_path(const struct cli_opts *o, const char *ref, const char *suffix, char **ret)
+int cli_cmd_ref_path(const struct cli_opts *o, const char *ref, const char *suffix, char **ret)
 {
 	_cli_cleanup_free_ char *id = NULL;
 	if (strchr(ref, '/')) {
@@ -458,14 +458,6 @@ int cli_cmd_delete(const struct cli_opts *o, const char *ref)
 /* A restore in flight: the API answers only at the end, but the record shows
  * the backend's progress meanwhile (tar), so the tick polls it for a bar and
  * falls back to a spinner when there is nothing to show. */
-struct cli_watch {
-	const struct cli_opts *o;
-	const char *record_path;
-	struct cli_progress p;
-	int64_t polled_ms;
-	json_t *progress; /* last seen with totals, or NULL */
-};
-
 static void cli_cmd_watch_poll(struct cli_watch *w)
 {
 	_cleanup_reply_ struct cli_reply r = { 0 };
@@ -480,7 +472,7 @@ static void cli_cmd_watch_poll(struct cli_watch *w)
 	}
 }
 
-static void cli_cmd_watch_tick(void *arg)
+void cli_cmd_watch_tick(void *arg)
 {
 	struct cli_watch *w = arg;
 	if (cli_progress_now_ms() - w->polled_ms >= CLI_WATCH_MS)

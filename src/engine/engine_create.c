@@ -48,7 +48,7 @@ static void engine_usage(struct engine *e, size_t *count, uint64_t *bytes)
 	}
 }
 
-static struct ckpt_record *create_record(struct engine *e, const struct create_req *req, const char *id)
+struct ckpt_record *create_record(struct engine *e, const struct create_req *req, const char *id)
 {
 	int64_t now = now_ms();
 	int64_t ttl = req->has_ttl ? req->ttl_secs : e->cfg->default_ttl_secs;
@@ -79,7 +79,7 @@ static struct ckpt_record *create_record(struct engine *e, const struct create_r
 
 /* Check the limits and publish the record in state "creating" in one step, so
  * two racing creates cannot both take the last place. */
-static int create_admit(struct engine *e, const struct ckpt_record *rec, ckpt_error *err)
+int create_admit(struct engine *e, const struct ckpt_record *rec, ckpt_error *err)
 {
 	size_t count;
 	uint64_t bytes;

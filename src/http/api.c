@@ -335,6 +335,8 @@ static const struct http_route routes[] = {
 	{ "GET", "/v1/checkpoints/{id}", api_get, false, false },
 	{ "DELETE", "/v1/checkpoints/{id}", api_delete, false, false },
 	{ "POST", "/v1/checkpoints/{id}/restore", api_restore, false, false },
+	{ .method = "GET", .pattern = "/v1/checkpoints/{id}/export", .handler = api_export },
+	{ .method = "POST", .pattern = "/v1/checkpoints/import", .handler = api_import, .raw_body = HTTP_BODY_SPOOL },
 	{ "GET", "/v1/health", api_health, true, false },
 	{ "GET", "/metrics", api_metrics, false, false },
 };

@@ -332,18 +332,8 @@ static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], str
 	struct treecopy_stats stats = { 0 };
 	q = dst < 0 || !ix ? err_set(err, ENOMEM, NULL, "create layer: out of memory")
 			   : treecopy_copy(up, dst, &opts, &stats, err);
-	if (q == 0 && (q = overlay_record_write(r, dst, name)) < 0)
-		err_set(err, -q, NULL, "record layer: %s", strerror(-q));
-	if (q == 0 && syncfs(dst) < 0)
-		q = err_set(err, errno, NULL, "sync layer: %m");
-	if (q == 0 && renameat(l, tmp, l, name) < 0)
-		q = err_set(err, errno, NULL, "publish layer: %m");
-	if (q == 0 && fsync_dirfd(l) < 0)
-		q = err_set(err, errno, NULL, "sync layer store: %m");
-	if (q < 0) {
-		rm_rf_at(l, tmp);
+	if ((q = overlay_layer_publish(r, l, dst, tmp, name, q, err)) < 0)
 		return q;
-	}
 	*size += stats.bytes_copied;
 	*ret_ix = TAKE_PTR(ix);
 	return 0;
@@ -614,4 +604,7 @@ const struct backend_ops backend_overlay_ops = {
 	.health = ovl_health,
 	.maintain = ovl_maintain,
 	.close = ovl_close,
+	.view_open = overlay_view_open,
+	.view_close = overlay_view_close,
+	.import = overlay_import,
 };

@@ -58,6 +58,10 @@ void overlay_layers_gc(struct ovl *o);
 /* Merge chains deeper than the threshold into one layer each. */
 int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err);
 int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NAME_LEN + 1], ckpt_error *err);
+/* overlay_layers.c too: record, sync and publish layer .tmp-<name> (fd dst) of layer store l when
+ * q == 0; remove it on any failure. Returns q or the new failure. */
+int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q,
+			  ckpt_error *err);
 
 /* overlay_flatten.c: merge layers lfd[0..n) (newest first) into the empty
  * dir dst so that dst over base shows what the chain over base shows. */
@@ -74,3 +78,8 @@ int overlay_live_save(struct ovl_root *r);
 int overlay_live_load(struct ovl_root *r);
 /* Set r's live chain and the chain its mount uses (references taken). */
 void overlay_live_set(struct ovl_root *r, json_t *chain, json_t *mounted);
+
+/* overlay_export.c: the view_open, view_close and import ops. */
+int overlay_view_open(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);
+void overlay_view_close(void *st, char **dirs);
+int overlay_import(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size, ckpt_error *err);

@@ -323,3 +323,20 @@ int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err)
 	}
 	return 0;
 }
+
+/* Finish layer store l's .tmp-<name> (fd dst) once written (q == 0): record
+ * it, make it durable, publish it as name. On any failure it is removed. */
+int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q, ckpt_error *err)
+{
+	if (q == 0 && (q = overlay_record_write(r, dst, name)) < 0)
+		err_set(err, -q, NULL, "record layer: %s", strerror(-q));
+	if (q == 0 && syncfs(dst) < 0)
+		q = err_set(err, errno, NULL, "sync layer: %m");
+	if (q == 0 && renameat(l, tmp, l, name) < 0)
+		q = err_set(err, errno, NULL, "publish layer: %m");
+	if (q == 0 && fsync_dirfd(l) < 0)
+		q = err_set(err, errno, NULL, "sync layer store: %m");
+	if (q < 0)
+		rm_rf_at(l, tmp);
+	return q;
+}
