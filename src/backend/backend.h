@@ -87,6 +87,9 @@ struct backend_ops {
 	/* Background housekeeping off the request path (GC, flattening); called
 	 * with the operation lock held, may be NULL. */
 	void (*maintain)(void *st);
+	/* Slow deletions that maintain and restore left behind; called without
+	 * the operation lock, never at the same time as itself. May be NULL. */
+	void (*cleanup)(void *st);
 
 	void (*close)(void *st, bool unmount);
 };

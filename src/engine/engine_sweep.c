@@ -69,6 +69,8 @@ static void *engine_sweeper_main(void *arg)
 			e->backend->maintain(e->bst);
 			pthread_mutex_unlock(&e->op_lock);
 		}
+		if (maintain && e->backend->cleanup) /* slow deletions: the requests go on meanwhile */
+			e->backend->cleanup(e->bst);
 		pthread_mutex_lock(&e->state_lock);
 	}
 	pthread_mutex_unlock(&e->state_lock);

@@ -13,7 +13,7 @@
 #include <limits.h>
 #include <sys/stat.h>
 
-static const char *const ovl_subdirs[] = { "l", "u", "w", "idx", "base", "rec" };
+static const char *const ovl_subdirs[] = { "l", "u", "w", "idx", "base", "rec", "t" };
 
 static void ovl_hash_path(const char *p, char out[OVL_NAME_LEN + 1])
 {
@@ -225,6 +225,10 @@ static void ovl_free(struct ovl *o)
 		close(o->cdir_fd);
 	json_decref(o->refs);
 	json_decref(o->chains);
+	for (size_t i = 0; i < o->n_pins; i++)
+		close(o->pins[i]);
+	free(o->pins);
+	pthread_mutex_destroy(&o->trash_lock);
 	free(o);
 }
 
@@ -256,6 +260,7 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	o->odir_fd = o->cdir_fd = -1;
 	o->cfg = ctx->cfg;
+	pthread_mutex_init(&o->trash_lock, NULL);
 	o->refs = json_object();
 	o->chains = json_object();
 	o->roots = calloc(ctx->n_roots ? ctx->n_roots : 1, sizeof(*o->roots));
@@ -293,6 +298,8 @@ static int ovl_recover(void *st, const char *const *ids, json_t *const *data, si
 	if (q < 0)
 		return err_set(err, -q, NULL, "load layer chains: %s", strerror(-q));
 	overlay_layers_gc(o);
+	for (size_t i = 0; i < o->n_roots; i++)
+		overlay_layers_empty_trash(&o->roots[i]);
 	return 0;
 }
 
@@ -404,7 +411,31 @@ static int ovl_create(void *st, const char *id, json_t **ret_data, uint64_t *ret
 struct ovl_swap {
 	json_t *old_chain, *old_mounted;
 	char old_upper[OVL_NAME_LEN + 1];
+	int pin; /* the old mount, detached (overlay_umount_pinned), or -1 */
 };
+
+/* The old upper and work dir go to t/ and the pin to the list: cleanup
+ * deletes them, then closes the pin (never under the operation lock). */
+static void ovl_discard_upper(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
+{
+	_cleanup_close_ int u = openat(r->rdir_fd, "u", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int w = openat(r->rdir_fd, "w", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (u >= 0)
+		overlay_layers_trash(r, u, "u", s->old_upper);
+	if (w >= 0)
+		overlay_layers_trash(r, w, "w", s->old_upper);
+	if (s->pin < 0)
+		return;
+	pthread_mutex_lock(&o->trash_lock);
+	int *p = realloc(o->pins, (o->n_pins + 1) * sizeof(*p));
+	if (p) {
+		o->pins = p;
+		o->pins[o->n_pins++] = TAKE_FD(s->pin);
+	}
+	pthread_mutex_unlock(&o->trash_lock);
+	if (s->pin >= 0) /* out of memory: drop it now (writes back) */
+		close(TAKE_FD(s->pin));
+}
 
 /* Put P back as it was before a failed swap (best effort). */
 static void ovl_swap_undo(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
@@ -434,7 +465,7 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 	for (; q == 0 && prepared < o->n_roots; prepared++) {
 		struct ovl_root *r = &o->roots[prepared];
 		json_t *c = json_object_get(chains, r->h);
-		sw[prepared] = (struct ovl_swap){ json_incref(r->chain), json_incref(r->mounted), "" };
+		sw[prepared] = (struct ovl_swap){ json_incref(r->chain), json_incref(r->mounted), "", -1 };
 		memcpy(sw[prepared].old_upper, r->upper, sizeof(r->upper));
 		if (r->spare[0]) { /* made durable by maintain: no fsync on the request path */
 			memcpy(r->upper, r->spare, sizeof(r->upper));
@@ -451,19 +482,23 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 	}
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++, swapped++) {
 		struct ovl_root *r = &o->roots[i];
-		q = overlay_umount(r->path, details, err);
+		q = overlay_umount_pinned(r->path, details, &sw[i].pin, err);
 		if (q == 0)
 			q = ovl_mount_chain(o, r, r->chain, r->upper, err);
 	}
 	if (q < 0)
-		for (size_t i = 0; i < prepared && i < o->n_roots; i++)
+		for (size_t i = 0; i < prepared && i < o->n_roots; i++) {
+			if (sw[i].pin >= 0)
+				close(TAKE_FD(sw[i].pin));
 			if (sw[i].old_chain)
 				ovl_swap_undo(o, &o->roots[i], &sw[i]);
+		}
 	for (size_t i = 0; i < o->n_roots && q == 0; i++) {
 		struct ovl_root *r = &o->roots[i];
 		treecopy_index_free(TAKE_PTR(r->ix)); /* the new upper is empty */
 		r->ix_layer[0] = 0;
 		unlinkat(r->rdir_fd, "idx/index", 0);
+		ovl_discard_upper(o, r, &sw[i]);
 	}
 	for (size_t i = 0; sw && i < o->n_roots; i++) {
 		json_decref(sw[i].old_chain);
@@ -553,10 +588,30 @@ static void ovl_maintain(void *st)
 			o->roots[i].spare[0] = 0;
 }
 
+/* Delete what restores and GC put in t/, then let the old mounts go: with
+ * their uppers deleted, the last unmount has no dirty data of theirs to
+ * write back. Runs without the operation lock. */
+static void ovl_cleanup(void *st)
+{
+	struct ovl *o = st;
+	pthread_mutex_lock(&o->trash_lock);
+	int *pins = TAKE_PTR(o->pins);
+	size_t n = o->n_pins;
+	o->n_pins = 0;
+	pthread_mutex_unlock(&o->trash_lock);
+	for (size_t i = 0; i < o->n_roots; i++)
+		overlay_layers_empty_trash(&o->roots[i]);
+	for (size_t i = 0; i < n; i++)
+		close(pins[i]);
+	free(pins);
+}
+
 static void ovl_close(void *st, bool unmount)
 {
 	struct ovl *o = st;
 	ckpt_error e;
+	if (o)
+		ovl_cleanup(o);
 	for (size_t i = 0; unmount && o && i < o->n_roots; i++) {
 		_cleanup_free_ char *base = path_join(o->roots[i].rdir, "base");
 		overlay_umount(o->roots[i].path, NULL, &e);
@@ -609,5 +664,6 @@ const struct backend_ops backend_overlay_ops = {
 	.remove = ovl_remove,
 	.health = ovl_health,
 	.maintain = ovl_maintain,
+	.cleanup = ovl_cleanup,
 	.close = ovl_close,
 };

@@ -174,8 +174,29 @@ static void overlay_layers_sweep(struct ovl *o, struct ovl_root *r, const char *
 	struct dirent *de;
 	while ((de = walk_next(d)))
 		if (!keep(o, r, de->d_name))
-			if (rm_rf_at(dirfd(d), de->d_name) < 0)
-				log_debug("overlay: remove '%s/%s/%s' failed", r->rdir, sub, de->d_name);
+			overlay_layers_trash(r, dirfd(d), sub, de->d_name);
+	closedir(d);
+}
+
+void overlay_layers_trash(struct ovl_root *r, int dfd, const char *sub, const char *name)
+{
+	char t[64];
+	snprintf(t, sizeof(t), "t/%s-%s", sub, name);
+	if (renameat(dfd, name, r->rdir_fd, t) == 0)
+		return;
+	if (rm_rf_at(dfd, name) < 0)
+		log_debug("overlay: remove '%s/%s/%s' failed", r->rdir, sub, name);
+}
+
+void overlay_layers_empty_trash(struct ovl_root *r)
+{
+	DIR *d;
+	if (walk_open(r->rdir_fd, "t", &d) < 0)
+		return;
+	struct dirent *de;
+	while ((de = walk_next(d)))
+		if (rm_rf_at(dirfd(d), de->d_name) < 0)
+			log_debug("overlay: remove '%s/t/%s' failed", r->rdir, de->d_name);
 	closedir(d);
 }
 
