@@ -181,6 +181,50 @@ def bench_retry(work, src, runs, size=500 << 20, chunk=4 << 20):
         d.stop()
 
 
+class Writer:
+    """Appends a line to a file in the root every millisecond, as a service would."""
+    def __init__(self, path):
+        import threading
+        self.path, self.stop_ = path, threading.Event()
+        self.t = threading.Thread(target=self.run)
+        self.t.start()
+
+    def run(self):
+        with open(self.path, "a") as f:
+            while not self.stop_.is_set():
+                f.write("x" * 4000 + "\n")
+                f.flush()
+                time.sleep(0.001)
+
+    def stop(self):
+        self.stop_.set()
+        self.t.join()
+
+
+def bench_freeze(work, src, n_files, runs):
+    """freeze_ms of creates with a writer running: after 10 changes, and when
+    the upper holds every file of the root (all rewritten once)."""
+    d = Daemon("overlay", src, work / "state-freeze")
+    try:
+        d.create("c0")
+        w = Writer(src / "writer.log")
+        try:
+            small = []
+            for i in range(max(3, runs // 3)):
+                touch_10(src, n_files, f"f{i}")
+                c, _ = d.create(f"ten{i}")
+                small.append(c["freeze_ms"])
+            rewrite_all(src, n_files)
+            full, _ = d.create("all")
+        finally:
+            w.stop()
+        log(f"freeze_ms after 10 changes: {small}; upper holding every file: {full['freeze_ms']} "
+            f"(create {full['duration_ms']} ms)")
+        return {"freeze": (max(small), full["freeze_ms"], full["duration_ms"])}
+    finally:
+        d.stop()
+
+
 def bench_baselines(work, src, runs):
     archive = work / "tree.tar"
     subprocess.run(["tar", "-C", str(src), "-cf", str(archive), "."], check=True)
@@ -214,6 +258,9 @@ def one_size(name, runs, cases="all"):
             res.update(bench_tar(work, src, n_files, runs))
             log(f"[{name}] overlay backend")
             res.update(bench_overlay(work, src, n_files, runs))
+        if cases in ("all", "freeze"):
+            log(f"[{name}] freeze time with a writer")
+            res.update(bench_freeze(work, src, n_files, runs))
         if cases in ("all", "retry"):
             log(f"[{name}] retry loop, 500 MB per attempt")
             res.update(bench_retry(work, src, runs))
@@ -268,6 +315,9 @@ def table(results, runs):
     row("overlay restore in a retry loop writing 500 MB per attempt: p99 wall (target ≤ 20) / median wall / "
         "max queue_ms / max swap_ms",
         lambda r: f"{fmt(r['retry'][0])} (target 20) / {fmt(r['retry'][1])} / {r['retry'][2]} / {r['retry'][3]}")
+    row("overlay create with a writer running: freeze_ms after 10 changes, max (target ≤ 50) / "
+        "freeze_ms when the upper holds every file / that create's duration_ms",
+        lambda r: f"{r['freeze'][0]} (target 50) / {r['freeze'][1]} / {r['freeze'][2]}")
     return "\n".join(lines) + "\n"
 
 
@@ -276,7 +326,7 @@ def main():
     ap.add_argument("--sizes", default="small,large")
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--out", default=str(TOP / "bench/results.md"))
-    ap.add_argument("--cases", default="all", choices=["all", "retry"],
+    ap.add_argument("--cases", default="all", choices=["all", "retry", "freeze"],
                     help="all, or one case alone (printed, results.md untouched)")
     a = ap.parse_args()
     if not os.path.exists(CKPTD):

@@ -115,17 +115,25 @@ static int create_over_budget(struct engine *e, ckpt_error *err)
 			    (unsigned long long)bytes, (long long)e->cfg->max_state_bytes);
 }
 
-/* The backend's copy inside a freeze of the units that use the roots; what
- * the freeze did goes into rep. */
+/* The backend's copy inside a freeze of the units that use the roots, after
+ * a first pass without the freeze (precopy) so the frozen one copies only
+ * what changed meanwhile; what the freeze did goes into rep, and how long
+ * the units were frozen (the frozen pass, whether or not a unit was) into
+ * freeze_ms. */
 static int create_frozen(struct engine *e, const char *id, struct engine_op *op, json_t **data, uint64_t *size,
-			 struct svc_report *rep, ckpt_error *err)
+			 struct svc_report *rep, int64_t *freeze_ms, ckpt_error *err)
 {
 	struct svc_plan plan;
+	ckpt_error perr = { 0 };
+	if (e->backend->precopy && e->backend->precopy(e->bst, &op->progress, &perr) < 0)
+		log_warn("create: first pass before the freeze failed, copying all while frozen: %s", perr.msg);
 	if (services_plan(e->services, e->cfg->roots, e->cfg->n_roots, &plan) < 0)
 		log_warn("services: cannot list the units to freeze");
+	int64_t t0 = mono_ms();
 	services_freeze(e->services, &plan);
 	int r = e->backend->create(e->bst, id, data, size, &op->progress, err);
 	services_thaw(e->services, &plan);
+	*freeze_ms = mono_ms() - t0;
 	services_report(&plan, rep);
 	services_plan_free(&plan);
 	return r;
@@ -137,11 +145,11 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	struct svc_report rep;
 	json_t *data = NULL;
 	uint64_t size = 0;
-	int64_t t0 = mono_ms();
+	int64_t t0 = mono_ms(), freeze_ms = 0;
 	int r;
 
 	svc_report_init(&rep);
-	r = create_frozen(e, id, op, &data, &size, &rep, err);
+	r = create_frozen(e, id, op, &data, &size, &rep, &freeze_ms, err);
 	if (r < 0) {
 		r = engine_storage_err(err, r);
 		svc_report_free(&rep);
@@ -151,6 +159,9 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	rec->backend_data = data ? data : json_object();
 	rec->size_bytes = (int64_t)size;
 	rec->duration_ms = mono_ms() - t0;
+	if (!rec->extra)
+		rec->extra = json_object();
+	json_object_set_new(rec->extra, "freeze_ms", json_integer(freeze_ms)); /* a member the catalog keeps as is */
 	json_decref(rec->frozen_services);
 	rec->frozen_services = json_incref(rep.frozen);
 	if (json_object_size(rep.failures)) {

@@ -216,6 +216,7 @@ static void ovl_free(struct ovl *o)
 		json_decref(r->chain);
 		json_decref(r->mounted);
 		treecopy_index_free(r->ix);
+		treecopy_index_free(r->pre_ix);
 	}
 	free(o->roots);
 	free(o->odir);
@@ -310,8 +311,69 @@ static int ovl_open_dir(int dfd, const char *a, const char *b)
 	return openat(dfd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
+/* Forget create's first pass of r (its files go with the trash). */
+static void ovl_drop_pre(struct ovl_root *r, int l)
+{
+	if (r->pre[0])
+		overlay_layers_trash(r, l, "l", r->pre);
+	r->pre[0] = 0;
+	treecopy_index_free(TAKE_PTR(r->pre_ix));
+	r->pre_bytes = 0;
+}
+
+/* Create's first pass, before the freeze: the upper into l/.pre-<name>,
+ * synced, itself linking what the last layer has. The frozen pass then links
+ * from it every file unchanged since, and has little to copy or sync. */
+static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *err)
+{
+	char name[OVL_NAME_LEN + 1];
+	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int up = ovl_open_dir(r->rdir_fd, "u", r->upper);
+	if (l < 0 || up < 0)
+		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
+	ovl_drop_pre(r, l);
+	int q = overlay_layers_new_name(l, name);
+	if (q < 0)
+		return err_set(err, -q, NULL, "name a layer: %s", strerror(-q));
+	snprintf(r->pre, sizeof(r->pre), ".pre-%s", name);
+	if (mkdirat(l, r->pre, 0700) < 0) {
+		r->pre[0] = 0;
+		return err_set(err, errno, NULL, "create first pass: %m");
+	}
+	_cleanup_close_ int dst = openat(l, r->pre, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int prev = r->ix ? openat(l, r->ix_layer, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	_cleanup_(treecopy_index_freep) struct treecopy_index *ix = treecopy_index_new();
+	struct treecopy_opts opts = {
+		.mode = TREECOPY_NEW, .prev_fd = prev, .prev_ix = r->ix, .new_ix = ix, .progress = p
+	};
+	struct treecopy_stats stats = { 0 };
+	q = dst < 0 || !ix ? err_set(err, ENOMEM, NULL, "first pass: out of memory")
+			   : treecopy_copy(up, dst, &opts, &stats, err);
+	if (q == 0 && syncfs(dst) < 0) /* so the frozen pass's syncfs has only the changes */
+		q = err_set(err, errno, NULL, "sync first pass: %m");
+	if (q < 0) {
+		ovl_drop_pre(r, l);
+		return q;
+	}
+	r->pre_ix = TAKE_PTR(ix);
+	r->pre_bytes = stats.bytes_copied;
+	return 0;
+}
+
+static int ovl_precopy(void *st, struct progress *p, ckpt_error *err)
+{
+	struct ovl *o = st;
+	for (size_t i = 0; i < o->n_roots; i++) {
+		int q = ovl_precopy_root(&o->roots[i], p, err);
+		if (q < 0)
+			return q;
+	}
+	return 0;
+}
+
 /* Copy r's upper into a new durable layer; on success ix (the upper's new
- * index) is handed to the caller. */
+ * index) is handed to the caller. With a first pass (precopy), unchanged
+ * files are linked from it instead of the last layer, and it is dropped. */
 static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], struct treecopy_index **ret_ix,
 			    uint64_t *size, struct progress *p, ckpt_error *err)
 {
@@ -327,14 +389,21 @@ static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], str
 	if (mkdirat(l, tmp, 0700) < 0)
 		return err_set(err, errno, NULL, "create layer: %m");
 	_cleanup_close_ int dst = openat(l, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	_cleanup_close_ int prev = r->ix ? openat(l, r->ix_layer, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	const char *from = r->pre_ix ? r->pre : r->ix ? r->ix_layer : NULL;
+	_cleanup_close_ int prev = from ? openat(l, from, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	_cleanup_(treecopy_index_freep) struct treecopy_index *ix = treecopy_index_new();
 	struct treecopy_opts opts = {
-		.mode = TREECOPY_NEW, .prev_fd = prev, .prev_ix = r->ix, .new_ix = ix, .progress = p
+		.mode = TREECOPY_NEW,
+		.prev_fd = prev,
+		.prev_ix = r->pre_ix ? r->pre_ix : r->ix,
+		.new_ix = ix,
+		.progress = p,
 	};
 	struct treecopy_stats stats = { 0 };
+	uint64_t pre_bytes = r->pre_bytes;
 	q = dst < 0 || !ix ? err_set(err, ENOMEM, NULL, "create layer: out of memory")
 			   : treecopy_copy(up, dst, &opts, &stats, err);
+	ovl_drop_pre(r, l); /* its files live on as links in dst */
 	if (q == 0 && (q = overlay_record_write(r, dst, name)) < 0)
 		err_set(err, -q, NULL, "record layer: %s", strerror(-q));
 	if (q == 0 && syncfs(dst) < 0)
@@ -347,7 +416,7 @@ static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], str
 		rm_rf_at(l, tmp);
 		return q;
 	}
-	*size += stats.bytes_copied;
+	*size += stats.bytes_copied + pre_bytes; /* a file rewritten since the first pass counts twice */
 	*ret_ix = TAKE_PTR(ix);
 	return 0;
 }
@@ -657,6 +726,7 @@ const struct backend_ops backend_overlay_ops = {
 	.probe = ovl_probe,
 	.open = ovl_open,
 	.recover = ovl_recover,
+	.precopy = ovl_precopy,
 	.create = ovl_create,
 	.restore = ovl_restore,
 	.verify = ovl_verify,

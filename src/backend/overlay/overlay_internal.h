@@ -34,6 +34,11 @@ struct ovl_root {
 	char spare[OVL_NAME_LEN + 1]; /* a durable empty upper made off the request path, or "" */
 	struct treecopy_index *ix;    /* upper's index at its last create */
 	char ix_layer[OVL_NAME_LEN + 1];
+	/* create's first pass (precopy), made before the freeze: l/<pre> and
+	 * the upper's index into it; "" / NULL when there is none. */
+	char pre[OVL_NAME_LEN + 6];
+	struct treecopy_index *pre_ix;
+	uint64_t pre_bytes;
 };
 
 struct ovl {
