@@ -129,3 +129,26 @@ def test_create_freezes_only_for_the_changes(daemon_factory):
     d.restore(first["checkpoint_id"])
     assert all((root / f"big{i}.bin").stat().st_size == 10 * MB for i in range(30))
     assert live_log.startswith((root / "log.txt").read_text())
+
+
+def test_overlay_create_reports_totals(daemon_factory):
+    """The overlay create's progress has bytes_total and files_total (from a
+    stat walk of the upper before the first pass), so `ckpt create` draws a
+    bar; the bytes move between 0 and the total."""
+    from test_lifecycle import check_progress, fill_tree, start_async
+    d = overlay_daemon(daemon_factory, tree=False)
+    root = d.roots[0]
+    fill_tree(root, 200 << 20, 200)  # into the upper
+    cid = start_async(d, "big")["checkpoint_id"]
+    seen = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        rec = d.get(cid)
+        seen.append((rec["status"], rec.get("progress")))
+        if rec["status"] != "creating":
+            break
+        time.sleep(0.005)
+    assert rec["status"] == "active", rec
+    check_progress(seen, 200)
+    final = [p for _, p in seen if p][-1]
+    assert final["bytes_total"] >= 200 << 20, final

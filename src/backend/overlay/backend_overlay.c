@@ -347,6 +347,11 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 		.mode = TREECOPY_NEW, .prev_fd = prev, .prev_ix = r->ix, .new_ix = ix, .progress = p
 	};
 	struct treecopy_stats stats = { 0 };
+	uint64_t files = 0, bytes = 0; /* totals for a progress bar; a failed count only loses the bar */
+	if (p && treecopy_measure(up, prev >= 0 ? r->ix : NULL, &files, &bytes) == 0) {
+		atomic_fetch_add(&p->files_total, files);
+		atomic_fetch_add(&p->bytes_total, bytes);
+	}
 	q = dst < 0 || !ix ? err_set(err, ENOMEM, NULL, "first pass: out of memory")
 			   : treecopy_copy(up, dst, &opts, &stats, err);
 	if (q == 0 && syncfs(dst) < 0) /* so the frozen pass's syncfs has only the changes */
@@ -397,7 +402,7 @@ static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], str
 		.prev_fd = prev,
 		.prev_ix = r->pre_ix ? r->pre_ix : r->ix,
 		.new_ix = ix,
-		.progress = p,
+		.progress = r->pre_ix ? NULL : p, /* the bar follows the first pass, which has the totals */
 	};
 	struct treecopy_stats stats = { 0 };
 	uint64_t pre_bytes = r->pre_bytes;
