@@ -135,19 +135,12 @@ def test_overlay_create_reports_totals(daemon_factory):
     """The overlay create's progress has bytes_total and files_total (from a
     stat walk of the upper before the first pass), so `ckpt create` draws a
     bar; the bytes move between 0 and the total."""
-    from test_lifecycle import check_progress, fill_tree, start_async
+    from test_lifecycle import check_progress, fill_tree, start_async, wait_created
     d = overlay_daemon(daemon_factory, tree=False)
     root = d.roots[0]
     fill_tree(root, 200 << 20, 200)  # into the upper
-    cid = start_async(d, "big")["checkpoint_id"]
     seen = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        rec = d.get(cid)
-        seen.append((rec["status"], rec.get("progress")))
-        if rec["status"] != "creating":
-            break
-        time.sleep(0.005)
+    rec = wait_created(d, start_async(d, "big")["checkpoint_id"], seen, period=0.005)
     assert rec["status"] == "active", rec
     check_progress(seen, 200)
     final = [p for _, p in seen if p][-1]
