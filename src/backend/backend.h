@@ -94,8 +94,9 @@ struct backend_ops {
 	 * with the operation lock held, may be NULL. */
 	void (*maintain)(void *st);
 	/* Slow deletions that maintain and restore left behind; called without
-	 * the operation lock, never at the same time as itself. May be NULL. */
-	void (*cleanup)(void *st);
+	 * the operation lock, never at the same time as itself. >0: work is
+	 * left, call again in a second. May be NULL. */
+	int (*cleanup)(void *st);
 
 	void (*close)(void *st, bool unmount);
 };

@@ -580,6 +580,8 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 	}
 	free(sw);
 	o->dirty_gc = true;
+	if (q == 0)
+		atomic_store(&o->last_swap_ms, mono_ms());
 	(void)swapped;
 	return ovl_fail(q, err);
 }
@@ -664,20 +666,33 @@ static void ovl_maintain(void *st)
 
 /* Delete what restores and GC put in t/, then let the old mounts go: with
  * their uppers deleted, the last unmount has no dirty data of theirs to
- * write back. Runs without the operation lock. */
-static void ovl_cleanup(void *st)
+ * write back. That last unmount still syncs the upper's filesystem, which
+ * stalls a restore's fsyncs meanwhile: the mounts are let go only once no
+ * restore came for a while (or too many are held), else >0: call again.
+ * Runs without the operation lock. */
+#define OVL_PIN_IDLE_MS 2000
+#define OVL_PIN_MAX 64
+static int ovl_cleanup_pins(struct ovl *o, bool all)
 {
-	struct ovl *o = st;
-	pthread_mutex_lock(&o->trash_lock);
-	int *pins = TAKE_PTR(o->pins);
-	size_t n = o->n_pins;
-	o->n_pins = 0;
-	pthread_mutex_unlock(&o->trash_lock);
 	for (size_t i = 0; i < o->n_roots; i++)
 		overlay_layers_empty_trash(&o->roots[i]);
+	pthread_mutex_lock(&o->trash_lock);
+	bool release = all || o->n_pins > OVL_PIN_MAX || mono_ms() - atomic_load(&o->last_swap_ms) >= OVL_PIN_IDLE_MS;
+	int *pins = release ? TAKE_PTR(o->pins) : NULL;
+	size_t n = release ? o->n_pins : 0;
+	if (release)
+		o->n_pins = 0;
+	int left = (int)o->n_pins;
+	pthread_mutex_unlock(&o->trash_lock);
 	for (size_t i = 0; i < n; i++)
 		close(pins[i]);
 	free(pins);
+	return left;
+}
+
+static int ovl_cleanup(void *st)
+{
+	return ovl_cleanup_pins(st, false);
 }
 
 static void ovl_close(void *st, bool unmount)
@@ -685,7 +700,7 @@ static void ovl_close(void *st, bool unmount)
 	struct ovl *o = st;
 	ckpt_error e;
 	if (o)
-		ovl_cleanup(o);
+		ovl_cleanup_pins(o, true);
 	for (size_t i = 0; unmount && o && i < o->n_roots; i++) {
 		_cleanup_free_ char *base = path_join(o->roots[i].rdir, "base");
 		overlay_umount(o->roots[i].path, NULL, &e);

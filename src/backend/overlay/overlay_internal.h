@@ -56,6 +56,7 @@ struct ovl {
 	pthread_mutex_t trash_lock;
 	int *pins;
 	size_t n_pins;
+	_Atomic int64_t last_swap_ms; /* when a restore last swapped the mounts */
 };
 
 /* overlay_layers.c */
