@@ -139,7 +139,10 @@ static int create_frozen(struct engine *e, const char *id, struct engine_op *op,
 	return r;
 }
 
-static int create_capture(struct engine *e, struct ckpt_record *rec, struct engine_op *op, ckpt_error *err)
+/* queue_ms: how long the create waited for the operation lock, counted in
+ * its duration as restore does. */
+static int create_capture(struct engine *e, struct ckpt_record *rec, struct engine_op *op, int64_t queue_ms,
+			  ckpt_error *err)
 {
 	const char *id = rec->id;
 	struct svc_report rep;
@@ -158,10 +161,12 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	json_decref(rec->backend_data);
 	rec->backend_data = data ? data : json_object();
 	rec->size_bytes = (int64_t)size;
-	rec->duration_ms = mono_ms() - t0;
+	rec->duration_ms = mono_ms() - t0 + queue_ms;
 	if (!rec->extra)
 		rec->extra = json_object();
-	json_object_set_new(rec->extra, "freeze_ms", json_integer(freeze_ms)); /* a member the catalog keeps as is */
+	/* members the catalog keeps as they are */
+	json_object_set_new(rec->extra, "freeze_ms", json_integer(freeze_ms));
+	json_object_set_new(rec->extra, "queue_ms", json_integer(queue_ms));
 	json_decref(rec->frozen_services);
 	rec->frozen_services = json_incref(rep.frozen);
 	if (json_object_size(rep.failures)) {
@@ -194,7 +199,7 @@ static int create_run(struct engine *e, struct ckpt_record *rec, bool keep_faile
 
 	pthread_mutex_lock(&e->op_lock);
 	engine_set_status(e, "creating", id);
-	r = op ? create_capture(e, rec, op, err) : -ENOMEM;
+	r = op ? create_capture(e, rec, op, mono_ms() - t0, err) : -ENOMEM;
 	engine_set_status(e, NULL, NULL);
 	pthread_mutex_unlock(&e->op_lock);
 	engine_op_end(e, op);

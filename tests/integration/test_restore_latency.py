@@ -120,6 +120,7 @@ def test_create_freezes_only_for_the_changes(daemon_factory):
     print("create duration_ms / freeze_ms:", [(c["duration_ms"], c["freeze_ms"]) for c in results])
     for c in results:
         assert d.get(c["checkpoint_id"])["freeze_ms"] == c["freeze_ms"]
+        assert 0 <= c["queue_ms"] <= c["duration_ms"], c
     first = results[0]
     assert first["freeze_ms"] * 2 < first["duration_ms"], first
     # The checkpoint holds the files, and a log that is a prefix of the live one.
