@@ -1,9 +1,12 @@
 #!/usr/bin/python3
 """ckptd benchmarks (`make bench`): overlay restore against the tar backend,
 `tar -x` into an empty dir and `cp -a`; create after 10 small changes against
-create after rewriting everything. Drives the real daemon over HTTP.
+create after rewriting everything; restore in a retry loop writing 500 MB per
+attempt (p99 wall clock) and the create's freeze time with a writer running,
+each beside its target. Drives the real daemon over HTTP.
 
 Usage: bench/run.py [--sizes small,large] [--runs N] [--out bench/results.md]
+                    [--cases all|retry|freeze]  (one case: printed only)
 Not a test: it prints a markdown table and writes it to bench/results.md."""
 import argparse
 import os
