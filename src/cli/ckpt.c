@@ -242,6 +242,9 @@ static const struct ckpt_command ckpt_commands[] = {
 	  "  -y, --yes             do not ask (a terminal asks before restoring)\n"
 	  "  --dry-run             show what would be restored; change nothing\n" },
 	{ "health", 0, 0, NULL, cli_cmd_health, "Usage: ckpt health\nThe daemon's health.\n" },
+	{ "status", 0, 0, NULL, cli_cmd_status,
+	  "Usage: ckpt status\nA short summary of health: warnings (processes using a root that no\n"
+	  "managed unit covers), backend, roots, checkpoints, the units restarted at adoption.\n" },
 };
 
 static const struct ckpt_command *ckpt_find_command(const char *name)

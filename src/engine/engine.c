@@ -138,13 +138,17 @@ static int engine_open_state(struct engine *e, const struct engine_deps *deps, c
 					.state_dir = e->cfg->state_dir,
 					.state_fd = e->state_fd,
 					.roots = e->cfg->roots,
-					.n_roots = e->cfg->n_roots };
+					.n_roots = e->cfg->n_roots,
+					.before_mount = engine_adopt_before_mount,
+					.hook_ctx = e };
 	if ((r = engine_choose_backend(e, deps, err)) < 0)
 		return r;
 	if (!e->backend->open || !e->backend->create || !e->backend->restore || !e->backend->remove)
 		return err_set(err, ENOTSUP, NULL, "the %s backend is not available in this build", e->backend->name);
 	write_file_atomic_sweep(e->state_fd); /* we hold the state lock: nobody else writes */
 	if ((r = engine_check_identity(e, err)) < 0)
+		return r;
+	if ((r = engine_idem_open(e, err)) < 0)
 		return r;
 	if ((r = catalog_open(e->state_fd, &e->catalog, err)) < 0)
 		return r;
@@ -156,22 +160,25 @@ static int engine_open_state(struct engine *e, const struct engine_deps *deps, c
 int engine_open(const struct config *cfg, const struct engine_deps *deps, struct engine **ret, ckpt_error *err)
 {
 	struct engine *e = calloc(1, sizeof(*e));
-	int r;
+	int r = 0;
 
 	if (!e)
 		return -ENOMEM;
 	e->cfg = cfg;
-	e->state_fd = e->lock_fd = -1;
+	e->state_fd = e->lock_fd = e->idem_fd = -1;
+	pthread_mutex_init(&e->idem_lock, NULL);
 	e->started_ms = mono_ms();
 	pthread_mutex_init(&e->op_lock, NULL);
 	pthread_mutex_init(&e->state_lock, NULL);
 	pthread_cond_init(&e->sweep_cond, NULL);
 	metrics_init(&e->metrics);
-	r = engine_open_state(e, deps, err);
-	if (r == 0 && deps && deps->services)
+	/* Services first: mounting a root at start stops the units using it. */
+	if (deps && deps->services)
 		e->services = deps->services, e->services_borrowed = true;
-	else if (r == 0)
+	else
 		r = services_open(cfg, NULL, &e->services, err);
+	if (r == 0)
+		r = engine_open_state(e, deps, err);
 	if (r == 0)
 		r = engine_sweeper_start(e, err);
 	if (r < 0) {
@@ -194,9 +201,14 @@ void engine_close(struct engine *e)
 	pthread_mutex_unlock(&e->state_lock);
 	if (e->bst && e->backend->close)
 		e->backend->close(e->bst, e->cfg->unmount_on_exit);
+	if (e->adoption_pending) /* a failed start: bring back the units it stopped */
+		engine_adoption_finish(e);
 	if (e->services && !e->services_borrowed)
 		services_close(e->services);
+	engine_adoption_free(e);
 	catalog_close(e->catalog);
+	engine_idem_close(e);
+	pthread_mutex_destroy(&e->idem_lock);
 	if (e->lock_fd >= 0)
 		close(e->lock_fd);
 	if (e->state_fd >= 0)

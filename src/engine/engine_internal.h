@@ -6,6 +6,8 @@
 #include "engine/catalog.h"
 #include "engine/engine.h"
 #include "lib/metrics.h"
+#include "lib/procscan.h"
+#include "services/services.h"
 
 struct services;
 
@@ -37,9 +39,24 @@ struct engine {
 	unsigned pending_async;
 	char status[160];
 
+	/* Adoption (engine_adopt.c): units stopped before a mount at start,
+	 * started again by engine_adoption_finish; guarded by state_lock. */
+	json_t *adoption;       /* {mounted: [roots], stopped_units, restarted_units, failures, at} */
+	struct svc_plan *plans; /* one per root mounted over, until started */
+	size_t n_plans;
+	struct procscan_target *hidden; /* what those mounts hide (path borrowed from cfg) */
+	size_t n_hidden;
+	json_t *unmanaged;     /* [{pid, command, hidden}] from the last scan */
+	int64_t unmanaged_ms;  /* mono_ms of that scan */
+	bool adoption_pending; /* units stopped, not started yet */
+
 	pthread_t sweeper;
 	bool sweeper_running, stopping, maintenance_due;
 	pthread_cond_t sweep_cond;
+
+	int idem_fd; /* <state>/idempotency */
+	pthread_mutex_t idem_lock;
+	struct idem_running *idem_running;
 };
 
 /* engine_records.c */
@@ -60,3 +77,10 @@ void engine_kick_maintenance(struct engine *e);
  * add verified, verify_ms, verify_differences (and ok: false) to extra.
  * Returns its ms. */
 int64_t engine_verify(struct engine *e, const char *id, json_t *data, json_t *extra);
+int engine_idem_open(struct engine *e, ckpt_error *err);
+void engine_idem_close(struct engine *e);
+
+/* engine_adopt.c */
+void engine_adopt_before_mount(void *engine, const char *root); /* backend_ctx.before_mount */
+void engine_adoption_health(struct engine *e, json_t *h);
+void engine_adoption_free(struct engine *e);

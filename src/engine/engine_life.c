@@ -105,6 +105,7 @@ json_t *engine_health(struct engine *e)
 		json_object_set_new(h, "services_reason", json_string(services_unavailable_reason(e->services)));
 	if (e->backend->health)
 		e->backend->health(e->bst, h);
+	engine_adoption_health(e, h);
 	json_object_set_new(h, "backend_reason", json_string(e->backend_reason));
 	return h;
 }

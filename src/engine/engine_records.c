@@ -35,6 +35,60 @@ json_t *engine_list(struct engine *e, const char *name)
 	return out;
 }
 
+/* Page tokens are "<created ms>.<id>" of the last record of a page: a
+ * position in the newest-first order, valid even if that record is gone. */
+static int list_token_parse(const char *token, int64_t *ret_ms, const char **ret_id, ckpt_error *err)
+{
+	char *end;
+	errno = 0;
+	long long ms = strtoll(token, &end, 10);
+	if (errno || end == token || *end != '.' || !id_valid(end + 1))
+		return err_set_kind(err, ERR_INVALID, EINVAL, "invalid_field",
+				    "page_token is not one this server gave");
+	*ret_ms = ms;
+	*ret_id = end + 1;
+	return 0;
+}
+
+/* Whether r comes after the position (ms, id) in the newest-first order. */
+static bool list_after(const struct ckpt_record *r, int64_t ms, const char *id)
+{
+	return r->created_ms < ms || (r->created_ms == ms && strcmp(r->id, id) < 0);
+}
+
+int engine_list_page(struct engine *e, const char *name, size_t limit, const char *page_token, json_t **ret_list,
+		     char **ret_next, ckpt_error *err)
+{
+	int64_t after_ms = 0;
+	const char *after_id = NULL;
+	const struct ckpt_record *last = NULL;
+	struct catalog_list all;
+	int r;
+
+	*ret_next = NULL;
+	if (page_token && (r = list_token_parse(page_token, &after_ms, &after_id, err)) < 0)
+		return r;
+	json_t *out = json_array();
+	if (!out || catalog_list(e->catalog, name, &all) < 0) {
+		json_decref(out);
+		return err_set_kind(err, ERR_INTERNAL, ENOMEM, NULL, "out of memory listing checkpoints");
+	}
+	for (size_t i = 0; i < all.n; i++) {
+		if (after_id && !list_after(all.v[i], after_ms, after_id))
+			continue;
+		if (json_array_size(out) == limit) {
+			if (asprintf(ret_next, "%lld.%s", (long long)last->created_ms, last->id) < 0)
+				*ret_next = NULL;
+			break;
+		}
+		json_array_append_new(out, engine_public(e, all.v[i]));
+		last = all.v[i];
+	}
+	catalog_list_free(&all);
+	*ret_list = out;
+	return 0;
+}
+
 /* Remove a record's data and then the record; used by delete, the sweeper and
  * recovery. The record is marked "deleting" durably first, so a crash in the
  * middle is finished at the next start rather than leaving a broken checkpoint. */

@@ -109,6 +109,7 @@ int engine_restore(struct engine *e, const char *id_or_name, const struct restor
 	svc_report_init(&rep.services);
 	/* Answer a conflict at once rather than queueing behind the create. */
 	if ((r = restore_plan(e, id_or_name, req, &plan, err)) < 0) {
+		metrics_op(&e->metrics, OP_RESTORE, false, 0); /* refused (404, 409, 410): a failure, as for delete */
 		restore_report_free(&rep);
 		record_unref(plan.rec);
 		return r;

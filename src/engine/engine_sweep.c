@@ -61,6 +61,7 @@ static void *engine_sweeper_main(void *arg)
 		pthread_mutex_unlock(&e->state_lock);
 		if (mono_ms() >= next_sweep) {
 			engine_sweep(e);
+			engine_idem_sweep(e); /* Idempotency-Key answers older than a day */
 			next_sweep = mono_ms() + e->cfg->cleanup_interval_secs * 1000;
 			maintain = true;
 		}

@@ -180,6 +180,8 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 	if (q == 0 && !ovl_is_our_upper(r, &mi, r->upper)) {
 		/* Not mounted (first start, reboot) or an interrupted restore:
 		 * bring P to what live.json says. */
+		if (o->before_mount)
+			o->before_mount(o->hook_ctx, r->path);
 		if (ovl_is_our_upper(r, &mi, NULL))
 			q = overlay_umount(r->path, NULL, err);
 		q = q == 0 ? ovl_ensure_upper(r, err) : q;
@@ -262,6 +264,8 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	o->odir_fd = o->cdir_fd = -1;
 	o->cfg = ctx->cfg;
 	pthread_mutex_init(&o->trash_lock, NULL);
+	o->before_mount = ctx->before_mount;
+	o->hook_ctx = ctx->hook_ctx;
 	o->refs = json_object();
 	o->chains = json_object();
 	o->roots = calloc(ctx->n_roots ? ctx->n_roots : 1, sizeof(*o->roots));

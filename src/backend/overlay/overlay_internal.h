@@ -47,9 +47,11 @@ struct ovl {
 	int odir_fd, cdir_fd;
 	struct ovl_root *roots;
 	size_t n_roots;
-	json_t *refs;   /* "h/layer" -> number of checkpoints using it */
-	json_t *chains; /* id -> {h: [layers]} (cache of c/<id>.json) */
-	bool dirty_gc;  /* maintain has layers or uppers to remove */
+	json_t *refs;                                           /* "h/layer" -> number of checkpoints using it */
+	json_t *chains;                                         /* id -> {h: [layers]} (cache of c/<id>.json) */
+	bool dirty_gc;                                          /* maintain has layers or uppers to remove */
+	void (*before_mount)(void *hook_ctx, const char *root); /* backend_ctx's */
+	void *hook_ctx;
 	/* Old mounts detached by restores, held open until cleanup has deleted
 	 * their uppers: the last close then drops their dirty pages instead of
 	 * writing them back. Guarded by trash_lock (cleanup runs unlocked). */
