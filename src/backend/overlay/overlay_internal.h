@@ -9,12 +9,15 @@
  *     u/<name>, w/<name>  upper and work dirs; only live.json's upper is in use
  *     idx/<upper>     index of the upper at its last create (for hard links)
  *     rec/<name>      each layer's record, what verify compares it with
+ *     t/<kind>-<name> discarded uppers, work dirs and layers, deleted by
+ *                     cleanup without the operation lock
  *     live.json       {path, chain, mounted, upper}: the adoption record and
  *                     the intent of a restore (written before the swap)
  *   c/<id>.json       each checkpoint's chains {h: [layers, newest first]};
  *                     flattening rewrites these, the catalog never changes. */
 #pragma once
 #include <jansson.h>
+#include <pthread.h>
 #include "backend/backend.h"
 #include "backend/overlay/treecopy.h"
 
@@ -31,6 +34,11 @@ struct ovl_root {
 	char spare[OVL_NAME_LEN + 1]; /* a durable empty upper made off the request path, or "" */
 	struct treecopy_index *ix;    /* upper's index at its last create */
 	char ix_layer[OVL_NAME_LEN + 1];
+	/* create's first pass (precopy), made before the freeze: l/<pre> and
+	 * the upper's index into it; "" / NULL when there is none. */
+	char pre[OVL_NAME_LEN + 6];
+	struct treecopy_index *pre_ix;
+	uint64_t pre_bytes;
 };
 
 struct ovl {
@@ -44,6 +52,13 @@ struct ovl {
 	bool dirty_gc;                                          /* maintain has layers or uppers to remove */
 	void (*before_mount)(void *hook_ctx, const char *root); /* backend_ctx's */
 	void *hook_ctx;
+	/* Old mounts detached by restores, held open until cleanup has deleted
+	 * their uppers: the last close then drops their dirty pages instead of
+	 * writing them back. Guarded by trash_lock (cleanup runs unlocked). */
+	pthread_mutex_t trash_lock;
+	int *pins;
+	size_t n_pins;
+	_Atomic int64_t last_swap_ms; /* when a restore last swapped the mounts */
 };
 
 /* overlay_layers.c */
@@ -53,8 +68,12 @@ json_t *overlay_layers_chain_get(struct ovl *o, const char *id, json_t *data);
 int overlay_layers_chain_drop(struct ovl *o, const char *id);
 void overlay_layers_ref(struct ovl *o, const char *h, json_t *layers, int delta);
 int overlay_layers_load_chains(struct ovl *o, const char *const *ids, json_t *const *data, size_t n);
-/* Remove layers, uppers, work dirs and indexes nothing uses. */
+/* Move layers, uppers, work dirs and records nothing uses to t/ (quick). */
 void overlay_layers_gc(struct ovl *o);
+/* Move entry name of dir sub of r to t/ (else delete it at once). */
+void overlay_layers_trash(struct ovl_root *r, int dfd, const char *sub, const char *name);
+/* Delete everything in r's t/ (slow; needs no lock). */
+void overlay_layers_empty_trash(struct ovl_root *r);
 /* Merge chains deeper than the threshold into one layer each. */
 int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err);
 int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NAME_LEN + 1], ckpt_error *err);
