@@ -70,7 +70,7 @@ static int xw_walk(int dirfd, const char *rel, xw_fn fn, void *ctx)
 	}
 	if (q == 0 && errno)
 		q = -errno;
-	if (q == 0)
+	if (q == 0 && n > 1) /* names is NULL for an empty directory */
 		qsort(names, n, sizeof(*names), xw_cmp);
 	for (size_t i = 0; q == 0 && i < n; i++) {
 		struct stat st;
