@@ -124,7 +124,7 @@ check: deps all
 	@$(MAKE) --no-print-directory integration
 	@$(MAKE) --no-print-directory check-sanitize
 
-# SIGKILL ckptd during create, restore and delete on both backends (tests/crash).
+# SIGKILL ckptd during create, restore, delete and import on both backends (tests/crash).
 CRASH_KILLS ?= 300
 check-crash: deps all
 	$(PYTHON) tests/crash/crash.py --kills $(CRASH_KILLS)
