@@ -173,9 +173,18 @@ const char *http_header(const struct http_request *req, const char *key)
 	return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, key);
 }
 
+/* A WebSocket session may end after http_stop freed its handle (host mode
+ * stops the server before the sessions end): a close that starts after the
+ * stop is skipped, and the stop waits for one already under way. */
+static pthread_rwlock_t upgrade_lock = PTHREAD_RWLOCK_INITIALIZER;
+static bool upgrades_stopped;
+
 void http_upgrade_close(void *handle)
 {
-	MHD_upgrade_action(handle, MHD_UPGRADE_ACTION_CLOSE);
+	pthread_rwlock_rdlock(&upgrade_lock);
+	if (!upgrades_stopped)
+		MHD_upgrade_action(handle, MHD_UPGRADE_ACTION_CLOSE);
+	pthread_rwlock_unlock(&upgrade_lock);
 }
 
 /* "/v1/checkpoints/{id}" against "/v1/checkpoints/cp_1": segment by segment. */
@@ -873,6 +882,9 @@ int http_start(const struct http_server_opts *opts, char *const *listen, size_t 
 	struct http_server *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	pthread_rwlock_wrlock(&upgrade_lock);
+	upgrades_stopped = false; /* one server at a time in a process */
+	pthread_rwlock_unlock(&upgrade_lock);
 	s->opts = *opts;
 	pthread_mutex_init(&s->lock, NULL);
 	if (!s->opts.conn_limit)
@@ -899,6 +911,9 @@ void http_stop(struct http_server *s)
 {
 	if (!s)
 		return;
+	pthread_rwlock_wrlock(&upgrade_lock);
+	upgrades_stopped = true;
+	pthread_rwlock_unlock(&upgrade_lock);
 	for (size_t i = 0; i < s->n; i++) {
 		MHD_stop_daemon(s->mhd[i]);
 		if (s->unix_paths[i])
