@@ -90,8 +90,8 @@ static int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r)
 }
 
 /* Send a request; returns -1 when it succeeded (2xx), else the exit status. */
-static int cli_cmd_send(const struct cli_opts *o, const char *method, const char *path, json_t *body,
-			struct cli_reply *r, cli_tick_fn tick, void *tick_arg)
+int cli_cmd_send(const struct cli_opts *o, const char *method, const char *path, json_t *body, struct cli_reply *r,
+		 cli_tick_fn tick, void *tick_arg)
 {
 	if (!path) {
 		fprintf(stderr, "ckpt: out of memory\n");
@@ -162,7 +162,7 @@ static int cli_cmd_resolve_name(const struct cli_opts *o, const char *name, char
 }
 
 /* "/v1/checkpoints/{ref}{suffix}" for an id or a name; -1 on success, else the exit status. */
-static int cli_cmd_ref_path(const struct cli_opts *o, const char *ref, const char *suffix, char **ret)
+int cli_cmd_ref_path(const struct cli_opts *o, const char *ref, const char *suffix, char **ret)
 {
 	_cli_cleanup_free_ char *id = NULL;
 	if (strchr(ref, '/')) {

@@ -162,6 +162,8 @@ int engine_open(const struct config *cfg, const struct engine_deps *deps, struct
 	pthread_cond_init(&e->sweep_cond, NULL);
 	metrics_init(&e->metrics);
 	r = engine_open_state(e, deps, err);
+	if (r == 0)
+		r = engine_forks_open(e, err);
 	if (r == 0 && deps && deps->services)
 		e->services = deps->services, e->services_borrowed = true;
 	else if (r == 0)
@@ -196,6 +198,7 @@ void engine_close(struct engine *e)
 	if (e->state_fd >= 0)
 		close(e->state_fd);
 	metrics_destroy(&e->metrics);
+	json_decref(e->forks);
 	pthread_mutex_destroy(&e->op_lock);
 	pthread_mutex_destroy(&e->state_lock);
 	pthread_cond_destroy(&e->sweep_cond);
@@ -291,6 +294,9 @@ int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err)
 	else if (!strcmp(json_string_value(json_object_get(rec, "status")), "creating"))
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
 				 record_id(rec));
+	else if (engine_fork_uses(e, record_id(rec)))
+		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "checkpoint_forked",
+				 "checkpoint '%s' has forks: delete them first (GET /v1/forks)", record_id(rec));
 	else
 		r = engine_drop(e, rec, err);
 	if (r == 0)

@@ -56,6 +56,19 @@ int engine_get(struct engine *e, const char *id_or_name, json_t **ret_record, ck
 /* NULL when out of memory. */
 json_t *engine_list(struct engine *e, const char *name);
 json_t *engine_health(struct engine *e);
+
+/* Forks (engine_fork.c): a writable copy-on-write view of a checkpoint
+ * mounted at path (an existing empty dir outside the roots and state dir). */
+int engine_fork(struct engine *e, const char *id_or_name, const char *path, json_t **ret, ckpt_error *err);
+json_t *engine_fork_list(struct engine *e);
+int engine_fork_delete(struct engine *e, const char *fork_id, ckpt_error *err);
+/* What changed from checkpoint id_or_name to against (NULL: the live roots). */
+struct diff_req {
+	const char *against;
+	size_t limit;           /* 0: default */
+	const char *page_token; /* NULL: first page */
+};
+int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req *req, json_t **ret, ckpt_error *err);
 /* Prometheus text exposition; caller frees. */
 char *engine_metrics(struct engine *e);
 /* Delete expired checkpoints (the sweeper calls this). Returns how many. */

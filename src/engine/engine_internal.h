@@ -37,6 +37,8 @@ struct engine {
 	unsigned pending_async;
 	char status[160];
 
+	json_t *forks; /* fork id -> record (engine_fork.c); guarded by state_lock */
+
 	pthread_t sweeper;
 	bool sweeper_running, stopping, maintenance_due;
 	pthread_cond_t sweep_cond;
@@ -53,6 +55,8 @@ struct engine_op *engine_op_begin(struct engine *e, const char *id);
 void engine_op_end(struct engine *e, struct engine_op *op);
 bool record_expired(json_t *rec, int64_t now);
 int engine_storage_err(ckpt_error *err, int r);
+int engine_forks_open(struct engine *e, ckpt_error *err);
+bool engine_fork_uses(struct engine *e, const char *id);
 /* Compare the roots with checkpoint id (NULL: the base) and add verified,
  * verify_ms, verify_differences (and ok: false) to extra. Returns its ms. */
 int64_t engine_verify(struct engine *e, const char *id, json_t *data, json_t *extra);

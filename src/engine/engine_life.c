@@ -97,7 +97,9 @@ int engine_sweep(struct engine *e)
 		ckpt_error err = { 0 };
 		pthread_mutex_lock(&e->op_lock);
 		json_t *cur = catalog_get(e->catalog, record_id(rec)); /* may have gone meanwhile */
-		int r = cur && record_expired(cur, now) ? engine_drop(e, cur, &err) : 1;
+		int r = cur && record_expired(cur, now) && !engine_fork_uses(e, record_id(cur))
+			? engine_drop(e, cur, &err)
+			: 1; /* a forked one waits */
 		pthread_mutex_unlock(&e->op_lock);
 		json_decref(cur);
 		if (r == 0) {

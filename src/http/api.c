@@ -4,6 +4,7 @@
 
 #include "config.h"
 #include "engine/engine.h"
+#include "http/api_fork.h"
 
 json_t *api_parse_object(const struct http_request *req, bool required, struct http_response *resp)
 {
@@ -241,6 +242,10 @@ static const struct http_route routes[] = {
 	{ "GET", "/v1/checkpoints/{id}", api_get, false, false },
 	{ "DELETE", "/v1/checkpoints/{id}", api_delete, false, false },
 	{ "POST", "/v1/checkpoints/{id}/restore", api_restore, false, false },
+	{ "POST", "/v1/checkpoints/{id}/fork", api_fork_create, false, false },
+	{ "GET", "/v1/checkpoints/{id}/diff", api_diff, false, false },
+	{ "GET", "/v1/forks", api_fork_list, false, false },
+	{ "DELETE", "/v1/forks/{id}", api_fork_delete, false, false },
 	{ "GET", "/v1/health", api_health, true, false },
 	{ "GET", "/metrics", api_metrics, false, false },
 };

@@ -79,12 +79,14 @@ static int ovl_new_upper(struct ovl_root *r, char name[OVL_NAME_LEN + 1])
 	return 0;
 }
 
-static int ovl_mount_chain(struct ovl *o, struct ovl_root *r, json_t *chain, const char *upper, ckpt_error *err)
+/* Mount chain (+ base) at target with upper/work dirs up and wk (relative to
+ * the root's state dir). */
+int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, const char *up, const char *wk,
+			 ckpt_error *err)
 {
 	size_t n = json_array_size(chain);
 	char(*names)[OVL_NAME_LEN + 3] = calloc(n + 1, sizeof(*names));
 	const char **lowers = calloc(n + 1, sizeof(*lowers));
-	char up[32], wk[32];
 	int q;
 
 	if (!names || !lowers) {
@@ -97,9 +99,7 @@ static int ovl_mount_chain(struct ovl *o, struct ovl_root *r, json_t *chain, con
 		lowers[i] = names[i];
 	}
 	lowers[n] = "base";
-	snprintf(up, sizeof(up), "u/%s", upper);
-	snprintf(wk, sizeof(wk), "w/%s", upper);
-	struct overlay_spec s = { .target = r->path,
+	struct overlay_spec s = { .target = target,
 				  .dir = r->rdir,
 				  .dir_fd = r->rdir_fd,
 				  .lowers = lowers,
@@ -109,8 +109,16 @@ static int ovl_mount_chain(struct ovl *o, struct ovl_root *r, json_t *chain, con
 	q = overlay_mount(&s, err);
 	free(names);
 	free(lowers);
-	(void)o;
 	return q;
+}
+
+static int ovl_mount_chain(struct ovl *o, struct ovl_root *r, json_t *chain, const char *upper, ckpt_error *err)
+{
+	char up[32], wk[32];
+	snprintf(up, sizeof(up), "u/%s", upper);
+	snprintf(wk, sizeof(wk), "w/%s", upper);
+	(void)o;
+	return overlay_mount_layers(r, chain, r->path, up, wk, err);
 }
 
 static bool ovl_is_our_upper(struct ovl_root *r, const struct overlay_mountinfo *mi, const char *name)
@@ -254,6 +262,7 @@ static void ovl_free(struct ovl *o)
 		close(o->cdir_fd);
 	json_decref(o->refs);
 	json_decref(o->chains);
+	json_decref(o->forks);
 	free(o);
 }
 
@@ -286,6 +295,7 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	o->odir_fd = o->cdir_fd = -1;
 	o->cfg = ctx->cfg;
 	o->refs = json_object();
+	o->forks = json_object();
 	o->chains = json_object();
 	o->roots = calloc(ctx->n_roots ? ctx->n_roots : 1, sizeof(*o->roots));
 	_cleanup_free_ char *cdir = NULL;
@@ -641,6 +651,9 @@ const struct backend_ops backend_overlay_ops = {
 	.verify = ovl_verify,
 	.reset = ovl_reset,
 	.remove = ovl_remove,
+	.fork_mount = overlay_fork_mount,
+	.fork_remove = overlay_fork_remove,
+	.diff = overlay_diff,
 	.health = ovl_health,
 	.maintain = ovl_maintain,
 	.close = ovl_close,

@@ -10,6 +10,8 @@
  *     rec/<name>      each layer's record, what verify compares it with
  *     live.json       {path, chain, mounted, upper}: the adoption record and
  *                     the intent of a restore (written before the swap)
+ *     f/<fork>/u, f/<fork>/w   a fork's upper and work dirs (overlay_fork.c)
+ *     dv/<name>/  a checkpoint's view mounted for a diff, while it runs
  *   c/<id>.json       each checkpoint's chains {h: [layers, newest first]};
  *                     flattening rewrites these, the catalog never changes. */
 #pragma once
@@ -41,6 +43,7 @@ struct ovl {
 	json_t *refs;   /* "h/layer" -> number of checkpoints using it */
 	json_t *chains; /* id -> {h: [layers]} (cache of c/<id>.json) */
 	bool dirty_gc;  /* maintain has layers or uppers to remove */
+	json_t *forks;  /* fork id -> {h: [layers]}: counted in refs too (overlay_fork.c) */
 };
 
 /* overlay_layers.c */
@@ -68,3 +71,11 @@ int overlay_verify_root(struct ovl_root *r, json_t *chain, bool mounted_ok, json
 
 /* backend_overlay.c */
 int overlay_live_save(struct ovl_root *r);
+int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, const char *up, const char *wk,
+			 ckpt_error *err);
+
+/* overlay_fork.c, overlay_diff.c: the backend ops of the same names. */
+int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs, json_t **fdata,
+		       ckpt_error *err);
+int overlay_fork_remove(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err);
+int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err);
