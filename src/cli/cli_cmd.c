@@ -466,6 +466,13 @@ static int cli_cmd_restore_check(const struct cli_opts *o, const char *path)
 			cli_out_verbatim(&r);
 		else
 			cli_cmd_restore_preview(r.json, stdout);
+		const char *id = json_string_value(json_object_get(r.json, "checkpoint_id"));
+		size_t n = 0;
+		if (!o->json && id) { /* what the restore would undo, as `ckpt diff` prints it */
+			puts("\nChanges since the checkpoint (the restore undoes them):");
+			if (cli_diff_print(o, id, NULL, &n) < 0 && n == 0)
+				puts("  none");
+		}
 		return CKPT_EXIT_OK;
 	}
 	cli_cmd_restore_preview(r.json, stderr);

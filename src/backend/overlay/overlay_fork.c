@@ -9,6 +9,8 @@
 
 #include <sys/stat.h>
 
+#include "lib/walk.h"
+
 static bool ovl_fork_id_ok(const char *fid)
 {
 	size_t n = strlen(fid);
@@ -71,6 +73,74 @@ static void ovl_fork_drop_dirs(struct ovl_root *r, const char *fid)
 		fsync_dirfd(f);
 }
 
+#define OVL_FORKS_DIR "fk"
+
+static int ovl_fork_dir_fd(struct ovl *o)
+{
+	if (mkdirat(o->odir_fd, OVL_FORKS_DIR, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	int fd = openat(o->odir_fd, OVL_FORKS_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+/* fk/<fid>.json: the fork's chains, durable before the fork is mounted, so
+ * the GC that runs when the backend recovers (before the engine knows its
+ * forks) keeps the fork's layers and upper. */
+static int ovl_fork_chain_write(struct ovl *o, const char *fid, json_t *chains)
+{
+	char name[64];
+	_cleanup_close_ int fd = ovl_fork_dir_fd(o);
+	_cleanup_free_ char *s = json_dumps(chains, JSON_COMPACT);
+	if (fd < 0)
+		return fd;
+	if (!s)
+		return -ENOMEM;
+	snprintf(name, sizeof(name), "%s.json", fid);
+	return write_file_atomic(fd, name, s, strlen(s), 0600);
+}
+
+static void ovl_fork_chain_drop(struct ovl *o, const char *fid)
+{
+	char name[64];
+	_cleanup_close_ int fd = ovl_fork_dir_fd(o);
+	snprintf(name, sizeof(name), "%s.json", fid);
+	if (fd >= 0 && unlinkat(fd, name, 0) == 0)
+		fsync_dirfd(fd);
+}
+
+void overlay_fork_load(struct ovl *o)
+{
+	_cleanup_close_ int fd = ovl_fork_dir_fd(o);
+	DIR *d;
+	if (fd < 0 || walk_open(fd, NULL, &d) < 0)
+		return;
+	write_file_atomic_sweep(fd);
+	struct dirent *de;
+	while ((de = walk_next(d))) {
+		size_t n = strlen(de->d_name);
+		char fid[64];
+		_cleanup_free_ char *s = NULL;
+		if (n <= 5 || n >= sizeof(fid) || strcmp(de->d_name + n - 5, ".json"))
+			continue;
+		snprintf(fid, sizeof(fid), "%.*s", (int)(n - 5), de->d_name);
+		json_t *c = read_file_at(fd, de->d_name, 1 << 20, &s, NULL) == 0 ? json_loads(s, 0, NULL) : NULL;
+		if (json_is_object(c) && ovl_fork_id_ok(fid))
+			json_object_set(o->forks, fid, c);
+		json_decref(c);
+	}
+	closedir(d);
+}
+
+static void ovl_fork_register(struct ovl *o, const char *fid, json_t *chains)
+{
+	if (json_object_get(o->forks, fid))
+		return;
+	const char *h;
+	json_t *layers;
+	json_object_foreach(chains, h, layers) overlay_layers_ref(o, h, layers, +1);
+	json_object_set(o->forks, fid, chains);
+}
+
 int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs, json_t **fdata,
 		       ckpt_error *err)
 {
@@ -87,6 +157,10 @@ int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, 
 		chains = overlay_layers_chain_get(o, id, data);
 	if (!json_is_object(chains))
 		return err_set(err, ENOENT, NULL, "no layer chain recorded for %s", id ? id : fid);
+	if (*fdata) /* a recorded fork keeps its layers and upper even if it cannot be mounted */
+		ovl_fork_register(o, fid, chains);
+	else if ((q = ovl_fork_chain_write(o, fid, chains)) < 0)
+		return err_set(err, -q, NULL, "record the fork's layers: %s", strerror(-q));
 	for (; q == 0 && done < o->n_roots; done++) {
 		struct ovl_root *r = &o->roots[done];
 		json_t *chain = json_object_get(chains, r->h);
@@ -104,6 +178,8 @@ int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, 
 	}
 	if (q < 0) {
 		if (!*fdata) /* a new fork leaves nothing behind */
+			ovl_fork_chain_drop(o, fid);
+		if (!*fdata)
 			for (size_t i = 0; i < done; i++) {
 				ckpt_error e2 = { 0 };
 				if (i + 1 < done)
@@ -112,12 +188,7 @@ int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, 
 			}
 		return q;
 	}
-	if (!json_object_get(o->forks, fid)) {
-		const char *h;
-		json_t *layers;
-		json_object_foreach(chains, h, layers) overlay_layers_ref(o, h, layers, +1);
-		json_object_set(o->forks, fid, chains);
-	}
+	ovl_fork_register(o, fid, chains);
 	if (!*fdata)
 		*fdata = json_pack("{s:O}", "chains", chains);
 	return 0;
@@ -143,6 +214,7 @@ int overlay_fork_remove(void *st, const char *fid, json_t *fdata, const char *co
 		json_object_foreach(chains, h, layers) overlay_layers_ref(o, h, layers, -1);
 		json_object_del(o->forks, fid);
 	}
+	ovl_fork_chain_drop(o, fid);
 	o->dirty_gc = true;
 	return 0;
 }

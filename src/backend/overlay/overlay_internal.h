@@ -12,6 +12,7 @@
  *                     the intent of a restore (written before the swap)
  *     f/<fork>/u, f/<fork>/w   a fork's upper and work dirs (overlay_fork.c)
  *     dv/<name>/  a checkpoint's view mounted for a diff, while it runs
+ *   fk/<fork>.json  each fork's chains {h: [layers]} (overlay_fork.c)
  *   c/<id>.json       each checkpoint's chains {h: [layers, newest first]};
  *                     flattening rewrites these, the catalog never changes. */
 #pragma once
@@ -77,5 +78,7 @@ int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, 
 /* overlay_fork.c, overlay_diff.c: the backend ops of the same names. */
 int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs, json_t **fdata,
 		       ckpt_error *err);
+/* Load fk/<fork>.json into o->forks (before the refs are counted). */
+void overlay_fork_load(struct ovl *o);
 int overlay_fork_remove(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err);
 int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err);
