@@ -220,3 +220,26 @@ def test_cli_fork_commands(daemon_factory, tmp_path):
     out = subprocess.run([CKPT, "fork-delete", fid], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert forks(d) == [] and not mounts_under(p)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fork_of_two_roots_goes_to_one_subdir_each(daemon_factory, backend):
+    d = daemon_factory(backend=backend, n_roots=2, start=False)
+    (d.roots[0] / "a").write_text("first root\n")
+    (d.roots[1] / "b").write_text("second root\n")
+    d.start()
+    cp = d.create("two")["checkpoint_id"]
+    p = place(d, "f")
+    f = fork(d, cp, p)
+    assert f["paths"] == [str(p / "root0"), str(p / "root1")]
+    assert (p / "root0" / "a").read_text() == "first root\n"
+    assert (p / "root1" / "b").read_text() == "second root\n"
+    (p / "root1" / "b").write_text("forked\n")
+    assert (d.roots[1] / "b").read_text() == "second root\n"
+    changes = d.request("GET", f"/v1/checkpoints/{cp}/diff").json()["changes"]
+    assert changes == []
+    (d.roots[1] / "c").write_text("new\n")
+    changes = d.request("GET", f"/v1/checkpoints/{cp}/diff").json()["changes"]
+    assert [(c["path"], c["change"]) for c in changes] == [(str(d.roots[1] / "c"), "added")]
+    assert d.request("DELETE", f"/v1/forks/{f['fork_id']}").status_code == 204
+    assert os.listdir(p) == [] and not mounts_under(p)

@@ -31,7 +31,23 @@ static int ovl_diff_open(int vfd, const char *rel, int flags)
 {
 	struct open_how how = { .flags = (uint64_t)(flags | O_CLOEXEC),
 				.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
-	return (int)syscall(SYS_openat2, vfd, rel && *rel ? rel : ".", &how, sizeof(how));
+	int fd = (int)syscall(SYS_openat2, vfd, rel && *rel ? rel : ".", &how, sizeof(how));
+	if (fd >= 0 || (errno != ENOSYS && errno != EPERM))
+		return fd;
+	/* No openat2 (old kernel, a seccomp filter): one component at a time. */
+	_cleanup_free_ char *copy = strdup(rel && *rel ? rel : ".");
+	char *save = NULL, *part = copy ? strtok_r(copy, "/", &save) : NULL;
+	int cur = copy ? openat(vfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
+	while (cur >= 0 && part) {
+		char *next = strtok_r(NULL, "/", &save);
+		int f = !strcmp(part, "..")
+			? (errno = EPERM, -1)
+			: openat(cur, part, (next ? O_PATH | O_DIRECTORY : flags) | O_NOFOLLOW | O_CLOEXEC);
+		close(cur);
+		cur = f;
+		part = next;
+	}
+	return cur;
 }
 
 static void ovl_diff_stat(int vfd, const char *rel, struct bdiff_ent *e)
