@@ -243,3 +243,59 @@ def test_fork_of_two_roots_goes_to_one_subdir_each(daemon_factory, backend):
     assert [(c["path"], c["change"]) for c in changes] == [(str(d.roots[1] / "c"), "added")]
     assert d.request("DELETE", f"/v1/forks/{f['fork_id']}").status_code == 204
     assert os.listdir(p) == [] and not mounts_under(p)
+
+
+def test_fork_layers_survive_flattening_and_gc(daemon_factory):
+    """Flattening merges every checkpoint's chain into a new layer and GC then
+    removes the old ones: not those a fork is mounted on, before or after a
+    restart (whose recovery collects garbage before forks are remounted)."""
+    import json
+    d = daemon_factory(backend="overlay", start=False)
+    make_full_tree(d.roots[0])
+    d.start()
+    root = d.roots[0]
+    ids = []
+    for i in range(5):
+        (root / f"step{i}").write_text(f"{i}\n")
+        cp = d.create(f"c{i}")["checkpoint_id"]
+        ids.append(cp)
+        d.restore(cp)
+    p = place(d, "f")
+    f = fork(d, cp, p)
+    ovl = d.state_dir / "overlay"
+    fork_layers = {(h, name) for h, chain in json.loads((ovl / "fk" / f"{f['fork_id']}.json").read_text()).items()
+                   for name in chain}
+
+    def held_by_others():
+        held = set()
+        for c in (ovl / "c").glob("*.json"):
+            held |= {(h, n) for h, chain in json.loads(c.read_text()).items() for n in chain}
+        for live in ovl.glob("r/*/live.json"):
+            rec = json.loads(live.read_text())
+            held |= {(live.parent.name, n) for n in (rec.get("chain") or []) + (rec.get("mounted") or [])}
+        return held
+
+    d.stop()  # chains of 5 layers, now flattened down to 2
+    d.config = {"flatten_depth": 2}
+    d.start()
+    d.restore(ids[0])  # the live mount lets go of c4's layers
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not fork_layers - held_by_others():
+        d.delete(d.create("kick")["checkpoint_id"])  # each delete kicks maintenance: flatten, then GC
+        time.sleep(0.3)
+    only_fork = fork_layers - held_by_others()
+    assert only_fork, "flattening left every fork layer in some checkpoint's chain: nothing tested"
+    d.delete(d.create("gc")["checkpoint_id"])
+    time.sleep(1)
+    for h, name in only_fork:
+        assert (ovl / "r" / h / "l" / name).is_dir(), f"GC removed layer {name} the fork uses"
+    assert [(p / f"step{i}").read_text() for i in range(5)] == ["0\n", "1\n", "2\n", "3\n", "4\n"]
+    d.kill9()
+    os.system(f"umount -l {p}")
+    d.start()
+    time.sleep(0.5)
+    for h, name in only_fork:
+        assert (ovl / "r" / h / "l" / name).is_dir(), f"GC at start removed layer {name} the fork uses"
+    assert is_overlay_mount(p)
+    assert [(p / f"step{i}").read_text() for i in range(5)] == ["0\n", "1\n", "2\n", "3\n", "4\n"]
+    assert (p / "dir" / "sub" / "deeper" / "note").read_text() == "deep\n"
