@@ -225,6 +225,8 @@ int engine_fork(struct engine *e, const char *id_or_name, const char *path, json
 	*ret = fork_public(f);
 	json_decref(f);
 out:
+	for (size_t i = 0; r < 0 && e->cfg->n_roots > 1 && i < json_array_size(dirs); i++)
+		rmdir(json_string_value(json_array_get(dirs, i))); /* a refused fork leaves DIR as it was */
 	pthread_mutex_unlock(&e->op_lock);
 	return r;
 }
