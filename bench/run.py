@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """ckptd benchmarks (`make bench`): overlay restore against the tar backend,
 `tar -x` into an empty dir and `cp -a`; create after 10 small changes against
-create after rewriting everything. Drives the real daemon over HTTP.
+create after rewriting everything. Drives the real daemon over HTTP. Then load:
+wrk on the GET endpoints while restores run (bench/load.py): req/s and p99.
 
-Usage: bench/run.py [--sizes small,large] [--runs N] [--out bench/results.md]
+Usage: bench/run.py [--sizes small,large] [--runs N] [--load-secs S] [--out bench/results.md]
+(--sizes "" --load-secs 5 runs only a short load section.)
 Not a test: it prints a markdown table and writes it to bench/results.md."""
 import argparse
 import os
@@ -18,6 +20,9 @@ import tempfile
 import time
 
 import requests
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import load  # noqa: E402
 
 TOP = pathlib.Path(__file__).resolve().parents[1]
 BUILD = pathlib.Path(os.environ.get("BUILD", TOP / "build"))
@@ -230,16 +235,55 @@ def table(results, runs):
     return "\n".join(lines) + "\n"
 
 
+def bench_load(secs, conns=32):
+    """Overlay backend, 1,000 files: wrk for secs while two checkpoints restore in turn."""
+    work = pathlib.Path(tempfile.mkdtemp(prefix="ckptd-bench-load-", dir="/tmp"))
+    try:
+        src = work / "tree"
+        make_tree(src, 1000, 10 << 20)
+        d = Daemon("overlay", src, work / "state-load")
+        try:
+            a, _ = d.create("a")
+            touch_10(src, 1000, "l")
+            b, _ = d.create("b")
+            log(f"[load] wrk {secs} s, {conns} connections, restores in a loop")
+            res = load.run_load(d.url, [a["checkpoint_id"], b["checkpoint_id"]], secs, conns=conns)
+        finally:
+            d.stop()
+        return res
+    finally:
+        subprocess.run(["bash", "-c", f"awk '$5 ~ \"^{work}/\" {{print $5}}' /proc/self/mountinfo | tac | "
+                        "xargs -r -n1 umount -l"], check=False)
+        drop_tree(work)
+
+
+def load_table(res):
+    errs = res["non2xx"] + res["socket_errors"] + len(res["restore_failures"])
+    return "\n".join([
+        f"Load: wrk, {res['conns']} connections, {res['secs']} s, GET /v1/health and /v1/checkpoints "
+        "alternately, while two checkpoints restore in turn (overlay, 1,000 files).", "",
+        "| req/s | p50 ms | p99 ms | requests | non-2xx | socket errors | restores meanwhile (failed) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| {res['rps']:.0f} | {res['p50_ms']:.2f} | {res['p99_ms']:.2f} | {res['requests']} | {res['non2xx']} "
+        f"| {res['socket_errors']} | {res['restores']} ({len(res['restore_failures'])}) |",
+        "", "Errors: none." if errs == 0 else f"Errors: {errs}."]) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="small,large")
     ap.add_argument("--runs", type=int, default=21)
+    ap.add_argument("--load-secs", type=int, default=30, help="wrk duration of the load section (0: skip)")
     ap.add_argument("--out", default=str(TOP / "bench/results.md"))
     a = ap.parse_args()
     if not os.path.exists(CKPTD):
         sys.exit(f"{CKPTD} missing: run make first")
-    results = {s: one_size(s, a.runs) for s in a.sizes.split(",")}
-    md = "# ckptd benchmarks\n\n" + table(results, a.runs)
+    results = {s: one_size(s, a.runs) for s in a.sizes.split(",") if s}
+    md = "# ckptd benchmarks\n\n" + (table(results, a.runs) if results else "")
+    if a.load_secs > 0 and not shutil.which("wrk"):
+        log("[load] skipped: wrk is not installed (make deps installs it)")
+    elif a.load_secs > 0:
+        md += ("\n" if results else "") + load_table(bench_load(a.load_secs))
     print(md)
     pathlib.Path(a.out).write_text(md)
 

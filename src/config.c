@@ -17,6 +17,8 @@ static const char usage[] =
 	"  --mode sandbox|host           host mode runs gVisor sandboxes (default sandbox)\n"
 	"  --unmount-on-exit             unmount overlay roots when stopping\n"
 	"  --instance-id ID              host mode: this instance's name in lock files\n"
+	"  --create-roots                create roots that do not exist (else an error)\n"
+	"  --check-config                validate the configuration, print the outcome, exit 0 or 1\n"
 	"  -v, --verbose                 debug logs\n"
 	"  -h, --help                    this text\n"
 	"  -V, --version                 print the version\n";
@@ -35,6 +37,7 @@ void config_defaults(struct config *cfg)
 	cfg->service_timeout_secs = 30;
 	cfg->lock_ttl_secs = 30;
 	cfg->lock_renew_secs = 5;
+	cfg->lock_margin_secs = 2;
 	cfg->default_idle_timeout_secs = 300;
 }
 
@@ -127,15 +130,17 @@ static int load_token(struct config *cfg, const char *file, ckpt_error *err)
 	return 0;
 }
 
-/* Config file keys that take a string list or a single string. */
+/* Config file keys that take a list of strings. A lone string is refused:
+ * "roots": "/srv/app" is most likely a list someone meant to grow. */
 static int json_list(json_t *v, char **dst, size_t *n, size_t max, const char *what, ckpt_error *err)
 {
 	size_t i;
 	json_t *e;
 	if (json_is_string(v))
-		return add_list(dst, n, max, json_string_value(v), what, err);
+		return err_set(err, EINVAL, NULL, "config: %s must be a list of strings: [\"%s\"]", what,
+			       json_string_value(v));
 	if (!json_is_array(v))
-		return err_set(err, EINVAL, NULL, "config: %s must be a string or an array of strings", what);
+		return err_set(err, EINVAL, NULL, "config: %s must be a list of strings", what);
 	json_array_foreach(v, i, e)
 	{
 		if (!json_is_string(e))
@@ -155,6 +160,17 @@ static int json_int(json_t *obj, const char *key, int64_t min, int64_t *dst, ckp
 	if (!json_is_integer(v) || json_integer_value(v) < min)
 		return err_set(err, EINVAL, NULL, "config: %s must be an integer >= %lld", key, (long long)min);
 	*dst = json_integer_value(v);
+	return 0;
+}
+
+static int json_bool(json_t *obj, const char *key, bool *dst, ckpt_error *err)
+{
+	json_t *v = json_object_get(obj, key);
+	if (!v)
+		return 0;
+	if (!json_is_boolean(v))
+		return err_set(err, EINVAL, NULL, "config: %s must be true or false", key);
+	*dst = json_is_true(v);
 	return 0;
 }
 
@@ -232,29 +248,115 @@ static int apply_json_strings(struct config *cfg, json_t *obj, ckpt_error *err)
 	return r;
 }
 
+static const char *const known_keys[] = {
+	"listen",
+	"state_dir",
+	"roots",
+	"create_roots",
+	"backend",
+	"mode",
+	"token_file",
+	"metrics_token_free",
+	"services",
+	"service_timeout_secs",
+	"instance_id",
+	"runsc_path",
+	"sandbox_rootfs",
+	"sandbox_state_dir",
+	"unmount_on_exit",
+	"flatten_depth",
+	"default_ttl_secs",
+	"cleanup_interval_secs",
+	"max_checkpoints",
+	"max_state_bytes",
+	"lock_ttl_secs",
+	"lock_renew_secs",
+	"lock_margin_secs",
+	"idle_timeout_secs",
+	"max_connections",
+	"max_connections_per_client",
+	"header_timeout_secs",
+	NULL,
+};
+
+/* Levenshtein distance, for "did you mean". Keys are short. */
+static size_t edit_distance(const char *a, const char *b)
+{
+	size_t lb = strlen(b), row[64], prev;
+	if (lb >= ARRAY_SIZE(row))
+		return SIZE_MAX;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = j;
+	for (size_t i = 1; a[i - 1]; i++) {
+		prev = row[0];
+		row[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t sub = prev + (a[i - 1] != b[j - 1]), cur = row[j];
+			row[j] = sub < row[j] + 1 ? sub : row[j] + 1;
+			row[j] = row[j] < row[j - 1] + 1 ? row[j] : row[j - 1] + 1;
+			prev = cur;
+		}
+	}
+	return row[lb];
+}
+
+const char *config_nearest_key(const char *key)
+{
+	const char *best = NULL;
+	size_t best_d = SIZE_MAX;
+	for (const char *const *k = known_keys; *k; k++) {
+		size_t d = edit_distance(key, *k);
+		if (d < best_d)
+			best = *k, best_d = d;
+	}
+	return best;
+}
+
+/* A typo must not pass silently: "root" would leave the roots unset, and
+ * "max_checkpoint" the limit at its default. */
+static int config_check_keys(json_t *obj, ckpt_error *err)
+{
+	const char *key;
+	json_t *v;
+	json_object_foreach(obj, key, v)
+	{
+		bool known = false;
+		for (const char *const *k = known_keys; *k && !known; k++)
+			known = !strcmp(key, *k);
+		if (!known)
+			return err_set(err, EINVAL, NULL, "config: unknown key '%s' (did you mean '%s'?)", key,
+				       config_nearest_key(key));
+	}
+	return 0;
+}
+
 int config_apply_json(struct config *cfg, json_t *obj, ckpt_error *err)
 {
 	int64_t v64;
-	json_t *b;
 	int r;
 
 	if (!json_is_object(obj))
 		return err_set(err, EINVAL, NULL, "config: must be a JSON object");
+	if ((r = config_check_keys(obj, err)) < 0)
+		return r;
 	r = apply_json_strings(cfg, obj, err);
 	if (r < 0)
 		return r;
-	if ((b = json_object_get(obj, "unmount_on_exit"))) {
-		if (!json_is_boolean(b))
-			return err_set(err, EINVAL, NULL, "config: unmount_on_exit must be true or false");
-		cfg->unmount_on_exit = json_is_true(b);
-	}
+	if ((r = json_bool(obj, "unmount_on_exit", &cfg->unmount_on_exit, err)) < 0 ||
+	    (r = json_bool(obj, "create_roots", &cfg->create_roots, err)) < 0 ||
+	    (r = json_bool(obj, "metrics_token_free", &cfg->metrics_token_free, err)) < 0)
+		return r;
 	if ((r = json_int(obj, "default_ttl_secs", 0, &cfg->default_ttl_secs, err)) < 0 ||
 	    (r = json_int(obj, "cleanup_interval_secs", 1, &cfg->cleanup_interval_secs, err)) < 0 ||
 	    (r = json_int(obj, "max_checkpoints", 1, &cfg->max_checkpoints, err)) < 0 ||
 	    (r = json_int(obj, "max_state_bytes", 0, &cfg->max_state_bytes, err)) < 0 ||
 	    (r = json_int(obj, "lock_ttl_secs", 1, &cfg->lock_ttl_secs, err)) < 0 ||
 	    (r = json_int(obj, "lock_renew_secs", 1, &cfg->lock_renew_secs, err)) < 0 ||
-	    (r = json_int(obj, "idle_timeout_secs", 1, &cfg->default_idle_timeout_secs, err)) < 0)
+	    (r = json_int(obj, "lock_margin_secs", 0, &cfg->lock_margin_secs, err)) < 0 ||
+	    (r = json_int(obj, "idle_timeout_secs", 1, &cfg->default_idle_timeout_secs, err)) < 0 ||
+	    (r = json_int(obj, "max_connections", 16, &cfg->max_connections, err)) < 0 ||
+	    (r = json_int(obj, "max_connections_per_client", 1, &cfg->max_connections_per_client, err)) < 0 ||
+	    (r = json_int(obj, "header_timeout_secs", 1, &cfg->header_timeout_secs, err)) < 0)
 		return r;
 	v64 = cfg->service_timeout_secs;
 	if ((r = json_int(obj, "service_timeout_secs", 1, &v64, err)) < 0)
@@ -270,22 +372,35 @@ int config_apply_json(struct config *cfg, json_t *obj, ckpt_error *err)
 static int load_file(struct config *cfg, const char *file, ckpt_error *err)
 {
 	json_error_t jerr;
-	json_auto_t *obj = json_load_file(file, JSON_REJECT_DUPLICATES, &jerr);
+	_cleanup_fclose_ FILE *f = fopen(file, "re");
+	if (!f)
+		return err_set(err, errno, NULL, "cannot open config file '%s': %s", file, strerror(errno));
+	json_auto_t *obj = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
 	if (!obj)
-		return err_set(err, EINVAL, NULL, "config file '%s' line %d: %s", file, jerr.line, jerr.text);
+		return err_set(err, EINVAL, NULL, "config file '%s' line %d column %d: %s", file, jerr.line,
+			       jerr.column, jerr.text);
 	if (config_apply_json(cfg, obj, err) < 0)
 		return err_prefix(err, "config file '%s'", file);
 	return set_str(&cfg->config_file, file);
 }
 
-/* An absolute, canonical path; a missing directory is created. */
-static int canonical_dir(char **p, const char *what, ckpt_error *err)
+/* An absolute, canonical path. A missing directory is created if `create`;
+ * with `check_only` nothing is created and a missing one that may be is
+ * taken as it is written. */
+static int canonical_dir(char **p, const char *what, bool create, bool check_only, ckpt_error *err)
 {
 	char buf[PATH_MAX];
 	struct stat st;
 
 	if ((*p)[0] != '/' && !realpath(*p, buf) && errno != ENOENT)
 		return err_set(err, errno, NULL, "%s '%s': %s", what, *p, strerror(errno));
+	if (stat(*p, &st) < 0 && errno == ENOENT) {
+		if (!create)
+			return err_set(err, ENOENT, NULL,
+				       "%s '%s' does not exist (create it, or set \"create_roots\": true)", what, *p);
+		if (check_only)
+			return (*p)[0] == '/' ? 0 : err_set(err, EINVAL, NULL, "%s '%s' must be absolute", what, *p);
+	}
 	if (mkdir_p(*p, 0755) < 0 || !realpath(*p, buf))
 		return err_set(err, errno, NULL, "%s '%s': %s", what, *p, strerror(errno));
 	if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
@@ -306,7 +421,7 @@ static int config_validate(struct config *cfg, ckpt_error *err)
 	int r;
 	if (!cfg->state_dir && set_str(&cfg->state_dir, "/var/lib/ckptd") < 0)
 		return -ENOMEM;
-	if ((r = canonical_dir(&cfg->state_dir, "state dir", err)) < 0)
+	if ((r = canonical_dir(&cfg->state_dir, "state dir", true, cfg->check_only, err)) < 0)
 		return r;
 	if (cfg->n_listen == 0 &&
 	    add_list(cfg->listen, &cfg->n_listen, MAX_LISTEN, "127.0.0.1:7070", "listen", err) < 0)
@@ -314,7 +429,7 @@ static int config_validate(struct config *cfg, ckpt_error *err)
 	if (cfg->mode == MODE_SANDBOX && cfg->n_roots == 0)
 		return err_set(err, EINVAL, NULL, "no --root given: name at least one directory to manage");
 	for (size_t i = 0; i < cfg->n_roots; i++) {
-		if ((r = canonical_dir(&cfg->roots[i], "root", err)) < 0)
+		if ((r = canonical_dir(&cfg->roots[i], "root", cfg->create_roots, cfg->check_only, err)) < 0)
 			return r;
 		if (path_within(cfg->state_dir, cfg->roots[i]) || path_within(cfg->roots[i], cfg->state_dir))
 			return err_set(err, EINVAL, NULL, "root '%s' and state dir '%s' overlap", cfg->roots[i],
@@ -336,7 +451,9 @@ enum {
 	OPT_TOKEN,
 	OPT_MODE,
 	OPT_UNMOUNT,
-	OPT_INSTANCE
+	OPT_INSTANCE,
+	OPT_CREATE_ROOTS,
+	OPT_CHECK
 };
 
 static const struct option long_opts[] = {
@@ -349,6 +466,8 @@ static const struct option long_opts[] = {
 	{ "mode", required_argument, NULL, OPT_MODE },
 	{ "unmount-on-exit", no_argument, NULL, OPT_UNMOUNT },
 	{ "instance-id", required_argument, NULL, OPT_INSTANCE },
+	{ "create-roots", no_argument, NULL, OPT_CREATE_ROOTS },
+	{ "check-config", no_argument, NULL, OPT_CHECK },
 	{ "verbose", no_argument, NULL, 'v' },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
@@ -382,6 +501,12 @@ static int apply_flag(struct config *cfg, int c, const char *arg, bool *listen_s
 		return 0;
 	case OPT_INSTANCE:
 		return set_str(&cfg->instance_id, arg);
+	case OPT_CREATE_ROOTS:
+		cfg->create_roots = true;
+		return 0;
+	case OPT_CHECK:
+		cfg->check_only = true;
+		return 0;
 	case 'v':
 		cfg->verbose = true;
 		return 0;
@@ -398,6 +523,8 @@ int config_parse(struct config *cfg, int argc, char **argv, ckpt_error *err)
 	int c, r;
 
 	config_defaults(cfg);
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		cfg->check_only |= !strcmp(argv[i], "--check-config"); /* known before any error */
 	opterr = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "vhV", long_opts, NULL)) != -1) {

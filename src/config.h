@@ -31,6 +31,14 @@ struct config {
 	char *token; /* NULL = no auth */
 	char *config_file;
 	bool verbose;
+	bool check_only;         /* --check-config: validate, create nothing */
+	bool create_roots;       /* a missing root is created rather than an error */
+	bool metrics_token_free; /* GET /metrics without the token */
+
+	/* connections (0: the HTTP layer's defaults) */
+	int64_t max_connections;            /* per listener, default 1024 */
+	int64_t max_connections_per_client; /* per client address, default 64 */
+	int64_t header_timeout_secs;        /* to send a request's headers, default 10 */
 
 	/* overlay */
 	bool unmount_on_exit; /* default off */
@@ -55,6 +63,7 @@ struct config {
 	char *sandbox_state_dir;           /* default <state_dir>/sandboxes */
 	int64_t lock_ttl_secs;             /* default 30 */
 	int64_t lock_renew_secs;           /* default 5 */
+	int64_t lock_margin_secs;          /* default 2: a taker waits ttl + this */
 	int64_t default_idle_timeout_secs; /* default 300 */
 };
 
@@ -64,5 +73,7 @@ int config_parse(struct config *cfg, int argc, char **argv, ckpt_error *err);
 /* Apply a JSON object of settings (the config file format). */
 int config_apply_json(struct config *cfg, json_t *obj, ckpt_error *err);
 void config_defaults(struct config *cfg);
+/* The known config file key nearest to key (for "did you mean"). */
+const char *config_nearest_key(const char *key);
 void config_free(struct config *cfg);
 const char *backend_kind_name(enum backend_kind k);

@@ -48,13 +48,22 @@ static void app_listeners(struct app *a)
 	}
 }
 
+static void app_http_limits(const struct config *cfg, struct http_server_opts *o)
+{
+	o->conn_limit = (unsigned)(cfg->max_connections > 65536 ? 65536 : cfg->max_connections);
+	o->per_client_limit =
+		(unsigned)(cfg->max_connections_per_client > 65536 ? 65536 : cfg->max_connections_per_client);
+	o->header_timeout_s = (unsigned)(cfg->header_timeout_secs > 3600 ? 3600 : cfg->header_timeout_secs);
+}
+
 static int app_start_sandbox(struct app *a, ckpt_error *err)
 {
 	struct http_server_opts o;
 	int r = engine_open(&a->cfg, NULL, &a->engine, err);
 	if (r < 0)
 		return r;
-	api_server_opts(a->engine, a->cfg.token, &o);
+	api_server_opts(a->engine, a->cfg.token, a->cfg.metrics_token_free, &o);
+	app_http_limits(&a->cfg, &o);
 	return http_start(&o, a->listen, a->n_listen, &a->http, err);
 }
 
@@ -65,6 +74,7 @@ static int app_start_host(struct app *a, ckpt_error *err)
 		return r;
 	struct http_server_opts o = { .app = a->host, .token = a->cfg.token };
 	o.routes = host_routes(&o.n_routes);
+	app_http_limits(&a->cfg, &o);
 	return http_start(&o, a->listen, a->n_listen, &a->http, err);
 }
 
@@ -127,6 +137,15 @@ int main(int argc, char **argv)
 
 	if (r > 0)
 		return 0;
+	if (a.cfg.check_only) {
+		if (r < 0)
+			fprintf(stderr, "ckptd: %s\n", err.msg);
+		else
+			printf("ckptd: configuration is valid%s%s\n", a.cfg.config_file ? ": " : "",
+			       a.cfg.config_file ? a.cfg.config_file : "");
+		config_free(&a.cfg);
+		return r < 0 ? 1 : 0;
+	}
 	log_init(a.cfg.verbose);
 	if (r < 0) {
 		log_error("%s", err.msg);
@@ -146,6 +165,7 @@ int main(int argc, char **argv)
 	log_notice("ckptd %s ready (%s mode%s%s)", CKPTD_VERSION, a.cfg.mode == MODE_HOST ? "host" : "sandbox",
 		   a.engine ? ", backend " : "", a.engine ? engine_backend_name(a.engine) : "");
 	sd_notify(0, "READY=1");
+	engine_adoption_finish(a.engine); /* units After=ckptd.service can start now */
 	app_notify_status(&a);
 	int sig = app_wait(&a);
 	log_notice("stopping on signal %d", sig);

@@ -11,6 +11,11 @@ import os
 import subprocess
 import sys
 
+try:
+    import ckptd  # noqa: F401  the package, once `pip install ./clients/python`
+except ImportError:  # run from the checkout without installing it
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
+
 
 def workspace_path(arg):
     """The managed root the example works in: the argument, else CKPTD_WORKSPACE."""

@@ -19,8 +19,8 @@ import os
 import subprocess
 import sys
 
-from ckptd_client import Client, CkptdError
-from example_util import report_checkpoint, report_restore, workspace_path
+from example_util import report_checkpoint, report_restore, workspace_path  # noqa: I001 (sets the path)
+from ckptd import Client, CkptdError
 
 WORKFLOW = [
     ("prepare", "import os, json\n"

@@ -21,8 +21,8 @@ import subprocess
 import sys
 import tempfile
 
-from ckptd_client import Client, CkptdError
-from example_util import report_checkpoint, report_restore, workspace_path
+from example_util import report_checkpoint, report_restore, workspace_path  # noqa: I001 (sets the path)
+from ckptd import Client, CkptdError
 
 ATTEMPTS = 3
 FLAKY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flaky_script.py")

@@ -6,10 +6,13 @@
 #
 # Settings: CKPTD_URL (default http://127.0.0.1:7070), CKPTD_SOCKET (a unix
 # socket path; wins over the URL), CKPTD_TOKEN (bearer token, handed to curl
-# on stdin so that it does not show in `ps`).
+# on stdin so that it does not show in `ps`), CKPTD_TIMEOUT (seconds to wait
+# for an answer), CKPTD_RETRIES (curl --retry for POSTs, default 3),
+# CKPTD_IDEMPOTENCY_KEY (the POST's Idempotency-Key; default a fresh UUID).
 # Each function prints the JSON answer and returns 0 on success. On an error
 # answer it prints "ckptd: error status=<n> code=<code> detail=<text>" on
-# stderr and returns 1 (3 when the daemon cannot be reached).
+# stderr and returns 1 (3 when the daemon cannot be reached, 4 when it did not
+# answer in time: the outcome is unknown, retry with the same key).
 # JSON is read with python3 when there is one, else with sed (flat fields
 # only); CKPTD_JSON=sed forces the sed reader.
 # `local` is not POSIX, but dash, bash, busybox ash and ksh all have it.
@@ -24,6 +27,13 @@ ckptd_request() { # METHOD PATH [JSON-BODY] [curl args...]
 	if [ -n "$body" ]; then
 		set -- "$@" -H 'Content-Type: application/json' --data-binary "$body"
 	fi
+	if [ "$method" = POST ]; then
+		# One key per call: curl's retries (timeouts, 503) resend it, and
+		# ckptd answers a repeat with the first answer instead of redoing it.
+		set -- "$@" -H "Idempotency-Key: ${CKPTD_IDEMPOTENCY_KEY:-$(cat /proc/sys/kernel/random/uuid)}" \
+			--retry "${CKPTD_RETRIES:-3}"
+	fi
+	[ -n "${CKPTD_TIMEOUT-}" ] && set -- "$@" --max-time "$CKPTD_TIMEOUT"
 	if [ -n "${CKPTD_SOCKET-}" ]; then
 		set -- "$@" --unix-socket "$CKPTD_SOCKET"
 		base=http://localhost
@@ -37,8 +47,13 @@ ckptd_request() { # METHOD PATH [JSON-BODY] [curl args...]
 		status=$(curl "$@" "$base$path")
 	fi
 	rc=$?
+	if [ $rc -eq 28 ] || [ $rc -eq 52 ] || [ $rc -eq 56 ]; then
+		echo "ckptd: error status=0 code=timeout detail=no answer from ckptd at ${CKPTD_SOCKET:-$base}; the $method may still happen (curl exit $rc)" >&2
+		rm -f "$out"
+		return 4
+	fi
 	if [ $rc -ne 0 ] || [ "${status:-000}" = 000 ]; then
-		echo "ckptd: error status=0 code=connection_failed detail=cannot reach ckptd at ${CKPTD_SOCKET:-$base} (curl exit $rc)" >&2
+		echo "ckptd: error status=0 code=not_reachable detail=cannot reach ckptd at ${CKPTD_SOCKET:-$base} (curl exit $rc)" >&2
 		rm -f "$out"
 		return 3
 	fi

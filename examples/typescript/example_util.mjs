@@ -25,13 +25,13 @@ export function fail (msg) {
 
 const names = (list) => `[${(list || []).join(',')}]`
 
-/** @param {import('./ckptd_client.mjs').Checkpoint} cp */
+/** @param {import('../../clients/typescript/src/index.js').Checkpoint} cp */
 export function reportCheckpoint (cp) {
   console.log(`CHECKPOINT ${cp.checkpoint_id} name=${cp.name} duration_ms=${cp.duration_ms} size_bytes=${cp.size_bytes}`)
   runHook('CKPTD_AFTER_CREATE_HOOK', cp.checkpoint_id)
 }
 
-/** @param {import('./ckptd_client.mjs').RestoreResult} r */
+/** @param {import('../../clients/typescript/src/index.js').RestoreReport} r */
 export function reportRestore (r) {
   console.log(`RESTORED ${r.checkpoint_id} duration_ms=${r.restore_duration_ms} ok=${r.ok} ` +
     `stopped=${names(r.stopped_services)} started=${names(r.started_services)} failed=${names(r.failed_services)}`)

@@ -1,7 +1,7 @@
 // A flaky job for retry_loop.mjs: it changes the workspace (the current
 // directory) and fails until its attempt number passes FLAKY_FAILURES
 // (default 2). Each attempt writes junk/attempt-<n>.bin, appends to notes.txt
-// and deletes data.txt. The counter (FLAKY_COUNTER) lives outside the
+// and, when it fails, deletes data.txt (the one that succeeds leaves it). The counter (FLAKY_COUNTER) lives outside the
 // workspace so that a restore does not rewind it.
 import { randomBytes } from 'node:crypto'
 import { appendFileSync, existsSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs'
@@ -14,9 +14,9 @@ writeFileSync(counter, `${attempt}\n`)
 mkdirSync('junk', { recursive: true })
 writeFileSync(`junk/attempt-${attempt}.bin`, randomBytes(4096))
 appendFileSync('notes.txt', `attempt ${attempt} was here\n`)
-if (existsSync('data.txt')) unlinkSync('data.txt')
 
 if (attempt <= failures) {
+  if (existsSync('data.txt')) unlinkSync('data.txt') // the damage a restore must undo
   console.error(`flaky: attempt ${attempt} failed (simulated)`)
   process.exit(1)
 }

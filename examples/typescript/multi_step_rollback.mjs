@@ -8,7 +8,7 @@
 // the one taken before step k-1 (none when step 1 fails). Step N (default 3,
 // or CKPTD_FAIL_STEP; 0 = none) does its work, then damages the tree and
 // exits 1. Exit status: 0 when every step succeeded, 1 after a failed step.
-import { Client, CkptdError } from './ckptd_client.mjs'
+import { Client, CkptdError } from '../../clients/typescript/src/index.js'
 import { fail, reportCheckpoint, reportRestore, run, workspacePath } from './example_util.mjs'
 
 const WORKFLOW = [

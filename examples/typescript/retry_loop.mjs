@@ -12,7 +12,7 @@ import { mkdtempSync, realpathSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join, sep } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { Client, CkptdError } from './ckptd_client.mjs'
+import { Client, CkptdError } from '../../clients/typescript/src/index.js'
 import { fail, reportCheckpoint, reportRestore, run, workspacePath } from './example_util.mjs'
 
 const ATTEMPTS = 3

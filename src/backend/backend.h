@@ -14,6 +14,11 @@ struct backend_ctx {
 	int state_fd;          /* O_DIRECTORY fd of state_dir */
 	char *const *roots;    /* absolute canonical paths */
 	size_t n_roots;
+	/* Called by open right before it mounts over a root (first adoption,
+	 * reboot, an interrupted restore), with what the mount is about to hide
+	 * still in place; may be NULL. */
+	void (*before_mount)(void *hook_ctx, const char *root);
+	void *hook_ctx;
 };
 
 /* Progress of a long operation; written by the backend, read by GET. */

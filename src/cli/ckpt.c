@@ -265,6 +265,9 @@ static const struct ckpt_command ckpt_commands[] = {
 	  "one path a line like `git status --short`: A added, D deleted, M modified\n"
 	  "(content, mode or owner), T type changed.\n" },
 	{ "health", 0, 0, NULL, cli_cmd_health, "Usage: ckpt health\nThe daemon's health.\n" },
+	{ "status", 0, 0, NULL, cli_cmd_status,
+	  "Usage: ckpt status\nA short summary of health: warnings (processes using a root that no\n"
+	  "managed unit covers), backend, roots, checkpoints, the units restarted at adoption.\n" },
 };
 
 static const struct ckpt_command *ckpt_find_command(const char *name)

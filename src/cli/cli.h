@@ -68,6 +68,7 @@ void cli_out_table(json_t *records);
 void cli_out_record(json_t *record);
 void cli_out_restore(json_t *report);
 void cli_out_health(json_t *health);
+void cli_out_status(json_t *health);
 /* Print the reply body as is (with a final newline). */
 void cli_out_verbatim(const struct cli_reply *r);
 /* "ckpt: detail (code, HTTP status)" on stderr. */
@@ -121,6 +122,7 @@ int cli_cmd_show(const struct cli_opts *o, const char *id);
 int cli_cmd_delete(const struct cli_opts *o, const char *id);
 int cli_cmd_restore(const struct cli_opts *o, const char *id);
 int cli_cmd_health(const struct cli_opts *o, const char *unused);
+int cli_cmd_status(const struct cli_opts *o, const char *unused);
 /* Send a request; -1 when it succeeded (2xx), else the exit status. */
 int cli_cmd_send(const struct cli_opts *o, const char *method, const char *path, json_t *body, struct cli_reply *r,
 		 cli_tick_fn tick, void *tick_arg);

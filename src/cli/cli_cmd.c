@@ -137,7 +137,7 @@ static json_t *cli_cmd_create_body(const struct cli_opts *o, const char *name, b
  * before routing, so a name holding '/' cannot travel in the path. */
 static int cli_cmd_resolve_name(const struct cli_opts *o, const char *name, char **ret_id)
 {
-	_cli_cleanup_free_ char *path = cli_http_path("/v1/checkpoints?name=", name, NULL);
+	_cli_cleanup_free_ char *path = cli_http_path("/v1/checkpoints?name=", name, "&limit=1000");
 	_cleanup_reply_ struct cli_reply r = { 0 };
 	int rc = cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL);
 	if (rc >= 0)
@@ -342,14 +342,49 @@ static void cli_cmd_list_human(json_t *body)
 	cli_out_table(all);
 }
 
+/* Append the pages after the first reply's to its "checkpoints"; -1 when
+ * all are in, else the exit status. */
+static int cli_cmd_list_rest(const struct cli_opts *o, const char *first_path, json_t *body)
+{
+	json_t *all = json_object_get(body, "checkpoints");
+	while (json_is_string(json_object_get(body, "next_page_token")) && json_is_array(all)) {
+		const char *token = json_string_value(json_object_get(body, "next_page_token"));
+		_cli_cleanup_free_ char *path = cli_http_path(first_path, token, NULL);
+		_cleanup_reply_ struct cli_reply r = { 0 };
+		int rc = path ? cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL) : CKPT_EXIT_SERVER;
+		if (rc >= 0)
+			return rc;
+		json_array_extend(all, json_object_get(r.json, "checkpoints"));
+		json_object_set(body, "next_page_token", json_object_get(r.json, "next_page_token") ?: json_null());
+	}
+	json_object_del(body, "next_page_token");
+	return -1;
+}
+
 int cli_cmd_list(const struct cli_opts *o, const char *unused __attribute__((unused)))
 {
-	_cli_cleanup_free_ char *path = o->name_filter ? cli_http_path("/v1/checkpoints?name=", o->name_filter, NULL)
-						       : strdup("/v1/checkpoints");
+	/* pages of the server's default size */
+	_cli_cleanup_free_ char *filter = o->name_filter ? cli_http_path("?name=", o->name_filter, "&") : strdup("?");
+	_cli_cleanup_free_ char *path = NULL, *next = NULL;
 	_cleanup_reply_ struct cli_reply r = { 0 };
 	cli_cmd_quiet = o->quiet;
+	if (!filter || asprintf(&path, "/v1/checkpoints%.*s", (int)strlen(filter) - 1, filter) < 0 ||
+	    asprintf(&next, "/v1/checkpoints%spage_token=", filter) < 0)
+		return CKPT_EXIT_SERVER;
 	int rc = cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL);
-	return rc >= 0 ? rc : cli_cmd_print(o, &r, cli_cmd_list_human);
+	if (rc >= 0)
+		return rc;
+	if (!json_is_string(json_object_get(r.json, "next_page_token")))
+		return cli_cmd_print(o, &r, cli_cmd_list_human); /* one page: the answer verbatim */
+	if ((rc = cli_cmd_list_rest(o, next, r.json)) >= 0)
+		return rc;
+	if (o->json) {
+		json_dumpf(r.json, stdout, JSON_COMPACT);
+		putchar('\n');
+	} else {
+		cli_cmd_list_human(r.json);
+	}
+	return CKPT_EXIT_OK;
 }
 
 int cli_cmd_show(const struct cli_opts *o, const char *id)
@@ -525,4 +560,11 @@ int cli_cmd_health(const struct cli_opts *o, const char *unused __attribute__((u
 	_cleanup_reply_ struct cli_reply r = { 0 };
 	int rc = cli_cmd_send(o, "GET", "/v1/health", NULL, &r, NULL, NULL);
 	return rc >= 0 ? rc : cli_cmd_print(o, &r, cli_out_health);
+}
+
+int cli_cmd_status(const struct cli_opts *o, const char *unused __attribute__((unused)))
+{
+	_cleanup_reply_ struct cli_reply r = { 0 };
+	int rc = cli_cmd_send(o, "GET", "/v1/health", NULL, &r, NULL, NULL);
+	return rc >= 0 ? rc : cli_cmd_print(o, &r, cli_out_status);
 }

@@ -256,6 +256,30 @@ void cli_out_health(json_t *h)
 	}
 }
 
+/* ckpt status: a few lines from health, and the warnings first. */
+void cli_out_status(json_t *h)
+{
+	json_t *users = json_object_get(h, "unmanaged_users"), *u, *a = json_object_get(h, "adoption");
+	size_t i;
+	json_array_foreach(users, i, u)
+	{
+		printf("warning: process %lld (%s) uses a managed root%s and belongs to no managed unit\n",
+		       (long long)json_integer_value(json_object_get(u, "pid")), cli_out_str(u, "command", "?"),
+		       json_is_true(json_object_get(u, "hidden")) ? " through the directory hidden under the mount"
+								  : "");
+	}
+	printf("%-16s%s, %s backend, %lld checkpoint(s)\n", "Status:", cli_out_str(h, "status", "-"),
+	       cli_out_str(h, "backend", "-"), (long long)json_integer_value(json_object_get(h, "checkpoints")));
+	cli_out_list("Roots:", json_object_get(h, "roots"));
+	if (json_is_string(json_object_get(h, "services")))
+		printf("%-16s%s\n", "Services:", cli_out_str(h, "services", "-"));
+	if (a) {
+		_cli_cleanup_free_ char *d = json_dumps(json_object_get(a, "restarted_units"), JSON_COMPACT);
+		printf("%-16srestarted %s at %s\n", "Adoption:", d ? d : "?", cli_out_str(a, "at", "-"));
+	}
+	printf("%-16s%zu\n", "Unmanaged:", json_array_size(users));
+}
+
 void cli_out_verbatim(const struct cli_reply *r)
 {
 	if (!r->len)

@@ -1,5 +1,8 @@
-/* catalog.c: checkpoint records, one JSON file each under <state>/catalog/. */
+/* catalog.c: checkpoint records, one JSON file each under <state>/catalog/,
+ * and the only place where a record meets JSON. The records in memory and
+ * their index are catalog_index.c's; this file holds the lock around them. */
 #include "engine/catalog.h"
+#include "engine/catalog_index.h"
 #include "lib/walk.h"
 
 #include <sys/stat.h>
@@ -8,61 +11,247 @@
 
 struct catalog {
 	pthread_mutex_t lock;
-	int dirfd;       /* <state>/catalog */
-	json_t *records; /* object: id -> record */
+	int dirfd; /* <state>/catalog */
+	struct catalog_index ix;
+	char (*left_out)[32]; /* ids of record files left out at load */
+	size_t n_left_out;
 };
 
-const char *record_id(json_t *r)
+static const char *const status_names[CKPT_STATUS_N] = {
+	[CKPT_CREATING] = "creating",
+	[CKPT_ACTIVE] = "active",
+	[CKPT_DELETING] = "deleting",
+	[CKPT_FAILED] = "failed",
+};
+
+const char *ckpt_status_name(enum ckpt_status s)
 {
-	return json_string_value(json_object_get(r, "checkpoint_id"));
+	return (unsigned)s < CKPT_STATUS_N ? status_names[s] : "unknown";
 }
 
-int64_t record_int(json_t *r, const char *key)
+static int status_parse(const char *s, enum ckpt_status *ret)
 {
-	return json_integer_value(json_object_get(r, key));
+	for (int i = 0; s && i < CKPT_STATUS_N; i++)
+		if (!strcmp(s, status_names[i])) {
+			*ret = (enum ckpt_status)i;
+			return 0;
+		}
+	return -EINVAL;
 }
 
-json_t *record_public(json_t *r)
+static json_t *time_or_null(const char *s)
 {
-	json_t *out = json_object(), *v;
+	return s[0] ? json_string(s) : json_null();
+}
+
+static json_t *copy_or_empty_object(json_t *j)
+{
+	return j ? json_deep_copy(j) : json_object();
+}
+
+static json_t *copy_or_empty_array(json_t *j)
+{
+	return j ? json_deep_copy(j) : json_array();
+}
+
+/* Members in the order a fresh record always had them; unknown ones last. */
+json_t *record_json(const struct ckpt_record *r, bool internal)
+{
+	json_t *o = json_object(), *v;
 	const char *k;
-	json_object_foreach(r, k, v) if (k[0] != '_') json_object_set_new(out, k, json_deep_copy(v));
-	return out;
+
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "checkpoint_id", json_string(r->id));
+	json_object_set_new(o, "name", json_string(r->name));
+	json_object_set_new(o, "status", json_string(ckpt_status_name(r->status)));
+	json_object_set_new(o, "created_at", time_or_null(r->created_at));
+	json_object_set_new(o, "expires_at", time_or_null(r->expires_at));
+	json_object_set_new(o, "last_used_at", time_or_null(r->last_used_at));
+	json_object_set_new(o, "size_bytes", json_integer(r->size_bytes));
+	json_object_set_new(o, "duration_ms", json_integer(r->duration_ms));
+	json_object_set_new(o, "backend", r->backend ? json_string(r->backend) : json_null());
+	json_object_set_new(o, "labels", copy_or_empty_object(r->labels));
+	json_object_set_new(o, "roots", copy_or_empty_array(r->roots));
+	json_object_set_new(o, "frozen_services", copy_or_empty_array(r->frozen_services));
+	json_object_set_new(o, "ttl_secs", json_integer(r->ttl_secs));
+	if (r->freeze_failures)
+		json_object_set_new(o, "freeze_failures", json_deep_copy(r->freeze_failures));
+	if (r->error)
+		json_object_set_new(o, "error", json_deep_copy(r->error));
+	if (internal) {
+		json_object_set_new(o, "_created_ms", json_integer(r->created_ms));
+		json_object_set_new(o, "_expires_ms", json_integer(r->expires_ms));
+		if (r->backend_data)
+			json_object_set_new(o, "_backend", json_deep_copy(r->backend_data));
+	}
+	json_object_foreach(r->extra, k, v) if (internal || k[0] != '_') json_object_set_new(o, k, json_deep_copy(v));
+	return o;
 }
 
-static bool record_valid(json_t *r, const char *file)
+static const char *const known_members[] = {
+	"checkpoint_id", "name",
+	"status",        "created_at",
+	"expires_at",    "last_used_at",
+	"size_bytes",    "duration_ms",
+	"backend",       "labels",
+	"roots",         "frozen_services",
+	"ttl_secs",      "freeze_failures",
+	"error",         "_created_ms",
+	"_expires_ms",   "_backend",
+};
+
+static bool member_known(const char *k)
 {
-	const char *id = record_id(r);
+	for (size_t i = 0; i < ARRAY_SIZE(known_members); i++)
+		if (!strcmp(k, known_members[i]))
+			return true;
+	return false;
+}
+
+static void time_from_json(char *buf, size_t len, json_t *v)
+{
+	snprintf(buf, len, "%s", json_is_string(v) ? json_string_value(v) : "");
+}
+
+/* A member of the given type, copied; NULL when absent or of another type. */
+static json_t *member_copy(json_t *j, const char *key, json_type type)
+{
+	json_t *v = json_object_get(j, key);
+	return v && json_typeof(v) == type ? json_deep_copy(v) : NULL;
+}
+
+static void record_fill(struct ckpt_record *r, json_t *j)
+{
+	const char *k;
+	json_t *v;
+
+	record_set_backend(r, json_string_value(json_object_get(j, "backend")));
+	time_from_json(r->created_at, sizeof(r->created_at), json_object_get(j, "created_at"));
+	time_from_json(r->expires_at, sizeof(r->expires_at), json_object_get(j, "expires_at"));
+	time_from_json(r->last_used_at, sizeof(r->last_used_at), json_object_get(j, "last_used_at"));
+	r->size_bytes = json_integer_value(json_object_get(j, "size_bytes"));
+	r->duration_ms = json_integer_value(json_object_get(j, "duration_ms"));
+	r->ttl_secs = json_integer_value(json_object_get(j, "ttl_secs"));
+	r->created_ms = json_integer_value(json_object_get(j, "_created_ms"));
+	r->expires_ms = json_integer_value(json_object_get(j, "_expires_ms"));
+	json_t *labels = member_copy(j, "labels", JSON_OBJECT), *roots = member_copy(j, "roots", JSON_ARRAY),
+	       *frozen = member_copy(j, "frozen_services", JSON_ARRAY);
+	if (labels)
+		json_decref(r->labels), r->labels = labels;
+	if (roots)
+		json_decref(r->roots), r->roots = roots;
+	if (frozen)
+		json_decref(r->frozen_services), r->frozen_services = frozen;
+	r->freeze_failures = member_copy(j, "freeze_failures", JSON_OBJECT);
+	r->error = member_copy(j, "error", JSON_OBJECT);
+	if (json_object_get(j, "_backend"))
+		r->backend_data = json_deep_copy(json_object_get(j, "_backend"));
+	json_object_foreach(j, k, v)
+	{
+		if (member_known(k))
+			continue;
+		if (!r->extra)
+			r->extra = json_object();
+		json_object_set_new(r->extra, k, json_deep_copy(v));
+	}
+}
+
+struct ckpt_record *record_from_json(json_t *j, const char **why)
+{
+	enum ckpt_status status = CKPT_ACTIVE;
+	const char *id = json_string_value(json_object_get(j, "checkpoint_id"));
+	const char *name = json_string_value(json_object_get(j, "name"));
+
+	*why = NULL;
+	if (!json_is_object(j))
+		*why = "not a JSON object";
+	else if (!id_valid(id))
+		*why = "no valid checkpoint_id";
+	else if (!name)
+		*why = "no name";
+	else if (!json_object_get(j, "status"))
+		*why = "no status";
+	else if (!json_is_string(json_object_get(j, "status")))
+		*why = "status is not a string";
+	else if (status_parse(json_string_value(json_object_get(j, "status")), &status) < 0)
+		*why = "unknown status";
+	if (*why)
+		return NULL;
+	struct ckpt_record *r = record_new(id, name, status);
+	if (!r) {
+		*why = "out of memory";
+		return NULL;
+	}
+	record_fill(r, j);
+	return r;
+}
+
+static struct ckpt_record *catalog_read(struct catalog *c, const char *file, const char **why)
+{
+	_cleanup_free_ char *buf = NULL;
 	char want[64];
-	if (!json_is_object(r) || !id_valid(id) || !json_is_string(json_object_get(r, "name")))
-		return false;
-	snprintf(want, sizeof(want), "%s.json", id);
-	return !strcmp(want, file);
+	size_t len;
+
+	if (read_file_at(c->dirfd, file, RECORD_MAX, &buf, &len) < 0) {
+		*why = "cannot read it";
+		return NULL;
+	}
+	json_t *j = json_loadb(buf, len, 0, NULL);
+	if (!j) {
+		*why = "not JSON";
+		return NULL;
+	}
+	struct ckpt_record *r = record_from_json(j, why);
+	json_decref(j);
+	if (r) {
+		snprintf(want, sizeof(want), "%s.json", r->id);
+		if (strcmp(want, file)) {
+			*why = "its checkpoint_id does not match the file name";
+			record_unref(TAKE_PTR(r));
+		}
+	}
+	return r;
+}
+
+/* A file named like a record that was left out: remember its id, so that
+ * recovery keeps that checkpoint's data until someone looks at the file. */
+static void catalog_left_out(struct catalog *c, const char *file)
+{
+	char id[32];
+	size_t len = strlen(file);
+	if (len < 5 || len - 5 >= sizeof(id) || strcmp(file + len - 5, ".json"))
+		return;
+	memcpy(id, file, len - 5);
+	id[len - 5] = '\0';
+	if (!id_valid(id))
+		return;
+	char(*v)[32] = realloc(c->left_out, (c->n_left_out + 1) * sizeof(*v));
+	if (!v)
+		return;
+	c->left_out = v;
+	memcpy(v[c->n_left_out++], id, sizeof(id));
 }
 
 /* Load one record; files that are not whole records (a torn temp file, a
- * foreign file) are left out, temp files removed. */
+ * foreign file, a record without a valid status) are left out and logged,
+ * temp files removed. */
 static void catalog_load_one(struct catalog *c, const char *file)
 {
-	_cleanup_free_ char *buf = NULL;
-	json_error_t jerr;
-	size_t len;
+	const char *why = NULL;
 
 	if (file[0] == '.') {
 		if (strstr(file, ".tmp."))
 			unlinkat(c->dirfd, file, 0);
 		return;
 	}
-	if (read_file_at(c->dirfd, file, RECORD_MAX, &buf, &len) < 0)
-		return;
-	json_t *r = json_loadb(buf, len, 0, &jerr);
-	if (!r)
-		return;
-	if (!record_valid(r, file)) {
-		json_decref(r);
+	struct ckpt_record *r = catalog_read(c, file, &why);
+	if (!r) {
+		log_warn("catalog: %s left out: %s", file, why);
+		catalog_left_out(c, file);
 		return;
 	}
-	json_object_set_new(c->records, record_id(r), r);
+	catalog_index_put(&c->ix, r);
 }
 
 int catalog_open(int state_fd, struct catalog **ret, ckpt_error *err)
@@ -73,8 +262,8 @@ int catalog_open(int state_fd, struct catalog **ret, ckpt_error *err)
 
 	if (!c)
 		return -ENOMEM;
+	c->dirfd = -1;
 	pthread_mutex_init(&c->lock, NULL);
-	c->records = json_object();
 	if (mkdirat(state_fd, "catalog", 0700) < 0 && errno != EEXIST) {
 		catalog_close(c);
 		return err_set(err, errno, NULL, "cannot create catalog dir: %m");
@@ -98,39 +287,42 @@ void catalog_close(struct catalog *c)
 		return;
 	if (c->dirfd >= 0)
 		close(c->dirfd);
-	json_decref(c->records);
+	catalog_index_free(&c->ix);
+	free(c->left_out);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
 
-int catalog_put(struct catalog *c, json_t *record, ckpt_error *err)
+int catalog_put(struct catalog *c, const struct ckpt_record *r, ckpt_error *err)
 {
-	const char *id = record_id(record);
 	char file[64];
-	int r;
+	int ret;
 
-	if (!id_valid(id))
+	if (!id_valid(r->id))
 		return err_set(err, EINVAL, NULL, "invalid checkpoint id");
-	_cleanup_free_ char *text = json_dumps(record, JSON_COMPACT | JSON_SORT_KEYS);
+	json_t *j = record_json(r, true);
+	_cleanup_free_ char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	json_decref(j);
 	if (!text)
 		return -ENOMEM;
-	snprintf(file, sizeof(file), "%s.json", id);
-	r = write_file_atomic(c->dirfd, file, text, strlen(text), 0600);
-	if (r < 0)
-		return err_set(err, -r, r == -ENOSPC || r == -EDQUOT ? "insufficient_storage" : NULL,
-			       "cannot write checkpoint record: %s", strerror(-r));
-	return catalog_put_volatile(c, record);
+	snprintf(file, sizeof(file), "%s.json", r->id);
+	ret = write_file_atomic(c->dirfd, file, text, strlen(text), 0600);
+	if (ret < 0)
+		return err_set(err, -ret, ret == -ENOSPC || ret == -EDQUOT ? "insufficient_storage" : NULL,
+			       "cannot write checkpoint record: %s", strerror(-ret));
+	return catalog_put_volatile(c, r);
 }
 
-int catalog_put_volatile(struct catalog *c, json_t *record)
+int catalog_put_volatile(struct catalog *c, const struct ckpt_record *r)
 {
-	json_t *copy = json_deep_copy(record);
+	struct ckpt_record *copy = record_dup(r);
+	int ret;
 	if (!copy)
 		return -ENOMEM;
 	pthread_mutex_lock(&c->lock);
-	json_object_set_new(c->records, record_id(record), copy);
+	ret = catalog_index_put(&c->ix, copy);
 	pthread_mutex_unlock(&c->lock);
-	return 0;
+	return ret;
 }
 
 int catalog_remove(struct catalog *c, const char *id, ckpt_error *err)
@@ -143,59 +335,74 @@ int catalog_remove(struct catalog *c, const char *id, ckpt_error *err)
 		return err_set(err, errno, NULL, "cannot remove checkpoint record: %m");
 	fsync_dirfd(c->dirfd);
 	pthread_mutex_lock(&c->lock);
-	json_object_del(c->records, id);
+	catalog_index_remove(&c->ix, id);
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
 
-json_t *catalog_get(struct catalog *c, const char *id)
+const struct ckpt_record *catalog_get(struct catalog *c, const char *id)
 {
+	if (!id)
+		return NULL;
 	pthread_mutex_lock(&c->lock);
-	json_t *r = json_deep_copy(json_object_get(c->records, id));
+	const struct ckpt_record *r = record_ref(catalog_index_get(&c->ix, id));
 	pthread_mutex_unlock(&c->lock);
 	return r;
 }
 
-/* Newest first: by creation time, then by id (ids sort by time too). */
-static int record_cmp(const void *a, const void *b)
+const struct ckpt_record *catalog_find_name(struct catalog *c, const char *name)
 {
-	json_t *ra = *(json_t *const *)a, *rb = *(json_t *const *)b;
-	int64_t ta = record_int(ra, "_created_ms"), tb = record_int(rb, "_created_ms");
-	if (ta != tb)
-		return ta < tb ? 1 : -1;
-	return -strcmp(record_id(ra), record_id(rb));
+	if (!name)
+		return NULL;
+	pthread_mutex_lock(&c->lock);
+	const struct ckpt_record *r = record_ref(catalog_index_find_name(&c->ix, name));
+	pthread_mutex_unlock(&c->lock);
+	return r;
 }
 
-json_t *catalog_list(struct catalog *c, const char *name)
+int catalog_list(struct catalog *c, const char *name, struct catalog_list *ret)
 {
-	json_t *out = json_array(), *v;
-	const char *k;
-	size_t n = 0;
+	const struct ckpt_record *const *v;
 
 	pthread_mutex_lock(&c->lock);
-	json_t **v_arr = calloc(json_object_size(c->records) + 1, sizeof(*v_arr));
-	json_object_foreach(c->records, k, v)
-	{
-		if (!v_arr)
-			break;
-		if (name && strcmp(json_string_value(json_object_get(v, "name")), name))
-			continue;
-		v_arr[n++] = json_deep_copy(v);
-	}
+	ret->n = catalog_index_range(&c->ix, name, &v);
+	ret->v = calloc(ret->n + 1, sizeof(*ret->v));
+	for (size_t i = 0; ret->v && i < ret->n; i++)
+		ret->v[i] = record_ref(v[i]);
 	pthread_mutex_unlock(&c->lock);
-	if (!v_arr)
-		return out;
-	qsort(v_arr, n, sizeof(*v_arr), record_cmp);
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(out, v_arr[i]);
-	free(v_arr);
-	return out;
+	if (!ret->v) {
+		ret->n = 0;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void catalog_list_free(struct catalog_list *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		record_unref(l->v[i]);
+	free(l->v);
+	l->v = NULL;
+	l->n = 0;
+}
+
+void catalog_stats(struct catalog *c, struct catalog_stats *ret)
+{
+	pthread_mutex_lock(&c->lock);
+	*ret = c->ix.stats;
+	pthread_mutex_unlock(&c->lock);
 }
 
 size_t catalog_count(struct catalog *c)
 {
 	pthread_mutex_lock(&c->lock);
-	size_t n = json_object_size(c->records);
+	size_t n = c->ix.n;
 	pthread_mutex_unlock(&c->lock);
 	return n;
+}
+
+size_t catalog_left_out_ids(struct catalog *c, const char (**ret)[32])
+{
+	*ret = (const char(*)[32])c->left_out;
+	return c->n_left_out;
 }

@@ -1,7 +1,11 @@
 /* catalog.h: checkpoint records, one JSON file each under <state>/catalog/.
  * A record on disk is the acknowledgement of a checkpoint: it is written
  * crash-safely, and nothing is reported to a client before it is durable.
- * Members whose name starts with '_' are internal and never sent to clients. */
+ *
+ * In memory a record is a typed struct ckpt_record; only catalog.c converts it
+ * to and from JSON. Records held by the catalog are shared and read-only: the
+ * catalog hands out references (record_unref them), and a caller that wants to
+ * change one changes a record_dup() and puts that back. */
 #pragma once
 #include <jansson.h>
 #include <pthread.h>
@@ -9,23 +13,75 @@
 
 struct catalog;
 
+enum ckpt_status {
+	CKPT_CREATING, /* in memory only, until the data is captured */
+	CKPT_ACTIVE,
+	CKPT_DELETING, /* durable mark: a restart finishes the delete */
+	CKPT_FAILED,   /* an async create that failed, kept in memory until it expires */
+	CKPT_STATUS_N
+};
+const char *ckpt_status_name(enum ckpt_status s);
+
+struct ckpt_record {
+	char id[32];
+	char *name;
+	enum ckpt_status status;
+	char *backend;                                         /* name of the backend that made it */
+	char created_at[40], expires_at[40], last_used_at[40]; /* RFC 3339; "" answers null */
+	int64_t size_bytes, duration_ms, ttl_secs;
+	int64_t created_ms, expires_ms;  /* expires_ms 0: never */
+	json_t *labels, *roots;          /* object, array */
+	json_t *frozen_services;         /* array */
+	json_t *freeze_failures, *error; /* objects, NULL when absent */
+	json_t *backend_data;            /* the backend's own (opaque); NULL when absent */
+	json_t *extra;                   /* members this version does not know, kept as read */
+	int refs;
+};
+
+/* A new record (one reference) with empty labels, roots and frozen_services. */
+struct ckpt_record *record_new(const char *id, const char *name, enum ckpt_status status);
+/* A deep copy the caller may change. */
+struct ckpt_record *record_dup(const struct ckpt_record *r);
+const struct ckpt_record *record_ref(const struct ckpt_record *r);
+void record_unref(const struct ckpt_record *r);
+void record_set_name(struct ckpt_record *r, const char *name);
+void record_set_backend(struct ckpt_record *r, const char *backend);
+/* The client's view (no internal members), or everything as stored on disk. */
+json_t *record_json(const struct ckpt_record *r, bool internal);
+/* A record from its JSON; NULL with *why set when it is not a valid record. */
+struct ckpt_record *record_from_json(json_t *j, const char **why);
+
 int catalog_open(int state_fd, struct catalog **ret, ckpt_error *err);
 void catalog_close(struct catalog *c);
 
-/* Write (create or replace) a record durably, then update memory. */
-int catalog_put(struct catalog *c, json_t *record, ckpt_error *err);
+/* Write (create or replace) a copy of the record durably, then update memory. */
+int catalog_put(struct catalog *c, const struct ckpt_record *r, ckpt_error *err);
 /* Update memory only (transient states such as "creating"). */
-int catalog_put_volatile(struct catalog *c, json_t *record);
+int catalog_put_volatile(struct catalog *c, const struct ckpt_record *r);
 int catalog_remove(struct catalog *c, const char *id, ckpt_error *err);
 
-/* Deep copies (caller owns); NULL when absent. */
-json_t *catalog_get(struct catalog *c, const char *id);
-/* Array of deep copies, newest first; name may be NULL. */
-json_t *catalog_list(struct catalog *c, const char *name);
-size_t catalog_count(struct catalog *c);
+/* A reference (record_unref it), or NULL when absent: O(log n). */
+const struct ckpt_record *catalog_get(struct catalog *c, const char *id);
+/* The newest record with that name that is active, else the newest with that
+ * name in any state; NULL when none: O(log n) plus the newer failed or
+ * in-flight records of that name. */
+const struct ckpt_record *catalog_find_name(struct catalog *c, const char *name);
 
-/* Record field helpers. */
-const char *record_id(json_t *r);
-int64_t record_int(json_t *r, const char *key);
-/* Copy without internal ('_') members. */
-json_t *record_public(json_t *r);
+/* References, newest first; name may be NULL. No record is copied. */
+struct catalog_list {
+	const struct ckpt_record **v;
+	size_t n;
+};
+int catalog_list(struct catalog *c, const char *name, struct catalog_list *ret);
+void catalog_list_free(struct catalog_list *l);
+
+/* Counts and size_bytes sums per status, kept up to date on every change. */
+struct catalog_stats {
+	size_t count[CKPT_STATUS_N];
+	uint64_t bytes[CKPT_STATUS_N];
+};
+void catalog_stats(struct catalog *c, struct catalog_stats *ret);
+size_t catalog_count(struct catalog *c);
+/* Ids of record files left out at load (no valid status, ...): their data is
+ * kept. Fixed after catalog_open. */
+size_t catalog_left_out_ids(struct catalog *c, const char (**ret)[32]);

@@ -1,5 +1,7 @@
-/* engine.c: the order of steps for create, restore and delete, and the one
- * lock that serializes them. Reads (list, get, health) never take that lock. */
+/* engine.c: opening and closing the engine (backend choice, state identity,
+ * recovery, the sweeper), and delete. The top of the engine: it calls the
+ * other engine files, none of them calls it. Reads (list, get, health) never
+ * take the operation lock. */
 #include "engine/engine.h"
 
 #include <pthread.h>
@@ -88,35 +90,39 @@ static int engine_lock_state(struct engine *e, ckpt_error *err)
  * record refers to (half-made creates). */
 static int engine_recover(struct engine *e, ckpt_error *err)
 {
-	json_t *all = catalog_list(e->catalog, NULL), *rec;
-	size_t i, n = 0;
-	const char **ids = calloc(json_array_size(all) + 1, sizeof(*ids));
-	json_t **data = calloc(json_array_size(all) + 1, sizeof(*data));
+	struct catalog_list all;
+	const char(*left_out)[32];
+	size_t n = 0, n_left_out = catalog_left_out_ids(e->catalog, &left_out);
 	int r = 0;
 
-	if (!all || !ids || !data) {
+	if (catalog_list(e->catalog, NULL, &all) < 0)
+		return err_set(err, ENOMEM, NULL, "recovery: out of memory");
+	const char **ids = calloc(all.n + n_left_out + 1, sizeof(*ids));
+	json_t **data = calloc(all.n + n_left_out + 1, sizeof(*data));
+	if (!ids || !data) {
 		free(ids);
 		free(data);
-		json_decref(all);
+		catalog_list_free(&all);
 		return err_set(err, ENOMEM, NULL, "recovery: out of memory");
 	}
-
-	json_array_foreach(all, i, rec)
-	{
-		const char *status = json_string_value(json_object_get(rec, "status"));
-		if (status && !strcmp(status, "deleting")) {
-			log_notice("finishing interrupted delete of \"%s\"", record_id(rec));
+	for (size_t i = 0; i < all.n; i++) {
+		const struct ckpt_record *rec = all.v[i];
+		if (rec->status == CKPT_DELETING) {
+			log_notice("finishing interrupted delete of \"%s\"", rec->id);
 			engine_drop(e, rec, NULL);
 			continue;
 		}
-		ids[n] = record_id(rec);
-		data[n++] = json_object_get(rec, "_backend");
+		ids[n] = rec->id;
+		data[n++] = rec->backend_data;
 	}
+	/* A record file left out may be one a person can repair: keep its data. */
+	for (size_t i = 0; i < n_left_out; i++)
+		ids[n++] = left_out[i];
 	if (e->backend->recover)
 		r = e->backend->recover(e->bst, ids, data, n, err);
 	free(ids);
 	free(data);
-	json_decref(all);
+	catalog_list_free(&all);
 	return r;
 }
 
@@ -132,13 +138,17 @@ static int engine_open_state(struct engine *e, const struct engine_deps *deps, c
 					.state_dir = e->cfg->state_dir,
 					.state_fd = e->state_fd,
 					.roots = e->cfg->roots,
-					.n_roots = e->cfg->n_roots };
+					.n_roots = e->cfg->n_roots,
+					.before_mount = engine_adopt_before_mount,
+					.hook_ctx = e };
 	if ((r = engine_choose_backend(e, deps, err)) < 0)
 		return r;
 	if (!e->backend->open || !e->backend->create || !e->backend->restore || !e->backend->remove)
 		return err_set(err, ENOTSUP, NULL, "the %s backend is not available in this build", e->backend->name);
 	write_file_atomic_sweep(e->state_fd); /* we hold the state lock: nobody else writes */
 	if ((r = engine_check_identity(e, err)) < 0)
+		return r;
+	if ((r = engine_idem_open(e, err)) < 0)
 		return r;
 	if ((r = catalog_open(e->state_fd, &e->catalog, err)) < 0)
 		return r;
@@ -150,24 +160,27 @@ static int engine_open_state(struct engine *e, const struct engine_deps *deps, c
 int engine_open(const struct config *cfg, const struct engine_deps *deps, struct engine **ret, ckpt_error *err)
 {
 	struct engine *e = calloc(1, sizeof(*e));
-	int r;
+	int r = 0;
 
 	if (!e)
 		return -ENOMEM;
 	e->cfg = cfg;
-	e->state_fd = e->lock_fd = -1;
+	e->state_fd = e->lock_fd = e->idem_fd = -1;
+	pthread_mutex_init(&e->idem_lock, NULL);
 	e->started_ms = mono_ms();
 	pthread_mutex_init(&e->op_lock, NULL);
 	pthread_mutex_init(&e->state_lock, NULL);
 	pthread_cond_init(&e->sweep_cond, NULL);
 	metrics_init(&e->metrics);
-	r = engine_open_state(e, deps, err);
+	/* Services first: mounting a root at start stops the units using it. */
+	if (deps && deps->services)
+		e->services = deps->services, e->services_borrowed = true;
+	else
+		r = services_open(cfg, NULL, &e->services, err);
+	if (r == 0)
+		r = engine_open_state(e, deps, err);
 	if (r == 0)
 		r = engine_forks_open(e, err);
-	if (r == 0 && deps && deps->services)
-		e->services = deps->services, e->services_borrowed = true;
-	else if (r == 0)
-		r = services_open(cfg, NULL, &e->services, err);
 	if (r == 0)
 		r = engine_sweeper_start(e, err);
 	if (r < 0) {
@@ -190,9 +203,14 @@ void engine_close(struct engine *e)
 	pthread_mutex_unlock(&e->state_lock);
 	if (e->bst && e->backend->close)
 		e->backend->close(e->bst, e->cfg->unmount_on_exit);
+	if (e->adoption_pending) /* a failed start: bring back the units it stopped */
+		engine_adoption_finish(e);
 	if (e->services && !e->services_borrowed)
 		services_close(e->services);
+	engine_adoption_free(e);
 	catalog_close(e->catalog);
+	engine_idem_close(e);
+	pthread_mutex_destroy(&e->idem_lock);
 	if (e->lock_fd >= 0)
 		close(e->lock_fd);
 	if (e->state_fd >= 0)
@@ -205,104 +223,36 @@ void engine_close(struct engine *e)
 	free(e);
 }
 
-/* An id, or a name meaning the newest usable checkpoint with that name: an
- * active one when there is one, so a failed or still-running create does not
- * hide the last good checkpoint of that name. */
-json_t *engine_resolve(struct engine *e, const char *id_or_name)
-{
-	json_t *r = id_valid(id_or_name) ? catalog_get(e->catalog, id_or_name) : NULL;
-	json_t *all, *rec;
-	size_t i;
-
-	if (r)
-		return r;
-	all = catalog_list(e->catalog, id_or_name);
-	json_array_foreach(all, i, rec) if (!strcmp(json_string_value(json_object_get(rec, "status")), "active"))
-	{
-		r = json_incref(rec);
-		break;
-	}
-	if (!r)
-		r = json_incref(json_array_get(all, 0));
-	json_decref(all);
-	return r;
-}
-
-int engine_get(struct engine *e, const char *id_or_name, json_t **ret_record, ckpt_error *err)
-{
-	json_t *r = engine_resolve(e, id_or_name);
-	if (!r)
-		return err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
-				    id_or_name);
-	*ret_record = engine_public(e, r);
-	json_decref(r);
-	return 0;
-}
-
-json_t *engine_list(struct engine *e, const char *name)
-{
-	json_t *all = catalog_list(e->catalog, name), *out = json_array(), *rec;
-	size_t i;
-	json_array_foreach(all, i, rec) json_array_append_new(out, engine_public(e, rec));
-	json_decref(all);
-	return out;
-}
-
-/* Remove a record's data and then the record; used by delete, the sweeper and
- * recovery. The record is marked "deleting" durably first, so a crash in the
- * middle is finished at the next start rather than leaving a broken checkpoint. */
-int engine_drop(struct engine *e, json_t *rec, ckpt_error *err)
-{
-	const char *id = record_id(rec);
-	int r;
-
-	json_object_set_new(rec, "status", json_string("deleting"));
-	if ((r = catalog_put(e->catalog, rec, err)) == -ENOSPC || r == -EDQUOT) {
-		/* A full disk must not block the delete that frees it: drop the record
-		 * first instead; the backend's recover() removes orphaned data. */
-		if ((r = catalog_remove(e->catalog, id, err)) < 0)
-			return r;
-		if (e->backend->remove && e->backend->remove(e->bst, id, json_object_get(rec, "_backend"), NULL) < 0)
-			log_warn("data of \"%s\" is left until the next start", id);
-		return 0;
-	}
-	if (r < 0)
-		return r;
-	if (e->backend->remove && (r = e->backend->remove(e->bst, id, json_object_get(rec, "_backend"), err)) < 0)
-		return err_prefix(err, "cannot remove data of '%s'", id);
-	return catalog_remove(e->catalog, id, err);
-}
-
 int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err)
 {
 	int64_t t0 = mono_ms();
 	int r;
 
-	json_t *rec = engine_resolve(e, id_or_name);
-	if (rec && !strcmp(json_string_value(json_object_get(rec, "status")), "creating")) {
-		json_decref(rec);
+	const struct ckpt_record *rec = engine_resolve(e, id_or_name);
+	if (rec && rec->status == CKPT_CREATING) {
+		record_unref(rec);
 		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
 				    id_or_name);
 	}
-	json_decref(rec);
+	record_unref(rec);
 	pthread_mutex_lock(&e->op_lock);
 	engine_set_status(e, "deleting", id_or_name);
 	rec = engine_resolve(e, id_or_name);
 	if (!rec)
 		r = err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
 				 id_or_name);
-	else if (!strcmp(json_string_value(json_object_get(rec, "status")), "creating"))
+	else if (rec->status == CKPT_CREATING)
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
-				 record_id(rec));
-	else if (engine_fork_uses(e, record_id(rec)))
+				 rec->id);
+	else if (engine_fork_uses(e, rec->id))
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "checkpoint_forked",
-				 "checkpoint '%s' has forks: delete them first (GET /v1/forks)", record_id(rec));
+				 "checkpoint '%s' has forks: delete them first (GET /v1/forks)", rec->id);
 	else
 		r = engine_drop(e, rec, err);
 	if (r == 0)
-		log_event(LOG_INFO_, &(struct log_fields){ "delete", record_id(rec), NULL, -1 },
-			  "deleted checkpoint \"%s\"", record_id(rec));
-	json_decref(rec);
+		log_event(LOG_INFO_, &(struct log_fields){ "delete", rec->id, NULL, -1 }, "deleted checkpoint \"%s\"",
+			  rec->id);
+	record_unref(rec);
 	engine_set_status(e, NULL, NULL);
 	pthread_mutex_unlock(&e->op_lock);
 	engine_kick_maintenance(e);
@@ -313,17 +263,6 @@ int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err)
 const char *engine_backend_name(struct engine *e)
 {
 	return e->backend->name;
-}
-
-/* A backend or the catalog ran out of room: the disk's ENOSPC and a quota's
- * EDQUOT both answer 507. Anything else a lower layer reports stays unset (500). */
-int engine_storage_err(ckpt_error *err, int r)
-{
-	if (err && r < 0 && (err->errnum == ENOSPC || err->errnum == EDQUOT)) {
-		err->errnum = ENOSPC;
-		return err_mark(err, ERR_NO_SPACE, "insufficient_storage", -ENOSPC);
-	}
-	return r;
 }
 
 void engine_count_http(struct engine *e, int status)

@@ -55,6 +55,10 @@ int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err);
 int engine_get(struct engine *e, const char *id_or_name, json_t **ret_record, ckpt_error *err);
 /* NULL when out of memory. */
 json_t *engine_list(struct engine *e, const char *name);
+/* At most limit records after page_token (NULL: from the newest); *ret_next
+ * is the token of the next page (caller frees), NULL on the last page. */
+int engine_list_page(struct engine *e, const char *name, size_t limit, const char *page_token, json_t **ret_list,
+		     char **ret_next, ckpt_error *err);
 json_t *engine_health(struct engine *e);
 
 /* Forks (engine_fork.c): a writable copy-on-write view of a checkpoint
@@ -69,6 +73,10 @@ struct diff_req {
 	const char *page_token; /* NULL: first page */
 };
 int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req *req, json_t **ret, ckpt_error *err);
+/* After READY: start the units stopped for a mount at start (units ordered
+ * After=ckptd.service could not start before), and look for processes that
+ * no unit covers. Health says what happened. */
+void engine_adoption_finish(struct engine *e);
 /* Prometheus text exposition; caller frees. */
 char *engine_metrics(struct engine *e);
 /* Delete expired checkpoints (the sweeper calls this). Returns how many. */
@@ -77,3 +85,37 @@ int engine_sweep(struct engine *e);
 void engine_status_line(struct engine *e, char *buf, size_t len);
 void engine_count_http(struct engine *e, int status);
 const char *engine_backend_name(struct engine *e);
+
+/* Idempotency keys (idempotency.c): the first answer to a mutating request
+ * sent with an Idempotency-Key header, kept IDEM_TTL_SECS and across restarts. */
+#define IDEM_KEY_MAX 255
+#define IDEM_TTL_SECS (24 * 3600)
+enum {
+	IDEM_FRESH,
+	IDEM_REPLAY,
+	IDEM_RUNNING,
+	IDEM_MISMATCH
+};
+struct idem_ticket {
+	char name[72];
+	char fingerprint[65];
+	bool active;
+};
+struct idem_answer {
+	int status;
+	char *body; /* owned */
+	bool problem;
+};
+/* 1 to 255 printable ASCII characters. */
+bool idem_key_valid(const char *key);
+/* Look key up for this request. IDEM_FRESH: run it, then call
+ * engine_idem_finish with the ticket. IDEM_REPLAY: ret holds the first
+ * answer. IDEM_RUNNING: the first request with key still runs. IDEM_MISMATCH:
+ * key was used for another request. Negative errno on failure. */
+int engine_idem_begin(struct engine *e, const char *key, const char *method, const char *path, const char *body,
+		      size_t body_len, struct idem_ticket *t, struct idem_answer *ret);
+/* Remember the answer (body NULL: nothing to remember) and release the key. */
+void engine_idem_finish(struct engine *e, struct idem_ticket *t, const char *key, int status, const char *body,
+			bool problem);
+/* Forget keys older than IDEM_TTL_SECS; returns how many. */
+int engine_idem_sweep(struct engine *e);

@@ -37,43 +37,49 @@ static int create_validate(const struct create_req *req, ckpt_error *err)
 /* Checkpoints that count against max_checkpoints, and the bytes they hold. */
 static void engine_usage(struct engine *e, size_t *count, uint64_t *bytes)
 {
-	json_t *all = catalog_list(e->catalog, NULL), *rec;
-	size_t i;
+	struct catalog_stats st;
+	catalog_stats(e->catalog, &st);
 	*count = 0, *bytes = 0;
-	json_array_foreach(all, i, rec)
-	{
-		if (!strcmp(json_string_value(json_object_get(rec, "status")), "failed"))
+	for (int s = 0; s < CKPT_STATUS_N; s++) {
+		if (s == CKPT_FAILED)
 			continue;
-		(*count)++;
-		*bytes += (uint64_t)record_int(rec, "size_bytes");
+		*count += st.count[s];
+		*bytes += st.bytes[s];
 	}
-	json_decref(all);
 }
 
-static json_t *create_record(struct engine *e, const struct create_req *req, const char *id)
+static struct ckpt_record *create_record(struct engine *e, const struct create_req *req, const char *id)
 {
 	int64_t now = now_ms();
 	int64_t ttl = req->has_ttl ? req->ttl_secs : e->cfg->default_ttl_secs;
 	if (ttl > TTL_MAX_SECS) /* a configured default is not checked like a request's */
 		ttl = TTL_MAX_SECS;
 	int64_t exp = ttl > 0 ? now + ttl * 1000 : 0;
-	char created[40], expires[40];
-	json_t *roots = json_array();
+	struct ckpt_record *r = record_new(id, req->name, CKPT_CREATING);
 
+	if (!r)
+		return NULL;
+	record_set_backend(r, e->backend->name);
+	fmt_rfc3339_ms(now, r->created_at, sizeof(r->created_at));
+	if (exp)
+		fmt_rfc3339_ms(exp, r->expires_at, sizeof(r->expires_at));
+	r->ttl_secs = ttl;
+	r->created_ms = now;
+	r->expires_ms = exp;
+	if (req->labels)
+		json_object_update(r->labels, req->labels);
 	for (size_t i = 0; i < e->cfg->n_roots; i++)
-		json_array_append_new(roots, json_string(e->cfg->roots[i]));
-	fmt_rfc3339_ms(now, created, sizeof(created));
-	return json_pack("{s:s, s:s, s:s, s:s, s:o, s:n, s:i, s:i, s:s, s:o, s:o, s:[], s:I, s:I, s:I}",
-			 "checkpoint_id", id, "name", req->name, "status", "creating", "created_at", created,
-			 "expires_at", exp ? json_string(fmt_rfc3339_ms(exp, expires, sizeof(expires))) : json_null(),
-			 "last_used_at", "size_bytes", 0, "duration_ms", 0, "backend", e->backend->name, "labels",
-			 req->labels ? json_deep_copy(req->labels) : json_object(), "roots", roots, "frozen_services",
-			 "ttl_secs", (json_int_t)ttl, "_created_ms", (json_int_t)now, "_expires_ms", (json_int_t)exp);
+		json_array_append_new(r->roots, json_string(e->cfg->roots[i]));
+	if (!r->backend) {
+		record_unref(r);
+		return NULL;
+	}
+	return r;
 }
 
 /* Check the limits and publish the record in state "creating" in one step, so
  * two racing creates cannot both take the last place. */
-static int create_admit(struct engine *e, json_t *rec, ckpt_error *err)
+static int create_admit(struct engine *e, const struct ckpt_record *rec, ckpt_error *err)
 {
 	size_t count;
 	uint64_t bytes;
@@ -125,9 +131,9 @@ static int create_frozen(struct engine *e, const char *id, struct engine_op *op,
 	return r;
 }
 
-static int create_capture(struct engine *e, json_t *rec, struct engine_op *op, ckpt_error *err)
+static int create_capture(struct engine *e, struct ckpt_record *rec, struct engine_op *op, ckpt_error *err)
 {
-	const char *id = record_id(rec);
+	const char *id = rec->id;
 	struct svc_report rep;
 	json_t *data = NULL;
 	uint64_t size = 0;
@@ -141,32 +147,36 @@ static int create_capture(struct engine *e, json_t *rec, struct engine_op *op, c
 		svc_report_free(&rep);
 		return r;
 	}
-	json_object_set_new(rec, "_backend", data ? data : json_object());
-	json_object_set_new(rec, "size_bytes", json_integer((json_int_t)size));
-	json_object_set_new(rec, "duration_ms", json_integer(mono_ms() - t0));
-	json_object_set(rec, "frozen_services", rep.frozen);
-	if (json_object_size(rep.failures))
-		json_object_set(rec, "freeze_failures", rep.failures);
+	json_decref(rec->backend_data);
+	rec->backend_data = data ? data : json_object();
+	rec->size_bytes = (int64_t)size;
+	rec->duration_ms = mono_ms() - t0;
+	json_decref(rec->frozen_services);
+	rec->frozen_services = json_incref(rep.frozen);
+	if (json_object_size(rep.failures)) {
+		json_decref(rec->freeze_failures);
+		rec->freeze_failures = json_incref(rep.failures);
+	}
 	svc_report_free(&rep);
 	/* The size counts toward the budget check; the record says "active" only
 	 * once it is durable, so no client sees a checkpoint a crash could lose. */
 	catalog_put_volatile(e->catalog, rec);
 	if ((r = create_over_budget(e, err)) == 0) {
-		json_object_set_new(rec, "status", json_string("active"));
+		rec->status = CKPT_ACTIVE;
 		r = engine_storage_err(err, catalog_put(e->catalog, rec, err));
 	}
 	if (r < 0) {
-		json_object_set_new(rec, "status", json_string("creating"));
-		e->backend->remove(e->bst, id, json_object_get(rec, "_backend"), NULL);
+		rec->status = CKPT_CREATING;
+		e->backend->remove(e->bst, id, rec->backend_data, NULL);
 	}
 	return r;
 }
 
 /* Runs with the record already published as "creating". On failure the
  * record goes (sync) or stays in memory as "failed" with the error (async). */
-static int create_run(struct engine *e, json_t *rec, bool keep_failed, ckpt_error *err)
+static int create_run(struct engine *e, struct ckpt_record *rec, bool keep_failed, ckpt_error *err)
 {
-	const char *id = record_id(rec);
+	const char *id = rec->id;
 	int64_t t0 = mono_ms();
 	struct engine_op *op = engine_op_begin(e, id);
 	int r;
@@ -181,17 +191,16 @@ static int create_run(struct engine *e, json_t *rec, bool keep_failed, ckpt_erro
 	if (r == 0) {
 		int64_t ms = mono_ms() - t0;
 		log_event(LOG_INFO_, &(struct log_fields){ "create", id, NULL, ms },
-			  "created checkpoint \"%s\" (\"%s\") in %lld ms", id,
-			  json_string_value(json_object_get(rec, "name")), (long long)ms);
+			  "created checkpoint \"%s\" (\"%s\") in %lld ms", id, rec->name, (long long)ms);
 		return 0;
 	}
 	log_event(LOG_WARN_, &(struct log_fields){ "create", id, NULL, mono_ms() - t0 }, "create of \"%s\" failed: %s",
 		  id, err ? err->msg : "");
 	if (keep_failed) {
-		json_object_set_new(rec, "status", json_string("failed"));
-		json_object_set_new(rec, "error",
-				    json_pack("{s:s, s:s}", "code", err->kind && err->code ? err->code : "internal",
-					      "detail", err->msg));
+		rec->status = CKPT_FAILED;
+		json_decref(rec->error);
+		rec->error = json_pack("{s:s, s:s}", "code", err->kind && err->code ? err->code : "internal", "detail",
+				       err->msg);
 		catalog_put_volatile(e->catalog, rec);
 	} else {
 		catalog_remove(e->catalog, id, NULL);
@@ -201,7 +210,7 @@ static int create_run(struct engine *e, json_t *rec, bool keep_failed, ckpt_erro
 
 struct async_create {
 	struct engine *e;
-	json_t *rec;
+	struct ckpt_record *rec;
 };
 
 static void *create_async_main(void *arg)
@@ -209,7 +218,7 @@ static void *create_async_main(void *arg)
 	struct async_create *a = arg;
 	ckpt_error err = { 0 };
 	create_run(a->e, a->rec, true, &err);
-	json_decref(a->rec);
+	record_unref(a->rec);
 	pthread_mutex_lock(&a->e->state_lock);
 	a->e->pending_async--;
 	pthread_cond_broadcast(&a->e->sweep_cond);
@@ -218,7 +227,7 @@ static void *create_async_main(void *arg)
 	return NULL;
 }
 
-static int create_start_async(struct engine *e, json_t *rec, ckpt_error *err)
+static int create_start_async(struct engine *e, const struct ckpt_record *rec, ckpt_error *err)
 {
 	struct async_create *a = malloc(sizeof(*a));
 	pthread_t t;
@@ -227,7 +236,7 @@ static int create_start_async(struct engine *e, json_t *rec, ckpt_error *err)
 	if (!a)
 		return -ENOMEM;
 	a->e = e;
-	a->rec = json_deep_copy(rec); /* the worker mutates its own copy */
+	a->rec = record_dup(rec); /* the worker mutates its own copy */
 	if (!a->rec) {
 		free(a);
 		return -ENOMEM;
@@ -243,7 +252,7 @@ static int create_start_async(struct engine *e, json_t *rec, ckpt_error *err)
 		pthread_mutex_lock(&e->state_lock);
 		e->pending_async--;
 		pthread_mutex_unlock(&e->state_lock);
-		json_decref(a->rec);
+		record_unref(a->rec);
 		free(a);
 		return err_set(err, r, NULL, "cannot start the create worker");
 	}
@@ -259,7 +268,7 @@ int engine_create(struct engine *e, const struct create_req *req, json_t **ret_r
 		return r;
 	if ((r = id_generate(id, sizeof(id))) < 0)
 		return err_set(err, -r, NULL, "cannot generate an id");
-	json_t *rec = create_record(e, req, id);
+	struct ckpt_record *rec = create_record(e, req, id);
 	if (!rec)
 		return -ENOMEM;
 	if ((r = create_admit(e, rec, err)) < 0)
@@ -277,6 +286,6 @@ int engine_create(struct engine *e, const struct create_req *req, json_t **ret_r
 	if ((r = create_run(e, rec, false, err)) == 0)
 		*ret_record = engine_public(e, rec);
 out:
-	json_decref(rec);
+	record_unref(rec);
 	return r;
 }

@@ -17,6 +17,13 @@
 #define DIFF_LIMIT_DEFAULT 1000
 #define DIFF_LIMIT_MAX 10000
 
+static void record_unrefp(const struct ckpt_record **r)
+{
+	if (*r)
+		record_unref(*r);
+}
+#define _cleanup_record_ __attribute__((cleanup(record_unrefp)))
+
 static int engine_forks_fd(struct engine *e)
 {
 	if (mkdirat(e->state_fd, FORKS_DIR, 0700) < 0 && errno != EEXIST)
@@ -129,8 +136,8 @@ static int fork_check_dir(struct engine *e, const char *path, char resolved[PATH
  * create (which holds the operation lock) is done. */
 static int engine_check_not_creating(struct engine *e, const char *id_or_name, ckpt_error *err)
 {
-	json_auto_t *rec = id_or_name ? engine_resolve(e, id_or_name) : NULL;
-	if (rec && !strcmp(json_string_value(json_object_get(rec, "status")), "creating"))
+	_cleanup_record_ const struct ckpt_record *rec = id_or_name ? engine_resolve(e, id_or_name) : NULL;
+	if (rec && rec->status == CKPT_CREATING)
 		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
 				    id_or_name);
 	return 0;
@@ -168,7 +175,7 @@ int engine_fork(struct engine *e, const char *id_or_name, const char *path, json
 		return -EBUSY;
 	pthread_mutex_lock(&e->op_lock);
 	int64_t t0 = mono_ms();
-	json_auto_t *rec = engine_resolve(e, id_or_name);
+	_cleanup_record_ const struct ckpt_record *rec = engine_resolve(e, id_or_name);
 	json_auto_t *dirs = NULL;
 	json_t *fdata = NULL;
 	_cleanup_free_ const char **dv = NULL;
@@ -177,7 +184,7 @@ int engine_fork(struct engine *e, const char *id_or_name, const char *path, json
 				 id_or_name);
 		goto out;
 	}
-	if (strcmp(json_string_value(json_object_get(rec, "status")), "active")) {
+	if (rec->status != CKPT_ACTIVE) {
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is not active", id_or_name);
 		goto out;
 	}
@@ -202,8 +209,8 @@ int engine_fork(struct engine *e, const char *id_or_name, const char *path, json
 		r = err_set(err, ENOMEM, NULL, "out of memory");
 		goto out;
 	}
-	const char *cid = record_id(rec);
-	if ((r = e->backend->fork_mount(e->bst, cid, json_object_get(rec, "_backend"), fid, dv, &fdata, err)) < 0)
+	const char *cid = rec->id;
+	if ((r = e->backend->fork_mount(e->bst, cid, rec->backend_data, fid, dv, &fdata, err)) < 0)
 		goto out;
 	json_t *f = json_pack("{s:s, s:s, s:s, s:O, s:s, s:o, s:b}", "fork_id", fid, "checkpoint_id", cid, "path",
 			      resolved, "paths", dirs, "created_at", fmt_rfc3339_ms(now_ms(), created, sizeof(created)),
@@ -280,18 +287,6 @@ out:
 	if (r == 0)
 		engine_kick_maintenance(e);
 	return r;
-}
-
-bool engine_fork_uses(struct engine *e, const char *id)
-{
-	bool used = false;
-	const char *fid;
-	json_t *f;
-	pthread_mutex_lock(&e->state_lock);
-	json_object_foreach(e->forks, fid, f) used |=
-		!strcmp(json_string_value(json_object_get(f, "checkpoint_id")), id);
-	pthread_mutex_unlock(&e->state_lock);
-	return used;
 }
 
 /* At start: load every fork record and mount what is not mounted. A fork that
@@ -385,18 +380,17 @@ int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req 
 		return -EBUSY;
 	pthread_mutex_lock(&e->op_lock);
 	int64_t t0 = mono_ms();
-	json_auto_t *a = engine_resolve(e, id_or_name);
-	json_auto_t *b = req->against ? engine_resolve(e, req->against) : NULL;
+	_cleanup_record_ const struct ckpt_record *a = engine_resolve(e, id_or_name);
+	_cleanup_record_ const struct ckpt_record *b = req->against ? engine_resolve(e, req->against) : NULL;
 	json_auto_t *all = json_array();
 	if (!a || (req->against && !b))
 		r = err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
 				 !a ? id_or_name : req->against);
-	else if (strcmp(json_string_value(json_object_get(a, "status")), "active") ||
-		 (b && strcmp(json_string_value(json_object_get(b, "status")), "active")))
+	else if (a->status != CKPT_ACTIVE || (b && b->status != CKPT_ACTIVE))
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "both checkpoints must be active");
 	else
-		r = e->backend->diff(e->bst, record_id(a), json_object_get(a, "_backend"), b ? record_id(b) : NULL,
-				     json_object_get(b, "_backend"), all, err);
+		r = e->backend->diff(e->bst, a->id, a->backend_data, b ? b->id : NULL, b ? b->backend_data : NULL, all,
+				     err);
 	pthread_mutex_unlock(&e->op_lock);
 	if (r < 0)
 		return r;
@@ -414,9 +408,8 @@ int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req 
 		}
 		json_array_append(page, c);
 	}
-	json_t *out = json_pack("{s:s, s:s?, s:o, s:I, s:I}", "checkpoint_id", record_id(a), "against",
-				b ? record_id(b) : "live", "changes", page, "total", (json_int_t)total, "diff_ms",
-				(json_int_t)(mono_ms() - t0));
+	json_t *out = json_pack("{s:s, s:s?, s:o, s:I, s:I}", "checkpoint_id", a->id, "against", b ? b->id : "live",
+				"changes", page, "total", (json_int_t)total, "diff_ms", (json_int_t)(mono_ms() - t0));
 	if (out && more) {
 		_cleanup_free_ char *t =
 			diff_token(json_string_value(json_object_get(json_array_get(page, limit - 1), "path")));

@@ -6,6 +6,8 @@
 #include "engine/catalog.h"
 #include "engine/engine.h"
 #include "lib/metrics.h"
+#include "lib/procscan.h"
+#include "services/services.h"
 
 struct services;
 
@@ -39,24 +41,52 @@ struct engine {
 
 	json_t *forks; /* fork id -> record (engine_fork.c); guarded by state_lock */
 
+	/* Adoption (engine_adopt.c): units stopped before a mount at start,
+	 * started again by engine_adoption_finish; guarded by state_lock. */
+	json_t *adoption;       /* {mounted: [roots], stopped_units, restarted_units, failures, at} */
+	struct svc_plan *plans; /* one per root mounted over, until started */
+	size_t n_plans;
+	struct procscan_target *hidden; /* what those mounts hide (path borrowed from cfg) */
+	size_t n_hidden;
+	json_t *unmanaged;     /* [{pid, command, hidden}] from the last scan */
+	int64_t unmanaged_ms;  /* mono_ms of that scan */
+	bool adoption_pending; /* units stopped, not started yet */
+
 	pthread_t sweeper;
 	bool sweeper_running, stopping, maintenance_due;
 	pthread_cond_t sweep_cond;
+
+	int idem_fd; /* <state>/idempotency */
+	pthread_mutex_t idem_lock;
+	struct idem_running *idem_running;
 };
 
-json_t *engine_resolve(struct engine *e, const char *id_or_name);
-json_t *engine_public(struct engine *e, json_t *rec);
-int engine_drop(struct engine *e, json_t *rec, ckpt_error *err);
+/* engine_records.c */
+const struct ckpt_record *engine_resolve(struct engine *e, const char *id_or_name);
+int engine_drop(struct engine *e, const struct ckpt_record *rec, ckpt_error *err);
+/* engine_life.c */
+json_t *engine_public(struct engine *e, const struct ckpt_record *rec);
 void engine_set_status(struct engine *e, const char *op, const char *what);
+struct engine_op *engine_op_begin(struct engine *e, const char *id);
+void engine_op_end(struct engine *e, struct engine_op *op);
+bool record_expired(const struct ckpt_record *rec, int64_t now);
+int engine_storage_err(ckpt_error *err, int r);
+/* engine_sweep.c */
 int engine_sweeper_start(struct engine *e, ckpt_error *err);
 void engine_sweeper_stop(struct engine *e);
 void engine_kick_maintenance(struct engine *e);
-struct engine_op *engine_op_begin(struct engine *e, const char *id);
-void engine_op_end(struct engine *e, struct engine_op *op);
-bool record_expired(json_t *rec, int64_t now);
-int engine_storage_err(ckpt_error *err, int r);
+/* engine_fork.c */
 int engine_forks_open(struct engine *e, ckpt_error *err);
+/* engine_life.c: whether a fork uses checkpoint id */
 bool engine_fork_uses(struct engine *e, const char *id);
-/* Compare the roots with checkpoint id (NULL: the base) and add verified,
- * verify_ms, verify_differences (and ok: false) to extra. Returns its ms. */
+/* engine_verify.c: compare the roots with checkpoint id (NULL: the base) and
+ * add verified, verify_ms, verify_differences (and ok: false) to extra.
+ * Returns its ms. */
 int64_t engine_verify(struct engine *e, const char *id, json_t *data, json_t *extra);
+int engine_idem_open(struct engine *e, ckpt_error *err);
+void engine_idem_close(struct engine *e);
+
+/* engine_adopt.c */
+void engine_adopt_before_mount(void *engine, const char *root); /* backend_ctx.before_mount */
+void engine_adoption_health(struct engine *e, json_t *h);
+void engine_adoption_free(struct engine *e);

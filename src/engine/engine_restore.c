@@ -4,7 +4,7 @@
 #include "services/services.h"
 
 struct restore_plan {
-	json_t *rec; /* owned */
+	const struct ckpt_record *rec; /* a reference */
 	bool expired, fresh;
 };
 
@@ -16,10 +16,9 @@ static int restore_plan(struct engine *e, const char *id_or_name, const struct r
 	if (!plan->rec)
 		return err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
 				    id_or_name);
-	const char *status = json_string_value(json_object_get(plan->rec, "status"));
-	if (strcmp(status, "active"))
+	if (plan->rec->status != CKPT_ACTIVE)
 		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is %s, not active",
-				    record_id(plan->rec), status);
+				    plan->rec->id, ckpt_status_name(plan->rec->status));
 	plan->expired = record_expired(plan->rec, now_ms());
 	if (!plan->expired || req->force)
 		return 0;
@@ -27,21 +26,24 @@ static int restore_plan(struct engine *e, const char *id_or_name, const struct r
 		plan->fresh = true;
 		return 0;
 	}
-	fmt_rfc3339_ms(record_int(plan->rec, "_expires_ms"), when, sizeof(when));
+	fmt_rfc3339_ms(plan->rec->expires_ms, when, sizeof(when));
 	return err_set_kind(
 		err, ERR_EXPIRED, EKEYEXPIRED, "checkpoint_expired",
 		"checkpoint '%s' expired at %s; pass force: true to restore it anyway, or if_expired: \"fresh\" "
 		"to reset to the base",
-		record_id(plan->rec), when);
+		plan->rec->id, when);
 }
 
-static void restore_touch(struct engine *e, json_t *rec)
+static void restore_touch(struct engine *e, const struct ckpt_record *rec)
 {
-	char when[40];
 	ckpt_error err = { 0 };
-	json_object_set_new(rec, "last_used_at", json_string(fmt_rfc3339_ms(now_ms(), when, sizeof(when))));
-	if (catalog_put(e->catalog, rec, &err) < 0)
-		log_warn("cannot record last use of \"%s\": %s", record_id(rec), err.msg);
+	struct ckpt_record *d = record_dup(rec);
+	if (!d)
+		return;
+	fmt_rfc3339_ms(now_ms(), d->last_used_at, sizeof(d->last_used_at));
+	if (catalog_put(e->catalog, d, &err) < 0)
+		log_warn("cannot record last use of \"%s\": %s", rec->id, err.msg);
+	record_unref(d);
 }
 
 void restore_report_free(struct restore_report *r)
@@ -57,8 +59,7 @@ static int restore_swap(struct engine *e, const struct restore_plan *plan, struc
 {
 	if (plan->fresh)
 		return e->backend->reset(e->bst, details, err);
-	return e->backend->restore(e->bst, record_id(plan->rec), json_object_get(plan->rec, "_backend"), details,
-				   &op->progress, err);
+	return e->backend->restore(e->bst, plan->rec->id, plan->rec->backend_data, details, &op->progress, err);
 }
 
 /* Stop, swap, start, timing each. The roots are swapped only when every unit
@@ -80,8 +81,7 @@ static int restore_run(struct engine *e, const struct restore_plan *plan, bool v
 	if (rep->swapped)
 		r = engine_storage_err(err, restore_swap(e, plan, &rep->details, op, err));
 	if (r == 0 && rep->swapped && verify && (rep->verify = json_object())) { /* verify_ms, not a phase */
-		int64_t v = engine_verify(e, plan->fresh ? NULL : record_id(plan->rec),
-					  json_object_get(plan->rec, "_backend"), rep->verify);
+		int64_t v = engine_verify(e, plan->fresh ? NULL : plan->rec->id, plan->rec->backend_data, rep->verify);
 		t0 += v, t1 += v;
 	}
 	t2 = mono_ms();
@@ -92,7 +92,7 @@ static int restore_run(struct engine *e, const struct restore_plan *plan, bool v
 		rep->services_reason = services_unavailable_reason(e->services);
 	rep->stop_ms = t1 - t0, rep->swap_ms = t2 - t1, rep->start_ms = mono_ms() - t2;
 	rep->duration_ms = mono_ms() - t0;
-	snprintf(rep->checkpoint_id, sizeof(rep->checkpoint_id), "%s", record_id(plan->rec));
+	snprintf(rep->checkpoint_id, sizeof(rep->checkpoint_id), "%s", plan->rec->id);
 	rep->restored_from_checkpoint = !plan->fresh;
 	rep->ttl_expired = plan->expired;
 	return r;
@@ -109,16 +109,17 @@ int engine_restore(struct engine *e, const char *id_or_name, const struct restor
 	svc_report_init(&rep.services);
 	/* Answer a conflict at once rather than queueing behind the create. */
 	if ((r = restore_plan(e, id_or_name, req, &plan, err)) < 0) {
+		metrics_op(&e->metrics, OP_RESTORE, false, 0); /* refused (404, 409, 410): a failure, as for delete */
 		restore_report_free(&rep);
-		json_decref(plan.rec);
+		record_unref(plan.rec);
 		return r;
 	}
-	json_decref(TAKE_PTR(plan.rec));
+	record_unref(TAKE_PTR(plan.rec));
 	pthread_mutex_lock(&e->op_lock);
 	if ((r = restore_plan(e, id_or_name, req, &plan, err)) < 0)
 		goto out;
-	engine_set_status(e, "restoring", record_id(plan.rec));
-	if (!(op = engine_op_begin(e, record_id(plan.rec)))) {
+	engine_set_status(e, "restoring", plan.rec->id);
+	if (!(op = engine_op_begin(e, plan.rec->id))) {
 		r = err_set(err, ENOMEM, NULL, "out of memory");
 		goto out;
 	}
@@ -130,23 +131,22 @@ out:
 	pthread_mutex_unlock(&e->op_lock);
 	engine_op_end(e, op);
 	if (r == 0 && !rep.swapped) {
-		log_event(LOG_WARN_, &(struct log_fields){ "restore", record_id(plan.rec), NULL, rep.duration_ms },
-			  "restore of \"%s\" not done: a unit that uses the roots could not be stopped",
-			  record_id(plan.rec));
+		log_event(LOG_WARN_, &(struct log_fields){ "restore", plan.rec->id, NULL, rep.duration_ms },
+			  "restore of \"%s\" not done: a unit that uses the roots could not be stopped", plan.rec->id);
 		*ret_report = rep;
 	} else if (r == 0) {
-		log_event(LOG_INFO_, &(struct log_fields){ "restore", record_id(plan.rec), NULL, rep.duration_ms },
-			  "restored \"%s\" in %lld ms", record_id(plan.rec), (long long)rep.duration_ms);
+		log_event(LOG_INFO_, &(struct log_fields){ "restore", plan.rec->id, NULL, rep.duration_ms },
+			  "restored \"%s\" in %lld ms", plan.rec->id, (long long)rep.duration_ms);
 		engine_kick_maintenance(e);
 		*ret_report = rep;
 	} else {
 		if (plan.rec)
-			log_event(LOG_WARN_, &(struct log_fields){ "restore", record_id(plan.rec), NULL, -1 },
-				  "restore of \"%s\" failed: %s", record_id(plan.rec), err ? err->msg : "");
+			log_event(LOG_WARN_, &(struct log_fields){ "restore", plan.rec->id, NULL, -1 },
+				  "restore of \"%s\" failed: %s", plan.rec->id, err ? err->msg : "");
 		restore_report_free(&rep);
 	}
 	bool done = r == 0 && rep.swapped;
 	metrics_op(&e->metrics, OP_RESTORE, done, done ? (double)rep.duration_ms / 1000.0 : 0);
-	json_decref(plan.rec);
+	record_unref(plan.rec);
 	return r;
 }

@@ -1,7 +1,7 @@
 /* exec.c: one execution in a sandbox: `runsc exec` of bash, or of a small
  * Python client that hands the code to the REPL server (the sandbox's init)
  * so globals persist; stdout and stderr stream back as events as produced. */
-#include "host/sandbox.h"
+#include "host/exec.h"
 
 #include <poll.h>
 
@@ -29,7 +29,7 @@ static const char bash_wrapper[] = "eval \"$(cat)\" </dev/null";
 struct exec_job {
 	struct host *h;
 	struct sandbox *sb;
-	struct session *s;
+	struct exec_sink sink;
 	struct runsc_proc p;
 	char *code;
 	size_t code_len;
@@ -49,27 +49,6 @@ static size_t utf8_complete(const unsigned char *b, size_t n)
 	return (c >= 0xC0 && back + 1 < need) ? i - 1 : n;
 }
 
-static int send_output(struct session *s, const char *stream, const char *buf, size_t len)
-{
-	json_t *data = json_stringn(buf, len);
-	if (!data) {
-		/* invalid UTF-8: replace byte by byte */
-		_cleanup_free_ char *clean = malloc(len * 3 + 1);
-		size_t o = 0;
-		if (!clean)
-			return -ENOMEM;
-		for (size_t i = 0; i < len; i++) {
-			unsigned char c = (unsigned char)buf[i];
-			if (c < 0x80)
-				clean[o++] = (char)c;
-			else
-				memcpy(clean + o, "\xEF\xBF\xBD", 3), o += 3;
-		}
-		data = json_stringn(clean, o);
-	}
-	return session_send(s, json_pack("{s:s, s:o}", "event", stream, "data", data));
-}
-
 struct stream {
 	int fd;
 	const char *name;
@@ -78,7 +57,7 @@ struct stream {
 };
 
 /* Read once from a ready stream and send whole characters; 0 at EOF. */
-static int pump(struct session *s, struct stream *st)
+static int pump(const struct exec_sink *sink, struct stream *st)
 {
 	ssize_t k = read(st->fd, st->buf + st->carry, sizeof(st->buf) - 4 - st->carry);
 	if (k < 0)
@@ -86,7 +65,7 @@ static int pump(struct session *s, struct stream *st)
 	size_t have = st->carry + (size_t)k;
 	size_t whole = k == 0 ? have : utf8_complete((unsigned char *)st->buf, have);
 	if (whole)
-		send_output(s, st->name, st->buf, whole);
+		sink->output(sink->arg, st->name, st->buf, whole);
 	memmove(st->buf, st->buf + whole, have - whole);
 	st->carry = have - whole;
 	return k > 0;
@@ -110,7 +89,7 @@ static void pump_all(struct exec_job *j)
 		for (int i = 0; i < 2; i++) {
 			if (st[i].fd < 0 || !(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
 				continue;
-			if (pump(j->s, &st[i]) <= 0) {
+			if (pump(&j->sink, &st[i]) <= 0) {
 				close(st[i].fd);
 				st[i].fd = -1;
 				open_n--;
@@ -147,18 +126,14 @@ static void *exec_main(void *arg)
 	j->sb->exec_running = false;
 	pthread_cond_broadcast(&j->h->cond);
 	pthread_mutex_unlock(&j->h->mu);
-	session_send(j->s,
-		     json_pack("{s:s, s:s, s:i}", "event", "status_update", "status", "SANDBOX_EXECUTION_DONE",
-			       "exit_code", status));
-	session_unref(j->s);
+	j->sink.done(j->sink.arg, status);
 	free(j->code);
 	free(j);
 	return NULL;
 }
 
-/* Called with sb->exec_running already set by the caller (under h->mu). */
-int sandbox_exec(struct host *h, struct sandbox *sb, struct session *s, const char *language, const char *code,
-		 ckpt_error *err)
+int exec_start(struct host *h, struct sandbox *sb, const char *language, const char *code, const struct exec_sink *sink,
+	       ckpt_error *err)
 {
 	const char *py[] = { "/usr/bin/python3", "-c", repl_client, NULL };
 	const char *sh[] = { "/bin/bash", "-c", bash_wrapper, NULL };
@@ -172,14 +147,10 @@ int sandbox_exec(struct host *h, struct sandbox *sb, struct session *s, const ch
 		free(j);
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	}
-	j->h = h, j->sb = sb, j->s = s, j->code_len = strlen(code);
-	if ((r = runsc_exec(&h->runsc, sb->id, strcmp(language, "python") ? sh : py, &j->p, err)) < 0)
+	j->h = h, j->sb = sb, j->sink = *sink, j->code_len = strlen(code);
+	if ((r = runsc_exec(&h->runsc, sb->cid, strcmp(language, "python") ? sh : py, &j->p, err)) < 0)
 		goto fail;
-	pthread_mutex_lock(&h->mu);
-	s->refs++;
-	pthread_mutex_unlock(&h->mu);
 	if ((r = -pthread_create(&t, NULL, exec_main, j)) < 0) {
-		session_unref(s);
 		close(j->p.in_fd), close(j->p.out_fd), close(j->p.err_fd);
 		runsc_wait(j->p.pid, 1);
 		err_set(err, -r, NULL, "exec thread: %s", strerror(-r));

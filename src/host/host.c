@@ -1,17 +1,19 @@
-/* host.c: host mode's instance: configuration, the background thread that
- * renews locks, hands sandboxes over to waiting instances and enforces
- * idle_timeout, and the reaper that removes our containers if ckptd dies
- * (so there are never two running copies after a takeover). */
+/* host.c: host mode's instance: configuration, and the background thread
+ * that renews locks, hands sandboxes over to waiting instances and enforces
+ * idle_timeout. reaper.c removes our containers if ckptd dies (so there are
+ * never two running copies after a takeover). */
 #include "host/host.h"
 #include "host/sandbox.h"
 #include "host/locks.h"
+#include "host/reaper.h"
+#include "host/session.h"
 #include "config.h"
 
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
+#include <sys/syscall.h>
 
-#define BG_TICK_MS 250
+#define BG_TICK_MS 250 /* also how often an owner looks for a waiter */
+#define WATCHDOG_TICK_MS 50
 
 static bool instance_id_valid(const char *s)
 {
@@ -22,71 +24,6 @@ static bool instance_id_valid(const char *s)
 		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.", s[i]))
 			return false;
 	return s[0] != '.';
-}
-
-/* The reaper: a forked child that learns our container ids through a pipe
- * and deletes them all when the pipe closes, i.e. when ckptd exits or dies. */
-static void reaper_main(int fd, struct runsc *rs)
-{
-	char **ids = NULL, buf[4096], line[SANDBOX_ID_MAX + 4];
-	size_t n = 0, ll = 0;
-	ssize_t k;
-
-	prctl(PR_SET_NAME, "ckptd-reaper");
-	signal(SIGINT, SIG_IGN);
-	signal(SIGTERM, SIG_IGN);
-	while ((k = read(fd, buf, sizeof(buf))) != 0) {
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			break;
-		for (ssize_t i = 0; i < k; i++) {
-			if (buf[i] != '\n') {
-				if (ll < sizeof(line) - 1)
-					line[ll++] = buf[i];
-				continue;
-			}
-			line[ll] = '\0', ll = 0;
-			if (line[0] == '+' && (ids = realloc(ids, (n + 1) * sizeof(*ids))))
-				ids[n++] = strdup(line + 1);
-			for (size_t j = 0; line[0] == '-' && j < n; j++)
-				if (ids[j] && !strcmp(ids[j], line + 1))
-					free(ids[j]), ids[j] = NULL;
-		}
-	}
-	for (size_t j = 0; j < n; j++)
-		if (ids[j])
-			runsc_delete(rs, ids[j]);
-	_exit(0);
-}
-
-static int reaper_start(struct host *h)
-{
-	int p[2];
-	pid_t pid;
-
-	if (pipe2(p, O_CLOEXEC) < 0)
-		return -errno;
-	pid = fork();
-	if (pid < 0) {
-		close(p[0]), close(p[1]);
-		return -errno;
-	}
-	if (pid == 0) {
-		close(p[1]);
-		reaper_main(p[0], &h->runsc);
-	}
-	close(p[0]);
-	h->reaper_fd = p[1];
-	return 0;
-}
-
-void host_reaper_note(struct host *h, char op, const char *id)
-{
-	char line[SANDBOX_ID_MAX + 4];
-	int n = snprintf(line, sizeof(line), "%c%s\n", op, id);
-	if (h->reaper_fd >= 0 && write(h->reaper_fd, line, (size_t)n) != n)
-		log_debug("host: reaper note for '%s' failed", id);
 }
 
 /* Kick the client of a sandbox that is leaving this instance. */
@@ -115,15 +52,22 @@ static void drop(struct host *h, struct sandbox *sb)
 	pthread_mutex_unlock(&h->mu);
 }
 
+void host_log_failure(struct host *h, const struct sandbox *sb, const char *what, const ckpt_error *err)
+{
+	log_warn("host: sandbox '%s' (container '%s'): %s failed: %s (runsc log '%s/%s.log')", sb->id, sb->cid, what,
+		 err->msg[0] ? err->msg : "unknown error", h->logs_dir, sb->id);
+}
+
 /* Checkpoint and release (handoff, idle) or just stop: the sandbox leaves. */
 static void leave(struct host *h, struct sandbox *sb, bool checkpoint, const char *why)
 {
 	ckpt_error err = { 0 };
 
 	if (checkpoint && sandbox_checkpoint(h, sb, &err) < 0) {
-		log_warn("host: sandbox '%s': %s failed: %s", sb->id, why, err.msg);
+		host_log_failure(h, sb, why, &err);
 		pthread_mutex_lock(&h->mu);
 		sb->state = SB_RUNNING;
+		sb->waiter_seen = false; /* retried when the next look sees the waiter */
 		pthread_mutex_unlock(&h->mu);
 		return;
 	}
@@ -140,11 +84,10 @@ static void leave(struct host *h, struct sandbox *sb, bool checkpoint, const cha
 static void stop_now(struct host *h, struct sandbox *sb, const char *why)
 {
 	log_warn("host: sandbox '%s': stopping it (%s)", sb->id, why);
-	runsc_delete(&h->runsc, sb->id);
-	host_reaper_note(h, '-', sb->id);
+	runsc_delete(&h->runsc, sb->cid);
+	reaper_note(h->reaper_fd, '-', sb->cid);
 	kick_client(h, sb, "SANDBOX_NOT_FOUND", why, WS_CLOSE_SERVER_ERROR);
-	if (sb->checkpointable && h->locks_fd >= 0)
-		locks_release(h->locks_fd, sb->id, h->instance_id);
+	sandbox_unlock(h, sb); /* removes the lock only if it is still ours */
 	pthread_mutex_lock(&h->mu);
 	while (sb->exec_running)
 		pthread_cond_wait(&h->cond, &h->mu);
@@ -159,33 +102,102 @@ enum bg_action {
 	BG_IDLE
 };
 
-/* Renew a due lock, under h->mu (lock files are small; sessions keep
- * streaming meanwhile, they do not take h->mu to send). */
-static enum bg_action renew_locked(struct host *h, struct sandbox *sb, int64_t now_s)
-{
-	char waiter[LOCKS_NAME_MAX] = "";
-	int r = locks_renew(h->locks_fd, sb->id, h->instance_id, now_s, waiter);
+struct held {
+	char id[SANDBOX_ID_MAX + 1];
+	uint64_t token;
+	bool due; /* renew; otherwise only look for a waiter */
+};
 
-	if (r == -ESTALE || (r < 0 && now_s - sb->renewed_at >= h->lock_ttl))
-		return BG_LOST;
-	if (r == 0)
-		sb->renewed_at = now_s;
-	/* a waiter wants it: hand over, but let a running execution finish */
-	return (r == 0 && waiter[0] && !sb->exec_running) ? BG_HANDOFF : BG_NONE;
+/* Lock files this instance holds, copied under h->mu. */
+static size_t held_locks(struct host *h, int64_t now_s, struct held **ret)
+{
+	size_t n = 0, i = 0;
+
+	pthread_mutex_lock(&h->mu);
+	for (struct sandbox *sb = h->sandboxes; sb; sb = sb->next)
+		n += sb->token != 0;
+	*ret = n ? calloc(n, sizeof(**ret)) : NULL;
+	for (struct sandbox *sb = h->sandboxes; *ret && sb; sb = sb->next)
+		if (sb->token) {
+			snprintf((*ret)[i].id, sizeof((*ret)[i].id), "%s", sb->id);
+			(*ret)[i].token = sb->token;
+			(*ret)[i++].due = now_s - sb->renewed_at >= h->lock_renew;
+		}
+	pthread_mutex_unlock(&h->mu);
+	return *ret ? n : 0;
 }
 
-/* Renew what is due and claim one sandbox needing work, under h->mu. */
-static struct sandbox *next_work(struct host *h, enum bg_action *act, int64_t now_s)
+/* The sandbox still holding this lock generation (under h->mu). */
+static struct sandbox *holder(struct host *h, const struct held *l)
+{
+	struct sandbox *sb = sandbox_find(h, l->id);
+	return sb && sb->token == l->token ? sb : NULL;
+}
+
+/* Renew one lock, or just read it for a waiter, without h->mu: the volume
+ * may block here for as long as it likes; the watchdog keeps time. The
+ * timestamp written and the lease's start are taken together, just before
+ * the write: a lease never outlasts what a taker computes from the file. */
+static void renew_one(struct host *h, const struct held *l)
+{
+	char waiter[LOCKS_NAME_MAX] = "";
+	struct lock_info cur;
+	int64_t t0, now_s;
+	struct sandbox *sb;
+	int r = 0;
+
+	pthread_mutex_lock(&h->lock_io);
+	t0 = mono_ms();
+	now_s = now_ms() / 1000;
+	pthread_mutex_lock(&h->mu);
+	sb = holder(h, l);
+	pthread_mutex_unlock(&h->mu);
+	if (sb && l->due) {
+		r = locks_renew(&h->locks, l->id, h->instance_id, l->token, now_s, waiter);
+	} else if (sb) {
+		r = locks_read(&h->locks, l->id, &cur);
+		if (r == -ENOENT || (r == 0 && (strcmp(cur.owner, h->instance_id) || cur.token != l->token)))
+			r = -ESTALE;
+		else if (r == 0)
+			memcpy(waiter, cur.waiter, sizeof(waiter));
+	}
+	pthread_mutex_unlock(&h->lock_io);
+	pthread_mutex_lock(&h->mu);
+	if (sb && (sb = holder(h, l))) {
+		if (r == 0 && l->due)
+			sb->lease_until = t0 + h->lock_ttl * 1000, sb->renewed_at = now_s;
+		if (r == -ESTALE)
+			sb->fenced = true; /* taken over: the watchdog kills it */
+		if (r == 0 && waiter[0])
+			sb->waiter_seen = true;
+	}
+	pthread_mutex_unlock(&h->mu);
+}
+
+static void renew_all(struct host *h)
+{
+	int64_t now_s = now_ms() / 1000;
+	_cleanup_free_ struct held *l = NULL;
+	size_t n = held_locks(h, now_s, &l);
+
+	for (size_t i = 0; i < n; i++)
+		renew_one(h, &l[i]);
+}
+
+/* Claim one sandbox needing work, under h->mu. */
+static struct sandbox *next_work(struct host *h, enum bg_action *act)
 {
 	for (struct sandbox *sb = h->sandboxes; sb; sb = sb->next) {
 		if (sb->state != SB_RUNNING)
 			continue;
 		*act = BG_NONE;
-		if (!sb->client && !sb->exec_running && sb->idle_timeout_s > 0 &&
-		    mono_ms() - sb->detached_mono_ms >= sb->idle_timeout_s * 1000)
+		if (sb->fenced)
+			*act = BG_LOST;
+		else if (!sb->client && !sb->exec_running && sb->idle_timeout_s > 0 &&
+			 mono_ms() - sb->detached_mono_ms >= sb->idle_timeout_s * 1000)
 			*act = BG_IDLE;
-		else if (sb->checkpointable && now_s - sb->renewed_at >= h->lock_renew)
-			*act = renew_locked(h, sb, now_s);
+		else if (sb->waiter_seen && !sb->exec_running) /* let a running execution finish */
+			*act = BG_HANDOFF;
 		if (*act != BG_NONE) {
 			sb->state = SB_BUSY;
 			return sb;
@@ -200,14 +212,13 @@ static void bg_tick(struct host *h)
 	struct sandbox *sb;
 
 	for (;;) {
-		int64_t now_s = now_ms() / 1000;
 		pthread_mutex_lock(&h->mu);
-		sb = h->stopping ? NULL : next_work(h, &act, now_s);
+		sb = h->stopping ? NULL : next_work(h, &act);
 		pthread_mutex_unlock(&h->mu);
 		if (!sb)
 			return;
 		if (act == BG_LOST)
-			stop_now(h, sb, "the sandbox moved to another instance");
+			stop_now(h, sb, "lost ownership: the sandbox moved to another instance or its lease ran out");
 		else if (act == BG_HANDOFF)
 			leave(h, sb, true, "handoff");
 		else
@@ -215,24 +226,95 @@ static void bg_tick(struct host *h)
 	}
 }
 
-static void *bg_main(void *arg)
+static void wait_ms(struct host *h, int ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += ms * 1000000L;
+	ts.tv_sec += ts.tv_nsec / 1000000000L;
+	ts.tv_nsec %= 1000000000L;
+	pthread_cond_timedwait(&h->cond, &h->mu, &ts);
+}
+
+/* The watchdog: the owner stops executing when its lease runs out by its own
+ * monotonic clock, whatever the volume does. It never touches the volume and
+ * holds h->mu only to look at the clock and the registry. */
+static void *watchdog_main(void *arg)
 {
 	struct host *h = arg;
 
 	pthread_mutex_lock(&h->mu);
-	while (!h->stopping) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += BG_TICK_MS * 1000000L;
-		ts.tv_sec += ts.tv_nsec / 1000000000L;
-		ts.tv_nsec %= 1000000000L;
-		pthread_cond_timedwait(&h->cond, &h->mu, &ts);
+	while (!h->closed) {
+		char cid[SANDBOX_CID_MAX + 1] = "", id[SANDBOX_ID_MAX + 1];
+		for (struct sandbox *sb = h->sandboxes; sb && !cid[0]; sb = sb->next)
+			if (sb->token && !sb->killed && (sb->fenced || mono_ms() >= sb->lease_until)) {
+				sb->fenced = sb->killed = true;
+				/* at once, no runsc call in the way; delete cleans up */
+				if (sb->pidfd >= 0 && syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0) < 0)
+					log_debug("host: sandbox '%s': pidfd kill: %m", sb->id);
+				memcpy(cid, sb->cid, sizeof(cid));
+				memcpy(id, sb->id, sizeof(id));
+			}
+		if (!cid[0]) {
+			wait_ms(h, WATCHDOG_TICK_MS);
+			continue;
+		}
 		pthread_mutex_unlock(&h->mu);
-		bg_tick(h);
+		log_warn("host: sandbox '%s': lease lost, killing container '%s'", id, cid);
+		int r = runsc_delete(&h->runsc, cid);
+		if (r < 0)
+			log_error("host: sandbox '%s': runsc delete -force '%s' failed: %s", id, cid, strerror(-r));
 		pthread_mutex_lock(&h->mu);
 	}
 	pthread_mutex_unlock(&h->mu);
 	return NULL;
+}
+
+/* Run fn every BG_TICK_MS until *until turns true (read under h->mu). */
+static void tick_loop(struct host *h, const bool *until, void (*fn)(struct host *h))
+{
+	pthread_mutex_lock(&h->mu);
+	while (!*until) {
+		wait_ms(h, BG_TICK_MS);
+		pthread_mutex_unlock(&h->mu);
+		fn(h);
+		pthread_mutex_lock(&h->mu);
+	}
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* Renewal runs on a thread of its own so that a checkpoint, a handoff or a
+ * stop on the work thread never delays it (a checkpoint may take longer than
+ * the lease); it may block on the volume, never under h->mu. It ends only
+ * once shutdown has saved the sandboxes. */
+static void *renew_main(void *arg)
+{
+	struct host *h = arg;
+	tick_loop(h, &h->closed, renew_all);
+	return NULL;
+}
+
+static void *bg_main(void *arg)
+{
+	struct host *h = arg;
+	tick_loop(h, &h->stopping, bg_tick);
+	return NULL;
+}
+
+/* Which create-if-absent the volume honours decides the lock method; with
+ * none, checkpointing is refused now rather than at the first sandbox. */
+static int probe_locks(struct host *h)
+{
+	ckpt_error perr = { 0 };
+
+	h->locks.method = locks_probe(h->locks.fd, &perr);
+	if (h->locks.method != LOCKS_NONE)
+		return 0;
+	if (asprintf(&h->no_checkpoint_why, "no safe lock method on the checkpoint volume '%s': %s", h->mount,
+		     perr.msg) < 0)
+		return -ENOMEM;
+	log_error("host: checkpointing refused: %s", h->no_checkpoint_why);
+	return 0;
 }
 
 static int open_checkpoint_volume(struct host *h, ckpt_error *err)
@@ -241,16 +323,15 @@ static int open_checkpoint_volume(struct host *h, ckpt_error *err)
 	const char *mount = getenv("SANDBOX_CHECKPOINT_MOUNT_PATH");
 	_cleanup_free_ char *locks = NULL;
 
-	h->locks_fd = -1;
 	if (!bucket || !*bucket || !mount || !*mount)
 		return 0; /* checkpointing off: create with enable_checkpoint fails */
 	if (mount[0] != '/')
 		return err_set(err, EINVAL, NULL, "SANDBOX_CHECKPOINT_MOUNT_PATH must be absolute");
 	if (!(h->mount = strdup(mount)) || !(locks = path_join(mount, "locks")))
 		return -ENOMEM;
-	if (mkdir_p(locks, 0755) < 0 || (h->locks_fd = open(locks, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+	if (mkdir_p(locks, 0755) < 0 || (h->locks.fd = open(locks, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return err_set(err, errno, NULL, "checkpoint volume '%s': %s", locks, strerror(errno));
-	return 0;
+	return probe_locks(h);
 }
 
 static int instance_dirs(struct host *h, const struct config *cfg, ckpt_error *err)
@@ -280,6 +361,22 @@ static int default_instance_id(struct host *h)
 	return asprintf(&h->instance_id, "%s-%d-%s", host, (int)getpid(), rnd) < 0 ? -ENOMEM : 0;
 }
 
+/* The instance's part of container ids: the instance id itself when it is
+ * short enough for runsc, else its head and an FNV-1a hash of the whole. */
+static void cid_tag(struct host *h)
+{
+	uint32_t x = 2166136261u;
+	size_t n = strlen(h->instance_id);
+
+	if (n <= SANDBOX_CID_TAG_MAX) {
+		memcpy(h->cid_tag, h->instance_id, n + 1);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		x = (x ^ (uint8_t)h->instance_id[i]) * 16777619u;
+	snprintf(h->cid_tag, sizeof(h->cid_tag), "%.*s-%08x", SANDBOX_CID_TAG_MAX - 9, h->instance_id, x);
+}
+
 static int host_setup(struct host *h, const struct config *cfg, ckpt_error *err)
 {
 	int r;
@@ -289,10 +386,12 @@ static int host_setup(struct host *h, const struct config *cfg, ckpt_error *err)
 	if (!instance_id_valid(h->instance_id))
 		return err_set(err, EINVAL, NULL, "instance id '%s': use letters, digits, '-', '_', '.'",
 			       h->instance_id);
+	cid_tag(h);
 	h->runsc.path = cfg->runsc_path ? cfg->runsc_path : "runsc";
 	h->rootfs = cfg->sandbox_rootfs ? cfg->sandbox_rootfs : "/";
 	h->lock_ttl = cfg->lock_ttl_secs;
 	h->lock_renew = cfg->lock_renew_secs;
+	h->lock_margin = cfg->lock_margin_secs;
 	h->default_idle = cfg->default_idle_timeout_secs;
 	if ((r = runsc_version(h->runsc.path, h->runsc_version, sizeof(h->runsc_version), err)) < 0)
 		return r;
@@ -300,7 +399,7 @@ static int host_setup(struct host *h, const struct config *cfg, ckpt_error *err)
 		return err_set(err, -r, NULL, "/proc/cpuinfo: %s", strerror(-r));
 	if ((r = instance_dirs(h, cfg, err)) < 0 || (r = open_checkpoint_volume(h, err)) < 0)
 		return r;
-	if ((r = reaper_start(h)) < 0)
+	if ((r = reaper_start(&h->runsc, &h->reaper_fd)) < 0)
 		return err_set(err, -r, NULL, "reaper: %s", strerror(-r));
 	return 0;
 }
@@ -313,20 +412,29 @@ int host_open(const struct config *cfg, struct host **ret, ckpt_error *err)
 	if (!h)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	h->reaper_fd = -1;
-	h->locks_fd = -1;
+	h->locks.fd = -1;
 	pthread_mutex_init(&h->mu, NULL);
+	pthread_mutex_init(&h->lock_io, NULL);
 	pthread_cond_init(&h->cond, NULL);
-	if ((r = host_setup(h, cfg, err)) < 0 || (r = -pthread_create(&h->bg, NULL, bg_main, h)) < 0) {
+	if ((r = host_setup(h, cfg, err)) < 0 || (r = -pthread_create(&h->bg, NULL, bg_main, h)) < 0 ||
+	    !(h->bg_started = true) || (r = -pthread_create(&h->watchdog, NULL, watchdog_main, h)) < 0 ||
+	    !(h->watchdog_started = true) || (r = -pthread_create(&h->renewer, NULL, renew_main, h)) < 0) {
 		if (r == -ENOMEM && !err->msg[0])
 			err_set(err, ENOMEM, NULL, "out of memory");
 		host_close(h);
 		return r;
 	}
-	h->bg_started = true;
-	log_info("host: instance '%s', runsc %s, checkpoints %s%s", h->instance_id, h->runsc_version,
-		 h->mount ? "in " : "off", h->mount ? h->mount : "");
+	h->renewer_started = true;
+	log_info("host: instance '%s', runsc %s, checkpoints %s%s, locks by %s (ttl %llds + margin %llds)",
+		 h->instance_id, h->runsc_version, h->mount ? "in " : "off", h->mount ? h->mount : "",
+		 locks_method_name(h->locks.method), (long long)h->lock_ttl, (long long)h->lock_margin);
 	*ret = h;
 	return 0;
+}
+
+bool host_checkpointing(const struct host *h)
+{
+	return h->mount && h->locks.method != LOCKS_NONE;
 }
 
 json_t *host_health(struct host *h)
@@ -338,9 +446,11 @@ json_t *host_health(struct host *h)
 	for (struct sandbox *sb = h->sandboxes; sb; sb = sb->next)
 		n++;
 	pthread_mutex_unlock(&h->mu);
-	return json_pack("{s:s, s:s, s:b, s:s?, s:I, s:I}", "instance_id", h->instance_id, "runsc_version",
-			 h->runsc_version, "checkpointing", h->mount != NULL, "checkpoint_mount", h->mount, "sandboxes",
-			 (json_int_t)n, "lock_ttl_secs", (json_int_t)h->lock_ttl);
+	return json_pack("{s:s, s:s, s:b, s:s?, s:s?, s:s, s:I, s:I, s:I}", "instance_id", h->instance_id,
+			 "runsc_version", h->runsc_version, "checkpointing", host_checkpointing(h), "checkpoint_mount",
+			 h->mount, "checkpointing_refused", h->no_checkpoint_why, "lock_method",
+			 locks_method_name(h->locks.method), "sandboxes", (json_int_t)n, "lock_ttl_secs",
+			 (json_int_t)h->lock_ttl, "lock_margin_secs", (json_int_t)h->lock_margin);
 }
 
 /* On shutdown, checkpointable sandboxes are saved and released so another
@@ -376,12 +486,20 @@ void host_close(struct host *h)
 		pthread_cond_broadcast(&h->cond);
 		pthread_mutex_unlock(&h->mu);
 		pthread_join(h->bg, NULL);
-		host_shutdown_sandboxes(h);
+		host_shutdown_sandboxes(h); /* leases still renewed and watched */
 	}
+	pthread_mutex_lock(&h->mu);
+	h->closed = true;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->mu);
+	if (h->watchdog_started)
+		pthread_join(h->watchdog, NULL);
+	if (h->renewer_started)
+		pthread_join(h->renewer, NULL);
 	/* Sessions may still hold h: it stays allocated until exit; the reaper
 	 * removes whatever is left when its pipe closes. */
 	if (h->reaper_fd >= 0)
 		close(TAKE_FD(h->reaper_fd));
-	if (h->locks_fd >= 0)
-		close(TAKE_FD(h->locks_fd));
+	if (h->locks.fd >= 0)
+		close(TAKE_FD(h->locks.fd));
 }

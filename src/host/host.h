@@ -11,3 +11,9 @@ int host_open(const struct config *cfg, struct host **ret, ckpt_error *err);
 const struct http_route *host_routes(size_t *ret_n);
 json_t *host_health(struct host *h);
 void host_close(struct host *h);
+
+struct sandbox;
+/* A volume is configured and a safe lock method was found on it. */
+bool host_checkpointing(const struct host *h);
+/* Log a failed step with its message and the path of runsc's log file. */
+void host_log_failure(struct host *h, const struct sandbox *sb, const char *what, const ckpt_error *err);

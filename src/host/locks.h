@@ -1,34 +1,69 @@
 /* locks.h: sandbox lock files on the shared volume, {mount}/locks/{id}.lock
- * holding {"owner", "timestamp" (unix s), "waiter"?}. Shared volumes such as
- * GCS FUSE have no file locks, so a lock is created with link() (create if
- * not exists), replaced with rename(), and carries its own expiry: a lock not
- * renewed for ttl seconds may be taken over. All calls take the locks
- * directory fd; ids must be validated by the caller. */
+ * holding {"owner", "timestamp" (unix s), "token", "waiter"?}. Shared volumes
+ * such as GCS FUSE have no file locks, so a lock is created with an atomic
+ * create-if-absent (link() of a complete temp file, or O_CREAT|O_EXCL where
+ * the volume has no link()), replaced with rename(), and carries its own
+ * expiry: a lock not renewed for ttl seconds may be taken over.
+ *
+ * Fencing: each lock generation carries a token, a counter that only grows
+ * ({id}.gen keeps the highest one issued, so it survives a release). A
+ * holder checks its token before each write that publishes state and before
+ * acknowledging it; a holder whose lock was taken over fails that check.
+ * Ids must be validated by the caller. */
 #pragma once
 #include <stdint.h>
 #include "lib/util.h"
 
 #define LOCKS_NAME_MAX 128
 
+enum locks_method {
+	LOCKS_NONE, /* no safe create-if-absent on this volume */
+	LOCKS_LINK, /* link() of a complete temp file */
+	LOCKS_EXCL, /* O_CREAT|O_EXCL, then one write */
+};
+
+struct locks {
+	int fd; /* the locks directory */
+	enum locks_method method;
+};
+
 struct lock_info {
 	char owner[LOCKS_NAME_MAX];
 	int64_t timestamp;
+	uint64_t token;
 	char waiter[LOCKS_NAME_MAX]; /* "" = none */
 };
 
+/* Find out which primitives the volume under dirfd honours (link, O_EXCL,
+ * rename over an existing file) and pick a method; LOCKS_NONE with a reason
+ * in err when none is safe. Leaves no files behind. */
+enum locks_method locks_probe(int dirfd, ckpt_error *err);
+const char *locks_method_name(enum locks_method m);
+
 /* -ENOENT when there is no lock; -EBADMSG when it does not parse. */
-int locks_read(int dirfd, const char *id, struct lock_info *ret);
+int locks_read(const struct locks *L, const char *id, struct lock_info *ret);
 /* Take the lock for me: 0 when it is mine now (new, already mine, or taken
- * over because it was older than ttl); -EBUSY when another owner holds it
- * (cur, if not NULL, gets its content). */
-int locks_acquire(int dirfd, const char *id, const char *me, int64_t ttl, int64_t now, struct lock_info *cur);
-/* Refresh my timestamp, keeping the waiter. *ret_waiter gets the waiter ("" if
- * none) when not NULL. -ESTALE when the lock is no longer mine. */
-int locks_renew(int dirfd, const char *id, const char *me, int64_t now, char ret_waiter[LOCKS_NAME_MAX]);
+ * over because it was older than ttl, which the caller gives with its safety
+ * margin added), with its token in *ret_token; -EBUSY when another owner
+ * holds it (cur, if not NULL, gets its content). */
+int locks_acquire(const struct locks *L, const char *id, const char *me, int64_t ttl, int64_t now,
+		  struct lock_info *cur, uint64_t *ret_token);
+/* Refresh my timestamp, keeping token and waiter. *ret_waiter gets the
+ * waiter ("" if none) when not NULL. -ESTALE when the lock is no longer
+ * mine (another owner, or another token). */
+int locks_renew(const struct locks *L, const char *id, const char *me, uint64_t token, int64_t now,
+		char ret_waiter[LOCKS_NAME_MAX]);
+/* The fence: 0 when the lock still names me with this token and no newer
+ * token was issued; -ESTALE otherwise. */
+int locks_check(const struct locks *L, const char *id, const char *me, uint64_t token);
+/* Write name in dfd atomically (temp file, fsync, rename) only if the fence
+ * holds just before; -ESTALE (nothing written) when it does not. */
+int locks_write_fenced(const struct locks *L, const char *id, const char *me, uint64_t token, int dfd, const char *name,
+		       const char *text, size_t len);
 /* Register me as the waiter of a lock held by someone else: 0 registered (or
  * already), -ENOENT when there is no lock any more. */
-int locks_add_waiter(int dirfd, const char *id, const char *me);
+int locks_add_waiter(const struct locks *L, const char *id, const char *me);
 /* Remove the lock if it is mine; 0 also when it is gone already. */
-int locks_release(int dirfd, const char *id, const char *me);
+int locks_release(const struct locks *L, const char *id, const char *me);
 /* True when the lock's timestamp is older than ttl at now. */
 bool locks_expired(const struct lock_info *l, int64_t ttl, int64_t now);

@@ -95,7 +95,7 @@ static int run_logged(const char *const *argv, const char *log_path, const char 
 {
 	_cleanup_close_ int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	_cleanup_close_ int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	char tail[400];
+	char tail[240]; /* a short reason for the client; the whole story is in the log */
 	pid_t pid;
 	int r;
 
@@ -207,6 +207,38 @@ int runsc_restore(const struct runsc *r, const char *bundle, const char *image_d
 	const char *tail[] = { "restore", flag, "-detach", "-bundle", bundle, id, NULL };
 	memcpy(argv + n, tail, sizeof(tail));
 	return run_logged(argv, log_path, "runsc restore", err);
+}
+
+int runsc_sandbox_pidfd(const struct runsc *r, const char *id)
+{
+	const char *argv[MAX_ARGV];
+	size_t n = base_argv(r, argv);
+	const char *tail[] = { "state", id, NULL };
+	char out[] = "/tmp/ckptd-runsc-state.XXXXXX";
+	_cleanup_free_ char *text = NULL;
+	json_auto_t *st = NULL;
+	int fd = mkostemp(out, O_CLOEXEC), rc;
+	json_int_t pid;
+
+	if (fd < 0)
+		return -errno;
+	memcpy(argv + n, tail, sizeof(tail));
+	_cleanup_close_ int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	pid_t child;
+	rc = nul < 0 ? -errno : spawn(argv, nul, fd, nul, &child);
+	close(fd);
+	if (rc == 0)
+		rc = runsc_wait(child, RUNSC_TIMEOUT_MS) == 0 ? read_file_at(AT_FDCWD, out, 1 << 16, &text, NULL)
+							      : -EIO;
+	unlink(out);
+	if (rc < 0)
+		return rc;
+	st = json_loads(text, 0, NULL);
+	pid = json_integer_value(json_object_get(st, "pid"));
+	if (pid <= 0)
+		return -ESRCH;
+	fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+	return fd < 0 ? -errno : fd;
 }
 
 int runsc_delete(const struct runsc *r, const char *id)

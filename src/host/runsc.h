@@ -26,6 +26,9 @@ int runsc_checkpoint(const struct runsc *r, const char *id, const char *image_di
 		     ckpt_error *err);
 int runsc_restore(const struct runsc *r, const char *bundle, const char *image_dir, const char *id,
 		  const char *log_path, ckpt_error *err);
+/* A pidfd of the container's sandbox process (runsc-sandbox), from `runsc
+ * state`: killing it stops the sandbox at once, without a runsc call. */
+int runsc_sandbox_pidfd(const struct runsc *r, const char *id);
 /* Kill and remove the container; 0 also when it does not exist. */
 int runsc_delete(const struct runsc *r, const char *id);
 

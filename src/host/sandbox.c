@@ -4,9 +4,13 @@
  * {mount}/{id}/checkpoints/latest, {mount}/{id}/metadata.json. */
 #include "host/sandbox.h"
 #include "host/locks.h"
+#include "host/reaper.h"
 #include "lib/walk.h"
 
 #include <sys/stat.h>
+#include <sys/vfs.h>
+
+#define FUSE_SUPER_MAGIC 0x65735546
 
 /* The sandbox's init: a Python REPL server on a unix socket inside the
  * sandbox. Globals live in this process, so they are part of the checkpointed
@@ -91,6 +95,8 @@ struct sandbox *sandbox_add(struct host *h, const char *id)
 	if (!sb)
 		return NULL;
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
+	snprintf(sb->cid, sizeof(sb->cid), "%s.%s", id, h->cid_tag);
+	sb->pidfd = -1;
 	sb->state = SB_STARTING;
 	sb->idle_timeout_s = h->default_idle;
 	sb->created_at_ms = now_ms();
@@ -107,6 +113,8 @@ void sandbox_remove(struct host *h, struct sandbox *sb)
 			*p = sb->next;
 			if (sb->client)
 				sb->client->sb = NULL;
+			if (sb->pidfd >= 0)
+				close(sb->pidfd);
 			free(sb);
 			return;
 		}
@@ -134,6 +142,18 @@ static int prepare_bundle(struct host *h, const char *id, char **ret_bundle, cha
 	return 0;
 }
 
+/* Keep a handle on the sandbox process for the watchdog's instant kill. */
+static void note_pidfd(struct host *h, struct sandbox *sb)
+{
+	int fd = runsc_sandbox_pidfd(&h->runsc, sb->cid);
+
+	pthread_mutex_lock(&h->mu);
+	if (sb->pidfd >= 0)
+		close(sb->pidfd);
+	sb->pidfd = fd < 0 ? -1 : fd;
+	pthread_mutex_unlock(&h->mu);
+}
+
 int sandbox_start(struct host *h, struct sandbox *sb, ckpt_error *err)
 {
 	_cleanup_free_ char *bundle = NULL, *log = NULL;
@@ -141,11 +161,13 @@ int sandbox_start(struct host *h, struct sandbox *sb, ckpt_error *err)
 
 	if ((r = prepare_bundle(h, sb->id, &bundle, &log, err)) < 0)
 		return r;
-	host_reaper_note(h, '+', sb->id);
-	r = runsc_run(&h->runsc, bundle, sb->id, log, err);
+	reaper_note(h->reaper_fd, '+', sb->cid);
+	r = runsc_run(&h->runsc, bundle, sb->cid, log, err);
+	if (r == 0)
+		note_pidfd(h, sb);
 	if (r < 0) {
-		runsc_delete(&h->runsc, sb->id);
-		host_reaper_note(h, '-', sb->id);
+		runsc_delete(&h->runsc, sb->cid);
+		reaper_note(h->reaper_fd, '-', sb->cid);
 	}
 	return r;
 }
@@ -153,16 +175,78 @@ int sandbox_start(struct host *h, struct sandbox *sb, ckpt_error *err)
 void sandbox_stop(struct host *h, struct sandbox *sb)
 {
 	_cleanup_free_ char *bundle = sandbox_path(h->bundles_dir, sb->id, "");
-	runsc_delete(&h->runsc, sb->id);
-	host_reaper_note(h, '-', sb->id);
+	runsc_delete(&h->runsc, sb->cid);
+	reaper_note(h->reaper_fd, '-', sb->cid);
 	if (bundle) {
 		_cleanup_free_ char *cfg = path_join(bundle, "config.json");
 		if (cfg)
 			unlink(cfg);
 		rmdir(bundle);
 	}
-	if (sb->checkpointable && h->locks_fd >= 0)
-		locks_release(h->locks_fd, sb->id, h->instance_id);
+	sandbox_unlock(h, sb);
+}
+
+int sandbox_lock(struct host *h, struct sandbox *sb, struct lock_info *cur)
+{
+	int64_t t0 = mono_ms(), now_s = now_ms() / 1000;
+	uint64_t token = 0;
+	int r = locks_acquire(&h->locks, sb->id, h->instance_id, h->lock_ttl + h->lock_margin, now_s, cur, &token);
+
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&h->mu);
+	sb->token = token;
+	sb->lease_until = t0 + h->lock_ttl * 1000;
+	sb->renewed_at = now_s;
+	sb->fenced = false;
+	pthread_mutex_unlock(&h->mu);
+	return 0;
+}
+
+void sandbox_unlock(struct host *h, struct sandbox *sb)
+{
+	uint64_t token;
+
+	pthread_mutex_lock(&h->lock_io); /* a renewal in flight must not recreate it */
+	pthread_mutex_lock(&h->mu);
+	token = sb->token;
+	sb->token = 0;
+	pthread_mutex_unlock(&h->mu);
+	if (token)
+		locks_release(&h->locks, sb->id, h->instance_id);
+	pthread_mutex_unlock(&h->lock_io);
+}
+
+int sandbox_fence(struct host *h, struct sandbox *sb, ckpt_error *err)
+{
+	uint64_t token;
+	bool alive;
+	int r;
+
+	pthread_mutex_lock(&h->mu);
+	token = sb->token;
+	alive = token && !sb->fenced && mono_ms() < sb->lease_until;
+	pthread_mutex_unlock(&h->mu);
+	if (!alive)
+		return err_set(err, ESTALE, NULL, "lost ownership: the lease of sandbox '%s' ran out", sb->id);
+	if ((r = locks_check(&h->locks, sb->id, h->instance_id, token)) < 0)
+		return err_set(err, ESTALE, NULL, "lost ownership: the lock of sandbox '%s' %s", sb->id,
+			       r == -ESTALE ? "was taken over" : "cannot be read");
+	return 0;
+}
+
+/* Write name in dfd only while the fence holds; a stale token writes nothing. */
+static int write_fenced(struct host *h, struct sandbox *sb, int dfd, const char *name, const char *text,
+			ckpt_error *err)
+{
+	int r;
+
+	if ((r = sandbox_fence(h, sb, err)) < 0)
+		return r;
+	r = locks_write_fenced(&h->locks, sb->id, h->instance_id, sb->token, dfd, name, text, strlen(text));
+	if (r == -ESTALE)
+		return err_set(err, ESTALE, NULL, "lost ownership: the lock of sandbox '%s' was taken over", sb->id);
+	return r < 0 ? err_set(err, -r, NULL, "%s: %s", name, strerror(-r)) : 0;
 }
 
 static int open_sandbox_dir(struct host *h, const char *id, const char *sub, bool create)
@@ -190,7 +274,6 @@ int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *lates
 	_cleanup_close_ int dfd = open_sandbox_dir(h, sb->id, NULL, true);
 	json_auto_t *m = NULL;
 	_cleanup_free_ char *text = NULL;
-	int r;
 
 	if (dfd < 0)
 		return err_set(err, -dfd, NULL, "sandbox dir on the volume: %s", strerror(-dfd));
@@ -200,12 +283,12 @@ int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *lates
 		      "cpu_features", strv_json(h->cpu_features, h->n_cpu_features), "created_at",
 		      fmt_rfc3339_ms(sb->created_at_ms, created, sizeof(created)), "updated_at",
 		      fmt_rfc3339_ms(now_ms(), now, sizeof(now)), "instance_id", h->instance_id, "latest", latest);
+	if (m)
+		json_object_set_new(m, "token", json_integer((json_int_t)sb->token));
 	text = m ? json_dumps(m, JSON_INDENT(2)) : NULL;
 	if (!text)
 		return err_set(err, ENOMEM, NULL, "metadata: out of memory");
-	if ((r = write_file_atomic(dfd, "metadata.json", text, strlen(text), 0644)) < 0)
-		return err_set(err, -r, NULL, "metadata.json: %s", strerror(-r));
-	return 0;
+	return write_fenced(h, sb, dfd, "metadata.json", text, err);
 }
 
 /* fsync what runsc wrote before `latest` points at it. */
@@ -246,6 +329,38 @@ static void prune_images(int cfd, long long newest)
 	}
 }
 
+/* `latest.{token}`: each lock generation publishes under its own token, and
+ * readers take the highest. A write of an owner that lost its lock, still
+ * blocked on the volume when the next owner took over, lands under the old
+ * token and never becomes the latest. */
+static int latest_write(struct host *h, struct sandbox *sb, int cfd, const char *image, ckpt_error *err)
+{
+	char name[48];
+	snprintf(name, sizeof(name), "latest.%llu", (unsigned long long)sb->token);
+	return write_fenced(h, sb, cfd, name, image, err);
+}
+
+/* The highest token with a latest.{token} file (0: only a plain `latest`
+ * from before tokens, or nothing); the two highest are kept. */
+static uint64_t latest_token(int cfd, bool prune)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	unsigned long long v, top = 0, second = 0;
+	struct dirent *de;
+	char tail;
+
+	if (walk_open(cfd, NULL, &d) < 0)
+		return 0;
+	while ((de = walk_next(d)))
+		if (sscanf(de->d_name, "latest.%llu%c", &v, &tail) == 1 && v > second)
+			second = v > top ? top : v, top = v > top ? v : top;
+	rewinddir(d);
+	while (prune && (de = walk_next(d)))
+		if (sscanf(de->d_name, "latest.%llu%c", &v, &tail) == 1 && v < second)
+			unlinkat(cfd, de->d_name, 0);
+	return top;
+}
+
 int sandbox_checkpoint(struct host *h, struct sandbox *sb, ckpt_error *err)
 {
 	char name[64];
@@ -260,20 +375,26 @@ int sandbox_checkpoint(struct host *h, struct sandbox *sb, ckpt_error *err)
 	snprintf(name, sizeof(name), "checkpoint_%lld.img", ms);
 	if (!log || asprintf(&image, "%s/%s/checkpoints/%s", h->mount, sb->id, name) < 0)
 		return err_set(err, ENOMEM, NULL, "out of memory");
-	if ((r = runsc_checkpoint(&h->runsc, sb->id, image, log, err)) < 0)
-		return r;
+	if ((r = runsc_checkpoint(&h->runsc, sb->cid, image, log, err)) < 0)
+		return sandbox_fence(h, sb, err) < 0 ? -ESTALE : r; /* killed by the watchdog: say why */
 	sync_image(image);
-	if ((r = write_file_atomic(cfd, "latest", name, strlen(name), 0644)) < 0)
-		return err_set(err, -r, NULL, "latest: %s", strerror(-r));
-	if ((r = sandbox_write_metadata(h, sb, name, err)) < 0)
+	if ((r = latest_write(h, sb, cfd, name, err)) < 0 || (r = sandbox_write_metadata(h, sb, name, err)) < 0)
 		return r;
+	/* acknowledge only what was published under a lease we still hold */
+	if ((r = sandbox_fence(h, sb, err)) < 0)
+		return r;
+	/* hand over first: runsc checkpoint has stopped the sandbox already, and
+	 * `runsc delete` takes a second or two the next owner need not wait */
+	sandbox_unlock(h, sb);
 	sandbox_stop(h, sb);
+	latest_token(cfd, true);
 	prune_images(cfd, ms);
 	return 0;
 }
 
-/* The image dir named by `latest`; -ENOENT when there is none. */
-static int latest_image(struct host *h, const char *id, char **ret)
+/* The image dir named by the newest `latest`; -ENOENT when there is none.
+ * ret_name, if not NULL, gets the image's name. */
+static int latest_image(struct host *h, const char *id, char **ret, char **ret_name)
 {
 	_cleanup_close_ int cfd = open_sandbox_dir(h, id, "checkpoints", false);
 	_cleanup_free_ char *name = NULL;
@@ -282,20 +403,28 @@ static int latest_image(struct host *h, const char *id, char **ret)
 
 	if (cfd < 0)
 		return cfd == -ENOTDIR ? -ENOENT : cfd;
-	if ((r = read_file_at(cfd, "latest", 256, &name, NULL)) < 0)
+	char lname[48] = "latest";
+	uint64_t top = latest_token(cfd, false);
+	if (top)
+		snprintf(lname, sizeof(lname), "latest.%llu", (unsigned long long)top);
+	if ((r = read_file_at(cfd, lname, 256, &name, NULL)) < 0)
 		return r;
 	name[strcspn(name, "\n")] = '\0';
 	if (image_ms(name) < 0)
 		return -EBADMSG;
 	if (fstatat(cfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return -errno;
-	return asprintf(ret, "%s/%s/checkpoints/%s", h->mount, id, name) < 0 ? -ENOMEM : 0;
+	if (asprintf(ret, "%s/%s/checkpoints/%s", h->mount, id, name) < 0)
+		return -ENOMEM;
+	if (ret_name)
+		*ret_name = TAKE_PTR(name);
+	return 0;
 }
 
 bool sandbox_has_checkpoint(struct host *h, const char *id)
 {
 	_cleanup_free_ char *image = NULL;
-	return h->mount && latest_image(h, id, &image) == 0;
+	return h->mount && latest_image(h, id, &image, NULL) == 0;
 }
 
 static bool has_feature(struct host *h, const char *f)
@@ -347,11 +476,28 @@ static int read_metadata(struct host *h, const char *id, json_t **ret, ckpt_erro
 	return 0;
 }
 
+/* runsc's sandbox reads the image as another user: a FUSE volume mounted
+ * without allow_other lets checkpoints (written by runsc itself) succeed and
+ * makes every restore fail with "permission denied". Say so. */
+static void hint_volume_access(struct host *h, ckpt_error *err)
+{
+	struct statfs fs;
+
+	if (!err || !strcasestr(err->msg, "permission denied") || statfs(h->mount, &fs) < 0 ||
+	    fs.f_type != FUSE_SUPER_MAGIC)
+		return;
+	err_prefix(err,
+		   "runsc cannot read the checkpoint on the FUSE volume '%s'; it is likely mounted without "
+		   "allow_other (mount it with -o allow_other)",
+		   h->mount);
+}
+
 int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err)
 {
-	_cleanup_free_ char *image = NULL, *bundle = NULL, *log = NULL;
+	_cleanup_free_ char *image = NULL, *name = NULL, *bundle = NULL, *log = NULL;
+	_cleanup_close_ int cfd = -1;
 	json_auto_t *meta = NULL;
-	int r = latest_image(h, sb->id, &image);
+	int r = latest_image(h, sb->id, &image, &name);
 
 	if (r == -ENOENT)
 		return err_set(err, ENOENT, NULL, "no checkpoint of sandbox '%s'", sb->id);
@@ -363,11 +509,20 @@ int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err)
 		sb->idle_timeout_s = json_integer_value(json_object_get(meta, "idle_timeout"));
 	if ((r = prepare_bundle(h, sb->id, &bundle, &log, err)) < 0)
 		return r;
-	runsc_delete(&h->runsc, sb->id); /* a leftover of ours would block the id */
-	host_reaper_note(h, '+', sb->id);
-	if ((r = runsc_restore(&h->runsc, bundle, image, sb->id, log, err)) < 0) {
-		runsc_delete(&h->runsc, sb->id);
-		host_reaper_note(h, '-', sb->id);
+	/* adopt the image under our token first: a late write of the previous
+	 * owner lands under its older token and stays behind this one */
+	if ((cfd = open_sandbox_dir(h, sb->id, "checkpoints", false)) < 0)
+		return err_set(err, -cfd, NULL, "checkpoint dir on the volume: %s", strerror(-cfd));
+	if ((r = latest_write(h, sb, cfd, name, err)) < 0)
+		return r;
+	runsc_delete(&h->runsc, sb->cid); /* a leftover of ours would block the id */
+	reaper_note(h->reaper_fd, '+', sb->cid);
+	if ((r = runsc_restore(&h->runsc, bundle, image, sb->cid, log, err)) < 0) {
+		hint_volume_access(h, err);
+		runsc_delete(&h->runsc, sb->cid);
+		reaper_note(h->reaper_fd, '-', sb->cid);
 	}
+	if (r == 0)
+		note_pidfd(h, sb);
 	return r;
 }

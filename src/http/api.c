@@ -6,27 +6,6 @@
 #include "engine/engine.h"
 #include "http/api_fork.h"
 
-json_t *api_parse_object(const struct http_request *req, bool required, struct http_response *resp)
-{
-	json_error_t jerr;
-	if (!req->body || req->body_len == 0) {
-		if (required)
-			http_fail(resp, ERR_INVALID, "bad_request", "a JSON object body is required");
-		return required ? NULL : json_object();
-	}
-	json_auto_t *obj = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
-	if (!obj) {
-		http_fail(resp, ERR_INVALID, "bad_request", "malformed JSON at line %d column %d: %s", jerr.line,
-			  jerr.column, jerr.text);
-		return NULL;
-	}
-	if (!json_is_object(obj)) {
-		http_fail(resp, ERR_INVALID, "bad_request", "the body must be a JSON object");
-		return NULL;
-	}
-	return TAKE_PTR(obj);
-}
-
 /* Unknown members are refused so that a typo never passes silently. */
 static bool api_only_fields(json_t *obj, const char *const *allowed, struct http_response *resp)
 {
@@ -83,7 +62,59 @@ bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response 
 	return true;
 }
 
-static void api_create(void *app, const struct http_request *req, struct http_response *resp)
+/* Run handler under the request's Idempotency-Key, if it has one: a repeat
+ * of a request already answered gets that answer again (with
+ * Idempotent-Replayed: true), a repeat while it runs a 409, another request
+ * under the same key a 422. Any mutating POST route can go through this. */
+static void api_idempotent(void *app, const struct http_request *req, struct http_response *resp, http_handler handler)
+{
+	const char *key = http_header(req, "Idempotency-Key");
+	struct idem_ticket t;
+	struct idem_answer a;
+
+	if (!key) {
+		handler(app, req, resp);
+		return;
+	}
+	if (!idem_key_valid(key)) {
+		http_fail(resp, ERR_INVALID, "invalid_idempotency_key",
+			  "Idempotency-Key must be 1 to %d printable ASCII characters", IDEM_KEY_MAX);
+		return;
+	}
+	int r = engine_idem_begin(app, key, req->method, req->path, req->body, req->body_len, &t, &a);
+	switch (r) {
+	case IDEM_FRESH: {
+		handler(app, req, resp);
+		char *body = resp->json ? json_dumps(resp->json, JSON_COMPACT) : NULL;
+		engine_idem_finish(app, &t, key, resp->status, body,
+				   resp->content_type && strstr(resp->content_type, "problem"));
+		free(body);
+		return;
+	}
+	case IDEM_REPLAY:
+		http_json(resp, a.status, json_loads(a.body, 0, NULL));
+		if (a.problem)
+			resp->content_type = "application/problem+json";
+		resp->extra_headers[0][0] = strdup("Idempotent-Replayed");
+		resp->extra_headers[0][1] = strdup("true");
+		free(a.body);
+		if (!resp->json)
+			http_fail(resp, ERR_INTERNAL, NULL, "cannot read the answer kept for this Idempotency-Key");
+		return;
+	case IDEM_RUNNING:
+		http_problem(resp, 409, "idempotency_in_progress",
+			     "a request with this Idempotency-Key is still running; retry later");
+		return;
+	case IDEM_MISMATCH:
+		http_problem(resp, 422, "idempotency_key_reused",
+			     "this Idempotency-Key was used for another request (method, path or body differ)");
+		return;
+	default:
+		http_fail(resp, ERR_INTERNAL, NULL, "cannot look up the Idempotency-Key: %s", strerror(-r));
+	}
+}
+
+static void api_create_run(void *app, const struct http_request *req, struct http_response *resp)
 {
 	struct create_req cr = { 0 };
 	ckpt_error err = { 0 };
@@ -98,17 +129,49 @@ static void api_create(void *app, const struct http_request *req, struct http_re
 		http_json(resp, cr.async ? 202 : 201, rec);
 }
 
+#define API_LIST_DEFAULT 100
+#define API_LIST_MAX 1000
+
+static bool api_list_limit(const struct http_request *req, size_t *ret, struct http_response *resp)
+{
+	const char *v = http_query(req, "limit");
+	char *end;
+	*ret = API_LIST_DEFAULT;
+	if (!v)
+		return true;
+	errno = 0;
+	unsigned long n = strtoul(v, &end, 10);
+	if (errno || end == v || *end || v[0] == '-' || n < 1 || n > API_LIST_MAX) {
+		http_problem(resp, 400, "invalid_field", "limit must be an integer from 1 to %d", API_LIST_MAX);
+		return false;
+	}
+	*ret = n;
+	return true;
+}
+
 static void api_list(void *app, const struct http_request *req, struct http_response *resp)
 {
 	const char *name = http_query(req, "name");
+	_cleanup_free_ char *next = NULL;
+	ckpt_error err = { 0 };
+	json_t *list;
+	size_t limit;
+
 	if (name && !name_valid(name)) {
 		http_fail(resp, ERR_INVALID, "invalid_field", "name must be 1 to 128 printable characters");
 		return;
 	}
-	json_t *list = engine_list(app, name);
-	json_t *out = list ? json_pack("{s:o}", "checkpoints", list) : NULL;
-	if (out)
-		http_json(resp, 200, out);
+	if (!api_list_limit(req, &limit, resp))
+		return;
+	if (engine_list_page(app, name, limit, http_query(req, "page_token"), &list, &next, &err) < 0) {
+		http_error(resp, &err);
+		return;
+	}
+	json_t *body = json_pack("{s:o}", "checkpoints", list);
+	if (body && next)
+		json_object_set_new(body, "next_page_token", json_string(next));
+	if (body)
+		http_json(resp, 200, body);
 	else
 		http_fail(resp, ERR_INTERNAL, NULL, "out of memory listing checkpoints");
 }
@@ -199,7 +262,7 @@ json_t *api_restore_json(const struct restore_report *rep)
 	return out ? api_restore_details(&rep->details, out) : NULL;
 }
 
-static void api_restore(void *app, const struct http_request *req, struct http_response *resp)
+static void api_restore_run(void *app, const struct http_request *req, struct http_response *resp)
 {
 	struct restore_req rr = { 0 };
 	struct restore_report rep;
@@ -220,6 +283,16 @@ static void api_restore(void *app, const struct http_request *req, struct http_r
 		http_fail(resp, ERR_INTERNAL, NULL, "out of memory writing the restore report");
 }
 
+static void api_create(void *app, const struct http_request *req, struct http_response *resp)
+{
+	api_idempotent(app, req, resp, api_create_run);
+}
+
+static void api_restore(void *app, const struct http_request *req, struct http_response *resp)
+{
+	api_idempotent(app, req, resp, api_restore_run);
+}
+
 static void api_health(void *app, const struct http_request *req, struct http_response *resp)
 {
 	(void)req;
@@ -236,13 +309,18 @@ static void api_metrics(void *app, const struct http_request *req, struct http_r
 		http_fail(resp, ERR_INTERNAL, NULL, "cannot render metrics");
 }
 
+static void api_fork(void *app, const struct http_request *req, struct http_response *resp)
+{
+	api_idempotent(app, req, resp, api_fork_create);
+}
+
 static const struct http_route routes[] = {
 	{ "POST", "/v1/checkpoints", api_create, false, false },
 	{ "GET", "/v1/checkpoints", api_list, false, false },
 	{ "GET", "/v1/checkpoints/{id}", api_get, false, false },
 	{ "DELETE", "/v1/checkpoints/{id}", api_delete, false, false },
 	{ "POST", "/v1/checkpoints/{id}/restore", api_restore, false, false },
-	{ "POST", "/v1/checkpoints/{id}/fork", api_fork_create, false, false },
+	{ "POST", "/v1/checkpoints/{id}/fork", api_fork, false, false },
 	{ "GET", "/v1/checkpoints/{id}/diff", api_diff, false, false },
 	{ "GET", "/v1/forks", api_fork_list, false, false },
 	{ "DELETE", "/v1/forks/{id}", api_fork_delete, false, false },
@@ -255,11 +333,14 @@ static void api_count_status(void *app, int status)
 	engine_count_http(app, status);
 }
 
-void api_server_opts(struct engine *e, const char *token, struct http_server_opts *ret)
+void api_server_opts(struct engine *e, const char *token, bool metrics_token_free, struct http_server_opts *ret)
 {
-	*ret = (struct http_server_opts){ .routes = routes,
-					  .n_routes = ARRAY_SIZE(routes),
-					  .app = e,
-					  .token = token,
-					  .on_status = api_count_status };
+	static struct http_route out[ARRAY_SIZE(routes)];
+	memcpy(out, routes, sizeof(routes));
+	for (size_t i = 0; i < ARRAY_SIZE(out); i++)
+		if (!strcmp(out[i].pattern, "/metrics"))
+			out[i].public_ = metrics_token_free;
+	*ret = (struct http_server_opts){
+		.routes = out, .n_routes = ARRAY_SIZE(out), .app = e, .token = token, .on_status = api_count_status
+	};
 }

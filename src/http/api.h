@@ -16,5 +16,6 @@ struct restore_report;
 json_t *api_restore_json(const struct restore_report *rep);
 
 /* Server options of sandbox mode: its routes over engine e, and every answer
- * counted in e's metrics. */
-void api_server_opts(struct engine *e, const char *token, struct http_server_opts *ret);
+ * counted in e's metrics. With metrics_token_free, GET /metrics needs no
+ * token (for Prometheus). */
+void api_server_opts(struct engine *e, const char *token, bool metrics_token_free, struct http_server_opts *ret);

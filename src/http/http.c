@@ -5,17 +5,41 @@
 
 #include <microhttpd.h>
 #include <netdb.h>
+#include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 
 #define MAX_SERVERS 8
+/* A flood must not fill the accept queue: a dropped SYN is retried only
+ * after a second. The kernel caps this at net.core.somaxconn. */
+#define HTTP_BACKLOG 4096
+
+/* One per open connection, to refuse slow clients (slowloris): a client gets
+ * header_timeout_s to send a request's headers, counted from the connection
+ * or from the end of its previous request, however it trickles bytes; and
+ * past 3/4 of the connection limit the oldest connections still waiting for
+ * headers make room for new ones. libmicrohttpd's own timeout restarts on
+ * every byte, and its limit refuses newcomers instead. */
+struct conn_track {
+	struct conn_track *prev, *next;
+	int fd;
+	int64_t since_ms;    /* start of the wait for headers */
+	bool pending;        /* waiting for a request's headers */
+	bool evicted;        /* shut down by us, libmicrohttpd closes it */
+	bool upgraded;       /* a WebSocket now: never waiting for headers again */
+	const char *bad_url; /* set by url_unescape: why the URL is refused */
+};
 
 struct http_server {
 	struct http_server_opts opts;
 	struct MHD_Daemon *mhd[MAX_SERVERS];
 	char *unix_paths[MAX_SERVERS];
 	size_t n;
+	pthread_mutex_t lock; /* guards the list and the pending/since fields */
+	struct conn_track *conns;
+	unsigned n_conns, n_evicted;
 };
 
 struct req_ctx {
@@ -41,6 +65,7 @@ static const struct http_status_row {
 	{ 410, "Gone", "gone", ERR_EXPIRED },
 	{ 413, "Content Too Large", "body_too_large", ERR_UNSET },
 	{ 415, "Unsupported Media Type", "unsupported_media_type", ERR_UNSET },
+	{ 422, "Unprocessable Content", "unprocessable", ERR_UNSET },
 	{ 500, "Internal Server Error", "internal", ERR_INTERNAL },
 	{ 503, "Service Unavailable", "unavailable", ERR_UNAVAILABLE },
 	{ 507, "Insufficient Storage", "insufficient_storage", ERR_NO_SPACE },
@@ -83,6 +108,17 @@ void http_json(struct http_response *resp, int status, json_t *body)
 	resp->content_type = "application/json";
 }
 
+/* A detail may quote what the client sent; JSON strings must be UTF-8, or
+ * jansson gives no body at all. */
+static void utf8_scrub(char *s)
+{
+	if (utf8_valid(s, strlen(s)))
+		return;
+	for (; *s; s++)
+		if ((unsigned char)*s >= 0x80)
+			*s = '?';
+}
+
 void http_problem(struct http_response *resp, int status, const char *code, const char *fmt, ...)
 {
 	char detail[1024];
@@ -92,6 +128,7 @@ void http_problem(struct http_response *resp, int status, const char *code, cons
 	va_start(ap, fmt);
 	vsnprintf(detail, sizeof(detail), fmt, ap);
 	va_end(ap);
+	utf8_scrub(detail);
 	json_t *p = json_pack("{s:s, s:s, s:i, s:s, s:s}", "type", "about:blank", "title", row->title, "status", status,
 			      "detail", detail, "code", code ? code : row->code);
 	http_json(resp, status, p);
@@ -178,11 +215,26 @@ static bool authorized(struct http_server *srv, const struct http_request *req)
 	return secure_streq(h + 7, srv->opts.token);
 }
 
+/* "application/json", optionally with "; charset=utf-8": JSON is UTF-8 only
+ * (RFC 8259), so any other charset is refused rather than misread. */
 static bool content_type_json(const struct http_request *req)
 {
 	const char *ct = http_header(req, "Content-Type");
 	size_t n = strlen("application/json");
-	return ct && !strncasecmp(ct, "application/json", n) && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+	if (!ct || strncasecmp(ct, "application/json", n) || (ct[n] && ct[n] != ';' && ct[n] != ' '))
+		return false;
+	for (const char *p = ct + n; (p = strchr(p, ';'));) {
+		p += strspn(p, "; \t");
+		if (strncasecmp(p, "charset=", 8))
+			continue;
+		p += 8;
+		bool quoted = *p == '"';
+		p += quoted;
+		size_t len = strcspn(p, quoted ? "\"" : "; \t");
+		if (!((len == 5 && !strncasecmp(p, "utf-8", 5)) || (len == 4 && !strncasecmp(p, "utf8", 4))))
+			return false;
+	}
+	return true;
 }
 
 /* Split parameters out of a copy of the path so each is NUL-terminated. */
@@ -196,6 +248,19 @@ static void terminate_params(struct http_request *req, char *path_copy, const ch
 	}
 }
 
+/* HEAD is GET without the body: libmicrohttpd leaves the body out itself. */
+static bool method_matches(const char *route, const char *method)
+{
+	return !strcmp(route, method) || (!strcmp(method, "HEAD") && !strcmp(route, "GET"));
+}
+
+static void allow_add(char *allow, size_t size, const char *method)
+{
+	size_t len = strlen(allow);
+	if (len + strlen(method) + 3 < size)
+		snprintf(allow + len, size - len, "%s%s", len ? ", " : "", method);
+}
+
 static void dispatch(struct http_server *srv, struct http_request *req, struct http_response *resp)
 {
 	const struct http_route *match = NULL;
@@ -207,10 +272,10 @@ static void dispatch(struct http_server *srv, struct http_request *req, struct h
 		if (!route_match(r->pattern, req->path, req))
 			continue;
 		path_known = true;
-		if (strlen(allow) + strlen(r->method) + 3 < sizeof(allow))
-			snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s", allow[0] ? ", " : "",
-				 r->method);
-		if (!strcmp(r->method, req->method)) {
+		allow_add(allow, sizeof(allow), r->method);
+		if (!strcmp(r->method, "GET"))
+			allow_add(allow, sizeof(allow), "HEAD");
+		if (method_matches(r->method, req->method)) {
 			match = r;
 			break;
 		}
@@ -233,7 +298,7 @@ static void dispatch(struct http_server *srv, struct http_request *req, struct h
 		return;
 	}
 	if (req->body_len > 0 && !match->raw_body && !content_type_json(req)) {
-		http_problem(resp, 415, NULL, "request body must be application/json");
+		http_problem(resp, 415, NULL, "request body must be application/json in UTF-8");
 		return;
 	}
 	_cleanup_free_ char *path_copy = strdup(req->path);
@@ -334,6 +399,152 @@ static enum MHD_Result reply_now(struct MHD_Connection *conn, struct http_server
 	return ret;
 }
 
+static struct conn_track *conn_track_of(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	return ci ? ci->socket_context : NULL;
+}
+
+/* libmicrohttpd closes the connection once its thread sees the shutdown.
+ * The fd stays ours to use until the CLOSED notification, under the lock. */
+static void conn_evict(struct http_server *srv, struct conn_track *t)
+{
+	shutdown(t->fd, SHUT_RDWR);
+	t->evicted = true;
+	srv->n_evicted++;
+}
+
+/* Caller holds srv->lock. */
+static void conns_make_room(struct http_server *srv, int64_t now)
+{
+	unsigned soft = srv->opts.conn_limit - srv->opts.conn_limit / 4;
+	int64_t deadline_ms = (int64_t)srv->opts.header_timeout_s * 1000;
+
+	for (struct conn_track *t = srv->conns; t; t = t->next)
+		if (t->pending && !t->evicted && now - t->since_ms >= deadline_ms)
+			conn_evict(srv, t);
+	while (srv->n_conns - srv->n_evicted >= soft) {
+		struct conn_track *oldest = NULL;
+		for (struct conn_track *t = srv->conns; t; t = t->next)
+			if (t->pending && !t->evicted && (!oldest || t->since_ms < oldest->since_ms))
+				oldest = t;
+		if (!oldest)
+			break;
+		conn_evict(srv, oldest);
+	}
+}
+
+static void conn_started(struct http_server *srv, struct MHD_Connection *conn, void **socket_context)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct conn_track *t;
+
+	if (!ci || !(t = calloc(1, sizeof(*t))))
+		return; /* untracked: served, never evicted */
+	t->fd = ci->connect_fd;
+	t->pending = true;
+	pthread_mutex_lock(&srv->lock);
+	t->since_ms = mono_ms();
+	conns_make_room(srv, t->since_ms);
+	t->next = srv->conns;
+	if (t->next)
+		t->next->prev = t;
+	srv->conns = t;
+	srv->n_conns++;
+	*socket_context = t;
+	pthread_mutex_unlock(&srv->lock);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	struct http_server *srv = cls;
+	struct conn_track *t = *socket_context;
+
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		conn_started(srv, conn, socket_context);
+		return;
+	}
+	if (!t)
+		return;
+	pthread_mutex_lock(&srv->lock);
+	if (t->prev)
+		t->prev->next = t->next;
+	else
+		srv->conns = t->next;
+	if (t->next)
+		t->next->prev = t->prev;
+	srv->n_conns--;
+	srv->n_evicted -= t->evicted;
+	*socket_context = NULL;
+	pthread_mutex_unlock(&srv->lock);
+	free(t);
+}
+
+/* The headers of a request are in (pending false), or a request ended and
+ * the wait for the next one's headers starts (pending true). */
+static void conn_set_pending(struct http_server *srv, struct MHD_Connection *conn, bool pending)
+{
+	struct conn_track *t = conn_track_of(conn);
+	if (!t)
+		return;
+	pthread_mutex_lock(&srv->lock);
+	t->pending = pending && !t->upgraded;
+	t->since_ms = mono_ms();
+	if (pending)
+		t->bad_url = NULL;
+	pthread_mutex_unlock(&srv->lock);
+}
+
+static void conn_mark_upgraded(struct http_server *srv, struct MHD_Connection *conn)
+{
+	struct conn_track *t = conn_track_of(conn);
+	if (!t)
+		return;
+	pthread_mutex_lock(&srv->lock);
+	t->upgraded = true;
+	t->pending = false;
+	pthread_mutex_unlock(&srv->lock);
+}
+
+static int hex_value(char c)
+{
+	return c >= '0' && c <= '9'    ? c - '0'
+		: c >= 'a' && c <= 'f' ? c - 'a' + 10
+		: c >= 'A' && c <= 'F' ? c - 'A' + 10
+				       : -1;
+}
+
+/* libmicrohttpd's %XX decoding of the path, query names and values, plus a
+ * verdict for on_request: a control character (a decoded NUL would cut
+ * "victim%00zzz" to "victim") or bytes that are not UTF-8 make a 400. An
+ * escaped control character is left escaped, so nothing is cut even so. */
+static size_t url_unescape(void *cls, struct MHD_Connection *conn, char *s)
+{
+	const char *bad = NULL;
+	char *w = s;
+	(void)cls;
+
+	for (const char *r = s; *r; r++) {
+		int hi = r[0] == '%' ? hex_value(r[1]) : -1, lo = hi >= 0 ? hex_value(r[2]) : -1;
+		unsigned char c = lo >= 0 ? (unsigned char)(hi << 4 | lo) : (unsigned char)*r;
+		if (c < 0x20 || c == 0x7f) {
+			bad = "a control character";
+			*w++ = *r;
+			continue;
+		}
+		*w++ = (char)c;
+		r += lo >= 0 ? 2 : 0;
+	}
+	*w = '\0';
+	if (!bad && !utf8_valid(s, (size_t)(w - s)))
+		bad = "bytes that are not UTF-8";
+	struct conn_track *t = bad ? conn_track_of(conn) : NULL;
+	if (t && !t->bad_url)
+		t->bad_url = bad;
+	return (size_t)(w - s);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 				  const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
@@ -347,6 +558,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			return MHD_NO;
 		ctx->srv = srv;
 		*con_cls = ctx;
+		conn_set_pending(srv, conn, false);
+		struct conn_track *t = conn_track_of(conn);
+		if (t && t->bad_url) {
+			http_problem(&resp, 400, "invalid_field", "the URL holds %s (after %%-decoding)", t->bad_url);
+			return reply_now(conn, srv, &resp);
+		}
 		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 		if (cl && strtoull(cl, NULL, 10) > HTTP_MAX_BODY) {
 			ctx->too_large = true;
@@ -380,13 +597,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		.method = method, .path = url, .body = ctx->body, .body_len = ctx->len, .conn = conn
 	};
 	dispatch(srv, &req, &resp);
+	if (resp.status == 101 && resp.upgrade)
+		conn_mark_upgraded(srv, conn);
 	return reply_now(conn, srv, &resp);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
 	struct req_ctx *ctx = *con_cls;
-	(void)cls, (void)conn, (void)toe;
+	(void)toe;
+	conn_set_pending(cls, conn, true);
 	if (ctx) {
 		free(ctx->body);
 		free(ctx);
@@ -404,7 +624,7 @@ static int listen_unix(const char *path, char **ret_path, ckpt_error *err)
 	if (fd < 0)
 		return err_set(err, errno, NULL, "socket: %m");
 	unlink(path); /* a stale socket from an earlier run */
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, 0660) < 0 || listen(fd, 128) < 0) {
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, 0660) < 0 || listen(fd, HTTP_BACKLOG) < 0) {
 		int e = errno;
 		close(fd);
 		return err_set(err, e, NULL, "cannot listen on unix:%s: %s", path, strerror(e));
@@ -435,7 +655,7 @@ static int listen_tcp(const char *spec, ckpt_error *err)
 		if (fd < 0)
 			continue;
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, HTTP_BACKLOG) == 0)
 			break;
 		e = errno;
 		close(fd);
@@ -464,13 +684,27 @@ static int http_listen_one(struct http_server *s, const char *spec, ckpt_error *
 	s->mhd[s->n] =
 		MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd,
 				 MHD_OPTION_CONNECTION_TIMEOUT, s->opts.conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-				 s->opts.conn_limit, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+				 s->opts.conn_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->opts.per_client_limit,
+				 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_UNESCAPE_CALLBACK,
+				 url_unescape, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
 	if (!s->mhd[s->n]) {
 		close(fd);
 		return err_set(err, EIO, NULL, "libmicrohttpd could not serve %s", spec);
 	}
 	s->n++;
 	return 0;
+}
+
+/* A connection is a descriptor (and a thread): the usual soft limit of 1024
+ * would refuse clients before the connection limit does. */
+static void http_raise_fd_limit(rlim_t want)
+{
+	struct rlimit rl;
+	want += 256; /* the engine's own files */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want) {
+		rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
 }
 
 int http_start(const struct http_server_opts *opts, char *const *listen, size_t n_listen, struct http_server **ret,
@@ -480,10 +714,16 @@ int http_start(const struct http_server_opts *opts, char *const *listen, size_t 
 	if (!s)
 		return -ENOMEM;
 	s->opts = *opts;
+	pthread_mutex_init(&s->lock, NULL);
 	if (!s->opts.conn_limit)
-		s->opts.conn_limit = 256;
+		s->opts.conn_limit = 1024;
+	if (!s->opts.per_client_limit)
+		s->opts.per_client_limit = 64;
 	if (!s->opts.conn_timeout_s)
 		s->opts.conn_timeout_s = 60;
+	if (!s->opts.header_timeout_s)
+		s->opts.header_timeout_s = 10;
+	http_raise_fd_limit((rlim_t)s->opts.conn_limit * (n_listen ? n_listen : 1));
 	for (size_t i = 0; i < n_listen && i < MAX_SERVERS; i++) {
 		int r = http_listen_one(s, listen[i], err);
 		if (r < 0) {
@@ -505,5 +745,6 @@ void http_stop(struct http_server *s)
 			unlink(s->unix_paths[i]);
 		free(s->unix_paths[i]);
 	}
+	pthread_mutex_destroy(&s->lock);
 	free(s);
 }

@@ -49,8 +49,10 @@ struct http_server_opts {
 	void *app;
 	const char *token;                        /* NULL: no auth */
 	void (*on_status)(void *app, int status); /* counts responses, may be NULL */
-	unsigned conn_limit;                      /* default 256 */
-	unsigned conn_timeout_s;                  /* default 60 */
+	unsigned conn_limit;                      /* per listener, default 1024 */
+	unsigned per_client_limit;                /* per client address, default 64 */
+	unsigned conn_timeout_s;                  /* idle, default 60 */
+	unsigned header_timeout_s;                /* to send a request's headers, default 10 */
 };
 
 /* listen: "HOST:PORT", "unix:PATH", or "fd:N" (socket activation). */

@@ -2,6 +2,9 @@
 #include "lib/metrics.h"
 #include "lib/util.h"
 
+#include <sys/resource.h>
+#include <time.h>
+
 static const double bucket_le[METRICS_BUCKETS] = {
 	0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 };
@@ -73,6 +76,46 @@ static void render_counters(FILE *f, const struct metrics *m)
 			fprintf(f, "ckptd_http_requests_total{code=\"%d\"} %llu\n", c, (unsigned long long)m->http[c]);
 }
 
+static uint64_t process_open_fds(void)
+{
+	_cleanup_closedir_ DIR *d = opendir("/proc/self/fd");
+	uint64_t n = 0;
+	struct dirent *de;
+	while (d && (de = readdir(d)))
+		n += de->d_name[0] != '.';
+	return n > 0 ? n - 1 : 0; /* the directory stream's own descriptor */
+}
+
+/* The standard process_* metrics of Prometheus client libraries. */
+static void render_process(FILE *f)
+{
+	struct rusage ru = { 0 };
+	struct rlimit rl = { 0 };
+	unsigned long long pages_total = 0, pages_rss = 0;
+	_cleanup_fclose_ FILE *statm = fopen("/proc/self/statm", "re");
+
+	getrusage(RUSAGE_SELF, &ru);
+	getrlimit(RLIMIT_NOFILE, &rl);
+	if (!statm || fscanf(statm, "%llu %llu", &pages_total, &pages_rss) != 2)
+		pages_total = pages_rss = 0;
+	double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+		((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6;
+	long page = sysconf(_SC_PAGESIZE);
+	fprintf(f,
+		"# HELP process_cpu_seconds_total User and system CPU time spent in seconds.\n"
+		"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %.3f\n"
+		"# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+		"# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %llu\n"
+		"# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+		"# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes %llu\n"
+		"# HELP process_open_fds Number of open file descriptors.\n"
+		"# TYPE process_open_fds gauge\nprocess_open_fds %llu\n"
+		"# HELP process_max_fds Maximum number of open file descriptors.\n"
+		"# TYPE process_max_fds gauge\nprocess_max_fds %llu\n",
+		cpu, pages_rss * (unsigned long long)page, pages_total * (unsigned long long)page,
+		(unsigned long long)process_open_fds(), (unsigned long long)rl.rlim_cur);
+}
+
 char *metrics_render(struct metrics *m, const struct metrics_gauges *g)
 {
 	char *buf = NULL;
@@ -100,6 +143,7 @@ char *metrics_render(struct metrics *m, const struct metrics_gauges *g)
 		"# HELP ckptd_build_info Build information.\n# TYPE ckptd_build_info gauge\n"
 		"ckptd_build_info{version=\"%s\",backend=\"%s\"} 1\n",
 		g->version, g->backend);
+	render_process(f);
 	fclose(f);
 	return buf;
 }

@@ -35,6 +35,8 @@ static int scan_link(struct procscan_ref *ref, int dirfd, const char *name, unsi
 	ref->has_id = (flags & PROCSCAN_STAT) && fstatat(dirfd, name, &st, 0) == 0;
 	ref->dev = ref->has_id ? st.st_dev : 0;
 	ref->ino = ref->has_id ? st.st_ino : 0;
+	ref->link_dirfd = dirfd;
+	ref->link_name = name;
 	return fn(ctx, ref);
 }
 
@@ -83,6 +85,8 @@ static int scan_maps(struct procscan_ref *ref, unsigned flags, procscan_fn fn, v
 	size_t cap = 0;
 	int r = PROCSCAN_CONTINUE;
 	ref->kind = PROCSCAN_MAP;
+	ref->link_dirfd = -1;
+	ref->link_name = NULL;
 	while (r == PROCSCAN_CONTINUE && getline(&line, &cap, f) > 0) {
 		if (!parse_map(line, ref) || (prev && !strcmp(prev, ref->path)))
 			continue;
@@ -198,4 +202,116 @@ void procscan_comm(const char *proc, pid_t pid, char *buf, size_t len)
 	ssize_t n = fd >= 0 && len > 1 ? read(fd, buf, len - 1) : 0;
 	buf[n > 0 ? n : 0] = '\0';
 	buf[strcspn(buf, "\n")] = '\0';
+}
+
+static int target_of_id(const struct stat *st, const struct procscan_target *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (st->st_dev == t[i].dev && st->st_ino == t[i].ino)
+			return (int)i;
+	return -1;
+}
+
+/* Walk up from a directory by "..": the kernel follows the dentries, not
+ * the path the link reads (but steps onto a mount over the parent it
+ * reaches). -2 when the link is not a directory. */
+static int dir_target(const struct procscan_ref *ref, const struct procscan_target *t, size_t n)
+{
+	int fd = openat(ref->link_dirfd, ref->link_name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -2;
+	struct stat st, up;
+	int hit = -1;
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return -1;
+	}
+	dev_t below = st.st_dev;
+	for (int depth = 0; depth < 4096; depth++) {
+		if ((hit = target_of_id(&st, t, n)) >= 0) {
+			/* ".." from the top of a directory a mount hides lands on the
+			 * mount: the device of the step below tells them apart. */
+			for (size_t j = 0; below != t[hit].dev && j < n; j++)
+				if (t[j].dev == below && !strcmp(t[j].path, t[hit].path))
+					hit = (int)j;
+			break;
+		}
+		below = st.st_dev;
+		int pfd = openat(fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+		close(fd);
+		fd = pfd;
+		if (fd < 0 || fstat(fd, &up) < 0 || (up.st_dev == st.st_dev && up.st_ino == st.st_ino))
+			break; /* the top of what we can see */
+		st = up;
+	}
+	if (fd >= 0)
+		close(fd);
+	return hit;
+}
+
+static int path_target(const char *path, const struct procscan_target *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (procscan_path_under(path, t[i].path))
+			return (int)i;
+	return -1;
+}
+
+int procscan_ref_target(const struct procscan_ref *ref, const struct procscan_target *t, size_t n)
+{
+	struct stat st = { .st_dev = ref->dev, .st_ino = ref->ino };
+	int any = path_target(ref->path, t, n);
+	/* cwd and root always by identity; an fd (costly to stat, and rarely a
+	 * directory) only when its path reads below a target. */
+	if (ref->link_name && (ref->kind != PROCSCAN_FD || any >= 0)) {
+		int d = dir_target(ref, t, n);
+		if (d != -2)
+			return d;
+	}
+	if (any < 0)
+		return -1;
+	bool has_id = ref->has_id || (ref->link_name && fstatat(ref->link_dirfd, ref->link_name, &st, 0) == 0);
+	for (size_t i = 0; has_id && i < n; i++)
+		if (st.st_dev == t[i].dev && procscan_path_under(ref->path, t[i].path))
+			return (int)i;
+	return any;
+}
+
+struct users {
+	const struct procscan_target *t;
+	size_t n_t;
+	struct procscan_user *v;
+	size_t n, cap;
+};
+
+static int users_ref(void *ctx, const struct procscan_ref *ref)
+{
+	struct users *u = ctx;
+	int i = procscan_ref_target(ref, u->t, u->n_t);
+	if (i < 0)
+		return PROCSCAN_CONTINUE;
+	if (u->n == u->cap) {
+		size_t cap = u->cap ? u->cap * 2 : 16;
+		struct procscan_user *v = realloc(u->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		u->v = v;
+		u->cap = cap;
+	}
+	u->v[u->n++] = (struct procscan_user){ .pid = ref->pid, .tag = u->t[i].tag };
+	return PROCSCAN_NEXT_PID;
+}
+
+int procscan_users(const char *proc, const struct procscan_target *t, size_t n, pid_t skip_pid,
+		   struct procscan_user **ret, size_t *ret_n)
+{
+	struct users u = { .t = t, .n_t = n };
+	int r = procscan_each(proc, skip_pid, 0, users_ref, &u); /* stat only what matters */
+	if (r < 0) {
+		free(u.v);
+		return r;
+	}
+	*ret = u.v;
+	*ret_n = u.n;
+	return 0;
 }

@@ -24,6 +24,8 @@ struct procscan_ref {
 	bool has_id;      /* dev and ino are set (PROCSCAN_STAT) */
 	dev_t dev;
 	ino_t ino;
+	int link_dirfd;        /* cwd, root, fd: the magic link is link_name below this fd; */
+	const char *link_name; /* maps: -1 and NULL */
 };
 
 /* Fill dev and ino: a link's target by stat through the proc link itself (so
@@ -56,3 +58,30 @@ int procscan_pids_under(const char *proc, char *const *roots, size_t n_roots, pi
 
 /* The command name of pid (its comm, up to 15 bytes) into buf; "" when gone. */
 void procscan_comm(const char *proc, pid_t pid, char *buf, size_t len);
+
+/* A directory a caller asks about, by identity: a reference uses it when it
+ * is that directory or anything below it. */
+struct procscan_target {
+	const char *path; /* how the directory reads (absolute) */
+	dev_t dev;        /* its identity: stat() of the directory */
+	ino_t ino;
+	int tag; /* the caller's, returned with the pids found */
+};
+
+/* The target ref uses, or -1. A cwd or root (and a directory fd whose path
+ * reads below a target) is matched by walking its parents with ".." from the
+ * proc link itself, so a directory hidden under a mount, renamed, or reading
+ * the same path as a mount is still told apart; a file or mapping, which has
+ * no parent to walk, by its path below a target's path, preferring the
+ * target on its device. */
+int procscan_ref_target(const struct procscan_ref *ref, const struct procscan_target *t, size_t n);
+
+struct procscan_user {
+	pid_t pid;
+	int tag; /* of the target its first matching reference uses */
+};
+
+/* Processes (other than skip_pid) using any of targets, each once, in the
+ * order proc lists them. *ret malloc'd (NULL when none). */
+int procscan_users(const char *proc, const struct procscan_target *t, size_t n, pid_t skip_pid,
+		   struct procscan_user **ret, size_t *ret_n);

@@ -107,6 +107,51 @@ bool id_valid(const char *s)
 }
 
 /* Printable means: no C0/C1 control characters, valid UTF-8. */
+/* Length of the strictly valid UTF-8 sequence at p (1..4), or 0: no
+ * overlong forms, no surrogates, nothing above U+10FFFF (RFC 3629 table 4). */
+static size_t utf8_seq_len(const unsigned char *p, size_t avail)
+{
+	unsigned c = p[0], lo = 0x80, hi = 0xbf;
+	size_t n;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		n = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		n = 3;
+	else if (c >= 0xf0 && c <= 0xf4)
+		n = 4;
+	else
+		return 0;
+	if (c == 0xe0)
+		lo = 0xa0; /* overlong */
+	else if (c == 0xed)
+		hi = 0x9f; /* surrogates */
+	else if (c == 0xf0)
+		lo = 0x90; /* overlong */
+	else if (c == 0xf4)
+		hi = 0x8f; /* above U+10FFFF */
+	if (n > avail || p[1] < lo || p[1] > hi)
+		return 0;
+	for (size_t i = 2; i < n; i++)
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+	return n;
+}
+
+bool utf8_valid(const char *s, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)s, *end = p + len;
+	while (p < end) {
+		size_t n = utf8_seq_len(p, (size_t)(end - p));
+		if (n == 0)
+			return false;
+		p += n;
+	}
+	return true;
+}
+
 bool name_valid(const char *s)
 {
 	size_t chars = 0;
@@ -115,26 +160,12 @@ bool name_valid(const char *s)
 	if (!s)
 		return false;
 	while (*p) {
-		unsigned c = *p;
-		int extra;
-		if (c < 0x20 || c == 0x7f)
+		size_t n = utf8_seq_len(p, 4); /* the NUL stops a cut sequence */
+		if (n == 0 || *p < 0x20 || *p == 0x7f)
 			return false;
-		if (c < 0x80)
-			extra = 0;
-		else if ((c & 0xe0) == 0xc0 && c >= 0xc2)
-			extra = 1;
-		else if ((c & 0xf0) == 0xe0)
-			extra = 2;
-		else if ((c & 0xf8) == 0xf0 && c <= 0xf4)
-			extra = 3;
-		else
+		if (n == 2 && p[0] == 0xc2 && p[1] < 0xa0) /* C1 controls */
 			return false;
-		for (int i = 1; i <= extra; i++)
-			if ((p[i] & 0xc0) != 0x80)
-				return false;
-		if (extra == 1 && c == 0xc2 && p[1] < 0xa0) /* C1 controls */
-			return false;
-		p += extra + 1;
+		p += n;
 		chars++;
 	}
 	return chars >= 1 && chars <= 128;

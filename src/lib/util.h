@@ -129,6 +129,8 @@ char *fmt_rfc3339_ms(int64_t ms, char *buf, size_t len);
 /* Validation of things that may become path components. */
 bool id_valid(const char *s);   /* checkpoint id: "cp_" + 24 lowercase hex */
 bool name_valid(const char *s); /* 1..128 printable UTF-8 characters, no control chars */
+/* Strictly valid UTF-8, as jansson takes it: no overlongs, surrogates, > U+10FFFF. */
+bool utf8_valid(const char *s, size_t len);
 /* A fresh, time-sortable checkpoint id. buf >= 32. */
 int id_generate(char *buf, size_t len);
 /* Random lowercase hex string of n bytes (2n chars) into buf (>= 2n+1). */

@@ -4,37 +4,6 @@
 #include "config.h"
 #include "services/services_internal.h"
 
-int services_strv_add(struct strv *s, const char *str)
-{
-	if (services_strv_contains(s, str))
-		return 0;
-	char **v = realloc(s->v, (s->n + 1) * sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	s->v = v;
-	if (!(v[s->n] = strdup(str)))
-		return -ENOMEM;
-	s->n++;
-	return 0;
-}
-
-bool services_strv_contains(const struct strv *s, const char *str)
-{
-	for (size_t i = 0; i < s->n; i++)
-		if (strcmp(s->v[i], str) == 0)
-			return true;
-	return false;
-}
-
-void services_strv_clear(struct strv *s)
-{
-	for (size_t i = 0; i < s->n; i++)
-		free(s->v[i]);
-	free(s->v);
-	s->v = NULL;
-	s->n = 0;
-}
-
 void svc_report_init(struct svc_report *r)
 {
 	r->stopped = json_array();
@@ -238,4 +207,33 @@ int services_plan(struct services *s, char *const *roots, size_t n_roots, struct
 		s->ops->disconnect(conn);
 	services_strv_clear(&all);
 	return r;
+}
+
+json_t *services_unmanaged_users(struct services *s, char *const *roots, size_t n_roots,
+				 const struct procscan_target *extra, size_t n_extra)
+{
+	json_t *out = json_array();
+	_cleanup_free_ struct procscan_target *t = NULL;
+	_cleanup_free_ struct procscan_user *users = NULL;
+	size_t n_t = 0, n = 0;
+	if (!s || services_scan_targets(roots, n_roots, extra, n_extra, &t, &n_t) < 0 ||
+	    procscan_users("/proc", t, n_t, getpid(), &users, &n) < 0)
+		return out;
+	for (size_t i = 0; i < n; i++) {
+		_cleanup_free_ char *unit = NULL;
+		char comm[64];
+		if (s->available && s->ops->pid_unit(users[i].pid, &unit) < 0)
+			unit = NULL;
+		if (unit &&
+		    (services_strv_contains(&s->configured, unit) ||
+		     (s->auto_discover && services_scan_unit_eligible(unit, s->self_unit))))
+			continue;
+		procscan_comm("/proc", users[i].pid, comm, sizeof(comm));
+		json_t *u = json_pack("{s:I,s:s,s:i}", "pid", (json_int_t)users[i].pid, "command", comm, "tag",
+				      users[i].tag);
+		if (u && unit)
+			json_object_set_new(u, "unit", json_string(unit));
+		json_array_append_new(out, u);
+	}
+	return out;
 }

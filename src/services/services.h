@@ -5,6 +5,7 @@
  * between calls: the plan is the caller's. */
 #pragma once
 #include <jansson.h>
+#include "lib/procscan.h"
 #include "lib/util.h"
 
 struct config;
@@ -65,3 +66,10 @@ int services_start(struct services *s, struct svc_plan *p);
  * that cannot be frozen (cgroup v1) gets a reason and the create goes on. */
 int services_freeze(struct services *s, struct svc_plan *p);
 int services_thaw(struct services *s, struct svc_plan *p);
+
+/* Processes using one of roots (tag 0) or of extra (e.g. the directories
+ * mounts hid), by device and inode, that belong to no unit ckptd manages, so
+ * nothing stops them around a mount or a restore: [{pid, command, unit?,
+ * tag}] (tag: the target's). Never NULL. */
+json_t *services_unmanaged_users(struct services *s, char *const *roots, size_t n_roots,
+				 const struct procscan_target *extra, size_t n_extra);

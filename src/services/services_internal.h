@@ -4,6 +4,7 @@
  * reading) and services_bus.c (the real services_ops: sd-bus, sd-login). */
 #pragma once
 #include <sys/types.h>
+#include "lib/procscan.h"
 #include "services/services.h"
 #include "services/services_ops.h"
 
@@ -34,7 +35,13 @@ char *services_scan_unit_name(const char *name);
 /* A configured unit that may be managed: not ckptd's own, not a scope or slice,
  * not a login session unit. */
 bool services_scan_unit_allowed(const char *unit, const char *self_unit);
-/* Pids (other than skip_pid) whose cwd, root, open fds or mappings are under
- * one of roots, reading the proc filesystem mounted at proc. */
+/* Pids (other than skip_pid) whose cwd, root, open fds or mappings are on
+ * one of roots, found by device and inode (lib/procscan.h), reading the proc
+ * filesystem mounted at proc. */
 int services_scan_pids(const char *proc, char *const *roots, size_t n_roots, pid_t skip_pid, pid_t **ret,
 		       size_t *ret_n);
+/* Each root as it is now (stat of its path, tag 0; dev and ino 0 when it
+ * cannot be stat'ed) followed by extra: the targets a scan by identity looks
+ * for. *ret malloc'd. */
+int services_scan_targets(char *const *roots, size_t n_roots, const struct procscan_target *extra, size_t n_extra,
+			  struct procscan_target **ret, size_t *ret_n);

@@ -262,8 +262,8 @@ def main():
         if failed:
             print(f"crash[{b}]: log in {h.d.logfile}", flush=True)
             break
+    unmount_all(top)
     if not failed and a.dir is None:
-        unmount_all(top)
         shutil.rmtree(top, ignore_errors=True)
     return 1 if failed else 0
 

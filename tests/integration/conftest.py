@@ -104,7 +104,9 @@ class Daemon:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ckptd exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if requests.get(self.url + "/v1/health", timeout=1).status_code == 200:
+                r = requests.get(self.url + "/v1/health", timeout=1)
+                # "preparing": the tar backend still takes the base (first start)
+                if r.status_code == 200 and r.json().get("status") != "preparing":
                     return
             except requests.ConnectionError:
                 pass

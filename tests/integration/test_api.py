@@ -283,6 +283,79 @@ def test_kill9_mid_run(daemon_factory, backend):
         assert on_disk == listed
 
 
+def test_check_config_validates_and_exits(tmp_path):
+    """`ckptd --check-config` (issue 16): 0 and a word when valid, 1 and the
+    reason when not; it creates nothing either way."""
+    import subprocess
+    from conftest import CKPTD
+
+    def check(cfg):
+        f = tmp_path / "c.json"
+        f.write_text(json.dumps(cfg) if isinstance(cfg, dict) else cfg)
+        return subprocess.run([CKPTD, "--check-config", "--config", str(f)], capture_output=True, text=True,
+                              timeout=30)
+
+    (tmp_path / "root").mkdir()
+    state = str(tmp_path / "state")
+    ok = check({"roots": [str(tmp_path / "root")], "state_dir": state})
+    assert ok.returncode == 0 and "valid" in ok.stdout, ok
+    assert not os.path.exists(state)
+    for cfg, words in [
+        ({"root": [str(tmp_path / "root")], "state_dir": state}, ["'root'", "'roots'"]),
+        ({"roots": [str(tmp_path / "root")], "state_dir": state, "max_checkpoint": 1},
+         ["'max_checkpoint'", "'max_checkpoints'"]),
+        ({"roots": str(tmp_path / "root"), "state_dir": state}, ["list"]),
+        ({"roots": [str(tmp_path / "missing")], "state_dir": state}, ["does not exist", "create_roots"]),
+        ('{"roots": [', ["line 1"]),
+    ]:
+        r = check(cfg)
+        assert r.returncode == 1, (cfg, r)
+        for w in words:
+            assert w in r.stderr, (cfg, r.stderr)
+    r = subprocess.run([CKPTD, "--check-config", "--config", str(tmp_path / "absent.json")],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "cannot open config file" in r.stderr, r
+    assert not os.path.exists(tmp_path / "missing") and not os.path.exists(state)
+
+
+def test_list_paginates_and_the_cli_follows_pages(daemon_factory):
+    import subprocess
+    from conftest import CKPT
+
+    d = daemon_factory(config={"max_checkpoints": 300})
+    made = [d.create(f"n{i % 3}")["checkpoint_id"] for i in range(105)]
+    newest_first = made[::-1]
+    # pages of 40: every checkpoint once, newest first, then no token
+    seen, token, pages = [], None, 0
+    while True:
+        params = {"limit": 40, **({"page_token": token} if token else {})}
+        body = d.request("GET", "/v1/checkpoints", params=params).json()
+        seen += [c["checkpoint_id"] for c in body["checkpoints"]]
+        pages += 1
+        token = body.get("next_page_token")
+        if not token:
+            break
+    assert seen == newest_first and pages == 3
+    # the default page is 100; a filter pages too
+    body = d.request("GET", "/v1/checkpoints").json()
+    assert len(body["checkpoints"]) == 100 and body["next_page_token"]
+    body = d.request("GET", "/v1/checkpoints", params={"name": "n1", "limit": 30}).json()
+    assert len(body["checkpoints"]) == 30 and "next_page_token" in body
+    # a token stays valid when the record it names is deleted meanwhile
+    first = d.request("GET", "/v1/checkpoints", params={"limit": 10}).json()
+    d.delete(first["checkpoints"][-1]["checkpoint_id"])
+    rest = d.request("GET", "/v1/checkpoints", params={"limit": 10, "page_token": first["next_page_token"]}).json()
+    assert [c["checkpoint_id"] for c in rest["checkpoints"]] == newest_first[10:20]
+    for bad in ({"limit": 0}, {"limit": 1001}, {"limit": "x"}, {"page_token": "nonsense"}):
+        problem(d.request("GET", "/v1/checkpoints", params=bad), 400, "invalid_field")
+    # `ckpt list` follows the pages
+    out = subprocess.run([CKPT, "--url", d.url, "--json", "list"], capture_output=True, text=True, timeout=60)
+    ids = [c["checkpoint_id"] for c in json.loads(out.stdout)["checkpoints"]]
+    assert out.returncode == 0 and len(ids) == 104 and len(set(ids)) == 104, out.stderr
+    out = subprocess.run([CKPT, "--url", d.url, "list"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 105  # a header and 104 rows
+
+
 def test_log_lines_are_timestamped_with_operation_fields(daemon_factory):
     """Outside journald each event is one line: UTC timestamp, pid, level,
     message, and the operation's fields."""

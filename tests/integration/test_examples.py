@@ -20,8 +20,8 @@ import pytest
 from conftest import TOP, assert_same_tree, make_full_tree, tree_state
 
 EX = TOP / "examples"
-sys.path.insert(0, str(EX / "python"))
-import ckptd_client  # noqa: E402  (the library under test lives in examples/)
+sys.path.insert(0, str(TOP / "clients" / "python"))
+import ckptd as ckptd_client  # noqa: E402  (the package under test lives in clients/python)
 
 PY = "/usr/bin/python3"
 NODE = shutil.which("node") or "node"
@@ -131,10 +131,11 @@ def check_retry_success(r, d, before):
     assert sorted(os.listdir(root / "junk")) == ["attempt-3.bin"]
     assert (root / "notes.txt").read_text() == "attempt 3 was here\n"
     assert (root / "result.txt").read_text() == "succeeded on attempt 3\n"
-    assert not (root / "data.txt").exists()
+    # the user's data.txt, deleted by the failed attempts, is back and kept
+    assert (root / "data.txt").read_text() == "precious data\n"
     after = tree_state(root)
     assert {k: v for k, v in after.items() if k not in ("junk", "junk/attempt-3.bin", "notes.txt", "result.txt")} \
-        == {k: v for k, v in before.items() if k != "data.txt"}
+        == before
     assert d.list() == [], "the example deletes its checkpoint"
 
 
@@ -313,7 +314,7 @@ def test_typescript_and_shell_errors(daemon_factory, tmp_path):
     d = daemon_factory(backend="tar")
     script = tmp_path / "t.mjs"
     script.write_text(
-        f"import {{ Client, NotFound, Expired }} from {str(EX / 'typescript/ckptd_client.mjs')!r}\n"
+        f"import {{ Client, NotFound, Expired }} from {str(TOP / 'clients/typescript/src/index.js')!r}\n"
         "const c = new Client()\n"
         "try { await c.checkpoint.get('cp_000000000000000000000000') } catch (e) {\n"
         "  console.log(e instanceof NotFound, e.status, e.code) }\n"

@@ -66,10 +66,16 @@ class HostInstance:
     def health(self):
         return requests.get(self.http + "/v1/health", timeout=5).json()
 
-    def containers(self):
+    def runsc_containers(self):
         out = subprocess.run(["runsc", "--root", str(self.runsc_root), "list", "-quiet"],
                              capture_output=True, text=True)
         return [line for line in out.stdout.split() if line]
+
+    def containers(self):
+        """Sandbox ids of our containers (named "{sandbox id}.{instance}")."""
+        cids = self.runsc_containers()
+        assert all(c.endswith("." + self.name) for c in cids), cids
+        return [c[:-len(self.name) - 1] for c in cids]
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
@@ -90,8 +96,8 @@ def hosts(tmp_path):
     volume.mkdir()
     made = []
 
-    def make(name, bucket=True):
-        h = HostInstance(name, tmp_path, volume, bucket).start()
+    def make(name, bucket=True, mount=None):
+        h = HostInstance(name, tmp_path, mount or volume, bucket).start()
         made.append(h)
         return h
 
@@ -101,14 +107,75 @@ def hosts(tmp_path):
         h.stop()
     for h in made:  # nothing may outlive its instance (the reaper's job after kill -9)
         deadline = time.time() + 20
-        while h.containers() and time.time() < deadline:
+        while h.runsc_containers() and time.time() < deadline:
             time.sleep(0.2)
-        left = h.containers()
+        left = h.runsc_containers()
         for c in left:
             subprocess.run(["runsc", "--root", str(h.runsc_root), "delete", "-force", c])
         assert not left, "containers left behind by %s: %s" % (h.name, left)
         for bad in ("AddressSanitizer", "runtime error:", "LeakSanitizer"):
             assert bad not in h.log(), h.log()
+
+
+class FuseVolume:
+    """tests/integration/fusefs.py mounted over a backing dir: a volume that can
+    stall (freeze), lack link(), or lack allow_other."""
+
+    def __init__(self, backing, mnt, *flags):
+        self.mnt = pathlib.Path(mnt)
+        self.mnt.mkdir(parents=True, exist_ok=True)
+        self.freeze_file = pathlib.Path(str(mnt) + ".frozen")
+        self.proc = subprocess.Popen(["/usr/bin/python3", str(pathlib.Path(__file__).parent / "fusefs.py"),
+                                      str(backing), str(mnt), "--freeze-file", str(self.freeze_file)] + list(flags))
+        deadline = time.time() + 10
+        while not os.path.ismount(mnt):
+            assert self.proc.poll() is None and time.time() < deadline, "fusefs did not mount"
+            time.sleep(0.05)
+
+    def freeze(self):
+        self.freeze_file.touch()
+
+    def thaw(self):
+        self.freeze_file.unlink(missing_ok=True)
+
+    def stop(self):
+        self.thaw()
+        subprocess.run(["umount", "-l", str(self.mnt)])
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture
+def fuse(tmp_path):
+    made = []
+
+    def mount(name, *flags):
+        v = FuseVolume(tmp_path / "volume", tmp_path / ("fuse-" + name), *flags)
+        made.append(v)
+        return v
+
+    yield mount
+    for v in made:
+        v.stop()
+
+
+def drained(inst, timeout=20):
+    """True once inst runs no sandbox and no container. The old owner releases
+    the lock before `runsc delete`, so the new owner may be running first."""
+    deadline = time.time() + timeout
+    while (inst.health()["sandboxes"] or inst.containers()) and time.time() < deadline:
+        time.sleep(0.1)
+    return inst.health()["sandboxes"] == 0 and inst.containers() == []
+
+
+def latest(volume, sid):
+    """The image the newest `latest.{token}` names, and that token."""
+    ckdir = volume / sid / "checkpoints"
+    tokens = [int(p.name.split(".")[1]) for p in ckdir.glob("latest.*")]
+    assert tokens, list(ckdir.iterdir())
+    return (ckdir / ("latest.%d" % max(tokens))).read_text(), max(tokens)
 
 
 def events_until_close(sb, limit=50):
@@ -237,11 +304,12 @@ def test_checkpoint_then_restore_on_other_instance(hosts):
     ckpt_s = time.time() - t0
     assert sb.statuses[-2:] == ["SANDBOX_CHECKPOINTING", "SANDBOX_CHECKPOINTED"]
     vol = hosts.volume / sb.sandbox_id
-    latest = (vol / "checkpoints" / "latest").read_text()
-    assert latest.startswith("checkpoint_") and (vol / "checkpoints" / latest / "checkpoint.img").exists()
+    image, token = latest(hosts.volume, sb.sandbox_id)
+    assert image.startswith("checkpoint_") and (vol / "checkpoints" / image / "checkpoint.img").exists()
     meta = json.loads((vol / "metadata.json").read_text())
     assert meta["idle_timeout"] == 120 and meta["runsc_version"] == a.health()["runsc_version"]
-    assert meta["cpu_features"] and meta["created_at"].endswith("Z") and meta["latest"] == latest
+    assert meta["cpu_features"] and meta["created_at"].endswith("Z") and meta["latest"] == image
+    assert meta["token"] == token
     assert not (hosts.volume / "locks" / (sb.sandbox_id + ".lock")).exists()
     assert a.health()["sandboxes"] == 0 and a.containers() == []
 
@@ -252,7 +320,7 @@ def test_checkpoint_then_restore_on_other_instance(hosts):
     assert sb2.run("python", "print(x + 1)").stdout == "42\n"
     assert sb2.run("bash", "cat /root/note").stdout == "kept"
     lock = json.loads((hosts.volume / "locks" / (sb.sandbox_id + ".lock")).read_text())
-    assert lock["owner"] == "B" and isinstance(lock["timestamp"], int)
+    assert lock["owner"] == "B" and isinstance(lock["timestamp"], int) and lock["token"] > token
     print("checkpoint %.2fs, restore on the other instance %.2fs" % (ckpt_s, restore_s))
     sb2.close()
 
@@ -275,7 +343,7 @@ def test_live_handoff(hosts):
     handoff_s = time.time() - t0
     assert handoff_s < LOCK_TTL + 5
     assert sb2.run("python", "counter += 1; print(counter)").stdout == "8\n"
-    assert a.health()["sandboxes"] == 0 and a.containers() == []
+    assert drained(a)
     assert b.containers() == [sid]
     lock = json.loads((hosts.volume / "locks" / (sid + ".lock")).read_text())
     assert lock["owner"] == "B" and "waiter" not in lock
@@ -285,12 +353,12 @@ def test_live_handoff(hosts):
     sb2.close()
     sb3 = Sandbox.attach(a.url, sid)
     assert sb3.run("python", "print(counter)").stdout == "8\n"
-    assert b.containers() == []
+    assert drained(b)
     # a third checkpoint: only the newest two images are kept
     assert sb3.checkpoint() == 1000
     ckdir = hosts.volume / sid / "checkpoints"
     images = sorted(p.name for p in ckdir.iterdir() if p.name.startswith("checkpoint_"))
-    assert len(images) == 2 and (ckdir / "latest").read_text() == images[-1]
+    assert len(images) == 2 and latest(hosts.volume, sid)[0] == images[-1]
 
 
 def test_kill9_owner_then_takeover(hosts):
@@ -353,7 +421,12 @@ def test_restore_errors(hosts):
     img = hosts.volume / sid / "checkpoints" / meta["latest"] / "checkpoint.img"
     good = img.read_bytes()
     img.write_bytes(b"garbage" * 1000)
-    attach_fails(["runsc restore"])
+    msg = attach_fails(["runsc restore"])
+    # the client gets a short reason; the log has runsc's message and its log file
+    assert len(msg) < 300, msg
+    logged = [line for line in b.log().splitlines() if "restore failed" in line]
+    assert logged and "runsc log '%s/logs/%s.log'" % (b.state / "sandboxes" / "B", sid) in logged[-1], b.log()
+    assert (b.state / "sandboxes" / "B" / "logs" / (sid + ".log")).exists()
 
     img.write_bytes(good)
     sb = Sandbox.attach(b.url, sid)
@@ -368,12 +441,12 @@ def test_idle_timeout(hosts):
     gone = Sandbox.create(a.url, idle_timeout=1)
     keep.close()
     gone.close()
-    deadline = time.time() + 15
+    deadline = time.time() + 90  # two checkpoints on a loaded machine
     while a.health()["sandboxes"] and time.time() < deadline:
         time.sleep(0.2)
     assert a.health()["sandboxes"] == 0 and a.containers() == []
     # checkpointed and released: attach restores it; the other was destroyed
-    assert (hosts.volume / keep.sandbox_id / "checkpoints" / "latest").exists()
+    assert latest(hosts.volume, keep.sandbox_id)[0].startswith("checkpoint_")
     sb = Sandbox.attach(a.url, keep.sandbox_id)
     assert sb.run("python", "print(z)").stdout == "idle\n"
     sb.close()
@@ -392,5 +465,204 @@ def test_handoff_while_a_client_is_still_attached(hosts):
     evs = events_until_close(old)
     assert statuses(evs) == ["SANDBOX_CHECKPOINTED"] and old.close_code == 1000
     assert new.run("python", "print(v)").stdout == "moved\n"
-    assert a.containers() == [] and b.containers() == [old.sandbox_id]
+    assert drained(a) and b.containers() == [old.sandbox_id]
     new.close()
+
+
+def test_two_instances_on_one_machine(hosts, tmp_path):
+    # Another runsc on this machine runs a container named after the sandbox
+    # (what an older instance did): runsc names its control socket after the
+    # container id, so B's restore would fail with "address already in use".
+    a, b = hosts("A"), hosts("B")
+    sid = checkpointed(a, "x = 5")
+    root, bundle = tmp_path / "other-root", tmp_path / "other-bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps({
+        "ociVersion": "1.0.2", "process": {"user": {"uid": 0, "gid": 0}, "args": ["/bin/sleep", "600"],
+                                           "env": ["PATH=/usr/bin:/bin"], "cwd": "/"},
+        "root": {"path": "/", "readonly": False}, "hostname": "other",
+        "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
+        "linux": {"namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")]}}))
+    other = ["runsc", "--root", str(root), "--overlay", "--network=none"]
+    subprocess.run(other + ["run", "-detach", "-bundle", str(bundle), sid], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        sb = Sandbox.attach(b.url, sid)
+        assert sb.run("python", "print(x)").stdout == "5\n"
+        assert b.runsc_containers() == [sid + ".B"]
+        sb.close()
+        # and back to A while B's container is still being deleted: no clash either
+        sb = Sandbox.attach(a.url, sid)
+        assert sb.run("python", "print(x + 1)").stdout == "6\n"
+        sb.close()
+    finally:
+        subprocess.run(other + ["delete", "-force", sid])
+
+
+def test_fuse_volume_without_allow_other(fuse, hosts):
+    fa, fb = fuse("A"), fuse("B")
+    a, b = hosts("A", mount=fa.mnt), hosts("B", mount=fb.mnt)
+    sid = checkpointed(a, "x = 3")
+    sb = raw_attach(b.url, sid)
+    evs = events_until_close(sb)
+    assert statuses(evs) == ["SANDBOX_RESTORING", "SANDBOX_RESTORE_ERROR"], evs
+    assert "allow_other" in errors(evs)[0], errors(evs)
+    # the same volume mounted with allow_other restores
+    fc = fuse("C", "--allow-other")
+    c = hosts("C", mount=fc.mnt)
+    sb = Sandbox.attach(c.url, sid)
+    assert sb.run("python", "print(x)").stdout == "3\n"
+    sb.close()
+
+
+def checkpointed_then_running(a):
+    """A sandbox on a whose checkpoint has n = 1 and whose live copy has n = 2."""
+    sid = checkpointed(a, "n = 1")
+    sb = Sandbox.attach(a.url, sid)
+    assert sb.run("python", "n = 2").exit_code == 0
+    return sid, sb
+
+
+def test_lock_probe_on_a_volume_without_link(fuse, hosts):
+    # a bucket-like volume: no link(); O_EXCL still refuses a second create
+    fa, fb = fuse("A", "--allow-other", "--no-link"), fuse("B", "--allow-other", "--no-link")
+    a, b = hosts("A", mount=fa.mnt), hosts("B", mount=fb.mnt)
+    assert a.health()["lock_method"] == "excl" and a.health()["checkpointing"] is True
+    sb = Sandbox.create(a.url, enable_checkpoint=True)
+    assert sb.run("python", "x = 'no link'").exit_code == 0
+    lock = json.loads((hosts.volume / "locks" / (sb.sandbox_id + ".lock")).read_text())
+    assert lock["owner"] == "A" and lock["token"] >= 1
+    sb2 = Sandbox.attach(b.url, sb.sandbox_id)   # live handoff through O_EXCL locks
+    assert sb2.run("python", "print(x)").stdout == "no link\n"
+    sb2.close()
+    # no rename() over an existing file: lock updates cannot be atomic, so
+    # checkpointing is refused at start, with the reason
+    fc = fuse("C", "--allow-other", "--no-rename-over")
+    c = hosts("C", mount=fc.mnt)
+    h = c.health()
+    assert h["lock_method"] == "none" and h["checkpointing"] is False
+    assert "rename" in h["checkpointing_refused"] and "checkpointing refused" in c.log()
+    with pytest.raises(SandboxError) as e:
+        Sandbox.create(c.url, enable_checkpoint=True)
+    assert e.value.status == "SANDBOX_CREATION_ERROR" and "no safe lock method" in e.value.message
+    assert Sandbox.create(c.url).run("bash", "echo ok").stdout == "ok\n"  # sandboxes still run
+
+
+def test_owner_stops_by_its_clock_when_the_volume_stalls(fuse, hosts):
+    # A's volume freezes: its renewals block. A must stop executing by its own
+    # clock (lease = ttl after its last renewal) while the volume is still
+    # frozen; B takes over after ttl + margin; nothing A finishes later counts.
+    fa = fuse("A", "--allow-other")
+    a, b = hosts("A", mount=fa.mnt), hosts("B")
+    margin = a.health()["lock_margin_secs"]
+    sid, sb = checkpointed_then_running(a)
+    # a long execution that ticks: it must stop when A's lease ends
+    ticks = []
+    sb.send({"language": "python", "code": "import time\nfor i in range(600):\n print(i, flush=True); time.sleep(0.1)"})
+    assert sb.recv_event()["status"] == "SANDBOX_EXECUTION_RUNNING"
+    try:
+        fa.freeze()
+        frozen_at = time.time()
+        while True:
+            ev = sb.recv_event()
+            if ev is None or ev.get("event") != "stdout":
+                break
+            ticks.append(time.time())
+        stopped_after = ticks[-1] - frozen_at
+        assert stopped_after < LOCK_TTL + 1.5, stopped_after
+        deadline = time.time() + 5
+        while a.runsc_containers() and time.time() < deadline:
+            time.sleep(0.1)
+        state = subprocess.run(["runsc", "--root", str(a.runsc_root), "list"], capture_output=True, text=True)
+        assert a.runsc_containers() == [], state.stdout  # gone while the volume is still frozen
+        # the client was told: no CHECKPOINTED, no silent success
+        # B takes over (ttl + margin after A's last renewal) and restores n = 1
+        t0 = time.time()
+        sb2 = Sandbox.attach(b.url, sid)
+        took = time.time() - frozen_at
+        assert took >= LOCK_TTL + margin - 1.5, took
+        assert sb2.run("python", "print(n)").stdout == "1\n"
+        lock = json.loads((hosts.volume / "locks" / (sid + ".lock")).read_text())
+        assert lock["owner"] == "B"
+        print("A stopped %.2fs after the freeze; B running %.2fs after it (restore %.2fs)"
+              % (stopped_after, took, time.time() - t0))
+    finally:
+        fa.thaw()
+    # A's stalled renewal finds the lock taken; nothing of A becomes latest
+    assert drained(a)
+    image, token = latest(hosts.volume, sid)
+    assert token == lock["token"]
+    assert "lease lost" in a.log()
+    assert sb2.run("python", "n += 1; print(n)").stdout == "2\n"
+    sb2.close()
+
+
+def test_checkpoint_under_a_lost_lease_is_not_acknowledged(fuse, hosts):
+    fa = fuse("A", "--allow-other")
+    a, b = hosts("A", mount=fa.mnt), hosts("B")
+    sid, sb = checkpointed_then_running(a)
+    try:
+        fa.freeze()
+        sb.send({"action": "checkpoint"})        # blocks on the frozen volume
+        sb2 = Sandbox.attach(b.url, sid)          # B takes over meanwhile
+        assert sb2.run("python", "print(n)").stdout == "1\n"
+    finally:
+        fa.thaw()
+    evs = events_until_close(sb)
+    assert "SANDBOX_CHECKPOINTED" not in statuses(evs), evs
+    assert statuses(evs)[-1] == "SANDBOX_CHECKPOINT_ERROR" and sb.close_code == 4000, evs
+    assert any("lost ownership" in m for m in errors(evs)), evs
+    image, token = latest(hosts.volume, sid)
+    assert token == json.loads((hosts.volume / "locks" / (sid + ".lock")).read_text())["token"]
+    assert sb2.run("python", "print(n)").stdout == "1\n"
+    sb2.close()
+
+
+def running(inst):
+    out = subprocess.run(["runsc", "--root", str(inst.runsc_root), "list", "-format=json"],
+                         capture_output=True, text=True).stdout
+    return {c["id"].rsplit(".", 1)[0] for c in json.loads(out or "[]") or [] if c.get("status") == "running"}
+
+
+def test_stall_rounds_one_live_copy_no_acked_checkpoint_lost(fuse, hosts):
+    # Rounds of: the owner's volume freezes while a client attaches elsewhere.
+    # A monitor samples both instances' runsc containers all along: never two
+    # running copies; and every acknowledged checkpoint is what the next owner
+    # restores (work after it is lost, as documented).
+    import threading
+    fa, fb = fuse("A", "--allow-other"), fuse("B", "--allow-other")
+    a, b = hosts("A", mount=fa.mnt), hosts("B", mount=fb.mnt)
+    sid = checkpointed(a, "n = 0")
+    both, stop = [], threading.Event()
+
+    def monitor():
+        while not stop.is_set():
+            if sid in running(a) and sid in running(b):
+                both.append(time.time())
+            time.sleep(0.05)
+
+    t = threading.Thread(target=monitor)
+    t.start()
+    try:
+        owner, other, fo = a, b, fa
+        acked = 0
+        for rnd in range(4):
+            sb = Sandbox.attach(owner.url, sid)
+            assert sb.run("python", "n += 1").exit_code == 0
+            assert sb.checkpoint() == 1000
+            acked += 1
+            sb = Sandbox.attach(owner.url, sid)
+            assert sb.run("python", "n += 100").exit_code == 0   # never acknowledged
+            fo.freeze()
+            try:
+                sb2 = Sandbox.attach(other.url, sid)
+                assert sb2.run("python", "print(n)").stdout == "%d\n" % acked, rnd
+                assert sb2.checkpoint() == 1000
+            finally:
+                fo.thaw()
+            assert drained(owner)
+            owner, other, fo = other, owner, (fb if fo is fa else fa)
+    finally:
+        stop.set()
+        t.join()
+    assert not both, "two running copies at %s" % both

@@ -1,8 +1,11 @@
 """GET /metrics: Prometheus text format 0.0.4 that promtool accepts, and
 values that follow what the daemon did."""
+import os
 import re
 import shutil
 import subprocess
+
+import requests
 
 from test_lifecycle import wait_until_expired
 
@@ -98,5 +101,48 @@ def test_refused_restore_is_not_timed(daemon_factory):
     assert r.status_code == 410 and r.json()["code"] == "checkpoint_expired"
     s = samples(scrape(d))
     assert s['ckptd_operations_total{op="restore",result="success"}'] == 0
+    assert s['ckptd_operations_total{op="restore",result="error"}'] == 1  # counted, as a refused delete is
     assert s["ckptd_checkpoint_restore_duration_seconds_count"] == 0
     assert s['ckptd_http_requests_total{code="410"}'] == 1
+
+
+def test_failed_restores_and_deletes_are_counted_alike(daemon_factory):
+    """Whatever the status (404 here), a failed restore counts as a failed
+    delete does (issue 16)."""
+    d = daemon_factory(backend="tar", config={"cleanup_interval_secs": 3600})
+    for _ in range(2):
+        assert d.request("POST", "/v1/checkpoints/nope/restore", json={}).status_code == 404
+        assert d.request("DELETE", "/v1/checkpoints/nope").status_code == 404
+    s = samples(scrape(d))
+    assert s['ckptd_operations_total{op="restore",result="error"}'] == 2
+    assert s['ckptd_operations_total{op="delete",result="error"}'] == 2
+
+
+def test_process_metrics(daemon_factory):
+    d = daemon_factory(backend="tar", config={"cleanup_interval_secs": 3600})
+    text = scrape(d)
+    res = promtool(text)
+    assert res.returncode == 0, res.stdout.decode() + res.stderr.decode()
+    s = samples(text)
+    pid = d.proc.pid
+    with open(f"/proc/{pid}/status") as f:
+        rss_kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    assert 0.5 < s["process_resident_memory_bytes"] / (rss_kb * 1024) < 2
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    assert abs(s["process_open_fds"] - fds) <= 3, (s["process_open_fds"], fds)
+    assert s["process_max_fds"] >= 1024
+    assert "# TYPE process_cpu_seconds_total counter" in text
+    for i in range(30):
+        d.create(f"c{i}")
+    assert samples(scrape(d))["process_cpu_seconds_total"] > s["process_cpu_seconds_total"]
+
+
+def test_metrics_token_free(daemon_factory):
+    closed = daemon_factory(backend="tar", token="s3cret")
+    assert requests.get(closed.url + "/metrics").status_code == 401
+    d = daemon_factory(backend="tar", token="s3cret", config={"metrics_token_free": True})
+    r = requests.get(d.url + "/metrics")
+    assert r.status_code == 200 and "ckptd_build_info" in r.text
+    # only /metrics: the API still needs the token
+    assert requests.get(d.url + "/v1/checkpoints").status_code == 401
+    assert d.request("GET", "/v1/checkpoints").status_code == 200

@@ -8,6 +8,8 @@ import subprocess
 import threading
 import time
 
+import requests
+
 from conftest import assert_same_tree, make_full_tree, tree_state
 
 
@@ -329,3 +331,94 @@ def test_verify_catches_a_change_behind_ckptds_back(daemon_factory, tmp_path):
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
         subprocess.run(["losetup", "-d", dev], check=False)
+
+
+def test_first_start_answers_at_once_while_the_base_is_taken(daemon_factory):
+    d = daemon_factory(backend="tar", start=False)
+    big = d.roots[0] / "big"
+    big.mkdir()
+    for i in range(96):
+        (big / f"f{i:02d}").write_bytes(os.urandom(1 << 20))
+    adopted = tree_state(d.roots[0])
+    d.start(wait=False)
+    deadline, health = time.monotonic() + 30, None
+    while time.monotonic() < deadline and health is None:
+        try:
+            health = requests.get(d.url + "/v1/health", timeout=5).json()
+        except requests.ConnectionError:
+            time.sleep(0.005)
+    assert health is not None, d.log()
+    # the first answer comes while 96 MB are still being archived
+    assert health["status"] == "preparing" and health["tar_base"] is False, health
+    cp = d.create("right-away", ttl_secs=1)  # waits for the base
+    h = d.health()
+    assert h["status"] == "ok" and h["tar_base"] is True, h
+    (d.roots[0] / "later.txt").write_text("after adoption\n")
+    time.sleep(1.2)
+    rep = d.restore(cp["checkpoint_id"], if_expired="fresh", verify=True)
+    assert rep["restored_from_checkpoint"] is False and rep["verified"] is True, rep
+    assert_same_tree(adopted, tree_state(d.roots[0]))
+
+
+def test_restore_whose_writeback_fails_is_not_ok(daemon_factory, tmp_path):
+    """ext4 on a loop device whose backing file lives on a tmpfs that runs
+    out: write(2) succeeds into the page cache, writeback fails, and only the
+    restore's final syncfs sees it. The next restore with room heals."""
+    back, mnt = tmp_path / "back", tmp_path / "mnt"
+    back.mkdir()
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(back)], check=True)
+    dev = None
+    try:
+        subprocess.run(["truncate", "-s", "48M", str(back / "img")], check=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-b", "4096", "-O", "^has_journal", str(back / "img")],
+                       check=True)
+        dev = subprocess.run(["losetup", "-f", "--show", str(back / "img")], check=True, capture_output=True,
+                             text=True).stdout.strip()
+        subprocess.run(["mount", "-o", "errors=continue", dev, str(mnt)], check=True)
+        root = mnt / "root"
+        root.mkdir()
+        for i in range(3):
+            (root / f"data{i}.bin").write_bytes(os.urandom(4 << 20))
+        d = daemon_factory(backend="tar", start=False, roots=[root])
+        d.start()
+        before = tree_state(root)
+        cp = d.create("before")["checkpoint_id"]
+        for i in range(3):
+            (root / f"data{i}.bin").write_bytes(b"x")
+        os.sync()
+        fill_fs(back / "filler")  # the loop's backing store is full; ext4 does not know
+        res = d.request("POST", f"/v1/checkpoints/{cp}/restore", json={})
+        # the loop reports its backing store's ENOSPC; only syncfs sees it
+        assert res.status_code == 507 and "cannot sync root" in res.json()["detail"], res.text
+        assert d.health()["tar_unfinished_restore"]["id"] == cp
+        (back / "filler").unlink()
+        rep = d.restore(cp, verify=True)
+        assert rep["ok"] is True and rep["verified"] is True, rep
+        assert rep["tar"]["kept"] == 0, rep["tar"]
+        assert_same_tree(before, tree_state(root))
+        d.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        if dev:
+            subprocess.run(["losetup", "-d", dev], check=False)
+        subprocess.run(["umount", "-l", str(back)], check=False)
+
+
+def test_base_that_does_not_fit_is_retried_by_the_next_create(daemon_factory):
+    d = daemon_factory(backend="tar", start=False)
+    d.state_dir.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d.state_dir)], check=True)
+    (d.roots[0] / "big.bin").write_bytes(os.urandom(4 << 20))
+    (d.roots[0] / "small.txt").write_text("stays\n")
+    d.start()
+    h = d.health()
+    assert h["status"] == "ok" and h["tar_base"] is False and "space" in h["tar_base_error"], h
+    res = d.request("POST", "/v1/checkpoints", json={"name": "no-room"})
+    assert res.status_code == 507, res.text
+    assert sorted(os.listdir(d.state_dir / "tar")) == [], "a half base was left behind"
+    (d.roots[0] / "big.bin").unlink()
+    cp = d.create("fits")
+    h = d.health()
+    assert h["tar_base"] is True and "tar_base_error" not in h, h
+    assert [c["checkpoint_id"] for c in d.list()] == [cp["checkpoint_id"]]

@@ -125,17 +125,40 @@ class Rig:
     def install(self):
         subprocess.run(["make", "-s", "-C", str(TOP), "install", f"DESTDIR={self.root}", "PREFIX=/usr",
                         f"BUILD={self.build}"], check=True, stdout=subprocess.DEVNULL)
+        san = self._install_sanitizer_runtime()
         etc = self.root / "etc/ckptd"
         etc.mkdir(parents=True, exist_ok=True)
         (etc / "ckptd.json").write_text(json.dumps(self.ckptd_config, indent=2))
         files = {f"/etc/systemd/system/{name}": text for name, text in self.units.items()}
         files.update(self.files)
+        files.update(san)
         for name, text in files.items():
             # /srv is a bind mount of a host directory, the rest is the overlay.
             rel = name.lstrip("/")
             path = self.srv / rel[4:] if rel.startswith("srv/") else self.root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
+
+    def _install_sanitizer_runtime(self):
+        """A ckptd built with SANITIZE= needs libasan/libubsan, which the minimal
+        rootfs lacks: copy the host's (same Debian). LSan's scan at exit stops
+        the threads with ptrace, which the unit's system call filter refuses:
+        it is turned off there (the tests outside the rig keep it)."""
+        ckptd = TOP / self.build / "ckptd" if not os.path.isabs(self.build) else pathlib.Path(self.build) / "ckptd"
+        out = subprocess.run(["ldd", str(ckptd)], capture_output=True, text=True).stdout
+        libs = [ln.split("=>")[1].split()[0] for ln in out.splitlines()
+                if "=>" in ln and any(k in ln for k in ("libasan", "libubsan", "liblsan"))]
+        for lib in libs:
+            # Under usr/: the rootfs's /lib is a symlink to usr/lib.
+            dst = self.root / "usr/lib" / pathlib.Path(lib).parent.name / pathlib.Path(lib).name
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(os.path.realpath(lib), dst)
+        if not libs:
+            return {}
+        return {"/etc/systemd/system/ckptd.service.d/sanitize.conf": (
+            "[Service]\n"
+            "Environment=ASAN_OPTIONS=detect_leaks=0\n"
+            "Environment=UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1\n")}
 
     def _enter_cgroups(self):
         # Runs in the child between fork and exec: only plain file writes.

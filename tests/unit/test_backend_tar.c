@@ -230,12 +230,24 @@ static ino_t ino_of(const char *path)
 
 /* ---- fixture ---- */
 
+/* Open; the first open takes the base in the background: wait for it, as
+ * these tests change the roots right after (health says "preparing"). */
 static void fx_open(struct fx *f)
 {
 	ckpt_error err = { 0 };
 	int r = backend_tar_ops.open(&f->ctx, &f->st, &err);
 	if (r < 0)
 		fail_msg("open: %s", err.msg);
+	for (int i = 0; i < 60000; i++) {
+		json_t *h = json_object();
+		backend_tar_ops.health(f->st, h);
+		bool preparing = !strcmp(json_string_value(json_object_get(h, "status")) ?: "", "preparing");
+		json_decref(h);
+		if (!preparing)
+			return;
+		usleep(1000);
+	}
+	fail_msg("the base was not taken within 60 s");
 }
 
 static int fx_setup_n(void **state, size_t n_roots)

@@ -565,6 +565,40 @@ static void test_crash_while_deleting(void **state_)
 	free(other);
 }
 
+/* A record file without a status (or with an unknown one) is left out at
+ * start: the daemon runs, the name means the checkpoint still readable, the
+ * file and the checkpoint's data stay for a person to look at. */
+static void test_record_without_status(void **state_)
+{
+	(void)state_;
+	ckpt_error err = { 0 };
+	json_t *got = NULL;
+	char *good = create_id("n", -1), *bad = create_id("n", -1), *odd = create_id("o", -1);
+
+	edit_record(bad, "status", json_null());
+	edit_record(odd, "status", json_string("zombie"));
+	assert_int_equal(engine_get(eng, bad, &got, NULL), -ENOENT);
+	assert_int_equal(engine_get(eng, odd, &got, NULL), -ENOENT);
+	assert_int_equal(engine_get(eng, "n", &got, &err), 0);
+	assert_string_equal(str_of(got, "checkpoint_id"), good);
+	json_decref(got);
+	json_t *list = engine_list(eng, NULL);
+	assert_int_equal(json_array_size(list), 1);
+	json_decref(list);
+	assert_int_equal(engine_delete(eng, "o", &err), -ENOENT);
+	assert_int_equal(engine_sweep(eng), 0);
+	char *text = engine_metrics(eng);
+	assert_non_null(strstr(text, "ckptd_checkpoints{state=\"active\"} 1\n"));
+	free(text);
+	assert_true(record_file_exists(bad));
+	assert_true(record_file_exists(odd));
+	assert_non_null(json_object_get(fake.store, bad)); /* recovery kept the data */
+	assert_non_null(json_object_get(fake.store, odd));
+	free(good);
+	free(bad);
+	free(odd);
+}
+
 static void test_async_create(void **state_)
 {
 	(void)state_;
@@ -968,6 +1002,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sweeper_thread, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_delete_fails_then_reopen, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_while_deleting, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_record_without_status, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_async_create, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_async_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_async_create_fails, setup, teardown),

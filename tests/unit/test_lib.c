@@ -5,8 +5,10 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 
 #include "lib/devino.h"
@@ -141,6 +143,114 @@ static void test_walk(void **state)
 	assert_true(q == -ELOOP || q == -ENOTDIR);
 }
 
+/* A child working in cwd until the write end of hold closes; back once its
+ * cwd reads cwd. */
+static pid_t child_in(const char *cwd, int hold[2])
+{
+	char link[64], buf[256];
+	pid_t pid = fork();
+	if (pid == 0) {
+		char c;
+		if (chdir(cwd) < 0)
+			_exit(1);
+		close(hold[1]);
+		(void)!read(hold[0], &c, 1);
+		_exit(0);
+	}
+	snprintf(link, sizeof(link), "/proc/%d/cwd", (int)pid);
+	for (int i = 0; i < 200; i++) {
+		ssize_t n = readlink(link, buf, sizeof(buf) - 1);
+		if (n > 0 && (buf[n] = 0, !strcmp(buf, cwd)))
+			break;
+		usleep(10000);
+	}
+	return pid;
+}
+
+/* <dir>/a (its inode in *st) and <dir>/a/<below> made. */
+static void make_a(char a[160], char deep[200], const char *below, struct stat *st)
+{
+	snprintf(a, 160, "%s/a", dir);
+	snprintf(deep, 200, "%s/a/%s", dir, below);
+	assert_int_equal(mkdir_p(deep, 0700), 0);
+	assert_int_equal(stat(a, st), 0);
+}
+
+/* By identity: a child whose cwd is below a directory that was renamed away
+ * is found through the directory's (dev, ino), and a target that only reads
+ * the same path but is another inode does not match it. */
+static void test_procscan_users_by_identity(void **state)
+{
+	(void)state;
+	char a[160], deep[200], moved[160];
+	struct stat sa, other;
+	make_a(a, deep, "b/c", &sa);
+	snprintf(moved, sizeof(moved), "%s/moved", dir);
+	int pfd[2];
+	assert_int_equal(pipe(pfd), 0);
+	pid_t child = child_in(deep, pfd);
+	close(pfd[0]);
+	assert_int_equal(rename(a, moved), 0);
+	assert_int_equal(mkdir(a, 0700), 0); /* same path, another inode */
+	assert_int_equal(stat(a, &other), 0);
+	struct procscan_target t = { .path = "/nonexistent", .dev = sa.st_dev, .ino = sa.st_ino, .tag = 7 };
+	struct procscan_user *u = NULL;
+	size_t n = 0, found = 0;
+	assert_int_equal(procscan_users("/proc", &t, 1, getpid(), &u, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		found += u[i].pid == child && u[i].tag == 7;
+	free(u);
+	assert_int_equal(found, 1);
+	t = (struct procscan_target){ .path = a, .dev = other.st_dev, .ino = other.st_ino };
+	assert_int_equal(procscan_users("/proc", &t, 1, getpid(), &u, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		assert_int_not_equal(u[i].pid, child);
+	free(u);
+	close(pfd[1]);
+	assert_int_equal(waitpid(child, NULL, 0), child);
+}
+
+/* A mount over a directory a child works in: its cwd reads the same path as
+ * the mount, yet it is found on the hidden directory (by the device of the
+ * step below the top), and a child started inside the mount on the mount. */
+static void test_procscan_users_hidden_under_mount(void **state)
+{
+	(void)state;
+	char a[160], deep[200];
+	struct stat hid, live;
+	make_a(a, deep, "b", &hid);
+	pid_t kids[2];
+	int pfd[2];
+	assert_int_equal(pipe(pfd), 0);
+	for (int k = 0; k < 2; k++) {
+		if (k == 1) {
+			assert_int_equal(mount("tmpfs", a, "tmpfs", 0, "size=1m"), 0);
+			assert_int_equal(mkdir(deep, 0700), 0);
+		}
+		kids[k] = child_in(deep, pfd);
+	}
+	close(pfd[0]);
+	assert_int_equal(stat(a, &live), 0);
+	assert_true(live.st_dev != hid.st_dev);
+	struct procscan_target t[] = { { .path = a, .dev = live.st_dev, .ino = live.st_ino, .tag = 0 },
+				       { .path = a, .dev = hid.st_dev, .ino = hid.st_ino, .tag = 1 } };
+	struct procscan_user *u = NULL;
+	size_t n = 0;
+	int tag[2] = { -1, -1 };
+	assert_int_equal(procscan_users("/proc", t, 2, getpid(), &u, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		for (int k = 0; k < 2; k++)
+			if (u[i].pid == kids[k])
+				tag[k] = u[i].tag;
+	free(u);
+	close(pfd[1]);
+	for (int k = 0; k < 2; k++)
+		assert_int_equal(waitpid(kids[k], NULL, 0), kids[k]);
+	assert_int_equal(umount2(a, MNT_DETACH), 0);
+	assert_int_equal(tag[0], 1); /* on the hidden directory */
+	assert_int_equal(tag[1], 0); /* in the mount */
+}
+
 struct seen {
 	const char *want; /* path to look for */
 	struct stat st;   /* its inode */
@@ -218,6 +328,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_xattr_ref, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_real, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_procscan_users_by_identity, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_procscan_users_hidden_under_mount, setup, teardown),
 		cmocka_unit_test(test_path_under),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

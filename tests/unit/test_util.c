@@ -29,6 +29,30 @@ static void test_name_valid(void **state)
 	assert_false(name_valid("overlong \xc0\xaf"));
 	assert_false(name_valid("c1 \xc2\x85"));
 	assert_false(name_valid("cut \xe2\x82"));
+	/* strictly valid UTF-8 only (issue 13), as jansson takes it */
+	assert_true(name_valid("\xed\x9f\xbf \xee\x80\x80 \xf4\x8f\xbf\xbf \xf0\x90\x80\x80"));
+	assert_false(name_valid("surrogate \xed\xa0\x80"));
+	assert_false(name_valid("surrogate \xed\xb7\xa9"));
+	assert_false(name_valid("overlong3 \xe0\x80\xaf"));
+	assert_false(name_valid("overlong3 \xe0\x9f\xbf"));
+	assert_false(name_valid("overlong4 \xf0\x8f\xbf\xbf"));
+	assert_false(name_valid("too big \xf4\x90\x80\x80"));
+	assert_false(name_valid("too big \xf5\x80\x80\x80"));
+	assert_false(name_valid("lone continuation \x80"));
+	assert_false(name_valid("cut4 \xf0\x90\x80"));
+}
+
+static void test_utf8_valid(void **state)
+{
+	(void)state;
+	assert_true(utf8_valid("", 0));
+	assert_true(utf8_valid("a\0b", 3)); /* NUL is valid UTF-8; callers refuse controls */
+	assert_true(utf8_valid("\xf0\x9f\x98\x80", 4));
+	assert_false(utf8_valid("\xf0\x9f\x98\x80", 3)); /* cut by the length, not read past it */
+	assert_false(utf8_valid("\xed\xb7\xa9", 3));
+	assert_false(utf8_valid("\xc0\xaf", 2));
+	assert_false(utf8_valid("\xff", 1));
+	assert_false(utf8_valid("\xf4\x90\x80\x80", 4));
 }
 
 static void test_id(void **state)
@@ -140,9 +164,9 @@ static void test_path_join(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_name_valid),   cmocka_unit_test(test_id),     cmocka_unit_test(test_rfc3339),
-		cmocka_unit_test(test_secure_streq), cmocka_unit_test(test_errors), cmocka_unit_test(test_atomic_write),
-		cmocka_unit_test(test_path_join),
+		cmocka_unit_test(test_name_valid),   cmocka_unit_test(test_utf8_valid),   cmocka_unit_test(test_id),
+		cmocka_unit_test(test_rfc3339),      cmocka_unit_test(test_secure_streq), cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_atomic_write), cmocka_unit_test(test_path_join),
 	};
 	return cmocka_run_group_tests_name("util", tests, NULL, NULL);
 }

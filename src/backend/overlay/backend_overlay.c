@@ -1,7 +1,8 @@
 /* backend_overlay.c: the overlayfs layer backend. A root P is an overlay of
  * an immutable chain of layers over P's original contents (base); create
  * copies the upper into a new layer, restore swaps the mount. The layer
- * store, references and flattening live in overlay_layers.c. */
+ * store, references and flattening live in overlay_layers.c, a root's live
+ * state (live.json) in overlay_root.c. */
 #include "backend/backend.h"
 #include "config.h"
 #include "backend/overlay/overlay_internal.h"
@@ -18,35 +19,6 @@ static void ovl_hash_path(const char *p, char out[OVL_NAME_LEN + 1])
 {
 	uint32_t h = hash_fnv32(HASH_FNV32_INIT, p, strlen(p));
 	snprintf(out, OVL_NAME_LEN + 1, "%08x", h);
-}
-
-int overlay_live_save(struct ovl_root *r)
-{
-	json_auto_t *j = json_pack("{s:s,s:O,s:O,s:s}", "path", r->path, "chain", r->chain, "mounted", r->mounted,
-				   "upper", r->upper);
-	_cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	if (!s)
-		return -ENOMEM;
-	return write_file_atomic(r->rdir_fd, "live.json", s, strlen(s), 0600);
-}
-
-static int ovl_live_load(struct ovl_root *r)
-{
-	_cleanup_free_ char *s = NULL;
-	int q = read_file_at(r->rdir_fd, "live.json", 1 << 20, &s, NULL);
-	if (q < 0)
-		return q;
-	json_auto_t *j = json_loads(s, 0, NULL);
-	const char *up = json_string_value(json_object_get(j, "upper"));
-	json_t *c = json_object_get(j, "chain"), *m = json_object_get(j, "mounted");
-	if (!up || strlen(up) != OVL_NAME_LEN || !json_is_array(c))
-		return -EBADMSG;
-	snprintf(r->upper, sizeof(r->upper), "%s", up);
-	json_decref(r->chain);
-	json_decref(r->mounted);
-	r->chain = json_incref(c);
-	r->mounted = json_incref(json_is_array(m) ? m : c);
-	return 0;
 }
 
 /* Out of space is the one failure of our own writes a client can act on. */
@@ -77,39 +49,6 @@ static int ovl_new_upper(struct ovl_root *r, char name[OVL_NAME_LEN + 1])
 	if (fsync_dirfd(u) < 0 || fsync_dirfd(w) < 0)
 		return -errno;
 	return 0;
-}
-
-/* Mount chain (+ base) at target with upper/work dirs up and wk (relative to
- * the root's state dir). */
-int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, const char *up, const char *wk,
-			 ckpt_error *err)
-{
-	size_t n = json_array_size(chain);
-	char(*names)[OVL_NAME_LEN + 3] = calloc(n + 1, sizeof(*names));
-	const char **lowers = calloc(n + 1, sizeof(*lowers));
-	int q;
-
-	if (!names || !lowers) {
-		free(names);
-		free(lowers);
-		return err_set(err, ENOMEM, NULL, "out of memory");
-	}
-	for (size_t i = 0; i < n; i++) {
-		snprintf(names[i], sizeof(names[i]), "l/%s", json_string_value(json_array_get(chain, i)));
-		lowers[i] = names[i];
-	}
-	lowers[n] = "base";
-	struct overlay_spec s = { .target = target,
-				  .dir = r->rdir,
-				  .dir_fd = r->rdir_fd,
-				  .lowers = lowers,
-				  .n_lowers = n + 1,
-				  .upper = up,
-				  .work = wk };
-	q = overlay_mount(&s, err);
-	free(names);
-	free(lowers);
-	return q;
 }
 
 static int ovl_mount_chain(struct ovl *o, struct ovl_root *r, json_t *chain, const char *upper, ckpt_error *err)
@@ -153,7 +92,7 @@ static int ovl_root_dirs(struct ovl *o, struct ovl_root *r, ckpt_error *err)
  * is mounted, so a crash at any later point is finished by the next start. */
 static int ovl_adopt_record(struct ovl_root *r, const struct overlay_mountinfo *mi, ckpt_error *err)
 {
-	int q = ovl_live_load(r);
+	int q = overlay_live_load(r);
 	if (q == 0)
 		return 0;
 	if (q != -ENOENT)
@@ -216,14 +155,15 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 	if (q == 0 && !ovl_is_our_upper(r, &mi, r->upper)) {
 		/* Not mounted (first start, reboot) or an interrupted restore:
 		 * bring P to what live.json says. */
+		if (o->before_mount)
+			o->before_mount(o->hook_ctx, r->path);
 		if (ovl_is_our_upper(r, &mi, NULL))
 			q = overlay_umount(r->path, NULL, err);
 		q = q == 0 ? ovl_ensure_upper(r, err) : q;
 		if (q == 0)
 			q = ovl_mount_chain(o, r, r->chain, r->upper, err);
 		if (q == 0) {
-			json_decref(r->mounted);
-			r->mounted = json_incref(r->chain);
+			overlay_live_set(r, r->chain, r->chain);
 			q = overlay_live_save(r);
 		}
 	}
@@ -294,6 +234,8 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	o->odir_fd = o->cdir_fd = -1;
 	o->cfg = ctx->cfg;
+	o->before_mount = ctx->before_mount;
+	o->hook_ctx = ctx->hook_ctx;
 	o->refs = json_object();
 	o->forks = json_object();
 	o->chains = json_object();
@@ -328,6 +270,8 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 static int ovl_recover(void *st, const char *const *ids, json_t *const *data, size_t n, ckpt_error *err)
 {
 	struct ovl *o = st;
+	json_object_clear(o->forks);
+	overlay_fork_load(o); /* forks use layers too: counted by load_chains */
 	int q = overlay_layers_load_chains(o, ids, data, n);
 	if (q < 0)
 		return err_set(err, -q, NULL, "load layer chains: %s", strerror(-q));
@@ -456,10 +400,7 @@ static void ovl_swap_undo(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
 	if (!ovl_is_our_upper(r, &mi, s->old_upper) || ovl_is_our_upper(r, &mi, r->upper))
 		ovl_mount_chain(o, r, s->old_mounted, s->old_upper, &e);
 	overlay_mountinfo_clear(&mi);
-	json_decref(r->chain);
-	json_decref(r->mounted);
-	r->chain = json_incref(s->old_chain);
-	r->mounted = json_incref(s->old_mounted);
+	overlay_live_set(r, s->old_chain, s->old_mounted);
 	memcpy(r->upper, s->old_upper, sizeof(r->upper));
 	overlay_live_save(r);
 }
@@ -486,10 +427,8 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 			err_set(err, -q, NULL, "new upper for '%s': %s", r->path, strerror(-q));
 			break;
 		}
-		json_decref(r->chain);
-		json_decref(r->mounted);
-		r->chain = c ? json_incref(c) : json_array();
-		r->mounted = json_incref(r->chain);
+		json_auto_t *none = json_array();
+		overlay_live_set(r, c ? c : none, c ? c : none);
 		if ((q = overlay_live_save(r)) < 0)
 			err_set(err, -q, NULL, "record restore intent: %s", strerror(-q));
 	}

@@ -1,5 +1,6 @@
 /* overlay_internal.h: the overlay backend's state, shared by backend_overlay.c
- * (the ops) and overlay_layers.c (layer store, references, GC, flatten).
+ * (the ops), overlay_layers.c (layer store, references, GC, flatten) and
+ * overlay_root.c (live.json). Calls go ops -> layers -> root, never back.
  *
  * On disk, below <state>/overlay/:
  *   r/<h>/            one per root (h: hash of the root's path)
@@ -45,6 +46,8 @@ struct ovl {
 	json_t *chains; /* id -> {h: [layers]} (cache of c/<id>.json) */
 	bool dirty_gc;  /* maintain has layers or uppers to remove */
 	json_t *forks;  /* fork id -> {h: [layers]}: counted in refs too (overlay_fork.c) */
+	void (*before_mount)(void *hook_ctx, const char *root); /* backend_ctx's */
+	void *hook_ctx;
 };
 
 /* overlay_layers.c */
@@ -70,15 +73,20 @@ int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name);
  * another chain), a non-empty upper, layers that no longer match their records. */
 int overlay_verify_root(struct ovl_root *r, json_t *chain, bool mounted_ok, json_t *diffs, size_t max, ckpt_error *err);
 
-/* backend_overlay.c */
+/* overlay_root.c: live.json of a root */
 int overlay_live_save(struct ovl_root *r);
+int overlay_live_load(struct ovl_root *r);
+/* Set r's live chain and the chain its mount uses (references taken). */
+void overlay_live_set(struct ovl_root *r, json_t *chain, json_t *mounted);
+/* Mount chain (+ base) at target with upper/work dirs up and wk (relative to
+ * the root's state dir). */
 int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, const char *up, const char *wk,
 			 ckpt_error *err);
 
 /* overlay_fork.c, overlay_diff.c: the backend ops of the same names. */
 int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs, json_t **fdata,
 		       ckpt_error *err);
-/* Load fk/<fork>.json into o->forks (before the refs are counted). */
+/* Load fk/<fork>.json into o->forks (before overlay_layers_load_chains counts the refs). */
 void overlay_fork_load(struct ovl *o);
 int overlay_fork_remove(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err);
 int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err);

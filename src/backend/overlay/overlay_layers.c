@@ -132,9 +132,8 @@ int overlay_layers_load_chains(struct ovl *o, const char *const *ids, json_t *co
 	json_object_clear(o->chains);
 	const char *fid;
 	json_t *fc;
-	json_object_clear(o->forks);
-	overlay_fork_load(o);
-	json_object_foreach(o->forks, fid, fc) overlay_layers_ref_all(o, fc, +1); /* forks use layers too */
+	/* forks use layers too (o->forks loaded by the caller) */
+	json_object_foreach(o->forks, fid, fc) overlay_layers_ref_all(o, fc, +1);
 	for (size_t i = 0; i < n; i++) {
 		json_auto_t *c = overlay_layers_chain_get(o, ids[i], data ? data[i] : NULL);
 		if (!c)

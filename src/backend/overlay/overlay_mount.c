@@ -286,12 +286,17 @@ int overlay_mountinfo_find(const char *path, struct overlay_mountinfo *ret)
 	return 0;
 }
 
+/* The processes holding the mount at path, by identity: not those on the
+ * directory it hides, whose paths read the same. */
 int overlay_busy_processes(const char *path, struct restore_details *busy)
 {
-	char *roots[] = { (char *)path };
-	_cleanup_free_ pid_t *pids = NULL;
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return -errno;
+	struct procscan_target t = { .path = path, .dev = st.st_dev, .ino = st.st_ino };
+	_cleanup_free_ struct procscan_user *users = NULL;
 	size_t n = 0;
-	int r = procscan_pids_under("/proc", roots, 1, getpid(), &pids, &n);
+	int r = procscan_users("/proc", &t, 1, getpid(), &users, &n);
 	if (r < 0)
 		return r;
 	struct busy_process *arr = n ? realloc(busy->busy, (busy->n_busy + n) * sizeof(*arr)) : busy->busy;
@@ -300,8 +305,8 @@ int overlay_busy_processes(const char *path, struct restore_details *busy)
 	busy->busy = arr;
 	for (size_t i = 0; i < n; i++) {
 		struct busy_process *b = &busy->busy[busy->n_busy++];
-		*b = (struct busy_process){ .pid = pids[i] };
-		procscan_comm("/proc", pids[i], b->command, sizeof(b->command));
+		*b = (struct busy_process){ .pid = users[i].pid };
+		procscan_comm("/proc", users[i].pid, b->command, sizeof(b->command));
 	}
 	return 0;
 }

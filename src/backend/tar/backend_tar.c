@@ -34,7 +34,16 @@ struct tar_state {
 	bool zstd;
 	dev_t state_dev;
 	ino_t state_ino;
-	pthread_mutex_t lock;          /* guards the members health reads */
+	pthread_mutex_t lock;     /* guards the members health reads */
+	pthread_cond_t base_cond; /* base_state left BASE_PREPARING */
+	pthread_t base_thread;
+	bool base_thread_started;
+	enum {
+		BASE_READY,
+		BASE_PREPARING,
+		BASE_FAILED
+	} base_state;
+	char base_error[256];
 	struct tar_restore_stats last; /* of the last restore */
 	char pending[64];              /* id of a restore that could not be finished */
 	char pending_msg[256];
@@ -158,6 +167,48 @@ static int snapshot(struct tar_state *s, const char *name, struct progress *p, c
 	return r;
 }
 
+/* The first start takes the base off the request path: health answers at
+ * once ("preparing") and everything that reads or writes the roots waits. */
+static void *base_thread(void *arg)
+{
+	struct tar_state *s = arg;
+	ckpt_error err = { 0 };
+	int64_t t0 = mono_ms();
+	int r = snapshot(s, BASE, NULL, &err);
+
+	pthread_mutex_lock(&s->lock);
+	s->base_state = r < 0 ? BASE_FAILED : BASE_READY;
+	snprintf(s->base_error, sizeof(s->base_error), "%.200s", r < 0 ? err.msg : "");
+	pthread_cond_broadcast(&s->base_cond);
+	pthread_mutex_unlock(&s->lock);
+	if (r < 0)
+		log_warn("tar: cannot record the roots' base: %s", err.msg);
+	else
+		log_info("tar: recorded the roots' base in %lld ms", (long long)(mono_ms() - t0));
+	return NULL;
+}
+
+/* Wait for the base; if taking it failed, try again now (callers hold the
+ * engine's operation lock, so only one does). */
+static int base_wait(struct tar_state *s, ckpt_error *err)
+{
+	pthread_mutex_lock(&s->lock);
+	while (s->base_state == BASE_PREPARING)
+		pthread_cond_wait(&s->base_cond, &s->lock);
+	bool failed = s->base_state == BASE_FAILED;
+	pthread_mutex_unlock(&s->lock);
+	if (!failed)
+		return 0;
+	int r = snapshot(s, BASE, NULL, err);
+	if (r < 0)
+		return err_prefix(err, "cannot record the roots' base");
+	pthread_mutex_lock(&s->lock);
+	s->base_state = BASE_READY;
+	s->base_error[0] = '\0';
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
 static int tar_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
 		      ckpt_error *err)
 {
@@ -167,6 +218,8 @@ static int tar_create(void *st, const char *id, json_t **ret_data, uint64_t *ret
 
 	if (!id_valid(id))
 		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
+	if ((r = base_wait(s, err)) < 0)
+		return r;
 	r = snapshot(s, id, p, err);
 	if (r < 0)
 		return r;
@@ -293,9 +346,12 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 static int tar_restore(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
 		       ckpt_error *err)
 {
+	int r;
 	(void)data;
 	if (!id_valid(id))
 		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
+	if ((r = base_wait(st, err)) < 0)
+		return r;
 	return do_restore(st, id, details, p, err);
 }
 
@@ -331,7 +387,8 @@ static int tar_verify(void *st, const char *id, json_t *data, json_t *diffs, siz
 
 static int tar_reset(void *st, struct restore_details *details, ckpt_error *err)
 {
-	return do_restore(st, BASE, details, NULL, err);
+	int r = base_wait(st, err);
+	return r < 0 ? r : do_restore(st, BASE, details, NULL, err);
 }
 
 static int tar_remove(void *st, const char *id, json_t *data, ckpt_error *err)
@@ -475,6 +532,7 @@ static int state_init(struct tar_state *s, const struct backend_ctx *ctx, ckpt_e
 	s->n_roots = ctx->n_roots;
 	s->tar_fd = -1;
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->base_cond, NULL);
 	if (fstat(ctx->state_fd, &st) < 0)
 		return err_set(err, errno, NULL, "cannot stat the state dir: %m");
 	s->state_dev = st.st_dev;
@@ -494,8 +552,11 @@ static void tar_close(void *st, bool unmount)
 	(void)unmount;
 	if (!s)
 		return;
+	if (s->base_thread_started)
+		pthread_join(s->base_thread, NULL);
 	if (s->tar_fd >= 0)
 		close(s->tar_fd);
+	pthread_cond_destroy(&s->base_cond);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
@@ -513,10 +574,12 @@ static int tar_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 		finish_interrupted(s);
 		rm_rf_at(s->tar_fd, ".tmp-" BASE);
 		/* The base is what reset returns to: the roots as first adopted. */
-		if (fstatat(s->tar_fd, BASE, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			r = snapshot(s, BASE, NULL, err);
-		if (r < 0)
-			err_prefix(err, "cannot record the roots' base");
+		if (fstatat(s->tar_fd, BASE, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			s->base_state = BASE_PREPARING;
+			if ((r = -pthread_create(&s->base_thread, NULL, base_thread, s)) < 0)
+				err_set(err, -r, NULL, "cannot start taking the roots' base: %s", strerror(-r));
+			s->base_thread_started = r == 0;
+		}
 	}
 	if (r < 0) {
 		tar_close(s, false);
@@ -542,11 +605,15 @@ static int tar_recover(void *st, const char *const *ids, json_t *const *data, si
 	int q = walk_open(s->tar_fd, NULL, &d);
 	(void)data;
 
+	pthread_mutex_lock(&s->lock); /* the base being taken is not stale */
+	bool preparing = s->base_state == BASE_PREPARING;
+	pthread_mutex_unlock(&s->lock);
 	if (q < 0)
 		return err_set(err, -q, NULL, "cannot list the tar state dir: %s", strerror(-q));
 	while ((de = walk_next(d))) {
 		const char *nm = de->d_name;
-		bool stale = !strncmp(nm, ".tmp-", 5) || !strncmp(nm, "." INTENT ".tmp.", sizeof(INTENT) + 5) ||
+		bool stale = (!strncmp(nm, ".tmp-", 5) && (strcmp(nm, ".tmp-" BASE) || !preparing)) ||
+			!strncmp(nm, "." INTENT ".tmp.", sizeof(INTENT) + 5) ||
 			(id_valid(nm) && !id_listed(nm, ids, n));
 		if (stale && rm_rf_at(s->tar_fd, nm) < 0)
 			return err_set(err, errno, NULL, "cannot remove stale '%s': %m", nm);
@@ -571,6 +638,10 @@ static void tar_health(void *st, json_t *out)
 	json_object_set_new(out, "tar_compression", json_string(s->zstd ? "zstd" : "none"));
 	json_object_set_new(out, "tar_base", json_boolean(fstatat(s->tar_fd, BASE, &b, AT_SYMLINK_NOFOLLOW) == 0));
 	pthread_mutex_lock(&s->lock);
+	if (s->base_state == BASE_PREPARING)
+		json_object_set_new(out, "status", json_string("preparing"));
+	if (s->base_state == BASE_FAILED)
+		json_object_set_new(out, "tar_base_error", json_string(s->base_error));
 	json_object_set_new(out, "tar_last_restore", stats_json(&s->last));
 	if (s->pending[0])
 		json_object_set_new(out, "tar_unfinished_restore",

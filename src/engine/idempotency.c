@@ -1,0 +1,209 @@
+/* idempotency.c: Idempotency-Key bookkeeping. A key names one mutating
+ * request (method, path and body, hashed as its fingerprint); its first
+ * answer is kept in <state>/idempotency/<sha256(key)>.json, written
+ * crash-safely, so that a client that retries after a timeout, a 503 or a
+ * restart of the daemon gets that answer again instead of a second checkpoint
+ * or a second restore. Keys running now live in memory only: a daemon killed
+ * mid-request forgets them and a retry runs the request again. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <nettle/sha2.h>
+#include <sys/stat.h>
+
+#include "config.h"
+#include "engine/engine_internal.h"
+
+#define IDEM_DIR "idempotency"
+#define IDEM_MAX_FILE (2 * 1024 * 1024)
+
+struct idem_running {
+	char name[72]; /* file name: sha256(key) in hex + ".json" */
+	char fingerprint[65];
+	struct idem_running *next;
+};
+
+bool idem_key_valid(const char *key)
+{
+	size_t n = strlen(key);
+	if (n == 0 || n > IDEM_KEY_MAX)
+		return false;
+	for (const char *p = key; *p; p++)
+		if (*p < 0x20 || *p > 0x7e)
+			return false;
+	return true;
+}
+
+static void sha256_hex(const void *parts[], const size_t lens[], size_t n, char out[65])
+{
+	struct sha256_ctx c;
+	uint8_t d[SHA256_DIGEST_SIZE];
+	sha256_init(&c);
+	for (size_t i = 0; i < n; i++)
+		sha256_update(&c, lens[i], parts[i]);
+	sha256_digest(&c, sizeof(d), d);
+	for (size_t i = 0; i < sizeof(d); i++)
+		snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+int engine_idem_open(struct engine *e, ckpt_error *err)
+{
+	if (mkdirat(e->state_fd, IDEM_DIR, 0700) < 0 && errno != EEXIST)
+		return err_set(err, errno, NULL, "cannot create %s/%s: %m", e->cfg->state_dir, IDEM_DIR);
+	e->idem_fd = openat(e->state_fd, IDEM_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (e->idem_fd < 0)
+		return err_set(err, errno, NULL, "cannot open %s/%s: %m", e->cfg->state_dir, IDEM_DIR);
+	write_file_atomic_sweep(e->idem_fd); /* we hold the state lock */
+	return 0;
+}
+
+void engine_idem_close(struct engine *e)
+{
+	while (e->idem_running) {
+		struct idem_running *r = e->idem_running;
+		e->idem_running = r->next;
+		free(r);
+	}
+	if (e->idem_fd >= 0)
+		close(e->idem_fd);
+}
+
+static bool idem_file_expired(struct engine *e, const char *name, int64_t now)
+{
+	struct stat st;
+	if (fstatat(e->idem_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return true;
+	return (int64_t)st.st_mtim.tv_sec * 1000 + IDEM_TTL_SECS * 1000 < now;
+}
+
+/* The stored answer for name, if any and not expired. */
+static json_t *idem_load(struct engine *e, const char *name)
+{
+	char *data = NULL;
+	size_t len = 0;
+	if (idem_file_expired(e, name, now_ms()) || read_file_at(e->idem_fd, name, IDEM_MAX_FILE, &data, &len) < 0)
+		return NULL;
+	json_t *j = json_loadb(data, len, 0, NULL);
+	free(data);
+	if (j &&
+	    (!json_is_integer(json_object_get(j, "status")) || !json_is_string(json_object_get(j, "body")) ||
+	     !json_is_string(json_object_get(j, "fingerprint")))) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}
+
+int engine_idem_begin(struct engine *e, const char *key, const char *method, const char *path, const char *body,
+		      size_t body_len, struct idem_ticket *t, struct idem_answer *ret)
+{
+	const void *kp[] = { key };
+	const size_t kl[] = { strlen(key) };
+	const void *fp[] = { method, "\n", path, "\n", body ? body : "" };
+	const size_t fl[] = { strlen(method), 1, strlen(path), 1, body ? body_len : 0 };
+	char hex[65];
+	int state = IDEM_FRESH;
+
+	*ret = (struct idem_answer){ 0 };
+	*t = (struct idem_ticket){ 0 };
+	sha256_hex(kp, kl, 1, hex);
+	snprintf(t->name, sizeof(t->name), "%s.json", hex);
+	sha256_hex(fp, fl, ARRAY_SIZE(fp), t->fingerprint);
+
+	pthread_mutex_lock(&e->idem_lock);
+	for (struct idem_running *r = e->idem_running; r; r = r->next)
+		if (!strcmp(r->name, t->name)) {
+			state = strcmp(r->fingerprint, t->fingerprint) ? IDEM_MISMATCH : IDEM_RUNNING;
+			goto out;
+		}
+	json_t *j = idem_load(e, t->name);
+	if (j) {
+		if (strcmp(json_string_value(json_object_get(j, "fingerprint")), t->fingerprint)) {
+			state = IDEM_MISMATCH;
+		} else {
+			state = IDEM_REPLAY;
+			ret->status = (int)json_integer_value(json_object_get(j, "status"));
+			ret->problem = json_is_true(json_object_get(j, "problem"));
+			ret->body = strdup(json_string_value(json_object_get(j, "body")));
+			if (!ret->body)
+				state = -ENOMEM;
+		}
+		json_decref(j);
+		goto out;
+	}
+	struct idem_running *r = calloc(1, sizeof(*r));
+	if (!r) {
+		state = -ENOMEM;
+		goto out;
+	}
+	memcpy(r->name, t->name, sizeof(r->name));
+	memcpy(r->fingerprint, t->fingerprint, sizeof(r->fingerprint));
+	r->next = e->idem_running;
+	e->idem_running = r;
+	t->active = true;
+out:
+	pthread_mutex_unlock(&e->idem_lock);
+	return state;
+}
+
+static bool idem_worth_keeping(int status)
+{
+	/* A 5xx, a conflict with another request or a busy answer says "not
+	 * done, try again": a retry with the same key must run again. */
+	return status >= 200 && status < 500 && status != 408 && status != 409 && status != 429;
+}
+
+void engine_idem_finish(struct engine *e, struct idem_ticket *t, const char *key, int status, const char *body,
+			bool problem)
+{
+	if (!t->active)
+		return;
+	if (body && idem_worth_keeping(status)) {
+		json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:b, s:s}", "key", key, "fingerprint", t->fingerprint,
+				      "created_ms", (json_int_t)now_ms(), "status", status, "problem", problem, "body",
+				      body);
+		char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+		int r = s ? write_file_atomic(e->idem_fd, t->name, s, strlen(s), 0600) : -ENOMEM;
+		if (r < 0)
+			log_warn("cannot remember idempotency key \"%s\": %s", key, strerror(-r));
+		free(s);
+		json_decref(j);
+	}
+	pthread_mutex_lock(&e->idem_lock);
+	for (struct idem_running **p = &e->idem_running; *p; p = &(*p)->next)
+		if (!strcmp((*p)->name, t->name)) {
+			struct idem_running *r = *p;
+			*p = r->next;
+			free(r);
+			break;
+		}
+	pthread_mutex_unlock(&e->idem_lock);
+	t->active = false;
+}
+
+int engine_idem_sweep(struct engine *e)
+{
+	int dfd = dup(e->idem_fd), n = 0;
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	struct dirent *de;
+	int64_t now = now_ms();
+
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		return -errno;
+	}
+	rewinddir(d);
+	pthread_mutex_lock(&e->idem_lock);
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+		if (len != 69 || strcmp(de->d_name + 64, ".json") || !idem_file_expired(e, de->d_name, now))
+			continue;
+		if (unlinkat(e->idem_fd, de->d_name, 0) == 0)
+			n++;
+	}
+	pthread_mutex_unlock(&e->idem_lock);
+	closedir(d);
+	if (n > 0)
+		fsync_dirfd(e->idem_fd);
+	return n;
+}

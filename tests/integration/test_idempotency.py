@@ -1,0 +1,188 @@
+"""Idempotency-Key on the mutating POSTs, against the real daemon: a repeat
+answers the first result, a repeat while it runs is a 409, another body under
+the same key a 422, and the keys survive a restart and a kill -9."""
+import os
+import threading
+import time
+
+import pytest
+
+CREATE = "/v1/checkpoints"
+
+
+def post(d, path, key, body, timeout=120):
+    headers = {"Idempotency-Key": key} if key is not None else {}
+    return d.request("POST", path, json=body, headers=headers, timeout=timeout)
+
+
+def big_tree(root, n_files=40, size=4 << 20):
+    """Enough data that a tar create takes a noticeable moment."""
+    for i in range(n_files):
+        (root / f"blob{i}.bin").write_bytes(os.urandom(size))
+
+
+def wait_creating(d, timeout=10):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(c["status"] == "creating" for c in d.list()):
+            return
+        time.sleep(0.005)
+    raise AssertionError("no create seen running")
+
+
+def named(d, name):
+    return [c for c in d.list() if c["name"] == name]
+
+
+def test_same_key_same_body_one_checkpoint(daemon_factory):
+    d = daemon_factory()
+    (d.roots[0] / "a.txt").write_text("one\n")
+    r1 = post(d, CREATE, "k-1", {"name": "once"})
+    assert r1.status_code == 201, r1.text
+    assert "Idempotent-Replayed" not in r1.headers
+    (d.roots[0] / "a.txt").write_text("two\n")  # a second create would differ
+    r2 = post(d, CREATE, "k-1", {"name": "once"})
+    assert r2.status_code == 201, r2.text
+    assert r2.json() == r1.json()
+    assert r2.headers["Idempotent-Replayed"] == "true"
+    assert len(named(d, "once")) == 1
+    # without a key, or with another key, it is a new request
+    assert post(d, CREATE, None, {"name": "once"}).status_code == 201
+    assert post(d, CREATE, "k-2", {"name": "once"}).status_code == 201
+    assert len(named(d, "once")) == 3
+
+    # restore: the replay answers the first report and restores nothing
+    cid = r1.json()["checkpoint_id"]
+    path = f"/v1/checkpoints/{cid}/restore"
+    a = post(d, path, "r-1", {})
+    assert a.status_code == 200, a.text
+    assert (d.roots[0] / "a.txt").read_text() == "one\n"
+    (d.roots[0] / "a.txt").write_text("after\n")
+    b = post(d, path, "r-1", {})
+    assert b.status_code == 200 and b.json() == a.json()
+    assert (d.roots[0] / "a.txt").read_text() == "after\n"
+
+
+def test_different_body_or_path_is_422(daemon_factory):
+    d = daemon_factory()
+    assert post(d, CREATE, "k", {"name": "x"}).status_code == 201
+    r = post(d, CREATE, "k", {"name": "y"})
+    assert r.status_code == 422, r.text
+    assert r.headers["Content-Type"].startswith("application/problem+json")
+    assert r.json()["code"] == "idempotency_key_reused"
+    cid = named(d, "x")[0]["checkpoint_id"]
+    r = post(d, f"/v1/checkpoints/{cid}/restore", "k", {"name": "x"})
+    assert r.status_code == 422 and r.json()["code"] == "idempotency_key_reused"
+    assert named(d, "y") == []
+
+
+@pytest.mark.parametrize("key", ["", "é-not-ascii", "tab\there", "x" * 256])
+def test_bad_keys_are_400(daemon_factory, key):
+    d = daemon_factory()
+    r = d.request("POST", CREATE, json={"name": "bad"},
+                  headers={"Idempotency-Key": key.encode("utf-8")})
+    assert r.status_code == 400, r.text
+    assert r.json()["code"] == "invalid_idempotency_key"
+    assert d.list() == []
+    assert post(d, CREATE, "x" * 255, {"name": "ok"}).status_code == 201
+
+
+def test_errors_that_mean_try_again_are_not_kept(daemon_factory):
+    d = daemon_factory()
+    r = post(d, "/v1/checkpoints/cp_000000000000000000000000/restore", "nf", {})
+    assert r.status_code == 404
+    again = post(d, "/v1/checkpoints/cp_000000000000000000000000/restore", "nf", {})
+    assert again.status_code == 404 and again.headers.get("Idempotent-Replayed") == "true"
+
+
+def test_concurrent_duplicate_is_409(daemon_factory):
+    d = daemon_factory()
+    big_tree(d.roots[0])
+    first = {}
+
+    def run():
+        first["r"] = post(d, CREATE, "slow", {"name": "slow"})
+        first["t"] = time.monotonic()
+
+    t = threading.Thread(target=run)
+    t.start()
+    wait_creating(d)
+    dup = post(d, CREATE, "slow", {"name": "slow"})
+    dup_t = time.monotonic()
+    t.join()
+    assert dup.status_code == 409, dup.text
+    assert dup.json()["code"] == "idempotency_in_progress"
+    assert dup_t < first["t"], "the duplicate must have been answered while the first ran"
+    assert first["r"].status_code == 201
+    # once done, the repeat answers the first result
+    r = post(d, CREATE, "slow", {"name": "slow"})
+    assert r.status_code == 201 and r.json() == first["r"].json()
+    assert len(named(d, "slow")) == 1
+
+
+def test_keys_survive_restart_and_are_kept_on_disk(daemon_factory):
+    d = daemon_factory()
+    r1 = post(d, CREATE, "restart-key", {"name": "r", "ttl_secs": 3600})
+    assert r1.status_code == 201
+    files = list((d.state_dir / "idempotency").iterdir())
+    assert len(files) == 1 and files[0].name.endswith(".json")
+    assert d.stop() == 0
+    d.start()
+    r2 = post(d, CREATE, "restart-key", {"name": "r", "ttl_secs": 3600})
+    assert r2.status_code == 201 and r2.json() == r1.json()
+    assert post(d, CREATE, "restart-key", {"name": "other"}).status_code == 422
+    assert len(named(d, "r")) == 1
+
+
+def test_kill9_then_retry(daemon_factory):
+    """A create killed midway left no answer: the retry with the same key runs
+    it again and there is exactly one usable checkpoint; a create that had
+    answered is answered again after the kill."""
+    d = daemon_factory()
+    done = post(d, CREATE, "before-kill", {"name": "done"})
+    assert done.status_code == 201
+    big_tree(d.roots[0])
+    res = {}
+
+    def run():
+        try:
+            res["r"] = post(d, CREATE, "killed", {"name": "k"})
+        except Exception as e:  # the connection dies with the daemon
+            res["e"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    wait_creating(d)
+    d.kill9()
+    t.join()
+    assert "e" in res, "the create should have been cut off by the kill"
+    d.start()
+    r = post(d, CREATE, "killed", {"name": "k"})
+    assert r.status_code == 201, r.text
+    again = post(d, CREATE, "killed", {"name": "k"})
+    assert again.json() == r.json()
+    ks = named(d, "k")
+    assert [c["checkpoint_id"] for c in ks if c["status"] == "active"] == [r.json()["checkpoint_id"]]
+    assert post(d, CREATE, "before-kill", {"name": "done"}).json() == done.json()
+
+
+def test_keys_expire_after_24h_and_the_sweeper_removes_them(daemon_factory):
+    d = daemon_factory(config={"cleanup_interval_secs": 1})
+    assert post(d, CREATE, "old", {"name": "a"}).status_code == 201
+    assert post(d, CREATE, "young", {"name": "b"}).status_code == 201
+    files = {p.read_text(): p for p in (d.state_dir / "idempotency").iterdir()}
+    old = next(p for t, p in files.items() if '"key":"old"' in t)
+    young = next(p for t, p in files.items() if '"key":"young"' in t)
+    day = 24 * 3600
+    os.utime(old, (time.time() - day - 60,) * 2)
+    os.utime(young, (time.time() - day + 600,) * 2)  # 23 h 50 min: still kept
+    deadline = time.monotonic() + 10
+    while old.exists():
+        assert time.monotonic() < deadline, "the sweeper did not remove the expired key"
+        time.sleep(0.1)
+    assert young.exists()
+    r = post(d, CREATE, "young", {"name": "b"})
+    assert r.status_code == 201 and r.headers.get("Idempotent-Replayed") == "true"
+    # the expired key is free again: another body is a new request, not a 422
+    r = post(d, CREATE, "old", {"name": "c"})
+    assert r.status_code == 201 and "Idempotent-Replayed" not in r.headers
