@@ -319,6 +319,23 @@ def fork_in(df, pick, path=None, then=None):
     return then(d) if then else r
 
 
+def fork_key_reused(df):
+    """The same Idempotency-Key sent again to fork into another dir: 422, and nothing mounted."""
+    d = seeded(df)
+    cid = d.create("c")["checkpoint_id"]
+    (d.base / "fork1").mkdir()
+    (d.base / "fork2").mkdir()
+    hdr = {"Idempotency-Key": "k"}
+    first = d.request("POST", FORK.replace("{id}", cid), json={"path": str(d.base / "fork1")}, headers=hdr)
+    assert first.status_code == 201, first.text
+    again = d.request("POST", FORK.replace("{id}", cid), json={"path": str(d.base / "fork1")}, headers=hdr)
+    assert again.status_code == 201 and again.json() == first.json(), again.text
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    r = d.request("POST", FORK.replace("{id}", cid), json={"path": str(d.base / "fork2")}, headers=hdr)
+    assert len(d.request("GET", "/v1/forks").json()["forks"]) == 1
+    return r
+
+
 def fork_while_creating(df):
     d = seeded(df)
     for i in range(30):
@@ -384,6 +401,7 @@ PROVOKE = {
     (FORK, "post", 401): lambda df: expect_unauthorized(df, "POST", FORK, json={"path": "/tmp"}),
     (FORK, "post", 404): lambda df: fork_in(df, lambda d, cid: FAKE_ID),
     (FORK, "post", 409): fork_while_creating,
+    (FORK, "post", 422): fork_key_reused,
     (FORK, "post", 413): lambda df: with_cp(df, "POST", FORK, data=BIG, headers={"Content-Type": "application/json"}),
     (FORK, "post", 415): lambda df: with_cp(df, "POST", FORK, data="{}", headers=TEXT),
     (DIFF, "get", 200): lambda df: with_cp(df, "GET", DIFF),

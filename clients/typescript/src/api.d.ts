@@ -275,7 +275,7 @@ export interface components {
             /** @example fk_0123456789abcdef01234567 */
             fork_id: string;
             checkpoint_id: string;
-            /** @description The directory */
+            /** @description The directory, resolved. */
             path: string;
             /** @description Where each root's view is (path itself for one root). */
             paths: string[];
@@ -308,7 +308,7 @@ export interface components {
         };
         Diff: {
             checkpoint_id: string;
-            /** @description The other checkpoint's id */
+            /** @description The other checkpoint's id, or `live`. */
             against: string;
             changes: components["schemas"]["Change"][];
             /** @description Changes in all pages. */
