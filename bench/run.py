@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """ckptd benchmarks (`make bench`): overlay restore against the tar backend,
 `tar -x` into an empty dir and `cp -a`; create after 10 small changes against
-create after rewriting everything. Drives the real daemon over HTTP. Then load:
+create after rewriting everything; restore in a retry loop writing 500 MB per
+attempt (p99 wall clock) and the create's freeze time with a writer running,
+each beside its target. Drives the real daemon over HTTP. Then load:
 wrk on the GET endpoints while restores run (bench/load.py): req/s and p99.
 
 Usage: bench/run.py [--sizes small,large] [--runs N] [--load-secs S] [--out bench/results.md]
+                    [--cases all|retry|freeze]  (one case: printed only)
 (--sizes "" --load-secs 5 runs only a short load section.)
 Not a test: it prints a markdown table and writes it to bench/results.md."""
 import argparse
@@ -158,6 +161,78 @@ def bench_tar(work, src, n_files, runs):
     return res
 
 
+def p99(xs):
+    xs = sorted(xs)
+    return xs[max(0, -(-99 * len(xs) // 100) - 1)]
+
+
+def bench_retry(work, src, runs, size=500 << 20, chunk=4 << 20):
+    """A retry loop: each attempt writes size bytes into the root (no sync),
+    then rolls back. Wall clock of every restore, including any wait for the
+    previous attempt's cleanup."""
+    d = Daemon("overlay", src, work / "state-retry")
+    try:
+        c0, _ = d.create("c0")
+        buf = os.urandom(chunk)
+        walls, queues, swaps = [], [], []
+        for i in range(runs):
+            with open(src / "attempt.bin", "wb") as f:
+                for _ in range(size // chunk):
+                    f.write(buf)
+            rep, wall = d.restore(c0["checkpoint_id"])
+            walls.append(wall)
+            queues.append(rep["phases"].get("queue_ms", 0))
+            swaps.append(rep["phases"]["swap_ms"])
+        log(f"retry loop restore walls (ms): {[round(w) for w in walls]}")
+        return {"retry": (p99(walls), statistics.median(walls), max(queues), max(swaps))}
+    finally:
+        d.stop()
+
+
+class Writer:
+    """Appends a line to a file in the root every millisecond, as a service would."""
+    def __init__(self, path):
+        import threading
+        self.path, self.stop_ = path, threading.Event()
+        self.t = threading.Thread(target=self.run)
+        self.t.start()
+
+    def run(self):
+        with open(self.path, "a") as f:
+            while not self.stop_.is_set():
+                f.write("x" * 4000 + "\n")
+                f.flush()
+                time.sleep(0.001)
+
+    def stop(self):
+        self.stop_.set()
+        self.t.join()
+
+
+def bench_freeze(work, src, n_files, runs):
+    """freeze_ms of creates with a writer running: after 10 changes, and when
+    the upper holds every file of the root (all rewritten once)."""
+    d = Daemon("overlay", src, work / "state-freeze")
+    try:
+        d.create("c0")
+        w = Writer(src / "writer.log")
+        try:
+            small = []
+            for i in range(max(3, runs // 3)):
+                touch_10(src, n_files, f"f{i}")
+                c, _ = d.create(f"ten{i}")
+                small.append(c["freeze_ms"])
+            rewrite_all(src, n_files)
+            full, _ = d.create("all")
+        finally:
+            w.stop()
+        log(f"freeze_ms after 10 changes: {small}; upper holding every file: {full['freeze_ms']} "
+            f"(create {full['duration_ms']} ms)")
+        return {"freeze": (max(small), full["freeze_ms"], full["duration_ms"])}
+    finally:
+        d.stop()
+
+
 def bench_baselines(work, src, runs):
     archive = work / "tree.tar"
     subprocess.run(["tar", "-C", str(src), "-cf", str(archive), "."], check=True)
@@ -175,7 +250,7 @@ def bench_baselines(work, src, runs):
     return {"tar_x": statistics.median(tx), "cp_a": statistics.median(cp)}
 
 
-def one_size(name, runs):
+def one_size(name, runs, cases="all"):
     n_files, total = SIZES[name]
     work = pathlib.Path(tempfile.mkdtemp(prefix=f"ckptd-bench-{name}-", dir="/tmp"))
     try:
@@ -183,12 +258,20 @@ def one_size(name, runs):
         log(f"[{name}] making {n_files} files / {total >> 20} MB")
         make_tree(src, n_files, total)
         subprocess.run(["sync"])
-        log(f"[{name}] baselines")
-        res = bench_baselines(work, src, 3 if name == "small" else 1)
-        log(f"[{name}] tar backend")
-        res.update(bench_tar(work, src, n_files, runs))
-        log(f"[{name}] overlay backend")
-        res.update(bench_overlay(work, src, n_files, runs))
+        res = {}
+        if cases == "all":
+            log(f"[{name}] baselines")
+            res = bench_baselines(work, src, 3 if name == "small" else 1)
+            log(f"[{name}] tar backend")
+            res.update(bench_tar(work, src, n_files, runs))
+            log(f"[{name}] overlay backend")
+            res.update(bench_overlay(work, src, n_files, runs))
+        if cases in ("all", "freeze"):
+            log(f"[{name}] freeze time with a writer")
+            res.update(bench_freeze(work, src, n_files, runs))
+        if cases in ("all", "retry"):
+            log(f"[{name}] retry loop, 500 MB per attempt")
+            res.update(bench_retry(work, src, runs))
         return res
     finally:
         subprocess.run(["bash", "-c", f"awk '$5 ~ \"^{work}/\" {{print $5}}' /proc/self/mountinfo | tac | "
@@ -213,7 +296,12 @@ def table(results, runs):
              "| --- |" + " --- |" * len(results)]
 
     def row(label, f):
-        lines.append(f"| {label} | " + " | ".join(f(r) for r in results.values()) + " |")
+        def cell(r):
+            try:
+                return f(r)
+            except KeyError:  # a case not run (--cases)
+                return "-"
+        lines.append(f"| {label} | " + " | ".join(cell(r) for r in results.values()) + " |")
 
     row("overlay restore (API / wall / swap phase)",
         lambda r: f"{fmt(r['restore'][0])} / {fmt(r['restore'][1])} / {fmt(r['restore'][2])}")
@@ -232,6 +320,12 @@ def table(results, runs):
     row("overlay create of 10 changes when the upper already holds every file (API / wall)",
         lambda r: f"{fmt(r['create10_full_upper'][0])} / {fmt(r['create10_full_upper'][1])}")
     row("tar backend first create (API / wall)", lambda r: f"{fmt(r['tar_create'][0])} / {fmt(r['tar_create'][1])}")
+    row("overlay restore in a retry loop writing 500 MB per attempt: p99 wall (target ≤ 20) / median wall / "
+        "max queue_ms / max swap_ms",
+        lambda r: f"{fmt(r['retry'][0])} (target 20) / {fmt(r['retry'][1])} / {r['retry'][2]} / {r['retry'][3]}")
+    row("overlay create with a writer running: freeze_ms after 10 changes, max (target ≤ 50) / "
+        "freeze_ms when the upper holds every file / that create's duration_ms",
+        lambda r: f"{r['freeze'][0]} (target 50) / {r['freeze'][1]} / {r['freeze'][2]}")
     return "\n".join(lines) + "\n"
 
 
@@ -275,17 +369,21 @@ def main():
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--load-secs", type=int, default=30, help="wrk duration of the load section (0: skip)")
     ap.add_argument("--out", default=str(TOP / "bench/results.md"))
+    ap.add_argument("--cases", default="all", choices=["all", "retry", "freeze"],
+                    help="all, or one case alone (printed, results.md untouched)")
     a = ap.parse_args()
     if not os.path.exists(CKPTD):
         sys.exit(f"{CKPTD} missing: run make first")
-    results = {s: one_size(s, a.runs) for s in a.sizes.split(",") if s}
+    results = {s: one_size(s, a.runs, a.cases) for s in a.sizes.split(",") if s}
     md = "# ckptd benchmarks\n\n" + (table(results, a.runs) if results else "")
-    if a.load_secs > 0 and not shutil.which("wrk"):
+    load = a.load_secs > 0 and a.cases == "all"  # one case alone: no load section
+    if load and not shutil.which("wrk"):
         log("[load] skipped: wrk is not installed (make deps installs it)")
-    elif a.load_secs > 0:
+    elif load:
         md += ("\n" if results else "") + load_table(bench_load(a.load_secs))
     print(md)
-    pathlib.Path(a.out).write_text(md)
+    if a.cases == "all":
+        pathlib.Path(a.out).write_text(md)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ void config_defaults(struct config *cfg)
 	cfg->cleanup_interval_secs = 60;
 	cfg->max_checkpoints = 100;
 	cfg->max_state_bytes = 0;
+	cfg->max_import_bytes = 16LL << 30;
 	cfg->services_auto = true;
 	cfg->service_timeout_secs = 30;
 	cfg->lock_ttl_secs = 30;
@@ -269,6 +270,7 @@ static const char *const known_keys[] = {
 	"cleanup_interval_secs",
 	"max_checkpoints",
 	"max_state_bytes",
+	"max_import_bytes",
 	"lock_ttl_secs",
 	"lock_renew_secs",
 	"lock_margin_secs",
@@ -350,6 +352,7 @@ int config_apply_json(struct config *cfg, json_t *obj, ckpt_error *err)
 	    (r = json_int(obj, "cleanup_interval_secs", 1, &cfg->cleanup_interval_secs, err)) < 0 ||
 	    (r = json_int(obj, "max_checkpoints", 1, &cfg->max_checkpoints, err)) < 0 ||
 	    (r = json_int(obj, "max_state_bytes", 0, &cfg->max_state_bytes, err)) < 0 ||
+	    (r = json_int(obj, "max_import_bytes", 1, &cfg->max_import_bytes, err)) < 0 ||
 	    (r = json_int(obj, "lock_ttl_secs", 1, &cfg->lock_ttl_secs, err)) < 0 ||
 	    (r = json_int(obj, "lock_renew_secs", 1, &cfg->lock_renew_secs, err)) < 0 ||
 	    (r = json_int(obj, "lock_margin_secs", 0, &cfg->lock_margin_secs, err)) < 0 ||

@@ -49,6 +49,7 @@ struct config {
 	int64_t cleanup_interval_secs; /* default 60 */
 	int64_t max_checkpoints;       /* default 100 */
 	int64_t max_state_bytes;       /* default 0 = unlimited */
+	int64_t max_import_bytes;      /* body of POST /v1/checkpoints/import; default 16 GiB */
 
 	/* services */
 	bool services_auto; /* also discover units using the roots (default true) */

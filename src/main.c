@@ -64,6 +64,8 @@ static int app_start_sandbox(struct app *a, ckpt_error *err)
 		return r;
 	api_server_opts(a->engine, a->cfg.token, a->cfg.metrics_token_free, &o);
 	app_http_limits(&a->cfg, &o);
+	o.spool_dir = a->cfg.state_dir; /* import bodies, as unlinked files */
+	o.max_spool_bytes = (uint64_t)a->cfg.max_import_bytes;
 	return http_start(&o, a->listen, a->n_listen, &a->http, err);
 }
 

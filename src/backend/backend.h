@@ -69,6 +69,12 @@ struct backend_ops {
 	int (*create)(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
 		      ckpt_error *err);
 
+	/* Before create and outside the services' freeze: copy what the roots
+	 * hold now, so that create (frozen) copies only what changed since.
+	 * Not durable, not a checkpoint; the next create uses or discards it.
+	 * May be NULL; a failure only makes create copy everything. */
+	int (*precopy)(void *st, struct progress *p, ckpt_error *err);
+
 	/* Make every root equal to checkpoint id. details (may be NULL, else
 	 * zeroed by the caller) says what it did; the caller frees it. */
 	int (*restore)(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
@@ -106,8 +112,23 @@ struct backend_ops {
 	/* Background housekeeping off the request path (GC, flattening); called
 	 * with the operation lock held, may be NULL. */
 	void (*maintain)(void *st);
+	/* Slow deletions that maintain and restore left behind; called without
+	 * the operation lock, never at the same time as itself. >0: work is
+	 * left, call again in a second. May be NULL. */
+	int (*cleanup)(void *st);
 
 	void (*close)(void *st, bool unmount);
+
+	/* Export and import (backend_export.h explains; NULL: not supported).
+	 * view_open: for each root, an absolute directory showing checkpoint id
+	 * (NULL: the base) as a whole tree, made below the empty dir tmp, which
+	 * the caller removes after view_close. Nothing may write to it. */
+	int (*view_open)(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);
+	void (*view_close)(void *st, char **dirs);
+	/* Make checkpoint id from dirs[i], root i's whole tree (below the state
+	 * dir; the backend may move from it, the caller removes what is left). */
+	int (*import)(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size,
+		      ckpt_error *err);
 };
 
 extern const struct backend_ops backend_tar_ops;

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 #include "cli/cli.h"
 
@@ -28,6 +29,8 @@ static const char ckpt_usage[] =
 	"  forks                                                     list forks\n"
 	"  fork-delete FORK_ID                                       unmount and remove a fork\n"
 	"  diff ID|NAME [--against ID|NAME]                          what changed since a checkpoint\n"
+	"  export ID|NAME -o FILE                                    write it as one portable archive\n"
+	"  import FILE                                               a new checkpoint from an archive\n"
 	"  health                                                    the daemon's health\n"
 	"  help [COMMAND]                                            this text, or a command's\n"
 	"  version                                                   ckpt's version\n"
@@ -58,6 +61,7 @@ enum {
 	OPT_DRY_RUN,
 	OPT_VERIFY,
 	OPT_AGAINST,
+	OPT_OUTPUT,
 };
 
 /* In the order of the enum above: ckpt_parse_opt indexes it by c - OPT_URL. */
@@ -77,6 +81,7 @@ static const struct option ckpt_options[] = {
 	{ "dry-run", no_argument, NULL, OPT_DRY_RUN },
 	{ "verify", no_argument, NULL, OPT_VERIFY },
 	{ "against", required_argument, NULL, OPT_AGAINST },
+	{ "output", required_argument, NULL, OPT_OUTPUT },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ 0 },
@@ -163,8 +168,8 @@ static int ckpt_parse_opt(int c, struct cli_opts *o, struct ckpt_args *a)
 		puts("ckpt " CKPTD_VERSION);
 		return -1;
 	}
-	if (c == 'q' || c == 'y')
-		c = c == 'q' ? OPT_QUIET : OPT_YES;
+	if (c == 'q' || c == 'y' || c == 'o')
+		c = c == 'q' ? OPT_QUIET : c == 'y' ? OPT_YES : OPT_OUTPUT;
 	if (!a->used)
 		a->only = ckpt_options[c - OPT_URL].name;
 	a->used |= 1u << (c - OPT_URL);
@@ -201,6 +206,9 @@ static int ckpt_parse_opt(int c, struct cli_opts *o, struct ckpt_args *a)
 		return 0;
 	case OPT_AGAINST:
 		o->against = optarg;
+		return 0;
+	case OPT_OUTPUT:
+		o->output = optarg;
 		return 0;
 	}
 	return CKPT_EXIT_USAGE; /* getopt printed the message */
@@ -268,6 +276,16 @@ static const struct ckpt_command ckpt_commands[] = {
 	{ "status", 0, 0, NULL, cli_cmd_status,
 	  "Usage: ckpt status\nA short summary of health: warnings (processes using a root that no\n"
 	  "managed unit covers), backend, roots, checkpoints, the units restarted at adoption.\n" },
+	{ "export", 1, OPT_BIT(OPT_OUTPUT), "ID", cli_cmd_export,
+	  "Usage: ckpt export ID|NAME -o FILE\n"
+	  "Write a checkpoint as one portable archive (pax tar, zstd) to FILE (\"-\": stdout).\n"
+	  "  -o, --output FILE  where the archive goes; written as FILE.part, renamed when complete\n"
+	  "On a terminal a bar shows the progress.\n" },
+	{ "import", 1, 0, "FILE", cli_cmd_import,
+	  "Usage: ckpt import FILE\n"
+	  "Make a new checkpoint from an archive made by `ckpt export` (FILE \"-\": stdin is not\n"
+	  "supported; the size must be known). Prints the new record; import_of names the\n"
+	  "exported checkpoint. On a terminal a bar shows the upload.\n" },
 };
 
 static const struct ckpt_command *ckpt_find_command(const char *name)
@@ -343,6 +361,19 @@ static int ckpt_help(const char *name)
 	return CKPT_EXIT_OK;
 }
 
+/* One random key per run of ckpt: every POST it makes may then be retried
+ * without doing the work twice. Without randomness, no key and no retry. */
+static void ckpt_idempotency_key(char *buf, size_t len)
+{
+	unsigned char raw[16];
+	buf[0] = '\0';
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw) || len < 2 * sizeof(raw) + 6)
+		return;
+	size_t o = (size_t)snprintf(buf, len, "ckpt-");
+	for (size_t i = 0; i < sizeof(raw); i++)
+		o += (size_t)snprintf(buf + o, len - o, "%02x", raw[i]);
+}
+
 /* Where the daemon is: flags first, then $CKPTD_SOCKET, $CKPTD_URL, the default. */
 static int ckpt_resolve_conn(struct cli_opts *o, const struct ckpt_args *a)
 {
@@ -394,7 +425,7 @@ static int ckpt_parse(int argc, char **argv, struct cli_opts *o, struct ckpt_arg
 {
 	int c;
 	opterr = 0; /* our messages, in the style of the others */
-	while ((c = getopt_long(argc, argv, ":hVqy", ckpt_options, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":hVqyo:", ckpt_options, NULL)) != -1) {
 		if (c == ':')
 			return ckpt_usage_error("option %s needs a value", argv[optind - 1]);
 		if (c == '?') {
@@ -455,6 +486,7 @@ static int ckpt_main(int argc, char **argv, struct cli_opts *o)
 	o->tty = isatty(STDOUT_FILENO);
 	if (cmd->n_args > 1)
 		o->arg2 = argv[optind + 2];
+	ckpt_idempotency_key(o->conn.idem_key, sizeof(o->conn.idem_key));
 	return cmd->run(o, cmd->n_args ? argv[optind + 1] : NULL);
 }
 

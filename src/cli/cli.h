@@ -36,6 +36,7 @@ struct cli_conn {
 	char *base_url;    /* without a trailing slash */
 	char *socket_path; /* unix socket, or NULL for TCP */
 	char *token;       /* bearer token, or NULL */
+	char idem_key[40]; /* Idempotency-Key sent with every POST of this run */
 };
 
 struct cli_reply {
@@ -55,6 +56,13 @@ typedef void (*cli_tick_fn)(void *arg);
 int cli_http_request(const struct cli_conn *c, const char *method, const char *path, json_t *body,
 		     struct cli_reply *ret, cli_tick_fn tick, void *tick_arg);
 void cli_reply_free(struct cli_reply *r);
+/* Progress of a file transfer: bytes received, bytes sent of up_total. */
+typedef void (*cli_xfer_fn)(void *arg, uint64_t down, uint64_t up, uint64_t up_total);
+/* method path with the body read from in_fd (in_size bytes; -1: none); a 2xx
+ * answer's body goes to out_fd (-1: into ret), any other answer into ret.
+ * Returns as cli_http_request; a cut stream is a transport failure. */
+int cli_http_file(const struct cli_conn *c, const char *method, const char *path, int in_fd, uint64_t in_size,
+		  int out_fd, struct cli_reply *ret, cli_xfer_fn fn, cli_tick_fn tick, void *arg);
 /* "/v1/checkpoints/" + escaped id + suffix; caller frees. */
 char *cli_http_path(const char *prefix, const char *segment, const char *suffix);
 
@@ -114,6 +122,8 @@ struct cli_opts {
 	/* fork: the second positional argument (DIR); diff */
 	const char *arg2;
 	const char *against;
+	/* export */
+	const char *output;
 };
 
 int cli_cmd_create(const struct cli_opts *o, const char *name);
@@ -137,3 +147,20 @@ int cli_cmd_diff(const struct cli_opts *o, const char *id);
 /* Print every change from checkpoint ref to against (NULL: live) like
  * `git status --short`; -1 on success, else the exit status. */
 int cli_diff_print(const struct cli_opts *o, const char *ref, const char *against, size_t *ret_n);
+/* Shared by the commands: a transport failure or an error answer, reported
+ * (the exit status). */
+int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r);
+int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r);
+/* A long request in flight: the tick polls the record at record_path and
+ * draws a bar from its progress (a spinner while it has none). */
+struct cli_watch {
+	const struct cli_opts *o;
+	const char *record_path;
+	struct cli_progress p;
+	int64_t polled_ms;
+	json_t *progress; /* last seen with totals, or NULL */
+};
+void cli_cmd_watch_tick(void *arg);
+/* cli_xfer.c */
+int cli_cmd_export(const struct cli_opts *o, const char *id);
+int cli_cmd_import(const struct cli_opts *o, const char *file);

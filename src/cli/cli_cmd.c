@@ -38,7 +38,7 @@ static void cli_cmd_socket_problem(const char *path)
 	fprintf(stderr, "ckpt: cannot reach ckptd: nothing accepts connections on %s; is ckptd running?\n", path);
 }
 
-static int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r)
+int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r)
 {
 	switch (r->curl_code) {
 	case CURLE_COULDNT_CONNECT:
@@ -77,7 +77,7 @@ static int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r
 
 /* An error answer: the problem document to stdout with --json (scripts parse
  * it), its detail and code to stderr always. */
-static int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r)
+int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r)
 {
 	if (o->json)
 		cli_out_verbatim(r);
@@ -89,6 +89,22 @@ static int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r)
 	return CKPT_EXIT_SERVER;
 }
 
+#define CLI_RETRIES 3
+
+static bool cli_cmd_outcome_unknown(int curl_code)
+{
+	return curl_code == CURLE_OPERATION_TIMEDOUT || curl_code == CURLE_RECV_ERROR ||
+		curl_code == CURLE_GOT_NOTHING || curl_code == CURLE_PARTIAL_FILE;
+}
+
+static bool cli_cmd_code_is(const struct cli_reply *r, const char *code)
+{
+	const char *c = json_string_value(json_object_get(r->json, "code"));
+	return c && strcmp(c, code) == 0;
+}
+
+static void cli_cmd_sleep_ms(long ms);
+
 /* Send a request; returns -1 when it succeeded (2xx), else the exit status. */
 int cli_cmd_send(const struct cli_opts *o, const char *method, const char *path, json_t *body, struct cli_reply *r,
 		 cli_tick_fn tick, void *tick_arg)
@@ -97,7 +113,23 @@ int cli_cmd_send(const struct cli_opts *o, const char *method, const char *path,
 		fprintf(stderr, "ckpt: out of memory\n");
 		return CKPT_EXIT_SERVER;
 	}
-	if (cli_http_request(&o->conn, method, path, body, r, tick, tick_arg) < 0)
+	/* A POST carries the run's Idempotency-Key, so it can be sent again when its
+	 * outcome is unknown (the connection broke after sending) or ckptd was busy
+	 * (503, or 409 while the first try with this key still runs): the daemon
+	 * answers a repeat with the first result instead of doing the work twice. */
+	bool retry_ok = strcmp(method, "POST") == 0 && o->conn.idem_key[0];
+	int q;
+	for (int attempt = 0;; attempt++) {
+		q = cli_http_request(&o->conn, method, path, body, r, tick, tick_arg);
+		bool unknown = q < 0 && cli_cmd_outcome_unknown(r->curl_code);
+		bool busy = q == 0 &&
+			(r->status == 503 || (r->status == 409 && cli_cmd_code_is(r, "idempotency_in_progress")));
+		if (!retry_ok || attempt >= CLI_RETRIES || !(unknown || busy))
+			break;
+		cli_reply_free(r);
+		cli_cmd_sleep_ms(500L << attempt);
+	}
+	if (q < 0)
 		return cli_cmd_transport(o, r);
 	if (r->status < 200 || r->status > 299)
 		return cli_cmd_fail(o, r);
@@ -426,14 +458,6 @@ int cli_cmd_delete(const struct cli_opts *o, const char *ref)
 /* A restore in flight: the API answers only at the end, but the record shows
  * the backend's progress meanwhile (tar), so the tick polls it for a bar and
  * falls back to a spinner when there is nothing to show. */
-struct cli_watch {
-	const struct cli_opts *o;
-	const char *record_path;
-	struct cli_progress p;
-	int64_t polled_ms;
-	json_t *progress; /* last seen with totals, or NULL */
-};
-
 static void cli_cmd_watch_poll(struct cli_watch *w)
 {
 	_cleanup_reply_ struct cli_reply r = { 0 };
@@ -448,7 +472,7 @@ static void cli_cmd_watch_poll(struct cli_watch *w)
 	}
 }
 
-static void cli_cmd_watch_tick(void *arg)
+void cli_cmd_watch_tick(void *arg)
 {
 	struct cli_watch *w = arg;
 	if (cli_progress_now_ms() - w->polled_ms >= CLI_WATCH_MS)

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "engine/catalog.h"
 #include "config.h"
+#include "engine/engine_export.h"
 #include "engine/engine_internal.h"
 #include "services/services.h"
 
@@ -154,6 +155,7 @@ static int engine_open_state(struct engine *e, const struct engine_deps *deps, c
 		return r;
 	if ((r = e->backend->open(&e->bctx, &e->bst, err)) < 0)
 		return err_prefix(err, "%s backend", e->backend->name);
+	engine_xfer_sweep(e); /* exports and imports a killed daemon left */
 	return engine_recover(e, err);
 }
 

@@ -37,8 +37,8 @@ struct restore_req {
 /* What a restore did, as data; the API layer writes the JSON. */
 struct restore_report {
 	char checkpoint_id[32];
-	int64_t duration_ms, stop_ms, swap_ms, start_ms;
-	bool restored_from_checkpoint; /* false: reset to the base (if_expired fresh) */
+	int64_t duration_ms, queue_ms, stop_ms, swap_ms, start_ms; /* duration includes the wait for the lock */
+	bool restored_from_checkpoint;                             /* false: reset to the base (if_expired fresh) */
 	bool ttl_expired;
 	bool services_available;
 	bool swapped;                   /* false: a unit using the roots could not be stopped, nothing was swapped */

@@ -48,7 +48,7 @@ static void engine_usage(struct engine *e, size_t *count, uint64_t *bytes)
 	}
 }
 
-static struct ckpt_record *create_record(struct engine *e, const struct create_req *req, const char *id)
+struct ckpt_record *create_record(struct engine *e, const struct create_req *req, const char *id)
 {
 	int64_t now = now_ms();
 	int64_t ttl = req->has_ttl ? req->ttl_secs : e->cfg->default_ttl_secs;
@@ -79,7 +79,7 @@ static struct ckpt_record *create_record(struct engine *e, const struct create_r
 
 /* Check the limits and publish the record in state "creating" in one step, so
  * two racing creates cannot both take the last place. */
-static int create_admit(struct engine *e, const struct ckpt_record *rec, ckpt_error *err)
+int create_admit(struct engine *e, const struct ckpt_record *rec, ckpt_error *err)
 {
 	size_t count;
 	uint64_t bytes;
@@ -115,33 +115,44 @@ static int create_over_budget(struct engine *e, ckpt_error *err)
 			    (unsigned long long)bytes, (long long)e->cfg->max_state_bytes);
 }
 
-/* The backend's copy inside a freeze of the units that use the roots; what
- * the freeze did goes into rep. */
+/* The backend's copy inside a freeze of the units that use the roots, after
+ * a first pass without the freeze (precopy) so the frozen one copies only
+ * what changed meanwhile; what the freeze did goes into rep, and how long
+ * the units were frozen (the frozen pass, whether or not a unit was) into
+ * freeze_ms. */
 static int create_frozen(struct engine *e, const char *id, struct engine_op *op, json_t **data, uint64_t *size,
-			 struct svc_report *rep, ckpt_error *err)
+			 struct svc_report *rep, int64_t *freeze_ms, ckpt_error *err)
 {
 	struct svc_plan plan;
+	ckpt_error perr = { 0 };
+	if (e->backend->precopy && e->backend->precopy(e->bst, &op->progress, &perr) < 0)
+		log_warn("create: first pass before the freeze failed, copying all while frozen: %s", perr.msg);
 	if (services_plan(e->services, e->cfg->roots, e->cfg->n_roots, &plan) < 0)
 		log_warn("services: cannot list the units to freeze");
+	int64_t t0 = mono_ms();
 	services_freeze(e->services, &plan);
 	int r = e->backend->create(e->bst, id, data, size, &op->progress, err);
 	services_thaw(e->services, &plan);
+	*freeze_ms = mono_ms() - t0;
 	services_report(&plan, rep);
 	services_plan_free(&plan);
 	return r;
 }
 
-static int create_capture(struct engine *e, struct ckpt_record *rec, struct engine_op *op, ckpt_error *err)
+/* queue_ms: how long the create waited for the operation lock, counted in
+ * its duration as restore does. */
+static int create_capture(struct engine *e, struct ckpt_record *rec, struct engine_op *op, int64_t queue_ms,
+			  ckpt_error *err)
 {
 	const char *id = rec->id;
 	struct svc_report rep;
 	json_t *data = NULL;
 	uint64_t size = 0;
-	int64_t t0 = mono_ms();
+	int64_t t0 = mono_ms(), freeze_ms = 0;
 	int r;
 
 	svc_report_init(&rep);
-	r = create_frozen(e, id, op, &data, &size, &rep, err);
+	r = create_frozen(e, id, op, &data, &size, &rep, &freeze_ms, err);
 	if (r < 0) {
 		r = engine_storage_err(err, r);
 		svc_report_free(&rep);
@@ -150,7 +161,12 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	json_decref(rec->backend_data);
 	rec->backend_data = data ? data : json_object();
 	rec->size_bytes = (int64_t)size;
-	rec->duration_ms = mono_ms() - t0;
+	rec->duration_ms = mono_ms() - t0 + queue_ms;
+	if (!rec->extra)
+		rec->extra = json_object();
+	/* members the catalog keeps as they are */
+	json_object_set_new(rec->extra, "freeze_ms", json_integer(freeze_ms));
+	json_object_set_new(rec->extra, "queue_ms", json_integer(queue_ms));
 	json_decref(rec->frozen_services);
 	rec->frozen_services = json_incref(rep.frozen);
 	if (json_object_size(rep.failures)) {
@@ -183,7 +199,7 @@ static int create_run(struct engine *e, struct ckpt_record *rec, bool keep_faile
 
 	pthread_mutex_lock(&e->op_lock);
 	engine_set_status(e, "creating", id);
-	r = op ? create_capture(e, rec, op, err) : -ENOMEM;
+	r = op ? create_capture(e, rec, op, mono_ms() - t0, err) : -ENOMEM;
 	engine_set_status(e, NULL, NULL);
 	pthread_mutex_unlock(&e->op_lock);
 	engine_op_end(e, op);

@@ -90,3 +90,7 @@ void engine_idem_close(struct engine *e);
 void engine_adopt_before_mount(void *engine, const char *root); /* backend_ctx.before_mount */
 void engine_adoption_health(struct engine *e, json_t *h);
 void engine_adoption_free(struct engine *e);
+/* A new record in state "creating" (engine_create.c). */
+struct ckpt_record *create_record(struct engine *e, const struct create_req *req, const char *id);
+/* Check max_checkpoints and max_state_bytes and publish rec (volatile). */
+int create_admit(struct engine *e, const struct ckpt_record *rec, ckpt_error *err);

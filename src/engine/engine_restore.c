@@ -115,7 +115,9 @@ int engine_restore(struct engine *e, const char *id_or_name, const struct restor
 		return r;
 	}
 	record_unref(TAKE_PTR(plan.rec));
+	int64_t queued = mono_ms();
 	pthread_mutex_lock(&e->op_lock);
+	rep.queue_ms = mono_ms() - queued;
 	if ((r = restore_plan(e, id_or_name, req, &plan, err)) < 0)
 		goto out;
 	engine_set_status(e, "restoring", plan.rec->id);
@@ -124,6 +126,7 @@ int engine_restore(struct engine *e, const char *id_or_name, const struct restor
 		goto out;
 	}
 	r = restore_run(e, &plan, req->verify, op, &rep, err);
+	rep.duration_ms += rep.queue_ms; /* what the client waited */
 	if (r == 0 && rep.swapped && !plan.fresh)
 		restore_touch(e, plan.rec);
 out:

@@ -42,13 +42,13 @@ int engine_sweep(struct engine *e)
 static void *engine_sweeper_main(void *arg)
 {
 	struct engine *e = arg;
-	int64_t next_sweep = mono_ms() + e->cfg->cleanup_interval_secs * 1000;
+	int64_t next_sweep = mono_ms() + e->cfg->cleanup_interval_secs * 1000, next_cleanup = 0;
 
 	pthread_mutex_lock(&e->state_lock);
 	while (!e->stopping) {
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		int64_t wait = next_sweep - mono_ms();
+		int64_t wait = (next_cleanup && next_cleanup < next_sweep ? next_cleanup : next_sweep) - mono_ms();
 		if (wait > 0 && !e->maintenance_due) {
 			ts.tv_sec += wait / 1000;
 			ts.tv_nsec += (wait % 1000) * 1000000;
@@ -71,6 +71,9 @@ static void *engine_sweeper_main(void *arg)
 			e->backend->maintain(e->bst);
 			pthread_mutex_unlock(&e->op_lock);
 		}
+		if ((maintain || (next_cleanup && mono_ms() >= next_cleanup)) && e->backend->cleanup)
+			/* slow deletions: the requests go on meanwhile */
+			next_cleanup = e->backend->cleanup(e->bst) > 0 ? mono_ms() + 1000 : 0;
 		pthread_mutex_lock(&e->state_lock);
 	}
 	pthread_mutex_unlock(&e->state_lock);

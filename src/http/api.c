@@ -245,14 +245,15 @@ static json_t *api_restore_details(const struct restore_details *d, json_t *out)
 json_t *api_restore_json(const struct restore_report *rep)
 {
 	const struct svc_report *s = &rep->services;
-	json_t *out = json_pack(
-		"{s:b, s:b, s:s, s:I, s:O, s:O, s:O, s:O, s:{s:I, s:I, s:I}, s:s, s:b, s:b}", "ok",
-		rep->swapped && json_array_size(s->failed) == 0, "swapped", rep->swapped, "checkpoint_id",
-		rep->checkpoint_id, "restore_duration_ms", (json_int_t)rep->duration_ms, "started_services", s->started,
-		"stopped_services", s->stopped, "failed_services", s->failed, "failures", s->failures, "phases",
-		"stop_ms", (json_int_t)rep->stop_ms, "swap_ms", (json_int_t)rep->swap_ms, "start_ms",
-		(json_int_t)rep->start_ms, "services", rep->services_available ? "ok" : "unavailable",
-		"restored_from_checkpoint", rep->restored_from_checkpoint, "ttl_expired", rep->ttl_expired);
+	json_t *out =
+		json_pack("{s:b, s:b, s:s, s:I, s:O, s:O, s:O, s:O, s:{s:I, s:I, s:I, s:I}, s:s, s:b, s:b}", "ok",
+			  rep->swapped && json_array_size(s->failed) == 0, "swapped", rep->swapped, "checkpoint_id",
+			  rep->checkpoint_id, "restore_duration_ms", (json_int_t)rep->duration_ms, "started_services",
+			  s->started, "stopped_services", s->stopped, "failed_services", s->failed, "failures",
+			  s->failures, "phases", "queue_ms", (json_int_t)rep->queue_ms, "stop_ms",
+			  (json_int_t)rep->stop_ms, "swap_ms", (json_int_t)rep->swap_ms, "start_ms",
+			  (json_int_t)rep->start_ms, "services", rep->services_available ? "ok" : "unavailable",
+			  "restored_from_checkpoint", rep->restored_from_checkpoint, "ttl_expired", rep->ttl_expired);
 	if (out && json_array_size(s->activating))
 		json_object_set(out, "activating_services", s->activating);
 	if (out && !rep->services_available && rep->services_reason)
@@ -324,6 +325,8 @@ static const struct http_route routes[] = {
 	{ "GET", "/v1/checkpoints/{id}/diff", api_diff, false, false },
 	{ "GET", "/v1/forks", api_fork_list, false, false },
 	{ "DELETE", "/v1/forks/{id}", api_fork_delete, false, false },
+	{ .method = "GET", .pattern = "/v1/checkpoints/{id}/export", .handler = api_export },
+	{ .method = "POST", .pattern = "/v1/checkpoints/import", .handler = api_import, .raw_body = HTTP_BODY_SPOOL },
 	{ "GET", "/v1/health", api_health, true, false },
 	{ "GET", "/metrics", api_metrics, false, false },
 };

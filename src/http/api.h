@@ -19,3 +19,7 @@ json_t *api_restore_json(const struct restore_report *rep);
  * counted in e's metrics. With metrics_token_free, GET /metrics needs no
  * token (for Prometheus). */
 void api_server_opts(struct engine *e, const char *token, bool metrics_token_free, struct http_server_opts *ret);
+
+/* api_export.c: GET /v1/checkpoints/{id}/export, POST /v1/checkpoints/import. */
+void api_export(void *app, const struct http_request *req, struct http_response *resp);
+void api_import(void *app, const struct http_request *req, struct http_response *resp);

@@ -3,6 +3,7 @@
  * buffer and the handler runs on the final call. */
 #include "http/http.h"
 
+#include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -47,6 +48,9 @@ struct req_ctx {
 	size_t len;
 	bool too_large;
 	struct http_server *srv;
+	int spool_fd; /* HTTP_BODY_SPOOL routes: the body so far; else -1 */
+	uint64_t spool_len;
+	bool spool;
 };
 
 /* The one table of statuses: title, default code, and the error kind that
@@ -205,6 +209,23 @@ static void on_upgrade(void *cls, struct MHD_Connection *conn, void *con_cls, co
 	free(resp);
 }
 
+/* "203.0.113.7", "[2001:db8::1]" or "unix" for the logs. */
+static const char *peer_address(void *conn, char *buf, size_t len)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+	char ip[INET6_ADDRSTRLEN] = "";
+	if (sa && sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, ip, sizeof(ip));
+	else if (sa && sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, ip, sizeof(ip));
+	if (!*ip)
+		snprintf(buf, len, "unix");
+	else
+		snprintf(buf, len, sa->sa_family == AF_INET6 ? "[%s]" : "%s", ip);
+	return buf;
+}
+
 static bool authorized(struct http_server *srv, const struct http_request *req)
 {
 	const char *h = http_header(req, "Authorization");
@@ -266,10 +287,14 @@ static void dispatch(struct http_server *srv, struct http_request *req, struct h
 	const struct http_route *match = NULL;
 	bool path_known = false;
 	char allow[64] = "";
+	bool literal = false; /* "/v1/checkpoints/import" is not checkpoint "import" */
 
+	for (size_t i = 0; i < srv->opts.n_routes; i++)
+		literal |= !strchr(srv->opts.routes[i].pattern, '{') &&
+			route_match(srv->opts.routes[i].pattern, req->path, req);
 	for (size_t i = 0; i < srv->opts.n_routes; i++) {
 		const struct http_route *r = &srv->opts.routes[i];
-		if (!route_match(r->pattern, req->path, req))
+		if ((literal && strchr(r->pattern, '{')) || !route_match(r->pattern, req->path, req))
 			continue;
 		path_known = true;
 		allow_add(allow, sizeof(allow), r->method);
@@ -292,6 +317,10 @@ static void dispatch(struct http_server *srv, struct http_request *req, struct h
 		return;
 	}
 	if (!match->public_ && !authorized(srv, req)) {
+		char peer[64];
+		log_warn("refused %s %s from %s: %s bearer token", req->method, req->path,
+			 peer_address(req->conn, peer, sizeof(peer)),
+			 http_header(req, "Authorization") ? "wrong" : "no");
 		http_problem(resp, 401, NULL, "missing or wrong bearer token");
 		resp->extra_headers[0][0] = strdup("WWW-Authenticate");
 		resp->extra_headers[0][1] = strdup("Bearer");
@@ -314,6 +343,8 @@ static void dispatch(struct http_server *srv, struct http_request *req, struct h
 
 static void response_free(struct http_response *resp)
 {
+	if (resp->stream_read && resp->stream_free)
+		resp->stream_free(resp->stream_arg);
 	json_decref(resp->json);
 	free(resp->text);
 	for (size_t i = 0; i < ARRAY_SIZE(resp->extra_headers); i++) {
@@ -352,6 +383,53 @@ static enum MHD_Result send_upgrade(struct MHD_Connection *conn, struct http_res
 	return ret;
 }
 
+struct stream {
+	ssize_t (*read)(void *arg, char *buf, size_t max);
+	void (*free)(void *arg);
+	void *arg;
+};
+
+static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct stream *st = cls;
+	(void)pos;
+	ssize_t k = st->read(st->arg, buf, max);
+	if (k > 0)
+		return k;
+	return k == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void stream_free_cb(void *cls)
+{
+	struct stream *st = cls;
+	st->free(st->arg);
+	free(st);
+}
+
+/* Chunked, read from the producer on this connection's thread. */
+static enum MHD_Result send_stream(struct MHD_Connection *conn, struct http_response *resp)
+{
+	struct stream *st = malloc(sizeof(*st));
+	if (!st) {
+		resp->stream_free(resp->stream_arg);
+		return MHD_NO;
+	}
+	*st = (struct stream){ resp->stream_read, resp->stream_free, resp->stream_arg };
+	resp->stream_read = NULL;
+	struct MHD_Response *r =
+		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, stream_cb, st, stream_free_cb);
+	if (!r) {
+		stream_free_cb(st);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+				resp->content_type ? resp->content_type : "application/octet-stream");
+	add_headers(r, resp);
+	enum MHD_Result ret = MHD_queue_response(conn, (unsigned)resp->status, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
 static enum MHD_Result send_response(struct MHD_Connection *conn, struct http_server *srv, struct http_response *resp)
 {
 	enum MHD_Result ret;
@@ -362,6 +440,8 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, struct http_se
 		srv->opts.on_status(srv->opts.app, resp->status);
 	if (resp->status == 101 && resp->upgrade)
 		return send_upgrade(conn, resp);
+	if (resp->stream_read)
+		return send_stream(conn, resp);
 	if (resp->json) {
 		body = json_dumps(resp->json, JSON_COMPACT);
 		len = body ? strlen(body) : 0;
@@ -545,6 +625,47 @@ static size_t url_unescape(void *cls, struct MHD_Connection *conn, char *s)
 	return (size_t)(w - s);
 }
 
+/* Does (method, url) go to a route that spools its body? Unauthorized
+ * requests never spool: their body is dropped and dispatch answers 401. */
+static bool wants_spool(struct http_server *srv, struct MHD_Connection *conn, const char *url, const char *method)
+{
+	struct http_request req = { .method = method, .path = url, .conn = conn };
+	for (size_t i = 0; i < srv->opts.n_routes; i++) {
+		const struct http_route *r = &srv->opts.routes[i];
+		if (r->raw_body == HTTP_BODY_SPOOL && !strcmp(r->method, method) && route_match(r->pattern, url, &req))
+			return r->public_ || authorized(srv, &req);
+	}
+	return false;
+}
+
+static int spool_open(const char *dir)
+{
+	int fd = open(dir ? dir : "/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0) { /* a filesystem without O_TMPFILE */
+		_cleanup_free_ char *t = NULL;
+		if (asprintf(&t, "%s/.spool-XXXXXX", dir ? dir : "/tmp") < 0)
+			return -1;
+		fd = mkostemp(t, O_CLOEXEC);
+		if (fd >= 0)
+			unlink(t);
+	}
+	return fd;
+}
+
+static bool spool_write(struct req_ctx *ctx, const char *data, size_t n)
+{
+	while (n > 0) {
+		ssize_t k = write(ctx->spool_fd, data, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return false;
+		data += k, n -= (size_t)k;
+		ctx->spool_len += (uint64_t)k;
+	}
+	return true;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 				  const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
@@ -557,6 +678,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		if (!(ctx = calloc(1, sizeof(*ctx))))
 			return MHD_NO;
 		ctx->srv = srv;
+		ctx->spool_fd = -1;
 		*con_cls = ctx;
 		conn_set_pending(srv, conn, false);
 		struct conn_track *t = conn_track_of(conn);
@@ -565,11 +687,34 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			return reply_now(conn, srv, &resp);
 		}
 		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+		if ((ctx->spool = wants_spool(srv, conn, url, method))) {
+			if (cl && strtoull(cl, NULL, 10) > srv->opts.max_spool_bytes) {
+				ctx->too_large = true;
+				http_problem(&resp, 413, NULL, "request body over %llu bytes (max_import_bytes)",
+					     (unsigned long long)srv->opts.max_spool_bytes);
+				return reply_now(conn, srv, &resp);
+			}
+			if ((ctx->spool_fd = spool_open(srv->opts.spool_dir)) < 0) {
+				http_problem(&resp, 500, NULL, "cannot spool the request body: %m");
+				return reply_now(conn, srv, &resp);
+			}
+			return MHD_YES;
+		}
 		if (cl && strtoull(cl, NULL, 10) > HTTP_MAX_BODY) {
 			ctx->too_large = true;
 			http_problem(&resp, 413, NULL, "request body over %d bytes", HTTP_MAX_BODY);
 			return reply_now(conn, srv, &resp);
 		}
+		return MHD_YES;
+	}
+	if (*upload_size && ctx->spool) {
+		if (!ctx->too_large && ctx->spool_len + *upload_size > srv->opts.max_spool_bytes)
+			ctx->too_large = true;
+		if (!ctx->too_large && ctx->spool_fd >= 0 && !spool_write(ctx, upload, *upload_size)) {
+			log_warn("cannot spool a request body: %m");
+			return MHD_NO;
+		}
+		*upload_size = 0;
 		return MHD_YES;
 	}
 	if (*upload_size) {
@@ -589,14 +734,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		*upload_size = 0;
 		return MHD_YES;
 	}
+	if (ctx->too_large && ctx->spool) {
+		http_problem(&resp, 413, NULL, "request body over %llu bytes (max_import_bytes)",
+			     (unsigned long long)srv->opts.max_spool_bytes);
+		return reply_now(conn, srv, &resp);
+	}
 	if (ctx->too_large) {
 		http_problem(&resp, 413, NULL, "request body over %d bytes", HTTP_MAX_BODY);
 		return reply_now(conn, srv, &resp);
 	}
 	struct http_request req = {
-		.method = method, .path = url, .body = ctx->body, .body_len = ctx->len, .conn = conn
+		.method = method, .path = url, .body = ctx->body, .body_len = ctx->len, .conn = conn, .body_fd = -1
 	};
+	if (ctx->spool && ctx->spool_fd >= 0 && lseek(ctx->spool_fd, 0, SEEK_SET) == 0)
+		req.body_fd = ctx->spool_fd, req.body_len = ctx->spool_len;
+	int64_t t0 = mono_ms();
 	dispatch(srv, &req, &resp);
+	if (log_is_verbose()) { /* one access line per request */
+		char peer[64];
+		log_info("%s %s %d %lld ms %zu bytes in, from %s", method, url, resp.status,
+			 (long long)(mono_ms() - t0), req.body_len, peer_address(conn, peer, sizeof(peer)));
+	}
 	if (resp.status == 101 && resp.upgrade)
 		conn_mark_upgraded(srv, conn);
 	return reply_now(conn, srv, &resp);
@@ -609,6 +767,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	conn_set_pending(cls, conn, true);
 	if (ctx) {
 		free(ctx->body);
+		if (ctx->spool_fd >= 0)
+			close(ctx->spool_fd);
 		free(ctx);
 		*con_cls = NULL;
 	}

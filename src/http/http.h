@@ -15,6 +15,7 @@ struct http_request {
 	void *conn;            /* opaque, for http_query / http_header */
 	const char *params[4]; /* {id}-style path parameters, in order */
 	size_t n_params;
+	int body_fd; /* HTTP_BODY_SPOOL routes: the body in an unlinked file at offset 0 (body_len bytes); else -1 */
 };
 
 struct http_response {
@@ -30,6 +31,12 @@ struct http_response {
 	void *upgrade_arg;
 	const char *upgrade_protocol; /* value of Upgrade: header, e.g. "websocket" */
 	char *extra_headers[4][2];    /* name, value (owned) */
+	/* A body streamed as it is produced (chunked): stream_read gives > 0
+	 * bytes, 0 at the end, < 0 to cut the stream (the client sees it
+	 * incomplete); stream_free is called once when the response is done. */
+	ssize_t (*stream_read)(void *arg, char *buf, size_t max);
+	void (*stream_free)(void *arg);
+	void *stream_arg;
 };
 
 typedef void (*http_handler)(void *app, const struct http_request *req, struct http_response *resp);
@@ -38,9 +45,13 @@ struct http_route {
 	const char *method;  /* "GET", "POST", ... */
 	const char *pattern; /* "/v1/checkpoints/{id}/restore" */
 	http_handler handler;
-	bool public_;  /* no token needed */
-	bool raw_body; /* handler accepts any content type */
+	bool public_; /* no token needed */
+	/* false: a JSON body; true: any content type; HTTP_BODY_SPOOL: any
+	 * content type, into an unlinked file below opts.spool_dir of at most
+	 * opts.max_spool_bytes (req->body_fd). */
+	unsigned char raw_body;
 };
+#define HTTP_BODY_SPOOL 2
 
 struct http_server;
 struct http_server_opts {
@@ -53,6 +64,8 @@ struct http_server_opts {
 	unsigned per_client_limit;                /* per client address, default 64 */
 	unsigned conn_timeout_s;                  /* idle, default 60 */
 	unsigned header_timeout_s;                /* to send a request's headers, default 10 */
+	const char *spool_dir;                    /* where spooled bodies go (unlinked files) */
+	uint64_t max_spool_bytes;                 /* larger spooled bodies answer 413 */
 };
 
 /* listen: "HOST:PORT", "unix:PATH", or "fd:N" (socket activation). */

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Crash harness: SIGKILL ckptd at random points of create, restore and delete,
+"""Crash harness: SIGKILL ckptd at random points of create, restore, delete and import,
 restart it, and check what it promised.
 
     crash.py [--backend tar|overlay|both] [--kills N] [--seed S] [--dir DIR]
@@ -14,7 +14,9 @@ before it starts to after it ends). After every restart:
   it was made from) or absent; nothing stays "creating" or "deleting";
 - a killed restore leaves the root as it was before or as the checkpoint, never a
   mix;
-- a killed delete leaves the checkpoint whole or gone.
+- a killed delete leaves the checkpoint whole or gone;
+- a killed import is whole (active, and restores to the exported tree) or absent,
+  and leaves nothing in the state dir's xfer/.
 At the end every surviving checkpoint is restored and compared with the tree it
 was made from, and after a second, clean restart no temp file is left in the
 state dir. Prints the number of kills and of invariants checked; exits 1 on the
@@ -49,7 +51,8 @@ class Harness:
         self.acked = {}  # cid -> (name, tree)
         self.records = {}  # cid -> record as acknowledged
         self.deleted = set()
-        self.durations = {"create": 0.05, "restore": 0.05, "delete": 0.02}
+        self.durations = {"create": 0.05, "restore": 0.05, "delete": 0.02, "import": 0.1}
+        self.exports = {}  # cid -> its export archive
         self.kills = 0
         self.checks = 0
         self.counts = {}
@@ -191,6 +194,35 @@ class Harness:
             self.deleted.add(cid)
         self.check_catalog(maybe={cid})
 
+    def round_import(self):
+        """Import an export of an acknowledged checkpoint while ckptd is killed:
+        the import is whole (active, holding the tree) or absent."""
+        if not self.acked:
+            return self.round_create()
+        src = self.rng.choice(sorted(self.acked))
+        blob = self.exports.get(src)
+        if blob is None:
+            r = self.d.request("GET", f"/v1/checkpoints/{src}/export")
+            self.check(r.status_code == 200, f"export of {src}: {r.status_code}")
+            blob = self.exports[src] = r.content
+        r = self.run_killed("import", lambda: self.d.request("POST", "/v1/checkpoints/import", data=blob,
+                                                             headers={"Content-Type": "application/zstd"}))
+        self.restart()
+        tree = self.acked[src][1]
+        if r is not None and r.status_code == 201:
+            rec = r.json()
+            self.acked[rec["checkpoint_id"]] = (rec["name"], tree)
+            self.records[rec["checkpoint_id"]] = rec
+        listed = self.check_catalog()
+        xfer = self.d.state_dir / "xfer"
+        self.check(not xfer.exists() or not any(xfer.iterdir()), "an interrupted import left files in xfer/")
+        for cid, c in listed.items():
+            if c.get("import_of") == src and cid not in self.acked:
+                self.check(c["status"] == "active", f"half-imported checkpoint {cid} is listed")
+                self.acked[cid] = (c["name"], tree)
+                self.records[cid] = c
+                self.check_restores_to(cid, tree)
+
     def temp_files(self):
         return [str(p) for p in self.d.state_dir.rglob("*") if ".tmp" in p.name]
 
@@ -210,12 +242,21 @@ class Harness:
         self.d.delete(other)
         self.durations["delete"] = time.monotonic() - t0
         self.deleted.add(other)
+        blob = self.exports[rec["checkpoint_id"]] = self.d.request(
+            "GET", f"/v1/checkpoints/{rec['checkpoint_id']}/export").content
+        t0 = time.monotonic()
+        imp = self.d.request("POST", "/v1/checkpoints/import", data=blob, headers={"Content-Type": "application/zstd"})
+        self.durations["import"] = time.monotonic() - t0
+        self.check(imp.status_code == 201, f"import: {imp.status_code} {imp.text}")
+        self.acked[imp.json()["checkpoint_id"]] = (imp.json()["name"], self.acked[rec["checkpoint_id"]][1])
+        self.records[imp.json()["checkpoint_id"]] = imp.json()
 
     def run(self, kills):
         self.seed_tree()
         self.d.start()
         self.calibrate()
-        rounds = [self.round_create] * 4 + [self.round_restore] * 4 + [self.round_delete] * 2
+        rounds = [self.round_create] * 4 + [self.round_restore] * 4 + [self.round_delete] * 2 + \
+            [self.round_import] * 2
         while self.kills < kills:
             self.rng.choice(rounds)()
         # Every survivor holds its tree; a clean restart leaves no temp file.

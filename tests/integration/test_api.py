@@ -369,3 +369,19 @@ def test_log_lines_are_timestamped_with_operation_fields(daemon_factory):
     restored = [line for line in lines if f"op=restore id={cid}" in line]
     assert created and re.search(r"duration_ms=\d+\]$", created[0]), lines
     assert restored and re.search(r"duration_ms=\d+\]$", restored[0]), lines
+
+
+def test_refused_tokens_and_access_lines_are_logged(daemon_factory):
+    d = daemon_factory(token="s3cret", extra_args=["--verbose"])
+    assert requests.get(d.url + "/v1/checkpoints", headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert requests.get(d.url + "/v1/checkpoints").status_code == 401
+    assert d.request("GET", "/v1/checkpoints").status_code == 200
+    log = d.log()
+    assert "refused GET /v1/checkpoints from 127.0.0.1: wrong bearer token" in log, log
+    assert "refused GET /v1/checkpoints from 127.0.0.1: no bearer token" in log, log
+    assert re.search(r"GET /v1/checkpoints 200 \d+ ms 0 bytes in, from 127\.0\.0\.1", log), log
+    assert "s3cret" not in log and "nope" not in log
+    # Without --verbose, no access lines.
+    q = daemon_factory()
+    q.request("GET", "/v1/checkpoints")
+    assert not re.search(r"GET /v1/checkpoints 200 \d+ ms", q.log())

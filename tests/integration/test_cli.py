@@ -388,3 +388,15 @@ def test_ctrl_c_during_create_says_it_goes_on(d):
             break
         time.sleep(0.2)
     assert recs and recs[0]["status"] == "active", "the create did not go on after Ctrl-C"
+
+
+def test_posts_carry_an_idempotency_key(d):
+    """Each run of ckpt sends one key with its POSTs, so a retry after an unknown
+    outcome cannot do the work twice: ckptd records one answer per key."""
+    idem = d.state_dir / "idempotency"
+    cid = ok(ckpt(d, "create", "keyed", "-q")).stdout.strip()
+    assert len(list(idem.glob("*.json"))) == 1
+    ok(ckpt(d, "restore", cid, "--yes"))
+    assert len(list(idem.glob("*.json"))) == 2
+    ok(ckpt(d, "list"))  # a GET carries none
+    assert len(list(idem.glob("*.json"))) == 2

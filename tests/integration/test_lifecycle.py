@@ -243,6 +243,19 @@ def poll_progress(d, cid, stop, seen):
         time.sleep(0.01)
 
 
+def wait_created(d, cid, seen, period=0.01):
+    """Poll an async create until it leaves "creating", noting (status,
+    progress) in seen; returns the last record."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        rec = d.get(cid)
+        seen.append((rec["status"], rec.get("progress")))
+        if rec["status"] != "creating":
+            break
+        time.sleep(period)
+    return rec
+
+
 def check_progress(seen, total_files):
     moving = [p for _, p in seen if p]
     assert moving, f"no progress seen in {len(seen)} polls"
@@ -262,13 +275,7 @@ def test_async_create_and_progress(daemon_factory):
 
     cid = start_async(d, "big")["checkpoint_id"]
     seen, stop = [], threading.Event()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        rec = d.get(cid)
-        seen.append((rec["status"], rec.get("progress")))
-        if rec["status"] != "creating":
-            break
-        time.sleep(0.01)
+    rec = wait_created(d, cid, seen)
     assert rec["status"] == "active", rec
     assert seen[0][0] == "creating"
     check_progress(seen, 200)

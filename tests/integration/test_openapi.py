@@ -365,6 +365,35 @@ def async_create(df):
     return r
 
 
+EXPORT = "/v1/checkpoints/{id}/export"
+IMPORT = "/v1/checkpoints/import"
+
+
+def import_ok(df):
+    d = seeded(df)
+    cid = d.create("c")["checkpoint_id"]
+    blob = d.request("GET", f"{CP}/{cid}/export").content
+    return d.request("POST", IMPORT, data=blob)
+
+
+def import_over_limit(df):
+    d = seeded(df, config={"max_checkpoints": 1})
+    cid = d.create("c")["checkpoint_id"]
+    r = d.request("POST", IMPORT, data=d.request("GET", f"{CP}/{cid}/export").content)
+    assert r.json().get("code") == "checkpoint_limit", r.text
+    assert len(d.list()) == 1
+    return r
+
+
+def import_base_mismatch(df):
+    a, b = df(backend="overlay", start=False), df(backend="overlay", start=False)
+    (a.roots[0] / "base").write_text("one")
+    (b.roots[0] / "base").write_text("two!")
+    a.start(), b.start()
+    cid = a.create("c")["checkpoint_id"]
+    return b.request("POST", IMPORT, data=a.request("GET", f"{CP}/{cid}/export").content)
+
+
 PROVOKE = {
     (CP, "post", 201): lambda df: seeded(df).request("POST", CP, json={"name": "n", "labels": {"k": "v"}}),
     (CP, "post", 202): async_create,
@@ -415,6 +444,17 @@ PROVOKE = {
         "DELETE", f"{FORKS}/{d.request('GET', FORKS).json()['forks'][0]['fork_id']}")),
     (ONE_FORK, "delete", 401): lambda df: expect_unauthorized(df, "DELETE", f"{FORKS}/fk_0"),
     (ONE_FORK, "delete", 404): lambda df: seeded(df).request("DELETE", f"{FORKS}/fk_000000000000000000000000"),
+    (EXPORT, "get", 200): lambda df: with_cp(df, "GET", EXPORT),
+    (EXPORT, "get", 401): lambda df: expect_unauthorized(df, "GET", EXPORT),
+    (EXPORT, "get", 404): lambda df: seeded(df).request("GET", f"{CP}/{FAKE_ID}/export"),
+    (EXPORT, "get", 409): lambda df: while_creating(df, "GET", EXPORT),
+    (IMPORT, "post", 201): import_ok,
+    (IMPORT, "post", 400): lambda df: seeded(df).request("POST", IMPORT, data=b"not an archive"),
+    (IMPORT, "post", 401): lambda df: expect_unauthorized(df, "POST", IMPORT, data=b"x"),
+    (IMPORT, "post", 403): import_over_limit,
+    (IMPORT, "post", 409): import_base_mismatch,
+    (IMPORT, "post", 413): lambda df: seeded(df, config={"max_import_bytes": 1000}).request(
+        "POST", IMPORT, data=b"x" * 2000),
     ("/v1/health", "get", 200): lambda df: token_daemon(df).request("GET", "/v1/health"),
     ("/v1/health", "get", 400): lambda df: token_daemon(df).request("GET", "/v1/health?probe=%00"),
     ("/metrics", "get", 200): lambda df: seeded(df).request("GET", "/metrics"),
@@ -445,6 +485,9 @@ UNPROVOKABLE = {
     (ONE, "delete", 500): "needs an I/O error while removing checkpoint data",
     (RESTORE, "post", 500): "needs an I/O error while swapping a root back",
     (RESTORE, "post", 507): "needs a root filesystem that fills up in the middle of a restore",
+    (EXPORT, "get", 500): "needs an I/O error while reading the checkpoint",
+    (IMPORT, "post", 500): "needs an I/O error while extracting",
+    (IMPORT, "post", 507): "needs the state filesystem to fill up during an import",
     ("/metrics", "get", 500): "only when rendering runs out of memory",
     (FORK, "post", 500): "needs a mount or an extraction to fail on a valid empty dir",
     (DIFF, "get", 500): "needs an I/O error while reading layers or manifests",

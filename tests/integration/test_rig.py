@@ -81,7 +81,7 @@ def test_restore_stops_starts_and_serves_restored_content(rig):
     assert sorted(rep["stopped_services"]) == ["web.service", "worker.service"], rep
     assert sorted(rep["started_services"]) == ["web.service", "worker.service"], rep
     assert rep["failed_services"] == [] and rep["failures"] == {}, rep
-    assert set(rep["phases"]) == {"stop_ms", "swap_ms", "start_ms"}
+    assert set(rep["phases"]) == {"queue_ms", "stop_ms", "swap_ms", "start_ms"}
     assert rep["restore_duration_ms"] >= sum(rep["phases"].values()) - 2
     for u in ("web.service", "worker.service"):
         assert active(rig, u) == "active"

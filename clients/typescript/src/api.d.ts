@@ -179,6 +179,64 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/checkpoints/{id}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A checkpoint id, or a name meaning the newest active checkpoint with that name (the newest of any state when none is active). */
+                id: components["parameters"]["CheckpointRef"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The checkpoint as one portable archive (pax tar, zstd), streamed
+         * @description The first entry is `manifest.json`: `format` (`ckptd-export`),
+         *     `version` (1), `backend`, the `checkpoint` record, `base` (overlay:
+         *     `{identity, kind}`, the identity an importing overlay daemon's base
+         *     must have; tar: null) and `roots`, one per managed root, each with
+         *     `entries`: every path with its `type` (dir, file, hardlink, symlink,
+         *     fifo), `mode`, and for files `size` and `sha256`. Then `roots/N` and
+         *     `roots/N/<path>`: each root's whole tree as the checkpoint holds it
+         *     (overlay: the merged view of its layer chain). The body is chunked;
+         *     a failure midway cuts the stream, so an incomplete body never ends
+         *     cleanly.
+         */
+        get: operations["exportCheckpoint"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/checkpoints/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Make a new checkpoint from an exported archive
+         * @description The body (any content type, streamed to a file under the state dir,
+         *     at most `max_import_bytes`) is an archive made by export. Every entry
+         *     is checked against the manifest and every digest verified before
+         *     anything becomes a checkpoint; the new checkpoint gets a new id and
+         *     `import_of` names the exported one. An overlay export imports only on
+         *     an overlay daemon whose base has the identity the manifest names
+         *     (else 409 `base_mismatch`); a tar export imports anywhere.
+         */
+        post: operations["importCheckpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/health": {
         parameters: {
             query?: never;
@@ -394,6 +452,10 @@ export interface components {
             size_bytes: number;
             /** @description how long the create took. */
             duration_ms: number;
+            /** @description How long the create waited for another operation to finish; included in duration_ms. Absent in records made before. */
+            queue_ms?: number;
+            /** @description How long the units using the roots were frozen (the frozen pass, counted even when no unit was frozen). Overlay copies the roots first without the freeze, then only what changed meanwhile while frozen; tar copies everything while frozen. Absent in records made before. */
+            freeze_ms?: number;
             /** @enum {string} */
             backend: "tar" | "overlay";
             labels: {
@@ -409,6 +471,8 @@ export interface components {
             freeze_failures?: {
                 [key: string]: string;
             };
+            /** @description an imported checkpoint's id on the machine it was exported from. */
+            import_of?: string | null;
             progress?: components["schemas"]["Progress"];
             /** @description why an async create failed (status `failed`). */
             error?: {
@@ -454,6 +518,8 @@ export interface components {
                 [key: string]: string;
             };
             phases: {
+                /** @description Time spent waiting for the operation lock (another create, restore or delete); included in restore_duration_ms. */
+                queue_ms: number;
                 stop_ms: number;
                 swap_ms: number;
                 start_ms: number;
@@ -603,7 +669,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {string} */
-            code: "bad_request" | "invalid_field" | "unauthorized" | "forbidden" | "checkpoint_limit" | "not_found" | "method_not_allowed" | "conflict" | "gone" | "checkpoint_expired" | "body_too_large" | "unsupported_media_type" | "insufficient_storage" | "internal" | "unavailable" | "invalid_path" | "checkpoint_forked" | "not_supported" | "invalid_idempotency_key" | "idempotency_in_progress" | "idempotency_key_reused";
+            code: "bad_request" | "invalid_field" | "unauthorized" | "forbidden" | "checkpoint_limit" | "not_found" | "method_not_allowed" | "conflict" | "gone" | "checkpoint_expired" | "body_too_large" | "unsupported_media_type" | "insufficient_storage" | "internal" | "unavailable" | "invalid_path" | "checkpoint_forked" | "not_supported" | "invalid_idempotency_key" | "idempotency_in_progress" | "idempotency_key_reused" | "invalid_archive" | "base_mismatch" | "roots_mismatch" | "unsupported";
         };
     };
     responses: {
@@ -1136,6 +1202,106 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["Internal"];
+        };
+    };
+    exportCheckpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A checkpoint id, or a name meaning the newest active checkpoint with that name (the newest of any state when none is active). */
+                id: components["parameters"]["CheckpointRef"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The archive. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/zstd": string;
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    importCheckpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/zstd": string;
+            };
+        };
+        responses: {
+            /** @description Imported. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Checkpoint"];
+                };
+            };
+            /**
+             * @description Not an archive export made, or a hostile or damaged one (code
+             *     `invalid_archive`): paths that are absolute or hold `..`, symlinks
+             *     or hard links that leave the tree, device nodes, entries not in
+             *     the manifest or listed twice, sizes or digests that differ from
+             *     the manifest, a truncated stream. Nothing is kept.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description `max_checkpoints` reached (code `checkpoint_limit`); nothing is kept. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description An overlay checkpoint over another base (code `base_mismatch`; the
+             *     detail names the identity needed and this daemon's), or an archive
+             *     of another number of roots (code `roots_mismatch`).
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is over `max_import_bytes` (code `body_too_large`). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            507: components["responses"]["InsufficientStorage"];
         };
     };
     health: {

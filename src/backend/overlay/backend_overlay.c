@@ -13,7 +13,7 @@
 #include <limits.h>
 #include <sys/stat.h>
 
-static const char *const ovl_subdirs[] = { "l", "u", "w", "idx", "base", "rec" };
+static const char *const ovl_subdirs[] = { "l", "u", "w", "idx", "base", "rec", "t" };
 
 static void ovl_hash_path(const char *p, char out[OVL_NAME_LEN + 1])
 {
@@ -193,6 +193,7 @@ static void ovl_free(struct ovl *o)
 		json_decref(r->chain);
 		json_decref(r->mounted);
 		treecopy_index_free(r->ix);
+		treecopy_index_free(r->pre_ix);
 	}
 	free(o->roots);
 	free(o->odir);
@@ -203,6 +204,10 @@ static void ovl_free(struct ovl *o)
 	json_decref(o->refs);
 	json_decref(o->chains);
 	json_decref(o->forks);
+	for (size_t i = 0; i < o->n_pins; i++)
+		close(o->pins[i]);
+	free(o->pins);
+	pthread_mutex_destroy(&o->trash_lock);
 	free(o);
 }
 
@@ -234,6 +239,7 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	o->odir_fd = o->cdir_fd = -1;
 	o->cfg = ctx->cfg;
+	pthread_mutex_init(&o->trash_lock, NULL);
 	o->before_mount = ctx->before_mount;
 	o->hook_ctx = ctx->hook_ctx;
 	o->refs = json_object();
@@ -276,6 +282,8 @@ static int ovl_recover(void *st, const char *const *ids, json_t *const *data, si
 	if (q < 0)
 		return err_set(err, -q, NULL, "load layer chains: %s", strerror(-q));
 	overlay_layers_gc(o);
+	for (size_t i = 0; i < o->n_roots; i++)
+		overlay_layers_empty_trash(&o->roots[i]);
 	return 0;
 }
 
@@ -286,8 +294,74 @@ static int ovl_open_dir(int dfd, const char *a, const char *b)
 	return openat(dfd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
+/* Forget create's first pass of r (its files go with the trash). */
+static void ovl_drop_pre(struct ovl_root *r, int l)
+{
+	if (r->pre[0])
+		overlay_layers_trash(r, l, "l", r->pre);
+	r->pre[0] = 0;
+	treecopy_index_free(TAKE_PTR(r->pre_ix));
+	r->pre_bytes = 0;
+}
+
+/* Create's first pass, before the freeze: the upper into l/.pre-<name>,
+ * synced, itself linking what the last layer has. The frozen pass then links
+ * from it every file unchanged since, and has little to copy or sync. */
+static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *err)
+{
+	char name[OVL_NAME_LEN + 1];
+	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int up = ovl_open_dir(r->rdir_fd, "u", r->upper);
+	if (l < 0 || up < 0)
+		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
+	ovl_drop_pre(r, l);
+	int q = overlay_layers_new_name(l, name);
+	if (q < 0)
+		return err_set(err, -q, NULL, "name a layer: %s", strerror(-q));
+	snprintf(r->pre, sizeof(r->pre), ".pre-%s", name);
+	if (mkdirat(l, r->pre, 0700) < 0) {
+		r->pre[0] = 0;
+		return err_set(err, errno, NULL, "create first pass: %m");
+	}
+	_cleanup_close_ int dst = openat(l, r->pre, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int prev = r->ix ? openat(l, r->ix_layer, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	_cleanup_(treecopy_index_freep) struct treecopy_index *ix = treecopy_index_new();
+	struct treecopy_opts opts = {
+		.mode = TREECOPY_NEW, .prev_fd = prev, .prev_ix = r->ix, .new_ix = ix, .progress = p
+	};
+	struct treecopy_stats stats = { 0 };
+	uint64_t files = 0, bytes = 0; /* totals for a progress bar; a failed count only loses the bar */
+	if (p && treecopy_measure(up, prev >= 0 ? r->ix : NULL, &files, &bytes) == 0) {
+		atomic_fetch_add(&p->files_total, files);
+		atomic_fetch_add(&p->bytes_total, bytes);
+	}
+	q = dst < 0 || !ix ? err_set(err, ENOMEM, NULL, "first pass: out of memory")
+			   : treecopy_copy(up, dst, &opts, &stats, err);
+	if (q == 0 && syncfs(dst) < 0) /* so the frozen pass's syncfs has only the changes */
+		q = err_set(err, errno, NULL, "sync first pass: %m");
+	if (q < 0) {
+		ovl_drop_pre(r, l);
+		return q;
+	}
+	r->pre_ix = TAKE_PTR(ix);
+	r->pre_bytes = stats.bytes_copied;
+	return 0;
+}
+
+static int ovl_precopy(void *st, struct progress *p, ckpt_error *err)
+{
+	struct ovl *o = st;
+	for (size_t i = 0; i < o->n_roots; i++) {
+		int q = ovl_precopy_root(&o->roots[i], p, err);
+		if (q < 0)
+			return q;
+	}
+	return 0;
+}
+
 /* Copy r's upper into a new durable layer; on success ix (the upper's new
- * index) is handed to the caller. */
+ * index) is handed to the caller. With a first pass (precopy), unchanged
+ * files are linked from it instead of the last layer, and it is dropped. */
 static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], struct treecopy_index **ret_ix,
 			    uint64_t *size, struct progress *p, ckpt_error *err)
 {
@@ -303,27 +377,24 @@ static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], str
 	if (mkdirat(l, tmp, 0700) < 0)
 		return err_set(err, errno, NULL, "create layer: %m");
 	_cleanup_close_ int dst = openat(l, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	_cleanup_close_ int prev = r->ix ? openat(l, r->ix_layer, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	const char *from = r->pre_ix ? r->pre : r->ix ? r->ix_layer : NULL;
+	_cleanup_close_ int prev = from ? openat(l, from, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	_cleanup_(treecopy_index_freep) struct treecopy_index *ix = treecopy_index_new();
 	struct treecopy_opts opts = {
-		.mode = TREECOPY_NEW, .prev_fd = prev, .prev_ix = r->ix, .new_ix = ix, .progress = p
+		.mode = TREECOPY_NEW,
+		.prev_fd = prev,
+		.prev_ix = r->pre_ix ? r->pre_ix : r->ix,
+		.new_ix = ix,
+		.progress = r->pre_ix ? NULL : p, /* the bar follows the first pass, which has the totals */
 	};
 	struct treecopy_stats stats = { 0 };
+	uint64_t pre_bytes = r->pre_bytes;
 	q = dst < 0 || !ix ? err_set(err, ENOMEM, NULL, "create layer: out of memory")
 			   : treecopy_copy(up, dst, &opts, &stats, err);
-	if (q == 0 && (q = overlay_record_write(r, dst, name)) < 0)
-		err_set(err, -q, NULL, "record layer: %s", strerror(-q));
-	if (q == 0 && syncfs(dst) < 0)
-		q = err_set(err, errno, NULL, "sync layer: %m");
-	if (q == 0 && renameat(l, tmp, l, name) < 0)
-		q = err_set(err, errno, NULL, "publish layer: %m");
-	if (q == 0 && fsync_dirfd(l) < 0)
-		q = err_set(err, errno, NULL, "sync layer store: %m");
-	if (q < 0) {
-		rm_rf_at(l, tmp);
+	ovl_drop_pre(r, l); /* its files live on as links in dst */
+	if ((q = overlay_layer_publish(r, l, dst, tmp, name, q, err)) < 0)
 		return q;
-	}
-	*size += stats.bytes_copied;
+	*size += stats.bytes_copied + pre_bytes; /* a file rewritten since the first pass counts twice */
 	*ret_ix = TAKE_PTR(ix);
 	return 0;
 }
@@ -387,7 +458,31 @@ static int ovl_create(void *st, const char *id, json_t **ret_data, uint64_t *ret
 struct ovl_swap {
 	json_t *old_chain, *old_mounted;
 	char old_upper[OVL_NAME_LEN + 1];
+	int pin; /* the old mount, detached (overlay_umount_pinned), or -1 */
 };
+
+/* The old upper and work dir go to t/ and the pin to the list: cleanup
+ * deletes them, then closes the pin (never under the operation lock). */
+static void ovl_discard_upper(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
+{
+	_cleanup_close_ int u = openat(r->rdir_fd, "u", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int w = openat(r->rdir_fd, "w", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (u >= 0)
+		overlay_layers_trash(r, u, "u", s->old_upper);
+	if (w >= 0)
+		overlay_layers_trash(r, w, "w", s->old_upper);
+	if (s->pin < 0)
+		return;
+	pthread_mutex_lock(&o->trash_lock);
+	int *p = realloc(o->pins, (o->n_pins + 1) * sizeof(*p));
+	if (p) {
+		o->pins = p;
+		o->pins[o->n_pins++] = TAKE_FD(s->pin);
+	}
+	pthread_mutex_unlock(&o->trash_lock);
+	if (s->pin >= 0) /* out of memory: drop it now (writes back) */
+		close(TAKE_FD(s->pin));
+}
 
 /* Put P back as it was before a failed swap (best effort). */
 static void ovl_swap_undo(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
@@ -417,7 +512,7 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 	for (; q == 0 && prepared < o->n_roots; prepared++) {
 		struct ovl_root *r = &o->roots[prepared];
 		json_t *c = json_object_get(chains, r->h);
-		sw[prepared] = (struct ovl_swap){ json_incref(r->chain), json_incref(r->mounted), "" };
+		sw[prepared] = (struct ovl_swap){ json_incref(r->chain), json_incref(r->mounted), "", -1 };
 		memcpy(sw[prepared].old_upper, r->upper, sizeof(r->upper));
 		if (r->spare[0]) { /* made durable by maintain: no fsync on the request path */
 			memcpy(r->upper, r->spare, sizeof(r->upper));
@@ -434,19 +529,23 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 	}
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++, swapped++) {
 		struct ovl_root *r = &o->roots[i];
-		q = overlay_umount(r->path, details, err);
+		q = overlay_umount_pinned(r->path, details, &sw[i].pin, err);
 		if (q == 0)
 			q = ovl_mount_chain(o, r, r->chain, r->upper, err);
 	}
 	if (q < 0)
-		for (size_t i = 0; i < prepared && i < o->n_roots; i++)
+		for (size_t i = 0; i < prepared && i < o->n_roots; i++) {
+			if (sw[i].pin >= 0)
+				close(TAKE_FD(sw[i].pin));
 			if (sw[i].old_chain)
 				ovl_swap_undo(o, &o->roots[i], &sw[i]);
+		}
 	for (size_t i = 0; i < o->n_roots && q == 0; i++) {
 		struct ovl_root *r = &o->roots[i];
 		treecopy_index_free(TAKE_PTR(r->ix)); /* the new upper is empty */
 		r->ix_layer[0] = 0;
 		unlinkat(r->rdir_fd, "idx/index", 0);
+		ovl_discard_upper(o, r, &sw[i]);
 	}
 	for (size_t i = 0; sw && i < o->n_roots; i++) {
 		json_decref(sw[i].old_chain);
@@ -454,6 +553,8 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 	}
 	free(sw);
 	o->dirty_gc = true;
+	if (q == 0)
+		atomic_store(&o->last_swap_ms, mono_ms());
 	(void)swapped;
 	return ovl_fail(q, err);
 }
@@ -536,10 +637,43 @@ static void ovl_maintain(void *st)
 			o->roots[i].spare[0] = 0;
 }
 
+/* Delete what restores and GC put in t/, then let the old mounts go: with
+ * their uppers deleted, the last unmount has no dirty data of theirs to
+ * write back. That last unmount still syncs the upper's filesystem, which
+ * stalls a restore's fsyncs meanwhile: the mounts are let go only once no
+ * restore came for a while (or too many are held), else >0: call again.
+ * Runs without the operation lock. */
+#define OVL_PIN_IDLE_MS 2000
+#define OVL_PIN_MAX 64
+static int ovl_cleanup_pins(struct ovl *o, bool all)
+{
+	for (size_t i = 0; i < o->n_roots; i++)
+		overlay_layers_empty_trash(&o->roots[i]);
+	pthread_mutex_lock(&o->trash_lock);
+	bool release = all || o->n_pins > OVL_PIN_MAX || mono_ms() - atomic_load(&o->last_swap_ms) >= OVL_PIN_IDLE_MS;
+	int *pins = release ? TAKE_PTR(o->pins) : NULL;
+	size_t n = release ? o->n_pins : 0;
+	if (release)
+		o->n_pins = 0;
+	int left = (int)o->n_pins;
+	pthread_mutex_unlock(&o->trash_lock);
+	for (size_t i = 0; i < n; i++)
+		close(pins[i]);
+	free(pins);
+	return left;
+}
+
+static int ovl_cleanup(void *st)
+{
+	return ovl_cleanup_pins(st, false);
+}
+
 static void ovl_close(void *st, bool unmount)
 {
 	struct ovl *o = st;
 	ckpt_error e;
+	if (o)
+		ovl_cleanup_pins(o, true);
 	for (size_t i = 0; unmount && o && i < o->n_roots; i++) {
 		_cleanup_free_ char *base = path_join(o->roots[i].rdir, "base");
 		overlay_umount(o->roots[i].path, NULL, &e);
@@ -585,6 +719,7 @@ const struct backend_ops backend_overlay_ops = {
 	.probe = ovl_probe,
 	.open = ovl_open,
 	.recover = ovl_recover,
+	.precopy = ovl_precopy,
 	.create = ovl_create,
 	.restore = ovl_restore,
 	.verify = ovl_verify,
@@ -595,5 +730,9 @@ const struct backend_ops backend_overlay_ops = {
 	.diff = overlay_diff,
 	.health = ovl_health,
 	.maintain = ovl_maintain,
+	.cleanup = ovl_cleanup,
 	.close = ovl_close,
+	.view_open = overlay_view_open,
+	.view_close = overlay_view_close,
+	.import = overlay_import,
 };

@@ -9,6 +9,8 @@
  *     u/<name>, w/<name>  upper and work dirs; only live.json's upper is in use
  *     idx/<upper>     index of the upper at its last create (for hard links)
  *     rec/<name>      each layer's record, what verify compares it with
+ *     t/<kind>-<name> discarded uppers, work dirs and layers, deleted by
+ *                     cleanup without the operation lock
  *     live.json       {path, chain, mounted, upper}: the adoption record and
  *                     the intent of a restore (written before the swap)
  *     f/<fork>/u, f/<fork>/w   a fork's upper and work dirs (overlay_fork.c)
@@ -18,6 +20,7 @@
  *                     flattening rewrites these, the catalog never changes. */
 #pragma once
 #include <jansson.h>
+#include <pthread.h>
 #include "backend/backend.h"
 #include "backend/overlay/treecopy.h"
 
@@ -34,6 +37,11 @@ struct ovl_root {
 	char spare[OVL_NAME_LEN + 1]; /* a durable empty upper made off the request path, or "" */
 	struct treecopy_index *ix;    /* upper's index at its last create */
 	char ix_layer[OVL_NAME_LEN + 1];
+	/* create's first pass (precopy), made before the freeze: l/<pre> and
+	 * the upper's index into it; "" / NULL when there is none. */
+	char pre[OVL_NAME_LEN + 6];
+	struct treecopy_index *pre_ix;
+	uint64_t pre_bytes;
 };
 
 struct ovl {
@@ -48,6 +56,13 @@ struct ovl {
 	json_t *forks;  /* fork id -> {h: [layers]}: counted in refs too (overlay_fork.c) */
 	void (*before_mount)(void *hook_ctx, const char *root); /* backend_ctx's */
 	void *hook_ctx;
+	/* Old mounts detached by restores, held open until cleanup has deleted
+	 * their uppers: the last close then drops their dirty pages instead of
+	 * writing them back. Guarded by trash_lock (cleanup runs unlocked). */
+	pthread_mutex_t trash_lock;
+	int *pins;
+	size_t n_pins;
+	_Atomic int64_t last_swap_ms; /* when a restore last swapped the mounts */
 };
 
 /* overlay_layers.c */
@@ -57,11 +72,19 @@ json_t *overlay_layers_chain_get(struct ovl *o, const char *id, json_t *data);
 int overlay_layers_chain_drop(struct ovl *o, const char *id);
 void overlay_layers_ref(struct ovl *o, const char *h, json_t *layers, int delta);
 int overlay_layers_load_chains(struct ovl *o, const char *const *ids, json_t *const *data, size_t n);
-/* Remove layers, uppers, work dirs and indexes nothing uses. */
+/* Move layers, uppers, work dirs and records nothing uses to t/ (quick). */
 void overlay_layers_gc(struct ovl *o);
+/* Move entry name of dir sub of r to t/ (else delete it at once). */
+void overlay_layers_trash(struct ovl_root *r, int dfd, const char *sub, const char *name);
+/* Delete everything in r's t/ (slow; needs no lock). */
+void overlay_layers_empty_trash(struct ovl_root *r);
 /* Merge chains deeper than the threshold into one layer each. */
 int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err);
 int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NAME_LEN + 1], ckpt_error *err);
+/* overlay_layers.c too: record, sync and publish layer .tmp-<name> (fd dst) of layer store l when
+ * q == 0; remove it on any failure. Returns q or the new failure. */
+int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q,
+			  ckpt_error *err);
 
 /* overlay_flatten.c: merge layers lfd[0..n) (newest first) into the empty
  * dir dst so that dst over base shows what the chain over base shows. */
@@ -90,3 +113,8 @@ int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, 
 void overlay_fork_load(struct ovl *o);
 int overlay_fork_remove(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err);
 int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err);
+
+/* overlay_export.c: the view_open, view_close and import ops. */
+int overlay_view_open(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);
+void overlay_view_close(void *st, char **dirs);
+int overlay_import(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size, ckpt_error *err);

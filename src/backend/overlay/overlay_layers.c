@@ -178,8 +178,50 @@ static void overlay_layers_sweep(struct ovl *o, struct ovl_root *r, const char *
 	struct dirent *de;
 	while ((de = walk_next(d)))
 		if (!keep(o, r, de->d_name))
-			if (rm_rf_at(dirfd(d), de->d_name) < 0)
-				log_debug("overlay: remove '%s/%s/%s' failed", r->rdir, sub, de->d_name);
+			overlay_layers_trash(r, dirfd(d), sub, de->d_name);
+	closedir(d);
+}
+
+void overlay_layers_trash(struct ovl_root *r, int dfd, const char *sub, const char *name)
+{
+	char t[64];
+	snprintf(t, sizeof(t), "t/%s-%s", sub, name);
+	if (renameat(dfd, name, r->rdir_fd, t) == 0)
+		return;
+	if (rm_rf_at(dfd, name) < 0)
+		log_debug("overlay: remove '%s/%s/%s' failed", r->rdir, sub, name);
+}
+
+/* Truncate the regular files only this name holds: their pages and blocks
+ * go at once, even while a detached mount still holds the inode. A file
+ * with other links (a layer's, shared with a newer one) is left whole. */
+static int overlay_layers_truncate(void *ctx, int dfd, const char *name)
+{
+	struct stat st;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return 0;
+	if (S_ISDIR(st.st_mode))
+		walk_each(dfd, name, overlay_layers_truncate, ctx); /* best effort: rm -rf follows */
+	if (S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_size > 0) {
+		_cleanup_close_ int fd = openat(dfd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+		if (fd >= 0 && ftruncate(fd, 0) < 0)
+			log_debug("overlay: truncate trash file '%s': %m", name);
+	}
+	return 0;
+}
+
+void overlay_layers_empty_trash(struct ovl_root *r)
+{
+	DIR *d;
+	if (walk_open(r->rdir_fd, "t", &d) < 0)
+		return;
+	struct dirent *de;
+	while ((de = walk_next(d))) {
+		if (!strncmp(de->d_name, "u-", 2)) /* an upper (layers share inodes) */
+			overlay_layers_truncate(NULL, dirfd(d), de->d_name);
+		if (rm_rf_at(dirfd(d), de->d_name) < 0)
+			log_debug("overlay: remove '%s/t/%s' failed", r->rdir, de->d_name);
+	}
 	closedir(d);
 }
 
@@ -342,4 +384,21 @@ int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err)
 		}
 	}
 	return 0;
+}
+
+/* Finish layer store l's .tmp-<name> (fd dst) once written (q == 0): record
+ * it, make it durable, publish it as name. On any failure it is removed. */
+int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q, ckpt_error *err)
+{
+	if (q == 0 && (q = overlay_record_write(r, dst, name)) < 0)
+		err_set(err, -q, NULL, "record layer: %s", strerror(-q));
+	if (q == 0 && syncfs(dst) < 0)
+		q = err_set(err, errno, NULL, "sync layer: %m");
+	if (q == 0 && renameat(l, tmp, l, name) < 0)
+		q = err_set(err, errno, NULL, "publish layer: %m");
+	if (q == 0 && fsync_dirfd(l) < 0)
+		q = err_set(err, errno, NULL, "sync layer store: %m");
+	if (q < 0)
+		rm_rf_at(l, tmp);
+	return q;
 }

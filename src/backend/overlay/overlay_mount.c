@@ -323,3 +323,23 @@ int overlay_umount(const char *path, struct restore_details *busy, ckpt_error *e
 		return err_set(err, errno, NULL, "detach '%s': %m", path);
 	return 0;
 }
+
+int overlay_umount_pinned(const char *path, struct restore_details *busy, int *ret_pin, ckpt_error *err)
+{
+	*ret_pin = -1;
+	/* MNT_EXPIRE unmounts nothing the first time: EAGAIN when unused, EBUSY
+	 * when held; a mark left from an earlier call would unmount (synced). */
+	if (umount2(path, MNT_EXPIRE | UMOUNT_NOFOLLOW) == 0)
+		return 0;
+	if (errno == EBUSY && busy && overlay_busy_processes(path, busy) < 0)
+		log_debug("cannot list the processes holding '%s'", path);
+	int pin = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) < 0) {
+		int e = errno;
+		if (pin >= 0)
+			close(pin);
+		return err_set(err, e, NULL, "detach '%s': %s", path, strerror(e));
+	}
+	*ret_pin = pin;
+	return 0;
+}

@@ -47,6 +47,12 @@ int overlay_mountinfo_find(const char *path, struct overlay_mountinfo *ret);
 /* Unmount path; on EBUSY add the processes that hold it to busy (may be
  * NULL) and detach. */
 int overlay_umount(const char *path, struct restore_details *busy, ckpt_error *err);
+/* Detach path lazily, adding the processes that hold it to busy (may be
+ * NULL), and return in *ret_pin an fd that keeps the detached mount alive
+ * (-1 when it is already gone). A plain unmount syncs the upper's whole
+ * filesystem; the caller deletes the upper first and closes the pin after,
+ * so the upper's dirty pages are dropped instead of written back. */
+int overlay_umount_pinned(const char *path, struct restore_details *busy, int *ret_pin, ckpt_error *err);
 /* Add the processes with cwd, root, an open fd or a mapping under path to
  * d->busy. -ENOMEM when the list cannot grow. */
 int overlay_busy_processes(const char *path, struct restore_details *d);

@@ -48,6 +48,11 @@ struct treecopy_stats {
 /* Copy the contents and metadata of directory src_fd into directory dst_fd. */
 int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct treecopy_stats *stats, ckpt_error *err);
 
+/* What treecopy_copy of src_fd would count as progress: the entries below
+ * it, and the bytes of regular files prev_ix (may be NULL) does not
+ * match, i.e. those it copies rather than links. A stat walk, no reads. */
+int treecopy_measure(int src_fd, const struct treecopy_index *prev_ix, uint64_t *ret_files, uint64_t *ret_bytes);
+
 /* Copy one regular file's data: FICLONE, else copy_file_range over data
  * extents (holes stay holes), else read/write. */
 int treecopy_file_data(int in, int out, off_t size, uint64_t *ret_copied);

@@ -110,7 +110,8 @@ static int read_meta(struct tar_state *s, int dirfd, const char *name, bool *zst
 	return r;
 }
 
-static int snapshot_roots(struct tar_state *s, int dirfd, struct progress *p, ckpt_error *err)
+/* from: the trees to capture, one per root (NULL: the roots themselves). */
+static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, struct progress *p, ckpt_error *err)
 {
 	struct tar_create_opts o = { .zstd = s->zstd, .skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p };
 	char arch[32], man[32];
@@ -124,9 +125,10 @@ static int snapshot_roots(struct tar_state *s, int dirfd, struct progress *p, ck
 		atomic_fetch_add(&p->bytes_total, bytes);
 	}
 	for (size_t i = 0; i < s->n_roots; i++) {
-		_cleanup_close_ int fd = open_root(s, i, err);
+		_cleanup_close_ int fd =
+			from ? open(from[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : open_root(s, i, err);
 		if (fd < 0)
-			return fd;
+			return from ? err_set(err, errno, NULL, "cannot open '%s': %m", from[i]) : fd;
 		entry_names(i, s->zstd, arch, man);
 		int r = tar_create_root(fd, dirfd, arch, man, &o, err);
 		if (r < 0)
@@ -137,7 +139,7 @@ static int snapshot_roots(struct tar_state *s, int dirfd, struct progress *p, ck
 }
 
 /* Write checkpoint name into .tmp-<name>, then make it appear atomically. */
-static int snapshot(struct tar_state *s, const char *name, struct progress *p, ckpt_error *err)
+static int snapshot(struct tar_state *s, const char *name, char *const *from, struct progress *p, ckpt_error *err)
 {
 	char tmp[64];
 	int r;
@@ -150,7 +152,7 @@ static int snapshot(struct tar_state *s, const char *name, struct progress *p, c
 	_cleanup_close_ int dfd = openat(s->tar_fd, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	r = dfd < 0 ? err_set(err, errno, NULL, "cannot open '%s': %m", tmp) : 0;
 	if (r >= 0)
-		r = snapshot_roots(s, dfd, p, err);
+		r = snapshot_roots(s, dfd, from, p, err);
 	if (r >= 0 && fsync(dfd) < 0)
 		r = err_set(err, tar_errno_norm(errno), NULL, "cannot sync '%s': %m", tmp);
 	if (r >= 0 && renameat(s->tar_fd, tmp, s->tar_fd, name) < 0)
@@ -174,7 +176,7 @@ static void *base_thread(void *arg)
 	struct tar_state *s = arg;
 	ckpt_error err = { 0 };
 	int64_t t0 = mono_ms();
-	int r = snapshot(s, BASE, NULL, &err);
+	int r = snapshot(s, BASE, NULL, NULL, &err);
 
 	pthread_mutex_lock(&s->lock);
 	s->base_state = r < 0 ? BASE_FAILED : BASE_READY;
@@ -199,7 +201,7 @@ static int base_wait(struct tar_state *s, ckpt_error *err)
 	pthread_mutex_unlock(&s->lock);
 	if (!failed)
 		return 0;
-	int r = snapshot(s, BASE, NULL, err);
+	int r = snapshot(s, BASE, NULL, NULL, err);
 	if (r < 0)
 		return err_prefix(err, "cannot record the roots' base");
 	pthread_mutex_lock(&s->lock);
@@ -209,8 +211,9 @@ static int base_wait(struct tar_state *s, ckpt_error *err)
 	return 0;
 }
 
-static int tar_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
-		      ckpt_error *err)
+/* A checkpoint of the roots (from NULL) or of the trees from[] (import). */
+static int tar_capture(void *st, const char *id, char *const *from, json_t **ret_data, uint64_t *ret_size,
+		       struct progress *p, ckpt_error *err)
 {
 	struct tar_state *s = st;
 	uint64_t size = 0;
@@ -220,7 +223,7 @@ static int tar_create(void *st, const char *id, json_t **ret_data, uint64_t *ret
 		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
 	if ((r = base_wait(s, err)) < 0)
 		return r;
-	r = snapshot(s, id, p, err);
+	r = snapshot(s, id, from, p, err);
 	if (r < 0)
 		return r;
 	tree_disk_usage(s->tar_fd, id, &size);
@@ -230,6 +233,70 @@ static int tar_create(void *st, const char *id, json_t **ret_data, uint64_t *ret
 		*ret_data = json_pack("{s:s, s:I}", "compression", s->zstd ? "zstd" : "none", "roots",
 				      (json_int_t)s->n_roots);
 	return 0;
+}
+
+static int tar_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
+		      ckpt_error *err)
+{
+	return tar_capture(st, id, NULL, ret_data, ret_size, p, err);
+}
+
+static int tar_import(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size,
+		      ckpt_error *err)
+{
+	return tar_capture(st, id, dirs, ret_data, ret_size, NULL, err);
+}
+
+/* A view is an extraction of the checkpoint (or base) into tmp/r<N>: restore
+ * into an empty directory writes every entry. */
+static int tar_view_open(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err)
+{
+	struct tar_state *s = st;
+	const char *name = id ? id : BASE;
+	char **dirs = calloc(s->n_roots + 1, sizeof(*dirs));
+	bool zstd = false;
+	int r = dirs ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
+	(void)data;
+
+	_cleanup_close_ int cfd = openat(s->tar_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (r == 0 && cfd < 0)
+		r = err_set(err, errno, NULL, "checkpoint data '%s' is missing: %m", name);
+	if (r == 0)
+		r = read_meta(s, cfd, name, &zstd, err);
+	for (size_t i = 0; r == 0 && i < s->n_roots; i++) {
+		struct tar_restore_opts o = { .skip_dev = s->state_dev, .skip_ino = s->state_ino };
+		struct tar_restore_stats one;
+		char arch[32], man[32];
+		if (asprintf(&dirs[i], "%s/r%zu", tmp, i) < 0) {
+			dirs[i] = NULL;
+			r = err_set(err, ENOMEM, NULL, "out of memory");
+			break;
+		}
+		if (mkdir(dirs[i], 0700) < 0) {
+			r = err_set(err, errno, NULL, "cannot create '%s': %m", dirs[i]);
+			break;
+		}
+		_cleanup_close_ int fd = open(dirs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		entry_names(i, zstd, arch, man);
+		r = fd < 0 ? err_set(err, errno, NULL, "cannot open '%s': %m", dirs[i])
+			   : tar_restore_root(fd, cfd, arch, man, &o, &one, err);
+	}
+	if (r < 0) {
+		for (size_t i = 0; dirs && i < s->n_roots; i++)
+			free(dirs[i]);
+		free(dirs);
+		return r;
+	}
+	*ret_dirs = dirs;
+	return 0;
+}
+
+static void tar_view_close(void *st, char **dirs)
+{
+	struct tar_state *s = st;
+	for (size_t i = 0; dirs && i < s->n_roots; i++)
+		free(dirs[i]);
+	free(dirs);
 }
 
 static int intent_write(struct tar_state *s, const char *name, ckpt_error *err)
@@ -665,4 +732,7 @@ const struct backend_ops backend_tar_ops = {
 	.health = tar_health,
 	.maintain = NULL,
 	.close = tar_close,
+	.view_open = tar_view_open,
+	.view_close = tar_view_close,
+	.import = tar_import,
 };
