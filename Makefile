@@ -39,7 +39,7 @@ CLI_LIBS   = $(shell pkg-config --libs $(CLI_PKGS) 2>/dev/null)
 # listed before it (tools/layers.sh checks this in `make check`).
 LAYERS    := lib config services backend engine http host
 LIB_SRCS  := $(wildcard src/lib/*.c) src/config.c $(wildcard src/services/*.c) \
-	$(wildcard src/backend/*/*.c) $(wildcard src/engine/*.c) $(wildcard src/http/*.c) \
+	$(wildcard src/backend/*.c) $(wildcard src/backend/*/*.c) $(wildcard src/engine/*.c) $(wildcard src/http/*.c) \
 	$(wildcard src/host/*.c)
 LIB_OBJS  := $(LIB_SRCS:src/%.c=$(BUILD)/obj/%.o)
 CLI_SRCS  := $(wildcard src/cli/*.c)

@@ -92,6 +92,20 @@ struct backend_ops {
 	/* Drop checkpoint id's data (the record is already gone or going). */
 	int (*remove)(void *st, const char *id, json_t *data, ckpt_error *err);
 
+	/* Forks (may be NULL: not supported). Mount a writable copy-on-write view
+	 * of checkpoint id as fork fid, root i's at dirs[i] (empty directories).
+	 * *fdata is NULL for a new fork (set it to the backend's JSON to record),
+	 * or that JSON again to mount it after a restart (no-op if mounted). */
+	int (*fork_mount)(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs,
+			  json_t **fdata, ckpt_error *err);
+	/* Unmount fork fid and remove its private data; dirs stay, empty. */
+	int (*fork_remove)(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err);
+	/* Append to out one object per path that differs between checkpoint id
+	 * and checkpoint id2 (NULL: the live roots), sorted by path (see
+	 * backend_diff.h). NULL when the backend cannot diff. */
+	int (*diff)(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out,
+		    ckpt_error *err);
+
 	/* Members for GET /v1/health (e.g. "backend_reason", mounts). */
 	void (*health)(void *st, json_t *out);
 

@@ -25,6 +25,10 @@ static const char ckpt_usage[] =
 	"  delete ID|NAME [-q]                                       delete a checkpoint\n"
 	"  restore ID|NAME [--force] [--if-expired fail|fresh] [--verify] [--yes] [--dry-run]\n"
 	"                                                            roll the roots back to it\n"
+	"  fork ID|NAME DIR                                          mount a writable copy of a checkpoint at DIR\n"
+	"  forks                                                     list forks\n"
+	"  fork-delete FORK_ID                                       unmount and remove a fork\n"
+	"  diff ID|NAME [--against ID|NAME]                          what changed since a checkpoint\n"
 	"  export ID|NAME -o FILE                                    write it as one portable archive\n"
 	"  import FILE                                               a new checkpoint from an archive\n"
 	"  health                                                    the daemon's health\n"
@@ -56,6 +60,7 @@ enum {
 	OPT_YES,
 	OPT_DRY_RUN,
 	OPT_VERIFY,
+	OPT_AGAINST,
 	OPT_OUTPUT,
 };
 
@@ -75,6 +80,7 @@ static const struct option ckpt_options[] = {
 	{ "yes", no_argument, NULL, OPT_YES },
 	{ "dry-run", no_argument, NULL, OPT_DRY_RUN },
 	{ "verify", no_argument, NULL, OPT_VERIFY },
+	{ "against", required_argument, NULL, OPT_AGAINST },
 	{ "output", required_argument, NULL, OPT_OUTPUT },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
@@ -198,6 +204,9 @@ static int ckpt_parse_opt(int c, struct cli_opts *o, struct ckpt_args *a)
 	case OPT_VERIFY:
 		o->verify = true;
 		return 0;
+	case OPT_AGAINST:
+		o->against = optarg;
+		return 0;
 	case OPT_OUTPUT:
 		o->output = optarg;
 		return 0;
@@ -249,6 +258,20 @@ static const struct ckpt_command ckpt_commands[] = {
 	  "  --verify              compare the roots with the checkpoint after the swap\n"
 	  "  -y, --yes             do not ask (a terminal asks before restoring)\n"
 	  "  --dry-run             show what would be restored; change nothing\n" },
+	{ "fork", 2, 0, "ID and DIR", cli_cmd_fork,
+	  "Usage: ckpt fork ID|NAME DIR\n"
+	  "Mount a writable copy of a checkpoint at DIR, an existing empty directory\n"
+	  "outside the managed roots and the state dir. Writes there touch neither the\n"
+	  "roots nor other forks. Prints the fork id.\n" },
+	{ "forks", 0, 0, NULL, cli_cmd_forks, "Usage: ckpt forks\nList forks: id, checkpoint, directory.\n" },
+	{ "fork-delete", 1, 0, "FORK_ID", cli_cmd_fork_delete,
+	  "Usage: ckpt fork-delete FORK_ID\n"
+	  "Unmount a fork and remove its data; its directory stays, empty.\n" },
+	{ "diff", 1, OPT_BIT(OPT_AGAINST), "ID", cli_cmd_diff,
+	  "Usage: ckpt diff ID|NAME [--against ID|NAME]\n"
+	  "What changed from a checkpoint to the live roots (or to another checkpoint),\n"
+	  "one path a line like `git status --short`: A added, D deleted, M modified\n"
+	  "(content, mode or owner), T type changed.\n" },
 	{ "health", 0, 0, NULL, cli_cmd_health, "Usage: ckpt health\nThe daemon's health.\n" },
 	{ "status", 0, 0, NULL, cli_cmd_status,
 	  "Usage: ckpt status\nA short summary of health: warnings (processes using a root that no\n"
@@ -461,6 +484,8 @@ static int ckpt_main(int argc, char **argv, struct cli_opts *o)
 	if (r)
 		return r;
 	o->tty = isatty(STDOUT_FILENO);
+	if (cmd->n_args > 1)
+		o->arg2 = argv[optind + 2];
 	ckpt_idempotency_key(o->conn.idem_key, sizeof(o->conn.idem_key));
 	return cmd->run(o, cmd->n_args ? argv[optind + 1] : NULL);
 }

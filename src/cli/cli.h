@@ -119,6 +119,9 @@ struct cli_opts {
 	bool yes, dry_run;
 	bool verify;
 	bool tty; /* stdout is a terminal */
+	/* fork: the second positional argument (DIR); diff */
+	const char *arg2;
+	const char *against;
 	/* export */
 	const char *output;
 };
@@ -130,11 +133,24 @@ int cli_cmd_delete(const struct cli_opts *o, const char *id);
 int cli_cmd_restore(const struct cli_opts *o, const char *id);
 int cli_cmd_health(const struct cli_opts *o, const char *unused);
 int cli_cmd_status(const struct cli_opts *o, const char *unused);
-/* Shared by the commands: a transport failure or an error answer, reported;
- * "/v1/checkpoints/{ref}{suffix}" (-1 on success, else the exit status). */
+/* Send a request; -1 when it succeeded (2xx), else the exit status. */
+int cli_cmd_send(const struct cli_opts *o, const char *method, const char *path, json_t *body, struct cli_reply *r,
+		 cli_tick_fn tick, void *tick_arg);
+/* "/v1/checkpoints/{ref}{suffix}" for an id or a name; -1 on success, else the exit status. */
+int cli_cmd_ref_path(const struct cli_opts *o, const char *ref, const char *suffix, char **ret);
+
+/* ---- cli_fork.c: forks and diffs ---- */
+int cli_cmd_fork(const struct cli_opts *o, const char *id);
+int cli_cmd_forks(const struct cli_opts *o, const char *unused);
+int cli_cmd_fork_delete(const struct cli_opts *o, const char *fork_id);
+int cli_cmd_diff(const struct cli_opts *o, const char *id);
+/* Print every change from checkpoint ref to against (NULL: live) like
+ * `git status --short`; -1 on success, else the exit status. */
+int cli_diff_print(const struct cli_opts *o, const char *ref, const char *against, size_t *ret_n);
+/* Shared by the commands: a transport failure or an error answer, reported
+ * (the exit status). */
 int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r);
 int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r);
-int cli_cmd_ref_path(const struct cli_opts *o, const char *ref, const char *suffix, char **ret);
 /* A long request in flight: the tick polls the record at record_path and
  * draws a bar from its progress (a spinner while it has none). */
 struct cli_watch {

@@ -106,8 +106,8 @@ static bool cli_cmd_code_is(const struct cli_reply *r, const char *code)
 static void cli_cmd_sleep_ms(long ms);
 
 /* Send a request; returns -1 when it succeeded (2xx), else the exit status. */
-static int cli_cmd_send(const struct cli_opts *o, const char *method, const char *path, json_t *body,
-			struct cli_reply *r, cli_tick_fn tick, void *tick_arg)
+int cli_cmd_send(const struct cli_opts *o, const char *method, const char *path, json_t *body, struct cli_reply *r,
+		 cli_tick_fn tick, void *tick_arg)
 {
 	if (!path) {
 		fprintf(stderr, "ckpt: out of memory\n");
@@ -525,6 +525,13 @@ static int cli_cmd_restore_check(const struct cli_opts *o, const char *path)
 			cli_out_verbatim(&r);
 		else
 			cli_cmd_restore_preview(r.json, stdout);
+		const char *id = json_string_value(json_object_get(r.json, "checkpoint_id"));
+		size_t n = 0;
+		if (!o->json && id) { /* what the restore would undo, as `ckpt diff` prints it */
+			puts("\nChanges since the checkpoint (the restore undoes them):");
+			if (cli_diff_print(o, id, NULL, &n) < 0 && n == 0)
+				puts("  none");
+		}
 		return CKPT_EXIT_OK;
 	}
 	cli_cmd_restore_preview(r.json, stderr);

@@ -182,6 +182,8 @@ int engine_open(const struct config *cfg, const struct engine_deps *deps, struct
 	if (r == 0)
 		r = engine_open_state(e, deps, err);
 	if (r == 0)
+		r = engine_forks_open(e, err);
+	if (r == 0)
 		r = engine_sweeper_start(e, err);
 	if (r < 0) {
 		engine_close(e);
@@ -216,6 +218,7 @@ void engine_close(struct engine *e)
 	if (e->state_fd >= 0)
 		close(e->state_fd);
 	metrics_destroy(&e->metrics);
+	json_decref(e->forks);
 	pthread_mutex_destroy(&e->op_lock);
 	pthread_mutex_destroy(&e->state_lock);
 	pthread_cond_destroy(&e->sweep_cond);
@@ -243,6 +246,9 @@ int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err)
 	else if (rec->status == CKPT_CREATING)
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
 				 rec->id);
+	else if (engine_fork_uses(e, rec->id))
+		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "checkpoint_forked",
+				 "checkpoint '%s' has forks: delete them first (GET /v1/forks)", rec->id);
 	else
 		r = engine_drop(e, rec, err);
 	if (r == 0)

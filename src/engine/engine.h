@@ -60,6 +60,19 @@ json_t *engine_list(struct engine *e, const char *name);
 int engine_list_page(struct engine *e, const char *name, size_t limit, const char *page_token, json_t **ret_list,
 		     char **ret_next, ckpt_error *err);
 json_t *engine_health(struct engine *e);
+
+/* Forks (engine_fork.c): a writable copy-on-write view of a checkpoint
+ * mounted at path (an existing empty dir outside the roots and state dir). */
+int engine_fork(struct engine *e, const char *id_or_name, const char *path, json_t **ret, ckpt_error *err);
+json_t *engine_fork_list(struct engine *e);
+int engine_fork_delete(struct engine *e, const char *fork_id, ckpt_error *err);
+/* What changed from checkpoint id_or_name to against (NULL: the live roots). */
+struct diff_req {
+	const char *against;
+	size_t limit;           /* 0: default */
+	const char *page_token; /* NULL: first page */
+};
+int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req *req, json_t **ret, ckpt_error *err);
 /* After READY: start the units stopped for a mount at start (units ordered
  * After=ckptd.service could not start before), and look for processes that
  * no unit covers. Health says what happened. */

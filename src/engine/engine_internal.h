@@ -39,6 +39,8 @@ struct engine {
 	unsigned pending_async;
 	char status[160];
 
+	json_t *forks; /* fork id -> record (engine_fork.c); guarded by state_lock */
+
 	/* Adoption (engine_adopt.c): units stopped before a mount at start,
 	 * started again by engine_adoption_finish; guarded by state_lock. */
 	json_t *adoption;       /* {mounted: [roots], stopped_units, restarted_units, failures, at} */
@@ -73,6 +75,10 @@ int engine_storage_err(ckpt_error *err, int r);
 int engine_sweeper_start(struct engine *e, ckpt_error *err);
 void engine_sweeper_stop(struct engine *e);
 void engine_kick_maintenance(struct engine *e);
+/* engine_fork.c */
+int engine_forks_open(struct engine *e, ckpt_error *err);
+/* engine_life.c: whether a fork uses checkpoint id */
+bool engine_fork_uses(struct engine *e, const char *id);
 /* engine_verify.c: compare the roots with checkpoint id (NULL: the base) and
  * add verified, verify_ms, verify_differences (and ok: false) to extra.
  * Returns its ms. */

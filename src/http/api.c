@@ -4,27 +4,7 @@
 
 #include "config.h"
 #include "engine/engine.h"
-
-json_t *api_parse_object(const struct http_request *req, bool required, struct http_response *resp)
-{
-	json_error_t jerr;
-	if (!req->body || req->body_len == 0) {
-		if (required)
-			http_fail(resp, ERR_INVALID, "bad_request", "a JSON object body is required");
-		return required ? NULL : json_object();
-	}
-	json_auto_t *obj = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
-	if (!obj) {
-		http_fail(resp, ERR_INVALID, "bad_request", "malformed JSON at line %d column %d: %s", jerr.line,
-			  jerr.column, jerr.text);
-		return NULL;
-	}
-	if (!json_is_object(obj)) {
-		http_fail(resp, ERR_INVALID, "bad_request", "the body must be a JSON object");
-		return NULL;
-	}
-	return TAKE_PTR(obj);
-}
+#include "http/api_fork.h"
 
 /* Unknown members are refused so that a typo never passes silently. */
 static bool api_only_fields(json_t *obj, const char *const *allowed, struct http_response *resp)
@@ -330,12 +310,21 @@ static void api_metrics(void *app, const struct http_request *req, struct http_r
 		http_fail(resp, ERR_INTERNAL, NULL, "cannot render metrics");
 }
 
+static void api_fork(void *app, const struct http_request *req, struct http_response *resp)
+{
+	api_idempotent(app, req, resp, api_fork_create);
+}
+
 static const struct http_route routes[] = {
 	{ "POST", "/v1/checkpoints", api_create, false, false },
 	{ "GET", "/v1/checkpoints", api_list, false, false },
 	{ "GET", "/v1/checkpoints/{id}", api_get, false, false },
 	{ "DELETE", "/v1/checkpoints/{id}", api_delete, false, false },
 	{ "POST", "/v1/checkpoints/{id}/restore", api_restore, false, false },
+	{ "POST", "/v1/checkpoints/{id}/fork", api_fork, false, false },
+	{ "GET", "/v1/checkpoints/{id}/diff", api_diff, false, false },
+	{ "GET", "/v1/forks", api_fork_list, false, false },
+	{ "DELETE", "/v1/forks/{id}", api_fork_delete, false, false },
 	{ .method = "GET", .pattern = "/v1/checkpoints/{id}/export", .handler = api_export },
 	{ .method = "POST", .pattern = "/v1/checkpoints/import", .handler = api_import, .raw_body = HTTP_BODY_SPOOL },
 	{ "GET", "/v1/health", api_health, true, false },

@@ -362,6 +362,7 @@ def test_restore_asks_on_a_terminal_and_dry_run_changes_nothing(d):
     assert (d.roots[0] / "hello.txt").read_text() == "changed\n"
     p = ok(ckpt(d, "restore", cid, "--dry-run"))
     assert f"Restore would roll every managed root back to {cid} \"before\"" in p.stdout
+    assert f"\nM {d.roots[0]}/hello.txt\n" in p.stdout, p.stdout  # the diff it would undo
     assert (d.roots[0] / "hello.txt").read_text() == "changed\n"
     rc, out = run_on_terminal(["--url", d.url, "restore", "--dry-run", cid])
     assert rc == 0 and "[y/N]" not in out and (d.roots[0] / "hello.txt").read_text() == "changed\n"

@@ -132,6 +132,10 @@ def check_response(resp, path, method):
 CP = "/v1/checkpoints"
 ONE = "/v1/checkpoints/{id}"
 RESTORE = "/v1/checkpoints/{id}/restore"
+FORK = "/v1/checkpoints/{id}/fork"
+DIFF = "/v1/checkpoints/{id}/diff"
+FORKS = "/v1/forks"
+ONE_FORK = "/v1/forks/{id}"
 TEXT = {"Content-Type": "text/plain"}
 BIG = b'{"name": "' + b"x" * (2 << 20) + b'"}'
 
@@ -305,6 +309,45 @@ def ws_attach(df):
     return Answer()
 
 
+def fork_in(df, pick, path=None, then=None):
+    """Fork checkpoint pick(d, cid) into an empty dir beside the daemon's."""
+    d = seeded(df)
+    cid = d.create("c")["checkpoint_id"]
+    target = d.base / "fork"
+    target.mkdir()
+    r = d.request("POST", FORK.replace("{id}", pick(d, cid)), json={"path": path or str(target)})
+    return then(d) if then else r
+
+
+def fork_key_reused(df):
+    """The same Idempotency-Key sent again to fork into another dir: 422, and nothing mounted."""
+    d = seeded(df)
+    cid = d.create("c")["checkpoint_id"]
+    (d.base / "fork1").mkdir()
+    (d.base / "fork2").mkdir()
+    hdr = {"Idempotency-Key": "k"}
+    first = d.request("POST", FORK.replace("{id}", cid), json={"path": str(d.base / "fork1")}, headers=hdr)
+    assert first.status_code == 201, first.text
+    again = d.request("POST", FORK.replace("{id}", cid), json={"path": str(d.base / "fork1")}, headers=hdr)
+    assert again.status_code == 201 and again.json() == first.json(), again.text
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    r = d.request("POST", FORK.replace("{id}", cid), json={"path": str(d.base / "fork2")}, headers=hdr)
+    assert len(d.request("GET", "/v1/forks").json()["forks"]) == 1
+    return r
+
+
+def fork_while_creating(df):
+    d = seeded(df)
+    for i in range(30):
+        (d.roots[0] / f"big{i}").write_bytes(os.urandom(4 << 20))
+    (d.base / "fork").mkdir()
+    a = d.request("POST", CP, json={"name": "slow", "async": True})
+    assert a.status_code == 202, a.text
+    r = d.request("POST", FORK.replace("{id}", a.json()["checkpoint_id"]), json={"path": str(d.base / "fork")})
+    assert r.json().get("code") == "conflict", r.text
+    return r
+
+
 def with_cp(df, method, path, **kw):
     d = seeded(df)
     cid = d.create("c")["checkpoint_id"]
@@ -382,6 +425,25 @@ PROVOKE = {
     (RESTORE, "post", 422): lambda df: idem_reused(df, RESTORE, {}, {"force": True}),
     (RESTORE, "post", 413): lambda df: with_cp(df, "POST", RESTORE, data=BIG, headers={"Content-Type": "application/json"}),
     (RESTORE, "post", 415): lambda df: with_cp(df, "POST", RESTORE, data="{}", headers=TEXT),
+    (FORK, "post", 201): lambda df: fork_in(df, lambda d, cid: cid),
+    (FORK, "post", 400): lambda df: fork_in(df, lambda d, cid: cid, path="/nonexistent/dir"),
+    (FORK, "post", 401): lambda df: expect_unauthorized(df, "POST", FORK, json={"path": "/tmp"}),
+    (FORK, "post", 404): lambda df: fork_in(df, lambda d, cid: FAKE_ID),
+    (FORK, "post", 409): fork_while_creating,
+    (FORK, "post", 422): fork_key_reused,
+    (FORK, "post", 413): lambda df: with_cp(df, "POST", FORK, data=BIG, headers={"Content-Type": "application/json"}),
+    (FORK, "post", 415): lambda df: with_cp(df, "POST", FORK, data="{}", headers=TEXT),
+    (DIFF, "get", 200): lambda df: with_cp(df, "GET", DIFF),
+    (DIFF, "get", 400): lambda df: with_cp(df, "GET", DIFF, params={"limit": "0"}),
+    (DIFF, "get", 401): lambda df: expect_unauthorized(df, "GET", DIFF),
+    (DIFF, "get", 404): lambda df: seeded(df).request("GET", DIFF.replace("{id}", FAKE_ID)),
+    (DIFF, "get", 409): lambda df: while_creating(df, "GET", DIFF),
+    (FORKS, "get", 200): lambda df: fork_in(df, lambda d, cid: cid, then=lambda d: d.request("GET", FORKS)),
+    (FORKS, "get", 401): lambda df: expect_unauthorized(df, "GET", FORKS),
+    (ONE_FORK, "delete", 204): lambda df: fork_in(df, lambda d, cid: cid, then=lambda d: d.request(
+        "DELETE", f"{FORKS}/{d.request('GET', FORKS).json()['forks'][0]['fork_id']}")),
+    (ONE_FORK, "delete", 401): lambda df: expect_unauthorized(df, "DELETE", f"{FORKS}/fk_0"),
+    (ONE_FORK, "delete", 404): lambda df: seeded(df).request("DELETE", f"{FORKS}/fk_000000000000000000000000"),
     (EXPORT, "get", 200): lambda df: with_cp(df, "GET", EXPORT),
     (EXPORT, "get", 401): lambda df: expect_unauthorized(df, "GET", EXPORT),
     (EXPORT, "get", 404): lambda df: seeded(df).request("GET", f"{CP}/{FAKE_ID}/export"),
@@ -427,6 +489,10 @@ UNPROVOKABLE = {
     (IMPORT, "post", 500): "needs an I/O error while extracting",
     (IMPORT, "post", 507): "needs the state filesystem to fill up during an import",
     ("/metrics", "get", 500): "only when rendering runs out of memory",
+    (FORK, "post", 500): "needs a mount or an extraction to fail on a valid empty dir",
+    (DIFF, "get", 500): "needs an I/O error while reading layers or manifests",
+    (FORKS, "get", 500): "listing reads memory only",
+    (ONE_FORK, "delete", 500): "needs an unmount to fail",
     ("/create", "get", 101): "starts a gVisor sandbox with runsc: covered by the host-mode tests",
     ("/create", "get", 500): "only when the session cannot be allocated",
     ("/attach/{sandbox_id}", "get", 500): "only when the session cannot be allocated",

@@ -76,6 +76,109 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/checkpoints/{id}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A checkpoint id, or a name meaning the newest active checkpoint with that name (the newest of any state when none is active). */
+                id: components["parameters"]["CheckpointRef"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Mount a writable, independent copy of a checkpoint at a directory
+         * @description `path` must be an absolute, existing, empty directory reached through
+         *     no symlink, outside every managed root, the state dir and other forks
+         *     (else 400 `invalid_path` with the reason; nothing is mounted). With
+         *     several roots, each root's view goes to `path/<basename of the root>`.
+         *     Overlay: an overlay mount over the checkpoint's layers with an upper
+         *     of its own (constant time). Tar: the checkpoint extracted into `path`.
+         *     The fork is recorded durably and mounted again at start; the
+         *     checkpoint cannot be deleted (409 `checkpoint_forked`) or expire
+         *     while it has forks.
+         */
+        post: operations["forkCheckpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/checkpoints/{id}/diff": {
+        parameters: {
+            query?: {
+                /** @description Another checkpoint (id or name); without it, the live roots. */
+                against?: string;
+                /** @description Most changes per page (default 1000, at most 10000). */
+                limit?: number;
+                /** @description The `next_page_token` of the previous page. */
+                page_token?: string;
+            };
+            header?: never;
+            path: {
+                /** @description A checkpoint id, or a name meaning the newest active checkpoint with that name (the newest of any state when none is active). */
+                id: components["parameters"]["CheckpointRef"];
+            };
+            cookie?: never;
+        };
+        /**
+         * What changed from a checkpoint to another one or to the live roots
+         * @description Paths added, deleted and modified from the checkpoint (old side) to
+         *     `against` or the live roots (new side), sorted by path. Overlay looks
+         *     only at the layers above the two sides' common ancestor, resolving
+         *     redirects, whiteouts and opaque directories; tar compares manifests
+         *     (content by sha256) or a manifest with the tree (content by size and
+         *     mtime). A renamed entry is a deletion plus an addition.
+         */
+        get: operations["diffCheckpoint"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/forks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every fork */
+        get: operations["listForks"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/forks/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A fork id (`fk_` + 24 hex digits). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Unmount a fork and remove its data; the directory stays, empty */
+        delete: operations["deleteFork"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/checkpoints/{id}/export": {
         parameters: {
             query?: never;
@@ -222,6 +325,56 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        ForkRequest: {
+            /** @description Absolute path of an existing empty directory. */
+            path: string;
+        };
+        Fork: {
+            /** @example fk_0123456789abcdef01234567 */
+            fork_id: string;
+            checkpoint_id: string;
+            /** @description The directory, resolved. */
+            path: string;
+            /** @description Where each root's view is (path itself for one root). */
+            paths: string[];
+            /** Format: date-time */
+            created_at: string;
+            /** @description False when it could not be mounted again at start (see error). */
+            mounted: boolean;
+            error?: string;
+            /** @description Time the fork took (in the POST answer only). */
+            fork_ms?: number;
+        };
+        Change: {
+            /** @description Absolute (the root's path and the entry's). */
+            path: string;
+            /** @enum {string} */
+            change: "added" | "deleted" | "modified";
+            /** @enum {string} */
+            type: "file" | "directory" | "symlink" | "fifo" | "char_device" | "block_device" | "socket";
+            size: number;
+            /** @example 0644 */
+            mode?: string;
+            changes?: ("type" | "content" | "mode" | "owner")[];
+            old_type?: string;
+            old_size?: number;
+            old_mode?: string;
+            old_uid?: number;
+            uid?: number;
+            old_gid?: number;
+            gid?: number;
+        };
+        Diff: {
+            checkpoint_id: string;
+            /** @description The other checkpoint's id, or `live`. */
+            against: string;
+            changes: components["schemas"]["Change"][];
+            /** @description Changes in all pages. */
+            total: number;
+            /** @description Present when more pages follow. */
+            next_page_token?: string;
+            diff_ms?: number;
+        };
         CreateRequest: {
             /** @description 1 to 128 printable characters (UTF-8, no control characters). A label, not a key. */
             name: string;
@@ -516,7 +669,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {string} */
-            code: "bad_request" | "invalid_field" | "unauthorized" | "forbidden" | "checkpoint_limit" | "not_found" | "method_not_allowed" | "conflict" | "gone" | "checkpoint_expired" | "body_too_large" | "unsupported_media_type" | "insufficient_storage" | "internal" | "unavailable" | "invalid_idempotency_key" | "idempotency_in_progress" | "idempotency_key_reused" | "invalid_archive" | "base_mismatch" | "roots_mismatch" | "unsupported";
+            code: "bad_request" | "invalid_field" | "unauthorized" | "forbidden" | "checkpoint_limit" | "not_found" | "method_not_allowed" | "conflict" | "gone" | "checkpoint_expired" | "body_too_large" | "unsupported_media_type" | "insufficient_storage" | "internal" | "unavailable" | "invalid_path" | "checkpoint_forked" | "not_supported" | "invalid_idempotency_key" | "idempotency_in_progress" | "idempotency_key_reused" | "invalid_archive" | "base_mismatch" | "roots_mismatch" | "unsupported";
         };
     };
     responses: {
@@ -914,6 +1067,141 @@ export interface operations {
             422: components["responses"]["IdempotencyKeyReused"];
             500: components["responses"]["Internal"];
             507: components["responses"]["InsufficientStorage"];
+        };
+    };
+    forkCheckpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry of this request safe. The first answer to a request
+                 *     (method, path and body) sent with a key is kept for 24 hours, on disk
+                 *     under the state dir, across restarts: the same request with the same
+                 *     key answers it again, with the header `Idempotent-Replayed: true`,
+                 *     without doing the work twice. While the first request still runs the
+                 *     repeat answers 409 `idempotency_in_progress`; another request under
+                 *     the same key answers 422 `idempotency_key_reused`. 5xx, 408, 409 and
+                 *     429 answers are not kept (the work did not happen: a retry runs it).
+                 *     A daemon killed in the middle of a request forgets the key, and a retry
+                 *     runs the request again. 1 to 255 printable ASCII characters (400
+                 *     `invalid_idempotency_key` otherwise); a random UUID per logical call is
+                 *     a good key.
+                 * @example 6f1c2a9e-3b4d-4f8e-9a51-0c2d7e8b1f43
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description A checkpoint id, or a name meaning the newest active checkpoint with that name (the newest of any state when none is active). */
+                id: components["parameters"]["CheckpointRef"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ForkRequest"];
+            };
+        };
+        responses: {
+            /** @description Mounted. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Fork"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["IdempotencyKeyReused"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    diffCheckpoint: {
+        parameters: {
+            query?: {
+                /** @description Another checkpoint (id or name); without it, the live roots. */
+                against?: string;
+                /** @description Most changes per page (default 1000, at most 10000). */
+                limit?: number;
+                /** @description The `next_page_token` of the previous page. */
+                page_token?: string;
+            };
+            header?: never;
+            path: {
+                /** @description A checkpoint id, or a name meaning the newest active checkpoint with that name (the newest of any state when none is active). */
+                id: components["parameters"]["CheckpointRef"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of changes. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Diff"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    listForks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The forks. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        forks: components["schemas"]["Fork"][];
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    deleteFork: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A fork id (`fk_` + 24 hex digits). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Gone. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
         };
     };
     exportCheckpoint: {

@@ -53,36 +53,11 @@ static int ovl_new_upper(struct ovl_root *r, char name[OVL_NAME_LEN + 1])
 
 static int ovl_mount_chain(struct ovl *o, struct ovl_root *r, json_t *chain, const char *upper, ckpt_error *err)
 {
-	size_t n = json_array_size(chain);
-	char(*names)[OVL_NAME_LEN + 3] = calloc(n + 1, sizeof(*names));
-	const char **lowers = calloc(n + 1, sizeof(*lowers));
 	char up[32], wk[32];
-	int q;
-
-	if (!names || !lowers) {
-		free(names);
-		free(lowers);
-		return err_set(err, ENOMEM, NULL, "out of memory");
-	}
-	for (size_t i = 0; i < n; i++) {
-		snprintf(names[i], sizeof(names[i]), "l/%s", json_string_value(json_array_get(chain, i)));
-		lowers[i] = names[i];
-	}
-	lowers[n] = "base";
 	snprintf(up, sizeof(up), "u/%s", upper);
 	snprintf(wk, sizeof(wk), "w/%s", upper);
-	struct overlay_spec s = { .target = r->path,
-				  .dir = r->rdir,
-				  .dir_fd = r->rdir_fd,
-				  .lowers = lowers,
-				  .n_lowers = n + 1,
-				  .upper = up,
-				  .work = wk };
-	q = overlay_mount(&s, err);
-	free(names);
-	free(lowers);
 	(void)o;
-	return q;
+	return overlay_mount_layers(r, chain, r->path, up, wk, err);
 }
 
 static bool ovl_is_our_upper(struct ovl_root *r, const struct overlay_mountinfo *mi, const char *name)
@@ -228,6 +203,7 @@ static void ovl_free(struct ovl *o)
 		close(o->cdir_fd);
 	json_decref(o->refs);
 	json_decref(o->chains);
+	json_decref(o->forks);
 	for (size_t i = 0; i < o->n_pins; i++)
 		close(o->pins[i]);
 	free(o->pins);
@@ -267,6 +243,7 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	o->before_mount = ctx->before_mount;
 	o->hook_ctx = ctx->hook_ctx;
 	o->refs = json_object();
+	o->forks = json_object();
 	o->chains = json_object();
 	o->roots = calloc(ctx->n_roots ? ctx->n_roots : 1, sizeof(*o->roots));
 	_cleanup_free_ char *cdir = NULL;
@@ -299,6 +276,8 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 static int ovl_recover(void *st, const char *const *ids, json_t *const *data, size_t n, ckpt_error *err)
 {
 	struct ovl *o = st;
+	json_object_clear(o->forks);
+	overlay_fork_load(o); /* forks use layers too: counted by load_chains */
 	int q = overlay_layers_load_chains(o, ids, data, n);
 	if (q < 0)
 		return err_set(err, -q, NULL, "load layer chains: %s", strerror(-q));
@@ -746,6 +725,9 @@ const struct backend_ops backend_overlay_ops = {
 	.verify = ovl_verify,
 	.reset = ovl_reset,
 	.remove = ovl_remove,
+	.fork_mount = overlay_fork_mount,
+	.fork_remove = overlay_fork_remove,
+	.diff = overlay_diff,
 	.health = ovl_health,
 	.maintain = ovl_maintain,
 	.cleanup = ovl_cleanup,

@@ -13,6 +13,9 @@
  *                     cleanup without the operation lock
  *     live.json       {path, chain, mounted, upper}: the adoption record and
  *                     the intent of a restore (written before the swap)
+ *     f/<fork>/u, f/<fork>/w   a fork's upper and work dirs (overlay_fork.c)
+ *     dv/<name>/  a checkpoint's view mounted for a diff, while it runs
+ *   fk/<fork>.json  each fork's chains {h: [layers]} (overlay_fork.c)
  *   c/<id>.json       each checkpoint's chains {h: [layers, newest first]};
  *                     flattening rewrites these, the catalog never changes. */
 #pragma once
@@ -47,9 +50,10 @@ struct ovl {
 	int odir_fd, cdir_fd;
 	struct ovl_root *roots;
 	size_t n_roots;
-	json_t *refs;                                           /* "h/layer" -> number of checkpoints using it */
-	json_t *chains;                                         /* id -> {h: [layers]} (cache of c/<id>.json) */
-	bool dirty_gc;                                          /* maintain has layers or uppers to remove */
+	json_t *refs;   /* "h/layer" -> number of checkpoints using it */
+	json_t *chains; /* id -> {h: [layers]} (cache of c/<id>.json) */
+	bool dirty_gc;  /* maintain has layers or uppers to remove */
+	json_t *forks;  /* fork id -> {h: [layers]}: counted in refs too (overlay_fork.c) */
 	void (*before_mount)(void *hook_ctx, const char *root); /* backend_ctx's */
 	void *hook_ctx;
 	/* Old mounts detached by restores, held open until cleanup has deleted
@@ -97,6 +101,18 @@ int overlay_live_save(struct ovl_root *r);
 int overlay_live_load(struct ovl_root *r);
 /* Set r's live chain and the chain its mount uses (references taken). */
 void overlay_live_set(struct ovl_root *r, json_t *chain, json_t *mounted);
+/* Mount chain (+ base) at target with upper/work dirs up and wk (relative to
+ * the root's state dir). */
+int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, const char *up, const char *wk,
+			 ckpt_error *err);
+
+/* overlay_fork.c, overlay_diff.c: the backend ops of the same names. */
+int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs, json_t **fdata,
+		       ckpt_error *err);
+/* Load fk/<fork>.json into o->forks (before overlay_layers_load_chains counts the refs). */
+void overlay_fork_load(struct ovl *o);
+int overlay_fork_remove(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err);
+int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err);
 
 /* overlay_export.c: the view_open, view_close and import ops. */
 int overlay_view_open(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);

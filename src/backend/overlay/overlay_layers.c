@@ -130,6 +130,10 @@ int overlay_layers_load_chains(struct ovl *o, const char *const *ids, json_t *co
 {
 	json_object_clear(o->refs);
 	json_object_clear(o->chains);
+	const char *fid;
+	json_t *fc;
+	/* forks use layers too (o->forks loaded by the caller) */
+	json_object_foreach(o->forks, fid, fc) overlay_layers_ref_all(o, fc, +1);
 	for (size_t i = 0; i < n; i++) {
 		json_auto_t *c = overlay_layers_chain_get(o, ids[i], data ? data[i] : NULL);
 		if (!c)
@@ -235,6 +239,20 @@ static bool overlay_layers_keep_upper(struct ovl *o, struct ovl_root *r, const c
 	return !strcmp(name, r->upper) || !strcmp(name, r->spare);
 }
 
+/* Diff views live only while a diff runs (under the operation lock, as GC). */
+static bool overlay_layers_keep_none(struct ovl *o, struct ovl_root *r, const char *name)
+{
+	(void)o, (void)r, (void)name;
+	return false;
+}
+
+/* A fork's upper stays while the fork is recorded (even when not mounted). */
+static bool overlay_layers_keep_fork(struct ovl *o, struct ovl_root *r, const char *name)
+{
+	(void)r;
+	return json_object_get(o->forks, name) != NULL;
+}
+
 void overlay_layers_gc(struct ovl *o)
 {
 	for (size_t i = 0; i < o->n_roots; i++) {
@@ -242,6 +260,8 @@ void overlay_layers_gc(struct ovl *o)
 		overlay_layers_sweep(o, &o->roots[i], "rec", overlay_layers_keep_layer);
 		overlay_layers_sweep(o, &o->roots[i], "u", overlay_layers_keep_upper);
 		overlay_layers_sweep(o, &o->roots[i], "w", overlay_layers_keep_upper);
+		overlay_layers_sweep(o, &o->roots[i], "dv", overlay_layers_keep_none);
+		overlay_layers_sweep(o, &o->roots[i], "f", overlay_layers_keep_fork);
 	}
 	o->dirty_gc = false;
 }

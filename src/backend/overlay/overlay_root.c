@@ -1,8 +1,10 @@
 /* overlay_root.c: the live state of a managed root: which chain and upper P
- * is (to be) mounted with, kept in r/<h>/live.json. It calls nothing else in
- * the backend: the ops (backend_overlay.c) and the layer store
- * (overlay_layers.c) both call it. */
+ * is (to be) mounted with, kept in r/<h>/live.json, and mounting a chain of
+ * layers. It calls nothing else in the backend but overlay_mount.c: the ops
+ * (backend_overlay.c), the layer store (overlay_layers.c), forks and diffs
+ * all call it. */
 #include "backend/overlay/overlay_internal.h"
+#include "backend/overlay/overlay_mount.h"
 
 void overlay_live_set(struct ovl_root *r, json_t *chain, json_t *mounted)
 {
@@ -38,4 +40,37 @@ int overlay_live_load(struct ovl_root *r)
 	snprintf(r->upper, sizeof(r->upper), "%s", up);
 	overlay_live_set(r, c, json_is_array(m) ? m : c);
 	return 0;
+}
+
+/* Mount chain (+ base) at target with upper/work dirs up and wk (relative to
+ * the root's state dir). */
+int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, const char *up, const char *wk,
+			 ckpt_error *err)
+{
+	size_t n = json_array_size(chain);
+	char(*names)[OVL_NAME_LEN + 3] = calloc(n + 1, sizeof(*names));
+	const char **lowers = calloc(n + 1, sizeof(*lowers));
+	int q;
+
+	if (!names || !lowers) {
+		free(names);
+		free(lowers);
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		snprintf(names[i], sizeof(names[i]), "l/%s", json_string_value(json_array_get(chain, i)));
+		lowers[i] = names[i];
+	}
+	lowers[n] = "base";
+	struct overlay_spec s = { .target = target,
+				  .dir = r->rdir,
+				  .dir_fd = r->rdir_fd,
+				  .lowers = lowers,
+				  .n_lowers = n + 1,
+				  .upper = up,
+				  .work = wk };
+	q = overlay_mount(&s, err);
+	free(names);
+	free(lowers);
+	return q;
 }

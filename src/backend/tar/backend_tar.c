@@ -14,9 +14,11 @@
 
 #include "config.h"
 #include "backend/tar/tar_create.h"
+#include "backend/tar/tar_diff.h"
 #include "backend/tar/tar_fs.h"
 #include "backend/tar/tar_restore.h"
 #include "lib/walk.h"
+#include "backend/backend_diff.h"
 #include "backend/tar/tar_verify.h"
 
 #define TAR_DIR "tar"
@@ -468,6 +470,98 @@ static int tar_remove(void *st, const char *id, json_t *data, ckpt_error *err)
 	return fsync(s->tar_fd) < 0 ? err_set(err, errno, NULL, "cannot sync the tar state dir: %m") : 0;
 }
 
+static int open_ckpt(struct tar_state *s, const char *id, bool *zstd, ckpt_error *err)
+{
+	if (!id_valid(id))
+		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
+	int cfd = openat(s->tar_fd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (cfd < 0)
+		return err_set(err, errno, NULL, "checkpoint data '%s' is missing: %m", id);
+	if (read_meta(s, cfd, id, zstd, err) < 0) {
+		close(cfd);
+		return -EINVAL;
+	}
+	return cfd;
+}
+
+/* A fork is a full extraction of the checkpoint into each empty dir. */
+static int tar_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs,
+			  json_t **fdata, ckpt_error *err)
+{
+	struct tar_state *s = st;
+	bool zstd;
+	char arch[32], man[32];
+	(void)data;
+	(void)fid;
+	if (*fdata) /* extracted once, nothing to mount again */
+		return 0;
+	_cleanup_close_ int cfd = open_ckpt(s, id, &zstd, err);
+	if (cfd < 0)
+		return cfd;
+	for (size_t i = 0; i < s->n_roots; i++) {
+		struct tar_restore_opts o = {
+			.skip_dev = s->state_dev, .skip_ino = s->state_ino, .trust_nothing = true, .no_alias = true
+		};
+		struct tar_restore_stats one;
+		_cleanup_close_ int fd = open(dirs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			return err_set(err, errno, NULL, "open '%s': %m", dirs[i]);
+		entry_names(i, zstd, arch, man);
+		if (tar_restore_root(fd, cfd, arch, man, &o, &one, err) < 0 || syncfs(fd) < 0)
+			return err_prefix(err, "extract into '%s'", dirs[i]);
+	}
+	*fdata = json_pack("{s:b}", "extracted", true);
+	return 0;
+}
+
+static int tar_fork_remove(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err)
+{
+	struct tar_state *s = st;
+	(void)fid;
+	(void)fdata;
+	for (size_t i = 0; i < s->n_roots; i++) {
+		_cleanup_close_ int fd = open(dirs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		DIR *d;
+		if (fd < 0 || walk_open(fd, NULL, &d) < 0)
+			continue; /* already gone */
+		struct dirent *de;
+		int r = 0;
+		while ((de = walk_next(d)))
+			if (rm_rf_at(dirfd(d), de->d_name) < 0)
+				r = -errno;
+		closedir(d);
+		if (r < 0)
+			return err_set(err, -r, NULL, "empty '%s': %s", dirs[i], strerror(-r));
+	}
+	return 0;
+}
+
+static int tar_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out,
+		    ckpt_error *err)
+{
+	struct tar_state *s = st;
+	bool zstd, zstd2;
+	char arch[32], man[32];
+	(void)data;
+	(void)data2;
+	_cleanup_close_ int cfd = open_ckpt(s, id, &zstd, err);
+	if (cfd < 0)
+		return cfd;
+	_cleanup_close_ int cfd2 = id2 ? open_ckpt(s, id2, &zstd2, err) : -1;
+	if (id2 && cfd2 < 0)
+		return cfd2;
+	for (size_t i = 0; i < s->n_roots; i++) {
+		_cleanup_close_ int fd = id2 ? -1 : open_root(s, i, err);
+		if (!id2 && fd < 0)
+			return fd;
+		entry_names(i, zstd, arch, man);
+		if (tar_diff_root(s->roots[i], cfd, man, cfd2, man, fd, s->state_dev, s->state_ino, out, err) < 0)
+			return -EIO;
+	}
+	bdiff_sort(out);
+	return 0;
+}
+
 /* A restore the previous run did not finish is run again now. A failure is
  * kept visible (health) and the intent stays, so nothing pretends the roots
  * are consistent; the daemon still starts so a client can restore again. */
@@ -632,6 +726,9 @@ const struct backend_ops backend_tar_ops = {
 	.verify = tar_verify,
 	.reset = tar_reset,
 	.remove = tar_remove,
+	.fork_mount = tar_fork_mount,
+	.fork_remove = tar_fork_remove,
+	.diff = tar_diff,
 	.health = tar_health,
 	.maintain = NULL,
 	.close = tar_close,

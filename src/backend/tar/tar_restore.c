@@ -498,7 +498,7 @@ int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const cha
 	if (r >= 0)
 		r = apply_root(&c, root_fd);
 	/* Only a cache: without it the next restore rewrites more, nothing worse. */
-	if (r >= 0 && files > 0 && live_walk(&c, root_fd, NULL, record_one) >= 0)
+	if (r >= 0 && files > 0 && !o->no_alias && live_walk(&c, root_fd, NULL, record_one) >= 0)
 		tar_manifest_alias_save(ckpt_dirfd, alias, &c.m);
 	tar_manifest_free(&c.m);
 	return r;

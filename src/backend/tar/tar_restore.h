@@ -10,6 +10,7 @@ struct tar_restore_opts {
 	ino_t skip_ino;
 	struct progress *p;        /* may be NULL; totals are added to */
 	bool trust_nothing;        /* rewrite every entry: a past restore failed */
+	bool no_alias;             /* not the root (a fork): keep the alias cache as it is */
 	struct timespec max_ctime; /* out: newest ctime remembered as an alias */
 };
 

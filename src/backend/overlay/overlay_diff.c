@@ -1,0 +1,315 @@
+/* overlay_diff.c: what differs between a checkpoint and another checkpoint
+ * or the live tree, from the layers above their common ancestor: only paths
+ * some such layer holds (entries, whiteouts, the origins of redirected
+ * directories) are looked at, so the cost follows what changed, not the tree.
+ * Each side is looked at through a read-only view (the checkpoint's chain
+ * mounted privately, or the live root), so redirects, opaque directories and
+ * whiteouts resolve as the kernel resolves them. Below a directory that is
+ * opaque, redirected or only on one side, both sides are walked in full. */
+#include "backend/overlay/overlay_internal.h"
+#include "backend/overlay/overlay_mount.h"
+#include "backend/backend_diff.h"
+#include "lib/walk.h"
+#include "lib/xattr.h"
+
+#include <linux/openat2.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+
+struct ovl_dctx {
+	json_t *out;
+	const char *root;
+	int fd[2]; /* old view, new view */
+	json_t *done;
+	int q;
+};
+
+/* Open rel below vfd without following any symlink or leaving it. */
+static int ovl_diff_open(int vfd, const char *rel, int flags)
+{
+	struct open_how how = { .flags = (uint64_t)(flags | O_CLOEXEC),
+				.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	int fd = (int)syscall(SYS_openat2, vfd, rel && *rel ? rel : ".", &how, sizeof(how));
+	if (fd >= 0 || (errno != ENOSYS && errno != EPERM))
+		return fd;
+	/* No openat2 (old kernel, a seccomp filter): one component at a time. */
+	_cleanup_free_ char *copy = strdup(rel && *rel ? rel : ".");
+	char *save = NULL, *part = copy ? strtok_r(copy, "/", &save) : NULL;
+	int cur = copy ? openat(vfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
+	while (cur >= 0 && part) {
+		char *next = strtok_r(NULL, "/", &save);
+		int f = !strcmp(part, "..")
+			? (errno = EPERM, -1)
+			: openat(cur, part, (next ? O_PATH | O_DIRECTORY : flags) | O_NOFOLLOW | O_CLOEXEC);
+		close(cur);
+		cur = f;
+		part = next;
+	}
+	return cur;
+}
+
+static void ovl_diff_stat(int vfd, const char *rel, struct bdiff_ent *e)
+{
+	struct stat st;
+	const char *slash = strrchr(rel, '/');
+	memset(e, 0, sizeof(*e));
+	if (!slash) {
+		if (fstatat(vfd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0)
+			bdiff_from_stat(e, &st);
+		return;
+	}
+	_cleanup_free_ char *parent = strndup(rel, (size_t)(slash - rel));
+	_cleanup_close_ int pfd = parent ? ovl_diff_open(vfd, parent, O_PATH | O_DIRECTORY) : -1;
+	if (pfd >= 0 && fstatat(pfd, slash + 1, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		bdiff_from_stat(e, &st);
+}
+
+static void ovl_diff_path(struct ovl_dctx *c, const char *rel, bool deep);
+
+static int ovl_diff_children(struct ovl_dctx *c, const char *rel, int side, json_t *names)
+{
+	_cleanup_close_ int fd = ovl_diff_open(c->fd[side], rel, O_RDONLY | O_DIRECTORY);
+	DIR *d;
+	if (fd < 0 || walk_open(fd, NULL, &d) < 0)
+		return 0;
+	struct dirent *de;
+	while ((de = walk_next(d)))
+		json_object_set_new(names, de->d_name, json_true());
+	closedir(d);
+	return 0;
+}
+
+static void ovl_diff_expand(struct ovl_dctx *c, const char *rel, const struct bdiff_ent *a, const struct bdiff_ent *b)
+{
+	json_auto_t *names = json_object();
+	if (a->type == 'd')
+		ovl_diff_children(c, rel, 0, names);
+	if (b->type == 'd')
+		ovl_diff_children(c, rel, 1, names);
+	const char *name;
+	json_t *v;
+	json_object_foreach(names, name, v)
+	{
+		_cleanup_free_ char *child = path_join(rel, name);
+		if (!child) {
+			c->q = -ENOMEM;
+			return;
+		}
+		ovl_diff_path(c, child, true);
+	}
+}
+
+static void ovl_diff_path(struct ovl_dctx *c, const char *rel, bool deep)
+{
+	struct bdiff_ent a, b;
+	if (c->q < 0 || json_object_get(c->done, rel))
+		return;
+	json_object_set_new(c->done, rel, json_true());
+	ovl_diff_stat(c->fd[0], rel, &a);
+	ovl_diff_stat(c->fd[1], rel, &b);
+	int r = bdiff_compare(c->out, c->root, rel, &a, &b);
+	if (r < 0) {
+		c->q = r;
+		return;
+	}
+	bool adir = a.present && a.type == 'd', bdir = b.present && b.type == 'd';
+	if ((adir != bdir) || (deep && (adir || bdir)))
+		ovl_diff_expand(c, rel, &a, &b);
+}
+
+static bool ovl_diff_xattr(int dirfd, const char *name, const char *key, char *buf, size_t n)
+{
+	struct xattr_ref x;
+	xattr_ref_init(&x, -1, dirfd, name);
+	ssize_t len = xattr_get(&x, key, buf, n - 1);
+	if (len < 0)
+		return false;
+	buf[len] = 0;
+	return true;
+}
+
+/* Every path layer lfd holds below rel: true for those below which the
+ * lower layers are hidden or elsewhere (opaque, redirected). */
+static int ovl_diff_collect(int lfd, const char *rel, json_t *cand, int depth)
+{
+	DIR *d;
+	if (depth > 4096)
+		return -ELOOP;
+	int q = walk_open(lfd, NULL, &d);
+	if (q < 0)
+		return q;
+	struct dirent *de;
+	while (q == 0 && (de = walk_next(d))) {
+		_cleanup_free_ char *path = rel ? path_join(rel, de->d_name) : strdup(de->d_name);
+		struct stat st;
+		if (!path) {
+			q = -ENOMEM;
+			break;
+		}
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		bool deep = false;
+		if (S_ISDIR(st.st_mode)) {
+			char v[PATH_MAX];
+			if (ovl_diff_xattr(dirfd(d), de->d_name, "trusted.overlay.opaque", v, sizeof(v)) && v[0] == 'y')
+				deep = true;
+			if (ovl_diff_xattr(dirfd(d), de->d_name, "trusted.overlay.redirect", v, sizeof(v))) {
+				deep = true;
+				_cleanup_free_ char *from = v[0] == '/' ? strdup(v + 1)
+					: rel                           ? path_join(rel, v)
+									: strdup(v);
+				if (from && *from)
+					json_object_set_new(cand, from, json_true());
+			}
+			_cleanup_close_ int sub =
+				openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0)
+				q = ovl_diff_collect(sub, path, cand, depth + 1);
+		}
+		if (!json_is_true(json_object_get(cand, path)))
+			json_object_set_new(cand, path, json_boolean(deep));
+	}
+	closedir(d);
+	return q;
+}
+
+static int ovl_diff_cmp(const void *x, const void *y)
+{
+	return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+static json_t *ovl_chain_of(json_t *chains, const char *h)
+{
+	json_t *c = json_object_get(chains, h);
+	return c ? c : json_array();
+}
+
+/* A checkpoint's view of root r: base itself when the chain is empty, else
+ * the chain mounted on dv/<name>/m and detached at once (the fd keeps it). */
+static int ovl_diff_view(struct ovl_root *r, json_t *chain, char name[OVL_NAME_LEN + 1], ckpt_error *err)
+{
+	name[0] = 0;
+	if (json_array_size(chain) == 0) {
+		int fd = openat(r->rdir_fd, "base", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		return fd < 0 ? err_set(err, errno, NULL, "open base of '%s': %m", r->path) : fd;
+	}
+	char p[64], up[64], wk[64];
+	if (mkdirat(r->rdir_fd, "dv", 0700) < 0 && errno != EEXIST)
+		return err_set(err, errno, NULL, "create diff view dir: %m");
+	_cleanup_close_ int dv = openat(r->rdir_fd, "dv", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dv < 0 || overlay_layers_new_name(dv, name) < 0)
+		return err_set(err, EIO, NULL, "name a diff view");
+	snprintf(p, sizeof(p), "dv/%s", name);
+	snprintf(up, sizeof(up), "dv/%s/u", name);
+	snprintf(wk, sizeof(wk), "dv/%s/w", name);
+	if (mkdirat(r->rdir_fd, p, 0700) < 0 || mkdirat(r->rdir_fd, up, 0700) < 0 || mkdirat(r->rdir_fd, wk, 0700) < 0)
+		return err_set(err, errno, NULL, "create diff view: %m");
+	snprintf(p, sizeof(p), "dv/%s/m", name);
+	_cleanup_free_ char *target = path_join(r->rdir, p);
+	if (!target || mkdirat(r->rdir_fd, p, 0700) < 0)
+		return err_set(err, errno ? errno : ENOMEM, NULL, "create diff view: %m");
+	int q = overlay_mount_layers(r, chain, target, up, wk, err);
+	if (q < 0)
+		return q;
+	int fd = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		q = err_set(err, errno, NULL, "open diff view: %m");
+	umount2(target, MNT_DETACH);
+	return fd < 0 ? q : fd;
+}
+
+static void ovl_diff_view_drop(struct ovl_root *r, const char *name)
+{
+	char p[64];
+	if (!name[0])
+		return;
+	snprintf(p, sizeof(p), "dv/%s", name);
+	rm_rf_at(r->rdir_fd, p);
+}
+
+/* Paths the layers of x and y above their common suffix hold. */
+static int ovl_diff_candidates(struct ovl_root *r, json_t *x, json_t *y, const char *upper, json_t *cand)
+{
+	size_t nx = json_array_size(x), ny = json_array_size(y), k = 0;
+	while (k < nx && k < ny &&
+	       !strcmp(json_string_value(json_array_get(x, nx - 1 - k)),
+		       json_string_value(json_array_get(y, ny - 1 - k))))
+		k++;
+	json_t *sides[2] = { x, y };
+	size_t tops[2] = { nx - k, ny - k };
+	int q = 0;
+	for (int s = 0; q == 0 && s < 2; s++)
+		for (size_t i = 0; q == 0 && i < tops[s]; i++) {
+			char p[32];
+			snprintf(p, sizeof(p), "l/%s", json_string_value(json_array_get(sides[s], i)));
+			_cleanup_close_ int fd = openat(r->rdir_fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			q = fd < 0 ? -errno : ovl_diff_collect(fd, NULL, cand, 0);
+		}
+	if (q == 0 && upper) {
+		char p[32];
+		snprintf(p, sizeof(p), "u/%s", upper);
+		_cleanup_close_ int fd = openat(r->rdir_fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		q = fd < 0 ? -errno : ovl_diff_collect(fd, NULL, cand, 0);
+	}
+	return q;
+}
+
+static int ovl_diff_root(struct ovl_root *r, json_t *ca, json_t *cb, bool live, json_t *out, ckpt_error *err)
+{
+	json_t *xa = ovl_chain_of(ca, r->h), *xb = live ? (r->mounted ? r->mounted : r->chain) : ovl_chain_of(cb, r->h);
+	json_auto_t *cand = json_object(), *done = json_object();
+	char na[OVL_NAME_LEN + 1] = "", nb[OVL_NAME_LEN + 1] = "";
+	struct ovl_dctx c = { .out = out, .root = r->path, .fd = { -1, -1 }, .done = done };
+	int q = ovl_diff_candidates(r, xa, xb, live ? r->upper : NULL, cand);
+	if (q < 0)
+		q = err_set(err, -q, NULL, "read layers of '%s': %s", r->path, strerror(-q));
+	if (q == 0 && (c.fd[0] = ovl_diff_view(r, xa, na, err)) < 0)
+		q = c.fd[0];
+	if (q == 0 && live && (c.fd[1] = open(r->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		q = err_set(err, errno, NULL, "open root '%s': %m", r->path);
+	else if (q == 0 && !live && (c.fd[1] = ovl_diff_view(r, xb, nb, err)) < 0)
+		q = c.fd[1];
+	size_t n = json_object_size(cand), i = 0;
+	const char **keys = q == 0 ? calloc(n ? n : 1, sizeof(*keys)) : NULL;
+	if (q == 0 && !keys)
+		q = err_set(err, ENOMEM, NULL, "out of memory");
+	if (q == 0) {
+		const char *k;
+		json_t *v;
+		json_object_foreach(cand, k, v) keys[i++] = k;
+		qsort(keys, n, sizeof(*keys), ovl_diff_cmp); /* parents before children */
+		for (i = 0; i < n && c.q == 0; i++)
+			ovl_diff_path(&c, keys[i], json_is_true(json_object_get(cand, keys[i])));
+		if (c.q < 0)
+			q = err_set(err, -c.q, NULL, "compare '%s': %s", r->path, strerror(-c.q));
+	}
+	free(keys);
+	for (int s = 0; s < 2; s++)
+		if (c.fd[s] >= 0)
+			close(c.fd[s]);
+	ovl_diff_view_drop(r, na);
+	ovl_diff_view_drop(r, nb);
+	if (!live && json_array_size(xb) == 0 && !json_object_get(cb, r->h))
+		json_decref(xb);
+	if (json_array_size(xa) == 0 && !json_object_get(ca, r->h))
+		json_decref(xa);
+	return q;
+}
+
+int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err)
+{
+	struct ovl *o = st;
+	json_auto_t *ca = overlay_layers_chain_get(o, id, data);
+	json_auto_t *cb = id2 ? overlay_layers_chain_get(o, id2, data2) : NULL;
+	if (!ca || (id2 && !cb))
+		return err_set(err, ENOENT, NULL, "no layer chain recorded for %s", !ca ? id : id2);
+	for (size_t i = 0; i < o->n_roots; i++) {
+		int q = ovl_diff_root(&o->roots[i], ca, cb, !id2, out, err);
+		if (q < 0)
+			return q;
+	}
+	bdiff_sort(out);
+	return 0;
+}

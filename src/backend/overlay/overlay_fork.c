@@ -1,0 +1,220 @@
+/* overlay_fork.c: forks of a checkpoint. A fork is one more overlay mount per
+ * root over the checkpoint's layers (+ base) with an upper and work dir of
+ * its own in r/<h>/f/<fork>/: mounting costs the same whatever the size. The
+ * fork's chains count as users of their layers (o->forks, o->refs), so
+ * neither GC nor deleting checkpoints removes them; flattening leaves the
+ * fork's layers as they are (it only rewrites checkpoints' chains). */
+#include "backend/overlay/overlay_internal.h"
+#include "backend/overlay/overlay_mount.h"
+
+#include <sys/stat.h>
+
+#include "lib/walk.h"
+
+static bool ovl_fork_id_ok(const char *fid)
+{
+	size_t n = strlen(fid);
+	if (n == 0 || n > 40)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((fid[i] >= 'a' && fid[i] <= 'z') || (fid[i] >= '0' && fid[i] <= '9') || fid[i] == '_'))
+			return false;
+	return true;
+}
+
+/* f/<fid>/{u,w}, the upper's root with the mode and owner of the view's root. */
+static int ovl_fork_dirs(struct ovl_root *r, json_t *chain, const char *fid)
+{
+	char p[96];
+	struct stat st;
+	if (mkdirat(r->rdir_fd, "f", 0700) < 0 && errno != EEXIST)
+		return -errno;
+	snprintf(p, sizeof(p), "f/%s", fid);
+	if (mkdirat(r->rdir_fd, p, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	snprintf(p, sizeof(p), "f/%s/w", fid);
+	if (mkdirat(r->rdir_fd, p, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	snprintf(p, sizeof(p), "f/%s/u", fid);
+	if (mkdirat(r->rdir_fd, p, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	char top[32];
+	if (json_array_size(chain))
+		snprintf(top, sizeof(top), "l/%s", json_string_value(json_array_get(chain, 0)));
+	else
+		snprintf(top, sizeof(top), "base");
+	if (fstatat(r->rdir_fd, top, &st, 0) == 0 &&
+	    (fchownat(r->rdir_fd, p, st.st_uid, st.st_gid, 0) < 0 ||
+	     fchmodat(r->rdir_fd, p, st.st_mode & 07777, 0) < 0))
+		return -errno;
+	return 0;
+}
+
+static bool ovl_fork_mounted(struct ovl_root *r, const char *fid, const char *dir)
+{
+	struct overlay_mountinfo mi;
+	_cleanup_free_ char *want = NULL;
+	char rel[96];
+	snprintf(rel, sizeof(rel), "f/%s/u", fid);
+	want = path_join(r->rdir, rel);
+	bool ok = overlay_mountinfo_find(dir, &mi) == 0 && mi.found && !strcmp(mi.fstype, "overlay") && mi.upperdir &&
+		want && !strcmp(mi.upperdir, want);
+	overlay_mountinfo_clear(&mi);
+	return ok;
+}
+
+static void ovl_fork_drop_dirs(struct ovl_root *r, const char *fid)
+{
+	char p[96];
+	snprintf(p, sizeof(p), "f/%s", fid);
+	rm_rf_at(r->rdir_fd, p);
+	_cleanup_close_ int f = openat(r->rdir_fd, "f", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (f >= 0)
+		fsync_dirfd(f);
+}
+
+#define OVL_FORKS_DIR "fk"
+
+static int ovl_fork_dir_fd(struct ovl *o)
+{
+	if (mkdirat(o->odir_fd, OVL_FORKS_DIR, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	int fd = openat(o->odir_fd, OVL_FORKS_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+/* fk/<fid>.json: the fork's chains, durable before the fork is mounted, so
+ * the GC that runs when the backend recovers (before the engine knows its
+ * forks) keeps the fork's layers and upper. */
+static int ovl_fork_chain_write(struct ovl *o, const char *fid, json_t *chains)
+{
+	char name[64];
+	_cleanup_close_ int fd = ovl_fork_dir_fd(o);
+	_cleanup_free_ char *s = json_dumps(chains, JSON_COMPACT);
+	if (fd < 0)
+		return fd;
+	if (!s)
+		return -ENOMEM;
+	snprintf(name, sizeof(name), "%s.json", fid);
+	return write_file_atomic(fd, name, s, strlen(s), 0600);
+}
+
+static void ovl_fork_chain_drop(struct ovl *o, const char *fid)
+{
+	char name[64];
+	_cleanup_close_ int fd = ovl_fork_dir_fd(o);
+	snprintf(name, sizeof(name), "%s.json", fid);
+	if (fd >= 0 && unlinkat(fd, name, 0) == 0)
+		fsync_dirfd(fd);
+}
+
+void overlay_fork_load(struct ovl *o)
+{
+	_cleanup_close_ int fd = ovl_fork_dir_fd(o);
+	DIR *d;
+	if (fd < 0 || walk_open(fd, NULL, &d) < 0)
+		return;
+	write_file_atomic_sweep(fd);
+	struct dirent *de;
+	while ((de = walk_next(d))) {
+		size_t n = strlen(de->d_name);
+		char fid[64];
+		_cleanup_free_ char *s = NULL;
+		if (n <= 5 || n >= sizeof(fid) || strcmp(de->d_name + n - 5, ".json"))
+			continue;
+		snprintf(fid, sizeof(fid), "%.*s", (int)(n - 5), de->d_name);
+		json_t *c = read_file_at(fd, de->d_name, 1 << 20, &s, NULL) == 0 ? json_loads(s, 0, NULL) : NULL;
+		if (json_is_object(c) && ovl_fork_id_ok(fid))
+			json_object_set(o->forks, fid, c);
+		json_decref(c);
+	}
+	closedir(d);
+}
+
+static void ovl_fork_register(struct ovl *o, const char *fid, json_t *chains)
+{
+	if (json_object_get(o->forks, fid))
+		return;
+	const char *h;
+	json_t *layers;
+	json_object_foreach(chains, h, layers) overlay_layers_ref(o, h, layers, +1);
+	json_object_set(o->forks, fid, chains);
+}
+
+int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs, json_t **fdata,
+		       ckpt_error *err)
+{
+	struct ovl *o = st;
+	json_auto_t *chains = NULL;
+	size_t done = 0;
+	int q = 0;
+
+	if (!ovl_fork_id_ok(fid))
+		return err_set(err, EINVAL, NULL, "invalid fork id '%s'", fid);
+	if (*fdata)
+		chains = json_incref(json_object_get(*fdata, "chains"));
+	else
+		chains = overlay_layers_chain_get(o, id, data);
+	if (!json_is_object(chains))
+		return err_set(err, ENOENT, NULL, "no layer chain recorded for %s", id ? id : fid);
+	if (*fdata) /* a recorded fork keeps its layers and upper even if it cannot be mounted */
+		ovl_fork_register(o, fid, chains);
+	else if ((q = ovl_fork_chain_write(o, fid, chains)) < 0)
+		return err_set(err, -q, NULL, "record the fork's layers: %s", strerror(-q));
+	for (; q == 0 && done < o->n_roots; done++) {
+		struct ovl_root *r = &o->roots[done];
+		json_t *chain = json_object_get(chains, r->h);
+		char up[96], wk[96];
+		if (*fdata && ovl_fork_mounted(r, fid, dirs[done]))
+			continue;
+		if ((q = ovl_fork_dirs(r, chain, fid)) < 0) {
+			err_set(err, -q, NULL, "create the fork's upper dir: %s", strerror(-q));
+			break;
+		}
+		snprintf(up, sizeof(up), "f/%s/u", fid);
+		snprintf(wk, sizeof(wk), "f/%s/w", fid);
+		if ((q = overlay_mount_layers(r, chain, dirs[done], up, wk, err)) < 0)
+			err_prefix(err, "mount fork at '%s'", dirs[done]);
+	}
+	if (q < 0) {
+		if (!*fdata) /* a new fork leaves nothing behind */
+			ovl_fork_chain_drop(o, fid);
+		if (!*fdata)
+			for (size_t i = 0; i < done; i++) {
+				ckpt_error e2 = { 0 };
+				if (i + 1 < done)
+					overlay_umount(dirs[i], NULL, &e2);
+				ovl_fork_drop_dirs(&o->roots[i], fid);
+			}
+		return q;
+	}
+	ovl_fork_register(o, fid, chains);
+	if (!*fdata)
+		*fdata = json_pack("{s:O}", "chains", chains);
+	return 0;
+}
+
+int overlay_fork_remove(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err)
+{
+	struct ovl *o = st;
+	if (!ovl_fork_id_ok(fid))
+		return err_set(err, EINVAL, NULL, "invalid fork id '%s'", fid);
+	for (size_t i = 0; i < o->n_roots; i++) {
+		struct ovl_root *r = &o->roots[i];
+		if (ovl_fork_mounted(r, fid, dirs[i]) && overlay_umount(dirs[i], NULL, err) < 0)
+			return err_prefix(err, "unmount fork at '%s'", dirs[i]);
+		ovl_fork_drop_dirs(r, fid);
+	}
+	json_t *chains = json_object_get(o->forks, fid);
+	if (!chains)
+		chains = json_object_get(fdata, "chains");
+	if (json_object_get(o->forks, fid)) {
+		const char *h;
+		json_t *layers;
+		json_object_foreach(chains, h, layers) overlay_layers_ref(o, h, layers, -1);
+		json_object_del(o->forks, fid);
+	}
+	ovl_fork_chain_drop(o, fid);
+	o->dirty_gc = true;
+	return 0;
+}

@@ -1,0 +1,131 @@
+/* cli_fork.c: ckpt fork, forks, fork-delete and diff. */
+#include "cli/cli.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static void cli_fork_reply_freep(struct cli_reply *r)
+{
+	cli_reply_free(r);
+}
+#define _cleanup_fork_reply_ __attribute__((cleanup(cli_fork_reply_freep)))
+
+int cli_cmd_fork(const struct cli_opts *o, const char *ref)
+{
+	_cli_cleanup_free_ char *path = NULL;
+	_cleanup_fork_reply_ struct cli_reply r = { 0 };
+	char dir[2 * PATH_MAX + 2], cwd[PATH_MAX];
+	/* DIR is the caller's: a relative one is made absolute here (not resolved:
+	 * the daemon refuses symlinks and says why). */
+	if (o->arg2[0] != '/' && getcwd(cwd, sizeof(cwd)))
+		snprintf(dir, sizeof(dir), "%s/%s", cwd, o->arg2);
+	else
+		snprintf(dir, sizeof(dir), "%s", o->arg2);
+	int rc = cli_cmd_ref_path(o, ref, "/fork", &path);
+	if (rc >= 0)
+		return rc;
+	json_t *body = json_pack("{s:s}", "path", dir);
+	rc = cli_cmd_send(o, "POST", path, body, &r, NULL, NULL);
+	json_decref(body);
+	if (rc >= 0)
+		return rc;
+	if (o->json)
+		cli_out_verbatim(&r);
+	else
+		printf("%s\n", json_string_value(json_object_get(r.json, "fork_id")) ?: "?");
+	return CKPT_EXIT_OK;
+}
+
+int cli_cmd_forks(const struct cli_opts *o, const char *unused)
+{
+	_cleanup_fork_reply_ struct cli_reply r = { 0 };
+	(void)unused;
+	int rc = cli_cmd_send(o, "GET", "/v1/forks", NULL, &r, NULL, NULL);
+	if (rc >= 0)
+		return rc;
+	if (o->json) {
+		cli_out_verbatim(&r);
+		return CKPT_EXIT_OK;
+	}
+	size_t i;
+	json_t *f;
+	json_t *list = json_object_get(r.json, "forks");
+	if (json_array_size(list))
+		printf("%-28s %-28s %s\n", "FORK", "CHECKPOINT", "DIR");
+	json_array_foreach(list, i, f) printf("%-28s %-28s %s%s\n", json_string_value(json_object_get(f, "fork_id")),
+					      json_string_value(json_object_get(f, "checkpoint_id")),
+					      json_string_value(json_object_get(f, "path")),
+					      json_is_false(json_object_get(f, "mounted")) ? " (not mounted)" : "");
+	return CKPT_EXIT_OK;
+}
+
+int cli_cmd_fork_delete(const struct cli_opts *o, const char *fid)
+{
+	_cleanup_fork_reply_ struct cli_reply r = { 0 };
+	_cli_cleanup_free_ char *path = cli_http_path("/v1/forks/", fid, NULL);
+	int rc = cli_cmd_send(o, "DELETE", path, NULL, &r, NULL, NULL);
+	if (rc >= 0)
+		return rc;
+	if (!o->json)
+		printf("Deleted fork %s\n", fid);
+	return CKPT_EXIT_OK;
+}
+
+static char cli_diff_letter(json_t *c)
+{
+	const char *kind = json_string_value(json_object_get(c, "change")) ?: "";
+	size_t i;
+	json_t *v;
+	json_array_foreach(json_object_get(c, "changes"), i, v) if (!strcmp(json_string_value(v), "type")) return 'T';
+	return kind[0] == 'a' ? 'A' : kind[0] == 'd' ? 'D' : 'M';
+}
+
+int cli_diff_print(const struct cli_opts *o, const char *ref, const char *against, size_t *ret_n)
+{
+	_cli_cleanup_free_ char *base = NULL, *token = NULL;
+	int rc = cli_cmd_ref_path(o, ref, "/diff", &base);
+	if (rc >= 0)
+		return rc;
+	*ret_n = 0;
+	for (;;) {
+		_cleanup_fork_reply_ struct cli_reply r = { 0 };
+		_cli_cleanup_free_ char *q = NULL, *path = NULL;
+		if (asprintf(&q, "%s?limit=1000%s", base, against ? "&against=" : "") < 0)
+			return CKPT_EXIT_SERVER;
+		_cli_cleanup_free_ char *with = against ? cli_http_path(q, against, NULL) : strdup(q);
+		/* the token is hex: nothing to escape */
+		if (!with || asprintf(&path, "%s%s%s", with, token ? "&page_token=" : "", token ? token : "") < 0)
+			return CKPT_EXIT_SERVER;
+		rc = cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL);
+		if (rc >= 0)
+			return rc;
+		if (o->json) {
+			cli_out_verbatim(&r);
+		} else {
+			size_t i;
+			json_t *c;
+			json_array_foreach(json_object_get(r.json, "changes"), i, c)
+			{
+				const char *p = json_string_value(json_object_get(c, "path"));
+				printf("%c %s%s\n", cli_diff_letter(c), p ? p : "?",
+				       !strcmp(json_string_value(json_object_get(c, "type")) ?: "", "directory") ? "/"
+														 : "");
+				(*ret_n)++;
+			}
+		}
+		const char *next = json_string_value(json_object_get(r.json, "next_page_token"));
+		free(token);
+		token = next ? strdup(next) : NULL;
+		if (!token)
+			return -1;
+	}
+}
+
+int cli_cmd_diff(const struct cli_opts *o, const char *ref)
+{
+	size_t n;
+	int rc = cli_diff_print(o, ref, o->against, &n);
+	return rc >= 0 ? rc : CKPT_EXIT_OK;
+}

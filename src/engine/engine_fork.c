@@ -1,0 +1,420 @@
+/* engine_fork.c: forks of a checkpoint and diffs.
+ *
+ * A fork record lives in <state>/forks/<fork_id>.json (written atomically:
+ * temp + fsync + rename + fsync of the dir) before the fork is reported;
+ * at start every recorded fork is mounted again if it is not. The backend
+ * does the mounting (fork_mount) and keeps the fork's layers alive. A
+ * checkpoint with forks is not deleted, neither by a client nor by expiry. */
+#include <dirent.h>
+#include <limits.h>
+#include <sys/stat.h>
+
+#include "config.h"
+#include "engine/engine_internal.h"
+#include "lib/walk.h"
+
+#define FORKS_DIR "forks"
+#define DIFF_LIMIT_DEFAULT 1000
+#define DIFF_LIMIT_MAX 10000
+
+static void record_unrefp(const struct ckpt_record **r)
+{
+	if (*r)
+		record_unref(*r);
+}
+#define _cleanup_record_ __attribute__((cleanup(record_unrefp)))
+
+static int engine_forks_fd(struct engine *e)
+{
+	if (mkdirat(e->state_fd, FORKS_DIR, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	int fd = openat(e->state_fd, FORKS_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+static bool fork_id_valid(const char *s)
+{
+	if (strlen(s) != 27 || strncmp(s, "fk_", 3))
+		return false;
+	for (const char *p = s + 3; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+			return false;
+	return true;
+}
+
+/* The dirs root i of a fork mounts on: path itself for one root, else
+ * path/<basename of the root> (with -<i> when two names collide). */
+static json_t *fork_dirs(struct engine *e, const char *path)
+{
+	json_t *dirs = json_array();
+	for (size_t i = 0; i < e->cfg->n_roots; i++) {
+		if (e->cfg->n_roots == 1) {
+			json_array_append_new(dirs, json_string(path));
+			break;
+		}
+		const char *base = strrchr(e->cfg->roots[i], '/');
+		base = base && base[1] ? base + 1 : "root";
+		bool dup = false;
+		for (size_t k = 0; k < i; k++) {
+			const char *o = strrchr(e->cfg->roots[k], '/');
+			dup |= o && !strcmp(o + 1, base);
+		}
+		json_array_append_new(
+			dirs, dup ? json_sprintf("%s/%s-%zu", path, base, i) : json_sprintf("%s/%s", path, base));
+	}
+	return dirs;
+}
+
+static const char **fork_dir_array(json_t *dirs)
+{
+	size_t n = json_array_size(dirs);
+	const char **v = calloc(n + 1, sizeof(*v));
+	for (size_t i = 0; v && i < n; i++)
+		v[i] = json_string_value(json_array_get(dirs, i));
+	return v;
+}
+
+static bool path_within(const char *p, const char *top)
+{
+	size_t n = strlen(top);
+	if (n == 1 && top[0] == '/')
+		return true;
+	return !strncmp(p, top, n) && (p[n] == 0 || p[n] == '/');
+}
+
+static int fork_bad_dir(ckpt_error *err, const char *path, const char *why)
+{
+	return err_set_kind(err, ERR_INVALID, EINVAL, "invalid_path", "path '%s' %s", path, why);
+}
+
+/* path must be an existing empty directory, reached through no symlink,
+ * outside every root, the state dir and every other fork. */
+static int fork_check_dir(struct engine *e, const char *path, char resolved[PATH_MAX], ckpt_error *err)
+{
+	struct stat st;
+	if (path[0] != '/')
+		return fork_bad_dir(err, path, "must be absolute");
+	if (lstat(path, &st) < 0)
+		return fork_bad_dir(err, path, errno == ENOENT ? "does not exist" : "cannot be read");
+	if (S_ISLNK(st.st_mode))
+		return fork_bad_dir(err, path, "is a symlink");
+	if (!S_ISDIR(st.st_mode))
+		return fork_bad_dir(err, path, "is not a directory");
+	if (!realpath(path, resolved))
+		return fork_bad_dir(err, path, "cannot be resolved");
+	size_t n = strlen(path);
+	while (n > 1 && path[n - 1] == '/')
+		n--;
+	if (strlen(resolved) != n || strncmp(resolved, path, n))
+		return fork_bad_dir(err, path, "goes through a symlink (or '.', '..')");
+	for (size_t i = 0; i < e->cfg->n_roots; i++)
+		if (path_within(resolved, e->cfg->roots[i]) || path_within(e->cfg->roots[i], resolved))
+			return fork_bad_dir(err, path, "is inside (or holds) a managed root");
+	char state[PATH_MAX];
+	if (realpath(e->cfg->state_dir, state) && (path_within(resolved, state) || path_within(state, resolved)))
+		return fork_bad_dir(err, path, "is inside (or holds) the state dir");
+	const char *fid;
+	json_t *f;
+	json_object_foreach(e->forks, fid, f)
+	{
+		const char *fp = json_string_value(json_object_get(f, "path"));
+		if (fp && (path_within(resolved, fp) || path_within(fp, resolved)))
+			return fork_bad_dir(err, path, "is inside (or holds) another fork");
+	}
+	DIR *d = opendir(resolved);
+	if (!d)
+		return fork_bad_dir(err, path, "cannot be opened");
+	errno = 0;
+	bool empty = !walk_next(d) && errno == 0;
+	closedir(d);
+	if (!empty)
+		return fork_bad_dir(err, path, "is not empty");
+	return 0;
+}
+
+/* A checkpoint still being created answers 409 at once, not after the
+ * create (which holds the operation lock) is done. */
+static int engine_check_not_creating(struct engine *e, const char *id_or_name, ckpt_error *err)
+{
+	_cleanup_record_ const struct ckpt_record *rec = id_or_name ? engine_resolve(e, id_or_name) : NULL;
+	if (rec && rec->status == CKPT_CREATING)
+		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
+				    id_or_name);
+	return 0;
+}
+
+static json_t *fork_public(json_t *f)
+{
+	json_t *o = json_deep_copy(f);
+	json_object_del(o, "_backend");
+	return o;
+}
+
+static int fork_save(struct engine *e, json_t *f)
+{
+	char name[64];
+	_cleanup_close_ int fd = engine_forks_fd(e);
+	if (fd < 0)
+		return fd;
+	_cleanup_free_ char *s = json_dumps(f, JSON_COMPACT);
+	if (!s)
+		return -ENOMEM;
+	snprintf(name, sizeof(name), "%s.json", json_string_value(json_object_get(f, "fork_id")));
+	return write_file_atomic(fd, name, s, strlen(s), 0600);
+}
+
+int engine_fork(struct engine *e, const char *id_or_name, const char *path, json_t **ret, ckpt_error *err)
+{
+	char resolved[PATH_MAX], fid[32], created[40];
+	int r;
+
+	if (!e->backend->fork_mount)
+		return err_set_kind(err, ERR_INVALID, ENOTSUP, "not_supported", "the %s backend cannot fork",
+				    e->backend->name);
+	if (engine_check_not_creating(e, id_or_name, err) < 0)
+		return -EBUSY;
+	pthread_mutex_lock(&e->op_lock);
+	int64_t t0 = mono_ms();
+	_cleanup_record_ const struct ckpt_record *rec = engine_resolve(e, id_or_name);
+	json_auto_t *dirs = NULL;
+	json_t *fdata = NULL;
+	_cleanup_free_ const char **dv = NULL;
+	if (!rec) {
+		r = err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
+				 id_or_name);
+		goto out;
+	}
+	if (rec->status != CKPT_ACTIVE) {
+		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is not active", id_or_name);
+		goto out;
+	}
+	pthread_mutex_lock(&e->state_lock);
+	r = fork_check_dir(e, path, resolved, err);
+	pthread_mutex_unlock(&e->state_lock);
+	if (r < 0)
+		goto out;
+	strcpy(fid, "fk_");
+	if ((r = random_hex(fid + 3, 12)) < 0) {
+		err_set(err, EIO, NULL, "no randomness for a fork id");
+		goto out;
+	}
+	dirs = fork_dirs(e, resolved);
+	for (size_t i = 0; e->cfg->n_roots > 1 && i < json_array_size(dirs); i++)
+		if (mkdir(json_string_value(json_array_get(dirs, i)), 0755) < 0 && errno != EEXIST) {
+			r = err_set(err, errno, NULL, "create '%s': %m", json_string_value(json_array_get(dirs, i)));
+			goto out;
+		}
+	dv = fork_dir_array(dirs);
+	if (!dv) {
+		r = err_set(err, ENOMEM, NULL, "out of memory");
+		goto out;
+	}
+	const char *cid = rec->id;
+	if ((r = e->backend->fork_mount(e->bst, cid, rec->backend_data, fid, dv, &fdata, err)) < 0)
+		goto out;
+	json_t *f = json_pack("{s:s, s:s, s:s, s:O, s:s, s:o, s:b}", "fork_id", fid, "checkpoint_id", cid, "path",
+			      resolved, "paths", dirs, "created_at", fmt_rfc3339_ms(now_ms(), created, sizeof(created)),
+			      "_backend", fdata, "mounted", true);
+	if (!f || (r = fork_save(e, f)) < 0) {
+		ckpt_error e2 = { 0 };
+		e->backend->fork_remove(e->bst, fid, json_object_get(f, "_backend"), dv, &e2);
+		json_decref(f);
+		r = err_set(err, r < 0 ? -r : ENOMEM, NULL, "cannot record the fork: %s",
+			    strerror(r < 0 ? -r : ENOMEM));
+		goto out;
+	}
+	json_object_set_new(f, "fork_ms", json_integer(mono_ms() - t0));
+	pthread_mutex_lock(&e->state_lock);
+	json_object_set(e->forks, fid, f);
+	pthread_mutex_unlock(&e->state_lock);
+	log_event(LOG_INFO_, &(struct log_fields){ "fork", cid, NULL, mono_ms() - t0 },
+		  "forked checkpoint \"%s\" at %s", cid, resolved);
+	*ret = fork_public(f);
+	json_decref(f);
+out:
+	for (size_t i = 0; r < 0 && e->cfg->n_roots > 1 && i < json_array_size(dirs); i++)
+		rmdir(json_string_value(json_array_get(dirs, i))); /* a refused fork leaves DIR as it was */
+	pthread_mutex_unlock(&e->op_lock);
+	return r;
+}
+
+json_t *engine_fork_list(struct engine *e)
+{
+	json_t *out = json_array();
+	const char *fid;
+	json_t *f;
+	pthread_mutex_lock(&e->state_lock);
+	json_object_foreach(e->forks, fid, f) json_array_append_new(out, fork_public(f));
+	pthread_mutex_unlock(&e->state_lock);
+	return out;
+}
+
+int engine_fork_delete(struct engine *e, const char *fid, ckpt_error *err)
+{
+	char name[64];
+	int r = 0, fd = -1;
+	_cleanup_free_ const char **dv = NULL;
+	pthread_mutex_lock(&e->op_lock);
+	pthread_mutex_lock(&e->state_lock);
+	json_t *f = fork_id_valid(fid) ? json_incref(json_object_get(e->forks, fid)) : NULL;
+	pthread_mutex_unlock(&e->state_lock);
+	if (!f) {
+		r = err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no fork with id '%s'", fid);
+		goto out;
+	}
+	dv = fork_dir_array(json_object_get(f, "paths"));
+	if (!dv) {
+		r = err_set(err, ENOMEM, NULL, "out of memory");
+		goto out;
+	}
+	if ((r = e->backend->fork_remove(e->bst, fid, json_object_get(f, "_backend"), dv, err)) < 0)
+		goto out;
+	for (size_t i = 0; e->cfg->n_roots > 1 && dv[i]; i++)
+		rmdir(dv[i]);
+	fd = engine_forks_fd(e);
+	snprintf(name, sizeof(name), "%s.json", fid);
+	if (fd >= 0 && unlinkat(fd, name, 0) == 0)
+		fsync_dirfd(fd);
+	if (fd >= 0)
+		close(fd);
+	pthread_mutex_lock(&e->state_lock);
+	json_object_del(e->forks, fid);
+	pthread_mutex_unlock(&e->state_lock);
+	log_event(LOG_INFO_, &(struct log_fields){ "fork-delete", fid, NULL, -1 }, "deleted fork \"%s\"", fid);
+out:
+	json_decref(f);
+	pthread_mutex_unlock(&e->op_lock);
+	if (r == 0)
+		engine_kick_maintenance(e);
+	return r;
+}
+
+/* At start: load every fork record and mount what is not mounted. A fork that
+ * cannot be mounted stays listed with "mounted": false and its error. */
+int engine_forks_open(struct engine *e, ckpt_error *err)
+{
+	e->forks = json_object();
+	if (!e->forks)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	_cleanup_close_ int fd = engine_forks_fd(e);
+	if (fd < 0)
+		return err_set(err, -fd, NULL, "cannot open the forks dir: %s", strerror(-fd));
+	write_file_atomic_sweep(fd);
+	DIR *d;
+	if (walk_open(fd, NULL, &d) < 0)
+		return err_set(err, errno, NULL, "cannot list the forks dir: %m");
+	struct dirent *de;
+	while ((de = walk_next(d))) {
+		_cleanup_free_ char *s = NULL;
+		if (read_file_at(fd, de->d_name, 1 << 20, &s, NULL) < 0)
+			continue;
+		json_t *f = json_loads(s, 0, NULL);
+		const char *fid = json_string_value(json_object_get(f, "fork_id"));
+		if (!fid || !fork_id_valid(fid) || !e->backend->fork_mount) {
+			json_decref(f);
+			continue;
+		}
+		_cleanup_free_ const char **dv = fork_dir_array(json_object_get(f, "paths"));
+		json_t *fdata = json_object_get(f, "_backend");
+		ckpt_error e2 = { 0 };
+		bool ok = dv && fdata &&
+			e->backend->fork_mount(e->bst, json_string_value(json_object_get(f, "checkpoint_id")), NULL,
+					       fid, dv, &fdata, &e2) == 0;
+		json_object_set_new(f, "mounted", json_boolean(ok));
+		if (!ok) {
+			log_warn("fork \"%s\" cannot be mounted again: %s", fid, e2.msg);
+			json_object_set_new(f, "error", json_string(e2.msg));
+		}
+		json_object_set_new(e->forks, fid, f);
+	}
+	closedir(d);
+	return 0;
+}
+
+/* Page tokens are the hex of the last path returned: pages stay right when
+ * the tree changes between calls (entries are sorted by path). */
+static char *diff_token(const char *path)
+{
+	size_t n = strlen(path);
+	char *t = malloc(2 * n + 1);
+	for (size_t i = 0; t && i < n; i++)
+		sprintf(t + 2 * i, "%02x", (unsigned char)path[i]);
+	if (t)
+		t[2 * n] = 0;
+	return t;
+}
+
+static char *diff_untoken(const char *t)
+{
+	size_t n = strlen(t);
+	if (n % 2)
+		return NULL;
+	char *p = malloc(n / 2 + 1);
+	for (size_t i = 0; p && i < n / 2; i++) {
+		unsigned v;
+		if (sscanf(t + 2 * i, "%2x", &v) != 1 || !v) {
+			free(p);
+			return NULL;
+		}
+		p[i] = (char)v;
+	}
+	if (p)
+		p[n / 2] = 0;
+	return p;
+}
+
+int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req *req, json_t **ret, ckpt_error *err)
+{
+	int r = 0;
+	size_t limit = req->limit ? req->limit : DIFF_LIMIT_DEFAULT;
+	_cleanup_free_ char *after = NULL;
+	if (limit > DIFF_LIMIT_MAX)
+		return err_set_kind(err, ERR_INVALID, EINVAL, "invalid_field", "limit must be 1 to %d", DIFF_LIMIT_MAX);
+	if (req->page_token && !(after = diff_untoken(req->page_token)))
+		return err_set_kind(err, ERR_INVALID, EINVAL, "invalid_field",
+				    "page_token is not one this server gave");
+	if (!e->backend->diff)
+		return err_set_kind(err, ERR_INVALID, ENOTSUP, "not_supported", "the %s backend cannot diff",
+				    e->backend->name);
+	if (engine_check_not_creating(e, id_or_name, err) < 0 || engine_check_not_creating(e, req->against, err) < 0)
+		return -EBUSY;
+	pthread_mutex_lock(&e->op_lock);
+	int64_t t0 = mono_ms();
+	_cleanup_record_ const struct ckpt_record *a = engine_resolve(e, id_or_name);
+	_cleanup_record_ const struct ckpt_record *b = req->against ? engine_resolve(e, req->against) : NULL;
+	json_auto_t *all = json_array();
+	if (!a || (req->against && !b))
+		r = err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
+				 !a ? id_or_name : req->against);
+	else if (a->status != CKPT_ACTIVE || (b && b->status != CKPT_ACTIVE))
+		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "both checkpoints must be active");
+	else
+		r = e->backend->diff(e->bst, a->id, a->backend_data, b ? b->id : NULL, b ? b->backend_data : NULL, all,
+				     err);
+	pthread_mutex_unlock(&e->op_lock);
+	if (r < 0)
+		return r;
+	json_t *page = json_array();
+	size_t i, total = json_array_size(all);
+	json_t *c;
+	bool more = false;
+	json_array_foreach(all, i, c)
+	{
+		if (after && strcmp(json_string_value(json_object_get(c, "path")), after) <= 0)
+			continue;
+		if (json_array_size(page) == limit) {
+			more = true;
+			break;
+		}
+		json_array_append(page, c);
+	}
+	json_t *out = json_pack("{s:s, s:s?, s:o, s:I, s:I}", "checkpoint_id", a->id, "against", b ? b->id : "live",
+				"changes", page, "total", (json_int_t)total, "diff_ms", (json_int_t)(mono_ms() - t0));
+	if (out && more) {
+		_cleanup_free_ char *t =
+			diff_token(json_string_value(json_object_get(json_array_get(page, limit - 1), "path")));
+		json_object_set_new(out, "next_page_token", json_string(t));
+	}
+	*ret = out;
+	return out ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
+}

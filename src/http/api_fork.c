@@ -1,0 +1,73 @@
+/* api_fork.c: POST /v1/checkpoints/{id}/fork, GET /v1/forks,
+ * DELETE /v1/forks/{id} and GET /v1/checkpoints/{id}/diff. */
+#include "http/api_fork.h"
+
+#include "engine/engine.h"
+#include "http/api.h"
+
+void api_fork_create(void *app, const struct http_request *req, struct http_response *resp)
+{
+	ckpt_error err = { 0 };
+	json_t *out = NULL;
+	json_auto_t *obj = api_parse_object(req, true, resp);
+	if (!obj)
+		return;
+	const char *k;
+	json_t *v;
+	json_object_foreach(obj, k, v) if (strcmp(k, "path"))
+	{
+		http_fail(resp, ERR_INVALID, "invalid_field", "unknown field '%s'", k);
+		return;
+	}
+	const char *path = json_string_value(json_object_get(obj, "path"));
+	if (!path || !*path) {
+		http_fail(resp, ERR_INVALID, "invalid_field", "path is required: an existing empty directory");
+		return;
+	}
+	if (engine_fork(app, req->params[0], path, &out, &err) < 0)
+		http_error(resp, &err);
+	else
+		http_json(resp, 201, out);
+}
+
+void api_fork_list(void *app, const struct http_request *req, struct http_response *resp)
+{
+	(void)req;
+	json_t *out = json_pack("{s:o}", "forks", engine_fork_list(app));
+	if (out)
+		http_json(resp, 200, out);
+	else
+		http_fail(resp, ERR_INTERNAL, NULL, "out of memory listing forks");
+}
+
+void api_fork_delete(void *app, const struct http_request *req, struct http_response *resp)
+{
+	ckpt_error err = { 0 };
+	if (engine_fork_delete(app, req->params[0], &err) < 0)
+		http_error(resp, &err);
+	else
+		resp->status = 204;
+}
+
+void api_diff(void *app, const struct http_request *req, struct http_response *resp)
+{
+	ckpt_error err = { 0 };
+	struct diff_req dr = { .against = http_query(req, "against"), .page_token = http_query(req, "page_token") };
+	const char *limit = http_query(req, "limit");
+	json_t *out = NULL;
+	if (limit) {
+		char *end;
+		long n = strtol(limit, &end, 10);
+		if (*end || n < 1) {
+			http_fail(resp, ERR_INVALID, "invalid_field", "limit must be a positive integer");
+			return;
+		}
+		dr.limit = (size_t)n;
+	}
+	if (dr.against && !*dr.against)
+		dr.against = NULL;
+	if (engine_diff(app, req->params[0], &dr, &out, &err) < 0)
+		http_error(resp, &err);
+	else
+		http_json(resp, 200, out);
+}
