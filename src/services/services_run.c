@@ -247,12 +247,13 @@ int services_start(struct services *s, struct svc_plan *p)
 {
 	if (!services_available(s))
 		return 0;
-	bool again[p->n ? p->n : 1];
-	for (size_t i = 0; i < p->n; i++)
+	size_t n = p->n; /* starts add no unit; the bound is for safety */
+	bool again[n ? n : 1];
+	for (size_t i = 0; i < n; i++)
 		again[i] = to_start(&p->units[i]);
 	reset_stop_failed(s, p);
 	int r = run_jobs(s, p, SERVICES_JOB_START, judge_start);
-	for (size_t i = 0; r >= 0 && i < p->n; i++)
+	for (size_t i = 0; r >= 0 && i < n && i < p->n; i++)
 		if (again[i] && !p->units[i].started && !p->units[i].activating)
 			r = -EBUSY;
 	return r;
