@@ -265,13 +265,18 @@ def test_tar_state_dir_meeting_eio(faulty, daemon_factory):
     cp = d.create("before")["checkpoint_id"]
     damage_tree(d.roots[0])
     damaged = contents(d.roots[0])
-    vol.arm(["write", "fsync"])
-    res = d.request("POST", "/v1/checkpoints", json={"name": "bad-disk"})
-    assert res.status_code == 500 and "Input/output error" in res.json()["detail"], res.text
-    assert [c["name"] for c in d.list()] == ["before"]
-    res = d.request("POST", f"/v1/checkpoints/{cp}/restore", json={})
-    assert_failed_restore(res, 500)
-    assert contents(d.roots[0]) == damaged
+    # every write failing, then only fsync (the data seemed written, but the
+    # volume could not make it durable): both fail the create and the restore
+    files = sorted(p.name for p in (d.state_dir / "tar").rglob("*"))
+    for ops in (["write", "fsync"], ["fsync"]):
+        vol.arm(ops)
+        res = d.request("POST", "/v1/checkpoints", json={"name": "bad-disk"})
+        assert res.status_code == 500 and "Input/output error" in res.json()["detail"], (ops, res.text)
+        assert [c["name"] for c in d.list()] == ["before"], ops
+        assert sorted(p.name for p in (d.state_dir / "tar").rglob("*")) == files, ops  # no partial archive
+        res = d.request("POST", f"/v1/checkpoints/{cp}/restore", json={})
+        assert_failed_restore(res, 500)
+        assert contents(d.roots[0]) == damaged, ops
     vol.clear()
     assert d.restore(cp, verify=True)["ok"] is True
     assert contents(d.roots[0]) == data
