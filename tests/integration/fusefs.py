@@ -8,7 +8,7 @@ it mirrors a backing directory and can behave like a troublesome shared volume.
 --no-rename-over  rename() onto an existing file fails with EPERM
 --freeze-file   while PATH exists every operation blocks (a stalled network
                 volume); removing PATH lets them go on
---fault-file    while PATH exists, it holds JSON {"ops": ["write", "fsync", ...],
+--fault-file    while PATH exists, it holds JSON {"ops": ["write", "fsync", "flush", "read"],
                 "match": "substring of the path", "after_bytes": N}: those operations
                 on matching paths fail with EIO once N more bytes were written to
                 matching paths (a disk going bad); removing PATH heals it
@@ -136,6 +136,7 @@ class PassThrough(fusepy.Operations):
         return os.open(self._p(path), flags & ~os.O_CREAT)
 
     def read(self, path, size, offset, fh):
+        self._fault("read", path)
         return os.pread(fh, size, offset)
 
     def write(self, path, data, offset, fh):

@@ -223,17 +223,21 @@ def test_overlay_over_quota_fails_whole(btrfs, daemon_factory):
     assert contents(root) == kept
 
 
+def tar_root_on_fuse(faulty, daemon_factory):
+    """A tar ckptd whose root (filled by fill_tree) is on a faulty FUSE volume."""
+    vol = faulty("rootvol")
+    root = vol.mnt / "root"
+    root.mkdir()
+    fill_tree(root)
+    return vol, root, daemon_factory(backend="tar", roots=[root])
+
+
 def test_tar_restore_meeting_eio_fails_then_the_next_heals(faulty, daemon_factory):
     """The managed root on a FUSE volume whose writes fail with EIO after 1 MB
     (and, in a second round, whose close() reports EIO, as a network volume
     does when it cannot flush): 500 with the reason, never ok: true; the
     restore after the fault is cleared rewrites everything."""
-    vol = faulty("rootvol")
-    root = vol.mnt / "root"
-    root.mkdir()
-    fill_tree(root)
-    d = daemon_factory(backend="tar", start=False, roots=[root])
-    d.start()
+    vol, root, d = tar_root_on_fuse(faulty, daemon_factory)
     data = contents(root)
     cp = d.create("before")["checkpoint_id"]
     for fault in ({"ops": ["write"], "after_bytes": 1 << 20}, {"ops": ["flush"], "match": "small"}):
@@ -250,6 +254,25 @@ def test_tar_restore_meeting_eio_fails_then_the_next_heals(faulty, daemon_factor
         assert rep["tar"]["kept"] == 0, rep["tar"]
         assert contents(root) == data
         assert "tar_unfinished_restore" not in d.health()
+
+
+def test_tar_create_reading_eio_from_the_root(faulty, daemon_factory):
+    """A file of the root that cannot be read (EIO) fails the create: no
+    checkpoint with a hole or a short file where the data should be."""
+    vol, root, d = tar_root_on_fuse(faulty, daemon_factory)
+    first = d.create("first")["checkpoint_id"]
+    (root / "data1.bin").write_bytes(os.urandom(1 << 20))
+    data = contents(root)
+    vol.arm(["read"], match="data1")
+    res = d.request("POST", "/v1/checkpoints", json={"name": "unreadable"})
+    assert res.status_code == 500 and "Input/output error" in res.json()["detail"], res.text
+    assert [c["name"] for c in d.list()] == ["first"]
+    vol.clear()
+    second = d.create("second")["checkpoint_id"]
+    assert d.restore(first)["ok"] is True
+    rep = d.restore(second, verify=True)
+    assert rep["ok"] is True and rep["verified"] is True, rep
+    assert contents(root) == data
 
 
 def test_tar_state_dir_meeting_eio(faulty, daemon_factory):
