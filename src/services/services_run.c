@@ -72,9 +72,19 @@ static void judge_stop(struct services *s, void *conn, struct services_job *j, s
 			  j->side_effect ? " (with a managed unit)" : "", job_ms(j), j->result, st);
 		return;
 	}
+	if (state_down(st) && j->killed && !j->error && s->ops->cgroup_empty(conn, j->unit) > 0) {
+		/* ckptd's own SIGKILL after service_timeout_secs is how a unit
+		 * that ignores SIGTERM is meant to stop: systemd records it as
+		 * failed (result: signal), but it is down and its cgroup empty. */
+		u->stopped = u->killed = true;
+		log_event(LOG_WARN_, &(struct log_fields){ "stop", NULL, j->unit, job_ms(j) },
+			  "services: stopped \"%s\" with SIGKILL after service_timeout_secs, in %lld ms (unit %s)",
+			  j->unit, job_ms(j), st);
+		return;
+	}
 	if (state_down(st)) {
-		/* Down, but not cleanly (a failed ExecStop=, a kill, ckptd's own
-		 * SIGKILL after service_timeout_secs): systemd's account is a
+		/* Down, but not cleanly (a failed ExecStop=, a kill by someone
+		 * else): systemd's account is a
 		 * failure. The swap may go on only once its cgroup is empty; it
 		 * is started again after, still reported failed. */
 		_cleanup_free_ char *res = NULL;
@@ -225,14 +235,14 @@ static void judge_start(struct services *s, void *conn, struct services_job *j, 
 		  "services: \"%s\" did not start (%lld ms): %s", j->unit, job_ms(j), u->reason);
 }
 
-/* A unit whose stop failed is in systemd's "failed" state: reset it (and its
+/* A unit whose stop failed, or that ckptd killed, is in systemd's "failed" state: reset it (and its
  * start rate limit) so the start is a fresh one. */
 static void reset_stop_failed(struct services *s, struct svc_plan *p)
 {
 	ckpt_error e = { 0 };
 	void *conn = NULL;
 	for (size_t i = 0; i < p->n; i++) {
-		if (!p->units[i].stop_failed || (!conn && s->ops->connect(&conn, &e) < 0))
+		if (!(p->units[i].stop_failed || p->units[i].killed) || (!conn && s->ops->connect(&conn, &e) < 0))
 			continue;
 		int r = s->ops->reset_failed(conn, p->units[i].name);
 		if (r < 0)

