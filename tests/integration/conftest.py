@@ -108,8 +108,8 @@ class Daemon:
                 # "preparing": the tar backend still takes the base (first start)
                 if r.status_code == 200 and r.json().get("status") != "preparing":
                     return
-            except requests.ConnectionError:
-                pass
+            except (requests.ConnectionError, requests.Timeout):
+                pass  # not listening yet, or accepted but not served yet (slow start under ASan)
             time.sleep(0.02)
         raise RuntimeError(f"ckptd not ready after {timeout}s:\n{self.log()}")
 
