@@ -81,7 +81,7 @@ static void api_idempotent(void *app, const struct http_request *req, struct htt
 			  "Idempotency-Key must be 1 to %d printable ASCII characters", IDEM_KEY_MAX);
 		return;
 	}
-	int r = engine_idem_begin(app, key, req->method, req->path, req->body, req->body_len, &t, &a);
+	int r = engine_idem_begin(app, key, req->method, req->path, req->body_sha256, &t, &a);
 	switch (r) {
 	case IDEM_FRESH: {
 		handler(app, req, resp);
@@ -315,6 +315,11 @@ static void api_fork(void *app, const struct http_request *req, struct http_resp
 	api_idempotent(app, req, resp, api_fork_create);
 }
 
+static void api_import_idem(void *app, const struct http_request *req, struct http_response *resp)
+{
+	api_idempotent(app, req, resp, api_import);
+}
+
 static const struct http_route routes[] = {
 	{ "POST", "/v1/checkpoints", api_create, false, false },
 	{ "GET", "/v1/checkpoints", api_list, false, false },
@@ -326,7 +331,10 @@ static const struct http_route routes[] = {
 	{ "GET", "/v1/forks", api_fork_list, false, false },
 	{ "DELETE", "/v1/forks/{id}", api_fork_delete, false, false },
 	{ .method = "GET", .pattern = "/v1/checkpoints/{id}/export", .handler = api_export },
-	{ .method = "POST", .pattern = "/v1/checkpoints/import", .handler = api_import, .raw_body = HTTP_BODY_SPOOL },
+	{ .method = "POST",
+	  .pattern = "/v1/checkpoints/import",
+	  .handler = api_import_idem,
+	  .raw_body = HTTP_BODY_SPOOL },
 	{ "GET", "/v1/health", api_health, true, false },
 	{ "GET", "/metrics", api_metrics, false, false },
 };

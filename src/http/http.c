@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
+#include <nettle/sha2.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -51,6 +52,7 @@ struct req_ctx {
 	int spool_fd; /* HTTP_BODY_SPOOL routes: the body so far; else -1 */
 	uint64_t spool_len;
 	bool spool;
+	struct sha256_ctx hash; /* of the body as read, spooled or not */
 };
 
 /* The one table of statuses: title, default code, and the error kind that
@@ -688,6 +690,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			return MHD_NO;
 		ctx->srv = srv;
 		ctx->spool_fd = -1;
+		sha256_init(&ctx->hash);
 		*con_cls = ctx;
 		conn_set_pending(srv, conn, false);
 		struct conn_track *t = conn_track_of(conn);
@@ -716,6 +719,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		}
 		return MHD_YES;
 	}
+	if (*upload_size)
+		sha256_update(&ctx->hash, *upload_size, (const uint8_t *)upload);
 	if (*upload_size && ctx->spool) {
 		if (!ctx->too_large && ctx->spool_len + *upload_size > srv->opts.max_spool_bytes)
 			ctx->too_large = true;
@@ -757,6 +762,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	};
 	if (ctx->spool && ctx->spool_fd >= 0 && lseek(ctx->spool_fd, 0, SEEK_SET) == 0)
 		req.body_fd = ctx->spool_fd, req.body_len = ctx->spool_len;
+	uint8_t digest[SHA256_DIGEST_SIZE];
+	sha256_digest(&ctx->hash, sizeof(digest), digest);
+	for (size_t i = 0; i < sizeof(digest); i++)
+		snprintf(req.body_sha256 + 2 * i, 3, "%02x", digest[i]);
 	int64_t t0 = mono_ms();
 	dispatch(srv, &req, &resp);
 	if (log_is_verbose()) { /* one access line per request */

@@ -16,6 +16,9 @@ struct http_request {
 	const char *params[4]; /* {id}-style path parameters, in order */
 	size_t n_params;
 	int body_fd; /* HTTP_BODY_SPOOL routes: the body in an unlinked file at offset 0 (body_len bytes); else -1 */
+	/* sha256 of the body in hex, taken as it was read whether kept in memory
+	 * or spooled ("" when the request was not read by http.c) */
+	char body_sha256[65];
 };
 
 struct http_response {
