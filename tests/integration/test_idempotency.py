@@ -249,3 +249,34 @@ def test_fork_same_key_once_other_body_422(daemon_factory, tmp_path):
     assert (f1 / "a.txt").read_text() == "one\n"
     assert not any(f2.iterdir())
     assert d.request("DELETE", f"/v1/forks/{r1.json()['fork_id']}").status_code == 204
+
+
+def test_async_create_replay_answers_the_current_state(daemon_factory):
+    """A retried async create learns what became of it: 202 with the progress
+    while it runs, then 200 with the finished record; still one checkpoint."""
+    d = daemon_factory()
+    big_tree(d.roots[0])
+    body = {"name": "bg", "async": True}
+    first = post(d, CREATE, "a-1", body)
+    assert first.status_code == 202, first.text
+    cid = first.json()["checkpoint_id"]
+    again = post(d, CREATE, "a-1", body)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json()["checkpoint_id"] == cid
+    if again.status_code == 202:  # still creating: the record as it is now
+        assert again.json()["status"] == "creating"
+        assert "progress" in again.json(), again.text
+    deadline = time.monotonic() + 60
+    while d.get(cid)["status"] == "creating":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    done = post(d, CREATE, "a-1", body)
+    assert done.status_code == 200, done.text
+    assert done.json() == d.get(cid)
+    assert done.json()["status"] == "active" and done.json()["size_bytes"] > 0
+    assert len(named(d, "bg")) == 1
+    # a checkpoint deleted since: the first answer again
+    d.delete(cid)
+    gone = post(d, CREATE, "a-1", body)
+    assert gone.status_code == 202 and gone.json() == first.json()
+    assert named(d, "bg") == []
