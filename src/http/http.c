@@ -606,15 +606,10 @@ static int hex_value(char c)
 				       : -1;
 }
 
-/* libmicrohttpd's %XX decoding of the path, query names and values, plus a
- * verdict for on_request: a control character (a decoded NUL would cut
- * "victim%00zzz" to "victim") or bytes that are not UTF-8 make a 400. An
- * escaped control character is left escaped, so nothing is cut even so. */
-static size_t url_unescape(void *cls, struct MHD_Connection *conn, char *s)
+const char *http_url_decode(char *s, size_t *ret_len)
 {
 	const char *bad = NULL;
 	char *w = s;
-	(void)cls;
 
 	for (const char *r = s; *r; r++) {
 		int hi = r[0] == '%' ? hex_value(r[1]) : -1, lo = hi >= 0 ? hex_value(r[2]) : -1;
@@ -630,10 +625,21 @@ static size_t url_unescape(void *cls, struct MHD_Connection *conn, char *s)
 	*w = '\0';
 	if (!bad && !utf8_valid(s, (size_t)(w - s)))
 		bad = "bytes that are not UTF-8";
+	*ret_len = (size_t)(w - s);
+	return bad;
+}
+
+/* libmicrohttpd's unescape callback: http_url_decode, whose verdict
+ * on_request answers with a 400. */
+static size_t url_unescape(void *cls, struct MHD_Connection *conn, char *s)
+{
+	size_t len;
+	const char *bad = http_url_decode(s, &len);
+	(void)cls;
 	struct conn_track *t = bad ? conn_track_of(conn) : NULL;
 	if (t && !t->bad_url)
 		t->bad_url = bad;
-	return (size_t)(w - s);
+	return len;
 }
 
 /* Does (method, url) go to a route that spools its body? Unauthorized
