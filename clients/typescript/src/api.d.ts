@@ -1308,7 +1308,7 @@ export interface operations {
             /**
              * @description Not an archive export made, or a hostile or damaged one (code
              *     `invalid_archive`): paths that are absolute or hold `..`, symlinks
-             *     or hard links that leave the tree, device nodes, entries not in
+             *     or hard links that leave the tree, device nodes, sparse entries, entries not in
              *     the manifest or listed twice, sizes or digests that differ from
              *     the manifest, a truncated stream. Nothing is kept.
              */
