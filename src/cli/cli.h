@@ -146,7 +146,10 @@ int cli_cmd_fork_delete(const struct cli_opts *o, const char *fork_id);
 int cli_cmd_diff(const struct cli_opts *o, const char *id);
 /* Print every change from checkpoint ref to against (NULL: live) like
  * `git status --short`; -1 on success, else the exit status. */
-int cli_diff_print(const struct cli_opts *o, const char *ref, const char *against, size_t *ret_n);
+/* ret_services (may be NULL): the first page's "services" (units a restore
+ * would stop and start; only against live), a new reference or NULL. */
+int cli_diff_print(const struct cli_opts *o, const char *ref, const char *against, size_t *ret_n,
+		   json_t **ret_services);
 /* Shared by the commands: a transport failure or an error answer, reported
  * (the exit status). */
 int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r);

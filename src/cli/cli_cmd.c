@@ -529,7 +529,15 @@ static int cli_cmd_restore_check(const struct cli_opts *o, const char *path)
 		size_t n = 0;
 		if (!o->json && id) { /* what the restore would undo, as `ckpt diff` prints it */
 			puts("\nChanges since the checkpoint (the restore undoes them):");
-			if (cli_diff_print(o, id, NULL, &n) < 0 && n == 0)
+			json_auto_t *units = NULL;
+			if (cli_diff_print(o, id, NULL, &n, &units) < 0 && n == 0)
+				puts("  none");
+			/* the services plan, as the restore would make it */
+			puts("\nUnits the restore would stop, then start again:");
+			size_t i;
+			json_t *u;
+			json_array_foreach(units, i, u) printf("  %s\n", json_string_value(u));
+			if (json_array_size(units) == 0)
 				puts("  none");
 		}
 		return CKPT_EXIT_OK;

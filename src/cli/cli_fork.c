@@ -82,7 +82,7 @@ static char cli_diff_letter(json_t *c)
 	return kind[0] == 'a' ? 'A' : kind[0] == 'd' ? 'D' : 'M';
 }
 
-int cli_diff_print(const struct cli_opts *o, const char *ref, const char *against, size_t *ret_n)
+int cli_diff_print(const struct cli_opts *o, const char *ref, const char *against, size_t *ret_n, json_t **ret_services)
 {
 	_cli_cleanup_free_ char *base = NULL, *token = NULL;
 	int rc = cli_cmd_ref_path(o, ref, "/diff", &base);
@@ -101,6 +101,8 @@ int cli_diff_print(const struct cli_opts *o, const char *ref, const char *agains
 		rc = cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL);
 		if (rc >= 0)
 			return rc;
+		if (ret_services && !*ret_services)
+			*ret_services = json_incref(json_object_get(r.json, "services"));
 		if (o->json) {
 			cli_out_verbatim(&r);
 		} else {
@@ -126,6 +128,6 @@ int cli_diff_print(const struct cli_opts *o, const char *ref, const char *agains
 int cli_cmd_diff(const struct cli_opts *o, const char *ref)
 {
 	size_t n;
-	int rc = cli_diff_print(o, ref, o->against, &n);
+	int rc = cli_diff_print(o, ref, o->against, &n, NULL);
 	return rc >= 0 ? rc : CKPT_EXIT_OK;
 }

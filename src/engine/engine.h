@@ -108,12 +108,13 @@ struct idem_answer {
 };
 /* 1 to 255 printable ASCII characters. */
 bool idem_key_valid(const char *key);
-/* Look key up for this request. IDEM_FRESH: run it, then call
+/* Look key up for this request (its fingerprint: method, path and the
+ * sha256 of the body, hex, as the HTTP layer took it while reading). IDEM_FRESH: run it, then call
  * engine_idem_finish with the ticket. IDEM_REPLAY: ret holds the first
  * answer. IDEM_RUNNING: the first request with key still runs. IDEM_MISMATCH:
  * key was used for another request. Negative errno on failure. */
-int engine_idem_begin(struct engine *e, const char *key, const char *method, const char *path, const char *body,
-		      size_t body_len, struct idem_ticket *t, struct idem_answer *ret);
+int engine_idem_begin(struct engine *e, const char *key, const char *method, const char *path, const char *body_sha256,
+		      struct idem_ticket *t, struct idem_answer *ret);
 /* Remember the answer (body NULL: nothing to remember) and release the key. */
 void engine_idem_finish(struct engine *e, struct idem_ticket *t, const char *key, int status, const char *body,
 			bool problem);

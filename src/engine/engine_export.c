@@ -837,7 +837,8 @@ static void strip_overlay_xattrs(struct archive_entry *ae)
 
 static int import_entry(struct import_ctx *c, struct archive *a, struct archive *w, struct archive_entry *ae, char *buf)
 {
-	const char *name = archive_entry_pathname(ae);
+	/* a copy: the entry's own name is replaced by the extraction path below */
+	_cleanup_free_ char *name = archive_entry_pathname(ae) ? strdup(archive_entry_pathname(ae)) : NULL;
 	const char *rel, *want;
 	size_t root;
 	char key[PATH_MAX + 32];
@@ -869,6 +870,10 @@ static int import_entry(struct import_ctx *c, struct archive *a, struct archive 
 		return bad(c, "entry '%.200s' is a %s, the manifest says %s", name, got, want);
 	if (!strcmp(rel, ".") && strcmp(got, "dir"))
 		return bad(c, "root entry '%.200s' is not a directory", name);
+	/* A sparse entry names gigabytes of holes in a few bytes, which would be
+	 * written out whole, past max_import_bytes; export never writes one. */
+	if (archive_entry_sparse_count(ae) > 0)
+		return bad(c, "entry '%.200s' is a sparse file (export never writes one)", name);
 	if (hl) {
 		size_t lroot;
 		const char *lrel;

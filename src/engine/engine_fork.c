@@ -418,6 +418,29 @@ static char *diff_untoken(const char *t)
 	return p;
 }
 
+/* A diff against the live roots shows what a restore would undo; with it go
+ * the units that restore would stop and start again: the services plan, as
+ * the restore makes it, computed and not executed. A manager that cannot be
+ * reached puts every managed unit in the plan, failed: listed too. */
+static int diff_services(struct engine *e, json_t *out, ckpt_error *err)
+{
+	struct svc_plan units;
+	int r = services_plan(e->services, e->cfg->roots, e->cfg->n_roots, &units);
+	json_t *names = json_array();
+	for (size_t i = 0; r == 0 && names && i < units.n; i++)
+		if (json_array_append_new(names, json_string(units.units[i].name)) < 0)
+			r = -ENOMEM;
+	services_plan_free(&units);
+	if (r < 0 || !names) {
+		json_decref(names);
+		return err_set(err, r < 0 ? -r : ENOMEM, NULL, "cannot list the services that use the roots: %s",
+			       strerror(r < 0 ? -r : ENOMEM));
+	}
+	json_object_set_new(out, "services", names);
+	json_object_set_new(out, "services_available", json_boolean(services_available(e->services)));
+	return 0;
+}
+
 int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req *req, json_t **ret, ckpt_error *err)
 {
 	int r = 0;
@@ -469,6 +492,10 @@ int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req 
 		_cleanup_free_ char *t =
 			diff_token(json_string_value(json_object_get(json_array_get(page, limit - 1), "path")));
 		json_object_set_new(out, "next_page_token", json_string(t));
+	}
+	if (out && !b && (r = diff_services(e, out, err)) < 0) {
+		json_decref(out);
+		return r;
 	}
 	*ret = out;
 	return out ? 0 : err_set(err, ENOMEM, NULL, "out of memory");

@@ -93,13 +93,13 @@ static json_t *idem_load(struct engine *e, const char *name)
 	return j;
 }
 
-int engine_idem_begin(struct engine *e, const char *key, const char *method, const char *path, const char *body,
-		      size_t body_len, struct idem_ticket *t, struct idem_answer *ret)
+int engine_idem_begin(struct engine *e, const char *key, const char *method, const char *path, const char *body_sha256,
+		      struct idem_ticket *t, struct idem_answer *ret)
 {
 	const void *kp[] = { key };
 	const size_t kl[] = { strlen(key) };
-	const void *fp[] = { method, "\n", path, "\n", body ? body : "" };
-	const size_t fl[] = { strlen(method), 1, strlen(path), 1, body ? body_len : 0 };
+	const void *fp[] = { method, "\n", path, "\n", body_sha256 };
+	const size_t fl[] = { strlen(method), 1, strlen(path), 1, strlen(body_sha256) };
 	char hex[65];
 	int state = IDEM_FRESH;
 

@@ -62,6 +62,21 @@ bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response 
 	return true;
 }
 
+/* A replayed 202 (an async create) answers what became of the checkpoint:
+ * 202 with its progress while it is created, 200 with the record once it is
+ * done (or failed). A checkpoint gone since keeps the first answer. */
+static void api_replay_current(void *app, struct http_response *resp)
+{
+	const char *id = json_string_value(json_object_get(resp->json, "checkpoint_id"));
+	ckpt_error err = { 0 };
+	json_t *cur = NULL;
+
+	if (!id || engine_get(app, id, &cur, &err) < 0)
+		return;
+	bool creating = !strcmp(json_string_value(json_object_get(cur, "status")) ?: "", "creating");
+	http_json(resp, creating ? 202 : 200, cur);
+}
+
 /* Run handler under the request's Idempotency-Key, if it has one: a repeat
  * of a request already answered gets that answer again (with
  * Idempotent-Replayed: true), a repeat while it runs a 409, another request
@@ -81,7 +96,7 @@ static void api_idempotent(void *app, const struct http_request *req, struct htt
 			  "Idempotency-Key must be 1 to %d printable ASCII characters", IDEM_KEY_MAX);
 		return;
 	}
-	int r = engine_idem_begin(app, key, req->method, req->path, req->body, req->body_len, &t, &a);
+	int r = engine_idem_begin(app, key, req->method, req->path, req->body_sha256, &t, &a);
 	switch (r) {
 	case IDEM_FRESH: {
 		handler(app, req, resp);
@@ -93,6 +108,8 @@ static void api_idempotent(void *app, const struct http_request *req, struct htt
 	}
 	case IDEM_REPLAY:
 		http_json(resp, a.status, json_loads(a.body, 0, NULL));
+		if (a.status == 202)
+			api_replay_current(app, resp);
 		if (a.problem)
 			resp->content_type = "application/problem+json";
 		resp->extra_headers[0][0] = strdup("Idempotent-Replayed");
@@ -315,6 +332,11 @@ static void api_fork(void *app, const struct http_request *req, struct http_resp
 	api_idempotent(app, req, resp, api_fork_create);
 }
 
+static void api_import_idem(void *app, const struct http_request *req, struct http_response *resp)
+{
+	api_idempotent(app, req, resp, api_import);
+}
+
 static const struct http_route routes[] = {
 	{ "POST", "/v1/checkpoints", api_create, false, false },
 	{ "GET", "/v1/checkpoints", api_list, false, false },
@@ -326,7 +348,10 @@ static const struct http_route routes[] = {
 	{ "GET", "/v1/forks", api_fork_list, false, false },
 	{ "DELETE", "/v1/forks/{id}", api_fork_delete, false, false },
 	{ .method = "GET", .pattern = "/v1/checkpoints/{id}/export", .handler = api_export },
-	{ .method = "POST", .pattern = "/v1/checkpoints/import", .handler = api_import, .raw_body = HTTP_BODY_SPOOL },
+	{ .method = "POST",
+	  .pattern = "/v1/checkpoints/import",
+	  .handler = api_import_idem,
+	  .raw_body = HTTP_BODY_SPOOL },
 	{ "GET", "/v1/health", api_health, true, false },
 	{ "GET", "/metrics", api_metrics, false, false },
 };

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
+#include <nettle/sha2.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -51,6 +52,7 @@ struct req_ctx {
 	int spool_fd; /* HTTP_BODY_SPOOL routes: the body so far; else -1 */
 	uint64_t spool_len;
 	bool spool;
+	struct sha256_ctx hash; /* of the body as read, spooled or not */
 };
 
 /* The one table of statuses: title, default code, and the error kind that
@@ -604,15 +606,10 @@ static int hex_value(char c)
 				       : -1;
 }
 
-/* libmicrohttpd's %XX decoding of the path, query names and values, plus a
- * verdict for on_request: a control character (a decoded NUL would cut
- * "victim%00zzz" to "victim") or bytes that are not UTF-8 make a 400. An
- * escaped control character is left escaped, so nothing is cut even so. */
-static size_t url_unescape(void *cls, struct MHD_Connection *conn, char *s)
+const char *http_url_decode(char *s, size_t *ret_len)
 {
 	const char *bad = NULL;
 	char *w = s;
-	(void)cls;
 
 	for (const char *r = s; *r; r++) {
 		int hi = r[0] == '%' ? hex_value(r[1]) : -1, lo = hi >= 0 ? hex_value(r[2]) : -1;
@@ -628,10 +625,21 @@ static size_t url_unescape(void *cls, struct MHD_Connection *conn, char *s)
 	*w = '\0';
 	if (!bad && !utf8_valid(s, (size_t)(w - s)))
 		bad = "bytes that are not UTF-8";
+	*ret_len = (size_t)(w - s);
+	return bad;
+}
+
+/* libmicrohttpd's unescape callback: http_url_decode, whose verdict
+ * on_request answers with a 400. */
+static size_t url_unescape(void *cls, struct MHD_Connection *conn, char *s)
+{
+	size_t len;
+	const char *bad = http_url_decode(s, &len);
+	(void)cls;
 	struct conn_track *t = bad ? conn_track_of(conn) : NULL;
 	if (t && !t->bad_url)
 		t->bad_url = bad;
-	return (size_t)(w - s);
+	return len;
 }
 
 /* Does (method, url) go to a route that spools its body? Unauthorized
@@ -688,6 +696,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			return MHD_NO;
 		ctx->srv = srv;
 		ctx->spool_fd = -1;
+		sha256_init(&ctx->hash);
 		*con_cls = ctx;
 		conn_set_pending(srv, conn, false);
 		struct conn_track *t = conn_track_of(conn);
@@ -716,6 +725,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		}
 		return MHD_YES;
 	}
+	if (*upload_size)
+		sha256_update(&ctx->hash, *upload_size, (const uint8_t *)upload);
 	if (*upload_size && ctx->spool) {
 		if (!ctx->too_large && ctx->spool_len + *upload_size > srv->opts.max_spool_bytes)
 			ctx->too_large = true;
@@ -757,6 +768,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	};
 	if (ctx->spool && ctx->spool_fd >= 0 && lseek(ctx->spool_fd, 0, SEEK_SET) == 0)
 		req.body_fd = ctx->spool_fd, req.body_len = ctx->spool_len;
+	uint8_t digest[SHA256_DIGEST_SIZE];
+	sha256_digest(&ctx->hash, sizeof(digest), digest);
+	for (size_t i = 0; i < sizeof(digest); i++)
+		snprintf(req.body_sha256 + 2 * i, 3, "%02x", digest[i]);
 	int64_t t0 = mono_ms();
 	dispatch(srv, &req, &resp);
 	if (log_is_verbose()) { /* one access line per request */

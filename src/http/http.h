@@ -16,6 +16,9 @@ struct http_request {
 	const char *params[4]; /* {id}-style path parameters, in order */
 	size_t n_params;
 	int body_fd; /* HTTP_BODY_SPOOL routes: the body in an unlinked file at offset 0 (body_len bytes); else -1 */
+	/* sha256 of the body in hex, taken as it was read whether kept in memory
+	 * or spooled ("" when the request was not read by http.c) */
+	char body_sha256[65];
 };
 
 struct http_response {
@@ -89,3 +92,10 @@ void http_fail(struct http_response *resp, enum ckpt_err_kind kind, const char *
 /* Status and code (with ret_code) that http_error answers for err. */
 int http_status_of(const ckpt_error *err, const char **ret_code);
 void http_json(struct http_response *resp, int status, json_t *body);
+
+/* %XX-decode a URL path, query name or value in place, as libmicrohttpd
+ * asks: *ret_len is the new length. Returns why the URL must be refused
+ * (400), or NULL: "a control character" when one (a NUL too) is decoded,
+ * the escape then left as it was so that nothing is cut; else "bytes that
+ * are not UTF-8" when the result is not strict UTF-8. */
+const char *http_url_decode(char *s, size_t *ret_len);

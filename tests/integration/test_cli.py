@@ -363,6 +363,10 @@ def test_restore_asks_on_a_terminal_and_dry_run_changes_nothing(d):
     p = ok(ckpt(d, "restore", cid, "--dry-run"))
     assert f"Restore would roll every managed root back to {cid} \"before\"" in p.stdout
     assert f"\nM {d.roots[0]}/hello.txt\n" in p.stdout, p.stdout  # the diff it would undo
+    # and the units it would stop: none run here (test_rig.py has real ones)
+    assert p.stdout.endswith("Units the restore would stop, then start again:\n  none\n"), p.stdout
+    diff = d.request("GET", f"/v1/checkpoints/{cid}/diff").json()
+    assert diff["services"] == [] and isinstance(diff["services_available"], bool), diff
     assert (d.roots[0] / "hello.txt").read_text() == "changed\n"
     rc, out = run_on_terminal(["--url", d.url, "restore", "--dry-run", cid])
     assert rc == 0 and "[y/N]" not in out and (d.roots[0] / "hello.txt").read_text() == "changed\n"

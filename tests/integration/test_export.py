@@ -510,3 +510,29 @@ def test_client_gone_and_daemon_killed_mid_export(daemon_factory):
     assert not any("xfer" in m for m in mounts_under(d.state_dir))
     assert not (d.state_dir / "xfer").exists() or not list((d.state_dir / "xfer").iterdir())
     assert d.request("GET", f"/v1/checkpoints/{cid}/export").status_code == 200
+
+
+def test_sparse_entry_is_refused(victim, tmp_path):
+    """A pax sparse entry holds a 64 MiB file in a few KiB: extracted, it would
+    write far more than max_import_bytes. Export never writes one; import
+    refuses it (found while writing the import fuzz target)."""
+    import hashlib
+    src = tmp_path / "sparse"
+    (src / "roots/0").mkdir(parents=True)
+    size = 64 << 20
+    with open(src / "roots/0/big", "wb") as f:  # a hole, then one byte
+        f.seek(size - 1)
+        f.write(b"x")
+    entries = [{"path": ".", "type": "dir"},
+               {"path": "big", "type": "file", "mode": 0o644, "size": size,
+                "sha256": hashlib.sha256(bytes(size - 1) + b"x").hexdigest()}]
+    manifest = {"format": "ckptd-export", "version": 1, "backend": "tar",
+                "checkpoint": {"checkpoint_id": "cp_0123456789abcdef01234567", "name": "sparse", "labels": {}},
+                "base": None, "roots": [{"path": str(victim.roots[0]), "entries": entries}]}
+    (src / "manifest.json").write_text(json.dumps(manifest))
+    raw = subprocess.run(["tar", "--format=pax", "--sparse", "--no-recursion", "-C", str(src), "-cf", "-",
+                          "manifest.json", "roots/0", "roots/0/big"], capture_output=True, check=True).stdout
+    assert len(raw) < 64 << 10
+    assert b"GNU.sparse" in raw
+    refused(victim, zstd(raw), "sparse")
+

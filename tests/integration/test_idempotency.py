@@ -186,3 +186,97 @@ def test_keys_expire_after_24h_and_the_sweeper_removes_them(daemon_factory):
     # the expired key is free again: another body is a new request, not a 422
     r = post(d, CREATE, "old", {"name": "c"})
     assert r.status_code == 201 and "Idempotent-Replayed" not in r.headers
+
+
+def import_post(d, key, blob):
+    return d.request("POST", "/v1/checkpoints/import", data=blob,
+                     headers={"Idempotency-Key": key, "Content-Type": "application/zstd"})
+
+
+def test_import_same_key_same_archive_once_other_archive_422(daemon_factory):
+    """The import body is spooled to a file, not held in memory: its digest is
+    taken while it is read, so the key works for it as for JSON bodies."""
+    a = daemon_factory()
+    (a.roots[0] / "a.txt").write_text("one\n")
+    one = a.create("one")["checkpoint_id"]
+    (a.roots[0] / "a.txt").write_text("two\n")
+    two = a.create("two")["checkpoint_id"]
+    blob1 = a.request("GET", f"/v1/checkpoints/{one}/export").content
+    blob2 = a.request("GET", f"/v1/checkpoints/{two}/export").content
+    assert blob1 != blob2
+
+    b = daemon_factory()
+    r1 = import_post(b, "imp-1", blob1)
+    assert r1.status_code == 201, r1.text
+    assert "Idempotent-Replayed" not in r1.headers
+    r2 = import_post(b, "imp-1", blob1)
+    assert r2.status_code == 201, r2.text
+    assert r2.headers["Idempotent-Replayed"] == "true"
+    assert r2.json()["checkpoint_id"] == r1.json()["checkpoint_id"]
+    assert len(b.list()) == 1
+    r3 = import_post(b, "imp-1", blob2)
+    assert r3.status_code == 422, r3.text
+    assert r3.json()["code"] == "idempotency_key_reused"
+    assert len(b.list()) == 1
+    # the key is kept across a restart like the others
+    b.stop()
+    b.start()
+    r4 = import_post(b, "imp-1", blob1)
+    assert r4.status_code == 201 and r4.json()["checkpoint_id"] == r1.json()["checkpoint_id"]
+    assert len(b.list()) == 1
+    # another key imports again
+    assert import_post(b, "imp-2", blob1).status_code == 201
+    assert len(b.list()) == 2
+
+
+def test_fork_same_key_once_other_body_422(daemon_factory, tmp_path):
+    d = daemon_factory()
+    (d.roots[0] / "a.txt").write_text("one\n")
+    cid = d.create("base")["checkpoint_id"]
+    f1, f2 = tmp_path / "f1", tmp_path / "f2"
+    f1.mkdir()
+    f2.mkdir()
+    path = f"/v1/checkpoints/{cid}/fork"
+    r1 = post(d, path, "fork-1", {"path": str(f1)})
+    assert r1.status_code == 201, r1.text
+    r2 = post(d, path, "fork-1", {"path": str(f1)})
+    assert r2.status_code == 201 and r2.json() == r1.json(), r2.text
+    assert r2.headers["Idempotent-Replayed"] == "true"
+    r3 = post(d, path, "fork-1", {"path": str(f2)})
+    assert r3.status_code == 422 and r3.json()["code"] == "idempotency_key_reused", r3.text
+    forks = d.request("GET", "/v1/forks").json()["forks"]
+    assert [f["fork_id"] for f in forks] == [r1.json()["fork_id"]]
+    assert (f1 / "a.txt").read_text() == "one\n"
+    assert not any(f2.iterdir())
+    assert d.request("DELETE", f"/v1/forks/{r1.json()['fork_id']}").status_code == 204
+
+
+def test_async_create_replay_answers_the_current_state(daemon_factory):
+    """A retried async create learns what became of it: 202 with the progress
+    while it runs, then 200 with the finished record; still one checkpoint."""
+    d = daemon_factory()
+    big_tree(d.roots[0])
+    body = {"name": "bg", "async": True}
+    first = post(d, CREATE, "a-1", body)
+    assert first.status_code == 202, first.text
+    cid = first.json()["checkpoint_id"]
+    again = post(d, CREATE, "a-1", body)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json()["checkpoint_id"] == cid
+    if again.status_code == 202:  # still creating: the record as it is now
+        assert again.json()["status"] == "creating"
+        assert "progress" in again.json(), again.text
+    deadline = time.monotonic() + 60
+    while d.get(cid)["status"] == "creating":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    done = post(d, CREATE, "a-1", body)
+    assert done.status_code == 200, done.text
+    assert done.json() == d.get(cid)
+    assert done.json()["status"] == "active" and done.json()["size_bytes"] > 0
+    assert len(named(d, "bg")) == 1
+    # a checkpoint deleted since: the first answer again
+    d.delete(cid)
+    gone = post(d, CREATE, "a-1", body)
+    assert gone.status_code == 202 and gone.json() == first.json()
+    assert named(d, "bg") == []

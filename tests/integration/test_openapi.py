@@ -245,6 +245,23 @@ def while_creating(df, method, path):
     return r
 
 
+def async_replayed_done(df):
+    """An async create replayed by its key once done: 200 and the record as it is now."""
+    d = seeded(df)
+    hdr = {"Idempotency-Key": "async"}
+    first = d.request("POST", CP, json={"name": "bg", "async": True}, headers=hdr)
+    assert first.status_code == 202, first.text
+    cid = first.json()["checkpoint_id"]
+    deadline = time.monotonic() + 30
+    while d.get(cid)["status"] == "creating":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    r = d.request("POST", CP, json={"name": "bg", "async": True}, headers=hdr)
+    assert r.json()["checkpoint_id"] == cid and r.json()["status"] == "active", r.text
+    assert r.headers.get("Idempotent-Replayed") == "true"
+    return r
+
+
 def idem_running(df):
     """A repeat of a create whose first request still runs."""
     import threading
@@ -394,8 +411,23 @@ def import_base_mismatch(df):
     return b.request("POST", IMPORT, data=a.request("GET", f"{CP}/{cid}/export").content)
 
 
+def import_key_reused(df):
+    """The same Idempotency-Key with another archive: 422, and no second checkpoint."""
+    d = seeded(df)
+    cid = d.create("c")["checkpoint_id"]
+    blob = d.request("GET", f"{CP}/{cid}/export").content
+    hdr = {"Idempotency-Key": "k"}
+    assert d.request("POST", IMPORT, data=blob, headers=hdr).status_code == 201
+    (d.roots[0] / "other").write_text("other")
+    cid2 = d.create("c2")["checkpoint_id"]
+    r = d.request("POST", IMPORT, data=d.request("GET", f"{CP}/{cid2}/export").content, headers=hdr)
+    assert len(d.list()) == 3
+    return r
+
+
 PROVOKE = {
     (CP, "post", 201): lambda df: seeded(df).request("POST", CP, json={"name": "n", "labels": {"k": "v"}}),
+    (CP, "post", 200): async_replayed_done,
     (CP, "post", 202): async_create,
     (CP, "post", 400): bad_create_bodies,
     (CP, "post", 401): lambda df: expect_unauthorized(df, "POST", CP, json={"name": "n"}),
@@ -453,6 +485,7 @@ PROVOKE = {
     (IMPORT, "post", 401): lambda df: expect_unauthorized(df, "POST", IMPORT, data=b"x"),
     (IMPORT, "post", 403): import_over_limit,
     (IMPORT, "post", 409): import_base_mismatch,
+    (IMPORT, "post", 422): import_key_reused,
     (IMPORT, "post", 413): lambda df: seeded(df, config={"max_import_bytes": 1000}).request(
         "POST", IMPORT, data=b"x" * 2000),
     ("/v1/health", "get", 200): lambda df: token_daemon(df).request("GET", "/v1/health"),

@@ -68,6 +68,31 @@ def test_create_freezes_the_managed_units(rig):
     assert active(rig, "bystander.service") == "active"
 
 
+def test_dry_run_lists_the_units_a_restore_would_stop_and_touches_none(rig):
+    """The live diff carries the services plan, computed and not executed; the
+    CLI's restore --dry-run prints it."""
+    import subprocess
+    from conftest import CKPT
+    write_in(rig, "/srv/app/www/dry.txt", "changed\n")
+    before = {u: main_pid(rig, u) for u in ("web.service", "worker.service")}
+    r = api(rig, "GET", f"/v1/checkpoints/{rig.first}/diff")
+    assert r.status_code == 200, r.text
+    assert sorted(r.json()["services"]) == ["web.service", "worker.service"], r.json()
+    assert r.json()["services_available"] is True
+    p = subprocess.run([CKPT, "--url", rig.api, "restore", "--dry-run", rig.first],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    units = p.stdout.split("Units the restore would stop, then start again:\n")[1].split()
+    assert sorted(units) == ["web.service", "worker.service"], p.stdout
+    assert "/srv/app/www/dry.txt" in p.stdout
+    for u in ("web.service", "worker.service"):  # nothing was stopped
+        assert active(rig, u) == "active" and main_pid(rig, u) == before[u]
+    # against another checkpoint nothing is restored: no plan
+    other = api(rig, "GET", f"/v1/checkpoints/{rig.first}/diff", params={"against": rig.first}).json()
+    assert "services" not in other
+    rig.sh("rm", "/srv/app/www/dry.txt")
+
+
 def test_restore_stops_starts_and_serves_restored_content(rig):
     write_in(rig, "/srv/app/www/index.html", "v2\n")
     write_in(rig, "/srv/app/www/new.txt", "added after the checkpoint\n")

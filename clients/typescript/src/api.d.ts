@@ -228,7 +228,9 @@ export interface paths {
          *     anything becomes a checkpoint; the new checkpoint gets a new id and
          *     `import_of` names the exported one. An overlay export imports only on
          *     an overlay daemon whose base has the identity the manifest names
-         *     (else 409 `base_mismatch`); a tar export imports anywhere.
+         *     (else 409 `base_mismatch`); a tar export imports anywhere. With an
+         *     Idempotency-Key, a retry of the same archive answers the first import
+         *     (the body's digest is taken while it is spooled).
          */
         post: operations["importCheckpoint"];
         delete?: never;
@@ -374,6 +376,16 @@ export interface components {
             /** @description Present when more pages follow. */
             next_page_token?: string;
             diff_ms?: number;
+            /**
+             * @description Only against `live`: the units a restore would stop before the swap
+             *     and start again after it (the managed units that run now; with
+             *     `services_auto`, also those with a process using a root), planned
+             *     as the restore plans them, without touching them. `ckpt restore
+             *     --dry-run` prints them.
+             */
+            services?: string[];
+            /** @description Only against `live`. False when no systemd is reachable (the plan then lists every configured unit, whose stop would fail). */
+            services_available?: boolean;
         };
         CreateRequest: {
             /** @description 1 to 128 printable characters (UTF-8, no control characters). A label, not a key. */
@@ -815,8 +827,9 @@ export interface components {
     };
     parameters: {
         /**
-         * @description Makes a retry of this request safe. The first answer to a request
-         *     (method, path and body) sent with a key is kept for 24 hours, on disk
+         * @description Makes a retry of this request safe (create, restore, fork, import).
+         *     The first answer to a request (method, path and the sha256 of the
+         *     body) sent with a key is kept for 24 hours, on disk
          *     under the state dir, across restarts: the same request with the same
          *     key answers it again, with the header `Idempotent-Replayed: true`,
          *     without doing the work twice. While the first request still runs the
@@ -882,8 +895,9 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Makes a retry of this request safe. The first answer to a request
-                 *     (method, path and body) sent with a key is kept for 24 hours, on disk
+                 * @description Makes a retry of this request safe (create, restore, fork, import).
+                 *     The first answer to a request (method, path and the sha256 of the
+                 *     body) sent with a key is kept for 24 hours, on disk
                  *     under the state dir, across restarts: the same request with the same
                  *     key answers it again, with the header `Idempotent-Replayed: true`,
                  *     without doing the work twice. While the first request still runs the
@@ -916,6 +930,19 @@ export interface operations {
             };
         };
         responses: {
+            /**
+             * @description Only a replay (same Idempotency-Key and body) of an async create
+             *     that has finished since: the record as it is now (`active`, or
+             *     `failed` with its `error`), with `Idempotent-Replayed: true`.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Checkpoint"];
+                };
+            };
             /** @description The checkpoint exists and is durable. */
             201: {
                 headers: {
@@ -925,7 +952,12 @@ export interface operations {
                     "application/json": components["schemas"]["Checkpoint"];
                 };
             };
-            /** @description Accepted (async); the record is in state `creating`. */
+            /**
+             * @description Accepted (async); the record is in state `creating`. A replay by
+             *     Idempotency-Key while it is still created answers 202 with the
+             *     record as it is now (its progress); once done, 200. A checkpoint
+             *     deleted since keeps the first answer.
+             */
             202: {
                 headers: {
                     [name: string]: unknown;
@@ -1012,8 +1044,9 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Makes a retry of this request safe. The first answer to a request
-                 *     (method, path and body) sent with a key is kept for 24 hours, on disk
+                 * @description Makes a retry of this request safe (create, restore, fork, import).
+                 *     The first answer to a request (method, path and the sha256 of the
+                 *     body) sent with a key is kept for 24 hours, on disk
                  *     under the state dir, across restarts: the same request with the same
                  *     key answers it again, with the header `Idempotent-Replayed: true`,
                  *     without doing the work twice. While the first request still runs the
@@ -1087,8 +1120,9 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Makes a retry of this request safe. The first answer to a request
-                 *     (method, path and body) sent with a key is kept for 24 hours, on disk
+                 * @description Makes a retry of this request safe (create, restore, fork, import).
+                 *     The first answer to a request (method, path and the sha256 of the
+                 *     body) sent with a key is kept for 24 hours, on disk
                  *     under the state dir, across restarts: the same request with the same
                  *     key answers it again, with the header `Idempotent-Replayed: true`,
                  *     without doing the work twice. While the first request still runs the
@@ -1247,7 +1281,25 @@ export interface operations {
     importCheckpoint: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description Makes a retry of this request safe (create, restore, fork, import).
+                 *     The first answer to a request (method, path and the sha256 of the
+                 *     body) sent with a key is kept for 24 hours, on disk
+                 *     under the state dir, across restarts: the same request with the same
+                 *     key answers it again, with the header `Idempotent-Replayed: true`,
+                 *     without doing the work twice. While the first request still runs the
+                 *     repeat answers 409 `idempotency_in_progress`; another request under
+                 *     the same key answers 422 `idempotency_key_reused`. 5xx, 408, 409 and
+                 *     429 answers are not kept (the work did not happen: a retry runs it).
+                 *     A daemon killed in the middle of a request forgets the key, and a retry
+                 *     runs the request again. 1 to 255 printable ASCII characters (400
+                 *     `invalid_idempotency_key` otherwise); a random UUID per logical call is
+                 *     a good key.
+                 * @example 6f1c2a9e-3b4d-4f8e-9a51-0c2d7e8b1f43
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1269,7 +1321,7 @@ export interface operations {
             /**
              * @description Not an archive export made, or a hostile or damaged one (code
              *     `invalid_archive`): paths that are absolute or hold `..`, symlinks
-             *     or hard links that leave the tree, device nodes, entries not in
+             *     or hard links that leave the tree, device nodes, sparse entries, entries not in
              *     the manifest or listed twice, sizes or digests that differ from
              *     the manifest, a truncated stream. Nothing is kept.
              */
@@ -1293,8 +1345,10 @@ export interface operations {
             };
             /**
              * @description An overlay checkpoint over another base (code `base_mismatch`; the
-             *     detail names the identity needed and this daemon's), or an archive
-             *     of another number of roots (code `roots_mismatch`).
+             *     detail names the identity needed and this daemon's), an archive
+             *     of another number of roots (code `roots_mismatch`), or an import
+             *     with the same Idempotency-Key still runs (code
+             *     `idempotency_in_progress`).
              */
             409: {
                 headers: {
@@ -1313,6 +1367,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            422: components["responses"]["IdempotencyKeyReused"];
             500: components["responses"]["Internal"];
             507: components["responses"]["InsufficientStorage"];
         };
