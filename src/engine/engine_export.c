@@ -22,6 +22,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "config.h"
 #include "engine/engine_internal.h"
@@ -762,6 +763,7 @@ static int import_manifest(struct import_ctx *c, struct archive *a, struct archi
 				    "the archive holds %zu roots, this daemon manages %zu", json_array_size(roots),
 				    c->e->cfg->n_roots);
 	c->expect = json_object();
+	uint64_t unpacked = 0;
 	size_t i, j;
 	json_t *r, *en;
 	json_array_foreach(roots, i, r)
@@ -777,7 +779,21 @@ static int import_manifest(struct import_ctx *c, struct archive *a, struct archi
 			if (json_object_get(c->expect, key))
 				return bad(c, "manifest lists '%.200s' twice", p);
 			json_object_set(c->expect, key, en);
+			json_int_t sz = json_integer_value(json_object_get(en, "size"));
+			if (!strcmp(t, "file") && (sz < 0 || (unpacked += (uint64_t)sz) < (uint64_t)sz))
+				return bad(c, "manifest entry '%.200s' has an invalid size", p);
 		}
+	}
+	/* A few KB of zstd can unpack to terabytes of zeros: every entry is held
+	 * to its manifest size, so the manifest's total is what extraction can
+	 * write. Refuse it up front when the state dir cannot hold it. */
+	struct statvfs sv;
+	if (fstatvfs(c->e->state_fd, &sv) == 0) {
+		uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+		if (unpacked > avail - avail / 20)
+			return err_set_kind(c->err, ERR_NO_SPACE, ENOSPC, "insufficient_storage",
+					    "the archive unpacks to %llu bytes; the state dir has %llu free",
+					    (unsigned long long)unpacked, (unsigned long long)avail);
 	}
 	return 0;
 }

@@ -536,3 +536,13 @@ def test_sparse_entry_is_refused(victim, tmp_path):
     assert b"GNU.sparse" in raw
     refused(victim, zstd(raw), "sparse")
 
+
+
+def test_manifest_bigger_than_the_disk_is_refused_before_extraction(victim):
+    """A decompression bomb: the manifest (to which every entry is held)
+    declares 16 TiB; refused up front with 507, nothing written."""
+    c = Crafted(victim)
+    c.add_file("roots/0/big", b"x" * 4096, size=1 << 44)
+    r = victim.request("POST", "/v1/checkpoints/import", data=c.blob())
+    assert r.status_code == 507, r.text
+    assert r.json()["code"] == "insufficient_storage" and "unpacks to" in r.json()["detail"], r.text
