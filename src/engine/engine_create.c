@@ -208,6 +208,7 @@ static int create_run(struct engine *e, struct ckpt_record *rec, bool keep_faile
 		int64_t ms = mono_ms() - t0;
 		log_event(LOG_INFO_, &(struct log_fields){ "create", id, NULL, ms },
 			  "created checkpoint \"%s\" (\"%s\") in %lld ms", id, rec->name, (long long)ms);
+		engine_kick_maintenance(e); /* e.g. compact a tar chain grown too long */
 		return 0;
 	}
 	log_event(LOG_WARN_, &(struct log_fields){ "create", id, NULL, mono_ms() - t0 }, "create of \"%s\" failed: %s",

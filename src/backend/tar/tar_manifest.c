@@ -1,7 +1,9 @@
 /* tar_manifest.c: write, load, validate and index the per-root manifest.
  * Format: a magic line, then one tab-separated line per entry:
- *   type mode uid gid size mtime ctime ino nlink xhash path link sha256
- * (sha256: of a regular file's content, "-" otherwise; absent in version 1)
+ *   type mode uid gid size mtime ctime ino nlink xhash path link sha256 src
+ * (sha256: of a regular file's content, "-" otherwise; absent in version 1;
+ * src: the checkpoint whose archive holds the data, "-" for this one's own
+ * archive; absent before version 3)
  * the root directory first (path "."), its xattrs as "x name hexvalue" lines,
  * then the entries in archive order. Paths are %XX-escaped for bytes <= ' ',
  * '%' and DEL, so a line never holds a tab or a newline of a name. */
@@ -122,7 +124,9 @@ static void put_line(FILE *f, const struct tar_mentry *e)
 	fputc('\t', f);
 	for (size_t i = 0; e->has_sha256 && i < TAR_SHA256_LEN; i++)
 		fprintf(f, "%02x", e->sha256[i]);
-	fputs(e->has_sha256 ? "\n" : "-\n", f);
+	fputs(e->has_sha256 ? "\t" : "-\t", f);
+	fputs(e->src ? e->src : "-", f);
+	fputc('\n', f);
 }
 
 int tar_manifest_write_header(FILE *f, const struct tar_mentry *root, const struct tar_xattr *xa, size_t n_xa)
@@ -212,7 +216,7 @@ static int parse_sha256(const char *s, struct tar_mentry *e)
 
 static int parse_entry(char *line, size_t n_fields, struct tar_mentry *e)
 {
-	char *f[14], *end;
+	char *f[15], *end;
 	unsigned long long v[5];
 	static const char *types = "fhdlpcb";
 
@@ -242,6 +246,11 @@ static int parse_entry(char *line, size_t n_fields, struct tar_mentry *e)
 	e->group = -1;
 	if (n_fields > 12 && parse_sha256(f[12], e) < 0)
 		return -EINVAL;
+	if (n_fields > 13 && strcmp(f[13], "-")) {
+		/* a data source: only a regular file's, only a checkpoint's name */
+		if (e->type != 'f' || (!id_valid(f[13]) && strcmp(f[13], "base")) || !(e->src = strdup(f[13])))
+			return -EINVAL;
+	}
 	if (e->type != 'h')
 		return strcmp(f[11], "-") ? -EINVAL : 0;
 	if (unescape(f[11]) < 0 || !(e->link = strdup(f[11])))
@@ -344,6 +353,7 @@ static void mentry_free(struct tar_mentry *e)
 {
 	free(e->path);
 	free(e->link);
+	free(e->src);
 }
 
 static int manifest_append(struct tar_manifest *m, const struct tar_mentry *e)
@@ -388,10 +398,12 @@ static int manifest_add_line(struct tar_manifest *m, char *line, size_t lineno, 
 static int manifest_parse(struct tar_manifest *m, char *text, ckpt_error *err)
 {
 	char *save = NULL, *line = strtok_r(text, "\n", &save);
-	size_t lineno = 0, n_fields = 13;
+	size_t lineno = 0, n_fields = 14;
 
 	if (line && !strcmp(line, TAR_MANIFEST_MAGIC_V1))
 		n_fields = 12;
+	else if (line && !strcmp(line, TAR_MANIFEST_MAGIC_V2))
+		n_fields = 13;
 	else if (!line || strcmp(line, TAR_MANIFEST_MAGIC))
 		return err_set(err, EBADMSG, NULL, "not a ckptd tar manifest");
 	while ((line = strtok_r(NULL, "\n", &save))) {
