@@ -125,10 +125,11 @@ static int create_frozen(struct engine *e, const char *id, struct engine_op *op,
 {
 	struct svc_plan plan;
 	ckpt_error perr = { 0 };
-	if (e->backend->precopy && e->backend->precopy(e->bst, &op->progress, &perr) < 0)
-		log_warn("create: first pass before the freeze failed, copying all while frozen: %s", perr.msg);
 	if (services_plan(e->services, e->cfg->roots, e->cfg->n_roots, &plan) < 0)
 		log_warn("services: cannot list the units to freeze");
+	if (e->backend->precopy && (plan.n > 0 || !e->backend->precopy_only_if_frozen) &&
+	    e->backend->precopy(e->bst, &op->progress, &perr) < 0)
+		log_warn("create: first pass before the freeze failed, copying all while frozen: %s", perr.msg);
 	int64_t t0 = mono_ms();
 	services_freeze(e->services, &plan);
 	int r = e->backend->create(e->bst, id, data, size, &op->progress, err);

@@ -1093,6 +1093,7 @@ const struct backend_ops backend_tar_ops = {
 	.maintain = NULL,
 	.cleanup = tar_cleanup,
 	.precopy = tar_precopy,
+	.precopy_only_if_frozen = true,
 	.close = tar_close,
 	.view_open = tar_view_open,
 	.view_close = tar_view_close,

@@ -66,6 +66,28 @@ static void add_sparse_map(struct archive_entry *ae, int fd, off_t size)
 	lseek(fd, 0, SEEK_SET);
 }
 
+/* Count progress. The totals come from a walk before the create: raised
+ * first when the tree grew meanwhile, so done never passes total. One
+ * writer. */
+static void add_done(_Atomic uint64_t *done, _Atomic uint64_t *total, uint64_t n)
+{
+	uint64_t d = atomic_load(done) + n;
+	if (d > atomic_load(total))
+		atomic_store(total, d);
+	atomic_store(done, d);
+}
+
+static void prog(struct cctx *c, uint64_t files, uint64_t bytes)
+{
+	struct progress *p = c->o->p;
+	if (!p)
+		return;
+	if (files)
+		add_done(&p->files_done, &p->files_total, files);
+	if (bytes)
+		add_done(&p->bytes_done, &p->bytes_total, bytes);
+}
+
 /* Archive the data and hash it for the manifest (what verify compares). */
 static int copy_data(struct cctx *c, int fd, struct tar_mentry *me, const char *path)
 {
@@ -86,8 +108,7 @@ static int copy_data(struct cctx *c, int fd, struct tar_mentry *me, const char *
 			return arch_err(c, "cannot write data of", path);
 		sha256_update(&h, (size_t)n, (const uint8_t *)c->buf);
 		done += (uint64_t)n;
-		if (c->o->p)
-			atomic_fetch_add(&c->o->p->bytes_done, (uint64_t)n);
+		prog(c, 0, (uint64_t)n);
 	}
 	sha256_digest(&h, TAR_SHA256_LEN, me->sha256);
 	me->has_sha256 = true;
@@ -245,10 +266,7 @@ static int reuse_one(struct cctx *c, const struct tar_mentry *pe, const char *pa
 	if (tar_manifest_write_entry(c->mf, &me) < 0)
 		return err_set(c->err, tar_errno_norm(errno), NULL, "cannot write manifest line for '%s'", path);
 	c->o->reused++;
-	if (c->o->p) {
-		atomic_fetch_add(&c->o->p->files_done, 1);
-		atomic_fetch_add(&c->o->p->bytes_done, me.size);
-	}
+	prog(c, 1, me.size);
 	return 0;
 }
 
@@ -281,15 +299,14 @@ static int archive_one(struct cctx *c, int dirfd, const char *name, const char *
 		return arch_err(c, "cannot write header of", path);
 	if (me.type == 'f' && (r = copy_data(c, fd, &me, path)) < 0)
 		return r;
-	if (me.type == 'h' && c->o->p) /* counted by the tree walk, but no data to copy */
-		atomic_fetch_add(&c->o->p->bytes_done, me.size);
+	if (me.type == 'h') /* counted by the tree walk, but no data to copy */
+		prog(c, 0, me.size);
 	if (archive_write_finish_entry(c->a) < ARCHIVE_WARN)
 		return arch_err(c, "cannot finish", path);
 	tar_ts_max(&c->o->max_ctime, me.ctime);
 	if (tar_manifest_write_entry(c->mf, &me) < 0)
 		return err_set(c->err, tar_errno_norm(errno), NULL, "cannot write manifest line for '%s'", path);
-	if (c->o->p)
-		atomic_fetch_add(&c->o->p->files_done, 1);
+	prog(c, 1, 0);
 	return S_ISDIR(st.st_mode) ? walk_dir(c, fd, path) : 0;
 }
 

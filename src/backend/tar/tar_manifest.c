@@ -122,9 +122,19 @@ static void put_line(FILE *f, const struct tar_mentry *e)
 	else
 		fputc('-', f);
 	fputc('\t', f);
-	for (size_t i = 0; e->has_sha256 && i < TAR_SHA256_LEN; i++)
-		fprintf(f, "%02x", e->sha256[i]);
-	fputs(e->has_sha256 ? "\t" : "-\t", f);
+	if (e->has_sha256) { /* one call per line: manifests have a line per file */
+		static const char hex[] = "0123456789abcdef";
+		char buf[2 * TAR_SHA256_LEN + 2];
+		for (size_t i = 0; i < TAR_SHA256_LEN; i++) {
+			buf[2 * i] = hex[e->sha256[i] >> 4];
+			buf[2 * i + 1] = hex[e->sha256[i] & 15];
+		}
+		buf[2 * TAR_SHA256_LEN] = '\t';
+		buf[2 * TAR_SHA256_LEN + 1] = '\0';
+		fputs(buf, f);
+	} else {
+		fputs("-\t", f);
+	}
 	fputs(e->src ? e->src : "-", f);
 	fputc('\n', f);
 }
@@ -173,9 +183,14 @@ uint64_t tar_xattrs_hash(const struct tar_xattr *xa, size_t n)
 
 static int parse_ts(const char *s, struct timespec *ts)
 {
-	long long sec;
-	long nsec;
-	if (sscanf(s, "%lld.%ld", &sec, &nsec) != 2 || nsec < 0 || nsec > 999999999)
+	char *end;
+	errno = 0;
+	long long sec = strtoll(s, &end, 10);
+	if (end == s || *end != '.' || errno || !isdigit((unsigned char)end[1]))
+		return -EINVAL;
+	s = end + 1;
+	long nsec = strtol(s, &end, 10);
+	if (*end || errno || nsec < 0 || nsec > 999999999)
 		return -EINVAL;
 	ts->tv_sec = (time_t)sec;
 	ts->tv_nsec = nsec;
@@ -197,6 +212,17 @@ static size_t split_tabs(char *line, char **f, size_t max)
 	return n;
 }
 
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 static int parse_sha256(const char *s, struct tar_mentry *e)
 {
 	if (!strcmp(s, "-"))
@@ -204,11 +230,10 @@ static int parse_sha256(const char *s, struct tar_mentry *e)
 	if (strlen(s) != 2 * TAR_SHA256_LEN || e->type != 'f')
 		return -EINVAL;
 	for (size_t i = 0; i < TAR_SHA256_LEN; i++) {
-		unsigned b;
-		if (!isxdigit((unsigned char)s[2 * i]) || !isxdigit((unsigned char)s[2 * i + 1]) ||
-		    sscanf(s + 2 * i, "%2x", &b) != 1)
+		int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+		if (hi < 0 || lo < 0)
 			return -EINVAL;
-		e->sha256[i] = (unsigned char)b;
+		e->sha256[i] = (unsigned char)(hi << 4 | lo);
 	}
 	e->has_sha256 = true;
 	return 0;
