@@ -3,13 +3,13 @@
 `tar -x` into an empty dir and `cp -a`; create after 10 small changes against
 create after rewriting everything; restore in a retry loop writing 500 MB per
 attempt (p99 wall clock) and the create's freeze time with a writer running,
-each beside its target; incremental tar creates against a full one and the
-tar restore against `rsync -a --delete` from a pristine copy (--cases
-tarinc). Drives the real daemon over HTTP. Then load:
+each beside its target; diff of 10 changes on both backends; incremental tar
+creates against a full one and the tar restore against `rsync -a --delete`
+from a pristine copy (--cases tarinc). Drives the real daemon over HTTP. Then load:
 wrk on the GET endpoints while restores run (bench/load.py): req/s and p99.
 
 Usage: bench/run.py [--sizes small,large] [--runs N] [--load-secs S] [--out bench/results.md]
-                    [--cases all|retry|freeze|tarinc]  (one case: printed only)
+                    [--cases all|retry|freeze|diff|tarinc]  (one case: printed only)
 (--sizes "" --load-secs 5 runs only a short load section.)
 Not a test: it prints a markdown table and writes it to bench/results.md."""
 import argparse
@@ -280,6 +280,32 @@ def bench_freeze(work, src, n_files, runs):
         d.stop()
 
 
+def bench_diff(work, src, n_files, runs):
+    """GET /v1/checkpoints/{id}/diff with 10 changes: between two checkpoints
+    (?against=) and from a checkpoint to the live root, on both backends."""
+    res = {}
+    for backend in ("overlay", "tar"):
+        d = Daemon(backend, src, work / f"state-diff-{backend}")
+        try:
+            c0, _ = d.create("d0")
+            touch_10(src, n_files, "d")
+            c1, _ = d.create("d1")
+            touch_10(src, n_files, "e")
+            pair, live = [], []
+            for _ in range(max(3, runs // 3)):
+                for out, url in ((pair, f"/v1/checkpoints/{c0['checkpoint_id']}/diff?against={c1['checkpoint_id']}"),
+                                 (live, f"/v1/checkpoints/{c1['checkpoint_id']}/diff")):
+                    t0 = time.perf_counter()
+                    r = d.s.get(d.url + url, timeout=3600)
+                    out.append((time.perf_counter() - t0) * 1000)
+                    assert r.status_code == 200 and len(r.json()["changes"]) == 10, r.text[:300]
+            res[f"diff_{backend}"] = (statistics.median(pair), statistics.median(live))
+            d.restore(c0["checkpoint_id"])
+        finally:
+            d.stop()
+    return res
+
+
 def bench_baselines(work, src, runs):
     archive = work / "tree.tar"
     subprocess.run(["tar", "-C", str(src), "-cf", str(archive), "."], check=True)
@@ -316,6 +342,9 @@ def one_size(name, runs, cases="all"):
         if cases in ("all", "freeze"):
             log(f"[{name}] freeze time with a writer")
             res.update(bench_freeze(work, src, n_files, runs))
+        if cases in ("all", "diff"):
+            log(f"[{name}] diff of 10 changes")
+            res.update(bench_diff(work, src, n_files, runs))
         if cases in ("all", "tarinc"):
             log(f"[{name}] tar incremental create and restore beside rsync")
             res.update(bench_tarinc(work, src, n_files, runs))
@@ -376,6 +405,10 @@ def table(results, runs):
     row("overlay create with a writer running: freeze_ms after 10 changes, max (target ≤ 50) / "
         "freeze_ms when the upper holds every file / that create's duration_ms",
         lambda r: f"{r['freeze'][0]} (target 50) / {r['freeze'][1]} / {r['freeze'][2]}")
+    row("diff of 10 changes, overlay: checkpoint to checkpoint / checkpoint to live root, wall (target ≤ 100)",
+        lambda r: f"{fmt(r['diff_overlay'][0])} / {fmt(r['diff_overlay'][1])} (target 100)")
+    row("diff of 10 changes, tar backend: checkpoint to checkpoint / checkpoint to live root, wall",
+        lambda r: f"{fmt(r['diff_tar'][0])} / {fmt(r['diff_tar'][1])}")
     row("tar create: full (API / wall) / after 10 changes, incremental (API / wall) / ratio (target ≤ 10 %)",
         lambda r: f"{fmt(r['tarinc'][0])} / {fmt(r['tarinc'][1])} / {fmt(r['tarinc'][2])} / {fmt(r['tarinc'][3])} / "
         f"{100 * r['tarinc'][3] / r['tarinc'][1]:.1f} % (target 10 %)")
@@ -426,7 +459,7 @@ def main():
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--load-secs", type=int, default=30, help="wrk duration of the load section (0: skip)")
     ap.add_argument("--out", default=str(TOP / "bench/results.md"))
-    ap.add_argument("--cases", default="all", choices=["all", "retry", "freeze", "tarinc"],
+    ap.add_argument("--cases", default="all", choices=["all", "retry", "freeze", "diff", "tarinc"],
                     help="all, or one case alone (printed, results.md untouched)")
     a = ap.parse_args()
     if not os.path.exists(CKPTD):

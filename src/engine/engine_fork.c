@@ -150,6 +150,15 @@ static json_t *fork_public(json_t *f)
 	return o;
 }
 
+static void fork_unsave(struct engine *e, const char *fid)
+{
+	char name[64];
+	_cleanup_close_ int fd = engine_forks_fd(e);
+	snprintf(name, sizeof(name), "%s.json", fid);
+	if (fd >= 0 && unlinkat(fd, name, 0) == 0)
+		fsync_dirfd(fd);
+}
+
 static int fork_save(struct engine *e, json_t *f)
 {
 	char name[64];
@@ -210,17 +219,33 @@ int engine_fork(struct engine *e, const char *id_or_name, const char *path, json
 		goto out;
 	}
 	const char *cid = rec->id;
-	if ((r = e->backend->fork_mount(e->bst, cid, rec->backend_data, fid, dv, &fdata, err)) < 0)
-		goto out;
-	json_t *f = json_pack("{s:s, s:s, s:s, s:O, s:s, s:o, s:b}", "fork_id", fid, "checkpoint_id", cid, "path",
-			      resolved, "paths", dirs, "created_at", fmt_rfc3339_ms(now_ms(), created, sizeof(created)),
-			      "_backend", fdata, "mounted", true);
+	/* The intent is durable before anything is mounted or extracted: a crash
+	 * from here on leaves a record that the next start removes whole
+	 * (engine_forks_open), never a stray mount or a half-filled DIR. */
+	json_t *f = json_pack("{s:s, s:s, s:s, s:O, s:s, s:s}", "fork_id", fid, "checkpoint_id", cid, "path", resolved,
+			      "paths", dirs, "created_at", fmt_rfc3339_ms(now_ms(), created, sizeof(created)), "intent",
+			      "create");
 	if (!f || (r = fork_save(e, f)) < 0) {
-		ckpt_error e2 = { 0 };
-		e->backend->fork_remove(e->bst, fid, json_object_get(f, "_backend"), dv, &e2);
+		fork_unsave(e, fid);
 		json_decref(f);
 		r = err_set(err, r < 0 ? -r : ENOMEM, NULL, "cannot record the fork: %s",
 			    strerror(r < 0 ? -r : ENOMEM));
+		goto out;
+	}
+	if ((r = e->backend->fork_mount(e->bst, cid, rec->backend_data, fid, dv, &fdata, err)) < 0) {
+		fork_unsave(e, fid);
+		json_decref(f);
+		goto out;
+	}
+	json_object_del(f, "intent");
+	json_object_set_new(f, "_backend", fdata);
+	json_object_set_new(f, "mounted", json_true());
+	if ((r = fork_save(e, f)) < 0) {
+		ckpt_error e2 = { 0 };
+		if (e->backend->fork_remove(e->bst, fid, json_object_get(f, "_backend"), dv, &e2) == 0)
+			fork_unsave(e, fid);
+		json_decref(f);
+		r = err_set(err, -r, NULL, "cannot record the fork: %s", strerror(-r));
 		goto out;
 	}
 	json_object_set_new(f, "fork_ms", json_integer(mono_ms() - t0));
@@ -251,9 +276,9 @@ json_t *engine_fork_list(struct engine *e)
 
 int engine_fork_delete(struct engine *e, const char *fid, ckpt_error *err)
 {
-	char name[64];
-	int r = 0, fd = -1;
+	int r = 0;
 	_cleanup_free_ const char **dv = NULL;
+	json_auto_t *marked = NULL;
 	pthread_mutex_lock(&e->op_lock);
 	pthread_mutex_lock(&e->state_lock);
 	json_t *f = fork_id_valid(fid) ? json_incref(json_object_get(e->forks, fid)) : NULL;
@@ -267,16 +292,23 @@ int engine_fork_delete(struct engine *e, const char *fid, ckpt_error *err)
 		r = err_set(err, ENOMEM, NULL, "out of memory");
 		goto out;
 	}
-	if ((r = e->backend->fork_remove(e->bst, fid, json_object_get(f, "_backend"), dv, err)) < 0)
+	/* Durable before anything is removed: a crash halfway through finishes
+	 * the removal at the next start instead of mounting a fork whose upper
+	 * is half gone. */
+	marked = json_deep_copy(f);
+	if (!marked || json_object_set_new(marked, "intent", json_string("delete")) < 0 ||
+	    (r = fork_save(e, marked)) < 0) {
+		r = err_set(err, r < 0 ? -r : ENOMEM, NULL, "cannot record the fork's removal: %s",
+			    strerror(r < 0 ? -r : ENOMEM));
 		goto out;
+	}
+	if ((r = e->backend->fork_remove(e->bst, fid, json_object_get(f, "_backend"), dv, err)) < 0) {
+		fork_save(e, f); /* still whole: keep it as it was */
+		goto out;
+	}
 	for (size_t i = 0; e->cfg->n_roots > 1 && dv[i]; i++)
 		rmdir(dv[i]);
-	fd = engine_forks_fd(e);
-	snprintf(name, sizeof(name), "%s.json", fid);
-	if (fd >= 0 && unlinkat(fd, name, 0) == 0)
-		fsync_dirfd(fd);
-	if (fd >= 0)
-		close(fd);
+	fork_unsave(e, fid);
 	pthread_mutex_lock(&e->state_lock);
 	json_object_del(e->forks, fid);
 	pthread_mutex_unlock(&e->state_lock);
@@ -287,6 +319,24 @@ out:
 	if (r == 0)
 		engine_kick_maintenance(e);
 	return r;
+}
+
+/* A fork whose create or delete was cut short by a crash: remove what there
+ * is of it (its mount, its upper or extracted files, its layers' refs), then
+ * its record. If that fails the record stays, to be tried at the next start. */
+static void fork_finish_intent(struct engine *e, const char *fid, json_t *f, const char *const *dv)
+{
+	const char *intent = json_string_value(json_object_get(f, "intent"));
+	ckpt_error e2 = { 0 };
+	if (!dv || e->backend->fork_remove(e->bst, fid, json_object_get(f, "_backend"), dv, &e2) < 0) {
+		log_warn("fork \"%s\": the %s cut short by a crash cannot be undone yet: %s", fid, intent,
+			 dv ? e2.msg : "out of memory");
+		return;
+	}
+	for (size_t i = 0; e->cfg->n_roots > 1 && dv[i]; i++)
+		rmdir(dv[i]);
+	fork_unsave(e, fid);
+	log_info("fork \"%s\": removed what a %s cut short by a crash left", fid, intent);
 }
 
 /* At start: load every fork record and mount what is not mounted. A fork that
@@ -317,6 +367,11 @@ int engine_forks_open(struct engine *e, ckpt_error *err)
 		_cleanup_free_ const char **dv = fork_dir_array(json_object_get(f, "paths"));
 		json_t *fdata = json_object_get(f, "_backend");
 		ckpt_error e2 = { 0 };
+		if (json_object_get(f, "intent")) {
+			fork_finish_intent(e, fid, f, dv);
+			json_decref(f);
+			continue;
+		}
 		bool ok = dv && fdata &&
 			e->backend->fork_mount(e->bst, json_string_value(json_object_get(f, "checkpoint_id")), NULL,
 					       fid, dv, &fdata, &e2) == 0;

@@ -22,6 +22,10 @@ struct svc_unit {
 	bool frozen;      /* frozen by services_freeze */
 	bool thawed;      /* and thawed again by services_thaw */
 	bool failed;      /* its stop or start failed: reason says why */
+	bool stop_failed; /* down, cgroup empty, but systemd says the stop failed (e.g. ExecStop=
+			   * exited non-zero): not "stopped"; failed, yet reset and started again */
+	bool killed;      /* stopped by ckptd's SIGKILL after service_timeout_secs: a stop
+			   * the issue asks for, so "stopped", but reset before its start */
 	char *reason;     /* failure, or a freeze/thaw problem (frozen units only) */
 };
 

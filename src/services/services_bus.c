@@ -330,6 +330,44 @@ static int bus_run_jobs(void *conn, enum services_job_kind kind, struct services
 	return r;
 }
 
+/* The unit's cgroup, by systemd's ControlGroup: v2's cgroup.events says
+ * whether a process is left; on v1 the name=systemd hierarchy's cgroup.procs. */
+static int bus_cgroup_empty(void *conn, const char *unit)
+{
+	_cleanup_free_ char *cg = NULL, *path = NULL, *line = NULL;
+	size_t cap = 0;
+	int r = unit_property(conn, unit, "org.freedesktop.systemd1.Service", "ControlGroup", &cg);
+	if (r < 0)
+		return r;
+	if (!cg[0])
+		return 1; /* systemd removed it: nothing left */
+	if (asprintf(&path, "/sys/fs/cgroup%s/cgroup.events", cg) < 0)
+		return -ENOMEM;
+	FILE *f = fopen(path, "re");
+	bool v1 = !f && errno == ENOENT && access("/sys/fs/cgroup/systemd", F_OK) == 0;
+	if (v1) {
+		free(path);
+		if (asprintf(&path, "/sys/fs/cgroup/systemd%s/cgroup.procs", cg) < 0)
+			return -ENOMEM;
+		f = fopen(path, "re");
+	}
+	if (!f)
+		return errno == ENOENT ? 1 : -errno;
+	r = 1;
+	while (getline(&line, &cap, f) > 0)
+		if (v1 || !strcmp(line, "populated 1\n"))
+			r = 0;
+	fclose(f);
+	return r;
+}
+
+static int bus_reset_failed(void *conn, const char *unit)
+{
+	_cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
+	struct services_bus *b = conn;
+	return sd_bus_call_method(b->bus, SD_DEST, SD_PATH, SD_MANAGER, "ResetFailedUnit", &e, NULL, "s", unit);
+}
+
 static int bus_freeze(void *conn, const char *unit, bool freeze, int64_t timeout_ms, char **reason)
 {
 	_cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
@@ -355,5 +393,7 @@ const struct services_ops services_bus_ops = {
 	.active_state = bus_active_state,
 	.unit_result = bus_unit_result,
 	.run_jobs = bus_run_jobs,
+	.cgroup_empty = bus_cgroup_empty,
+	.reset_failed = bus_reset_failed,
 	.freeze = bus_freeze,
 };

@@ -61,6 +61,10 @@ struct services_ops {
 	 * the jobs systemd queues meanwhile for other units (Requires=, BindsTo=,
 	 * PartOf=) are appended with side_effect set, and waited for too. */
 	int (*run_jobs)(void *conn, enum services_job_kind kind, struct services_jobs *jobs, int64_t timeout_ms);
+	/* 1 when the unit's cgroup holds no process (or it has none), 0 when it does. */
+	int (*cgroup_empty)(void *conn, const char *unit);
+	/* ResetFailedUnit: a unit whose stop failed starts afresh. */
+	int (*reset_failed)(void *conn, const char *unit);
 	/* FreezeUnit / ThawUnit; on failure *reason (malloc'd) says why. */
 	int (*freeze)(void *conn, const char *unit, bool freeze, int64_t timeout_ms, char **reason);
 };

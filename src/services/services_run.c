@@ -27,13 +27,20 @@ static long long job_ms(const struct services_job *j)
 	return (long long)(j->ended_ms - j->queued_ms);
 }
 
+/* Down and to be started again: stopped cleanly, or a failed stop that left
+ * an empty cgroup (not a unit that may still run). */
+static bool to_start(const struct svc_unit *u)
+{
+	return (u->stopped && !u->failed) || u->stop_failed;
+}
+
 /* Jobs for the plan's units: a stop for each running one, a start for each
- * one stopped (and not failed: its processes may still be around). */
+ * one down (and not one that may still run: its processes may be around). */
 static int jobs_for(const struct svc_plan *p, enum services_job_kind kind, struct services_jobs *jobs)
 {
 	for (size_t i = 0; i < p->n; i++) {
 		const struct svc_unit *u = &p->units[i];
-		bool want = kind == SERVICES_JOB_STOP ? !u->failed && !u->stopped : u->stopped && !u->failed;
+		bool want = kind == SERVICES_JOB_STOP ? !u->failed && !u->stopped : to_start(u);
 		if (want && !services_jobs_add(jobs, u->name))
 			return -ENOMEM;
 	}
@@ -57,16 +64,47 @@ static void judge_stop(struct services *s, void *conn, struct services_job *j, s
 		return;
 	if (j->side_effect)
 		u->side_effect = true;
-	if (state_down(st)) {
-		/* Down, its processes gone: safe to swap, even if it went down
-		 * uncleanly (a failed ExecStop=, a kill), which the log says. */
+	bool clean = !j->error && j->result && !strcmp(j->result, "done") && strcmp(st ? st : "", "failed");
+	if (state_down(st) && clean) {
 		u->stopped = true;
-		if (!strcmp(st, "failed") && s->ops->unit_result(conn, j->unit, &why) < 0)
-			why = NULL;
-		log_event(why ? LOG_WARN_ : LOG_INFO_, &(struct log_fields){ "stop", NULL, j->unit, job_ms(j) },
-			  "services: stopped \"%s\"%s in %lld ms (job %s, unit %s%s%s)", j->unit,
-			  j->side_effect ? " (with a managed unit)" : "", job_ms(j), j->result ? j->result : "?", st,
-			  why ? ", result " : "", why ? why : "");
+		log_event(LOG_INFO_, &(struct log_fields){ "stop", NULL, j->unit, job_ms(j) },
+			  "services: stopped \"%s\"%s in %lld ms (job %s, unit %s)", j->unit,
+			  j->side_effect ? " (with a managed unit)" : "", job_ms(j), j->result, st);
+		return;
+	}
+	if (state_down(st) && j->killed && !j->error && s->ops->cgroup_empty(conn, j->unit) > 0) {
+		/* ckptd's own SIGKILL after service_timeout_secs is how a unit
+		 * that ignores SIGTERM is meant to stop: systemd records it as
+		 * failed (result: signal), but it is down and its cgroup empty. */
+		u->stopped = u->killed = true;
+		log_event(LOG_WARN_, &(struct log_fields){ "stop", NULL, j->unit, job_ms(j) },
+			  "services: stopped \"%s\" with SIGKILL after service_timeout_secs, in %lld ms (unit %s)",
+			  j->unit, job_ms(j), st);
+		return;
+	}
+	if (state_down(st)) {
+		/* Down, but not cleanly (a failed ExecStop=, a kill by someone
+		 * else): systemd's account is a
+		 * failure. The swap may go on only once its cgroup is empty; it
+		 * is started again after, still reported failed. */
+		_cleanup_free_ char *res = NULL;
+		if (s->ops->unit_result(conn, j->unit, &res) < 0)
+			res = NULL;
+		int empty = s->ops->cgroup_empty(conn, j->unit);
+		why = fmt("stop failed%s: job %s, unit %s (result: %s)%s",
+			  j->killed ? " (SIGKILL after service_timeout_secs)" : "",
+			  j->error            ? j->error
+				  : j->result ? j->result
+					      : "?",
+			  st, res ? res : "unknown",
+			  empty > 0           ? ""
+				  : empty < 0 ? "; cannot tell whether its cgroup is empty"
+					      : "; processes are left in its cgroup");
+		services_unit_fail(u, why);
+		u->stop_failed = empty > 0;
+		log_event(LOG_WARN_, &(struct log_fields){ "stop", NULL, j->unit, job_ms(j) },
+			  "services: \"%s\"%s went down uncleanly in %lld ms: %s", j->unit,
+			  j->side_effect ? " (with a managed unit)" : "", job_ms(j), u->reason ? u->reason : "");
 		return;
 	}
 	if (j->error)
@@ -87,7 +125,8 @@ static int check_leftovers(struct services *s, struct svc_plan *p)
 	int r = s->ops->units_using(p->roots, p->n_roots, &using);
 	for (size_t i = 0; r >= 0 && i < p->n; i++) {
 		struct svc_unit *u = &p->units[i];
-		if (u->stopped && !u->failed && services_strv_contains(&using, u->name)) {
+		if (to_start(u) && services_strv_contains(&using, u->name)) {
+			u->stop_failed = false;
 			services_unit_fail(u, "stopped, but processes of the unit still use a root");
 			log_event(LOG_WARN_, &(struct log_fields){ "stop", NULL, u->name, -1 }, "services: \"%s\": %s",
 				  u->name, u->reason);
@@ -105,6 +144,15 @@ static bool any_failed(const struct svc_plan *p)
 	return false;
 }
 
+/* A unit that may still run: the roots must not be swapped. */
+static bool any_may_run(const struct svc_plan *p)
+{
+	for (size_t i = 0; i < p->n; i++)
+		if (p->units[i].failed && !p->units[i].stop_failed)
+			return true;
+	return false;
+}
+
 static void *connect_or_fail(struct services *s, struct svc_plan *p, enum services_job_kind kind)
 {
 	void *conn = NULL;
@@ -112,8 +160,10 @@ static void *connect_or_fail(struct services *s, struct svc_plan *p, enum servic
 	if (s->ops->connect(&conn, &e) >= 0)
 		return conn;
 	for (size_t i = 0; i < p->n; i++)
-		if (kind == SERVICES_JOB_STOP ? !p->units[i].failed : p->units[i].stopped && !p->units[i].failed)
+		if (kind == SERVICES_JOB_STOP ? !p->units[i].failed : to_start(&p->units[i])) {
+			p->units[i].stop_failed = false; /* not started: it stays down */
 			services_unit_fail(&p->units[i], "cannot reach systemd on the system bus");
+		}
 	return NULL;
 }
 
@@ -147,7 +197,7 @@ int services_stop(struct services *s, struct svc_plan *p)
 	int r = run_jobs(s, p, SERVICES_JOB_STOP, judge_stop);
 	if (r >= 0 && check_leftovers(s, p) < 0)
 		log_warn("services: cannot scan for processes left over by the stopped units");
-	return r < 0 ? r : any_failed(p) ? -EBUSY : 0;
+	return r < 0 ? r : any_may_run(p) ? -EBUSY : 0;
 }
 
 static void judge_start(struct services *s, void *conn, struct services_job *j, struct svc_plan *p)
@@ -159,6 +209,8 @@ static void judge_start(struct services *s, void *conn, struct services_job *j, 
 	if (s->ops->active_state(conn, j->unit, &st) < 0)
 		st = NULL;
 	bool job_ok = !j->error && j->result && !strcmp(j->result, "done");
+	if (u->stop_failed) /* started again, but its failed stop stays in failures */
+		u->stop_failed = false;
 	if ((job_ok || j->timed_out) && st && (!strcmp(st, "active") || !strcmp(st, "reloading"))) {
 		u->started = true;
 		log_event(LOG_INFO_, &(struct log_fields){ "start", NULL, j->unit, job_ms(j) },
@@ -174,7 +226,8 @@ static void judge_start(struct services *s, void *conn, struct services_job *j, 
 	}
 	if (s->ops->unit_result(conn, j->unit, &res) < 0)
 		res = NULL;
-	why = fmt("%s%s%s, unit is %s%s%s%s", j->error ? j->error : "start job ended '",
+	why = fmt("%s%s%s%s%s, unit is %s%s%s%s", u->failed && u->reason ? u->reason : "",
+		  u->failed && u->reason ? "; then " : "", j->error ? j->error : "start job ended '",
 		  j->error ? "" : (j->result ? j->result : "?"), j->error ? "" : "'", st ? st : "in an unknown state",
 		  res ? " (result: " : "", res ? res : "", res ? ")" : "");
 	services_unit_fail(u, why);
@@ -182,13 +235,36 @@ static void judge_start(struct services *s, void *conn, struct services_job *j, 
 		  "services: \"%s\" did not start (%lld ms): %s", j->unit, job_ms(j), u->reason);
 }
 
+/* A unit whose stop failed, or that ckptd killed, is in systemd's "failed" state: reset it (and its
+ * start rate limit) so the start is a fresh one. */
+static void reset_stop_failed(struct services *s, struct svc_plan *p)
+{
+	ckpt_error e = { 0 };
+	void *conn = NULL;
+	for (size_t i = 0; i < p->n; i++) {
+		if (!(p->units[i].stop_failed || p->units[i].killed) || (!conn && s->ops->connect(&conn, &e) < 0))
+			continue;
+		int r = s->ops->reset_failed(conn, p->units[i].name);
+		if (r < 0)
+			log_warn("services: cannot reset the failed state of \"%s\": %s", p->units[i].name,
+				 strerror(-r));
+	}
+	if (conn)
+		s->ops->disconnect(conn);
+}
+
 int services_start(struct services *s, struct svc_plan *p)
 {
 	if (!services_available(s))
 		return 0;
+	size_t n = p->n; /* starts add no unit; the bound is for safety */
+	bool again[n ? n : 1];
+	for (size_t i = 0; i < n; i++)
+		again[i] = to_start(&p->units[i]);
+	reset_stop_failed(s, p);
 	int r = run_jobs(s, p, SERVICES_JOB_START, judge_start);
-	for (size_t i = 0; r >= 0 && i < p->n; i++)
-		if (p->units[i].stopped && !p->units[i].started && !p->units[i].activating)
+	for (size_t i = 0; r >= 0 && i < n && i < p->n; i++)
+		if (again[i] && !p->units[i].started && !p->units[i].activating)
 			r = -EBUSY;
 	return r;
 }

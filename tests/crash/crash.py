@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Crash harness: SIGKILL ckptd at random points of create, restore, delete and import,
+"""Crash harness: SIGKILL ckptd at random points of create, restore, delete, import and fork,
 restart it, and check what it promised.
 
     crash.py [--backend tar|overlay|both] [--kills N] [--seed S] [--dir DIR]
@@ -16,7 +16,10 @@ before it starts to after it ends). After every restart:
   mix;
 - a killed delete leaves the checkpoint whole or gone;
 - a killed import is whole (active, and restores to the exported tree) or absent,
-  and leaves nothing in the state dir's xfer/.
+  and leaves nothing in the state dir's xfer/;
+- a killed fork is listed whole (holding its checkpoint's tree) or absent, and then
+  leaves its directory empty and unmounted; a killed fork delete leaves the fork
+  whole or gone; no fork upper survives that nobody lists.
 At the end every surviving checkpoint is restored and compared with the tree it
 was made from, and after a second, clean restart no temp file is left in the
 state dir. Prints the number of kills and of invariants checked; exits 1 on the
@@ -51,12 +54,14 @@ class Harness:
         self.acked = {}  # cid -> (name, tree)
         self.records = {}  # cid -> record as acknowledged
         self.deleted = set()
-        self.durations = {"create": 0.05, "restore": 0.05, "delete": 0.02, "import": 0.1}
+        self.durations = {"create": 0.05, "restore": 0.05, "delete": 0.02, "import": 0.1, "fork": 0.05, "fork-delete": 0.05}
         self.exports = {}  # cid -> its export archive
         self.kills = 0
         self.checks = 0
         self.counts = {}
         self.gen = 0
+        self.forks = {}  # fork id -> (dir, tree)
+        self.fork_dirs = 0
 
     def check(self, cond, what):
         self.checks += 1
@@ -223,6 +228,69 @@ class Harness:
                 self.records[cid] = c
                 self.check_restores_to(cid, tree)
 
+    def is_mount(self, path):
+        with open("/proc/self/mountinfo") as f:
+            return any(line.split()[4] == str(path) for line in f)
+
+    def check_forks(self, maybe_dir=None):
+        """Every listed fork is mounted (overlay) or extracted and holds its tree;
+        a fork that is not listed left its dir empty and unmounted; the backend
+        keeps no upper of a fork nobody lists."""
+        listed = {f["fork_id"]: f for f in self.d.request("GET", "/v1/forks").json()["forks"]}
+        for fid, f in listed.items():
+            self.check(f.get("mounted") is True and "intent" not in f, f"fork {fid} listed half-made: {f}")
+        for fid, (path, tree) in list(self.forks.items()):
+            self.check(fid in listed, f"acknowledged fork {fid} lost")
+            self.check(tree_state(path) == tree, f"fork {fid} does not hold its checkpoint's tree")
+        for fid, f in listed.items():
+            if fid not in self.forks:  # finished before the kill, answer lost: must be whole
+                cid = f["checkpoint_id"]
+                self.check(cid in self.acked, f"fork {fid} of unknown checkpoint {cid}")
+                self.check(tree_state(f["path"]) == self.acked[cid][1], f"unacknowledged fork {fid} is not whole")
+                self.forks[fid] = (f["path"], self.acked[cid][1])
+        known = {f["path"] for f in listed.values()}
+        if maybe_dir is not None and str(maybe_dir) not in known:
+            self.check(not self.is_mount(maybe_dir), f"a killed fork left a mount at {maybe_dir}")
+            self.check(not any(pathlib.Path(maybe_dir).iterdir()), f"a killed fork left files in {maybe_dir}")
+        uppers = {p.name for p in self.d.state_dir.glob("**/f/fk_*")}
+        self.check(uppers <= set(listed), f"fork uppers nobody lists: {sorted(uppers - set(listed))}")
+
+    def round_fork(self):
+        """Fork an acknowledged checkpoint while ckptd is killed; then delete a
+        fork, killed too at times. A fork is whole or absent, never a stray
+        mount or half-extracted dir."""
+        if not self.acked:
+            return self.round_create()
+        cid = self.rng.choice(sorted(self.acked))
+        self.fork_dirs += 1
+        path = self.d.base / "forks" / f"f{self.fork_dirs}"
+        path.mkdir(parents=True)
+        r = self.run_killed("fork", lambda: self.d.request("POST", f"/v1/checkpoints/{cid}/fork",
+                                                           json={"path": str(path)}))
+        self.restart()
+        if r is not None and r.status_code == 201:
+            self.forks[r.json()["fork_id"]] = (str(path), self.acked[cid][1])
+        self.check_catalog()
+        self.check_forks(maybe_dir=path)
+        if not self.forks:
+            return
+        fid = self.rng.choice(sorted(self.forks))
+        fpath = self.forks[fid][0]
+        if self.rng.random() < 0.5:
+            r = self.run_killed("fork-delete", lambda: self.d.request("DELETE", f"/v1/forks/{fid}"))
+            self.restart()
+        else:
+            r = self.d.request("DELETE", f"/v1/forks/{fid}")
+            self.check(r.status_code == 204, f"delete fork {fid}: {r.status_code} {r.text}")
+        listed = {f["fork_id"] for f in self.d.request("GET", "/v1/forks").json()["forks"]}
+        if fid not in listed:
+            del self.forks[fid]
+            self.check(not self.is_mount(fpath), f"deleted fork {fid} still mounted")
+            self.check(not any(pathlib.Path(fpath).iterdir()), f"deleted fork {fid} left files")
+        else:
+            self.check(r is None or r.status_code != 204, f"fork {fid} deleted (204) came back")
+        self.check_forks()
+
     def temp_files(self):
         return [str(p) for p in self.d.state_dir.rglob("*") if ".tmp" in p.name]
 
@@ -256,7 +324,7 @@ class Harness:
         self.d.start()
         self.calibrate()
         rounds = [self.round_create] * 4 + [self.round_restore] * 4 + [self.round_delete] * 2 + \
-            [self.round_import] * 2
+            [self.round_import] * 2 + [self.round_fork] * 2
         while self.kills < kills:
             self.rng.choice(rounds)()
         # Every survivor holds its tree; a clean restart leaves no temp file.

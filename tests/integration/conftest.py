@@ -108,7 +108,7 @@ class Daemon:
                 # "preparing": the tar backend still takes the base (first start)
                 if r.status_code == 200 and r.json().get("status") != "preparing":
                     return
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # a slow answer on a loaded box
                 pass
             time.sleep(0.02)
         raise RuntimeError(f"ckptd not ready after {timeout}s:\n{self.log()}")

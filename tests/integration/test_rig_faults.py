@@ -9,6 +9,9 @@
   again;
 - a unit that fails to start after the restore: ok false with its reason,
   which `ckpt restore` prints too;
+- a unit whose ExecStop= fails ends `failed`: not in stopped_services but in
+  failed_services with its Result, started again after the swap, ok false;
+  when it also leaves a process in its cgroup, nothing is swapped;
 - the journal has a line per freeze, stop and start, with its duration.
 
 One container for the module; the tests run in file order."""
@@ -172,3 +175,78 @@ def test_journal_has_each_freeze_stop_and_start(rig):
         sel = rig.sh("journalctl", "--no-pager", "-u", "ckptd.service", "-o", "json", f"OPERATION={op}",
                      "UNIT=web.service").stdout
         assert sel.strip(), f"no {op} entry for web.service"
+
+
+BADSTOP = """[Unit]
+Description=rig unit whose ExecStop= fails
+[Service]
+WorkingDirectory=/srv/app
+ExecStart={sleeper}
+ExecStop=/bin/false
+{extra}
+"""
+
+
+def install_unit(rig, name, text):
+    rig.sh("tee", f"/etc/systemd/system/{name}", input=text)
+    rig.systemctl("daemon-reload")
+    rig.systemctl("start", name)
+
+
+def remove_unit(rig, name):
+    rig.systemctl("kill", "--signal=KILL", name, check=False)
+    wait_for(f"{name} to end", lambda: active(rig, name) in ("inactive", "failed"))
+    rig.systemctl("reset-failed", name, check=False)
+    rig.sh("rm", "-f", f"/etc/systemd/system/{name}")
+    rig.systemctl("daemon-reload")
+
+
+def test_unit_whose_stop_fails_is_reported_failed_and_started_again(rig):
+    """ExecStop=/bin/false: systemd then kills the rest and the unit ends
+    `failed` (Result exit-code). Its cgroup is empty, so the swap goes on;
+    the unit is reset and started again, yet the restore is not ok."""
+    rig.sh("rm", "-f", "/srv/app/fragile.ok")
+    rig.systemctl("stop", "fragile.service", check=False)
+    rig.systemctl("reset-failed", "fragile.service", check=False)
+    install_unit(rig, "badstop.service", BADSTOP.format(sleeper=samples.SLEEPER, extra=""))
+    try:
+        before = main_pid(rig, "badstop.service")
+        write_in(rig, "/srv/app/www/index.html", "v3\n")
+        rep = restore(rig, rig.base)
+        assert rep["ok"] is False and rep["swapped"] is True, rep
+        assert "badstop.service" not in rep["stopped_services"], rep
+        assert rep["failed_services"] == ["badstop.service"], rep
+        why = rep["failures"]["badstop.service"]
+        assert "stop failed" in why and "exit-code" in why, why
+        assert list(rep["failures"]) == ["badstop.service"], rep
+        assert "badstop.service" in rep["started_services"], rep
+        assert active(rig, "badstop.service") == "active"
+        assert main_pid(rig, "badstop.service") not in (0, before)
+        assert sorted(rep["stopped_services"]) == ["bound.service", "web.service", "worker.service"], rep
+        assert web_get(rig, "/index.html").text == "v1\n"  # swapped
+        out = rig.sh("journalctl", "--no-pager", "-u", "ckptd.service", "-o", "cat").stdout
+        assert '"badstop.service" went down uncleanly' in out, out[-3000:]
+    finally:
+        remove_unit(rig, "badstop.service")
+
+
+def test_unit_whose_stop_fails_and_leaves_a_process_blocks_the_swap(rig):
+    """KillMode=process: after the failed ExecStop= systemd ends only the main
+    process, and a child (cwd outside the root, so no /proc scan sees it)
+    stays in the unit's cgroup. ckptd must not swap under it."""
+    child = "/bin/sh -c '(cd / && exec sleep 1000000) & exec sleep 1000000'"
+    install_unit(rig, "badstop.service", BADSTOP.format(sleeper=child, extra="KillMode=process"))
+    try:
+        write_in(rig, "/srv/app/www/index.html", "v4\n")
+        rep = restore(rig, rig.base)
+        assert rep["ok"] is False and rep["swapped"] is False, rep
+        assert rep["failed_services"] == ["badstop.service"], rep
+        why = rep["failures"]["badstop.service"]
+        assert "stop failed" in why and "left in its cgroup" in why, why
+        assert "badstop.service" not in rep["started_services"], rep
+        assert sorted(rep["started_services"]) == ["bound.service", "web.service", "worker.service"], rep
+        assert web_get(rig, "/index.html").text == "v4\n"  # not swapped
+    finally:
+        remove_unit(rig, "badstop.service")
+    rep = restore(rig, rig.base)
+    assert rep["ok"] is True, rep

@@ -14,6 +14,9 @@ struct svc_fake_unit {
 	bool uses_root;       /* found by the /proc scan while it runs */
 	bool survives_stop;   /* still deactivating after SIGKILL */
 	bool leftover;        /* stops, but a process keeps using the root */
+	bool stop_fails;      /* ExecStop= fails: job "done", unit "failed" (exit-code) */
+	bool cgroup_kept;     /* and a process is left in its cgroup */
+	bool reset;           /* ResetFailedUnit was called */
 	bool start_fails;     /* start job "failed", unit "failed" */
 	bool start_slow;      /* start job not done in time, unit "activating" */
 	bool freeze_fails;    /* FreezeUnit refused (cgroup v1) */
@@ -133,7 +136,7 @@ static void svc_fake_stop(struct services_jobs *jobs, size_t i)
 		jobs->v[i].done = jobs->v[i].timed_out = jobs->v[i].killed = true;
 		return;
 	}
-	svc_job_end(&jobs->v[i], "inactive", "done");
+	svc_job_end(&jobs->v[i], u->stop_fails ? "failed" : "inactive", "done");
 	for (size_t k = 0; k < svc.n; k++) {
 		struct svc_fake_unit *b = &svc.units[k];
 		if (b->bound_to && !strcmp(b->bound_to, u->name) && !strcmp(b->state, "active")) {
@@ -173,6 +176,23 @@ static int svc_fake_run_jobs(void *conn, enum services_job_kind kind, struct ser
 	return 0;
 }
 
+static int svc_fake_cgroup_empty(void *conn, const char *unit)
+{
+	(void)conn;
+	return !svc_unit(unit)->cgroup_kept;
+}
+
+static int svc_fake_reset_failed(void *conn, const char *unit)
+{
+	(void)conn;
+	struct svc_fake_unit *u = svc_unit(unit);
+	svc_event("reset", unit);
+	u->reset = true;
+	if (!strcmp(u->state, "failed"))
+		snprintf(u->state, sizeof(u->state), "inactive");
+	return 0;
+}
+
 static int svc_fake_freeze(void *conn, const char *unit, bool freeze, int64_t timeout_ms, char **reason)
 {
 	(void)conn, (void)timeout_ms;
@@ -194,5 +214,7 @@ static const struct services_ops svc_fake_ops = {
 	.active_state = svc_fake_active_state,
 	.unit_result = svc_fake_unit_result,
 	.run_jobs = svc_fake_run_jobs,
+	.cgroup_empty = svc_fake_cgroup_empty,
+	.reset_failed = svc_fake_reset_failed,
 	.freeze = svc_fake_freeze,
 };

@@ -873,6 +873,53 @@ static void test_svc_leftover_process(void **state_)
 	free(id);
 }
 
+/* b's ExecStop= fails: down by systemd's account, its cgroup empty, so the
+ * swap goes on; b is not "stopped" but failed (phase stop, its Result), reset
+ * and started again, and the restore is not ok. */
+static void test_svc_stop_ends_failed(void **state_)
+{
+	(void)state_;
+	char *id = svc_checkpoint();
+	svc_unit("b.service")->stop_fails = true;
+	json_t *rep = svc_restore(id);
+	assert_string_equal(svc.log,
+			    "stop:a.service stop:b.service swap reset:b.service start:a.service start:b.service");
+	assert_root("v1");
+	assert_true(json_is_false(json_object_get(rep, "ok")));
+	assert_true(json_is_true(json_object_get(rep, "swapped")));
+	assert_string_equal(names(rep, "stopped_services"), "a.service");
+	assert_string_equal(names(rep, "started_services"), "a.service b.service");
+	assert_string_equal(names(rep, "failed_services"), "b.service");
+	const char *why = str_of(json_object_get(rep, "failures"), "b.service");
+	assert_non_null(strstr(why, "stop failed"));
+	assert_non_null(strstr(why, "exit-code"));
+	assert_string_equal(svc_unit("b.service")->state, "active");
+	json_decref(rep);
+	free(id);
+}
+
+/* ... and a process is left in its cgroup: nothing is swapped, b stays down. */
+static void test_svc_stop_ends_failed_cgroup_kept(void **state_)
+{
+	(void)state_;
+	char *id = svc_checkpoint();
+	svc_unit("b.service")->stop_fails = true;
+	svc_unit("b.service")->cgroup_kept = true;
+	json_t *rep = svc_restore(id);
+	assert_string_equal(svc.log, "stop:a.service stop:b.service start:a.service");
+	assert_int_equal(fake.n_restore, 0);
+	assert_root("v2");
+	assert_true(json_is_false(json_object_get(rep, "ok")));
+	assert_true(json_is_false(json_object_get(rep, "swapped")));
+	assert_string_equal(names(rep, "stopped_services"), "a.service");
+	assert_string_equal(names(rep, "started_services"), "a.service");
+	assert_string_equal(names(rep, "failed_services"), "b.service");
+	assert_non_null(strstr(str_of(json_object_get(rep, "failures"), "b.service"), "left in its cgroup"));
+	assert_false(svc_unit("b.service")->reset);
+	json_decref(rep);
+	free(id);
+}
+
 /* The swap fails: the error is answered, and the units come back first. */
 static void test_svc_swap_fails(void **state_)
 {
@@ -1012,6 +1059,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_svc_bracket_order, setup_svc, teardown),
 		cmocka_unit_test_setup_teardown(test_svc_stop_fails, setup_svc, teardown),
 		cmocka_unit_test_setup_teardown(test_svc_leftover_process, setup_svc, teardown),
+		cmocka_unit_test_setup_teardown(test_svc_stop_ends_failed, setup_svc, teardown),
+		cmocka_unit_test_setup_teardown(test_svc_stop_ends_failed_cgroup_kept, setup_svc, teardown),
 		cmocka_unit_test_setup_teardown(test_svc_swap_fails, setup_svc, teardown),
 		cmocka_unit_test_setup_teardown(test_svc_start_fails, setup_svc, teardown),
 		cmocka_unit_test_setup_teardown(test_svc_start_activating, setup_svc, teardown),

@@ -487,10 +487,15 @@ export interface components {
         };
         RestoreReport: {
             /**
-             * @description true only when the roots were swapped and every unit that was
-             *     running before runs again (or is still activating within its own
-             *     start timeout: see `activating_services`). Otherwise `failures`
-             *     says why, per unit.
+             * @description true only when the roots were swapped, every unit stopped cleanly,
+             *     and every unit that was running before runs again (or is still
+             *     activating within its own start timeout: see
+             *     `activating_services`). Otherwise `failures` says why, per unit.
+             *     A unit whose stop ended `failed` (e.g. its ExecStop= exited
+             *     non-zero) makes `ok` false even when it came back: ckptd cannot
+             *     promise a clean restart of a service whose stop was not clean.
+             *     ckptd's own SIGKILL after `service_timeout_secs` is not such a
+             *     failure: a unit it ended counts as stopped once its cgroup is empty.
              */
             ok: boolean;
             /**
@@ -504,16 +509,24 @@ export interface components {
             /** @description Units active again after the restore (ActiveState `active` or `reloading`). */
             started_services: string[];
             /**
-             * @description Units that went down, by systemd's account (job result and
-             *     ActiveState): the managed units and those systemd stopped with
-             *     them (`Requires=`, `BindsTo=`, `PartOf=`), which are started again too.
+             * @description Units that went down cleanly, by systemd's account (job result
+             *     `done`, ActiveState `inactive`): the managed units and those
+             *     systemd stopped with them (`Requires=`, `BindsTo=`, `PartOf=`),
+             *     which are started again too. A unit whose stop failed is not here.
              */
             stopped_services: string[];
             /** @description Units still activating when ckptd stopped waiting, within their own start timeout. */
             activating_services?: string[];
-            /** @description Units that could not be stopped, or did not come back. */
+            /**
+             * @description Units that could not be stopped, stopped uncleanly (ActiveState
+             *     `failed` after the stop: reset and started again if their cgroup
+             *     was empty, so possibly in `started_services` too), or did not come back.
+             */
             failed_services: string[];
-            /** @description unit -> reason, one member per failed unit. */
+            /**
+             * @description unit -> reason, one member per failed unit. A failed stop reads
+             *     `stop failed: job <result>, unit <state> (result: <systemd Result>)`.
+             */
             failures: {
                 [key: string]: string;
             };

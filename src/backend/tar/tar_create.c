@@ -39,7 +39,11 @@ static int arch_err(struct cctx *c, const char *what, const char *path)
 		return err_set(c->err, ENOSPC, "insufficient_storage",
 			       "no space left in the state directory while writing the checkpoint (%s '%s')", what,
 			       path);
-	return err_set(c->err, e, NULL, "%s '%s': %s", what, path, archive_error_string(c->a));
+	/* libarchive's own words ("Write error") do not say why: add the errno's */
+	const char *msg = archive_error_string(c->a);
+	if (msg && strstr(msg, strerror(e)))
+		return err_set(c->err, e, NULL, "%s '%s': %s", what, path, msg);
+	return err_set(c->err, e, NULL, "%s '%s': %s (%s)", what, path, msg ? msg : "error", strerror(e));
 }
 
 /* The first path seen for (dev, ino), or NULL after remembering path. */
