@@ -3,11 +3,13 @@
 `tar -x` into an empty dir and `cp -a`; create after 10 small changes against
 create after rewriting everything; restore in a retry loop writing 500 MB per
 attempt (p99 wall clock) and the create's freeze time with a writer running,
-each beside its target; diff of 10 changes on both backends. Drives the real daemon over HTTP. Then load:
+each beside its target; diff of 10 changes on both backends; incremental tar
+creates against a full one and the tar restore against `rsync -a --delete`
+from a pristine copy (--cases tarinc). Drives the real daemon over HTTP. Then load:
 wrk on the GET endpoints while restores run (bench/load.py): req/s and p99.
 
 Usage: bench/run.py [--sizes small,large] [--runs N] [--load-secs S] [--out bench/results.md]
-                    [--cases all|retry|freeze|diff]  (one case: printed only)
+                    [--cases all|retry|freeze|diff|tarinc]  (one case: printed only)
 (--sizes "" --load-secs 5 runs only a short load section.)
 Not a test: it prints a markdown table and writes it to bench/results.md."""
 import argparse
@@ -104,8 +106,8 @@ def timed(argv, cwd=None):
     return (time.perf_counter() - t0) * 1000
 
 
-def touch_10(root, n_files, tag):
-    for p in files_of(root, n_files)[:: n_files // 10][:10]:
+def touch_10(root, n_files, tag, off=0):
+    for p in files_of(root, n_files)[off:: n_files // 10][:10]:
         with open(p, "r+b") as f:
             f.write(tag.encode())
 
@@ -159,6 +161,51 @@ def bench_tar(work, src, n_files, runs):
     finally:
         d.stop()
     return res
+
+
+def wait_ready(d):
+    """The tar backend takes its base in the background ("preparing")."""
+    while d.s.get(d.url + "/v1/health", timeout=5).json().get("status") == "preparing":
+        time.sleep(0.05)
+
+
+def bench_tarinc(work, src, n_files, runs):
+    """Tar backend: a full create (every file rewritten since the previous
+    checkpoint) against incremental creates after 10 changes, and a restore
+    after 10 changes against `rsync -a --delete` from a pristine copy of the
+    same state, alternating, in the same run."""
+    d = Daemon("tar", src, work / "state-tarinc")
+    try:
+        wait_ready(d)
+        rewrite_all(src, n_files)
+        full, full_wall = d.create("full")
+        inc, inc_walls, reused = [], [], []
+        for i in range(max(3, runs // 3)):
+            touch_10(src, n_files, f"i{i}")
+            c, wall = d.create(f"inc{i}")
+            inc.append(c["duration_ms"])
+            inc_walls.append(wall)
+        pristine = work / "pristine"
+        subprocess.run(["cp", "-a", str(src), str(pristine)], check=True)
+        subprocess.run(["sync"])
+        rs, api, walls, archives = [], [], [], []
+        for i in range(max(3, runs // 3)):
+            # other files than the incremental creates changed: their data
+            # is in the full archive, the far end of the chain
+            touch_10(src, n_files, f"r{i}", off=1)
+            rs.append(timed(["rsync", "-a", "--delete", f"{pristine}/", f"{src}/"]))
+            touch_10(src, n_files, f"s{i}", off=1)
+            rep, wall = d.restore(c["checkpoint_id"])
+            api.append(rep["restore_duration_ms"])
+            walls.append(wall)
+            archives.append(d.s.get(d.url + "/v1/health").json().get("tar_last_restore", {}).get("archives"))
+        log(f"tarinc: full create {full['duration_ms']} ms, incremental {inc}, restores {api} (archives read "
+            f"{archives}), rsync {[round(x) for x in rs]}")
+        drop_tree(pristine)
+        return {"tarinc": (full["duration_ms"], full_wall, statistics.median(inc), statistics.median(inc_walls),
+                           statistics.median(api), statistics.median(walls), statistics.median(rs))}
+    finally:
+        d.stop()
 
 
 def p99(xs):
@@ -298,6 +345,9 @@ def one_size(name, runs, cases="all"):
         if cases in ("all", "diff"):
             log(f"[{name}] diff of 10 changes")
             res.update(bench_diff(work, src, n_files, runs))
+        if cases in ("all", "tarinc"):
+            log(f"[{name}] tar incremental create and restore beside rsync")
+            res.update(bench_tarinc(work, src, n_files, runs))
         if cases in ("all", "retry"):
             log(f"[{name}] retry loop, 500 MB per attempt")
             res.update(bench_retry(work, src, runs))
@@ -359,6 +409,13 @@ def table(results, runs):
         lambda r: f"{fmt(r['diff_overlay'][0])} / {fmt(r['diff_overlay'][1])} (target 100)")
     row("diff of 10 changes, tar backend: checkpoint to checkpoint / checkpoint to live root, wall",
         lambda r: f"{fmt(r['diff_tar'][0])} / {fmt(r['diff_tar'][1])}")
+    row("tar create: full (API / wall) / after 10 changes, incremental (API / wall) / ratio (target ≤ 10 %)",
+        lambda r: f"{fmt(r['tarinc'][0])} / {fmt(r['tarinc'][1])} / {fmt(r['tarinc'][2])} / {fmt(r['tarinc'][3])} / "
+        f"{100 * r['tarinc'][3] / r['tarinc'][1]:.1f} % (target 10 %)")
+    row("tar restore after 10 changes (API / wall) / `rsync -a --delete` from a pristine copy / ratio wall "
+        "(target ≤ 0.25x)",
+        lambda r: f"{fmt(r['tarinc'][4])} / {fmt(r['tarinc'][5])} / {fmt(r['tarinc'][6])} / "
+        f"{r['tarinc'][5] / r['tarinc'][6]:.2f}x (target 0.25x)")
     return "\n".join(lines) + "\n"
 
 
@@ -402,7 +459,7 @@ def main():
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--load-secs", type=int, default=30, help="wrk duration of the load section (0: skip)")
     ap.add_argument("--out", default=str(TOP / "bench/results.md"))
-    ap.add_argument("--cases", default="all", choices=["all", "retry", "freeze", "diff"],
+    ap.add_argument("--cases", default="all", choices=["all", "retry", "freeze", "diff", "tarinc"],
                     help="all, or one case alone (printed, results.md untouched)")
     a = ap.parse_args()
     if not os.path.exists(CKPTD):

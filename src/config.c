@@ -29,6 +29,7 @@ void config_defaults(struct config *cfg)
 	cfg->backend = BACKEND_AUTO;
 	cfg->mode = MODE_SANDBOX;
 	cfg->flatten_depth = 64;
+	cfg->tar_chain_max = 8;
 	cfg->default_ttl_secs = 14 * 24 * 3600;
 	cfg->cleanup_interval_secs = 60;
 	cfg->max_checkpoints = 100;
@@ -266,6 +267,7 @@ static const char *const known_keys[] = {
 	"sandbox_state_dir",
 	"unmount_on_exit",
 	"flatten_depth",
+	"tar_chain_max",
 	"default_ttl_secs",
 	"cleanup_interval_secs",
 	"max_checkpoints",
@@ -369,6 +371,10 @@ int config_apply_json(struct config *cfg, json_t *obj, ckpt_error *err)
 	if ((r = json_int(obj, "flatten_depth", 2, &v64, err)) < 0)
 		return r;
 	cfg->flatten_depth = (int)(v64 > 400 ? 400 : v64);
+	v64 = cfg->tar_chain_max;
+	if ((r = json_int(obj, "tar_chain_max", 0, &v64, err)) < 0)
+		return r;
+	cfg->tar_chain_max = (int)(v64 > 1000 ? 1000 : v64);
 	return 0;
 }
 

@@ -74,6 +74,9 @@ struct backend_ops {
 	 * Not durable, not a checkpoint; the next create uses or discards it.
 	 * May be NULL; a failure only makes create copy everything. */
 	int (*precopy)(void *st, struct progress *p, ckpt_error *err);
+	/* Call precopy only when some unit is frozen around the create (a
+	 * first pass that costs a walk of its own, worth it only then). */
+	bool precopy_only_if_frozen;
 
 	/* Make every root equal to checkpoint id. details (may be NULL, else
 	 * zeroed by the caller) says what it did; the caller frees it. */

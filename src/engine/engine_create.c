@@ -125,10 +125,11 @@ static int create_frozen(struct engine *e, const char *id, struct engine_op *op,
 {
 	struct svc_plan plan;
 	ckpt_error perr = { 0 };
-	if (e->backend->precopy && e->backend->precopy(e->bst, &op->progress, &perr) < 0)
-		log_warn("create: first pass before the freeze failed, copying all while frozen: %s", perr.msg);
 	if (services_plan(e->services, e->cfg->roots, e->cfg->n_roots, &plan) < 0)
 		log_warn("services: cannot list the units to freeze");
+	if (e->backend->precopy && (plan.n > 0 || !e->backend->precopy_only_if_frozen) &&
+	    e->backend->precopy(e->bst, &op->progress, &perr) < 0)
+		log_warn("create: first pass before the freeze failed, copying all while frozen: %s", perr.msg);
 	int64_t t0 = mono_ms();
 	services_freeze(e->services, &plan);
 	int r = e->backend->create(e->bst, id, data, size, &op->progress, err);
@@ -208,6 +209,7 @@ static int create_run(struct engine *e, struct ckpt_record *rec, bool keep_faile
 		int64_t ms = mono_ms() - t0;
 		log_event(LOG_INFO_, &(struct log_fields){ "create", id, NULL, ms },
 			  "created checkpoint \"%s\" (\"%s\") in %lld ms", id, rec->name, (long long)ms);
+		engine_kick_maintenance(e); /* e.g. compact a tar chain grown too long */
 		return 0;
 	}
 	log_event(LOG_WARN_, &(struct log_fields){ "create", id, NULL, mono_ms() - t0 }, "create of \"%s\" failed: %s",

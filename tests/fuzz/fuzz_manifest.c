@@ -38,6 +38,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		if (e->type == 'h' && (!e->link || !tar_path_valid(e->link)))
 			abort();
+		/* a data source is a checkpoint's name (it becomes a path below
+		 * the tar state dir), and only a regular file has one */
+		if (e->src && (e->type != 'f' || (!id_valid(e->src) && strcmp(e->src, "base"))))
+			abort();
 		(void)tar_manifest_parent(&m, e->path);
 	}
 	/* The alias file has its own format; a hostile one must only be ignored. */

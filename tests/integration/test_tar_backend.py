@@ -163,7 +163,7 @@ def test_out_of_space_leaves_no_trace(daemon_factory):
     assert res.json()["code"] == "insufficient_storage"
     assert tree_state(d.roots[0]) == live
     left = sorted(os.listdir(d.state_dir / "tar"))
-    assert left == sorted(["base", ok["checkpoint_id"]]), left
+    assert left == sorted(["base", "head", ok["checkpoint_id"]]), left
     assert [c["name"] for c in d.list()] == ["fits"]
     d.restore(ok["checkpoint_id"])
     assert not (d.roots[0] / "big").exists()

@@ -555,7 +555,7 @@ static void test_malicious_manifest_rejected(void **state)
 	put(f->roots[0], "a", "a", 0644);
 	fx_open(f);
 	create_cp(f, id, NULL);
-	manifest_append(f, id, "f\t644\t0\t0\t1\t1.0\t1.0\t1\t1\tnone\t../evil\t-\t-\n");
+	manifest_append(f, id, "f\t644\t0\t0\t1\t1.0\t1.0\t1\t1\tnone\t../evil\t-\t-\t-\n");
 	put(f->roots[0], "b", "b", 0644);
 	assert_int_equal(backend_tar_ops.restore(f->st, id, NULL, NULL, NULL, &err), -EBADMSG);
 	assert_non_null(strstr(err.msg, "unsafe path"));
@@ -569,9 +569,13 @@ static void test_malicious_archive_rejected(void **state)
 	ckpt_error err = { 0 };
 	char id[32], p[PATH_MAX], evil[PATH_MAX];
 
+	char first[32];
 	put(f->roots[0], "a", "a", 0644);
 	fx_open(f);
+	create_cp(f, first, NULL);
+	put(f->roots[0], "b", "b", 0644); /* in id's own archive, not the base's */
 	create_cp(f, id, NULL);
+	assert_int_equal(unlink(at(f->roots[0], "b")), 0);
 	snprintf(p, sizeof(p), "%s/tar/%s/r0.tar.zst", f->state, id);
 	struct archive *a = archive_write_new();
 	archive_write_set_format_pax(a);
@@ -619,7 +623,8 @@ static void test_enospc_leaves_no_trace(void **state)
 	DIR *d = fdopendir(tfd);
 	struct dirent *de;
 	while ((de = readdir(d)))
-		assert_true(!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || !strcmp(de->d_name, "base"));
+		assert_true(!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || !strcmp(de->d_name, "base") ||
+			    !strcmp(de->d_name, "head"));
 	closedir(d);
 	backend_tar_ops.close(f->st, false);
 	f->st = NULL;
@@ -647,12 +652,212 @@ static void test_change_right_after_create(void **state)
 	}
 }
 
+/* How many entries the checkpoint's own archive holds, and how many lines
+ * of its manifest name another checkpoint's archive as their data's home. */
+static void chain_counts(struct fx *f, const char *id, int *own, int *elsewhere)
+{
+	char p[PATH_MAX], line[8192];
+	snprintf(p, sizeof(p), "%s/tar/%s/r0.manifest", f->state, id);
+	FILE *m = fopen(p, "r");
+	assert_non_null(m);
+	*own = *elsewhere = 0;
+	while (fgets(line, sizeof(line), m)) {
+		char *tab = strrchr(line, '\t');
+		if (line[0] == 'f' && tab && strcmp(tab, "\t-\n"))
+			(*elsewhere)++;
+	}
+	fclose(m);
+	snprintf(p, sizeof(p), "%s/tar/%s/r0.tar.zst", f->state, id);
+	struct archive *a = archive_read_new();
+	struct archive_entry *ae;
+	archive_read_support_format_tar(a);
+	archive_read_support_filter_zstd(a);
+	assert_int_equal(archive_read_open_filename(a, p, 1 << 16), ARCHIVE_OK);
+	while (archive_read_next_header(a, &ae) == ARCHIVE_OK)
+		if (archive_entry_filetype(ae) == AE_IFREG)
+			(*own)++;
+	archive_read_free(a);
+}
+
+/* Incremental chains: a create archives only changed files, a restore reads
+ * the chain, a deleted parent's data is kept while a child reads it and
+ * removed once none does. */
+static void test_chain(void **state)
+{
+	struct fx *f = *state;
+	ckpt_error err = { 0 };
+	char a[32], b[32], c[32], name[32], p[PATH_MAX];
+	int own, elsewhere;
+
+	for (int i = 0; i < 20; i++) {
+		snprintf(name, sizeof(name), "f%02d", i);
+		put(f->roots[0], name, name, 0644);
+	}
+	fx_open(f);
+	create_cp(f, a, NULL); /* against the base: nothing changed */
+	chain_counts(f, a, &own, &elsewhere);
+	assert_int_equal(own, 0);
+	assert_int_equal(elsewhere, 20);
+	put(f->roots[0], "f03", "changed 3", 0644);
+	put(f->roots[0], "new", "new", 0644);
+	create_cp(f, b, NULL);
+	chain_counts(f, b, &own, &elsewhere);
+	assert_int_equal(own, 2); /* f03 and new */
+	assert_int_equal(elsewhere, 19);
+	char *at_b = snapshot(f->roots[0]);
+	put(f->roots[0], "f07", "changed 7!", 0644);
+	assert_int_equal(unlink(at(f->roots[0], "new")), 0);
+	create_cp(f, c, NULL);
+	char *at_c = snapshot(f->roots[0]);
+	/* restore b: f07 comes from the base's archive, new from b's own */
+	json_decref(restore_cp(f, b));
+	char *now = snapshot(f->roots[0]);
+	assert_same_tree(at_b, now);
+	free(now);
+	/* delete a and b: c reads the base and b, so b's data is kept aside */
+	assert_int_equal(backend_tar_ops.remove(f->st, a, NULL, &err), 0);
+	assert_int_equal(backend_tar_ops.remove(f->st, b, NULL, &err), 0);
+	snprintf(p, sizeof(p), "%s/tar/%s", f->state, b);
+	assert_int_equal(access(p, F_OK), -1);
+	snprintf(p, sizeof(p), "%s/tar/.keep/%s/r0.tar.zst", f->state, b);
+	assert_int_equal(access(p, F_OK), 0);
+	snprintf(p, sizeof(p), "%s/tar/.keep/%s", f->state, a);
+	assert_int_equal(access(p, F_OK), -1); /* nothing read a's (empty) archive */
+	for (int i = 0; i < 20; i++) {
+		snprintf(name, sizeof(name), "f%02d", i);
+		put(f->roots[0], name, "scrambled", 0600);
+	}
+	json_t *st = restore_cp(f, c);
+	now = snapshot(f->roots[0]);
+	assert_same_tree(at_c, now);
+	free(now);
+	json_decref(st);
+	/* c gone: nothing reads b's data any more */
+	assert_int_equal(backend_tar_ops.remove(f->st, c, NULL, &err), 0);
+	snprintf(p, sizeof(p), "%s/tar/.keep/%s", f->state, b);
+	assert_int_equal(access(p, F_OK), -1);
+	free(at_b);
+	free(at_c);
+}
+
+/* The chain's length as meta.json records it. */
+static json_int_t depth_of(struct fx *f, const char *id)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/tar/%s/meta.json", f->state, id);
+	json_t *m = json_load_file(p, 0, NULL);
+	assert_non_null(m);
+	json_int_t d = json_integer_value(json_object_get(m, "depth"));
+	json_decref(m);
+	return d;
+}
+
+/* Chains longer than tar_chain_max are compacted by cleanup into full
+ * archives that stand alone: restorable with every older checkpoint gone. */
+static void test_compaction(void **state)
+{
+	struct fx *f = *state;
+	ckpt_error err = { 0 };
+	char id[5][32], name[32];
+	char *trees[5];
+	int own, elsewhere;
+
+	f->cfg.tar_chain_max = 2;
+	for (int i = 0; i < 10; i++) {
+		snprintf(name, sizeof(name), "f%d", i);
+		put(f->roots[0], name, name, 0644);
+	}
+	fx_open(f);
+	for (int i = 0; i < 5; i++) {
+		snprintf(name, sizeof(name), "f%d", i);
+		put(f->roots[0], name, "changed", 0640);
+		create_cp(f, id[i], NULL);
+		trees[i] = snapshot(f->roots[0]);
+	}
+	assert_int_equal(depth_of(f, id[4]), 5);
+	int rounds = 0;
+	while (backend_tar_ops.cleanup(f->st) > 0)
+		rounds++;
+	assert_int_equal(rounds, 3); /* depths 3, 4, 5 */
+	for (int i = 2; i < 5; i++) {
+		assert_int_equal(depth_of(f, id[i]), 0);
+		chain_counts(f, id[i], &own, &elsewhere);
+		assert_int_equal(own, 10);
+		assert_int_equal(elsewhere, 0);
+	}
+	/* the compacted ones need nothing older: delete everything before */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(backend_tar_ops.remove(f->st, id[i], NULL, &err), 0);
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/tar/.keep/%s", f->state, id[0]);
+	assert_int_equal(access(p, F_OK), -1);
+	for (int i = 3; i < 5; i++) {
+		put(f->roots[0], "f9", "scrambled", 0600);
+		json_decref(restore_cp(f, id[i]));
+		char *now = snapshot(f->roots[0]);
+		assert_same_tree(trees[i], now);
+		free(now);
+	}
+	for (int i = 0; i < 5; i++)
+		free(trees[i]);
+}
+
+/* precopy before the freeze: the create then archives only what changed
+ * after it, and takes the rest from the precopy, which is kept for that. */
+static void test_precopy(void **state)
+{
+	struct fx *f = *state;
+	ckpt_error err = { 0 };
+	char a[32], b[32];
+	int own, elsewhere;
+
+	for (int i = 0; i < 10; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "f%d", i);
+		put(f->roots[0], name, name, 0644);
+	}
+	fx_open(f);
+	create_cp(f, a, NULL);
+	put(f->roots[0], "f1", "before the precopy", 0644);
+	put(f->roots[0], "f2", "before the precopy", 0644);
+	assert_int_equal(backend_tar_ops.precopy(f->st, NULL, &err), 0);
+	put(f->roots[0], "f3", "during the freeze", 0644);
+	create_cp(f, b, NULL);
+	char *at_b = snapshot(f->roots[0]);
+	chain_counts(f, b, &own, &elsewhere);
+	assert_int_equal(own, 1); /* f3 only */
+	assert_int_equal(elsewhere, 9);
+	/* the precopy has no record: its data is kept aside while b reads it */
+	int tfd = openat(f->ctx.state_fd, "tar", O_RDONLY | O_DIRECTORY);
+	DIR *d = fdopendir(dup(tfd));
+	struct dirent *de;
+	int ids = 0;
+	while ((de = readdir(d)))
+		ids += !strncmp(de->d_name, "cp_", 3);
+	closedir(d);
+	assert_int_equal(ids, 2); /* a and b */
+	for (int i = 0; i < 10; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "f%d", i);
+		put(f->roots[0], name, "x", 0600);
+	}
+	json_decref(restore_cp(f, b));
+	char *now = snapshot(f->roots[0]);
+	assert_same_tree(at_b, now);
+	free(now);
+	free(at_b);
+	close(tfd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_roundtrip_full, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_multi_root, fx_setup2, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_incremental, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_chain, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_compaction, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_precopy, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_reset_to_base, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_interrupted_restore_finished_at_open, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_recover_removes_strays, fx_setup, fx_teardown),

@@ -109,7 +109,7 @@ static void test_version2_content_hash(void **state)
 	struct tar_manifest m;
 	ckpt_error err = { 0 };
 	(void)state;
-	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC,
+	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC_V2,
 				    "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t-\n"
 				    "f\t644\t0\t0\t4\t1.0\t1.0\t6\t1\tnone\ta\t-\t" SHA "\n",
 				    &m, &err),
@@ -120,23 +120,53 @@ static void test_version2_content_hash(void **state)
 	tar_manifest_free(&m);
 	/* a hash on a directory, a short hash, or a v1 line in a v2 file */
 	assert_int_equal(
-		load_magic(TAR_MANIFEST_MAGIC, "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t" SHA "\n", &m, &err),
+		load_magic(TAR_MANIFEST_MAGIC_V2, "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t" SHA "\n", &m, &err),
 		-EBADMSG);
-	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC,
+	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC_V2,
 				    "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t-\n"
 				    "f\t644\t0\t0\t4\t1.0\t1.0\t6\t1\tnone\ta\t-\t9f86\n",
 				    &m, &err),
 			 -EBADMSG);
-	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC, ROOT, &m, &err), -EBADMSG);
+	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC_V2, ROOT, &m, &err), -EBADMSG);
+}
+
+/* Version 3: a regular file's data may be in an older checkpoint's archive. */
+static void test_version3_data_source(void **state)
+{
+	struct tar_manifest m;
+	ckpt_error err = { 0 };
+	(void)state;
+	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC,
+				    "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t-\t-\n"
+				    "f\t644\t0\t0\t4\t1.0\t1.0\t6\t1\tnone\ta\t-\t" SHA "\tbase\n"
+				    "f\t644\t0\t0\t4\t1.0\t1.0\t7\t1\tnone\tb\t-\t" SHA
+				    "\tcp_0123456789abcdef01234567\n"
+				    "f\t644\t0\t0\t4\t1.0\t1.0\t8\t1\tnone\tc\t-\t" SHA "\t-\n",
+				    &m, &err),
+			 0);
+	assert_string_equal(m.v[0].src, "base");
+	assert_string_equal(m.v[1].src, "cp_0123456789abcdef01234567");
+	assert_null(m.v[2].src);
+	tar_manifest_free(&m);
+	/* a source that is no checkpoint name (it becomes a path), or on a dir */
+	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC,
+				    "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t-\t-\n"
+				    "f\t644\t0\t0\t4\t1.0\t1.0\t6\t1\tnone\ta\t-\t" SHA "\t../x\n",
+				    &m, &err),
+			 -EBADMSG);
+	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC,
+				    "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t-\t-\n"
+				    "d\t755\t0\t0\t0\t1.0\t1.0\t6\t1\tnone\td\t-\t-\tbase\n",
+				    &m, &err),
+			 -EBADMSG);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_first_entry_hardlink),
-		cmocka_unit_test(test_bad_lines),
-		cmocka_unit_test(test_valid_manifest),
-		cmocka_unit_test(test_version2_content_hash),
+		cmocka_unit_test(test_first_entry_hardlink), cmocka_unit_test(test_bad_lines),
+		cmocka_unit_test(test_valid_manifest),       cmocka_unit_test(test_version2_content_hash),
+		cmocka_unit_test(test_version3_data_source),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -658,6 +658,8 @@ export interface components {
             kept: number;
             /** @description file data written */
             bytes: number;
+            /** @description archives read (the checkpoint's own, and each older one of its incremental chain that held a file the restore rewrote); in health only */
+            archives?: number;
         };
         /** @description Host mode (`ckptd --mode host`); see docs/host.md. */
         HostHealth: {

@@ -4,15 +4,28 @@
  *   base/...                    the roots as ckptd first adopted them
  *   .tmp-<id>/                  a checkpoint being written (never trusted)
  *   restoring.json              intent: a restore in progress ({"id": ...})
+ *   head                        the checkpoint the roots were last made or
+ *                               restored as: the next create's parent
+ *   .keep/<id>/                 a deleted checkpoint whose archives later
+ *                               (incremental) checkpoints still read
+ *   .compact-<id>/, .trash-<id>/ a compaction being written / replaced
+ * Incremental checkpoints: a create writes into its own archive only what
+ * changed since the head (and every directory, link and special file),
+ * plus the full manifest, whose lines name the older archive holding each
+ * unchanged file's data. meta.json lists those archives ("refs") and the
+ * chain's length ("depth"); chains longer than tar_chain_max are compacted
+ * into a full archive off the operation lock.
  * A checkpoint directory appears by rename only once its files are durable;
  * a restore runs between writing and removing the intent, and is idempotent,
  * so a restarted daemon finishes it by running it again. */
 #include "backend/backend.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <sys/stat.h>
 
 #include "config.h"
+#include "backend/tar/tar_compact.h"
 #include "backend/tar/tar_create.h"
 #include "backend/tar/tar_diff.h"
 #include "backend/tar/tar_fs.h"
@@ -25,6 +38,8 @@
 #define INTENT "restoring.json"
 #define BASE "base"
 #define META "meta.json"
+#define HEAD "head"
+#define KEEP ".keep"
 
 struct tar_state {
 	const struct backend_ctx *ctx;
@@ -47,7 +62,13 @@ struct tar_state {
 	struct tar_restore_stats last; /* of the last restore */
 	char pending[64];              /* id of a restore that could not be finished */
 	char pending_msg[256];
+	char head[64];        /* see HEAD; "" when unknown (the next create is full) */
+	char pre[64];         /* the last precopy's directory, until a create uses it */
+	uint64_t last_reused; /* files the last create took from older archives */
 };
+
+static void pre_drop(struct tar_state *s);
+static int drop_ckpt(struct tar_state *s, const char *name);
 
 static int tar_probe(const struct backend_ctx *ctx, ckpt_error *err)
 {
@@ -70,13 +91,47 @@ static int open_root(const struct tar_state *s, size_t i, ckpt_error *err)
 	return fd;
 }
 
-static int write_meta(struct tar_state *s, int dirfd, ckpt_error *err)
+/* The chain a checkpoint heads: its parent (NULL: a full checkpoint), the
+ * older checkpoints whose archives its manifests name, its length, and when
+ * its capture began (what reusing its entries compares ctimes with). */
+struct chain {
+	const char *parent;
+	json_t *refs; /* array of names; borrowed */
+	json_int_t depth;
+	struct timespec started;
+};
+
+/* Only a hint (any checkpoint is a correct parent: reuse compares every
+ * file with what the parent recorded), so a failure to save it is ignored. */
+static void head_set(struct tar_state *s, const char *name)
+{
+	pthread_mutex_lock(&s->lock);
+	snprintf(s->head, sizeof(s->head), "%s", name);
+	pthread_mutex_unlock(&s->lock);
+	write_file_atomic(s->tar_fd, HEAD, name, strlen(name), 0600);
+}
+
+static void head_load(struct tar_state *s)
+{
+	_cleanup_free_ char *text = NULL;
+	struct stat st;
+	if (read_file_at(s->tar_fd, HEAD, 128, &text, NULL) < 0)
+		return;
+	text[strcspn(text, "\n")] = '\0';
+	if ((id_valid(text) || !strcmp(text, BASE)) && fstatat(s->tar_fd, text, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		snprintf(s->head, sizeof(s->head), "%s", text);
+}
+
+static int write_meta(struct tar_state *s, int dirfd, const struct chain *ch, ckpt_error *err)
 {
 	json_t *roots = json_array();
 	for (size_t i = 0; i < s->n_roots; i++)
 		json_array_append_new(roots, json_string(s->roots[i]));
-	json_auto_t *meta =
-		json_pack("{s:i, s:s, s:o}", "version", 1, "compression", s->zstd ? "zstd" : "none", "roots", roots);
+	json_auto_t *meta = json_pack("{s:i, s:s, s:o, s:I, s:O, s:I}", "version", 1, "compression",
+				      s->zstd ? "zstd" : "none", "roots", roots, "depth", ch->depth, "refs", ch->refs,
+				      "started_ns", (json_int_t)ch->started.tv_sec * 1000000000 + ch->started.tv_nsec);
+	if (meta && ch->parent)
+		json_object_set_new(meta, "parent", json_string(ch->parent));
 	_cleanup_free_ char *text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
 	if (!text)
 		return err_set(err, ENOMEM, NULL, "out of memory");
@@ -110,11 +165,54 @@ static int read_meta(struct tar_state *s, int dirfd, const char *name, bool *zst
 	return r;
 }
 
+/* The meta.json of dirfd as JSON, or NULL. */
+static json_t *meta_load(int dirfd)
+{
+	_cleanup_free_ char *text = NULL;
+	if (read_file_at(dirfd, META, 1 << 20, &text, NULL) < 0)
+		return NULL;
+	return json_loads(text, 0, NULL);
+}
+
+static void srcs_free(struct tar_create_opts *o)
+{
+	for (size_t k = 0; k < o->n_srcs; k++)
+		free(o->srcs[k]);
+	free(o->srcs);
+	o->srcs = NULL;
+	o->n_srcs = 0;
+}
+
 /* from: the trees to capture, one per root (NULL: the roots themselves). */
 static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, struct progress *p, ckpt_error *err)
 {
 	struct tar_create_opts o = { .zstd = s->zstd, .skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p };
+	json_auto_t *refs = json_array(), *pmeta = NULL;
+	struct chain ch = { .refs = refs };
+	_cleanup_close_ int pfd = -1;
+	struct stat ist;
 	char arch[32], man[32];
+
+	clock_gettime(CLOCK_REALTIME_COARSE, &ch.started);
+	/* Incremental against the head, unless this is an import, a restore
+	 * was left unfinished (the roots are not the head), or the head is
+	 * gone; the head's own meta and manifests are read through one fd. */
+	pthread_mutex_lock(&s->lock);
+	char head[64];
+	snprintf(head, sizeof(head), "%s", s->head);
+	pthread_mutex_unlock(&s->lock);
+	if (!from && head[0] && s->ctx->cfg && s->ctx->cfg->tar_chain_max > 0 &&
+	    fstatat(s->tar_fd, INTENT, &ist, AT_SYMLINK_NOFOLLOW) < 0)
+		pfd = openat(s->tar_fd, head, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	pmeta = pfd >= 0 ? meta_load(pfd) : NULL;
+	if (pmeta) {
+		json_int_t ns = json_integer_value(json_object_get(pmeta, "started_ns"));
+		ch.parent = head;
+		ch.depth = json_integer_value(json_object_get(pmeta, "depth")) + 1;
+		/* a parent from before started_ns: every entry counts as unsure */
+		o.parent_started =
+			ns > 0 ? (struct timespec){ ns / 1000000000, ns % 1000000000 } : (struct timespec){ 0 };
+	}
 
 	for (size_t i = 0; p && i < s->n_roots; i++) {
 		_cleanup_close_ int fd = open(s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -127,15 +225,48 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 	for (size_t i = 0; i < s->n_roots; i++) {
 		_cleanup_close_ int fd =
 			from ? open(from[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : open_root(s, i, err);
-		if (fd < 0)
+		if (fd < 0) {
+			srcs_free(&o);
 			return from ? err_set(err, errno, NULL, "cannot open '%s': %m", from[i]) : fd;
+		}
+		struct tar_manifest pm = { 0 };
+		bool have_pm = false;
+		if (ch.parent) {
+			char pa[32], pman[32], alias[48];
+			ckpt_error perr = { 0 };
+			entry_names(i, s->zstd, pa, pman);
+			have_pm = tar_manifest_load(pfd, pman, &pm, &perr) >= 0;
+			if (have_pm) {
+				snprintf(alias, sizeof(alias), "%s.alias", pman);
+				tar_manifest_alias_load(pfd, alias, &pm);
+			}
+		}
+		o.parent = have_pm ? &pm : NULL;
+		o.parent_name = ch.parent;
 		entry_names(i, s->zstd, arch, man);
 		int r = tar_create_root(fd, dirfd, arch, man, &o, err);
-		if (r < 0)
+		if (have_pm)
+			tar_manifest_free(&pm);
+		if (r < 0) {
+			srcs_free(&o);
 			return err_prefix(err, "root '%s'", s->roots[i]);
+		}
 	}
 	tar_wait_past(o.max_ctime);
-	return write_meta(s, dirfd, err);
+	if (!from) {
+		pthread_mutex_lock(&s->lock);
+		s->last_reused = o.reused;
+		pthread_mutex_unlock(&s->lock);
+	}
+	/* refs: exactly the archives the manifests name (what deletion keeps) */
+	for (size_t k = 0; k < o.n_srcs; k++)
+		json_array_append_new(refs, json_string(o.srcs[k]));
+	srcs_free(&o);
+	if (o.reused == 0) { /* nothing taken from older archives: a full one */
+		ch.parent = NULL;
+		ch.depth = 0;
+	}
+	return write_meta(s, dirfd, &ch, err);
 }
 
 /* Write checkpoint name into .tmp-<name>, then make it appear atomically. */
@@ -178,6 +309,8 @@ static void *base_thread(void *arg)
 	int64_t t0 = mono_ms();
 	int r = snapshot(s, BASE, NULL, NULL, &err);
 
+	if (r >= 0)
+		head_set(s, BASE);
 	pthread_mutex_lock(&s->lock);
 	s->base_state = r < 0 ? BASE_FAILED : BASE_READY;
 	snprintf(s->base_error, sizeof(s->base_error), "%.200s", r < 0 ? err.msg : "");
@@ -204,6 +337,7 @@ static int base_wait(struct tar_state *s, ckpt_error *err)
 	int r = snapshot(s, BASE, NULL, NULL, err);
 	if (r < 0)
 		return err_prefix(err, "cannot record the roots' base");
+	head_set(s, BASE);
 	pthread_mutex_lock(&s->lock);
 	s->base_state = BASE_READY;
 	s->base_error[0] = '\0';
@@ -223,15 +357,58 @@ static int tar_capture(void *st, const char *id, char *const *from, json_t **ret
 		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
 	if ((r = base_wait(s, err)) < 0)
 		return r;
-	r = snapshot(s, id, from, p, err);
+	pthread_mutex_lock(&s->lock);
+	bool after_pre = !from && s->pre[0];
+	pthread_mutex_unlock(&s->lock);
+	r = snapshot(s, id, from, after_pre ? NULL : p, err);
 	if (r < 0)
 		return r;
-	tree_disk_usage(s->tar_fd, id, &size);
+	if (!from && s->pre[0]) /* the precopy's data is this checkpoint's too */
+		tree_disk_usage(s->tar_fd, s->pre, &size);
+	if (!from) { /* the roots are this checkpoint now; an import is not the roots */
+		head_set(s, id);
+		pre_drop(s);
+	}
+	uint64_t own = 0;
+	tree_disk_usage(s->tar_fd, id, &own);
+	size += own;
 	if (ret_size)
 		*ret_size = size;
-	if (ret_data)
+	if (ret_data) {
 		*ret_data = json_pack("{s:s, s:I}", "compression", s->zstd ? "zstd" : "none", "roots",
 				      (json_int_t)s->n_roots);
+		pthread_mutex_lock(&s->lock);
+		if (*ret_data && !from)
+			json_object_set_new(*ret_data, "reused_files", json_integer((json_int_t)s->last_reused));
+		pthread_mutex_unlock(&s->lock);
+	}
+	return 0;
+}
+
+/* The pass before the freeze: an incremental checkpoint that no record
+ * names, made the head, so that the frozen create archives only what
+ * changed since. It stays as a data source of that create (kept aside in
+ * .keep/ by pre_drop, removed when nothing reads it). */
+static int tar_precopy(void *st, struct progress *p, ckpt_error *err)
+{
+	struct tar_state *s = st;
+	char id[64];
+	int r;
+
+	if (!s->ctx->cfg || s->ctx->cfg->tar_chain_max <= 0)
+		return 0;
+	if ((r = base_wait(s, err)) < 0)
+		return r;
+	if ((r = id_generate(id, sizeof(id))) < 0)
+		return err_set(err, -r, NULL, "cannot make an id: %s", strerror(-r));
+	/* the progress a client sees is this pass's: the frozen one is short */
+	if ((r = snapshot(s, id, NULL, p, err)) < 0)
+		return r;
+	pre_drop(s); /* an older precopy no create used */
+	head_set(s, id);
+	pthread_mutex_lock(&s->lock);
+	snprintf(s->pre, sizeof(s->pre), "%s", id);
+	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
 
@@ -264,7 +441,9 @@ static int tar_view_open(void *st, const char *id, json_t *data, const char *tmp
 	if (r == 0)
 		r = read_meta(s, cfd, name, &zstd, err);
 	for (size_t i = 0; r == 0 && i < s->n_roots; i++) {
-		struct tar_restore_opts o = { .skip_dev = s->state_dev, .skip_ino = s->state_ino };
+		struct tar_restore_opts o = { .skip_dev = s->state_dev,
+					      .skip_ino = s->state_ino,
+					      .store_fd = s->tar_fd };
 		struct tar_restore_stats one;
 		char arch[32], man[32];
 		if (asprintf(&dirs[i], "%s/r%zu", tmp, i) < 0) {
@@ -320,14 +499,17 @@ static void add_stats(struct tar_restore_stats *sum, const struct tar_restore_st
 	sum->removed += one->removed;
 	sum->kept += one->kept;
 	sum->bytes += one->bytes;
+	sum->archives += one->archives;
 }
 
 static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_nothing, struct progress *p,
 			 struct tar_restore_stats *sum, ckpt_error *err)
 {
-	struct tar_restore_opts o = {
-		.skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p, .trust_nothing = trust_nothing
-	};
+	struct tar_restore_opts o = { .skip_dev = s->state_dev,
+				      .skip_ino = s->state_ino,
+				      .p = p,
+				      .trust_nothing = trust_nothing,
+				      .store_fd = s->tar_fd };
 	char arch[32], man[32];
 
 	for (size_t i = 0; i < s->n_roots; i++) {
@@ -350,8 +532,9 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 
 static json_t *stats_json(const struct tar_restore_stats *t)
 {
-	return json_pack("{s:I, s:I, s:I, s:I}", "rewritten", (json_int_t)t->rewritten, "removed",
-			 (json_int_t)t->removed, "kept", (json_int_t)t->kept, "bytes", (json_int_t)t->bytes);
+	return json_pack("{s:I, s:I, s:I, s:I, s:I}", "rewritten", (json_int_t)t->rewritten, "removed",
+			 (json_int_t)t->removed, "kept", (json_int_t)t->kept, "bytes", (json_int_t)t->bytes, "archives",
+			 (json_int_t)t->archives);
 }
 
 /* The roots are not (all) checkpoint name: say so in health, and keep or
@@ -397,6 +580,8 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 		return r;
 	}
 	r = intent_clear(s, err);
+	if (r >= 0)
+		head_set(s, name);
 	pthread_mutex_lock(&s->lock);
 	s->last = sum;
 	s->pending[0] = '\0';
@@ -458,16 +643,187 @@ static int tar_reset(void *st, struct restore_details *details, ckpt_error *err)
 	return r < 0 ? r : do_restore(st, BASE, details, NULL, err);
 }
 
+/* Every archive some checkpoint (other than skip) still reads: the union of
+ * the "refs" of the checkpoint directories (names as keys). */
+static json_t *refs_live(struct tar_state *s, const char *skip)
+{
+	json_t *set = json_object();
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+
+	if (!set || walk_open(s->tar_fd, NULL, &d) < 0)
+		return set;
+	while ((de = walk_next(d))) {
+		if ((!id_valid(de->d_name) && strcmp(de->d_name, BASE)) || (skip && !strcmp(de->d_name, skip)))
+			continue;
+		_cleanup_close_ int cfd =
+			openat(s->tar_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		json_auto_t *meta = cfd >= 0 ? meta_load(cfd) : NULL;
+		size_t i;
+		json_t *v;
+		json_array_foreach(json_object_get(meta, "refs"), i, v) if (json_is_string(v))
+			json_object_set_new(set, json_string_value(v), json_true());
+	}
+	return set;
+}
+
+/* Remove what nothing reads any more: kept archives no checkpoint names,
+ * and checkpoint directories a compaction replaced. Idempotent. */
+static void gc_kept(struct tar_state *s)
+{
+	json_auto_t *live = refs_live(s, NULL);
+	_cleanup_close_ int kfd = openat(s->tar_fd, KEEP, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	_cleanup_closedir_ DIR *d = NULL, *top = NULL;
+	struct dirent *de;
+
+	if (kfd >= 0 && live && walk_open(kfd, NULL, &d) >= 0)
+		while ((de = walk_next(d)))
+			if (!json_object_get(live, de->d_name))
+				rm_rf_at(kfd, de->d_name);
+	if (walk_open(s->tar_fd, NULL, &top) >= 0)
+		while ((de = walk_next(top)))
+			if (!strncmp(de->d_name, ".trash-", 7))
+				rm_rf_at(s->tar_fd, de->d_name);
+	if (kfd >= 0)
+		fsync(kfd);
+	unlinkat(s->tar_fd, KEEP, AT_REMOVEDIR); /* only once empty */
+	fsync(s->tar_fd);
+}
+
+/* Delete checkpoint name's data. If a later checkpoint reads its archives,
+ * move them out of the way (one rename: crash-safe) into .keep/, where the
+ * chain finds them, until no checkpoint names them. */
+static int drop_ckpt(struct tar_state *s, const char *name)
+{
+	json_auto_t *live = refs_live(s, name);
+	char keep[128];
+
+	if (json_object_get(live, name)) {
+		if (mkdirat(s->tar_fd, KEEP, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		snprintf(keep, sizeof(keep), KEEP "/%s", name);
+		rm_rf_at(s->tar_fd, keep); /* a leftover of an older life of the name: none expected */
+		if (renameat(s->tar_fd, name, s->tar_fd, keep) < 0)
+			return -errno;
+		return 0;
+	}
+	return rm_rf_at(s->tar_fd, name);
+}
+
+static void pre_drop(struct tar_state *s)
+{
+	if (!s->pre[0])
+		return;
+	if (drop_ckpt(s, s->pre) < 0)
+		log_warn("tar: cannot drop the precopy '%s': %m", s->pre);
+	fsync(s->tar_fd);
+	pthread_mutex_lock(&s->lock);
+	s->pre[0] = '\0';
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Compaction, off the operation lock: the first checkpoint whose chain is
+ * longer than tar_chain_max is rewritten as a full one in .compact-<id>/,
+ * which then takes its place by one atomic exchange; the old directory
+ * becomes .trash-<id>, removed under the operation lock (gc_kept), so a
+ * reader that opened it before the exchange can finish. A crash at any
+ * point leaves the old or the new directory, both whole (recover sweeps
+ * .compact-*). Readers never see a mix: each reads one directory fd. */
+static int compact_one(struct tar_state *s, const char *name, ckpt_error *err)
+{
+	char tmp[NAME_MAX + 16], trash[NAME_MAX + 16], arch[32], man[32], alias[48];
+	_cleanup_close_ int cfd = openat(s->tar_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	json_auto_t *meta = cfd >= 0 ? meta_load(cfd) : NULL;
+	_cleanup_close_ int ofd = -1;
+	int r = 0;
+
+	if (!meta)
+		return 0; /* deleted meanwhile */
+	bool zstd = !strcmp(json_string_value(json_object_get(meta, "compression")) ?: "", "zstd");
+	snprintf(tmp, sizeof(tmp), ".compact-%s", name);
+	snprintf(trash, sizeof(trash), ".trash-%s", name);
+	rm_rf_at(s->tar_fd, tmp);
+	if (mkdirat(s->tar_fd, tmp, 0700) < 0 ||
+	    (ofd = openat(s->tar_fd, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		r = err_set(err, errno, NULL, "cannot create '%s': %m", tmp);
+	for (size_t i = 0; r >= 0 && i < s->n_roots; i++) {
+		_cleanup_free_ char *text = NULL;
+		size_t len = 0;
+		entry_names(i, zstd, arch, man);
+		r = tar_compact_root(s->tar_fd, cfd, ofd, arch, man, zstd, err);
+		snprintf(alias, sizeof(alias), "%s.alias", man);
+		if (r >= 0 && read_file_at(cfd, alias, 1 << 30, &text, &len) >= 0)
+			write_file_atomic(ofd, alias, text, len, 0600); /* only a cache */
+	}
+	json_object_set_new(meta, "depth", json_integer(0));
+	json_object_set_new(meta, "refs", json_array());
+	json_object_del(meta, "parent");
+	_cleanup_free_ char *text = r >= 0 ? json_dumps(meta, JSON_COMPACT) : NULL;
+	if (r >= 0 && !text)
+		r = err_set(err, ENOMEM, NULL, "out of memory");
+	if (r >= 0 && (r = write_file_atomic(ofd, META, text, strlen(text), 0600)) < 0)
+		err_set(err, -r, NULL, "cannot write '%s/" META "': %s", tmp, strerror(-r));
+	if (r >= 0 && fsync(ofd) < 0)
+		r = err_set(err, errno, NULL, "cannot sync '%s': %m", tmp);
+	if (r >= 0 && renameat2(s->tar_fd, tmp, s->tar_fd, name, RENAME_EXCHANGE) < 0)
+		r = errno == ENOENT ? 0 : err_set(err, errno, NULL, "cannot put '%s' in place: %m", tmp);
+	if (r >= 0)
+		renameat(s->tar_fd, tmp, s->tar_fd, trash);
+	if (r < 0 || faccessat(s->tar_fd, tmp, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+		rm_rf_at(s->tar_fd, tmp);
+	fsync(s->tar_fd);
+	return r < 0 ? r : 1;
+}
+
+/* Called by the engine's sweeper without the operation lock. */
+static int tar_cleanup(void *st)
+{
+	struct tar_state *s = st;
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	int max = s->ctx->cfg ? s->ctx->cfg->tar_chain_max : 0;
+
+	if (max <= 0 || walk_open(s->tar_fd, NULL, &d) < 0)
+		return 0;
+	while ((de = walk_next(d))) {
+		pthread_mutex_lock(&s->lock);
+		bool pre = !strcmp(de->d_name, s->pre);
+		pthread_mutex_unlock(&s->lock);
+		if (!id_valid(de->d_name) || pre)
+			continue;
+		_cleanup_close_ int cfd =
+			openat(s->tar_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		json_auto_t *meta = cfd >= 0 ? meta_load(cfd) : NULL;
+		if (json_integer_value(json_object_get(meta, "depth")) <= max)
+			continue;
+		ckpt_error err = { 0 };
+		int64_t t0 = mono_ms();
+		char name[NAME_MAX + 1];
+		snprintf(name, sizeof(name), "%s", de->d_name);
+		int r = compact_one(s, name, &err);
+		if (r < 0)
+			log_warn("tar: cannot compact '%s': %s", name, err.msg);
+		else
+			log_info("tar: compacted the chain of '%s' into a full archive in %lld ms", name,
+				 (long long)(mono_ms() - t0));
+		return r < 0 ? 0 : 1; /* one per call; the sweeper calls again */
+	}
+	return 0;
+}
+
 static int tar_remove(void *st, const char *id, json_t *data, ckpt_error *err)
 {
 	struct tar_state *s = st;
 	(void)data;
 	if (!id_valid(id))
 		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
-	int r = rm_rf_at(s->tar_fd, id);
+	int r = drop_ckpt(s, id);
 	if (r < 0)
 		return err_set(err, r, NULL, "cannot remove checkpoint data '%s': %s", id, strerror(-r));
-	return fsync(s->tar_fd) < 0 ? err_set(err, errno, NULL, "cannot sync the tar state dir: %m") : 0;
+	if (fsync(s->tar_fd) < 0)
+		return err_set(err, errno, NULL, "cannot sync the tar state dir: %m");
+	gc_kept(s);
+	return 0;
 }
 
 static int open_ckpt(struct tar_state *s, const char *id, bool *zstd, ckpt_error *err)
@@ -499,9 +855,11 @@ static int tar_fork_mount(void *st, const char *id, json_t *data, const char *fi
 	if (cfd < 0)
 		return cfd;
 	for (size_t i = 0; i < s->n_roots; i++) {
-		struct tar_restore_opts o = {
-			.skip_dev = s->state_dev, .skip_ino = s->state_ino, .trust_nothing = true, .no_alias = true
-		};
+		struct tar_restore_opts o = { .skip_dev = s->state_dev,
+					      .skip_ino = s->state_ino,
+					      .trust_nothing = true,
+					      .no_alias = true,
+					      .store_fd = s->tar_fd };
 		struct tar_restore_stats one;
 		_cleanup_close_ int fd = open(dirs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
@@ -638,6 +996,7 @@ static int tar_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	r = state_init(s, ctx, err);
 	if (r >= 0) {
+		head_load(s);
 		finish_interrupted(s);
 		rm_rf_at(s->tar_fd, ".tmp-" BASE);
 		/* The base is what reset returns to: the roots as first adopted. */
@@ -680,9 +1039,9 @@ static int tar_recover(void *st, const char *const *ids, json_t *const *data, si
 	while ((de = walk_next(d))) {
 		const char *nm = de->d_name;
 		bool stale = (!strncmp(nm, ".tmp-", 5) && (strcmp(nm, ".tmp-" BASE) || !preparing)) ||
-			!strncmp(nm, "." INTENT ".tmp.", sizeof(INTENT) + 5) ||
+			!strncmp(nm, ".compact-", 9) || !strncmp(nm, "." INTENT ".tmp.", sizeof(INTENT) + 5) ||
 			(id_valid(nm) && !id_listed(nm, ids, n));
-		if (stale && rm_rf_at(s->tar_fd, nm) < 0)
+		if (stale && (nm[0] == '.' ? rm_rf_at(s->tar_fd, nm) : drop_ckpt(s, nm)) < 0)
 			return err_set(err, errno, NULL, "cannot remove stale '%s': %m", nm);
 		_cleanup_close_ int cfd = !stale && id_valid(nm)
 			? openat(s->tar_fd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
@@ -691,6 +1050,7 @@ static int tar_recover(void *st, const char *const *ids, json_t *const *data, si
 			write_file_atomic_sweep(cfd);
 	}
 	write_file_atomic_sweep(s->tar_fd);
+	gc_kept(s);
 	return fsync(s->tar_fd) < 0 ? err_set(err, errno, NULL, "cannot sync the tar state dir: %m") : 0;
 }
 
@@ -731,6 +1091,9 @@ const struct backend_ops backend_tar_ops = {
 	.diff = tar_diff,
 	.health = tar_health,
 	.maintain = NULL,
+	.cleanup = tar_cleanup,
+	.precopy = tar_precopy,
+	.precopy_only_if_frozen = true,
 	.close = tar_close,
 	.view_open = tar_view_open,
 	.view_close = tar_view_close,

@@ -70,6 +70,28 @@ static void add_sparse_map(struct archive_entry *ae, int fd, off_t size)
 	lseek(fd, 0, SEEK_SET);
 }
 
+/* Count progress. The totals come from a walk before the create: raised
+ * first when the tree grew meanwhile, so done never passes total. One
+ * writer. */
+static void add_done(_Atomic uint64_t *done, _Atomic uint64_t *total, uint64_t n)
+{
+	uint64_t d = atomic_load(done) + n;
+	if (d > atomic_load(total))
+		atomic_store(total, d);
+	atomic_store(done, d);
+}
+
+static void prog(struct cctx *c, uint64_t files, uint64_t bytes)
+{
+	struct progress *p = c->o->p;
+	if (!p)
+		return;
+	if (files)
+		add_done(&p->files_done, &p->files_total, files);
+	if (bytes)
+		add_done(&p->bytes_done, &p->bytes_total, bytes);
+}
+
 /* Archive the data and hash it for the manifest (what verify compares). */
 static int copy_data(struct cctx *c, int fd, struct tar_mentry *me, const char *path)
 {
@@ -90,8 +112,7 @@ static int copy_data(struct cctx *c, int fd, struct tar_mentry *me, const char *
 			return arch_err(c, "cannot write data of", path);
 		sha256_update(&h, (size_t)n, (const uint8_t *)c->buf);
 		done += (uint64_t)n;
-		if (c->o->p)
-			atomic_fetch_add(&c->o->p->bytes_done, (uint64_t)n);
+		prog(c, 0, (uint64_t)n);
 	}
 	sha256_digest(&h, TAR_SHA256_LEN, me->sha256);
 	me->has_sha256 = true;
@@ -165,6 +186,94 @@ static int open_entry(int dirfd, const char *name, const struct stat *st)
 
 static int walk_dir(struct cctx *c, int dirfd, const char *rel);
 
+static bool ts_eq(struct timespec a, struct timespec b)
+{
+	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+static bool ts_before(struct timespec a, struct timespec b)
+{
+	return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
+}
+
+/* Does the file's content hash to sha? (A file that cannot be read: no.) */
+static bool same_content(struct cctx *c, int dirfd, const char *name, const unsigned char *sha)
+{
+	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	unsigned char d[TAR_SHA256_LEN];
+	struct sha256_ctx h;
+	ssize_t n;
+
+	if (fd < 0)
+		return false;
+	sha256_init(&h);
+	while ((n = read(fd, c->buf, TAR_IO_BUF)) > 0)
+		sha256_update(&h, (size_t)n, (const uint8_t *)c->buf);
+	if (n < 0)
+		return false;
+	sha256_digest(&h, TAR_SHA256_LEN, d);
+	return !memcmp(d, sha, TAR_SHA256_LEN);
+}
+
+/* The parent's entry for a file that has not changed since it was captured:
+ * any write moves ctime, and so do chmod, chown and xattr changes; the
+ * caller's final tar_wait_past makes sure a change right after the capture
+ * cannot keep the recorded ctime. Hardlinked files are always archived, so
+ * a hardlink group lives in one archive. */
+static const struct tar_mentry *reusable(struct cctx *c, int dirfd, const char *name, const char *path,
+					 const struct stat *st)
+{
+	const struct tar_mentry *e;
+
+	if (!c->o->parent || !S_ISREG(st->st_mode) || st->st_nlink != 1)
+		return NULL;
+	e = tar_manifest_find(c->o->parent, path);
+	if (!e || e->type != 'f' || e->group >= 0 || e->nlink != 1 || !e->has_sha256 ||
+	    e->size != (uint64_t)st->st_size || !ts_eq(e->mtime, st->st_mtim))
+		return NULL;
+	/* what a restore wrote: recorded once written, after the clock moved on */
+	if (e->has_alias && e->alias_ino == (uint64_t)st->st_ino && ts_eq(e->alias_ctime, st->st_ctim))
+		return e;
+	if (e->ino != (uint64_t)st->st_ino || !ts_eq(e->ctime, st->st_ctim))
+		return NULL;
+	/* unsure: changed while (or right before) the parent read it */
+	if (!ts_before(st->st_ctim, c->o->parent_started) && !same_content(c, dirfd, name, e->sha256))
+		return NULL;
+	return e;
+}
+
+/* A manifest line only: the data stays where the parent found it. */
+static int reuse_one(struct cctx *c, const struct tar_mentry *pe, const char *path, const struct stat *st)
+{
+	struct tar_mentry me = { 0 };
+
+	tar_mentry_from_stat(&me, st);
+	me.path = (char *)path;
+	me.xhash = pe->xhash;
+	me.has_sha256 = true;
+	memcpy(me.sha256, pe->sha256, TAR_SHA256_LEN);
+	me.src = pe->src ? pe->src : (char *)c->o->parent_name;
+	size_t k = 0;
+	while (k < c->o->n_srcs && strcmp(c->o->srcs[k], me.src))
+		k++;
+	if (k == c->o->n_srcs) {
+		char **n = realloc(c->o->srcs, (k + 1) * sizeof(*n));
+		if (!n || !(n[k] = strdup(me.src))) {
+			if (n)
+				c->o->srcs = n;
+			return err_set(c->err, ENOMEM, NULL, "out of memory");
+		}
+		c->o->srcs = n;
+		c->o->n_srcs++;
+	}
+	tar_ts_max(&c->o->max_ctime, me.ctime);
+	if (tar_manifest_write_entry(c->mf, &me) < 0)
+		return err_set(c->err, tar_errno_norm(errno), NULL, "cannot write manifest line for '%s'", path);
+	c->o->reused++;
+	prog(c, 1, me.size);
+	return 0;
+}
+
 static int archive_one(struct cctx *c, int dirfd, const char *name, const char *path)
 {
 	_cleanup_entry_ struct archive_entry *ae = archive_entry_new();
@@ -179,6 +288,9 @@ static int archive_one(struct cctx *c, int dirfd, const char *name, const char *
 		return errno == ENOENT ? 0 : err_set(c->err, errno, NULL, "cannot stat '%s': %m", path);
 	if (!tar_type_of(st.st_mode) || (st.st_dev == c->o->skip_dev && st.st_ino == c->o->skip_ino))
 		return 0; /* sockets cannot be archived; the state dir is not content */
+	const struct tar_mentry *pe = reusable(c, dirfd, name, path, &st);
+	if (pe)
+		return reuse_one(c, pe, path, &st);
 	fd = open_entry(dirfd, name, &st);
 	if (fd < 0 && errno == ENOENT)
 		return 0; /* removed since readdir */
@@ -191,15 +303,14 @@ static int archive_one(struct cctx *c, int dirfd, const char *name, const char *
 		return arch_err(c, "cannot write header of", path);
 	if (me.type == 'f' && (r = copy_data(c, fd, &me, path)) < 0)
 		return r;
-	if (me.type == 'h' && c->o->p) /* counted by the tree walk, but no data to copy */
-		atomic_fetch_add(&c->o->p->bytes_done, me.size);
+	if (me.type == 'h') /* counted by the tree walk, but no data to copy */
+		prog(c, 0, me.size);
 	if (archive_write_finish_entry(c->a) < ARCHIVE_WARN)
 		return arch_err(c, "cannot finish", path);
 	tar_ts_max(&c->o->max_ctime, me.ctime);
 	if (tar_manifest_write_entry(c->mf, &me) < 0)
 		return err_set(c->err, tar_errno_norm(errno), NULL, "cannot write manifest line for '%s'", path);
-	if (c->o->p)
-		atomic_fetch_add(&c->o->p->files_done, 1);
+	prog(c, 1, 0);
 	return S_ISDIR(st.st_mode) ? walk_dir(c, fd, path) : 0;
 }
 
@@ -214,7 +325,7 @@ static int walk_dir(struct cctx *c, int dirfd, const char *rel)
 	return tar_walk_dir(dirfd, rel, walk_visit, c, c->err);
 }
 
-static struct archive *writer_new(bool zstd)
+struct archive *tar_writer_new(bool zstd)
 {
 	struct archive *a = archive_write_new();
 	if (!a)
@@ -299,7 +410,7 @@ int tar_create_root(int root_fd, int out_dirfd, const char *archive, const char 
 	}
 	c.mf = fdopen(mfd, "w");
 	c.buf = malloc(TAR_IO_BUF > PATH_MAX ? TAR_IO_BUF : PATH_MAX + 1);
-	c.a = writer_new(o->zstd);
+	c.a = tar_writer_new(o->zstd);
 	if (!c.mf || !c.buf || !c.a) {
 		if (!c.mf)
 			close(mfd);

@@ -1,7 +1,9 @@
 /* tar_manifest.c: write, load, validate and index the per-root manifest.
  * Format: a magic line, then one tab-separated line per entry:
- *   type mode uid gid size mtime ctime ino nlink xhash path link sha256
- * (sha256: of a regular file's content, "-" otherwise; absent in version 1)
+ *   type mode uid gid size mtime ctime ino nlink xhash path link sha256 src
+ * (sha256: of a regular file's content, "-" otherwise; absent in version 1;
+ * src: the checkpoint whose archive holds the data, "-" for this one's own
+ * archive; absent before version 3)
  * the root directory first (path "."), its xattrs as "x name hexvalue" lines,
  * then the entries in archive order. Paths are %XX-escaped for bytes <= ' ',
  * '%' and DEL, so a line never holds a tab or a newline of a name. */
@@ -120,9 +122,21 @@ static void put_line(FILE *f, const struct tar_mentry *e)
 	else
 		fputc('-', f);
 	fputc('\t', f);
-	for (size_t i = 0; e->has_sha256 && i < TAR_SHA256_LEN; i++)
-		fprintf(f, "%02x", e->sha256[i]);
-	fputs(e->has_sha256 ? "\n" : "-\n", f);
+	if (e->has_sha256) { /* one call per line: manifests have a line per file */
+		static const char hex[] = "0123456789abcdef";
+		char buf[2 * TAR_SHA256_LEN + 2];
+		for (size_t i = 0; i < TAR_SHA256_LEN; i++) {
+			buf[2 * i] = hex[e->sha256[i] >> 4];
+			buf[2 * i + 1] = hex[e->sha256[i] & 15];
+		}
+		buf[2 * TAR_SHA256_LEN] = '\t';
+		buf[2 * TAR_SHA256_LEN + 1] = '\0';
+		fputs(buf, f);
+	} else {
+		fputs("-\t", f);
+	}
+	fputs(e->src ? e->src : "-", f);
+	fputc('\n', f);
 }
 
 int tar_manifest_write_header(FILE *f, const struct tar_mentry *root, const struct tar_xattr *xa, size_t n_xa)
@@ -169,9 +183,14 @@ uint64_t tar_xattrs_hash(const struct tar_xattr *xa, size_t n)
 
 static int parse_ts(const char *s, struct timespec *ts)
 {
-	long long sec;
-	long nsec;
-	if (sscanf(s, "%lld.%ld", &sec, &nsec) != 2 || nsec < 0 || nsec > 999999999)
+	char *end;
+	errno = 0;
+	long long sec = strtoll(s, &end, 10);
+	if (end == s || *end != '.' || errno || !isdigit((unsigned char)end[1]))
+		return -EINVAL;
+	s = end + 1;
+	long nsec = strtol(s, &end, 10);
+	if (*end || errno || nsec < 0 || nsec > 999999999)
 		return -EINVAL;
 	ts->tv_sec = (time_t)sec;
 	ts->tv_nsec = nsec;
@@ -193,6 +212,17 @@ static size_t split_tabs(char *line, char **f, size_t max)
 	return n;
 }
 
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 static int parse_sha256(const char *s, struct tar_mentry *e)
 {
 	if (!strcmp(s, "-"))
@@ -200,11 +230,10 @@ static int parse_sha256(const char *s, struct tar_mentry *e)
 	if (strlen(s) != 2 * TAR_SHA256_LEN || e->type != 'f')
 		return -EINVAL;
 	for (size_t i = 0; i < TAR_SHA256_LEN; i++) {
-		unsigned b;
-		if (!isxdigit((unsigned char)s[2 * i]) || !isxdigit((unsigned char)s[2 * i + 1]) ||
-		    sscanf(s + 2 * i, "%2x", &b) != 1)
+		int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+		if (hi < 0 || lo < 0)
 			return -EINVAL;
-		e->sha256[i] = (unsigned char)b;
+		e->sha256[i] = (unsigned char)(hi << 4 | lo);
 	}
 	e->has_sha256 = true;
 	return 0;
@@ -212,7 +241,7 @@ static int parse_sha256(const char *s, struct tar_mentry *e)
 
 static int parse_entry(char *line, size_t n_fields, struct tar_mentry *e)
 {
-	char *f[14], *end;
+	char *f[15], *end;
 	unsigned long long v[5];
 	static const char *types = "fhdlpcb";
 
@@ -242,6 +271,11 @@ static int parse_entry(char *line, size_t n_fields, struct tar_mentry *e)
 	e->group = -1;
 	if (n_fields > 12 && parse_sha256(f[12], e) < 0)
 		return -EINVAL;
+	if (n_fields > 13 && strcmp(f[13], "-")) {
+		/* a data source: only a regular file's, only a checkpoint's name */
+		if (e->type != 'f' || (!id_valid(f[13]) && strcmp(f[13], "base")) || !(e->src = strdup(f[13])))
+			return -EINVAL;
+	}
 	if (e->type != 'h')
 		return strcmp(f[11], "-") ? -EINVAL : 0;
 	if (unescape(f[11]) < 0 || !(e->link = strdup(f[11])))
@@ -344,6 +378,7 @@ static void mentry_free(struct tar_mentry *e)
 {
 	free(e->path);
 	free(e->link);
+	free(e->src);
 }
 
 static int manifest_append(struct tar_manifest *m, const struct tar_mentry *e)
@@ -388,10 +423,12 @@ static int manifest_add_line(struct tar_manifest *m, char *line, size_t lineno, 
 static int manifest_parse(struct tar_manifest *m, char *text, ckpt_error *err)
 {
 	char *save = NULL, *line = strtok_r(text, "\n", &save);
-	size_t lineno = 0, n_fields = 13;
+	size_t lineno = 0, n_fields = 14;
 
 	if (line && !strcmp(line, TAR_MANIFEST_MAGIC_V1))
 		n_fields = 12;
+	else if (line && !strcmp(line, TAR_MANIFEST_MAGIC_V2))
+		n_fields = 13;
 	else if (!line || strcmp(line, TAR_MANIFEST_MAGIC))
 		return err_set(err, EBADMSG, NULL, "not a ckptd tar manifest");
 	while ((line = strtok_r(NULL, "\n", &save))) {

@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include "lib/util.h"
 
-#define TAR_MANIFEST_MAGIC "ckptd-tar-manifest 2"
-/* Version 1 lacks the content hash; it is still read. */
+#define TAR_MANIFEST_MAGIC "ckptd-tar-manifest 3"
+/* Version 1 lacks the content hash, version 2 the data source; both are
+ * still read (every entry's data then is in the checkpoint's own archive). */
+#define TAR_MANIFEST_MAGIC_V2 "ckptd-tar-manifest 2"
 #define TAR_MANIFEST_MAGIC_V1 "ckptd-tar-manifest 1"
 #define TAR_SHA256_LEN 32
 
@@ -16,6 +18,10 @@
 struct tar_mentry {
 	char *path; /* relative, validated; "." only for the root line */
 	char *link; /* hardlink target (type h) or NULL */
+	/* Incremental checkpoints: the checkpoint directory whose archive (of
+	 * the same root) holds this regular file's data, NULL for the
+	 * checkpoint's own archive. Always a checkpoint id or "base". */
+	char *src;
 	char type;
 	mode_t mode; /* permission bits only */
 	uid_t uid;

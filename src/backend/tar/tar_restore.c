@@ -6,6 +6,9 @@
  * 3. remove the live entries about to be rewritten;
  * 4. read the archive once, extracting the marked entries and skipping the
  *    rest; libarchive sets directory times after their children on close;
+ *    an incremental checkpoint's manifest names older archives holding the
+ *    data of unchanged files: each one that holds a marked entry is read
+ *    after the checkpoint's own (which has every directory);
  * 5. set the root directory's own metadata. */
 #include "backend/tar/tar_restore.h"
 
@@ -205,7 +208,7 @@ static void archive_freep(struct archive **a)
 
 /* The archive entry must be one the manifest (already validated) lists,
  * with the same type; anything else means a tampered or corrupt checkpoint. */
-static struct tar_mentry *check_entry(struct rctx *c, struct archive_entry *ae)
+static struct tar_mentry *check_entry(struct rctx *c, struct archive_entry *ae, const char *src, bool *skip)
 {
 	const char *path = archive_entry_pathname(ae), *hl = archive_entry_hardlink(ae);
 	struct tar_mentry *e;
@@ -224,6 +227,16 @@ static struct tar_mentry *check_entry(struct rctx *c, struct archive_entry *ae)
 		return NULL;
 	}
 	e = tar_manifest_find(&c->m, path);
+	/* An older archive of the chain holds much this checkpoint does not
+	 * take from it: only entries the manifest names it for must match. */
+	if (src && (!e || !e->src || strcmp(e->src, src))) {
+		*skip = true;
+		return e;
+	}
+	if (!src && e && e->src) { /* its data is elsewhere: not in this archive */
+		err_set(c->err, EBADMSG, NULL, "archive entry '%s' is listed as stored in '%s'", path, e->src);
+		return NULL;
+	}
 	if (!e || (e->type == 'h') != (hl != NULL) || (hl && strcmp(hl, e->link)) ||
 	    (!hl && tar_type_of(archive_entry_filetype(ae)) != e->type)) {
 		err_set(c->err, EBADMSG, NULL, "archive entry '%s' does not match the manifest", path);
@@ -375,7 +388,8 @@ static int extract_one(struct rctx *c, struct archive *a, struct archive *w, int
 	return 0;
 }
 
-static int extract_loop(struct rctx *c, struct archive *a, struct archive *w, int root_fd, uint64_t total)
+static int extract_loop(struct rctx *c, struct archive *a, struct archive *w, int root_fd, const char *src,
+			uint64_t total)
 {
 	struct archive_entry *ae;
 	uint64_t done = 0;
@@ -388,10 +402,11 @@ static int extract_loop(struct rctx *c, struct archive *a, struct archive *w, in
 				       (unsigned long long)(total - done));
 		if (r < ARCHIVE_WARN)
 			return err_set(c->err, EBADMSG, NULL, "cannot read archive: %s", archive_error_string(a));
-		struct tar_mentry *e = check_entry(c, ae);
-		if (!e)
+		bool skip = false;
+		struct tar_mentry *e = check_entry(c, ae, src, &skip);
+		if (!e && !skip)
 			return -EBADMSG;
-		if (!e->needed) {
+		if (skip || !e->needed) {
 			if (archive_read_data_skip(a) < ARCHIVE_WARN)
 				return err_set(c->err, EBADMSG, NULL, "cannot read archive: %s",
 					       archive_error_string(a));
@@ -404,15 +419,46 @@ static int extract_loop(struct rctx *c, struct archive *a, struct archive *w, in
 	return 0;
 }
 
-static int extract(struct rctx *c, int root_fd, int ckpt_dirfd, const char *archive, uint64_t total)
+int tar_source_open(int store_fd, const char *src, const char *archive)
+{
+	char alt[64], path[PATH_MAX];
+	const char *dirs[] = { "", ".keep/" }, *names[] = { archive, alt };
+	size_t len = strlen(archive);
+	int e = ENOENT;
+
+	if (len > 4 && !strcmp(archive + len - 4, ".zst"))
+		snprintf(alt, sizeof(alt), "%.*s", (int)(len - 4), archive);
+	else
+		snprintf(alt, sizeof(alt), "%s.zst", archive);
+	for (size_t d = 0; d < 2; d++)
+		for (size_t n = 0; n < 2; n++) {
+			snprintf(path, sizeof(path), "%s%s/%s", dirs[d], src, names[n]);
+			int fd = openat(store_fd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+			if (fd >= 0)
+				return fd;
+			if (errno != ENOENT)
+				e = errno;
+		}
+	return -e;
+}
+
+/* Read one archive: the checkpoint's own (src NULL) or an older one. */
+static int extract(struct rctx *c, int root_fd, int ckpt_dirfd, const char *archive, const char *src, uint64_t total)
 {
 	_cleanup_archive_ struct archive *a = archive_read_new();
 	_cleanup_archive_ struct archive *w = archive_write_disk_new();
-	_cleanup_close_ int afd = openat(ckpt_dirfd, archive, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	_cleanup_close_ int afd = -1;
 	int saved = -1, r;
 
+	if (!src)
+		afd = openat(ckpt_dirfd, archive, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	else if (c->o->store_fd < 0)
+		errno = ENOENT;
+	else if ((afd = tar_source_open(c->o->store_fd, src, archive)) < 0)
+		errno = -afd;
 	if (afd < 0)
-		return err_set(c->err, errno, NULL, "cannot open archive '%s': %m", archive);
+		return err_set(c->err, errno, NULL, "cannot open archive '%s' of '%s': %m", archive, src ? src : "");
+	c->st->archives++;
 	if (!a || !w)
 		return err_set(c->err, ENOMEM, NULL, "out of memory");
 	archive_read_support_format_tar(a);
@@ -424,12 +470,43 @@ static int extract(struct rctx *c, int root_fd, int ckpt_dirfd, const char *arch
 	r = tar_cwd_enter(root_fd, &saved);
 	if (r < 0)
 		return err_set(c->err, r, NULL, "cannot enter the root: %s", strerror(-r));
-	r = extract_loop(c, a, w, root_fd, total);
+	r = extract_loop(c, a, w, root_fd, src, total);
 	if (c->pdir_fd >= 0)
 		close(TAKE_FD(c->pdir_fd));
 	if (archive_write_close(w) != ARCHIVE_OK && r >= 0)
 		r = disk_err(c, w, "finish extraction in", ".");
 	tar_cwd_leave(&saved);
+	return r;
+}
+
+/* The checkpoint's own archive first (directories, links and changed
+ * files), then each older archive that holds a marked entry, once. */
+static int extract_chain(struct rctx *c, int root_fd, int ckpt_dirfd, const char *archive)
+{
+	/* sources in the order met, with their needed counts; chains are short */
+	_cleanup_free_ const char **src = calloc(c->m.n + 1, sizeof(*src));
+	_cleanup_free_ uint64_t *cnt = calloc(c->m.n + 1, sizeof(*cnt));
+	size_t n_src = 1; /* [0]: the checkpoint's own archive */
+	int r = 0;
+
+	if (!src || !cnt)
+		return err_set(c->err, ENOMEM, NULL, "out of memory");
+	for (size_t i = 0; i < c->m.n; i++) {
+		const struct tar_mentry *e = &c->m.v[i];
+		size_t k = 0;
+		if (!e->needed)
+			continue;
+		if (e->src) {
+			for (k = 1; k < n_src && strcmp(src[k], e->src); k++)
+				;
+			if (k == n_src)
+				src[n_src++] = e->src;
+		}
+		cnt[k]++;
+	}
+	for (size_t k = 0; r >= 0 && k < n_src; k++)
+		if (cnt[k] > 0)
+			r = extract(c, root_fd, ckpt_dirfd, archive, src[k], cnt[k]);
 	return r;
 }
 
@@ -492,7 +569,7 @@ int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const cha
 		atomic_fetch_add(&o->p->bytes_total, bytes);
 	}
 	if (r >= 0 && files > 0)
-		r = extract(&c, root_fd, ckpt_dirfd, archive, files);
+		r = extract_chain(&c, root_fd, ckpt_dirfd, archive);
 	if (r >= 0 && files > 0)
 		r = fix_dir_times(&c, root_fd);
 	if (r >= 0)

@@ -12,6 +12,10 @@ struct tar_restore_opts {
 	bool trust_nothing;        /* rewrite every entry: a past restore failed */
 	bool no_alias;             /* not the root (a fork): keep the alias cache as it is */
 	struct timespec max_ctime; /* out: newest ctime remembered as an alias */
+	/* Where the checkpoints an incremental manifest names as data sources
+	 * live (<store>/<src>/ or, once deleted, <store>/.keep/<src>/); -1 when
+	 * the manifest must be self-contained. */
+	int store_fd;
 };
 
 struct tar_restore_stats {
@@ -19,7 +23,14 @@ struct tar_restore_stats {
 	uint64_t removed;   /* live entries removed (subtrees count once) */
 	uint64_t kept;      /* entries left as they were */
 	uint64_t bytes;     /* bytes extracted */
+	uint64_t archives;  /* archives read (1 + older ones of a chain) */
 };
+
+/* Open the archive of one root in checkpoint src below store_fd, where
+ * archive names the root's archive ("r0.tar.zst"; the other compression is
+ * tried too): in src/ or, for a deleted checkpoint kept for its data, in
+ * .keep/src/. */
+int tar_source_open(int store_fd, const char *src, const char *archive);
 
 /* Idempotent: running it again after a crash finishes the job. */
 int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const char *manifest, struct tar_restore_opts *o,
