@@ -18,7 +18,7 @@ BUILD     ?= build
 SANITIZE  ?=
 PYTEST_ARGS ?=
 
-PKGS      := libmicrohttpd jansson libarchive libsystemd nettle
+PKGS      := libmicrohttpd jansson libarchive libsystemd nettle libcurl
 CLI_PKGS  := libcurl jansson
 # The one version string: ckptd and ckpt get it as CKPTD_VERSION.
 VERSION   := 0.1.0
@@ -47,7 +47,7 @@ CLI_OBJS  := $(CLI_SRCS:src/%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run check check-crash check-sanitize fuzz fuzz-build unit valgrind integration bench deps deps-build install \
+.PHONY: all run check check-host check-crash check-sanitize fuzz fuzz-build unit valgrind integration bench deps deps-build install \
 	clean fmt layers
 
 MAN_SRCS  := $(wildcard docs/man/*.scd)
@@ -123,6 +123,12 @@ check: deps all
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory integration
 	@$(MAKE) --no-print-directory check-sanitize
+
+# Host mode's soak: racing rounds of stalls (frozen volume, frozen etcd link)
+# and kill -9 between two instances, for volume and etcd locks (make check runs 3).
+SOAK_ROUNDS ?= 50
+check-host: deps all
+	CKPTD_SOAK_ROUNDS=$(SOAK_ROUNDS) $(PYTHON) -m pytest -q -rs -s tests/integration/test_host_locks.py -k soak
 
 # SIGKILL ckptd during create, restore, delete and import on both backends (tests/crash).
 CRASH_KILLS ?= 300

@@ -5,6 +5,7 @@
 #include "host/host.h"
 #include "host/sandbox.h"
 #include "host/locks.h"
+#include "host/locks_etcd.h"
 #include "host/reaper.h"
 #include "host/session.h"
 #include "config.h"
@@ -317,7 +318,31 @@ static int probe_locks(struct host *h)
 	return 0;
 }
 
-static int open_checkpoint_volume(struct host *h, ckpt_error *err)
+/* etcd's watch saw another instance start waiting for sandbox id: hand it
+ * over now rather than at the next look (the work thread wakes on cond). */
+static void on_waiter(void *ctx, const char *id)
+{
+	struct host *h = ctx;
+	struct sandbox *sb;
+
+	pthread_mutex_lock(&h->mu);
+	if ((sb = sandbox_find(h, id)) && sb->token) {
+		sb->waiter_seen = true;
+		pthread_cond_broadcast(&h->cond);
+	}
+	pthread_mutex_unlock(&h->mu);
+}
+
+static int open_etcd(struct host *h, const struct config *cfg, const char *bucket, ckpt_error *err)
+{
+	_cleanup_free_ char *prefix = NULL;
+
+	if (asprintf(&prefix, "/ckptd/%s/", bucket) < 0)
+		return -ENOMEM;
+	return locks_etcd_open(&h->locks, cfg->etcd_endpoints, cfg->n_etcd_endpoints, prefix, on_waiter, h, err);
+}
+
+static int open_checkpoint_volume(struct host *h, const struct config *cfg, ckpt_error *err)
 {
 	const char *bucket = getenv("SANDBOX_CHECKPOINT_BUCKET");
 	const char *mount = getenv("SANDBOX_CHECKPOINT_MOUNT_PATH");
@@ -331,7 +356,8 @@ static int open_checkpoint_volume(struct host *h, ckpt_error *err)
 		return -ENOMEM;
 	if (mkdir_p(locks, 0755) < 0 || (h->locks.fd = open(locks, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return err_set(err, errno, NULL, "checkpoint volume '%s': %s", locks, strerror(errno));
-	return probe_locks(h);
+	/* with etcd, the volume holds only images and metadata */
+	return cfg->lock_etcd ? open_etcd(h, cfg, bucket, err) : probe_locks(h);
 }
 
 static int instance_dirs(struct host *h, const struct config *cfg, ckpt_error *err)
@@ -397,7 +423,7 @@ static int host_setup(struct host *h, const struct config *cfg, ckpt_error *err)
 		return r;
 	if ((r = runsc_cpu_features(&h->cpu_features, &h->n_cpu_features)) < 0)
 		return err_set(err, -r, NULL, "/proc/cpuinfo: %s", strerror(-r));
-	if ((r = instance_dirs(h, cfg, err)) < 0 || (r = open_checkpoint_volume(h, err)) < 0)
+	if ((r = instance_dirs(h, cfg, err)) < 0 || (r = open_checkpoint_volume(h, cfg, err)) < 0)
 		return r;
 	if ((r = reaper_start(&h->runsc, &h->reaper_fd)) < 0)
 		return err_set(err, -r, NULL, "reaper: %s", strerror(-r));
@@ -413,6 +439,7 @@ int host_open(const struct config *cfg, struct host **ret, ckpt_error *err)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	h->reaper_fd = -1;
 	h->locks.fd = -1;
+	h->locks.ops = &locks_volume_ops;
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_mutex_init(&h->lock_io, NULL);
 	pthread_cond_init(&h->cond, NULL);
@@ -427,14 +454,15 @@ int host_open(const struct config *cfg, struct host **ret, ckpt_error *err)
 	h->renewer_started = true;
 	log_info("host: instance '%s', runsc %s, checkpoints %s%s, locks by %s (ttl %llds + margin %llds)",
 		 h->instance_id, h->runsc_version, h->mount ? "in " : "off", h->mount ? h->mount : "",
-		 locks_method_name(h->locks.method), (long long)h->lock_ttl, (long long)h->lock_margin);
+		 h->locks.etcd ? "etcd" : locks_method_name(h->locks.method), (long long)h->lock_ttl,
+		 (long long)h->lock_margin);
 	*ret = h;
 	return 0;
 }
 
 bool host_checkpointing(const struct host *h)
 {
-	return h->mount && h->locks.method != LOCKS_NONE;
+	return h->mount && (h->locks.etcd || h->locks.method != LOCKS_NONE);
 }
 
 json_t *host_health(struct host *h)
@@ -446,11 +474,12 @@ json_t *host_health(struct host *h)
 	for (struct sandbox *sb = h->sandboxes; sb; sb = sb->next)
 		n++;
 	pthread_mutex_unlock(&h->mu);
-	return json_pack("{s:s, s:s, s:b, s:s?, s:s?, s:s, s:I, s:I, s:I}", "instance_id", h->instance_id,
+	return json_pack("{s:s, s:s, s:b, s:s?, s:s?, s:s, s:s?, s:I, s:I, s:I}", "instance_id", h->instance_id,
 			 "runsc_version", h->runsc_version, "checkpointing", host_checkpointing(h), "checkpoint_mount",
-			 h->mount, "checkpointing_refused", h->no_checkpoint_why, "lock_method",
-			 locks_method_name(h->locks.method), "sandboxes", (json_int_t)n, "lock_ttl_secs",
-			 (json_int_t)h->lock_ttl, "lock_margin_secs", (json_int_t)h->lock_margin);
+			 h->mount, "checkpointing_refused", h->no_checkpoint_why, "lock_backend", h->locks.ops->name,
+			 "lock_method", h->locks.etcd ? NULL : locks_method_name(h->locks.method), "sandboxes",
+			 (json_int_t)n, "lock_ttl_secs", (json_int_t)h->lock_ttl, "lock_margin_secs",
+			 (json_int_t)h->lock_margin);
 }
 
 /* On shutdown, checkpointable sandboxes are saved and released so another
@@ -502,4 +531,5 @@ void host_close(struct host *h)
 		close(TAKE_FD(h->reaper_fd));
 	if (h->locks.fd >= 0)
 		close(TAKE_FD(h->locks.fd));
+	locks_etcd_close(&h->locks);
 }
