@@ -62,6 +62,7 @@ struct host {
 	char *mount;             /* NULL: checkpointing not configured */
 	struct locks locks;      /* {mount}/locks (fd -1 when off) and the method */
 	char *no_checkpoint_why; /* checkpointing refused at start: why */
+	char *volume_problem;    /* e.g. a FUSE volume without allow_other, or NULL */
 	int64_t lock_ttl, lock_renew, lock_margin, default_idle;
 	pthread_mutex_t lock_io; /* orders renewal and release of one lock file */
 	int reaper_fd;           /* write end: "+id\n" / "-id\n" */
@@ -69,9 +70,10 @@ struct host {
 	pthread_mutex_t mu; /* registry, sandbox fields, session refs */
 	pthread_cond_t cond;
 	struct sandbox *sandboxes;
-	bool stopping;                   /* no new work */
-	bool closed;                     /* sandboxes saved: renewal and watchdog end too */
-	pthread_t bg, watchdog, renewer; /* work, lease clock, lock renewal */
+	bool stopping;                     /* no new work */
+	bool closed;                       /* sandboxes saved: renewal and watchdog end too */
+	bool bg_done, saved, renewer_done; /* shutdown's progress (bounded waits) */
+	pthread_t bg, watchdog, renewer;   /* work, lease clock, lock renewal */
 	bool bg_started, watchdog_started, renewer_started;
 };
 

@@ -502,6 +502,10 @@ def test_two_instances_on_one_machine(hosts, tmp_path):
 def test_fuse_volume_without_allow_other(fuse, hosts):
     fa, fb = fuse("A"), fuse("B")
     a, b = hosts("A", mount=fa.mnt), hosts("B", mount=fb.mnt)
+    # found at start, from the mount's options: said in health and the log
+    problem = b.health()["checkpoint_volume_problem"]
+    assert "allow_other" in problem and str(fb.mnt) in problem, problem
+    assert "mounted without allow_other" in b.log()
     sid = checkpointed(a, "x = 3")
     sb = raw_attach(b.url, sid)
     evs = events_until_close(sb)
@@ -510,6 +514,8 @@ def test_fuse_volume_without_allow_other(fuse, hosts):
     # the same volume mounted with allow_other restores
     fc = fuse("C", "--allow-other")
     c = hosts("C", mount=fc.mnt)
+    assert c.health()["checkpoint_volume_problem"] is None
+    assert hosts("D").health()["checkpoint_volume_problem"] is None   # not FUSE at all
     sb = Sandbox.attach(c.url, sid)
     assert sb.run("python", "print(x)").stdout == "3\n"
     sb.close()
@@ -614,6 +620,34 @@ def test_checkpoint_under_a_lost_lease_is_not_acknowledged(fuse, hosts):
     assert any("lost ownership" in m for m in errors(evs)), evs
     image, token = latest(hosts.volume, sid)
     assert token == json.loads((hosts.volume / "locks" / (sid + ".lock")).read_text())["token"]
+    assert sb2.run("python", "print(n)").stdout == "1\n"
+    sb2.close()
+
+
+def test_sigterm_does_not_hang_on_a_frozen_volume(fuse, hosts):
+    # Shutdown checkpoints the sandboxes; on a frozen volume it gives up after
+    # no progress for ttl + margin + 5 s, says what it abandoned, and lets the
+    # reaper remove the containers. The process itself can only exit once the
+    # FUSE daemon answers: Linux waits uninterruptibly for a FUSE request
+    # already handed to the daemon (systemd's SIGKILL cannot end it either).
+    fa = fuse("A", "--allow-other")
+    a, b = hosts("A", mount=fa.mnt), hosts("B")
+    margin = a.health()["lock_margin_secs"]
+    sid, sb = checkpointed_then_running(a)
+    try:
+        fa.freeze()
+        t0 = time.time()
+        a.proc.send_signal(signal.SIGTERM)
+        while "abandoned" not in a.log() and time.time() - t0 < 2 * (LOCK_TTL + margin + 5) + 10:
+            time.sleep(0.2)
+        took = time.time() - t0
+        assert "abandoned" in a.log() and sid in a.log().split("abandoned")[0][-300:], a.log()
+        assert a.runsc_containers() == []   # killed at the lease's end, reaped
+        print("SIGTERM with a frozen volume: gave up on the volume after %.1fs" % took)
+    finally:
+        fa.thaw()
+    a.proc.wait(20)   # and exits once the volume answers
+    sb2 = Sandbox.attach(b.url, sid)
     assert sb2.run("python", "print(n)").stdout == "1\n"
     sb2.close()
 
