@@ -282,11 +282,26 @@ static bool clobbered_by_older(const struct locks *L, const char *id, const stru
 	return l->token < token && gen_read(L, id) <= token;
 }
 
+/* Read a lock we hold. A lock file can vanish for a moment while a rename
+ * replaces it: FUSE volumes built on libfuse's path API move a target that is
+ * still open aside first, and a taker's rename aside needs our lease over
+ * anyway (see the watchdog). So a missing lock is read again a few times
+ * before it counts as gone. */
+static int read_held(const struct locks *L, const char *id, struct lock_info *ret)
+{
+	int r = vol_read(L, id, ret);
+	for (int i = 0; i < 3 && r == -ENOENT; i++) {
+		usleep(30 * 1000);
+		r = vol_read(L, id, ret);
+	}
+	return r;
+}
+
 static int vol_renew(const struct locks *L, const char *id, const char *me, uint64_t token, int64_t now,
 		     char ret_waiter[LOCKS_NAME_MAX])
 {
 	struct lock_info l;
-	int r = vol_read(L, id, &l);
+	int r = read_held(L, id, &l);
 
 	if (r == 0 && strcmp(l.owner, me) && clobbered_by_older(L, id, &l, token)) {
 		snprintf(l.owner, sizeof(l.owner), "%s", me); /* put ours back */
@@ -307,7 +322,7 @@ static int vol_renew(const struct locks *L, const char *id, const char *me, uint
 static int vol_check(const struct locks *L, const char *id, const char *me, uint64_t token)
 {
 	struct lock_info l;
-	int r = vol_read(L, id, &l);
+	int r = read_held(L, id, &l);
 
 	if (r == 0 && strcmp(l.owner, me) && clobbered_by_older(L, id, &l, token))
 		return 0;
