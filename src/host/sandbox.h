@@ -1,7 +1,8 @@
 /* sandbox.h: host mode's internal state: the instance (struct host), its
  * registry of running sandboxes, and the sessions (one WebSocket client each).
  * Calls go one way: host_api.c (protocol) > host.c (instance, background
- * thread) > exec.c > sandbox.c (lifecycle) > session.c, reaper.c > locks.c,
+ * thread) > exec.c > sandbox.c (lifecycle) > session.c, reaper.c > locks.c
+ * (+ locks_etcd.c),
  * runsc.c, ws.c (adapters). */
 #pragma once
 #include <pthread.h>
