@@ -18,7 +18,7 @@ BUILD     ?= build
 SANITIZE  ?=
 PYTEST_ARGS ?=
 
-PKGS      := libmicrohttpd jansson libarchive libsystemd nettle
+PKGS      := libmicrohttpd jansson libarchive libsystemd nettle libcurl
 CLI_PKGS  := libcurl jansson
 # The one version string: ckptd and ckpt get it as CKPTD_VERSION.
 VERSION   := 0.1.0
@@ -47,7 +47,7 @@ CLI_OBJS  := $(CLI_SRCS:src/%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run check check-crash check-sanitize fuzz fuzz-build unit valgrind integration bench deps deps-build install \
+.PHONY: all run check check-host check-crash check-sanitize fuzz fuzz-build unit valgrind integration bench deps deps-build install \
 	clean fmt layers
 
 MAN_SRCS  := $(wildcard docs/man/*.scd)
@@ -124,6 +124,12 @@ check: deps all
 	@$(MAKE) --no-print-directory integration
 	@$(MAKE) --no-print-directory check-sanitize
 
+# Host mode's soak: racing rounds of stalls (frozen volume, frozen etcd link)
+# and kill -9 between two instances, for volume and etcd locks (make check runs 3).
+SOAK_ROUNDS ?= 50
+check-host: deps all
+	CKPTD_SOAK_ROUNDS=$(SOAK_ROUNDS) $(PYTHON) -m pytest -q -rs -s tests/integration/test_host_locks.py -k soak
+
 # SIGKILL ckptd during create, restore, delete and import on both backends (tests/crash).
 CRASH_KILLS ?= 300
 check-crash: deps all
@@ -158,9 +164,11 @@ check-sanitize: deps
 		$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) SANITIZE=address,undefined unit integration \
 		PYTEST_ARGS="$(SAN_PYTEST_ARGS)"
 # Left out sanitized: fuzz targets (sanitized already), load figures, the 2,000-
-# connection flood and the export RSS bound (they would measure ASan, not ckptd).
+# connection flood and the export RSS bound (they would measure ASan, not ckptd),
+# and host mode's stall soak (timing-bound; the unsanitized pass runs it).
 SAN_PYTEST_ARGS ?= --ignore=tests/integration/test_fuzz.py --ignore=tests/integration/test_load.py \
 	--deselect tests/integration/test_hostile.py::test_flood_of_2000_connections_does_not_lock_out \
+	--deselect tests/integration/test_host_locks.py::test_soak_stalls_and_kill9 \
 	--deselect "tests/integration/test_export.py::test_export_memory_stays_flat[overlay]" \
 	--deselect "tests/integration/test_export.py::test_export_memory_stays_flat[tar]"
 

@@ -7,9 +7,10 @@ each beside its target; diff of 10 changes on both backends; incremental tar
 creates against a full one and the tar restore against `rsync -a --delete`
 from a pristine copy (--cases tarinc). Drives the real daemon over HTTP. Then load:
 wrk on the GET endpoints while restores run (bench/load.py): req/s and p99.
+Host mode: handoff overhead over raw runsc, volume and etcd locks (bench/host.py).
 
 Usage: bench/run.py [--sizes small,large] [--runs N] [--load-secs S] [--out bench/results.md]
-                    [--cases all|retry|freeze|diff|tarinc]  (one case: printed only)
+                    [--cases all|retry|freeze|diff|tarinc|host]  (one case: printed only)
 (--sizes "" --load-secs 5 runs only a short load section.)
 Not a test: it prints a markdown table and writes it to bench/results.md."""
 import argparse
@@ -28,6 +29,7 @@ import requests
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import load  # noqa: E402
+import host  # noqa: E402
 
 TOP = pathlib.Path(__file__).resolve().parents[1]
 BUILD = pathlib.Path(os.environ.get("BUILD", TOP / "build"))
@@ -459,18 +461,22 @@ def main():
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--load-secs", type=int, default=30, help="wrk duration of the load section (0: skip)")
     ap.add_argument("--out", default=str(TOP / "bench/results.md"))
-    ap.add_argument("--cases", default="all", choices=["all", "retry", "freeze", "diff", "tarinc"],
+    ap.add_argument("--cases", default="all", choices=["all", "retry", "freeze", "diff", "tarinc", "host"],
                     help="all, or one case alone (printed, results.md untouched)")
     a = ap.parse_args()
     if not os.path.exists(CKPTD):
         sys.exit(f"{CKPTD} missing: run make first")
-    results = {s: one_size(s, a.runs, a.cases) for s in a.sizes.split(",") if s}
+    sizes = [s for s in a.sizes.split(",") if s] if a.cases != "host" else []
+    results = {s: one_size(s, a.runs, a.cases) for s in sizes}
     md = "# ckptd benchmarks\n\n" + (table(results, a.runs) if results else "")
     load = a.load_secs > 0 and a.cases == "all"  # one case alone: no load section
     if load and not shutil.which("wrk"):
         log("[load] skipped: wrk is not installed (make deps installs it)")
     elif load:
         md += ("\n" if results else "") + load_table(bench_load(a.load_secs))
+    if a.cases in ("all", "host"):
+        log("[host] handoffs between two host-mode instances, volume and etcd locks")
+        md += "\n" + host.host_table(host.bench_host(CKPTD, min(a.runs, 9)))
     print(md)
     if a.cases == "all":
         pathlib.Path(a.out).write_text(md)

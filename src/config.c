@@ -54,6 +54,7 @@ void config_free(struct config *cfg)
 {
 	free_list(cfg->listen, &cfg->n_listen);
 	free_list(cfg->roots, &cfg->n_roots);
+	free_list(cfg->etcd_endpoints, &cfg->n_etcd_endpoints);
 	for (size_t i = 0; i < cfg->n_units; i++)
 		free(cfg->units[i]);
 	free(cfg->units);
@@ -226,6 +227,15 @@ static int apply_json_strings(struct config *cfg, json_t *obj, ckpt_error *err)
 		r = json_list(v, cfg->listen, &cfg->n_listen, MAX_LISTEN, "listen", err);
 	if (r == 0 && (v = json_object_get(obj, "roots")))
 		r = json_list(v, cfg->roots, &cfg->n_roots, MAX_ROOTS, "roots", err);
+	if (r == 0 && (v = json_object_get(obj, "etcd_endpoints")))
+		r = json_list(v, cfg->etcd_endpoints, &cfg->n_etcd_endpoints, MAX_LISTEN, "etcd_endpoints", err);
+	if (r == 0 && (v = json_object_get(obj, "lock_backend"))) {
+		const char *b = json_string_value(v);
+		if (!b || (strcmp(b, "volume") && strcmp(b, "etcd")))
+			r = err_set(err, EINVAL, NULL, "config: lock_backend must be \"volume\" or \"etcd\"");
+		else
+			cfg->lock_etcd = !strcmp(b, "etcd");
+	}
 	if (r == 0 && (v = json_object_get(obj, "backend")))
 		r = json_is_string(v) ? parse_backend(cfg, json_string_value(v), err)
 				      : err_set(err, EINVAL, NULL, "config: backend must be a string");
@@ -276,6 +286,8 @@ static const char *const known_keys[] = {
 	"lock_ttl_secs",
 	"lock_renew_secs",
 	"lock_margin_secs",
+	"lock_backend",
+	"etcd_endpoints",
 	"idle_timeout_secs",
 	"max_connections",
 	"max_connections_per_client",

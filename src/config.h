@@ -59,13 +59,16 @@ struct config {
 	int service_timeout_secs; /* default 30 */
 
 	/* host mode */
-	char *instance_id;                 /* default: hostname-pid-random */
-	char *runsc_path;                  /* default "runsc" */
-	char *sandbox_rootfs;              /* default "/" */
-	char *sandbox_state_dir;           /* default <state_dir>/sandboxes */
-	int64_t lock_ttl_secs;             /* default 30 */
-	int64_t lock_renew_secs;           /* default 5 */
-	int64_t lock_margin_secs;          /* default 2: a taker waits ttl + this */
+	char *instance_id;                /* default: hostname-pid-random */
+	char *runsc_path;                 /* default "runsc" */
+	char *sandbox_rootfs;             /* default "/" */
+	char *sandbox_state_dir;          /* default <state_dir>/sandboxes */
+	int64_t lock_ttl_secs;            /* default 30 */
+	int64_t lock_renew_secs;          /* default 5 */
+	int64_t lock_margin_secs;         /* default 2: a taker waits ttl + this */
+	bool lock_etcd;                   /* lock_backend "etcd" (default "volume") */
+	char *etcd_endpoints[MAX_LISTEN]; /* http://HOST:PORT of etcd's v3 JSON gateway */
+	size_t n_etcd_endpoints;
 	int64_t default_idle_timeout_secs; /* default 300 */
 };
 

@@ -5,6 +5,7 @@
 #include "host/host.h"
 #include "host/sandbox.h"
 #include "host/locks.h"
+#include "host/locks_etcd.h"
 #include "host/reaper.h"
 #include "host/session.h"
 #include "config.h"
@@ -14,6 +15,7 @@
 
 #define BG_TICK_MS 250 /* also how often an owner looks for a waiter */
 #define WATCHDOG_TICK_MS 50
+#define SHUTDOWN_STALL_MS 5000 /* plus the lease: how long shutdown waits without progress */
 
 static bool instance_id_valid(const char *s)
 {
@@ -291,6 +293,10 @@ static void *renew_main(void *arg)
 {
 	struct host *h = arg;
 	tick_loop(h, &h->closed, renew_all);
+	pthread_mutex_lock(&h->mu);
+	h->renewer_done = true;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->mu);
 	return NULL;
 }
 
@@ -298,6 +304,10 @@ static void *bg_main(void *arg)
 {
 	struct host *h = arg;
 	tick_loop(h, &h->stopping, bg_tick);
+	pthread_mutex_lock(&h->mu);
+	h->bg_done = true;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->mu);
 	return NULL;
 }
 
@@ -317,7 +327,87 @@ static int probe_locks(struct host *h)
 	return 0;
 }
 
-static int open_checkpoint_volume(struct host *h, ckpt_error *err)
+/* etcd's watch saw another instance start waiting for sandbox id: hand it
+ * over now rather than at the next look (the work thread wakes on cond). */
+static void on_waiter(void *ctx, const char *id)
+{
+	struct host *h = ctx;
+	struct sandbox *sb;
+
+	pthread_mutex_lock(&h->mu);
+	if ((sb = sandbox_find(h, id)) && sb->token) {
+		sb->waiter_seen = true;
+		pthread_cond_broadcast(&h->cond);
+	}
+	pthread_mutex_unlock(&h->mu);
+}
+
+static int open_etcd(struct host *h, const struct config *cfg, const char *bucket, ckpt_error *err)
+{
+	_cleanup_free_ char *prefix = NULL;
+
+	if (asprintf(&prefix, "/ckptd/%s/", bucket) < 0)
+		return -ENOMEM;
+	return locks_etcd_open(&h->locks, cfg->etcd_endpoints, cfg->n_etcd_endpoints, prefix, on_waiter, h, err);
+}
+
+/* Undo mountinfo's octal escapes (\040 for a space) in place. */
+static void unescape_mountinfo(char *s)
+{
+	char *o = s;
+	for (; *s; s++, o++) {
+		unsigned v;
+		if (s[0] == '\\' && sscanf(s + 1, "%3o", &v) == 1 && strlen(s) >= 4)
+			*o = (char)v, s += 3;
+		else
+			*o = *s;
+	}
+	*o = '\0';
+}
+
+/* The FUSE mount holding path lacks allow_other: runsc's sandbox, which reads
+ * a checkpoint image back as another user, could not restore from it. Looked
+ * up in /proc/self/mountinfo (the longest mount point above path). */
+static bool fuse_without_allow_other(const char *path)
+{
+	_cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
+	char real[PATH_MAX], line[4096], best_opts[1040] = "", best_type[64] = "";
+	size_t best = 0;
+
+	if (!f || !realpath(path, real))
+		return false;
+	while (fgets(line, sizeof(line), f)) {
+		char mnt[PATH_MAX], type[64], opts[1024];
+		const char *dash = strstr(line, " - ");
+		if (!dash || sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1 ||
+		    sscanf(dash + 3, "%63s %*s %1023s", type, opts) != 2)
+			continue;
+		unescape_mountinfo(mnt);
+		size_t n = strlen(mnt);
+		bool above = !strcmp(mnt, "/") || (!strncmp(real, mnt, n) && (real[n] == '/' || real[n] == '\0'));
+		if (above && n >= best) {
+			best = n;
+			snprintf(best_type, sizeof(best_type), "%s", type);
+			snprintf(best_opts, sizeof(best_opts), ",%s,", opts);
+		}
+	}
+	return !strncmp(best_type, "fuse", 4) && !strstr(best_opts, ",allow_other,");
+}
+
+static int check_volume_access(struct host *h)
+{
+	if (!fuse_without_allow_other(h->mount))
+		return 0;
+	if (asprintf(&h->volume_problem,
+		     "the FUSE volume '%s' is mounted without allow_other: checkpoints would be written but every "
+		     "restore would fail (runsc reads the image back as another user); remount it with -o allow_other",
+		     h->mount) < 0)
+		return -ENOMEM;
+	log_error("host: %s", h->volume_problem);
+	return 0;
+}
+
+static int open_checkpoint_volume(struct host *h, const struct config *cfg, ckpt_error *err)
 {
 	const char *bucket = getenv("SANDBOX_CHECKPOINT_BUCKET");
 	const char *mount = getenv("SANDBOX_CHECKPOINT_MOUNT_PATH");
@@ -331,7 +421,10 @@ static int open_checkpoint_volume(struct host *h, ckpt_error *err)
 		return -ENOMEM;
 	if (mkdir_p(locks, 0755) < 0 || (h->locks.fd = open(locks, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return err_set(err, errno, NULL, "checkpoint volume '%s': %s", locks, strerror(errno));
-	return probe_locks(h);
+	if (check_volume_access(h) < 0)
+		return -ENOMEM;
+	/* with etcd, the volume holds only images and metadata */
+	return cfg->lock_etcd ? open_etcd(h, cfg, bucket, err) : probe_locks(h);
 }
 
 static int instance_dirs(struct host *h, const struct config *cfg, ckpt_error *err)
@@ -397,7 +490,7 @@ static int host_setup(struct host *h, const struct config *cfg, ckpt_error *err)
 		return r;
 	if ((r = runsc_cpu_features(&h->cpu_features, &h->n_cpu_features)) < 0)
 		return err_set(err, -r, NULL, "/proc/cpuinfo: %s", strerror(-r));
-	if ((r = instance_dirs(h, cfg, err)) < 0 || (r = open_checkpoint_volume(h, err)) < 0)
+	if ((r = instance_dirs(h, cfg, err)) < 0 || (r = open_checkpoint_volume(h, cfg, err)) < 0)
 		return r;
 	if ((r = reaper_start(&h->runsc, &h->reaper_fd)) < 0)
 		return err_set(err, -r, NULL, "reaper: %s", strerror(-r));
@@ -413,6 +506,7 @@ int host_open(const struct config *cfg, struct host **ret, ckpt_error *err)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	h->reaper_fd = -1;
 	h->locks.fd = -1;
+	h->locks.ops = &locks_volume_ops;
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_mutex_init(&h->lock_io, NULL);
 	pthread_cond_init(&h->cond, NULL);
@@ -427,14 +521,15 @@ int host_open(const struct config *cfg, struct host **ret, ckpt_error *err)
 	h->renewer_started = true;
 	log_info("host: instance '%s', runsc %s, checkpoints %s%s, locks by %s (ttl %llds + margin %llds)",
 		 h->instance_id, h->runsc_version, h->mount ? "in " : "off", h->mount ? h->mount : "",
-		 locks_method_name(h->locks.method), (long long)h->lock_ttl, (long long)h->lock_margin);
+		 h->locks.etcd ? "etcd" : locks_method_name(h->locks.method), (long long)h->lock_ttl,
+		 (long long)h->lock_margin);
 	*ret = h;
 	return 0;
 }
 
 bool host_checkpointing(const struct host *h)
 {
-	return h->mount && h->locks.method != LOCKS_NONE;
+	return h->mount && (h->locks.etcd || h->locks.method != LOCKS_NONE);
 }
 
 json_t *host_health(struct host *h)
@@ -446,11 +541,12 @@ json_t *host_health(struct host *h)
 	for (struct sandbox *sb = h->sandboxes; sb; sb = sb->next)
 		n++;
 	pthread_mutex_unlock(&h->mu);
-	return json_pack("{s:s, s:s, s:b, s:s?, s:s?, s:s, s:I, s:I, s:I}", "instance_id", h->instance_id,
+	return json_pack("{s:s, s:s, s:b, s:s?, s:s?, s:s?, s:s, s:s?, s:I, s:I, s:I}", "instance_id", h->instance_id,
 			 "runsc_version", h->runsc_version, "checkpointing", host_checkpointing(h), "checkpoint_mount",
-			 h->mount, "checkpointing_refused", h->no_checkpoint_why, "lock_method",
-			 locks_method_name(h->locks.method), "sandboxes", (json_int_t)n, "lock_ttl_secs",
-			 (json_int_t)h->lock_ttl, "lock_margin_secs", (json_int_t)h->lock_margin);
+			 h->mount, "checkpointing_refused", h->no_checkpoint_why, "checkpoint_volume_problem",
+			 h->volume_problem, "lock_backend", h->locks.ops->name, "lock_method",
+			 h->locks.etcd ? NULL : locks_method_name(h->locks.method), "sandboxes", (json_int_t)n,
+			 "lock_ttl_secs", (json_int_t)h->lock_ttl, "lock_margin_secs", (json_int_t)h->lock_margin);
 }
 
 /* On shutdown, checkpointable sandboxes are saved and released so another
@@ -476,8 +572,50 @@ static void host_shutdown_sandboxes(struct host *h)
 	}
 }
 
+/* Shutdown saves the sandboxes on a thread of its own: a frozen volume must
+ * not hang SIGTERM. */
+static void *shutdown_main(void *arg)
+{
+	struct host *h = arg;
+	host_shutdown_sandboxes(h);
+	pthread_mutex_lock(&h->mu);
+	h->saved = true;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->mu);
+	return NULL;
+}
+
+/* Wait (under h->mu) until *flag, or until the registry has not shrunk for
+ * SHUTDOWN_STALL_MS plus the lease: true when *flag turned true. */
+static bool wait_progress(struct host *h, const bool *flag)
+{
+	int64_t stall_ms = SHUTDOWN_STALL_MS + (h->lock_ttl + h->lock_margin) * 1000, last = mono_ms();
+	size_t left = SIZE_MAX;
+
+	while (!*flag && mono_ms() - last < stall_ms) {
+		size_t n = 0;
+		for (struct sandbox *sb = h->sandboxes; sb; sb = sb->next)
+			n++;
+		if (n < left)
+			left = n, last = mono_ms();
+		wait_ms(h, 100);
+	}
+	return *flag;
+}
+
+static void log_abandoned(struct host *h)
+{
+	for (struct sandbox *sb = h->sandboxes; sb; sb = sb->next)
+		log_warn("host: shutdown: sandbox '%s' abandoned (its volume or lock backend does not answer); "
+			 "the reaper removes container '%s', its lock runs out after %llds",
+			 sb->id, sb->cid, (long long)(h->lock_ttl + h->lock_margin));
+}
+
 void host_close(struct host *h)
 {
+	bool abandoned = false;
+	pthread_t t;
+
 	if (!h)
 		return;
 	if (h->bg_started) {
@@ -485,8 +623,30 @@ void host_close(struct host *h)
 		h->stopping = true;
 		pthread_cond_broadcast(&h->cond);
 		pthread_mutex_unlock(&h->mu);
-		pthread_join(h->bg, NULL);
-		host_shutdown_sandboxes(h); /* leases still renewed and watched */
+		pthread_mutex_lock(&h->mu);
+		abandoned = !wait_progress(h, &h->bg_done); /* a handoff may be stuck on the volume */
+		if (abandoned)
+			log_abandoned(h);
+		pthread_mutex_unlock(&h->mu);
+		if (abandoned)
+			pthread_detach(h->bg);
+		else
+			pthread_join(h->bg, NULL);
+		if (abandoned) {
+			/* nothing more is saved: the busy sandbox is the stuck thread's */
+		} else if (pthread_create(&t, NULL, shutdown_main, h) == 0) {
+			pthread_mutex_lock(&h->mu);
+			abandoned = !wait_progress(h, &h->saved); /* leases still renewed and watched */
+			if (abandoned)
+				log_abandoned(h);
+			pthread_mutex_unlock(&h->mu);
+			if (abandoned)
+				pthread_detach(t);
+			else
+				pthread_join(t, NULL);
+		} else {
+			host_shutdown_sandboxes(h);
+		}
 	}
 	pthread_mutex_lock(&h->mu);
 	h->closed = true;
@@ -494,12 +654,23 @@ void host_close(struct host *h)
 	pthread_mutex_unlock(&h->mu);
 	if (h->watchdog_started)
 		pthread_join(h->watchdog, NULL);
-	if (h->renewer_started)
-		pthread_join(h->renewer, NULL);
+	if (h->renewer_started) {
+		pthread_mutex_lock(&h->mu);
+		bool renewer_done = wait_progress(h, &h->renewer_done);
+		pthread_mutex_unlock(&h->mu);
+		if (renewer_done)
+			pthread_join(h->renewer, NULL);
+		else
+			abandoned = true, pthread_detach(h->renewer),
+			log_warn("host: shutdown: a lock renewal is stuck");
+	}
 	/* Sessions may still hold h: it stays allocated until exit; the reaper
 	 * removes whatever is left when its pipe closes. */
 	if (h->reaper_fd >= 0)
 		close(TAKE_FD(h->reaper_fd));
+	if (abandoned)
+		return; /* threads stuck on the volume may still use the locks */
 	if (h->locks.fd >= 0)
 		close(TAKE_FD(h->locks.fd));
+	locks_etcd_close(&h->locks);
 }

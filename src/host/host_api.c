@@ -148,9 +148,12 @@ static int wait_for_lock(struct session *s, struct sandbox *sb, char *why, size_
 			snprintf(why, len, "instance '%s' did not hand sandbox '%s' over in time", cur.owner, id);
 			return -ETIMEDOUT;
 		}
+		/* etcd: woken by the watch when the lock is released; the
+		 * volume has nothing to watch and waits in ws_recv instead */
+		locks_wait(&h->locks, id, LOCK_POLL_MS);
 		_cleanup_free_ char *msg = NULL;
 		size_t mlen;
-		int op = ws_recv(s->ws, LOCK_POLL_MS, &msg, &mlen);
+		int op = ws_recv(s->ws, h->locks.etcd ? 1 : LOCK_POLL_MS, &msg, &mlen);
 		if (op < 0 || op == WS_OP_CLOSE)
 			return 0;
 	}

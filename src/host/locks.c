@@ -8,6 +8,9 @@
 #include <jansson.h>
 #include <sys/stat.h>
 
+static int vol_renew(const struct locks *L, const char *id, const char *me, uint64_t token, int64_t now,
+		     char ret_waiter[LOCKS_NAME_MAX]);
+
 #define LOCK_MAX_BYTES 4096
 
 static int lock_name(const char *id, char *buf, size_t len)
@@ -51,7 +54,7 @@ static int read_named(int dirfd, const char *name, struct lock_info *ret)
 	return r < 0 ? r : parse_lock(text, ret);
 }
 
-int locks_read(const struct locks *L, const char *id, struct lock_info *ret)
+static int vol_read(const struct locks *L, const char *id, struct lock_info *ret)
 {
 	char name[256];
 	int r = lock_name(id, name, sizeof(name));
@@ -199,7 +202,7 @@ static int remove_stale(int dirfd, const char *id, const struct lock_info *seen)
 static int confirm(const struct locks *L, const char *id, const char *me, uint64_t token, struct lock_info *cur)
 {
 	struct lock_info l;
-	int r = locks_read(L, id, &l);
+	int r = vol_read(L, id, &l);
 	if (r < 0)
 		return r == -ENOENT ? -EBUSY : r;
 	if (strcmp(l.owner, me) || l.token != token) {
@@ -227,8 +230,8 @@ static bool garbage_is_young(const struct locks *L, const char *id, int64_t ttl,
 	return now - (int64_t)st.st_mtime <= ttl;
 }
 
-int locks_acquire(const struct locks *L, const char *id, const char *me, int64_t ttl, int64_t now,
-		  struct lock_info *cur, uint64_t *ret_token)
+static int vol_acquire(const struct locks *L, const char *id, const char *me, int64_t ttl, int64_t now,
+		       struct lock_info *cur, uint64_t *ret_token)
 {
 	struct lock_info l, mine = { .timestamp = now };
 	uint64_t floor = 0;
@@ -246,11 +249,11 @@ int locks_acquire(const struct locks *L, const char *id, const char *me, int64_t
 		}
 		if (r != -EEXIST)
 			return r;
-		r = locks_read(L, id, &l);
+		r = vol_read(L, id, &l);
 		if (r == -ENOENT)
 			continue; /* released meanwhile */
 		if (r == 0 && !strcmp(l.owner, me)) {
-			if ((r = locks_renew(L, id, me, l.token, now, NULL)) == 0)
+			if ((r = vol_renew(L, id, me, l.token, now, NULL)) == 0)
 				*ret_token = l.token;
 			return r;
 		}
@@ -279,11 +282,26 @@ static bool clobbered_by_older(const struct locks *L, const char *id, const stru
 	return l->token < token && gen_read(L, id) <= token;
 }
 
-int locks_renew(const struct locks *L, const char *id, const char *me, uint64_t token, int64_t now,
-		char ret_waiter[LOCKS_NAME_MAX])
+/* Read a lock we hold. A lock file can vanish for a moment while a rename
+ * replaces it: FUSE volumes built on libfuse's path API move a target that is
+ * still open aside first, and a taker's rename aside needs our lease over
+ * anyway (see the watchdog). So a missing lock is read again a few times
+ * before it counts as gone. */
+static int read_held(const struct locks *L, const char *id, struct lock_info *ret)
+{
+	int r = vol_read(L, id, ret);
+	for (int i = 0; i < 3 && r == -ENOENT; i++) {
+		usleep(30 * 1000);
+		r = vol_read(L, id, ret);
+	}
+	return r;
+}
+
+static int vol_renew(const struct locks *L, const char *id, const char *me, uint64_t token, int64_t now,
+		     char ret_waiter[LOCKS_NAME_MAX])
 {
 	struct lock_info l;
-	int r = locks_read(L, id, &l);
+	int r = read_held(L, id, &l);
 
 	if (r == 0 && strcmp(l.owner, me) && clobbered_by_older(L, id, &l, token)) {
 		snprintf(l.owner, sizeof(l.owner), "%s", me); /* put ours back */
@@ -301,10 +319,10 @@ int locks_renew(const struct locks *L, const char *id, const char *me, uint64_t 
 	return 0;
 }
 
-int locks_check(const struct locks *L, const char *id, const char *me, uint64_t token)
+static int vol_check(const struct locks *L, const char *id, const char *me, uint64_t token)
 {
 	struct lock_info l;
-	int r = locks_read(L, id, &l);
+	int r = read_held(L, id, &l);
 
 	if (r == 0 && strcmp(l.owner, me) && clobbered_by_older(L, id, &l, token))
 		return 0;
@@ -315,17 +333,10 @@ int locks_check(const struct locks *L, const char *id, const char *me, uint64_t 
 	return gen_read(L, id) > token ? -ESTALE : 0;
 }
 
-int locks_write_fenced(const struct locks *L, const char *id, const char *me, uint64_t token, int dfd, const char *name,
-		       const char *text, size_t len)
-{
-	int r = locks_check(L, id, me, token);
-	return r < 0 ? r : write_file_atomic(dfd, name, text, len, 0644);
-}
-
-int locks_add_waiter(const struct locks *L, const char *id, const char *me)
+static int vol_add_waiter(const struct locks *L, const char *id, const char *me)
 {
 	struct lock_info l;
-	int r = locks_read(L, id, &l);
+	int r = vol_read(L, id, &l);
 
 	if (r < 0)
 		return r;
@@ -335,11 +346,11 @@ int locks_add_waiter(const struct locks *L, const char *id, const char *me)
 	return publish_lock(L, id, &l, false);
 }
 
-int locks_release(const struct locks *L, const char *id, const char *me)
+static int vol_release(const struct locks *L, const char *id, const char *me)
 {
 	struct lock_info l;
 	char name[256];
-	int r = locks_read(L, id, &l);
+	int r = vol_read(L, id, &l);
 
 	if (r == -ENOENT)
 		return 0;
@@ -421,4 +432,66 @@ enum locks_method locks_probe(int dirfd, ckpt_error *err)
 		"the volume has neither link() (%s) nor an O_EXCL create that refuses a second one",
 		link_ok < 0 ? strerror(-link_ok) : "a second link succeeded");
 	return LOCKS_NONE;
+}
+
+static int vol_wait(const struct locks *L, const char *id, int timeout_ms)
+{
+	(void)L, (void)id, (void)timeout_ms;
+	return 0; /* nothing to watch on a volume: the caller polls */
+}
+
+const struct locks_ops locks_volume_ops = {
+	.name = "volume",
+	.read = vol_read,
+	.acquire = vol_acquire,
+	.renew = vol_renew,
+	.check = vol_check,
+	.add_waiter = vol_add_waiter,
+	.release = vol_release,
+	.wait = vol_wait,
+};
+
+/* The dispatch: the backend's table, volume unless etcd was configured. */
+int locks_read(const struct locks *L, const char *id, struct lock_info *ret)
+{
+	return L->ops->read(L, id, ret);
+}
+
+int locks_acquire(const struct locks *L, const char *id, const char *me, int64_t ttl, int64_t now,
+		  struct lock_info *cur, uint64_t *ret_token)
+{
+	return L->ops->acquire(L, id, me, ttl, now, cur, ret_token);
+}
+
+int locks_renew(const struct locks *L, const char *id, const char *me, uint64_t token, int64_t now,
+		char ret_waiter[LOCKS_NAME_MAX])
+{
+	return L->ops->renew(L, id, me, token, now, ret_waiter);
+}
+
+int locks_check(const struct locks *L, const char *id, const char *me, uint64_t token)
+{
+	return L->ops->check(L, id, me, token);
+}
+
+int locks_write_fenced(const struct locks *L, const char *id, const char *me, uint64_t token, int dfd, const char *name,
+		       const char *text, size_t len)
+{
+	int r = L->ops->check(L, id, me, token);
+	return r < 0 ? r : write_file_atomic(dfd, name, text, len, 0644);
+}
+
+int locks_add_waiter(const struct locks *L, const char *id, const char *me)
+{
+	return L->ops->add_waiter(L, id, me);
+}
+
+int locks_release(const struct locks *L, const char *id, const char *me)
+{
+	return L->ops->release(L, id, me);
+}
+
+int locks_wait(const struct locks *L, const char *id, int timeout_ms)
+{
+	return L->ops->wait(L, id, timeout_ms);
 }

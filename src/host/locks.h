@@ -1,4 +1,7 @@
-/* locks.h: sandbox lock files on the shared volume, {mount}/locks/{id}.lock
+/* locks.h: sandbox locks, through an ops table: lock files on the shared
+ * volume (locks.c, below) or keys in etcd (locks_etcd.c, locks_etcd.h).
+ *
+ * Volume: lock files {mount}/locks/{id}.lock
  * holding {"owner", "timestamp" (unix s), "token", "waiter"?}. Shared volumes
  * such as GCS FUSE have no file locks, so a lock is created with an atomic
  * create-if-absent (link() of a complete temp file, or O_CREAT|O_EXCL where
@@ -22,9 +25,32 @@ enum locks_method {
 	LOCKS_EXCL, /* O_CREAT|O_EXCL, then one write */
 };
 
+struct locks;
+struct lock_info;
+
+/* One lock backend. Same contracts as the locks_* functions below. */
+struct locks_ops {
+	const char *name; /* "volume", "etcd" */
+	int (*read)(const struct locks *L, const char *id, struct lock_info *ret);
+	int (*acquire)(const struct locks *L, const char *id, const char *me, int64_t ttl, int64_t now,
+		       struct lock_info *cur, uint64_t *ret_token);
+	int (*renew)(const struct locks *L, const char *id, const char *me, uint64_t token, int64_t now,
+		     char ret_waiter[LOCKS_NAME_MAX]);
+	int (*check)(const struct locks *L, const char *id, const char *me, uint64_t token);
+	int (*add_waiter)(const struct locks *L, const char *id, const char *me);
+	int (*release)(const struct locks *L, const char *id, const char *me);
+	int (*wait)(const struct locks *L, const char *id, int timeout_ms);
+};
+
+extern const struct locks_ops locks_volume_ops;
+
+struct locks_etcd;
+
 struct locks {
-	int fd; /* the locks directory */
+	const struct locks_ops *ops;
+	int fd; /* the locks directory on the volume */
 	enum locks_method method;
+	struct locks_etcd *etcd; /* with the etcd ops */
 };
 
 struct lock_info {
@@ -65,5 +91,8 @@ int locks_write_fenced(const struct locks *L, const char *id, const char *me, ui
 int locks_add_waiter(const struct locks *L, const char *id, const char *me);
 /* Remove the lock if it is mine; 0 also when it is gone already. */
 int locks_release(const struct locks *L, const char *id, const char *me);
+/* Block up to timeout_ms for a change of id's lock (etcd: a watch event,
+ * e.g. its release); returns at once where nothing can be watched. */
+int locks_wait(const struct locks *L, const char *id, int timeout_ms);
 /* True when the lock's timestamp is older than ttl at now. */
 bool locks_expired(const struct lock_info *l, int64_t ttl, int64_t now);

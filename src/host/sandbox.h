@@ -1,7 +1,8 @@
 /* sandbox.h: host mode's internal state: the instance (struct host), its
  * registry of running sandboxes, and the sessions (one WebSocket client each).
  * Calls go one way: host_api.c (protocol) > host.c (instance, background
- * thread) > exec.c > sandbox.c (lifecycle) > session.c, reaper.c > locks.c,
+ * thread) > exec.c > sandbox.c (lifecycle) > session.c, reaper.c > locks.c
+ * (+ locks_etcd.c),
  * runsc.c, ws.c (adapters). */
 #pragma once
 #include <pthread.h>
@@ -62,6 +63,7 @@ struct host {
 	char *mount;             /* NULL: checkpointing not configured */
 	struct locks locks;      /* {mount}/locks (fd -1 when off) and the method */
 	char *no_checkpoint_why; /* checkpointing refused at start: why */
+	char *volume_problem;    /* e.g. a FUSE volume without allow_other, or NULL */
 	int64_t lock_ttl, lock_renew, lock_margin, default_idle;
 	pthread_mutex_t lock_io; /* orders renewal and release of one lock file */
 	int reaper_fd;           /* write end: "+id\n" / "-id\n" */
@@ -69,9 +71,10 @@ struct host {
 	pthread_mutex_t mu; /* registry, sandbox fields, session refs */
 	pthread_cond_t cond;
 	struct sandbox *sandboxes;
-	bool stopping;                   /* no new work */
-	bool closed;                     /* sandboxes saved: renewal and watchdog end too */
-	pthread_t bg, watchdog, renewer; /* work, lease clock, lock renewal */
+	bool stopping;                     /* no new work */
+	bool closed;                       /* sandboxes saved: renewal and watchdog end too */
+	bool bg_done, saved, renewer_done; /* shutdown's progress (bounded waits) */
+	pthread_t bg, watchdog, renewer;   /* work, lease clock, lock renewal */
 	bool bg_started, watchdog_started, renewer_started;
 };
 

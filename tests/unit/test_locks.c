@@ -12,7 +12,7 @@
 
 static char dir[TESTLIB_DIR_LEN];
 static int dfd = -1;
-static struct locks L0 = { -1, LOCKS_LINK }, *L = &L0;
+static struct locks L0 = { .ops = &locks_volume_ops, .fd = -1, .method = LOCKS_LINK }, *L = &L0;
 static uint64_t tok;
 
 static int setup(void **state)
@@ -221,7 +221,7 @@ static void test_stale_token_cannot_write(void **state)
 static void test_excl_method(void **state)
 {
 	(void)state;
-	struct locks ex = { dfd, LOCKS_EXCL };
+	struct locks ex = { .ops = &locks_volume_ops, .fd = dfd, .method = LOCKS_EXCL };
 	struct lock_info l;
 	uint64_t t;
 	int fd;

@@ -676,11 +676,18 @@ export interface components {
             checkpointing: boolean;
             /** @description why checkpointing was refused at start (no safe lock method on the volume). */
             checkpointing_refused?: string | null;
+            /** @description a problem found at start on the checkpoint volume (a FUSE mount without allow_other, on which every restore would fail), or null. */
+            checkpoint_volume_problem?: string | null;
             /**
-             * @description how lock files are created on the volume, as the start-up probe chose.
+             * @description where sandbox locks live (config lock_backend).
              * @enum {string}
              */
-            lock_method?: "link" | "excl" | "none";
+            lock_backend: "volume" | "etcd";
+            /**
+             * @description how lock files are created on the volume, as the start-up probe chose; null with etcd locks.
+             * @enum {string|null}
+             */
+            lock_method?: "link" | "excl" | "none" | null;
             /** @description a taker waits lock_ttl_secs plus this before taking a stale lock. */
             lock_margin_secs?: number;
             /** @description the shared volume holding checkpoints and locks. */
