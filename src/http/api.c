@@ -327,6 +327,7 @@ static const struct http_route routes[] = {
 	{ "DELETE", "/v1/forks/{id}", api_fork_delete, false, false },
 	{ .method = "GET", .pattern = "/v1/checkpoints/{id}/export", .handler = api_export },
 	{ .method = "POST", .pattern = "/v1/checkpoints/import", .handler = api_import, .raw_body = HTTP_BODY_SPOOL },
+	{ "POST", "/v1/roots/release", api_release, false, false },
 	{ "GET", "/v1/health", api_health, true, false },
 	{ "GET", "/metrics", api_metrics, false, false },
 };
