@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import assert_same_tree, make_full_tree, tree_state
+from conftest import CKPT, assert_same_tree, make_full_tree, tree_state
 
 
 def is_mounted(path):
@@ -184,3 +184,22 @@ def test_overlay_release_killed_at_any_point(daemon_factory):
         assert not [n for n in os.listdir(root.parent) if n.endswith(".ckpt-release")]
     print("kill outcomes:", sorted(outcomes))
     assert "mounted" in outcomes
+
+
+def test_ckpt_release_command(daemon_factory):
+    d = daemon(daemon_factory, "overlay")
+    root = d.roots[0]
+    d.create("one")
+    want = tree_state(root)
+    ckpt = [CKPT, "--url", d.url]
+    r = subprocess.run(ckpt + ["release", str(root)], capture_output=True, text=True)
+    assert r.returncode == 1 and "--drop-checkpoints" not in r.stdout and "drop_checkpoints" in r.stderr, r
+    r = subprocess.run(ckpt + ["release", "a", "b"], capture_output=True, text=True)
+    assert r.returncode == 2 and 'unexpected argument "b"' in r.stderr
+    r = subprocess.run(ckpt + ["release", str(root), "--drop-checkpoints"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert f"Released {root}" in r.stdout and "Dropped 1 checkpoint" in r.stdout
+    assert not is_mounted(root)
+    assert_same_tree(want, tree_state(root))
+    r = subprocess.run(ckpt + ["release"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout == ""  # nothing left to release
