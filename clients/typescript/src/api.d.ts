@@ -268,7 +268,10 @@ export interface paths {
          *     (`.<name>.ckpt-release`, the root's own filesystem), made durable,
          *     and swapped into place by one `RENAME_EXCHANGE` after the unmount.
          *     A kill at any point leaves the managed root (the next start undoes
-         *     the rest) or the released directory, complete. Tar: nothing moves.
+         *     the rest) or the released directory, complete; killed between the
+         *     unmount and the swap (two system calls), the path shows the
+         *     directory ckptd adopted until the next start mounts the root again.
+         *     Tar: nothing moves.
          */
         post: operations["releaseRoots"];
         delete?: never;
