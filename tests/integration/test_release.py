@@ -182,6 +182,7 @@ def test_overlay_release_killed_at_any_point(daemon_factory):
         assert is_mounted(root)
         assert_same_tree(want, tree_state(root))
         assert not [n for n in os.listdir(root.parent) if n.endswith(".ckpt-release")]
+        assert not [n for n in os.listdir(d.state_dir / "overlay/r") if n.startswith(".released-")]
     print("kill outcomes:", sorted(outcomes))
     assert "mounted" in outcomes
 

@@ -127,3 +127,4 @@ int overlay_import(void *st, const char *id, char *const *dirs, json_t **ret_dat
 int overlay_release(void *st, size_t i, ckpt_error *err);
 int overlay_release_recover(struct ovl *o, struct ovl_root *r);
 void overlay_release_sweep(struct ovl_root *r);
+void overlay_release_sweep_gone(struct ovl *o);

@@ -15,6 +15,7 @@
 #include "backend/overlay/overlay_internal.h"
 #include "backend/overlay/overlay_mount.h"
 
+#include <dirent.h>
 #include <libgen.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -206,4 +207,21 @@ void overlay_release_sweep(struct ovl_root *r)
 	if (rel_paths(r, &p) == 0)
 		rm_rf_at(p.pfd, p.tmp);
 	rel_paths_free(&p);
+}
+
+/* r/.released-<h> that a kill left after a finished release renamed it. */
+void overlay_release_sweep_gone(struct ovl *o)
+{
+	int fd = openat(o->odir_fd, "r", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *de;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((de = readdir(d)))
+		if (!strncmp(de->d_name, ".released-", 10))
+			rm_rf_at(dirfd(d), de->d_name);
+	closedir(d);
 }
