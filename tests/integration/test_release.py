@@ -204,3 +204,5 @@ def test_ckpt_release_command(daemon_factory):
     assert_same_tree(want, tree_state(root))
     r = subprocess.run(ckpt + ["release"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout == ""  # nothing left to release
+    r = subprocess.run(ckpt + ["status"], capture_output=True, text=True)
+    assert f"warning: {root} was released" in r.stdout, r.stdout
