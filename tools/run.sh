@@ -1,6 +1,8 @@
 #!/bin/sh
 # run.sh CKPTD PORT WORKSPACE STATE: `make run`. Serves WORKSPACE on 127.0.0.1:PORT
-# in the foreground and prints the URL only once ckptd answers. Ctrl-C stops it.
+# in the foreground and prints the URL only once ckptd answers. Ctrl-C releases
+# WORKSPACE (POST /v1/roots/release: it keeps what it holds, as a plain
+# directory) and stops ckptd; the next make run adopts it again.
 set -u
 ckptd=$1 port=$2 ws=$3 state=$4
 url=http://127.0.0.1:$port
@@ -12,9 +14,24 @@ if ss -Hltn "sport = :$port" 2>/dev/null | grep -q .; then
 	exit 1
 fi
 mkdir -p "$ws" "$state" || exit 1
-"$ckptd" --listen "127.0.0.1:$port" --state-dir "$state" --root "$ws" --unmount-on-exit &
+# Its own session: the terminal's Ctrl-C reaches this script only, which
+# releases the workspace before it stops ckptd.
+setsid "$ckptd" --listen "127.0.0.1:$port" --state-dir "$state" --root "$ws" --unmount-on-exit &
 pid=$!
-trap 'kill -TERM $pid 2>/dev/null' INT TERM
+release() {
+	out=$(curl -sS -XPOST -H 'Content-Type: application/json' -d '{}' "$url/v1/roots/release" 2>&1)
+	case $out in
+	*checkpoints_need_base*)
+		echo "make run: the overlay checkpoints need the directory a release replaces: dropping them" >&2
+		out=$(curl -sS -XPOST -H 'Content-Type: application/json' -d '{"drop_checkpoints":true}' \
+			"$url/v1/roots/release" 2>&1) ;;
+	esac
+	case $out in
+	*'"released"'*) echo "make run: $ws keeps what it held (released); the next make run adopts it again" ;;
+	*) echo "make run: could not release $ws ($out); ckptd unmounts it, its contents stay in $state" >&2 ;;
+	esac
+}
+trap 'trap "" INT TERM; release; kill -TERM $pid 2>/dev/null' INT TERM
 i=0
 until curl -fsS -o /dev/null "$url/v1/health" 2>/dev/null; do
 	if ! kill -0 $pid 2>/dev/null; then

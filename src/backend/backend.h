@@ -132,6 +132,16 @@ struct backend_ops {
 	 * dir; the backend may move from it, the caller removes what is left). */
 	int (*import)(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size,
 		      ckpt_error *err);
+
+	/* Stop managing root i: leave at its path a plain directory holding what
+	 * it shows now (the caller stopped the units using it). A kill at any
+	 * point leaves the managed root (open undoes the rest) or the released
+	 * directory, complete. NULL: not supported. */
+	int (*release)(void *st, size_t i, ckpt_error *err);
+	/* Whether checkpoints outlive a release: restorable once the root is
+	 * adopted again. false: the engine drops them first (the overlay's
+	 * layers need the base that release replaces). */
+	bool release_keeps_checkpoints;
 };
 
 extern const struct backend_ops backend_tar_ops;

@@ -31,6 +31,7 @@ static const char ckpt_usage[] =
 	"  diff ID|NAME [--against ID|NAME]                          what changed since a checkpoint\n"
 	"  export ID|NAME -o FILE                                    write it as one portable archive\n"
 	"  import FILE                                               a new checkpoint from an archive\n"
+	"  release [ROOT] [--drop-checkpoints]                       stop managing a root, keep its contents\n"
 	"  health                                                    the daemon's health\n"
 	"  help [COMMAND]                                            this text, or a command's\n"
 	"  version                                                   ckpt's version\n"
@@ -62,6 +63,7 @@ enum {
 	OPT_VERIFY,
 	OPT_AGAINST,
 	OPT_OUTPUT,
+	OPT_DROP_CHECKPOINTS,
 };
 
 /* In the order of the enum above: ckpt_parse_opt indexes it by c - OPT_URL. */
@@ -82,6 +84,7 @@ static const struct option ckpt_options[] = {
 	{ "verify", no_argument, NULL, OPT_VERIFY },
 	{ "against", required_argument, NULL, OPT_AGAINST },
 	{ "output", required_argument, NULL, OPT_OUTPUT },
+	{ "drop-checkpoints", no_argument, NULL, OPT_DROP_CHECKPOINTS },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ 0 },
@@ -210,6 +213,9 @@ static int ckpt_parse_opt(int c, struct cli_opts *o, struct ckpt_args *a)
 	case OPT_OUTPUT:
 		o->output = optarg;
 		return 0;
+	case OPT_DROP_CHECKPOINTS:
+		o->drop_checkpoints = true;
+		return 0;
 	}
 	return CKPT_EXIT_USAGE; /* getopt printed the message */
 }
@@ -218,7 +224,7 @@ static int ckpt_parse_opt(int c, struct cli_opts *o, struct ckpt_args *a)
 
 struct ckpt_command {
 	const char *name;
-	int n_args;    /* positional arguments after the command */
+	int n_args;    /* positional arguments after the command; -1: one, optional */
 	unsigned opts; /* command-specific options it accepts */
 	const char *arg_name;
 	int (*run)(const struct cli_opts *o, const char *arg);
@@ -286,6 +292,14 @@ static const struct ckpt_command ckpt_commands[] = {
 	  "Make a new checkpoint from an archive made by `ckpt export` (FILE \"-\": stdin is not\n"
 	  "supported; the size must be known). Prints the new record; import_of names the\n"
 	  "exported checkpoint. On a terminal a bar shows the upload.\n" },
+	{ "release", -1, OPT_BIT(OPT_DROP_CHECKPOINTS), "ROOT", cli_cmd_release,
+	  "Usage: ckpt release [ROOT] [--drop-checkpoints]\n"
+	  "Stop managing ROOT (default: every root) and leave there a plain directory\n"
+	  "holding what it shows now. The units using it are stopped and started again.\n"
+	  "Until ckptd restarts (and adopts the root again) it makes no checkpoint and\n"
+	  "restores none. Tar checkpoints are kept and restore after that; overlay\n"
+	  "checkpoints need the directory release replaces and must be dropped:\n"
+	  "  --drop-checkpoints  delete every checkpoint (export the ones to keep first)\n" },
 };
 
 static const struct ckpt_command *ckpt_find_command(const char *name)
@@ -448,8 +462,9 @@ static int ckpt_check_command(const struct ckpt_command *cmd, const struct ckpt_
 		return ckpt_usage_error("an option does not apply to this command (first: --%s)", a->only);
 	if (n_args < cmd->n_args)
 		return ckpt_usage_error("missing %s", cmd->arg_name);
-	if (n_args > cmd->n_args)
-		return ckpt_usage_error("unexpected argument \"%s\"", args[cmd->n_args]);
+	int most = cmd->n_args < 0 ? 1 : cmd->n_args;
+	if (n_args > most)
+		return ckpt_usage_error("unexpected argument \"%s\"", args[most]);
 	return 0;
 }
 
@@ -487,7 +502,7 @@ static int ckpt_main(int argc, char **argv, struct cli_opts *o)
 	if (cmd->n_args > 1)
 		o->arg2 = argv[optind + 2];
 	ckpt_idempotency_key(o->conn.idem_key, sizeof(o->conn.idem_key));
-	return cmd->run(o, cmd->n_args ? argv[optind + 1] : NULL);
+	return cmd->run(o, cmd->n_args && optind + 1 < argc ? argv[optind + 1] : NULL);
 }
 
 int main(int argc, char **argv)

@@ -117,6 +117,7 @@ struct cli_opts {
 	bool force;
 	const char *if_expired;
 	bool yes, dry_run;
+	bool drop_checkpoints; /* release */
 	bool verify;
 	bool tty; /* stdout is a terminal */
 	/* fork: the second positional argument (DIR); diff */
@@ -143,6 +144,7 @@ int cli_cmd_ref_path(const struct cli_opts *o, const char *ref, const char *suff
 int cli_cmd_fork(const struct cli_opts *o, const char *id);
 int cli_cmd_forks(const struct cli_opts *o, const char *unused);
 int cli_cmd_fork_delete(const struct cli_opts *o, const char *fork_id);
+int cli_cmd_release(const struct cli_opts *o, const char *root);
 int cli_cmd_diff(const struct cli_opts *o, const char *id);
 /* Print every change from checkpoint ref to against (NULL: live) like
  * `git status --short`; -1 on success, else the exit status. */

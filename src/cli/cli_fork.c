@@ -1,7 +1,8 @@
-/* cli_fork.c: ckpt fork, forks, fork-delete and diff. */
+/* cli_fork.c: ckpt fork, forks, fork-delete, diff and release. */
 #include "cli/cli.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -38,17 +39,25 @@ int cli_cmd_fork(const struct cli_opts *o, const char *ref)
 	return CKPT_EXIT_OK;
 }
 
+/* Send; with --json print the answer as is. <0: the caller prints it. */
+static int cli_send_or_json(const struct cli_opts *o, const char *method, const char *path, json_t *body,
+			    struct cli_reply *r)
+{
+	int rc = cli_cmd_send(o, method, path, body, r, NULL, NULL);
+	if (rc < 0 && o->json) {
+		cli_out_verbatim(r);
+		return CKPT_EXIT_OK;
+	}
+	return rc;
+}
+
 int cli_cmd_forks(const struct cli_opts *o, const char *unused)
 {
 	_cleanup_fork_reply_ struct cli_reply r = { 0 };
 	(void)unused;
-	int rc = cli_cmd_send(o, "GET", "/v1/forks", NULL, &r, NULL, NULL);
+	int rc = cli_send_or_json(o, "GET", "/v1/forks", NULL, &r);
 	if (rc >= 0)
 		return rc;
-	if (o->json) {
-		cli_out_verbatim(&r);
-		return CKPT_EXIT_OK;
-	}
 	size_t i;
 	json_t *f;
 	json_t *list = json_object_get(r.json, "forks");
@@ -130,4 +139,34 @@ int cli_cmd_diff(const struct cli_opts *o, const char *ref)
 	size_t n;
 	int rc = cli_diff_print(o, ref, o->against, &n, NULL);
 	return rc >= 0 ? rc : CKPT_EXIT_OK;
+}
+
+int cli_cmd_release(const struct cli_opts *o, const char *root)
+{
+	_cleanup_fork_reply_ struct cli_reply r = { 0 };
+	char abs[2 * PATH_MAX + 2], cwd[PATH_MAX];
+	/* ckptd knows its roots by canonical path */
+	if (root && realpath(root, abs))
+		;
+	else if (root && root[0] != '/' && getcwd(cwd, sizeof(cwd)))
+		snprintf(abs, sizeof(abs), "%s/%s", cwd, root);
+	else
+		snprintf(abs, sizeof(abs), "%s", root ? root : "");
+	json_t *body = json_pack("{s:b}", "drop_checkpoints", o->drop_checkpoints);
+	if (root)
+		json_object_set_new(body, "root", json_string(abs));
+	int rc = cli_send_or_json(o, "POST", "/v1/roots/release", body, &r);
+	json_decref(body);
+	if (rc >= 0)
+		return rc;
+	size_t i;
+	json_t *v;
+	json_array_foreach(json_object_get(r.json, "released"), i, v) printf(
+		"Released %s: a plain directory now; ckptd adopts it again when it restarts\n", json_string_value(v));
+	size_t dropped = json_array_size(json_object_get(r.json, "dropped_checkpoints"));
+	if (dropped)
+		printf("Dropped %zu checkpoint%s\n", dropped, dropped == 1 ? "" : "s");
+	if (json_is_true(json_object_get(r.json, "checkpoints_kept")))
+		printf("Checkpoints kept: they restore once the root is adopted again\n");
+	return CKPT_EXIT_OK;
 }

@@ -268,6 +268,11 @@ void cli_out_status(json_t *h)
 		       json_is_true(json_object_get(u, "hidden")) ? " through the directory hidden under the mount"
 								  : "");
 	}
+	json_array_foreach(json_object_get(h, "released_roots"), i, u)
+	{
+		printf("warning: %s was released: a plain directory, not managed until ckptd restarts\n",
+		       json_string_value(u));
+	}
 	printf("%-16s%s, %s backend, %lld checkpoint(s)\n", "Status:", cli_out_str(h, "status", "-"),
 	       cli_out_str(h, "backend", "-"), (long long)json_integer_value(json_object_get(h, "checkpoints")));
 	cli_out_list("Roots:", json_object_get(h, "roots"));

@@ -77,6 +77,11 @@ int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req 
  * After=ckptd.service could not start before), and look for processes that
  * no unit covers. Health says what happened. */
 void engine_adoption_finish(struct engine *e);
+/* Stop managing root (NULL: every root) and leave a plain directory holding
+ * what it showed (engine_release.c). drop: drop the checkpoints (required
+ * when the backend cannot keep them). ret: {released, dropped_checkpoints,
+ * checkpoints_kept, stopped_units, started_units, duration_ms}. */
+int engine_release(struct engine *e, const char *root, bool drop, json_t **ret, ckpt_error *err);
 /* Prometheus text exposition; caller frees. */
 char *engine_metrics(struct engine *e);
 /* Delete expired checkpoints (the sweeper calls this). Returns how many. */

@@ -200,7 +200,9 @@ static int create_run(struct engine *e, struct ckpt_record *rec, bool keep_faile
 
 	pthread_mutex_lock(&e->op_lock);
 	engine_set_status(e, "creating", id);
-	r = op ? create_capture(e, rec, op, mono_ms() - t0, err) : -ENOMEM;
+	r = op ? engine_check_managed(e, err) : -ENOMEM;
+	if (r == 0)
+		r = create_capture(e, rec, op, mono_ms() - t0, err);
 	engine_set_status(e, NULL, NULL);
 	pthread_mutex_unlock(&e->op_lock);
 	engine_op_end(e, op);

@@ -1055,6 +1055,8 @@ int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err
 		pthread_mutex_lock(&e->op_lock);
 		engine_set_status(e, "importing", id);
 		if (q == 0)
+			q = engine_check_managed(e, err);
+		if (q == 0)
 			q = dirs ? e->backend->import(e->bst, id, dirs, &data, &size, err) : -ENOMEM;
 		if (q == 0) {
 			json_decref(rec->backend_data);

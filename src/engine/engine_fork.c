@@ -188,6 +188,8 @@ int engine_fork(struct engine *e, const char *id_or_name, const char *path, json
 	json_auto_t *dirs = NULL;
 	json_t *fdata = NULL;
 	_cleanup_free_ const char **dv = NULL;
+	if ((r = engine_check_managed(e, err)) < 0)
+		goto out;
 	if (!rec) {
 		r = err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
 				 id_or_name);

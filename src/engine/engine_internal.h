@@ -52,6 +52,8 @@ struct engine {
 	int64_t unmanaged_ms;  /* mono_ms of that scan */
 	bool adoption_pending; /* units stopped, not started yet */
 
+	json_t *released; /* roots released (engine_release.c); guarded by state_lock */
+
 	pthread_t sweeper;
 	bool sweeper_running, stopping, maintenance_due;
 	pthread_cond_t sweep_cond;
@@ -75,6 +77,8 @@ int engine_storage_err(ckpt_error *err, int r);
 int engine_sweeper_start(struct engine *e, ckpt_error *err);
 void engine_sweeper_stop(struct engine *e);
 void engine_kick_maintenance(struct engine *e);
+/* engine_release.c: 0, or 409 root_released when a root was released. */
+int engine_check_managed(struct engine *e, ckpt_error *err);
 /* engine_fork.c */
 int engine_forks_open(struct engine *e, ckpt_error *err);
 /* engine_life.c: whether a fork uses checkpoint id */

@@ -106,6 +106,9 @@ json_t *engine_health(struct engine *e)
 	if (e->backend->health)
 		e->backend->health(e->bst, h);
 	engine_adoption_health(e, h);
+	pthread_mutex_lock(&e->state_lock); /* engine_release.c fills it */
+	json_object_set_new(h, "released_roots", e->released ? json_deep_copy(e->released) : json_array());
+	pthread_mutex_unlock(&e->state_lock);
 	json_object_set_new(h, "backend_reason", json_string(e->backend_reason));
 	return h;
 }

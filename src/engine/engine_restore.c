@@ -118,7 +118,7 @@ int engine_restore(struct engine *e, const char *id_or_name, const struct restor
 	int64_t queued = mono_ms();
 	pthread_mutex_lock(&e->op_lock);
 	rep.queue_ms = mono_ms() - queued;
-	if ((r = restore_plan(e, id_or_name, req, &plan, err)) < 0)
+	if ((r = engine_check_managed(e, err)) < 0 || (r = restore_plan(e, id_or_name, req, &plan, err)) < 0)
 		goto out;
 	engine_set_status(e, "restoring", plan.rec->id);
 	if (!(op = engine_op_begin(e, plan.rec->id))) {

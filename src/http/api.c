@@ -352,6 +352,7 @@ static const struct http_route routes[] = {
 	  .pattern = "/v1/checkpoints/import",
 	  .handler = api_import_idem,
 	  .raw_body = HTTP_BODY_SPOOL },
+	{ "POST", "/v1/roots/release", api_release, false, false },
 	{ "GET", "/v1/health", api_health, true, false },
 	{ "GET", "/metrics", api_metrics, false, false },
 };

@@ -1,5 +1,6 @@
 /* api_fork.c: POST /v1/checkpoints/{id}/fork, GET /v1/forks,
- * DELETE /v1/forks/{id} and GET /v1/checkpoints/{id}/diff. */
+ * DELETE /v1/forks/{id}, GET /v1/checkpoints/{id}/diff and
+ * POST /v1/roots/release. */
 #include "http/api_fork.h"
 
 #include "engine/engine.h"
@@ -67,6 +68,37 @@ void api_diff(void *app, const struct http_request *req, struct http_response *r
 	if (dr.against && !*dr.against)
 		dr.against = NULL;
 	if (engine_diff(app, req->params[0], &dr, &out, &err) < 0)
+		http_error(resp, &err);
+	else
+		http_json(resp, 200, out);
+}
+
+/* root: a string, drop_checkpoints: a boolean, nothing else. */
+static bool release_body_ok(json_t *obj, struct http_response *resp)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(obj, k, v)
+	{
+		if (!strcmp(k, "root") ? json_is_string(v) : !strcmp(k, "drop_checkpoints") && json_is_boolean(v))
+			continue;
+		http_fail(resp, ERR_INVALID, "invalid_field",
+			  "unknown or mistyped field '%s' (root: a string, drop_checkpoints: a boolean)", k);
+		return false;
+	}
+	return true;
+}
+
+void api_release(void *app, const struct http_request *req, struct http_response *resp)
+{
+	json_auto_t *obj = api_parse_object(req, false, resp);
+	if (!obj || !release_body_ok(obj, resp)) /* an empty body: every root */
+		return;
+	ckpt_error err = { 0 };
+	json_t *out = NULL;
+	const char *root = json_string_value(json_object_get(obj, "root"));
+	if (engine_release(app, root && *root ? root : NULL, json_is_true(json_object_get(obj, "drop_checkpoints")),
+			   &out, &err) < 0)
 		http_error(resp, &err);
 	else
 		http_json(resp, 200, out);

@@ -6,3 +6,4 @@ void api_fork_create(void *app, const struct http_request *req, struct http_resp
 void api_fork_list(void *app, const struct http_request *req, struct http_response *resp);
 void api_fork_delete(void *app, const struct http_request *req, struct http_response *resp);
 void api_diff(void *app, const struct http_request *req, struct http_response *resp);
+void api_release(void *app, const struct http_request *req, struct http_response *resp);

@@ -92,21 +92,48 @@ def test_unit_exposure_does_not_grow(installed):
     assert float(m.group(1)) <= 5.2, r.stdout  # 5.3 before ProtectHostname= and without CAP_LINUX_IMMUTABLE
 
 
-def test_make_run_prints_the_url_once_ckptd_answers(tmp_path):
-    port = free_port()
+def _make_run(tmp_path, port):
     p = subprocess.Popen(["make", "-s", "-C", str(TOP), "run", f"PORT={port}", f"WORKSPACE={tmp_path}/ws",
                           f"STATE={tmp_path}/state"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
+    line = p.stdout.readline()
+    assert f"serving http://127.0.0.1:{port}" in line, line + p.stderr.read() if p.poll() else line
+    return p
+
+
+def test_make_run_prints_the_url_once_ckptd_answers(tmp_path):
+    """...and Ctrl-C leaves the workspace holding what was written (released,
+    a plain directory), and the next make run adopts it again."""
+    port = free_port()
+    p = _make_run(tmp_path, port)
+    ws = tmp_path / "ws"
     try:
-        line = p.stdout.readline()
-        assert f"serving http://127.0.0.1:{port}" in line, line + p.stderr.read() if p.poll() else line
-        assert requests.get(f"http://127.0.0.1:{port}/v1/health", timeout=5).status_code == 200
+        url = f"http://127.0.0.1:{port}"
+        assert requests.get(f"{url}/v1/health", timeout=5).status_code == 200
+        (ws / "written.txt").write_text("kept after Ctrl-C\n")
+        (ws / "sub").mkdir()
+        os.link(ws / "written.txt", ws / "sub/link.txt")
+        assert requests.post(f"{url}/v1/checkpoints", json={"name": "one"}, timeout=30).status_code == 201
     finally:
         os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
-        p.wait(timeout=30)
-    # ckptd stopped cleanly on Ctrl-C: it said so and took its mount away.
-    assert "stopping on signal 2" in p.stderr.read()
-    assert not mounts_under(tmp_path / "ws")
+        p.wait(timeout=60)
+    out, err = p.stdout.read(), p.stderr.read()
+    # ckptd stopped cleanly on Ctrl-C after the release: no mount, the contents there.
+    assert "keeps what it held (released)" in out, out + err
+    assert "stopping on signal" in err
+    assert not mounts_under(ws)
+    assert (ws / "written.txt").read_text() == "kept after Ctrl-C\n"
+    assert os.stat(ws / "sub/link.txt").st_ino == os.stat(ws / "written.txt").st_ino
+    port = free_port()
+    p = _make_run(tmp_path, port)
+    try:
+        assert (ws / "written.txt").read_text() == "kept after Ctrl-C\n"
+        h = requests.get(f"http://127.0.0.1:{port}/v1/health", timeout=5).json()
+        assert h["released_roots"] == [] and h["roots"] == [str(ws)]
+    finally:
+        os.killpg(p.pid, signal.SIGINT)
+        p.wait(timeout=60)
+    assert (ws / "written.txt").read_text() == "kept after Ctrl-C\n"
 
 
 def test_make_run_on_a_busy_port_says_so(tmp_path):

@@ -136,6 +136,7 @@ FORK = "/v1/checkpoints/{id}/fork"
 DIFF = "/v1/checkpoints/{id}/diff"
 FORKS = "/v1/forks"
 ONE_FORK = "/v1/forks/{id}"
+RELEASE = "/v1/roots/release"
 TEXT = {"Content-Type": "text/plain"}
 BIG = b'{"name": "' + b"x" * (2 << 20) + b'"}'
 
@@ -326,6 +327,12 @@ def ws_attach(df):
     return Answer()
 
 
+def release_twice(df):
+    d = seeded(df)
+    assert d.request("POST", RELEASE, json={}).status_code == 200
+    return d.request("POST", RELEASE, json={"root": str(d.roots[0])})
+
+
 def fork_in(df, pick, path=None, then=None):
     """Fork checkpoint pick(d, cid) into an empty dir beside the daemon's."""
     d = seeded(df)
@@ -465,6 +472,14 @@ PROVOKE = {
     (FORK, "post", 422): fork_key_reused,
     (FORK, "post", 413): lambda df: with_cp(df, "POST", FORK, data=BIG, headers={"Content-Type": "application/json"}),
     (FORK, "post", 415): lambda df: with_cp(df, "POST", FORK, data="{}", headers=TEXT),
+    (RELEASE, "post", 200): lambda df: seeded(df).request("POST", RELEASE, json={}),
+    (RELEASE, "post", 400): lambda df: seeded(df).request("POST", RELEASE, json={"drop_checkpoints": "yes"}),
+    (RELEASE, "post", 401): lambda df: expect_unauthorized(df, "POST", RELEASE, json={}),
+    (RELEASE, "post", 404): lambda df: seeded(df).request("POST", RELEASE, json={"root": "/not/a/root"}),
+    (RELEASE, "post", 409): release_twice,
+    (RELEASE, "post", 413): lambda df: seeded(df).request("POST", RELEASE, data=BIG,
+                                                          headers={"Content-Type": "application/json"}),
+    (RELEASE, "post", 415): lambda df: seeded(df).request("POST", RELEASE, data="{}", headers=TEXT),
     (DIFF, "get", 200): lambda df: with_cp(df, "GET", DIFF),
     (DIFF, "get", 400): lambda df: with_cp(df, "GET", DIFF, params={"limit": "0"}),
     (DIFF, "get", 401): lambda df: expect_unauthorized(df, "GET", DIFF),
@@ -525,6 +540,7 @@ UNPROVOKABLE = {
     (FORK, "post", 500): "needs a mount or an extraction to fail on a valid empty dir",
     (DIFF, "get", 500): "needs an I/O error while reading layers or manifests",
     (FORKS, "get", 500): "listing reads memory only",
+    (RELEASE, "post", 500): "needs an I/O error while copying the root or swapping the copy in",
     (ONE_FORK, "delete", 500): "needs an unmount to fail",
     ("/create", "get", 101): "starts a gVisor sandbox with runsc: covered by the host-mode tests",
     ("/create", "get", 500): "only when the session cannot be allocated",

@@ -110,3 +110,29 @@ def test_restore_changes_what_the_restarted_units_see(rig):
     assert web_get(rig, "/index.html").text == "v1\n"
     log = rig.sh("cat", "/srv/app/worker.log").stdout
     assert "AFTER-CHECKPOINT" not in log and log.count("\n") > 0
+
+
+def test_release_restarts_the_units_on_the_plain_directory(rig):
+    """Issue 11 item 3 under real systemd: the units using the root are stopped
+    around the release and started again on the plain directory, which holds
+    what they wrote through the mount."""
+    write_in(rig, "/srv/app/www/index.html", "v3\n")
+    r = api(rig, "POST", "/v1/roots/release", json={})
+    assert r.status_code == 409 and r.json()["code"] == "checkpoints_need_base", r.text
+    r = api(rig, "POST", "/v1/roots/release", json={"drop_checkpoints": True})
+    assert r.status_code == 200, r.text
+    rep = r.json()
+    assert rep["released"] == ["/srv/app"], rep
+    assert sorted(rep["stopped_units"]) == ["late.service", "web.service", "worker.service"], rep
+    assert sorted(rep["started_units"]) == sorted(rep["stopped_units"]), rep
+    assert rig.sh("findmnt", "-n", "/srv/app", check=False).stdout.strip() == ""
+    plain = dev_of(rig, "/srv/app")
+    for u in ("web.service", "worker.service", "late.service"):
+        assert active(rig, u) == "active", u
+    for u in ("web.service", "late.service"):  # the worker only holds its log open: checked below
+        assert dev_of(rig, f"/proc/{main_pid(rig, u)}/cwd") == plain, u
+    assert web_get(rig, "/index.html").text == "v3\n"
+    n0 = int(rig.sh("wc", "-l", "/srv/app/worker.log").stdout.split()[0])
+    time.sleep(1.5)
+    assert int(rig.sh("wc", "-l", "/srv/app/worker.log").stdout.split()[0]) > n0
+    assert api(rig, "GET", "/v1/health").json()["released_roots"] == ["/srv/app"]

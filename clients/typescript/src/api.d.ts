@@ -239,6 +239,49 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/roots/release": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Stop managing a root and leave a plain directory holding what it shows
+         * @description Leaves at the root's path (`root`, default: every root) a plain
+         *     directory holding exactly what the root shows now: contents, hard
+         *     links, xattrs, renamed directories. The units using the root are
+         *     stopped around it and started again after. Until ckptd restarts
+         *     (and adopts the root again) creates, restores, forks and imports
+         *     answer 409 `root_released`; releasing it again too.
+         *
+         *     Checkpoints: tar archives are whole trees, so they are kept and
+         *     restore once the root is adopted again (`checkpoints_kept`). Overlay
+         *     checkpoints are layers over the directory a release replaces: they
+         *     cannot be kept, and without `drop_checkpoints: true` the release
+         *     answers 409 `checkpoints_need_base` and changes nothing (export the
+         *     ones to keep first). Also 409: `root_busy` (a process outside the
+         *     managed units uses the root; named in `detail`), `forks_exist`
+         *     (overlay), `services_busy`.
+         *
+         *     Overlay: the merged view is copied next to the root
+         *     (`.<name>.ckpt-release`, the root's own filesystem), made durable,
+         *     and swapped into place by one `RENAME_EXCHANGE` after the unmount.
+         *     A kill at any point leaves the managed root (the next start undoes
+         *     the rest) or the released directory, complete; killed between the
+         *     unmount and the swap (two system calls), the path shows the
+         *     directory ckptd adopted until the next start mounts the root again.
+         *     Tar: nothing moves.
+         */
+        post: operations["releaseRoots"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/health": {
         parameters: {
             query?: never;
@@ -640,12 +683,16 @@ export interface components {
                 unit?: string;
                 hidden: boolean;
             }[];
+            /** @description Roots released by POST /v1/roots/release: plain directories, not managed until ckptd restarts and adopts them again. */
+            released_roots?: string[];
             /** @description overlay backend only. */
             overlay_roots?: {
                 path: string;
                 /** @description depth of the layer chain under the live upper. */
                 layers: number;
                 upper: string;
+                /** @description released by POST /v1/roots/release (no longer mounted). */
+                released?: boolean;
             }[];
         };
         /** @description What a tar restore did (tar backend). */
@@ -703,7 +750,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {string} */
-            code: "bad_request" | "invalid_field" | "unauthorized" | "forbidden" | "checkpoint_limit" | "not_found" | "method_not_allowed" | "conflict" | "gone" | "checkpoint_expired" | "body_too_large" | "unsupported_media_type" | "insufficient_storage" | "internal" | "unavailable" | "invalid_path" | "checkpoint_forked" | "not_supported" | "invalid_idempotency_key" | "idempotency_in_progress" | "idempotency_key_reused" | "invalid_archive" | "base_mismatch" | "roots_mismatch" | "unsupported";
+            code: "bad_request" | "invalid_field" | "unauthorized" | "forbidden" | "checkpoint_limit" | "not_found" | "method_not_allowed" | "conflict" | "gone" | "checkpoint_expired" | "body_too_large" | "unsupported_media_type" | "insufficient_storage" | "internal" | "unavailable" | "invalid_path" | "checkpoint_forked" | "not_supported" | "invalid_idempotency_key" | "idempotency_in_progress" | "idempotency_key_reused" | "invalid_archive" | "base_mismatch" | "roots_mismatch" | "unsupported" | "root_released" | "root_busy" | "forks_exist" | "checkpoints_need_base" | "services_busy";
         };
     };
     responses: {
@@ -1379,6 +1426,55 @@ export interface operations {
             422: components["responses"]["IdempotencyKeyReused"];
             500: components["responses"]["Internal"];
             507: components["responses"]["InsufficientStorage"];
+        };
+    };
+    releaseRoots: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    /** @description A managed root (canonical path); default every root. */
+                    root?: string;
+                    /**
+                     * @description Delete every checkpoint first (needed on overlay when there are any).
+                     * @default false
+                     */
+                    drop_checkpoints?: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description Released. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The roots released by this request. */
+                        released: string[];
+                        /** @description Ids of the checkpoints deleted first. */
+                        dropped_checkpoints: string[];
+                        /** @description Checkpoints remain and restore once the root is adopted again (tar). */
+                        checkpoints_kept: boolean;
+                        stopped_units?: string[];
+                        started_units?: string[];
+                        duration_ms: number;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["Internal"];
         };
     };
     health: {

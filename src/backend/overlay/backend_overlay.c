@@ -143,8 +143,14 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 {
 	struct overlay_mountinfo mi;
 	int q = ovl_root_dirs(o, r, err);
+	if (q == 0 && overlay_release_recover(o, r) == 1) { /* released: adopt afresh */
+		close(r->rdir_fd);
+		free(TAKE_PTR(r->rdir));
+		q = ovl_root_dirs(o, r, err);
+	}
 	if (q < 0)
 		return q;
+	overlay_release_sweep(r);
 	write_file_atomic_sweep(r->rdir_fd); /* .live.json.tmp.* of a killed daemon */
 	unlinkat(r->rdir_fd, "idx/.index.tmp", 0);
 	if ((q = overlay_mountinfo_find(r->path, &mi)) < 0)
@@ -256,6 +262,7 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	o->odir_fd = open(o->odir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	o->cdir_fd = open(cdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	ovl_sweep_probes(o);
+	overlay_release_sweep_gone(o);
 	for (size_t i = 0; i < ctx->n_roots && q == 0; i++) {
 		struct ovl_root *r = &o->roots[o->n_roots++];
 		r->rdir_fd = -1;
@@ -612,9 +619,9 @@ static void ovl_health(void *st, json_t *out)
 	json_t *roots = json_array();
 	for (size_t i = 0; i < o->n_roots; i++)
 		json_array_append_new(roots,
-				      json_pack("{s:s,s:I,s:s}", "path", o->roots[i].path, "layers",
+				      json_pack("{s:s,s:I,s:s,s:b}", "path", o->roots[i].path, "layers",
 						(json_int_t)json_array_size(o->roots[i].chain), "upper",
-						o->roots[i].upper));
+						o->roots[i].upper, "released", o->roots[i].released));
 	json_object_set_new(
 		out, "backend_reason",
 		json_string("overlayfs mounts work here: restore swaps a layer chain, create copies only the upper"));
@@ -633,7 +640,8 @@ static void ovl_maintain(void *st)
 	if (o->dirty_gc)
 		overlay_layers_gc(o);
 	for (size_t i = 0; i < o->n_roots; i++) /* the next restore's upper, ready */
-		if (!o->roots[i].spare[0] && ovl_new_upper(&o->roots[i], o->roots[i].spare) < 0)
+		if (!o->roots[i].released && !o->roots[i].spare[0] &&
+		    ovl_new_upper(&o->roots[i], o->roots[i].spare) < 0)
 			o->roots[i].spare[0] = 0;
 }
 
@@ -648,7 +656,8 @@ static void ovl_maintain(void *st)
 static int ovl_cleanup_pins(struct ovl *o, bool all)
 {
 	for (size_t i = 0; i < o->n_roots; i++)
-		overlay_layers_empty_trash(&o->roots[i]);
+		if (!o->roots[i].released)
+			overlay_layers_empty_trash(&o->roots[i]);
 	pthread_mutex_lock(&o->trash_lock);
 	bool release = all || o->n_pins > OVL_PIN_MAX || mono_ms() - atomic_load(&o->last_swap_ms) >= OVL_PIN_IDLE_MS;
 	int *pins = release ? TAKE_PTR(o->pins) : NULL;
@@ -675,6 +684,8 @@ static void ovl_close(void *st, bool unmount)
 	if (o)
 		ovl_cleanup_pins(o, true);
 	for (size_t i = 0; unmount && o && i < o->n_roots; i++) {
+		if (o->roots[i].released)
+			continue;
 		_cleanup_free_ char *base = path_join(o->roots[i].rdir, "base");
 		overlay_umount(o->roots[i].path, NULL, &e);
 		if (base)
@@ -735,4 +746,5 @@ const struct backend_ops backend_overlay_ops = {
 	.view_open = overlay_view_open,
 	.view_close = overlay_view_close,
 	.import = overlay_import,
+	.release = overlay_release,
 };

@@ -11,6 +11,7 @@
  *     rec/<name>      each layer's record, what verify compares it with
  *     t/<kind>-<name> discarded uppers, work dirs and layers, deleted by
  *                     cleanup without the operation lock
+ *     release.json    {ino}: a release's intent (overlay_release.c)
  *     live.json       {path, chain, mounted, upper}: the adoption record and
  *                     the intent of a restore (written before the swap)
  *     f/<fork>/u, f/<fork>/w   a fork's upper and work dirs (overlay_fork.c)
@@ -42,6 +43,7 @@ struct ovl_root {
 	char pre[OVL_NAME_LEN + 6];
 	struct treecopy_index *pre_ix;
 	uint64_t pre_bytes;
+	bool released; /* by overlay_release: no longer ours, r/<h> is gone */
 };
 
 struct ovl {
@@ -118,3 +120,11 @@ int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t
 int overlay_view_open(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);
 void overlay_view_close(void *st, char **dirs);
 int overlay_import(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size, ckpt_error *err);
+
+/* overlay_release.c: the release op; at open, finish or undo a release a
+ * kill interrupted (1: finished, adopt the root afresh); remove a temp copy
+ * left without an intent. */
+int overlay_release(void *st, size_t i, ckpt_error *err);
+int overlay_release_recover(struct ovl *o, struct ovl_root *r);
+void overlay_release_sweep(struct ovl_root *r);
+void overlay_release_sweep_gone(struct ovl *o);

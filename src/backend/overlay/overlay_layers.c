@@ -256,6 +256,8 @@ static bool overlay_layers_keep_fork(struct ovl *o, struct ovl_root *r, const ch
 void overlay_layers_gc(struct ovl *o)
 {
 	for (size_t i = 0; i < o->n_roots; i++) {
+		if (o->roots[i].released)
+			continue;
 		overlay_layers_sweep(o, &o->roots[i], "l", overlay_layers_keep_layer);
 		overlay_layers_sweep(o, &o->roots[i], "rec", overlay_layers_keep_layer);
 		overlay_layers_sweep(o, &o->roots[i], "u", overlay_layers_keep_upper);
@@ -372,7 +374,7 @@ int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err)
 {
 	for (size_t i = 0; i < o->n_roots; i++) {
 		struct ovl_root *r = &o->roots[i];
-		for (int round = 0; round < 16; round++) {
+		for (int round = 0; round < 16 && !r->released; round++) {
 			json_auto_t *c = json_incref(overlay_layers_longest(o, r));
 			if (json_array_size(c) <= depth)
 				break;

@@ -1,0 +1,227 @@
+/* overlay_release.c: stop managing a root and leave at its path a plain
+ * directory holding what the mount showed. The merged view is copied into
+ * <parent>/.<name>.ckpt-release (the root's own filesystem), made durable,
+ * then r/<h>/release.json records the copy's inode, the mount goes and one
+ * RENAME_EXCHANGE puts the copy at the root's path. The old base (now at the
+ * temp name) and r/<h> (live.json, layers) are then deleted.
+ *
+ * A kill at any point: open finds release.json and looks at the path. Our
+ * overlay still mounted, or a directory that is not the copy: the release is
+ * undone (temp removed, root mounted as live.json says). The copy at the
+ * path: the release is finished, and the root adopted afresh.
+ *
+ * Checkpoints are layers over the base, which release replaces: the engine
+ * drops them first (drop_checkpoints). */
+#include "backend/overlay/overlay_internal.h"
+#include "backend/overlay/overlay_mount.h"
+
+#include <dirent.h>
+#include <libgen.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#define REL_INTENT "release.json"
+
+struct rel_paths {
+	char *parent, *name, *tmp; /* tmp: ".<name>.ckpt-release", in parent */
+	int pfd;
+};
+
+static void rel_paths_free(struct rel_paths *p)
+{
+	free(p->parent);
+	free(p->name);
+	free(p->tmp);
+	if (p->pfd >= 0)
+		close(p->pfd);
+}
+
+static int rel_paths(const struct ovl_root *r, struct rel_paths *p)
+{
+	*p = (struct rel_paths){ .pfd = -1 };
+	_cleanup_free_ char *a = strdup(r->path), *b = strdup(r->path);
+	if (!a || !b)
+		return -ENOMEM;
+	p->parent = strdup(dirname(a));
+	p->name = strdup(basename(b));
+	if (!p->parent || !p->name || asprintf(&p->tmp, ".%s.ckpt-release", p->name) < 0)
+		return -ENOMEM;
+	p->pfd = open(p->parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return p->pfd < 0 ? -errno : 0;
+}
+
+/* The root's state goes: the base bind first (else deleting r/<h> would
+ * descend into it), then r/<h> is renamed away in one step (live.json and
+ * the intent with it) and deleted, then the old base at the temp name. */
+static int rel_finish(struct ovl *o, struct ovl_root *r, struct rel_paths *p)
+{
+	_cleanup_free_ char *base = path_join(r->rdir, "base");
+	char gone[64];
+	if (base)
+		overlay_umount_detach(base);
+	snprintf(gone, sizeof(gone), "r/.released-%s", r->h);
+	rm_rf_at(o->odir_fd, gone);
+	char from[32];
+	snprintf(from, sizeof(from), "r/%s", r->h);
+	if (renameat(o->odir_fd, from, o->odir_fd, gone) < 0 && errno != ENOENT)
+		return -errno;
+	int q = fsync_dirfd(o->odir_fd);
+	rm_rf_at(o->odir_fd, gone);
+	rm_rf_at(p->pfd, p->tmp);
+	fsync_dirfd(p->pfd);
+	return q;
+}
+
+static void rel_undo(struct ovl_root *r, struct rel_paths *p)
+{
+	rm_rf_at(p->pfd, p->tmp);
+	unlinkat(r->rdir_fd, REL_INTENT, 0);
+	fsync_dirfd(r->rdir_fd);
+}
+
+static int rel_copy(struct ovl_root *r, struct rel_paths *p, ino_t *ret_ino, ckpt_error *err)
+{
+	struct stat st;
+	_cleanup_close_ int src = open(r->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (src < 0 || fstat(src, &st) < 0)
+		return err_set(err, errno, NULL, "open '%s': %m", r->path);
+	rm_rf_at(p->pfd, p->tmp);
+	if (mkdirat(p->pfd, p->tmp, 0700) < 0)
+		return err_set(err, errno, NULL, "create '%s/%s': %m", p->parent, p->tmp);
+	_cleanup_close_ int dst = openat(p->pfd, p->tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dst < 0)
+		return err_set(err, errno, NULL, "open '%s/%s': %m", p->parent, p->tmp);
+	struct treecopy_opts opts = { .mode = TREECOPY_NEW, .prev_fd = -1 };
+	struct treecopy_stats stats = { 0 };
+	int q = treecopy_copy(src, dst, &opts, &stats, err);
+	if (q == 0 && (q = treecopy_copy_meta(src, dst, NULL, src, dst, &st)) < 0)
+		err_set(err, -q, NULL, "copy the attributes of '%s': %s", r->path, strerror(-q));
+	if (q == 0 && (syncfs(dst) < 0 || fsync_dirfd(p->pfd) < 0))
+		q = err_set(err, errno, NULL, "sync '%s': %m", p->parent);
+	if (q == 0 && fstat(dst, &st) < 0)
+		q = err_set(err, errno, NULL, "stat the copy: %m");
+	*ret_ino = st.st_ino;
+	return q;
+}
+
+int overlay_release(void *st, size_t i, ckpt_error *err)
+{
+	struct ovl *o = st;
+	struct ovl_root *r = &o->roots[i];
+	struct rel_paths p;
+	struct restore_details busy = { 0 };
+	ino_t ino = 0;
+	char intent[256];
+
+	if (json_object_size(o->forks))
+		return err_set_kind(err, ERR_CONFLICT, EBUSY, "forks_exist",
+				    "forks use the layers of '%s': delete them first (GET /v1/forks)", r->path);
+	int q = rel_paths(r, &p);
+	if (q < 0) {
+		rel_paths_free(&p);
+		return err_set(err, -q, NULL, "open the parent of '%s': %s", r->path, strerror(-q));
+	}
+	/* Open files would keep writing to the old mount: refuse, name them. */
+	if (overlay_busy_processes(r->path, &busy) == 0 && busy.n_busy) {
+		q = err_set_kind(err, ERR_CONFLICT, EBUSY, "root_busy",
+				 "process %ld (%s) still uses '%s' and belongs to no managed unit: stop it first",
+				 busy.busy[0].pid, busy.busy[0].command, r->path);
+		goto out;
+	}
+	if ((q = rel_copy(r, &p, &ino, err)) < 0) {
+		rel_undo(r, &p);
+		goto out;
+	}
+	snprintf(intent, sizeof(intent), "{\"ino\":%llu}", (unsigned long long)ino);
+	if ((q = write_file_atomic(r->rdir_fd, REL_INTENT, intent, strlen(intent), 0600)) < 0) {
+		err_set(err, -q, NULL, "record the release of '%s': %s", r->path, strerror(-q));
+		rel_undo(r, &p);
+		goto out;
+	}
+	if (umount2(r->path, UMOUNT_NOFOLLOW) < 0) {
+		q = err_set_kind(err, errno == EBUSY ? ERR_CONFLICT : ERR_INTERNAL, errno,
+				 errno == EBUSY ? "root_busy" : NULL, "unmount '%s': %m", r->path);
+		rel_undo(r, &p);
+		goto out;
+	}
+	if (renameat2(p.pfd, p.tmp, p.pfd, p.name, RENAME_EXCHANGE) < 0 || fsync_dirfd(p.pfd) < 0) {
+		q = err_set(err, errno, NULL, "put the released copy at '%s': %m", r->path);
+		/* undone by remounting what live.json says */
+		ckpt_error e2 = { 0 };
+		char up[32], wk[32];
+		snprintf(up, sizeof(up), "u/%s", r->upper);
+		snprintf(wk, sizeof(wk), "w/%s", r->upper);
+		if (overlay_mount_layers(r, r->mounted, r->path, up, wk, &e2) == 0)
+			rel_undo(r, &p);
+		goto out;
+	}
+	if ((q = rel_finish(o, r, &p)) < 0)
+		err_set(err, -q, NULL, "remove the state of '%s': %s", r->path, strerror(-q));
+	r->released = true;
+out:
+	restore_details_free(&busy);
+	rel_paths_free(&p);
+	return q;
+}
+
+/* At open, before anything else of r: finish or undo a release a kill
+ * interrupted. 1: finished (adopt r afresh), 0: nothing or undone. */
+int overlay_release_recover(struct ovl *o, struct ovl_root *r)
+{
+	_cleanup_free_ char *s = NULL;
+	if (read_file_at(r->rdir_fd, REL_INTENT, 4096, &s, NULL) < 0)
+		return 0;
+	json_auto_t *j = json_loads(s, 0, NULL);
+	ino_t ino = (ino_t)json_integer_value(json_object_get(j, "ino"));
+	struct rel_paths p;
+	struct overlay_mountinfo mi = { 0 };
+	struct stat st;
+	int q = rel_paths(r, &p);
+	if (q == 0)
+		q = overlay_mountinfo_find(r->path, &mi);
+	bool exchanged = q == 0 && !mi.found && stat(r->path, &st) == 0 && ino && st.st_ino == ino;
+	overlay_mountinfo_clear(&mi);
+	if (q < 0) {
+		rel_paths_free(&p);
+		return 0;
+	}
+	if (exchanged) {
+		q = rel_finish(o, r, &p);
+		log_notice("release of '%s' finished at start (it was interrupted after the copy took its place)",
+			   r->path);
+	} else {
+		rel_undo(r, &p);
+		log_notice("release of '%s' undone at start (it was interrupted before the copy took its place)",
+			   r->path);
+	}
+	rel_paths_free(&p);
+	return exchanged && q == 0 ? 1 : 0;
+}
+
+/* A temp copy a kill left before its intent was written. */
+void overlay_release_sweep(struct ovl_root *r)
+{
+	struct rel_paths p;
+	if (faccessat(r->rdir_fd, REL_INTENT, F_OK, 0) == 0)
+		return;
+	if (rel_paths(r, &p) == 0)
+		rm_rf_at(p.pfd, p.tmp);
+	rel_paths_free(&p);
+}
+
+/* r/.released-<h> that a kill left after a finished release renamed it. */
+void overlay_release_sweep_gone(struct ovl *o)
+{
+	int fd = openat(o->odir_fd, "r", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *de;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((de = readdir(d)))
+		if (!strncmp(de->d_name, ".released-", 10))
+			rm_rf_at(dirfd(d), de->d_name);
+	closedir(d);
+}

@@ -1,0 +1,165 @@
+/* engine_release.c: stop managing a root and leave it a plain directory
+ * holding what it showed (POST /v1/roots/release). The units using the roots
+ * are stopped around the backend's release and started after, on the plain
+ * directory. Until ckptd restarts (and adopts the root again), creates,
+ * restores, forks and imports answer 409 root_released. */
+#include "config.h"
+#include "engine/engine_internal.h"
+#include "services/services.h"
+
+static bool is_released(struct engine *e, const char *root)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(e->released, i, v) if (!strcmp(json_string_value(v), root)) return true;
+	return false;
+}
+
+int engine_check_managed(struct engine *e, ckpt_error *err)
+{
+	pthread_mutex_lock(&e->state_lock);
+	const char *root = json_array_size(e->released) ? json_string_value(json_array_get(e->released, 0)) : NULL;
+	int r = root
+		? err_set_kind(err, ERR_CONFLICT, EBUSY, "root_released",
+			       "'%s' was released and is not managed until ckptd restarts and adopts it again", root)
+		: 0;
+	pthread_mutex_unlock(&e->state_lock);
+	return r;
+}
+
+/* Drop every checkpoint (the backend cannot keep them across a release). */
+static int release_drop_all(struct engine *e, json_t *dropped, ckpt_error *err)
+{
+	struct catalog_list l = { 0 };
+	int r = catalog_list(e->catalog, NULL, &l);
+	for (size_t k = 0; r == 0 && k < l.n; k++) {
+		if (l.v[k]->status == CKPT_CREATING)
+			r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
+					 l.v[k]->id);
+		else if ((r = engine_drop(e, l.v[k], err)) == 0)
+			json_array_append_new(dropped, json_string(l.v[k]->id));
+	}
+	catalog_list_free(&l);
+	return r;
+}
+
+static int release_roots(struct engine *e, const char *root, size_t *idx, size_t *n, ckpt_error *err)
+{
+	*n = 0;
+	for (size_t i = 0; i < e->cfg->n_roots; i++) {
+		const char *p = e->cfg->roots[i];
+		if (root && strcmp(root, p))
+			continue;
+		if (is_released(e, p)) {
+			if (root)
+				return err_set_kind(err, ERR_CONFLICT, EALREADY, "root_released",
+						    "'%s' is released already; ckptd adopts it again when it restarts",
+						    p);
+			continue;
+		}
+		idx[(*n)++] = i;
+	}
+	if (root && !*n)
+		return err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "'%s' is not a managed root", root);
+	return 0;
+}
+
+/* A backend that unmounts (overlay) cannot let a process outside the units
+ * go on writing to the mount: refuse before anything is dropped. */
+static int release_check_users(struct engine *e, const size_t *idx, size_t n, ckpt_error *err)
+{
+	char *roots[n];
+	for (size_t k = 0; k < n; k++)
+		roots[k] = e->cfg->roots[idx[k]];
+	json_auto_t *u = services_unmanaged_users(e->services, roots, n, NULL, 0);
+	json_t *p = json_array_get(u, 0);
+	if (!p)
+		return 0;
+	return err_set_kind(err, ERR_CONFLICT, EBUSY, "root_busy",
+			    "process %lld (%s) uses a root and belongs to no managed unit: stop it first, nothing "
+			    "released",
+			    (long long)json_integer_value(json_object_get(p, "pid")),
+			    json_string_value(json_object_get(p, "command")));
+}
+
+/* Stop the units, release, start them: like a restore's swap. */
+static int release_run(struct engine *e, const size_t *idx, size_t n, json_t *out, ckpt_error *err)
+{
+	struct svc_plan units;
+	struct svc_report rep;
+	char *roots[n ? n : 1];
+	for (size_t k = 0; k < n; k++)
+		roots[k] = e->cfg->roots[idx[k]];
+	int r = services_plan(e->services, roots, n, &units);
+	if (r < 0) {
+		services_plan_free(&units);
+		return err_set(err, -r, NULL, "cannot list the services that use the roots: %s", strerror(-r));
+	}
+	svc_report_init(&rep);
+	if (services_stop(e->services, &units) < 0)
+		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "services_busy",
+				 "a unit that uses the roots could not be stopped: nothing released");
+	for (size_t k = 0; r == 0 && k < n; k++) {
+		if ((r = e->backend->release(e->bst, idx[k], err)) < 0)
+			break;
+		pthread_mutex_lock(&e->state_lock);
+		json_array_append_new(e->released, json_string(roots[k]));
+		pthread_mutex_unlock(&e->state_lock);
+		json_array_append_new(json_object_get(out, "released"), json_string(roots[k]));
+		log_notice("released '%s': a plain directory now, not managed until ckptd restarts", roots[k]);
+	}
+	services_start(e->services, &units);
+	services_report(&units, &rep);
+	services_plan_free(&units);
+	json_object_set(out, "stopped_units", rep.stopped);
+	json_object_set(out, "started_units", rep.started);
+	svc_report_free(&rep);
+	return r;
+}
+
+int engine_release(struct engine *e, const char *root, bool drop, json_t **ret, ckpt_error *err)
+{
+	size_t idx[e->cfg->n_roots ? e->cfg->n_roots : 1], n = 0;
+	int64_t t0 = mono_ms();
+	if (!e->backend->release)
+		return err_set_kind(err, ERR_INVALID, ENOTSUP, "not_supported", "the %s backend cannot release",
+				    e->backend->name);
+	json_t *out = json_pack("{s:[],s:[],s:b}", "released", "dropped_checkpoints", "checkpoints_kept", false);
+	if (!out)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	pthread_mutex_lock(&e->op_lock);
+	engine_set_status(e, "releasing", root ? root : "the roots");
+	pthread_mutex_lock(&e->state_lock);
+	if (!e->released)
+		e->released = json_array();
+	pthread_mutex_unlock(&e->state_lock);
+	int r = release_roots(e, root, idx, &n, err);
+	size_t count = catalog_count(e->catalog);
+	bool keep = e->backend->release_keeps_checkpoints && !drop;
+	if (r == 0 && n && count && !keep && !drop)
+		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "checkpoints_need_base",
+				 "the %s backend cannot keep the %zu checkpoints across a release: their layers "
+				 "need the base that release replaces. Export those to keep (ckpt export), then "
+				 "pass drop_checkpoints: true",
+				 e->backend->name, count);
+	if (r == 0 && n && e->forks && json_object_size(e->forks) && !e->backend->release_keeps_checkpoints)
+		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "forks_exist",
+				 "forks use the checkpoints' layers: delete them first (GET /v1/forks)");
+	if (r == 0 && n && !e->backend->release_keeps_checkpoints)
+		r = release_check_users(e, idx, n, err);
+	if (r == 0 && n && !keep)
+		r = release_drop_all(e, json_object_get(out, "dropped_checkpoints"), err);
+	if (r == 0 && n)
+		r = release_run(e, idx, n, out, err);
+	json_object_set_new(out, "checkpoints_kept", json_boolean(keep && catalog_count(e->catalog) > 0));
+	json_object_set_new(out, "duration_ms", json_integer(mono_ms() - t0));
+	engine_set_status(e, NULL, NULL);
+	pthread_mutex_unlock(&e->op_lock);
+	engine_kick_maintenance(e);
+	if (r < 0) {
+		json_decref(out);
+		return r;
+	}
+	*ret = out;
+	return 0;
+}
