@@ -26,7 +26,7 @@
 #include "testlib.h"
 
 static char dir[TESTLIB_DIR_LEN], mnt[TESTLIB_DIR_LEN + 8];
-static unsigned long long rng;
+static unsigned long long rng, seed;
 
 static unsigned rnd(unsigned n)
 {
@@ -365,7 +365,7 @@ static void assert_same(const char *what, const char *a, const char *b, unsigned
 		i--;
 	for (size_t k = 0; k < i; k++)
 		line += a[k] == '\n';
-	fail_msg("round %u (seed %llu): %s differ at line %zu:\n  %.*s\n  %.*s", round, rng, what, line,
+	fail_msg("round %u (CKPTD_SEED=%llu): %s differ at line %zu:\n  %.*s\n  %.*s", round, seed, what, line,
 		 (int)strcspn(a + i, "\n"), a + i, (int)strcspn(b + i, "\n"), b + i);
 }
 
@@ -393,8 +393,8 @@ static void test_update_equals_full_walk(void **state)
 {
 	(void)state;
 	const char *s = getenv("CKPTD_SEED");
-	rng = s ? strtoull(s, NULL, 10) : (unsigned long long)time(NULL);
-	print_message("seed %llu\n", rng);
+	rng = seed = s ? strtoull(s, NULL, 10) : (unsigned long long)time(NULL);
+	print_message("CKPTD_SEED=%llu\n", seed);
 	assert_int_equal(testlib_mkdir(dir, "tcupdate"), 0);
 	int lower = dir_fd("lower"), upper = dir_fd("upper"), work = dir_fd("work");
 	assert_true(lower >= 0 && upper >= 0 && work >= 0);

@@ -351,23 +351,26 @@ int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct 
 /* Update mode (the frozen pass): dst is a copy of src made earlier, whose
  * index then was prev_ix. Only names change in dst, never an inode: its
  * files may be links into older, immutable layers. */
+struct tc_name {
+	char *name;
+	unsigned char type; /* d_type */
+	bool seen;
+};
 struct tc_names {
-	char **v;
-	bool *seen;
+	struct tc_name *v;
 	size_t n;
 };
 
 static int tc_names_cmp(const void *a, const void *b)
 {
-	return strcmp(*(char *const *)a, *(char *const *)b);
+	return strcmp(((const struct tc_name *)a)->name, ((const struct tc_name *)b)->name);
 }
 
 static void tc_names_free(struct tc_names *ns)
 {
 	for (size_t i = 0; i < ns->n; i++)
-		free(ns->v[i]);
+		free(ns->v[i].name);
 	free(ns->v);
-	free(ns->seen);
 }
 
 static int tc_names_read(int dfd, struct tc_names *ns)
@@ -380,28 +383,31 @@ static int tc_names_read(int dfd, struct tc_names *ns)
 	struct dirent *de;
 	while ((de = walk_next(d))) {
 		if (ns->n == cap) {
-			char **v = realloc(ns->v, (cap = cap ? 2 * cap : 16) * sizeof(*v));
+			struct tc_name *v = realloc(ns->v, (cap = cap ? 2 * cap : 16) * sizeof(*v));
 			if (!v)
 				return -ENOMEM;
 			ns->v = v;
 		}
-		if (!(ns->v[ns->n] = strdup(de->d_name)))
+		if (!(ns->v[ns->n].name = strdup(de->d_name)))
 			return -ENOMEM;
-		ns->n++;
+		ns->v[ns->n].type = de->d_type;
+		ns->v[ns->n++].seen = false;
 	}
 	if (errno)
 		return -errno;
-	if (!(ns->seen = calloc(ns->n + 1, sizeof(*ns->seen))))
-		return -ENOMEM;
-	qsort(ns->v, ns->n, sizeof(*ns->v), tc_names_cmp);
+	if (ns->n)
+		qsort(ns->v, ns->n, sizeof(*ns->v), tc_names_cmp);
 	return 0;
 }
 
-static void tc_names_mark(struct tc_names *ns, const char *name)
+/* Mark name as still in src; its entry in dst, or NULL. */
+static struct tc_name *tc_names_mark(struct tc_names *ns, const char *name)
 {
-	char **p = ns->n ? bsearch(&name, ns->v, ns->n, sizeof(*ns->v), tc_names_cmp) : NULL;
+	struct tc_name key = { .name = (char *)name };
+	struct tc_name *p = ns->n ? bsearch(&key, ns->v, ns->n, sizeof(*ns->v), tc_names_cmp) : NULL;
 	if (p)
-		ns->seen[p - ns->v] = true;
+		p->seen = true;
+	return p;
 }
 
 /* A directory's metadata as a fresh copy would have it: src's, and of the
@@ -433,15 +439,19 @@ static int treecopy_update_entry(struct tc *t, int sfd, int dfd, const char *nam
 	struct stat st, ds;
 	if (fstatat(sfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : tc_fail(t, -errno, "stat");
-	tc_names_mark(ns, name);
-	bool have = fstatat(dfd, name, &ds, AT_SYMLINK_NOFOLLOW) == 0;
-	if (!have && errno != ENOENT)
-		return tc_fail(t, -errno, "stat copy");
-	if (have && S_ISDIR(st.st_mode) && S_ISDIR(ds.st_mode))
+	const struct tc_name *e = tc_names_mark(ns, name);
+	bool have = e != NULL;
+	mode_t dtype = have ? DTTOIF(e->type) : 0; /* d_type spares a stat */
+	if (have && e->type == DT_UNKNOWN) {
+		if (fstatat(dfd, name, &ds, AT_SYMLINK_NOFOLLOW) < 0)
+			return tc_fail(t, -errno, "stat copy");
+		dtype = ds.st_mode & S_IFMT;
+	}
+	if (have && S_ISDIR(st.st_mode) && S_ISDIR(dtype))
 		return treecopy_dir(t, sfd, dfd, name, &st, true, false, true);
 	/* another name of this file came first (a fresh copy links to it) */
 	bool linked = st.st_nlink > 1 && devino_get(&t->links, st.st_dev, st.st_ino);
-	if (have && !linked && S_ISREG(st.st_mode) && S_ISREG(ds.st_mode) &&
+	if (have && !linked && S_ISREG(st.st_mode) && S_ISREG(dtype) &&
 	    treecopy_index_match(t->o->prev_ix, t->path, &st)) {
 		int r = t->o->new_ix ? treecopy_index_put(t->o->new_ix, t->path, &st) : 0;
 		if (r == 0 && st.st_nlink > 1)
@@ -480,7 +490,7 @@ static int treecopy_update_dir(struct tc *t, int sfd, int dfd)
 	if (r == 0 && errno)
 		r = tc_fail(t, -errno, "readdir");
 	for (size_t i = 0; r == 0 && i < ns.n; i++)
-		if (!ns.seen[i] && (r = rm_rf_at(dfd, ns.v[i])) < 0)
+		if (!ns.v[i].seen && (r = rm_rf_at(dfd, ns.v[i].name)) < 0)
 			tc_fail(t, r, "remove");
 	tc_names_free(&ns);
 	return r;
