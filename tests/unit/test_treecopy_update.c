@@ -494,13 +494,20 @@ static void test_update_equals_full_walk(void **state)
 	close(lower);
 	close(upper);
 	close(work);
+}
+
+/* Also after a failed check: no mount or tree left behind. */
+static int teardown(void **state)
+{
+	(void)state;
 	testlib_rmdir(dir);
+	return 0;
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_update_equals_full_walk),
+		cmocka_unit_test_teardown(test_update_equals_full_walk, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
