@@ -10,8 +10,9 @@ wrk on the GET endpoints while restores run (bench/load.py): req/s and p99.
 Host mode: handoff overhead over raw runsc, volume and etcd locks (bench/host.py).
 
 Usage: bench/run.py [--sizes small,large] [--runs N] [--load-secs S] [--out bench/results.md]
-                    [--cases all|retry|freeze|diff|tarinc|host]  (one case: printed only)
-(--sizes "" --load-secs 5 runs only a short load section.)
+                    [--cases all|retry|freeze|diff|tarinc|track|host]  (one case: printed only)
+(--sizes "" --load-secs 5 runs only a short load section; a size may also be
+FILES:MB, e.g. --sizes 20000:200 --cases track for a quick run.)
 Not a test: it prints a markdown table and writes it to bench/results.md."""
 import argparse
 import os
@@ -39,6 +40,15 @@ SIZES = {"small": (10_000, 100 << 20), "large": (100_000, 1 << 30)}
 
 def log(*a):
     print(*a, file=sys.stderr, flush=True)
+
+
+def size_of(name):
+    """small, large, or FILES:MB."""
+    if name in SIZES:
+        return SIZES[name]
+    files, mb = name.split(":")
+    SIZES[name] = (int(files), int(mb) << 20)
+    return SIZES[name]
 
 
 def make_tree(root, n_files, total):
@@ -308,6 +318,43 @@ def bench_diff(work, src, n_files, runs):
     return res
 
 
+def upper_of(root):
+    """The upperdir of the overlay mounted at root (from mountinfo)."""
+    for line in open("/proc/self/mountinfo"):
+        f = line.split()
+        if f[4] == str(root) and "upperdir=" in line:
+            opts = line.split(" - ", 1)[1].split()[2]
+            return [o.split("=", 1)[1] for o in opts.split(",") if o.startswith("upperdir=")][0]
+    raise RuntimeError(f"no overlay at {root}")
+
+
+def bench_track(work, src, n_files, runs):
+    """Issue 11.4's case: creates of 10 small changes when the upper already
+    holds every file (all rewritten once since the restore), against the
+    20 ms target, beside a bare stat walk of that upper (`find -printf` of
+    inode, size and ctime: what any create that walks the upper pays at least)."""
+    d = Daemon("overlay", src, work / "state-track")
+    try:
+        d.create("c0")
+        rewrite_all(src, n_files)
+        d.create("all")
+        up = upper_of(src)
+        api, walls, walks = [], [], []
+        for i in range(max(3, runs // 3)):
+            touch_10(src, n_files, f"k{i}")
+            c, wall = d.create(f"ten{i}")
+            api.append(c["duration_ms"])
+            walls.append(wall)
+            t0 = time.perf_counter()
+            subprocess.run(["find", up, "-printf", "%i %s %C@\\n"], stdout=subprocess.DEVNULL, check=True)
+            walks.append((time.perf_counter() - t0) * 1000)
+        log(f"create of 10 changes, upper holding every file: API {api}, wall {[round(w) for w in walls]}, "
+            f"stat walk of the upper {[round(w) for w in walks]}")
+        return {"track": (statistics.median(api), statistics.median(walls), statistics.median(walks))}
+    finally:
+        d.stop()
+
+
 def bench_baselines(work, src, runs):
     archive = work / "tree.tar"
     subprocess.run(["tar", "-C", str(src), "-cf", str(archive), "."], check=True)
@@ -326,7 +373,7 @@ def bench_baselines(work, src, runs):
 
 
 def one_size(name, runs, cases="all"):
-    n_files, total = SIZES[name]
+    n_files, total = size_of(name)
     work = pathlib.Path(tempfile.mkdtemp(prefix=f"ckptd-bench-{name}-", dir="/tmp"))
     try:
         src = work / "tree"
@@ -350,6 +397,9 @@ def one_size(name, runs, cases="all"):
         if cases in ("all", "tarinc"):
             log(f"[{name}] tar incremental create and restore beside rsync")
             res.update(bench_tarinc(work, src, n_files, runs))
+        if cases in ("all", "track"):
+            log(f"[{name}] create of 10 changes when the upper holds every file")
+            res.update(bench_track(work, src, n_files, runs))
         if cases in ("all", "retry"):
             log(f"[{name}] retry loop, 500 MB per attempt")
             res.update(bench_retry(work, src, runs))
@@ -418,6 +468,9 @@ def table(results, runs):
         "(target ≤ 0.25x)",
         lambda r: f"{fmt(r['tarinc'][4])} / {fmt(r['tarinc'][5])} / {fmt(r['tarinc'][6])} / "
         f"{r['tarinc'][5] / r['tarinc'][6]:.2f}x (target 0.25x)")
+    row("overlay create of 10 changes when the upper holds every file, median: API (target ≤ 20) / wall / "
+        "bare stat walk of the upper (`find`), the floor of any create that walks it",
+        lambda r: f"{fmt(r['track'][0])} (target 20) / {fmt(r['track'][1])} / {fmt(r['track'][2])}")
     return "\n".join(lines) + "\n"
 
 
@@ -461,7 +514,7 @@ def main():
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--load-secs", type=int, default=30, help="wrk duration of the load section (0: skip)")
     ap.add_argument("--out", default=str(TOP / "bench/results.md"))
-    ap.add_argument("--cases", default="all", choices=["all", "retry", "freeze", "diff", "tarinc", "host"],
+    ap.add_argument("--cases", default="all", choices=["all", "retry", "freeze", "diff", "tarinc", "track", "host"],
                     help="all, or one case alone (printed, results.md untouched)")
     a = ap.parse_args()
     if not os.path.exists(CKPTD):

@@ -367,8 +367,9 @@ static int ovl_precopy(void *st, struct progress *p, ckpt_error *err)
 }
 
 /* Copy r's upper into a new durable layer; on success ix (the upper's new
- * index) is handed to the caller. With a first pass (precopy), unchanged
- * files are linked from it instead of the last layer, and it is dropped. */
+ * index) is handed to the caller. With a first pass (precopy), that copy
+ * becomes the layer: only what changed since is replaced in it
+ * (treecopy_update), instead of linking every file again. */
 static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], struct treecopy_index **ret_ix,
 			    uint64_t *size, struct progress *p, ckpt_error *err)
 {
@@ -381,24 +382,29 @@ static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], str
 	if (q < 0)
 		return err_set(err, -q, NULL, "name a layer: %s", strerror(-q));
 	snprintf(tmp, sizeof(tmp), ".tmp-%s", name);
-	if (mkdirat(l, tmp, 0700) < 0)
+	bool update = r->pre_ix != NULL; /* the first pass becomes the layer */
+	if (update ? renameat(l, r->pre, l, tmp) < 0 : mkdirat(l, tmp, 0700) < 0)
 		return err_set(err, errno, NULL, "create layer: %m");
+	if (update)
+		r->pre[0] = 0; /* now tmp: publish removes it on failure */
 	_cleanup_close_ int dst = openat(l, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	const char *from = r->pre_ix ? r->pre : r->ix ? r->ix_layer : NULL;
+	const char *from = r->ix && !update ? r->ix_layer : NULL;
 	_cleanup_close_ int prev = from ? openat(l, from, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	_cleanup_(treecopy_index_freep) struct treecopy_index *ix = treecopy_index_new();
 	struct treecopy_opts opts = {
 		.mode = TREECOPY_NEW,
 		.prev_fd = prev,
-		.prev_ix = r->pre_ix ? r->pre_ix : r->ix,
+		.prev_ix = update ? r->pre_ix : r->ix,
 		.new_ix = ix,
-		.progress = r->pre_ix ? NULL : p, /* the bar follows the first pass, which has the totals */
+		.progress = update ? NULL : p, /* the bar follows the first pass, which has the totals */
 	};
 	struct treecopy_stats stats = { 0 };
 	uint64_t pre_bytes = r->pre_bytes;
-	q = dst < 0 || !ix ? err_set(err, ENOMEM, NULL, "create layer: out of memory")
-			   : treecopy_copy(up, dst, &opts, &stats, err);
-	ovl_drop_pre(r, l); /* its files live on as links in dst */
+	if (dst < 0 || !ix)
+		q = err_set(err, ENOMEM, NULL, "create layer: out of memory");
+	else
+		q = update ? treecopy_update(up, dst, &opts, &stats, err) : treecopy_copy(up, dst, &opts, &stats, err);
+	ovl_drop_pre(r, l);
 	if ((q = overlay_layer_publish(r, l, dst, tmp, name, q, err)) < 0)
 		return q;
 	*size += stats.bytes_copied + pre_bytes; /* a file rewritten since the first pass counts twice */

@@ -158,7 +158,10 @@ static void tc_progress(struct tc *t, uint64_t bytes)
 }
 
 /* A hard link instead of a copy: inside this copy, from an immutable source,
- * or from the previous layer. 1 when linked, 0 when a copy is needed. */
+ * or from the previous layer. 1 when linked, 0 when a copy is needed. A
+ * file of several names linked from the previous layer is where its other
+ * names link to: a name that must be copied (say, moved with its directory)
+ * and one still unchanged stay one inode. */
 static int treecopy_try_link(struct tc *t, int sfd, int dfd, const char *name, const struct stat *st)
 {
 	const char *first = st->st_nlink > 1 ? devino_get(&t->links, st->st_dev, st->st_ino) : NULL;
@@ -167,8 +170,11 @@ static int treecopy_try_link(struct tc *t, int sfd, int dfd, const char *name, c
 		r = linkat(t->dst_root, first, dfd, name, 0);
 	else if (t->o->link_sources && !S_ISDIR(st->st_mode))
 		r = linkat(sfd, name, dfd, name, 0);
-	else if (S_ISREG(st->st_mode) && t->o->prev_fd >= 0 && treecopy_index_match(t->o->prev_ix, t->path, st))
+	else if (S_ISREG(st->st_mode) && t->o->prev_fd >= 0 && treecopy_index_match(t->o->prev_ix, t->path, st)) {
 		r = linkat(t->o->prev_fd, t->path, dfd, name, 0);
+		if (r == 0 && st->st_nlink > 1 && devino_put(&t->links, st->st_dev, st->st_ino, t->path) < 0)
+			return -ENOMEM;
+	}
 	if (r < 0)
 		return 0; /* EMLINK, a vanished previous layer...: copy instead */
 	t->st->linked++;
@@ -219,9 +225,12 @@ static int treecopy_special(struct tc *t, int sfd, int dfd, const char *name, co
 }
 
 static int treecopy_dir_contents(struct tc *t, int sfd, int dfd);
+static int treecopy_update_dir(struct tc *t, int sfd, int dfd);
+static int treecopy_update_meta(int s, int d, const struct stat *st);
 
+/* update: dst's dir is an earlier copy, brought up to date (treecopy_update). */
 static int treecopy_dir(struct tc *t, int sfd, int dfd, const char *name, const struct stat *st, bool exists,
-			bool make_opaque)
+			bool make_opaque, bool update)
 {
 	if (!exists && mkdirat(dfd, name, 0700) < 0)
 		return tc_fail(t, -errno, "mkdir");
@@ -229,12 +238,12 @@ static int treecopy_dir(struct tc *t, int sfd, int dfd, const char *name, const 
 	_cleanup_close_ int d = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (s < 0 || d < 0)
 		return tc_fail(t, -errno, "open dir");
-	int r = treecopy_dir_contents(t, s, d);
+	int r = update ? treecopy_update_dir(t, s, d) : treecopy_dir_contents(t, s, d);
 	if (r < 0)
 		return r;
 	if (make_opaque && fsetxattr(d, OPAQUE_XATTR, "y", 1, 0) < 0)
 		return tc_fail(t, -errno, "set opaque");
-	r = treecopy_copy_meta(sfd, dfd, name, s, d, st);
+	r = update ? treecopy_update_meta(s, d, st) : treecopy_copy_meta(sfd, dfd, name, s, d, st);
 	if (r < 0)
 		return tc_fail(t, r, "dir metadata");
 	tc_progress(t, 0);
@@ -283,10 +292,12 @@ static int treecopy_entry(struct tc *t, int sfd, int dfd, const char *name)
 			return r;
 	}
 	if (S_ISDIR(st.st_mode))
-		return treecopy_dir(t, sfd, dfd, name, &st, exists, make_opaque);
+		return treecopy_dir(t, sfd, dfd, name, &st, exists, make_opaque, false);
 	if (S_ISREG(st.st_mode) && t->o->new_ix && (r = treecopy_index_put(t->o->new_ix, t->path, &st)) < 0)
 		return tc_fail(t, r, "index");
 	r = treecopy_try_link(t, sfd, dfd, name, &st);
+	if (r < 0)
+		return tc_fail(t, r, "link");
 	if (r > 0) {
 		tc_progress(t, 0);
 		return 0;
@@ -333,6 +344,174 @@ int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct 
 		if (r < 0)
 			tc_fail(&t, r, "root metadata");
 	}
+	devino_free(&t.links);
+	return r;
+}
+
+/* Update mode (the frozen pass): dst is a copy of src made earlier, whose
+ * index then was prev_ix. Only names change in dst, never an inode: its
+ * files may be links into older, immutable layers. */
+struct tc_name {
+	char *name;
+	unsigned char type; /* d_type */
+	bool seen;
+};
+struct tc_names {
+	struct tc_name *v;
+	size_t n;
+};
+
+static int tc_names_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct tc_name *)a)->name, ((const struct tc_name *)b)->name);
+}
+
+static void tc_names_free(struct tc_names *ns)
+{
+	for (size_t i = 0; i < ns->n; i++)
+		free(ns->v[i].name);
+	free(ns->v);
+}
+
+static int tc_names_read(int dfd, struct tc_names *ns)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	int q = walk_open(dfd, NULL, &d);
+	if (q < 0)
+		return q;
+	size_t cap = 0;
+	struct dirent *de;
+	while ((de = walk_next(d))) {
+		if (ns->n == cap) {
+			struct tc_name *v = realloc(ns->v, (cap = cap ? 2 * cap : 16) * sizeof(*v));
+			if (!v)
+				return -ENOMEM;
+			ns->v = v;
+		}
+		if (!(ns->v[ns->n].name = strdup(de->d_name)))
+			return -ENOMEM;
+		ns->v[ns->n].type = de->d_type;
+		ns->v[ns->n++].seen = false;
+	}
+	if (errno)
+		return -errno;
+	if (ns->n)
+		qsort(ns->v, ns->n, sizeof(*ns->v), tc_names_cmp);
+	return 0;
+}
+
+/* Mark name as still in src; its entry in dst, or NULL. */
+static struct tc_name *tc_names_mark(struct tc_names *ns, const char *name)
+{
+	struct tc_name key = { .name = (char *)name };
+	struct tc_name *p = ns->n ? bsearch(&key, ns->v, ns->n, sizeof(*ns->v), tc_names_cmp) : NULL;
+	if (p)
+		p->seen = true;
+	return p;
+}
+
+/* A directory's metadata as a fresh copy would have it: src's, and of the
+ * xattrs exactly src's (those the LSM sets, security.*, left alone). */
+static int treecopy_update_meta(int s, int d, const struct stat *st)
+{
+	char have[XATTR_LIST_BUF], want[XATTR_LIST_BUF];
+	ssize_t n = flistxattr(d, have, sizeof(have)), m = flistxattr(s, want, sizeof(want));
+	if (n < 0 || m < 0) {
+		if (errno != ENOTSUP)
+			return -errno;
+		n = n < 0 ? 0 : n, m = m < 0 ? 0 : m;
+	}
+	for (char *k = have; k < have + n; k += strlen(k) + 1) {
+		bool keep = !strncmp(k, "security.", 9);
+		for (char *w = want; w < want + m && !keep; w += strlen(w) + 1)
+			keep = !strcmp(k, w);
+		if (!keep && fremovexattr(d, k) < 0 && errno != ENODATA)
+			return -errno;
+	}
+	return treecopy_copy_meta(s, d, ".", s, d, st);
+}
+
+/* A regular file whose inode, size and ctime match prev_ix keeps its copy
+ * (a fresh copy would link it), unless another name of it came first; a dir
+ * over a dir is updated; anything else is removed and copied anew. */
+static int treecopy_update_entry(struct tc *t, int sfd, int dfd, const char *name, struct tc_names *ns)
+{
+	struct stat st, ds;
+	if (fstatat(sfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : tc_fail(t, -errno, "stat");
+	const struct tc_name *e = tc_names_mark(ns, name);
+	bool have = e != NULL;
+	mode_t dtype = have ? DTTOIF(e->type) : 0; /* d_type spares a stat */
+	if (have && e->type == DT_UNKNOWN) {
+		if (fstatat(dfd, name, &ds, AT_SYMLINK_NOFOLLOW) < 0)
+			return tc_fail(t, -errno, "stat copy");
+		dtype = ds.st_mode & S_IFMT;
+	}
+	if (have && S_ISDIR(st.st_mode) && S_ISDIR(dtype))
+		return treecopy_dir(t, sfd, dfd, name, &st, true, false, true);
+	/* another name of this file came first (a fresh copy links to it) */
+	bool linked = st.st_nlink > 1 && devino_get(&t->links, st.st_dev, st.st_ino);
+	if (have && !linked && S_ISREG(st.st_mode) && S_ISREG(dtype) &&
+	    treecopy_index_match(t->o->prev_ix, t->path, &st)) {
+		int r = t->o->new_ix ? treecopy_index_put(t->o->new_ix, t->path, &st) : 0;
+		if (r == 0 && st.st_nlink > 1)
+			r = devino_put(&t->links, st.st_dev, st.st_ino, t->path);
+		if (r < 0)
+			return tc_fail(t, r, "index");
+		t->st->linked++;
+		tc_progress(t, 0);
+		return 0;
+	}
+	int r = have ? rm_rf_at(dfd, name) : 0;
+	return r < 0 ? tc_fail(t, r, "replace") : treecopy_entry(t, sfd, dfd, name);
+}
+
+/* dst's names src no longer has go after src's are done. */
+static int treecopy_update_dir(struct tc *t, int sfd, int dfd)
+{
+	struct tc_names ns = { 0 };
+	_cleanup_closedir_ DIR *d = NULL;
+	int r = tc_names_read(dfd, &ns);
+	if (r < 0 || (r = walk_open(sfd, NULL, &d)) < 0) {
+		tc_names_free(&ns);
+		return tc_fail(t, r, "list dir");
+	}
+	struct dirent *de;
+	while (r == 0 && (de = walk_next(d))) {
+		size_t saved;
+		r = tc_push(t, de->d_name, &saved);
+		if (r == 0)
+			r = treecopy_update_entry(t, sfd, dfd, de->d_name, &ns);
+		else
+			tc_fail(t, r, "path");
+		t->len = saved;
+		t->path[saved] = 0;
+	}
+	if (r == 0 && errno)
+		r = tc_fail(t, -errno, "readdir");
+	for (size_t i = 0; r == 0 && i < ns.n; i++)
+		if (!ns.v[i].seen && (r = rm_rf_at(dfd, ns.v[i].name)) < 0)
+			tc_fail(t, r, "remove");
+	tc_names_free(&ns);
+	return r;
+}
+
+int treecopy_update(int src_fd, int dst_fd, const struct treecopy_opts *o, struct treecopy_stats *stats,
+		    ckpt_error *err)
+{
+	struct treecopy_opts uo = *o;
+	uo.mode = TREECOPY_NEW;
+	uo.prev_fd = -1; /* what changed is copied, never linked from older layers */
+	uo.link_sources = false;
+	struct treecopy_stats dummy = { 0 };
+	struct tc t = { .o = &uo, .st = stats ? stats : &dummy, .err = err, .dst_root = dst_fd };
+	struct stat st;
+
+	if (fstat(src_fd, &st) < 0)
+		return err_set(err, errno, NULL, "stat source: %m");
+	int r = treecopy_update_dir(&t, src_fd, dst_fd);
+	if (r == 0 && (r = treecopy_update_meta(src_fd, dst_fd, &st)) < 0)
+		tc_fail(&t, r, "root metadata");
 	devino_free(&t.links);
 	return r;
 }

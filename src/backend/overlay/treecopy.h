@@ -48,6 +48,16 @@ struct treecopy_stats {
 /* Copy the contents and metadata of directory src_fd into directory dst_fd. */
 int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct treecopy_stats *stats, ckpt_error *err);
 
+/* Bring dst_fd, a copy of src_fd made earlier whose index then was
+ * o->prev_ix, to what treecopy_copy of src_fd into an empty dir linking
+ * unchanged files from that copy would make: a regular file whose inode,
+ * size and ctime still match keeps its copy; whatever else differs is
+ * removed and copied again; names src no longer has go. Only names in
+ * dst_fd change, never an inode (its files may be links into other layers).
+ * o->mode, o->prev_fd and o->link_sources are ignored. */
+int treecopy_update(int src_fd, int dst_fd, const struct treecopy_opts *o, struct treecopy_stats *stats,
+		    ckpt_error *err);
+
 /* What treecopy_copy of src_fd would count as progress: the entries below
  * it, and the bytes of regular files prev_ix (may be NULL) does not
  * match, i.e. those it copies rather than links. A stat walk, no reads. */

@@ -1,0 +1,513 @@
+/* test_treecopy_update.c: the create's frozen pass updates its first pass in
+ * place (treecopy_update). On a real overlay mount, random workloads run
+ * between the first pass and the frozen one: creates, writes, appends,
+ * truncates, unlinks, renames of files and dirs (across parents, over
+ * others), hard links, symlinks, fifos, xattrs set and removed, chmod,
+ * chown, utimes, writes through a mapping made before the first pass and
+ * through new mappings. Each round checks that the updated layer equals
+ * the upper and equals what the full walk (treecopy_copy linking from the
+ * first pass) makes, hard-link groups included, and that the layer of the
+ * round before, whose files the first pass links, is unchanged.
+ * CKPTD_SEED=<n> repeats a run. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+#include <time.h>
+
+#include "backend/overlay/treecopy.h"
+#include "lib/hash.h"
+#include "lib/xattr.h"
+#include "testlib.h"
+
+static char dir[TESTLIB_DIR_LEN], mnt[TESTLIB_DIR_LEN + 8];
+static unsigned long long rng, seed;
+
+static unsigned rnd(unsigned n)
+{
+	rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+	return n ? (unsigned)((rng >> 33) % n) : 0;
+}
+
+static int dir_fd(const char *name)
+{
+	char p[128];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	mkdir(p, 0755);
+	return open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+static void put_file(const char *path, size_t size)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return;
+	char b[512];
+	for (size_t i = 0; i < sizeof(b); i++)
+		b[i] = (char)rnd(256);
+	for (size_t off = 0; off < size; off += sizeof(b))
+		if (write(fd, b, size - off < sizeof(b) ? size - off : sizeof(b)) < 0)
+			break;
+	close(fd);
+}
+
+/* Entries of the merged view (relative paths), dirs apart. */
+struct names {
+	char p[512][256];
+	size_t n;
+	char d[128][256];
+	size_t nd;
+};
+
+static void collect(const char *root, const char *rel, struct names *ns)
+{
+	char p[512];
+	snprintf(p, sizeof(p), "%s%s%s", root, rel[0] ? "/" : "", rel);
+	DIR *d = opendir(p);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		char r[512];
+		snprintf(r, sizeof(r), "%s%s%s", rel, rel[0] ? "/" : "", de->d_name);
+		if (strlen(r) >= 256)
+			continue;
+		if (de->d_type == DT_DIR) {
+			if (ns->nd < 128)
+				snprintf(ns->d[ns->nd++], 256, "%s", r);
+			if (strlen(r) < 120)
+				collect(root, r, ns);
+		} else if (ns->n < 512) {
+			snprintf(ns->p[ns->n++], 256, "%s", r);
+		}
+	}
+	if (d)
+		closedir(d);
+}
+
+static void at(char *out, const char *rel)
+{
+	snprintf(out, 512, "%s/%s", mnt, rel);
+}
+
+/* A dir of the view ("" is the top) and a new name in it. */
+static void new_path(struct names *ns, char *out)
+{
+	unsigned k = rnd(ns->nd + 1);
+	char rel[300];
+	snprintf(rel, sizeof(rel), "%s%sn%u", k < ns->nd ? ns->d[k] : "", k < ns->nd ? "/" : "", rnd(100000));
+	at(out, rel);
+}
+
+static void any_path(struct names *ns, char *out, bool dirs_too)
+{
+	unsigned n = ns->n + (dirs_too ? ns->nd : 0);
+	if (!n) {
+		at(out, "none");
+		return;
+	}
+	unsigned k = rnd(n);
+	at(out, k < ns->n ? ns->p[k] : ns->d[k - ns->n]);
+}
+
+static void one_op(struct names *ns, char *map, size_t map_len, int mfd)
+{
+	char a[512], b[512], v[16];
+	int fd;
+	switch (rnd(19)) {
+	case 0:
+		new_path(ns, a);
+		put_file(a, rnd(3) ? rnd(3000) : rnd(100000));
+		break;
+	case 1: /* rewrite in place, size kept: only ctime tells */
+		any_path(ns, a, false);
+		if ((fd = open(a, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW)) >= 0) {
+			char c = (char)rnd(256);
+			if (pwrite(fd, &c, 1, rnd(4000)) < 0) {
+			}
+			close(fd);
+		}
+		break;
+	case 2:
+		any_path(ns, a, false);
+		if ((fd = open(a, O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW)) >= 0) {
+			if (write(fd, "appended", 8) < 0) {
+			}
+			close(fd);
+		}
+		break;
+	case 3:
+		any_path(ns, a, false);
+		if (truncate(a, rnd(5000)) < 0) {
+		}
+		break;
+	case 4:
+		any_path(ns, a, false);
+		unlink(a);
+		break;
+	case 5:
+		new_path(ns, a);
+		mkdir(a, 0700 | rnd(077));
+		break;
+	case 6:
+		if (ns->nd && rnd(3) == 0) {
+			at(a, ns->d[rnd(ns->nd)]);
+			rm_rf_at(AT_FDCWD, a);
+		}
+		break;
+	case 7: /* a file or dir to a new name, anywhere */
+		any_path(ns, a, true);
+		new_path(ns, b);
+		rename(a, b);
+		break;
+	case 8: /* over an existing name */
+		any_path(ns, a, true);
+		any_path(ns, b, true);
+		rename(a, b);
+		break;
+	case 9:
+		any_path(ns, a, false);
+		new_path(ns, b);
+		if (link(a, b) < 0) {
+		}
+		break;
+	case 10:
+		new_path(ns, a);
+		if (symlink(rnd(2) ? "target" : "../x/y", a) < 0) {
+		}
+		break;
+	case 11:
+		any_path(ns, a, true);
+		snprintf(v, sizeof(v), "v%u", rnd(1000));
+		setxattr(a, rnd(2) ? "user.a" : "user.b", v, strlen(v), 0);
+		break;
+	case 12:
+		any_path(ns, a, true);
+		removexattr(a, rnd(2) ? "user.a" : "user.b");
+		break;
+	case 13:
+		any_path(ns, a, true);
+		chmod(a, 0700 | rnd(0100));
+		break;
+	case 14:
+		any_path(ns, a, true);
+		if (lchown(a, rnd(3) * 1000, rnd(3) * 1000) < 0) {
+		}
+		break;
+	case 15: {
+		any_path(ns, a, true);
+		struct timespec ts[2] = { { rnd(100000), rnd(1000) }, { rnd(100000), rnd(1000) } };
+		utimensat(AT_FDCWD, a, ts, AT_SYMLINK_NOFOLLOW);
+		break;
+	}
+	case 16:           /* through the mapping made before the first pass */
+		if (map) { /* within the file's size now (truncates meanwhile) */
+			struct stat st;
+			size_t k = rnd(map_len);
+			if (fstat(mfd, &st) == 0 && (off_t)k < st.st_size)
+				map[k] = (char)rnd(256);
+		}
+		break;
+	case 17: /* a new mapping, written, unmapped */
+		any_path(ns, a, false);
+		if ((fd = open(a, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW)) >= 0) {
+			struct stat st;
+			if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+				char *m = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+				if (m != MAP_FAILED) {
+					m[rnd(st.st_size)] ^= 1;
+					munmap(m, st.st_size);
+				}
+			}
+			close(fd);
+		}
+		break;
+	case 18:
+		new_path(ns, a);
+		mkfifo(a, 0600);
+		break;
+	}
+}
+
+/* One line per entry, sorted walk: type, mode, owner, size, mtime, rdev,
+ * symlink target, xattrs, content hash, and the first path of its inode
+ * (hard-link groups). */
+struct desc {
+	char *buf;
+	size_t len, cap;
+	struct {
+		ino_t ino;
+		char path[256];
+	} seen[2048];
+	size_t n_seen;
+};
+
+static void addf(struct desc *d, const char *fmt, ...)
+{
+	va_list ap;
+	char line[4096];
+	va_start(ap, fmt);
+	int n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (d->len + n + 1 > d->cap) {
+		d->cap = (d->len + n + 1) * 2;
+		d->buf = realloc(d->buf, d->cap);
+		assert_non_null(d->buf);
+	}
+	memcpy(d->buf + d->len, line, n + 1);
+	d->len += n;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void describe_entry(struct desc *d, int dfd, const char *name, const char *rel);
+
+static void describe_dir(struct desc *d, int fd, const char *rel)
+{
+	int dup_fd = dup(fd);
+	DIR *dd = fdopendir(dup_fd);
+	assert_non_null(dd);
+	char *names[1024];
+	size_t n = 0;
+	struct dirent *de;
+	while ((de = readdir(dd)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && n < 1024)
+			names[n++] = strdup(de->d_name);
+	closedir(dd);
+	qsort(names, n, sizeof(*names), cmp_str);
+	for (size_t i = 0; i < n; i++) {
+		char r[512];
+		snprintf(r, sizeof(r), "%s%s%s", rel, rel[0] ? "/" : "", names[i]);
+		describe_entry(d, fd, names[i], r);
+		free(names[i]);
+	}
+}
+
+static void describe_entry(struct desc *d, int dfd, const char *name, const char *rel)
+{
+	struct stat st;
+	assert_int_equal(fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW), 0);
+	addf(d, "%s %o %u:%u %lld %lld.%09ld %llx", rel[0] ? rel : ".", st.st_mode, st.st_uid, st.st_gid,
+	     S_ISDIR(st.st_mode) ? 0LL : (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+	     (unsigned long long)st.st_rdev);
+	struct xattr_ref x;
+	char list[4096], val[1024];
+	xattr_ref_init(&x, -1, dfd, name);
+	ssize_t n = xattr_list(&x, list, sizeof(list));
+	char *keys[64];
+	size_t nk = 0;
+	for (char *k = list; n > 0 && k < list + n && nk < 64; k += strlen(k) + 1)
+		keys[nk++] = k;
+	qsort(keys, nk, sizeof(*keys), cmp_str);
+	for (size_t i = 0; i < nk; i++) {
+		ssize_t v = xattr_get(&x, keys[i], val, sizeof(val));
+		addf(d, " %s=%llx", keys[i], (unsigned long long)hash_fnv64(HASH_FNV64_INIT, val, v < 0 ? 0 : v));
+	}
+	if (S_ISLNK(st.st_mode)) {
+		char t[512];
+		ssize_t k = readlinkat(dfd, name, t, sizeof(t) - 1);
+		t[k < 0 ? 0 : k] = 0;
+		addf(d, " -> %s", t);
+	} else if (S_ISREG(st.st_mode)) {
+		int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
+		assert_true(fd >= 0);
+		uint64_t h = HASH_FNV64_INIT;
+		char b[65536];
+		ssize_t k;
+		while ((k = read(fd, b, sizeof(b))) > 0)
+			h = hash_fnv64(h, b, k);
+		close(fd);
+		const char *first = rel;
+		for (size_t i = 0; i < d->n_seen; i++)
+			if (d->seen[i].ino == st.st_ino)
+				first = d->seen[i].path;
+		if (first == rel && d->n_seen < 2048) {
+			d->seen[d->n_seen].ino = st.st_ino;
+			snprintf(d->seen[d->n_seen++].path, 256, "%s", rel);
+		}
+		addf(d, " data=%llx group=%s", (unsigned long long)h, first);
+	}
+	addf(d, "\n");
+	if (S_ISDIR(st.st_mode)) {
+		int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		assert_true(sub >= 0);
+		describe_dir(d, sub, rel);
+		close(sub);
+	}
+}
+
+static char *describe(int fd)
+{
+	struct desc *d = calloc(1, sizeof(*d));
+	assert_non_null(d);
+	describe_entry(d, fd, ".", "");
+	char *s = d->buf;
+	free(d);
+	return s;
+}
+
+static void assert_same(const char *what, const char *a, const char *b, unsigned round)
+{
+	if (!strcmp(a, b))
+		return;
+	size_t i = 0, line = 0;
+	while (a[i] && a[i] == b[i])
+		i++;
+	while (i > 0 && a[i - 1] != '\n')
+		i--;
+	for (size_t k = 0; k < i; k++)
+		line += a[k] == '\n';
+	fail_msg("round %u (CKPTD_SEED=%llu): %s differ at line %zu:\n  %.*s\n  %.*s", round, seed, what, line,
+		 (int)strcspn(a + i, "\n"), a + i, (int)strcspn(b + i, "\n"), b + i);
+}
+
+static void populate_lower(void)
+{
+	char p[256];
+	for (int i = 0; i < 4; i++) {
+		snprintf(p, sizeof(p), "%s/lower/d%d", dir, i);
+		mkdir(p, 0755);
+		snprintf(p, sizeof(p), "%s/lower/d%d/sub", dir, i);
+		mkdir(p, 0755);
+		for (int j = 0; j < 6; j++) {
+			snprintf(p, sizeof(p), "%s/lower/d%d/f%d", dir, i, j);
+			put_file(p, rnd(6000));
+			snprintf(p, sizeof(p), "%s/lower/d%d/sub/g%d", dir, i, j);
+			put_file(p, rnd(3000));
+		}
+	}
+	snprintf(p, sizeof(p), "%s/lower/top", dir);
+	put_file(p, 100);
+	setxattr(p, "user.a", "lower", 5, 0);
+}
+
+static void test_update_equals_full_walk(void **state)
+{
+	(void)state;
+	const char *s = getenv("CKPTD_SEED");
+	rng = seed = s ? strtoull(s, NULL, 10) : (unsigned long long)time(NULL);
+	print_message("CKPTD_SEED=%llu\n", seed);
+	assert_int_equal(testlib_mkdir(dir, "tcupdate"), 0);
+	int lower = dir_fd("lower"), upper = dir_fd("upper"), work = dir_fd("work");
+	assert_true(lower >= 0 && upper >= 0 && work >= 0);
+	populate_lower();
+	snprintf(mnt, sizeof(mnt), "%s/m", dir);
+	mkdir(mnt, 0755);
+	char opts[512];
+	snprintf(opts, sizeof(opts),
+		 "lowerdir=%s/lower,upperdir=%s/upper,workdir=%s/work,index=off,redirect_dir=on,metacopy=off,xino=off",
+		 dir, dir, dir);
+	assert_int_equal(mount("overlay", mnt, "overlay", 0, opts), 0);
+
+	struct treecopy_index *ix = NULL; /* the last layer's index, as r->ix */
+	int prev = -1;
+	char *prev_desc = NULL;
+	for (unsigned round = 0; round < 30; round++) {
+		struct names *ns = calloc(1, sizeof(*ns));
+		assert_non_null(ns);
+		collect(mnt, "", ns);
+		/* a writable shared mapping that lives across the first pass */
+		char *map = NULL, a[512];
+		size_t map_len = 0;
+		any_path(ns, a, false);
+		int mfd = open(a, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+		struct stat st;
+		if (mfd >= 0 && fstat(mfd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+			map = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+			map_len = st.st_size;
+			if (map == MAP_FAILED)
+				map = NULL;
+			else
+				map[0] ^= 1;
+		}
+		for (unsigned i = rnd(8); i > 0; i--) /* before the first pass */
+			one_op(ns, map, map_len, mfd);
+
+		char name[32];
+		snprintf(name, sizeof(name), "pre%u", round);
+		int pre = dir_fd(name);
+		struct treecopy_index *pre_ix = treecopy_index_new();
+		struct treecopy_opts o = { .mode = TREECOPY_NEW, .prev_fd = prev, .prev_ix = ix, .new_ix = pre_ix };
+		ckpt_error err = { 0 };
+		assert_int_equal(treecopy_copy(upper, pre, &o, NULL, &err), 0);
+		assert_int_equal(syncfs(pre), 0); /* as ovl_precopy_root */
+
+		unsigned n_ops = round % 5 == 0 ? 0 : 1 + rnd(60);
+		for (unsigned i = 0; i < n_ops; i++) {
+			if (i % 8 == 0) {
+				memset(ns, 0, sizeof(*ns));
+				collect(mnt, "", ns);
+			}
+			one_op(ns, map, map_len, mfd);
+		}
+		if (map)
+			munmap(map, map_len);
+		if (mfd >= 0)
+			close(mfd);
+		free(ns);
+
+		/* the full walk, linking from the first pass; then the update */
+		snprintf(name, sizeof(name), "full%u", round);
+		int full = dir_fd(name);
+		struct treecopy_index *full_ix = treecopy_index_new(), *upd_ix = treecopy_index_new();
+		struct treecopy_opts fo = { .mode = TREECOPY_NEW, .prev_fd = pre, .prev_ix = pre_ix, .new_ix = full_ix };
+		assert_int_equal(treecopy_copy(upper, full, &fo, NULL, &err), 0);
+		struct treecopy_opts uo = { .prev_fd = -1, .prev_ix = pre_ix, .new_ix = upd_ix };
+		struct treecopy_stats stats = { 0 };
+		int q = treecopy_update(upper, pre, &uo, &stats, &err);
+		if (q < 0)
+			fail_msg("round %u: update: %s", round, err.msg);
+
+		char *du = describe(upper), *df = describe(full), *dp = describe(pre);
+		assert_same("upper and updated layer", du, dp, round);
+		assert_same("full walk and updated layer", df, dp, round);
+		assert_int_equal(treecopy_index_count(full_ix), treecopy_index_count(upd_ix));
+		if (prev >= 0) { /* the first pass linked its files: never changed */
+			char *again = describe(prev);
+			assert_same("previous layer", prev_desc, again, round);
+			free(again);
+		}
+		free(prev_desc);
+		prev_desc = dp;
+		free(du);
+		free(df);
+		treecopy_index_free(full_ix);
+		treecopy_index_free(pre_ix);
+		treecopy_index_free(ix);
+		ix = upd_ix;
+		if (prev >= 0)
+			close(prev);
+		prev = pre;
+		close(full);
+	}
+	free(prev_desc);
+	treecopy_index_free(ix);
+	close(prev);
+	close(lower);
+	close(upper);
+	close(work);
+}
+
+/* Also after a failed check: no mount or tree left behind. */
+static int teardown(void **state)
+{
+	(void)state;
+	testlib_rmdir(dir);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_update_equals_full_walk, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
