@@ -79,11 +79,11 @@ static void collect(const char *root, const char *rel, struct names *ns)
 			continue;
 		if (de->d_type == DT_DIR) {
 			if (ns->nd < 128)
-				snprintf(ns->d[ns->nd++], 256, "%s", r);
+				memcpy(ns->d[ns->nd++], r, strlen(r) + 1); /* < 256, checked above */
 			if (strlen(r) < 120)
 				collect(root, r, ns);
 		} else if (ns->n < 512) {
-			snprintf(ns->p[ns->n++], 256, "%s", r);
+			memcpy(ns->p[ns->n++], r, strlen(r) + 1);
 		}
 	}
 	if (d)
