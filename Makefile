@@ -172,7 +172,7 @@ SAN_PYTEST_ARGS ?= --ignore=tests/integration/test_fuzz.py --ignore=tests/integr
 	--deselect "tests/integration/test_export.py::test_export_memory_stays_flat[overlay]" \
 	--deselect "tests/integration/test_export.py::test_export_memory_stays_flat[tar]"
 
-bench: deps-build all
+bench: deps all
 	$(PYTHON) bench/run.py
 
 install: all
