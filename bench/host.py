@@ -86,6 +86,7 @@ def handoffs(ckptd, work, backend, runs, etcd_url):
         bundle = work / ("state-A" + backend) / "sandboxes" / ("A" + backend) / "bundles" / sid
         raw = raw_runsc(work, bundle, backend, runs)
         sb.close()
+        time.sleep(1)  # the owner's detach runs after the close: attach only once it is done
         times = []
         for i in range(runs + 1):
             t0 = time.time()
@@ -95,6 +96,7 @@ def handoffs(ckptd, work, backend, runs, etcd_url):
                 times.append(ms)
             sb.run("python", "len(x)")
             sb.close()
+            time.sleep(1)  # as above: a handoff is refused while a client is attached (SANDBOX_IN_USE)
         return times, raw
     finally:
         for p in procs:

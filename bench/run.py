@@ -527,6 +527,8 @@ def main():
         log("[load] skipped: wrk is not installed (make deps installs it)")
     elif load:
         md += ("\n" if results else "") + load_table(bench_load(a.load_secs))
+    if a.cases == "all":  # written before host mode, so its failure loses nothing else
+        pathlib.Path(a.out).write_text(md)
     if a.cases in ("all", "host"):
         log("[host] handoffs between two host-mode instances, volume and etcd locks")
         md += "\n" + host.host_table(host.bench_host(CKPTD, min(a.runs, 9)))
