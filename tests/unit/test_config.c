@@ -207,7 +207,7 @@ static void test_strict_file(void **state)
 	/* a missing file says "cannot open", not "line -1" */
 	assert_true(parse(&cfg, &err, "--config", tpath("nope.json"), NULL) < 0);
 	assert_non_null(strstr(err.msg, "cannot open config file"));
-	assert_null(strstr(err.msg, "-1"));
+	assert_null(strstr(err.msg, "line -1")); /* the temp path itself may hold "-1" */
 	config_free(&cfg);
 }
 
