@@ -283,10 +283,12 @@ static bool clobbered_by_older(const struct locks *L, const char *id, const stru
 }
 
 /* Read a lock we hold. A lock file can vanish for a moment while a rename
- * replaces it: FUSE volumes built on libfuse's path API move a target that is
- * still open aside first, and a taker's rename aside needs our lease over
- * anyway (see the watchdog). So a missing lock is read again a few times
- * before it counts as gone. */
+ * replaces it: libfuse's high-level (path) API, which sshfs and fusepy use,
+ * renames a target that is still open to .fuse_hiddenNNN first and only then
+ * does the rename asked for (fuse_lib_rename: hide_node when is_open and no
+ * hard_remove), so between the two the name is missing. A taker's rename
+ * aside needs our lease over anyway (see the watchdog). So a missing lock is
+ * read again a few times before it counts as gone. */
 static int read_held(const struct locks *L, const char *id, struct lock_info *ret)
 {
 	int r = vol_read(L, id, ret);
