@@ -619,7 +619,23 @@ def test_checkpoint_under_a_lost_lease_is_not_acknowledged(fuse, hosts):
     assert statuses(evs)[-1] == "SANDBOX_CHECKPOINT_ERROR" and sb.close_code == 4000, evs
     assert any("lost ownership" in m for m in errors(evs)), evs
     image, token = latest(hosts.volume, sid)
-    assert token == json.loads((hosts.volume / "locks" / (sid + ".lock")).read_text())["token"]
+    # A's renewal, blocked on the frozen volume, may land after the thaw and
+    # rewrite the lock with A's older token; B puts its own back at its next
+    # renewal (clobbered_by_older), so the lock names B's generation again
+    # within a renewal period. A never writes latest: the newest is B's.
+    lock = hosts.volume / "locks" / (sid + ".lock")
+
+    def lock_token():  # None while a rename through FUSE has the name aside
+        try:
+            return json.loads(lock.read_text())["token"]
+        except FileNotFoundError:
+            return None
+
+    deadline = time.time() + 3 * LOCK_TTL
+    while lock_token() != token and time.time() < deadline:
+        time.sleep(0.1)
+    assert lock_token() == token
+    assert latest(hosts.volume, sid) == (image, token)
     assert sb2.run("python", "print(n)").stdout == "1\n"
     sb2.close()
 
