@@ -500,9 +500,11 @@ export interface components {
              * @description Bytes this checkpoint added to the state directory when it was
              *     created: for `overlay`, the bytes copied into its layer (what
              *     changed since the previous checkpoint, so often far less than the
-             *     roots); for `tar`, the disk usage of its directory (archives and
-             *     manifest, all of every root). Fixed at creation. The sum over
-             *     checkpoints is `ckptd_checkpoint_bytes`.
+             *     roots); for `tar`, the disk usage of its directory: its archives
+             *     and manifests (an incremental checkpoint's archive holds only the
+             *     files that changed since its parent; the others stay in the older
+             *     archives its manifest names, counted there). Fixed at creation.
+             *     The sum over checkpoints is `ckptd_checkpoint_bytes`.
              */
             size_bytes: number;
             /** @description how long the create took. */
