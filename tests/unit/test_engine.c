@@ -199,6 +199,14 @@ static json_t *wait_status(const char *id, const char *want)
 
 /* ---- cases ---- */
 
+/* The engine lists exactly n checkpoints. */
+static void assert_listed(size_t n)
+{
+	json_t *all = engine_list(eng, NULL);
+	assert_int_equal(json_array_size(all), n);
+	json_decref(all);
+}
+
 static void test_create_get_list_delete(void **state_)
 {
 	(void)state_;
@@ -279,9 +287,7 @@ static void test_invalid_input(void **state_)
 	assert_int_equal(engine_create(eng, &bad_name, &rec, &err), -EINVAL);
 	assert_int_equal(engine_create(eng, &bad_labels, &rec, &err), -EINVAL);
 	json_decref(labels);
-	json_t *all = engine_list(eng, NULL);
-	assert_int_equal(json_array_size(all), 0); /* bad input changes nothing */
-	json_decref(all);
+	assert_listed(0); /* bad input changes nothing */
 	assert_int_equal(fake.n_create, 0);
 }
 
@@ -297,9 +303,7 @@ static void test_max_checkpoints(void **state_)
 	assert_int_equal(engine_create(eng, &req, &rec, &err), -EDQUOT);
 	assert_string_equal(err.code, "checkpoint_limit");
 	assert_int_equal(fake.n_create, 2); /* refused before the backend ran */
-	json_t *all = engine_list(eng, NULL);
-	assert_int_equal(json_array_size(all), 2);
-	json_decref(all);
+	assert_listed(2);
 	/* deleting one makes room again */
 	assert_int_equal(engine_delete(eng, a, &err), 0);
 	free(create_id("c", -1));
@@ -324,13 +328,9 @@ static void test_max_state_bytes_after_create(void **state_)
 	assert_int_equal(fake.n_create, 3);
 	assert_int_equal(fake.n_remove, 1); /* its data went */
 	assert_int_equal(json_object_size(fake.store), 2);
-	json_t *all = engine_list(eng, NULL);
-	assert_int_equal(json_array_size(all), 2); /* its record never appeared */
-	json_decref(all);
-	reopen_engine(); /* and nothing of it shows after a restart */
-	all = engine_list(eng, NULL);
-	assert_int_equal(json_array_size(all), 2);
-	json_decref(all);
+	assert_listed(2); /* its record never appeared */
+	reopen_engine();  /* and nothing of it shows after a restart */
+	assert_listed(2);
 }
 
 static void test_max_state_bytes_full(void **state_)
@@ -360,14 +360,10 @@ static void test_create_fails(void **state_)
 	assert_string_equal(err.code, "insufficient_storage");
 	fake.fail_create = EIO;
 	assert_int_equal(engine_create(eng, &req, &rec, &err), -EIO);
-	json_t *all = engine_list(eng, NULL);
-	assert_int_equal(json_array_size(all), 0);
-	json_decref(all);
+	assert_listed(0);
 	assert_root("live");
 	reopen_engine();
-	all = engine_list(eng, NULL);
-	assert_int_equal(json_array_size(all), 0);
-	json_decref(all);
+	assert_listed(0);
 	/* and the engine still works */
 	fake.fail_create = 0;
 	free(create_id("ok", -1));
@@ -582,9 +578,7 @@ static void test_record_without_status(void **state_)
 	assert_int_equal(engine_get(eng, "n", &got, &err), 0);
 	assert_string_equal(str_of(got, "checkpoint_id"), good);
 	json_decref(got);
-	json_t *list = engine_list(eng, NULL);
-	assert_int_equal(json_array_size(list), 1);
-	json_decref(list);
+	assert_listed(1);
 	assert_int_equal(engine_delete(eng, "o", &err), -ENOENT);
 	assert_int_equal(engine_sweep(eng), 0);
 	char *text = engine_metrics(eng);
