@@ -658,7 +658,13 @@ def test_sigterm_does_not_hang_on_a_frozen_volume(fuse, hosts):
             time.sleep(0.2)
         took = time.time() - t0
         assert "abandoned" in a.log() and sid in a.log().split("abandoned")[0][-300:], a.log()
-        assert a.runsc_containers() == []   # killed at the lease's end, reaped
+        # killed at the lease's end; the reaper removes it once ckptd closes its
+        # pipe, after the log line (and after a renewal stuck on the volume is
+        # given up on, up to ttl + margin + 5 s more)
+        deadline = time.time() + LOCK_TTL + margin + 5 + 10
+        while a.runsc_containers() and time.time() < deadline:
+            time.sleep(0.2)
+        assert a.runsc_containers() == [], a.log()
         print("SIGTERM with a frozen volume: gave up on the volume after %.1fs" % took)
     finally:
         fa.thaw()
