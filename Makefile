@@ -165,8 +165,11 @@ check-sanitize: deps
 		PYTEST_ARGS="$(SAN_PYTEST_ARGS)"
 # Left out sanitized: fuzz targets (sanitized already), load figures, the 2,000-
 # connection flood and the export RSS bound (they would measure ASan, not ckptd),
-# and host mode's stall soak (timing-bound; the unsanitized pass runs it).
+# host mode's stall soak (timing-bound; the unsanitized pass runs it), and the
+# client and example tests (Python, TypeScript and shell clients: they test the
+# clients, and the daemon paths they drive are test_api's; about 1.5 minutes).
 SAN_PYTEST_ARGS ?= --ignore=tests/integration/test_fuzz.py --ignore=tests/integration/test_load.py \
+	--ignore=tests/integration/test_clients.py --ignore=tests/integration/test_examples.py \
 	--deselect tests/integration/test_hostile.py::test_flood_of_2000_connections_does_not_lock_out \
 	--deselect tests/integration/test_host_locks.py::test_soak_stalls_and_kill9 \
 	--deselect "tests/integration/test_export.py::test_export_memory_stays_flat[overlay]" \
