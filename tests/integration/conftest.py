@@ -91,6 +91,9 @@ class Daemon:
 
     def start(self, wait=True, timeout=20):
         env = dict(os.environ)
+        # every overlay create's tracked frozen pass is checked against the
+        # full walk: a change the tracker misses fails the create
+        env.setdefault("CKPTD_TRACK_CHECK", "1")
         env.update(self.env or {})
         self.log_fh = open(self.logfile, "ab")
         self.proc = subprocess.Popen(self.argv(), stdout=self.log_fh, stderr=subprocess.STDOUT, env=env)

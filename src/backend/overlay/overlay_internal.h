@@ -23,6 +23,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include "backend/backend.h"
+#include "backend/overlay/overlay_track.h"
 #include "backend/overlay/treecopy.h"
 
 #define OVL_NAME_LEN 8
@@ -43,7 +44,9 @@ struct ovl_root {
 	char pre[OVL_NAME_LEN + 6];
 	struct treecopy_index *pre_ix;
 	uint64_t pre_bytes;
-	bool released; /* by overlay_release: no longer ours, r/<h> is gone */
+	struct ovl_track trk; /* armed when the first pass begins (overlay_track.h) */
+	bool trk_said;        /* that tracking is not possible here was logged */
+	bool released;        /* by overlay_release: no longer ours, r/<h> is gone */
 };
 
 struct ovl {

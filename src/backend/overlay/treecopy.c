@@ -24,6 +24,8 @@ struct tc {
 	struct devino_map links; /* (dev, ino) -> first relpath copied */
 	char path[PATH_MAX];     /* relpath of the current entry */
 	size_t len;
+	bool shallow; /* update_dirs: a dir over a dir is left to its own turn */
+	bool partial; /* update_dirs: other names of a file may be where it does not look */
 };
 
 bool treecopy_is_whiteout(const struct stat *st)
@@ -286,6 +288,8 @@ static int treecopy_entry(struct tc *t, int sfd, int dfd, const char *name)
 
 	if (fstatat(sfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : tc_fail(t, -errno, "stat");
+	if (t->partial && !S_ISDIR(st.st_mode) && st.st_nlink > 1 && !treecopy_is_whiteout(&st))
+		return -EAGAIN; /* its other names may be in directories not compared */
 	if (t->o->mode == TREECOPY_MERGE) {
 		r = treecopy_merge_prepare(t, sfd, dfd, name, &st, &exists, &make_opaque);
 		if (r < 0)
@@ -431,6 +435,22 @@ static int treecopy_update_meta(int s, int d, const struct stat *st)
 	return treecopy_copy_meta(s, d, ".", s, d, st);
 }
 
+/* A symlink, device, fifo or whiteout in dst just like the one in src (its
+ * copy is made again all the same, but that changes nothing). */
+static bool treecopy_special_same(int sfd, int dfd, const char *name, const struct stat *st)
+{
+	struct stat ds;
+	char a[PATH_MAX], b[PATH_MAX];
+	if (fstatat(dfd, name, &ds, AT_SYMLINK_NOFOLLOW) < 0 || ds.st_mode != st->st_mode || ds.st_uid != st->st_uid ||
+	    ds.st_gid != st->st_gid || ds.st_rdev != st->st_rdev || ds.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+	    ds.st_mtim.tv_nsec != st->st_mtim.tv_nsec)
+		return false;
+	if (!S_ISLNK(st->st_mode))
+		return true;
+	ssize_t n = readlinkat(sfd, name, a, sizeof(a)), m = readlinkat(dfd, name, b, sizeof(b));
+	return n >= 0 && n == m && !memcmp(a, b, n);
+}
+
 /* A regular file whose inode, size and ctime match prev_ix keeps its copy
  * (a fresh copy would link it), unless another name of it came first; a dir
  * over a dir is updated; anything else is removed and copied anew. */
@@ -447,8 +467,12 @@ static int treecopy_update_entry(struct tc *t, int sfd, int dfd, const char *nam
 			return tc_fail(t, -errno, "stat copy");
 		dtype = ds.st_mode & S_IFMT;
 	}
-	if (have && S_ISDIR(st.st_mode) && S_ISDIR(dtype))
-		return treecopy_dir(t, sfd, dfd, name, &st, true, false, true);
+	if (have && S_ISDIR(st.st_mode) && S_ISDIR(dtype)) {
+		if (!t->shallow)
+			return treecopy_dir(t, sfd, dfd, name, &st, true, false, true);
+		tc_progress(t, 0); /* compared in its own turn if it changed */
+		return 0;
+	}
 	/* another name of this file came first (a fresh copy links to it) */
 	bool linked = st.st_nlink > 1 && devino_get(&t->links, st.st_dev, st.st_ino);
 	if (have && !linked && S_ISREG(st.st_mode) && S_ISREG(dtype) &&
@@ -462,6 +486,15 @@ static int treecopy_update_entry(struct tc *t, int sfd, int dfd, const char *nam
 		tc_progress(t, 0);
 		return 0;
 	}
+	/* whiteouts share one inode (overlayfs links them): any copy will do */
+	if (t->partial && !S_ISDIR(st.st_mode) && st.st_nlink > 1 && !treecopy_is_whiteout(&st))
+		return -EAGAIN; /* its other names may be in directories not compared */
+	/* linking a second name of a kept file anew, or making an identical
+	 * special file again, changes nothing */
+	if (!linked &&
+	    !(have && !S_ISREG(st.st_mode) && dtype == (st.st_mode & S_IFMT) &&
+	      treecopy_special_same(sfd, dfd, name, &st)))
+		t->st->replaced++;
 	int r = have ? rm_rf_at(dfd, name) : 0;
 	return r < 0 ? tc_fail(t, r, "replace") : treecopy_entry(t, sfd, dfd, name);
 }
@@ -489,9 +522,13 @@ static int treecopy_update_dir(struct tc *t, int sfd, int dfd)
 	}
 	if (r == 0 && errno)
 		r = tc_fail(t, -errno, "readdir");
-	for (size_t i = 0; r == 0 && i < ns.n; i++)
-		if (!ns.v[i].seen && (r = rm_rf_at(dfd, ns.v[i].name)) < 0)
+	for (size_t i = 0; r == 0 && i < ns.n; i++) {
+		if (ns.v[i].seen)
+			continue;
+		t->st->replaced++;
+		if ((r = rm_rf_at(dfd, ns.v[i].name)) < 0)
 			tc_fail(t, r, "remove");
+	}
 	tc_names_free(&ns);
 	return r;
 }
@@ -512,6 +549,92 @@ int treecopy_update(int src_fd, int dst_fd, const struct treecopy_opts *o, struc
 	int r = treecopy_update_dir(&t, src_fd, dst_fd);
 	if (r == 0 && (r = treecopy_update_meta(src_fd, dst_fd, &st)) < 0)
 		tc_fail(&t, r, "root metadata");
+	devino_free(&t.links);
+	return r;
+}
+
+void treecopy_dirty_free(struct treecopy_dirty *v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i].path);
+	free(v);
+}
+
+/* One dirty directory: dir (relative to src_fd and dst_fd) updated as
+ * treecopy_update would, its subdirectories only when deep. */
+static int treecopy_update_one(struct tc *t, int src_fd, int dst_fd, const struct treecopy_dirty *dirty)
+{
+	const char *p = dirty->path[0] ? dirty->path : ".";
+	_cleanup_close_ int s = openat(src_fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (s < 0)
+		return errno == ENOENT || errno == ENOTDIR
+			? 0
+			: tc_fail(t, -errno, "open dir"); /* gone: its parent tells */
+	_cleanup_close_ int d = openat(dst_fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (d < 0)
+		return errno == ENOENT || errno == ENOTDIR ? -EAGAIN : tc_fail(t, -errno, "open copy");
+	struct stat st;
+	if (fstat(s, &st) < 0)
+		return tc_fail(t, -errno, "stat dir");
+	size_t n = strlen(dirty->path);
+	if (n >= sizeof(t->path))
+		return tc_fail(t, -ENAMETOOLONG, "path");
+	memcpy(t->path, dirty->path, n + 1);
+	t->len = n;
+	t->shallow = !dirty->deep;
+	int r = treecopy_update_dir(t, s, d);
+	if (r == 0 && (r = treecopy_update_meta(s, d, &st)) < 0)
+		tc_fail(t, r, "dir metadata");
+	return r;
+}
+
+/* Every directory's own metadata, where it differs: overlayfs can touch an
+ * upper directory's mtime without an event (seen: a rename refused with
+ * ENOTEMPTY changed its parent's). A walk of directories only: no file is
+ * stat'ed. A directory of src missing from dst is one no event explained. */
+static int treecopy_dirs_meta(struct tc *t, int s, int d)
+{
+	struct stat ss, ds;
+	if (fstat(s, &ss) < 0 || fstat(d, &ds) < 0)
+		return tc_fail(t, -errno, "stat dir");
+	_cleanup_closedir_ DIR *dir = NULL;
+	int r = walk_open(s, NULL, &dir);
+	if (r < 0)
+		return tc_fail(t, r, "open dir");
+	struct dirent *de;
+	while (r == 0 && (de = walk_next(dir))) {
+		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
+			continue;
+		_cleanup_close_ int cs = openat(s, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (cs < 0)
+			continue; /* not a dir after all, or gone */
+		_cleanup_close_ int cd = openat(d, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		r = cd < 0 ? -EAGAIN : treecopy_dirs_meta(t, cs, cd);
+	}
+	if (r < 0)
+		return r;
+	if (ss.st_mode == ds.st_mode && ss.st_uid == ds.st_uid && ss.st_gid == ds.st_gid &&
+	    ss.st_mtim.tv_sec == ds.st_mtim.tv_sec && ss.st_mtim.tv_nsec == ds.st_mtim.tv_nsec)
+		return 0;
+	t->st->replaced++;
+	r = treecopy_update_meta(s, d, &ss);
+	return r < 0 ? tc_fail(t, r, "dir metadata") : 0;
+}
+
+int treecopy_update_dirs(int src_fd, int dst_fd, const struct treecopy_dirty *dirty, size_t n,
+			 const struct treecopy_opts *o, struct treecopy_stats *stats, ckpt_error *err)
+{
+	struct treecopy_opts uo = *o;
+	uo.mode = TREECOPY_NEW;
+	uo.prev_fd = -1;
+	uo.link_sources = false;
+	struct treecopy_stats dummy = { 0 };
+	struct tc t = { .o = &uo, .st = stats ? stats : &dummy, .err = err, .dst_root = dst_fd, .partial = true };
+	int r = 0;
+	for (size_t i = 0; r == 0 && i < n; i++)
+		r = treecopy_update_one(&t, src_fd, dst_fd, &dirty[i]);
+	if (r == 0)
+		r = treecopy_dirs_meta(&t, src_fd, dst_fd);
 	devino_free(&t.links);
 	return r;
 }

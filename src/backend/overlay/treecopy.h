@@ -43,6 +43,7 @@ struct treecopy_opts {
 
 struct treecopy_stats {
 	uint64_t files, bytes_copied, linked;
+	uint64_t replaced; /* update: entries removed or copied anew */
 };
 
 /* Copy the contents and metadata of directory src_fd into directory dst_fd. */
@@ -57,6 +58,28 @@ int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct 
  * o->mode, o->prev_fd and o->link_sources are ignored. */
 int treecopy_update(int src_fd, int dst_fd, const struct treecopy_opts *o, struct treecopy_stats *stats,
 		    ckpt_error *err);
+
+/* A directory below src (relative, "" for src itself) that changed since
+ * dst was copied from it: its entries and own metadata are compared, and with
+ * deep its whole subtree (a directory made, moved or removed under that name). */
+struct treecopy_dirty {
+	char *path;
+	bool deep;
+};
+void treecopy_dirty_free(struct treecopy_dirty *v, size_t n);
+
+/* treecopy_update limited to the directories dirty names (sorted, each
+ * before those below it): what changed elsewhere is not looked at, so the
+ * caller vouches that nothing did. o->new_ix should start as a copy of
+ * o->prev_ix (names removed stay in it, harmless: a path's identity never
+ * comes back). -EAGAIN, with dst partly updated (a full treecopy_update of it
+ * is still right), when a changed file has other names (hard links) or dst
+ * lacks a directory src has that no dirty parent explains. */
+int treecopy_update_dirs(int src_fd, int dst_fd, const struct treecopy_dirty *dirty, size_t n,
+			 const struct treecopy_opts *o, struct treecopy_stats *stats, ckpt_error *err);
+
+/* A copy of ix (NULL when out of memory). */
+struct treecopy_index *treecopy_index_copy(const struct treecopy_index *ix);
 
 /* What treecopy_copy of src_fd would count as progress: the entries below
  * it, and the bytes of regular files prev_ix (may be NULL) does not

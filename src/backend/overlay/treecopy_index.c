@@ -183,3 +183,16 @@ int treecopy_index_load(int dirfd, const char *name, struct treecopy_index **ret
 	*ret_tag = tag;
 	return 0;
 }
+
+struct treecopy_index *treecopy_index_copy(const struct treecopy_index *ix)
+{
+	struct treecopy_index *c = treecopy_index_new();
+	for (size_t i = 0; c && ix && i < ix->cap; i++) {
+		const struct ix_entry *e = &ix->v[i];
+		if (e->path && treecopy_index_set(c, e->path, e->ino, e->size, e->ctime_sec, e->ctime_nsec) < 0) {
+			treecopy_index_free(c);
+			return NULL;
+		}
+	}
+	return c;
+}

@@ -1,0 +1,297 @@
+/* overlay_track.c: the directories of an upper that changed since a moment,
+ * from fanotify and /proc (see overlay_track.h). Facts it relies on, as
+ * tools/probe-fanotify.c prints them on this kernel: writes through the
+ * overlay reach the upper's real inodes and are reported there; a copy-up or
+ * whiteout is made in the work dir and arrives as MOVED_TO into the upper; a
+ * write through a shared mapping gives no event, only CLOSE_WRITE once the
+ * file's last reference goes. */
+#include "backend/overlay/overlay_track.h"
+#include "lib/hash.h"
+#include "lib/procscan.h"
+#include "lib/util.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/fanotify.h>
+#include <sys/stat.h>
+
+#define TRACK_EVENTS                                                                                           \
+	(FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | \
+	 FAN_ONDIR)
+#define DIR_CHANGES (FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO)
+
+void ovl_track_disarm(struct ovl_track *t)
+{
+	if (t->fan >= 0)
+		close(t->fan);
+	if (t->upper >= 0)
+		close(t->upper);
+	free(t->path);
+	*t = (struct ovl_track)OVL_TRACK_INIT;
+}
+
+int ovl_track_arm(struct ovl_track *t, int upper_fd)
+{
+	char link[64], path[PATH_MAX];
+
+	ovl_track_disarm(t);
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", upper_fd);
+	ssize_t n = readlink(link, path, sizeof(path) - 1);
+	if (n <= 0)
+		return -errno;
+	path[n] = 0;
+	t->fan = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE |
+				       FAN_REPORT_DFID_NAME | FAN_REPORT_FID,
+			       O_RDONLY);
+	t->upper = fcntl(upper_fd, F_DUPFD_CLOEXEC, 3);
+	t->path = strdup(path);
+	t->len = (size_t)n;
+	if (t->fan < 0 || t->upper < 0 || !t->path ||
+	    fanotify_mark(t->fan, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, TRACK_EVENTS, upper_fd, NULL) < 0) {
+		int e = t->path ? errno : ENOMEM;
+		ovl_track_disarm(t);
+		return -e;
+	}
+	return 0;
+}
+
+struct dirty_set {
+	struct treecopy_dirty *v;
+	size_t n, cap;
+};
+
+static int dirty_add(struct dirty_set *s, const char *path, size_t len, bool deep)
+{
+	if (s->n == s->cap) {
+		struct treecopy_dirty *v = realloc(s->v, (s->cap = s->cap ? 2 * s->cap : 32) * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		s->v = v;
+	}
+	char *p = strndup(path, len);
+	if (!p)
+		return -ENOMEM;
+	s->v[s->n++] = (struct treecopy_dirty){ .path = p, .deep = deep };
+	return 0;
+}
+
+/* What a handle of an event names, relative to the upper, and its stat: 1,
+ * 0 when it is outside the upper (the work dir, ckptd's own layers, other
+ * files of that filesystem) or removed since (its parent has an event too),
+ * < 0 when it cannot be told. */
+static int resolve(struct ovl_track *t, struct file_handle *fh, char *rel, size_t size, struct stat *st)
+{
+	char link[64], path[PATH_MAX];
+	_cleanup_close_ int d = open_by_handle_at(t->upper, fh, O_PATH | O_CLOEXEC);
+	if (d < 0)
+		return errno == ESTALE ? 0 : -errno;
+	if (fstat(d, st) < 0)
+		return -errno;
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", d);
+	ssize_t n = readlink(link, path, sizeof(path) - 1);
+	if (n < 0)
+		return -errno;
+	path[n] = 0;
+	if (strncmp(path, t->path, t->len) || (path[t->len] && path[t->len] != '/'))
+		return 0;
+	if (n > 10 && !strcmp(path + n - 10, " (deleted)"))
+		return 0;
+	snprintf(rel, size, "%s", path[t->len] ? path + t->len + 1 : "");
+	return 1;
+}
+
+/* Directories outside the upper, by handle: the first pass writes thousands
+ * of files into the layer store on the same filesystem, and each of their
+ * events would cost an open_by_handle_at and a readlink. */
+#define OUTSIDE_SLOTS 4096
+struct outside {
+	uint64_t h[OUTSIDE_SLOTS]; /* hash of the handle, 0: empty */
+};
+
+static uint64_t handle_hash(const struct file_handle *fh)
+{
+	uint64_t h = hash_fnv64(HASH_FNV64_INIT, &fh->handle_type, sizeof(fh->handle_type));
+	h = hash_fnv64(h, fh->f_handle, fh->handle_bytes);
+	return h ? h : 1;
+}
+
+/* A hash collision only costs a directory compared that need not be: a
+ * handle found here is outside; one not found is resolved. */
+static bool outside_has(const struct outside *o, uint64_t h)
+{
+	for (size_t i = h % OUTSIDE_SLOTS, k = 0; k < 8 && o->h[i]; i = (i + 1) % OUTSIDE_SLOTS, k++)
+		if (o->h[i] == h)
+			return true;
+	return false;
+}
+
+static void outside_put(struct outside *o, uint64_t h)
+{
+	for (size_t i = h % OUTSIDE_SLOTS, k = 0; k < 8; i = (i + 1) % OUTSIDE_SLOTS, k++)
+		if (!o->h[i]) {
+			o->h[i] = h;
+			return;
+		}
+}
+
+/* One event: the directory it names is compared (deep for a directory made,
+ * moved or removed under that name: what the first pass holds there may be
+ * another directory's), and so is the one the object itself is in now, for
+ * a write is reported under whichever name the writer's file has. */
+static int one_event(struct ovl_track *t, struct dirty_set *s, struct outside *out,
+		     const struct fanotify_event_metadata *m, const char **why)
+{
+	char rel[PATH_MAX], child[PATH_MAX + NAME_MAX + 2];
+	struct file_handle *dir = NULL, *obj = NULL;
+	const char *name = ".";
+	struct stat st;
+
+	for (const char *p = (const char *)(m + 1), *end = (const char *)m + m->event_len; p < end;) {
+		const struct fanotify_event_info_fid *fid = (const void *)p;
+		if (p + sizeof(*fid) > end || fid->hdr.len < sizeof(*fid) || p + fid->hdr.len > end)
+			return *why = "a fanotify event of unexpected shape", -EAGAIN;
+		struct file_handle *fh = (void *)fid->handle;
+		if (fid->hdr.info_type == FAN_EVENT_INFO_TYPE_DFID_NAME ||
+		    fid->hdr.info_type == FAN_EVENT_INFO_TYPE_DFID) {
+			dir = fh;
+			if (fid->hdr.info_type == FAN_EVENT_INFO_TYPE_DFID_NAME)
+				name = (const char *)fh->f_handle + fh->handle_bytes;
+		} else if (fid->hdr.info_type == FAN_EVENT_INFO_TYPE_FID) {
+			obj = fh;
+		}
+		p += fid->hdr.len;
+	}
+	if (!dir && !obj)
+		return *why = "a fanotify event without a file handle", -EAGAIN;
+	uint64_t dh = dir ? handle_hash(dir) : 0;
+	if (dir && outside_has(out, dh))
+		return 0; /* a write of ckptd's own, or of another program elsewhere */
+	int r = dir ? resolve(t, dir, rel, sizeof(rel), &st) : 0;
+	if (dir && r == 0) {
+		outside_put(out, dh);
+		return 0; /* outside (a file of the upper has its directory there) */
+	}
+	if (r < 0)
+		return *why = "a directory of an event could not be resolved", -EAGAIN;
+	if (r > 0 && dirty_add(s, rel, strlen(rel), false) < 0)
+		return *why = "out of memory", -EAGAIN;
+	if (r > 0 && (m->mask & FAN_ONDIR) && (m->mask & DIR_CHANGES) && strcmp(name, ".")) {
+		snprintf(child, sizeof(child), "%s%s%s", rel, rel[0] ? "/" : "", name);
+		if (dirty_add(s, child, strlen(child), true) < 0)
+			return *why = "out of memory", -EAGAIN;
+	}
+	if (!obj || (dir && (m->mask & FAN_ONDIR)))
+		return 0;
+	if ((r = resolve(t, obj, rel, sizeof(rel), &st)) < 0 && !dir)
+		return *why = "a file of an event could not be resolved", -EAGAIN;
+	if (r <= 0) /* gone since (its directory is compared all the same) */
+		return 0;
+	if (S_ISDIR(st.st_mode)) /* an event on a directory itself */
+		return dirty_add(s, rel, strlen(rel), false) < 0 ? (*why = "out of memory", -EAGAIN) : 0;
+	if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && !(S_ISCHR(st.st_mode) && st.st_rdev == 0))
+		return *why = "a changed file has other names", -EAGAIN;
+	const char *slash = strrchr(rel, '/');
+	return dirty_add(s, rel, slash ? (size_t)(slash - rel) : 0, false) < 0 ? (*why = "out of memory", -EAGAIN) : 0;
+}
+
+static int read_events(struct ovl_track *t, struct dirty_set *s, const char **why)
+{
+	char buf[16384] __attribute__((aligned(8)));
+	_cleanup_free_ struct outside *out = calloc(1, sizeof(*out));
+	if (!out)
+		return *why = "out of memory", -EAGAIN;
+	for (;;) {
+		ssize_t len = read(t->fan, buf, sizeof(buf));
+		if (len < 0 && errno == EAGAIN)
+			return 0;
+		if (len < 0)
+			return *why = "reading fanotify events failed", -EAGAIN;
+		for (struct fanotify_event_metadata *m = (void *)buf; FAN_EVENT_OK(m, len);
+		     m = FAN_EVENT_NEXT(m, len)) {
+			if (m->vers != FANOTIFY_METADATA_VERSION || (m->mask & FAN_Q_OVERFLOW))
+				return *why = "fanotify queue overflowed", -EAGAIN;
+			int r = one_event(t, s, out, m, why);
+			if (r < 0)
+				return r;
+		}
+	}
+}
+
+struct in_use {
+	struct dirty_set *s;
+	const char *root;
+	size_t root_len;
+	dev_t dev;
+	const char *why;
+};
+
+/* A file of the root that a process has open or mapped: its directory is
+ * compared (a write through a mapping makes no event). */
+static int in_use_ref(void *ctx, const struct procscan_ref *ref)
+{
+	struct in_use *u = ctx;
+	if ((ref->kind != PROCSCAN_FD && ref->kind != PROCSCAN_MAP) || !ref->has_id || ref->dev != u->dev ||
+	    ref->deleted)
+		return PROCSCAN_CONTINUE;
+	if (!procscan_path_under(ref->path, u->root)) {
+		u->why = "a file of the root is in use under another path (a mount namespace or chroot)";
+		return -EAGAIN;
+	}
+	const char *rel = ref->path + u->root_len;
+	rel += *rel == '/';
+	const char *slash = strrchr(rel, '/');
+	return dirty_add(u->s, rel, slash ? (size_t)(slash - rel) : 0, false) < 0 ? -ENOMEM : PROCSCAN_CONTINUE;
+}
+
+static int dirty_cmp(const void *a, const void *b)
+{
+	const struct treecopy_dirty *x = a, *y = b;
+	int c = strcmp(x->path, y->path);
+	return c ? c : (int)y->deep - (int)x->deep; /* deep first: it is the one kept */
+}
+
+int ovl_track_collect(struct ovl_track *t, const char *root_path, dev_t root_dev, struct treecopy_dirty **ret,
+		      size_t *ret_n, const char **why)
+{
+	struct dirty_set s = { 0 };
+	*why = NULL;
+	if (!ovl_track_armed(t))
+		return *why = "not tracking", -EAGAIN;
+	int r = read_events(t, &s, why);
+	if (r == 0) {
+		size_t n = strlen(root_path);
+		while (n > 1 && root_path[n - 1] == '/')
+			n--;
+		struct in_use u = { .s = &s, .root = root_path, .root_len = n, .dev = root_dev };
+		r = procscan_each("/proc", 0, PROCSCAN_STAT, in_use_ref, &u);
+		if (r < 0)
+			*why = u.why ? u.why : "scanning /proc failed", r = -EAGAIN;
+	}
+	if (r < 0) {
+		treecopy_dirty_free(s.v, s.n);
+		return r;
+	}
+	if (s.n)
+		qsort(s.v, s.n, sizeof(*s.v), dirty_cmp);
+	size_t k = 0;
+	for (size_t i = 0; i < s.n; i++) {
+		if (k && !strcmp(s.v[k - 1].path, s.v[i].path)) {
+			free(s.v[i].path);
+			continue;
+		}
+		s.v[k++] = s.v[i];
+	}
+	*ret = s.v;
+	*ret_n = k;
+	return 0;
+}
+
+bool ovl_track_changed_since(struct ovl_track *t)
+{
+	struct dirty_set s = { 0 };
+	const char *why = NULL;
+	int r = ovl_track_armed(t) ? read_events(t, &s, &why) : -EAGAIN;
+	bool changed = r < 0 || s.n > 0;
+	treecopy_dirty_free(s.v, s.n);
+	return changed;
+}

@@ -1,0 +1,53 @@
+/* overlay_track.h: what changed in an upper dir since a moment, without
+ * walking it, so the create's frozen pass revisits only the directories that
+ * changed since its first pass began (see docs/overlay-create.md).
+ *
+ * fanotify, marked on the filesystem that holds the upper (a mark on the
+ * overlay mount is refused), reports each create, delete, move, write,
+ * attribute change and last close of a written file by directory and name;
+ * the writes it cannot see, through a shared mapping, belong to a file that
+ * is still mapped or open when the pass runs (found in /proc) or whose last
+ * close it reported. When anything is not sure, collect answers -EAGAIN and
+ * the caller walks the whole upper as before. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+#include "backend/overlay/treecopy.h"
+
+struct ovl_track {
+	int fan;    /* fanotify group, -1 when not armed */
+	int upper;  /* the upper dir, for open_by_handle_at */
+	char *path; /* the upper as /proc/self/fd reads it */
+	size_t len;
+};
+
+#define OVL_TRACK_INIT                 \
+	{                              \
+		.fan = -1, .upper = -1 \
+	}
+
+/* Start recording changes below upper_fd. < 0 (-errno) when this system
+ * cannot (no fanotify, no file handles on that filesystem): walk instead. */
+int ovl_track_arm(struct ovl_track *t, int upper_fd);
+void ovl_track_disarm(struct ovl_track *t);
+static inline bool ovl_track_armed(const struct ovl_track *t)
+{
+	return t->fan >= 0;
+}
+
+/* What changed since arming: the directories below the upper (relative, ""
+ * for the upper itself) whose entries or own metadata changed, and the
+ * directories of files of the root mounted at root_path (device root_dev)
+ * that a process still has open or mapped; deep for a directory created,
+ * moved or removed under its name (its whole subtree is compared). Sorted so
+ * that a directory comes before those below it. *ret malloc'd (free with
+ * treecopy_dirty_free). -EAGAIN when the walk is needed (events lost, a
+ * directory handle that cannot be resolved, a file in use whose path is not
+ * under root_path); *why then says which. */
+int ovl_track_collect(struct ovl_track *t, const char *root_path, dev_t root_dev, struct treecopy_dirty **ret,
+		      size_t *ret_n, const char **why);
+
+/* Whether anything changed in the upper since the last collect (or this
+ * cannot be told): what makes a check of collect's answer inconclusive. */
+bool ovl_track_changed_since(struct ovl_track *t);
