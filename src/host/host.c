@@ -146,6 +146,7 @@ static void renew_one(struct host *h, const struct held *l)
 	struct lock_info cur;
 	int64_t t0, now_s;
 	struct sandbox *sb;
+	bool renewed = false;
 	int r = 0;
 
 	pthread_mutex_lock(&h->lock_io);
@@ -158,15 +159,25 @@ static void renew_one(struct host *h, const struct held *l)
 		r = locks_renew(&h->locks, l->id, h->instance_id, l->token, now_s, waiter);
 	} else if (sb) {
 		r = locks_read(&h->locks, l->id, &cur);
-		if (r == -ENOENT || (r == 0 && (strcmp(cur.owner, h->instance_id) || cur.token != l->token)))
-			r = -ESTALE;
-		else if (r == 0)
+		if (r == 0 && !strcmp(cur.owner, h->instance_id) && cur.token == l->token) {
 			memcpy(waiter, cur.waiter, sizeof(waiter));
+		} else if (r == 0 || r == -ENOENT) {
+			/* Not as we left it: the late write of a former owner
+			 * (its renewal blocked on the volume), or a name a
+			 * rename through FUSE has aside for a moment. The
+			 * renewal tells which: it puts ours back over an older
+			 * generation and reads a missing name again; only a
+			 * newer owner makes it -ESTALE. */
+			t0 = mono_ms();
+			now_s = now_ms() / 1000;
+			r = locks_renew(&h->locks, l->id, h->instance_id, l->token, now_s, waiter);
+			renewed = r == 0;
+		}
 	}
 	pthread_mutex_unlock(&h->lock_io);
 	pthread_mutex_lock(&h->mu);
 	if (sb && (sb = holder(h, l))) {
-		if (r == 0 && l->due)
+		if (r == 0 && (l->due || renewed))
 			sb->lease_until = t0 + h->lock_ttl * 1000, sb->renewed_at = now_s;
 		if (r == -ESTALE)
 			sb->fenced = true; /* taken over: the watchdog kills it */

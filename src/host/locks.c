@@ -172,9 +172,12 @@ static int gen_write(const struct locks *L, const char *id, uint64_t token)
 	return write_file_atomic(L->fd, name, text, (size_t)n, 0644);
 }
 
-/* Move a stale lock aside so exactly one taker removes it; a lock that turns
- * out to be fresh (renewed or retaken meanwhile) is put back. */
-static int remove_stale(int dirfd, const char *id, const struct lock_info *seen)
+/* Move id's lock aside and remove it, but only if it is still the one meant:
+ * the same generation as seen (and, with same_stamp, not renewed since).
+ * Moving it first makes exactly one remover win; a lock that turns out to be
+ * another (renewed, retaken, or rewritten meanwhile) is put back. -EBUSY when
+ * it was put back, 0 when removed or gone. */
+static int remove_if_same(int dirfd, const char *id, const struct lock_info *seen, bool same_stamp)
 {
 	char name[256], aside[300], rnd[17];
 	struct lock_info now_l;
@@ -187,7 +190,8 @@ static int remove_stale(int dirfd, const char *id, const struct lock_info *seen)
 		return errno == ENOENT ? 0 : -errno;
 	r = read_named(dirfd, aside, &now_l);
 	if (r == 0 &&
-	    (now_l.timestamp != seen->timestamp || now_l.token != seen->token || strcmp(now_l.owner, seen->owner))) {
+	    (now_l.token != seen->token || strcmp(now_l.owner, seen->owner) ||
+	     (same_stamp && now_l.timestamp != seen->timestamp))) {
 		/* if someone took the name meanwhile, theirs stands */
 		if (linkat(dirfd, aside, dirfd, name, 0) < 0 && errno != EEXIST)
 			log_debug("lock '%s': cannot put back: %m", id);
@@ -195,6 +199,12 @@ static int remove_stale(int dirfd, const char *id, const struct lock_info *seen)
 	}
 	unlinkat(dirfd, aside, 0);
 	return r == -EBADMSG ? 0 : r;
+}
+
+/* A stale lock, removed by exactly one taker. */
+static int remove_stale(int dirfd, const char *id, const struct lock_info *seen)
+{
+	return remove_if_same(dirfd, id, seen, true);
 }
 
 /* After taking a lock, read it back: on volumes that decide exclusivity late
@@ -348,22 +358,26 @@ static int vol_add_waiter(const struct locks *L, const char *id, const char *me)
 	return publish_lock(L, id, &l, false);
 }
 
-static int vol_release(const struct locks *L, const char *id, const char *me)
+static int vol_release(const struct locks *L, const char *id, const char *me, uint64_t token)
 {
 	struct lock_info l;
-	char name[256];
 	int r = vol_read(L, id, &l);
 
-	if (r == -ENOENT)
+	/* Only our generation: a lock naming us with an older token, or any
+	 * token once a newer one was issued, is the late write of a renewal
+	 * of ours that was blocked on the volume while another instance took
+	 * over. Removing it would take the new owner's lock away. */
+	if (r == -ENOENT || (r == 0 && (strcmp(l.owner, me) || l.token != token)) || gen_read(L, id) > token)
 		return 0;
-	if (r == 0 && strcmp(l.owner, me))
-		return 0; /* not ours any more: leave the new owner's lock alone */
-	if ((r = lock_name(id, name, sizeof(name))) < 0)
+	if (r < 0)
 		return r;
-	if (unlinkat(L->fd, name, 0) < 0 && errno != ENOENT)
-		return -errno;
-	fsync_dirfd(L->fd);
-	return 0;
+	/* moved aside, checked again, put back if it changed meanwhile */
+	r = remove_if_same(L->fd, id, &l, false);
+	if (r == -EBUSY)
+		return 0; /* not ours any more: put back for its owner */
+	if (r == 0)
+		fsync_dirfd(L->fd);
+	return r;
 }
 
 const char *locks_method_name(enum locks_method m)
@@ -488,9 +502,9 @@ int locks_add_waiter(const struct locks *L, const char *id, const char *me)
 	return L->ops->add_waiter(L, id, me);
 }
 
-int locks_release(const struct locks *L, const char *id, const char *me)
+int locks_release(const struct locks *L, const char *id, const char *me, uint64_t token)
 {
-	return L->ops->release(L, id, me);
+	return L->ops->release(L, id, me, token);
 }
 
 int locks_wait(const struct locks *L, const char *id, int timeout_ms)

@@ -38,7 +38,7 @@ struct locks_ops {
 		     char ret_waiter[LOCKS_NAME_MAX]);
 	int (*check)(const struct locks *L, const char *id, const char *me, uint64_t token);
 	int (*add_waiter)(const struct locks *L, const char *id, const char *me);
-	int (*release)(const struct locks *L, const char *id, const char *me);
+	int (*release)(const struct locks *L, const char *id, const char *me, uint64_t token);
 	int (*wait)(const struct locks *L, const char *id, int timeout_ms);
 };
 
@@ -89,8 +89,9 @@ int locks_write_fenced(const struct locks *L, const char *id, const char *me, ui
 /* Register me as the waiter of a lock held by someone else: 0 registered (or
  * already), -ENOENT when there is no lock any more. */
 int locks_add_waiter(const struct locks *L, const char *id, const char *me);
-/* Remove the lock if it is mine; 0 also when it is gone already. */
-int locks_release(const struct locks *L, const char *id, const char *me);
+/* Remove the lock if it is mine in this generation (token); 0 also when it
+ * is gone already or is another's (left alone). */
+int locks_release(const struct locks *L, const char *id, const char *me, uint64_t token);
 /* Block up to timeout_ms for a change of id's lock (etcd: a watch event,
  * e.g. its release); returns at once where nothing can be watched. */
 int locks_wait(const struct locks *L, const char *id, int timeout_ms);

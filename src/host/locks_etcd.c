@@ -368,7 +368,7 @@ static int etcd_add_waiter(const struct locks *L, const char *id, const char *me
 	return call(E, "/v3/kv/put", json_pack("{s:s, s:s}", "key", w64, "value", v64), &ans);
 }
 
-static int etcd_release(const struct locks *L, const char *id, const char *me)
+static int etcd_release(const struct locks *L, const char *id, const char *me, uint64_t token)
 {
 	struct locks_etcd *E = L->etcd;
 	_cleanup_free_ char *k = key_of(E, "lock", id);
@@ -376,7 +376,7 @@ static int etcd_release(const struct locks *L, const char *id, const char *me)
 	struct lease *le, **pp;
 	json_auto_t *ans = NULL;
 
-	(void)me;
+	(void)me, (void)token; /* the lease we keep for id knows its generation */
 	pthread_mutex_lock(&E->mu);
 	for (pp = &E->leases; *pp && strcmp((*pp)->id, id); pp = &(*pp)->next)
 		;

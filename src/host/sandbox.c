@@ -213,7 +213,7 @@ void sandbox_unlock(struct host *h, struct sandbox *sb)
 	sb->token = 0;
 	pthread_mutex_unlock(&h->mu);
 	if (token)
-		locks_release(&h->locks, sb->id, h->instance_id);
+		locks_release(&h->locks, sb->id, h->instance_id, token);
 	pthread_mutex_unlock(&h->lock_io);
 }
 

@@ -67,13 +67,13 @@ static void test_acquire_contend_release(void **state)
 	assert_int_equal(l.timestamp, 1020);
 
 	/* release by a non-owner does nothing */
-	assert_int_equal(locks_release(L, "sb1", "B"), 0);
+	assert_int_equal(locks_release(L, "sb1", "B", tok), 0);
 	assert_int_equal(locks_read(L, "sb1", &l), 0);
-	assert_int_equal(locks_release(L, "sb1", "A"), 0);
+	assert_int_equal(locks_release(L, "sb1", "A", tok), 0);
 	assert_int_equal(locks_read(L, "sb1", &l), -ENOENT);
-	assert_int_equal(locks_release(L, "sb1", "A"), 0);
+	assert_int_equal(locks_release(L, "sb1", "A", tok), 0);
 	assert_int_equal(locks_acquire(L, "sb1", "B", 30, 1030, NULL, &tok), 0);
-	assert_int_equal(locks_release(L, "sb1", "B"), 0);
+	assert_int_equal(locks_release(L, "sb1", "B", tok), 0);
 	assert_int_equal(count_entries(), 1); /* the token counter outlives the lock */
 }
 
@@ -101,13 +101,13 @@ static void test_waiter_and_renew(void **state)
 	/* renewal by someone else is refused */
 	assert_int_equal(locks_renew(L, "sb2", "B", tok, 1010, NULL), -ESTALE);
 	/* handoff: owner releases, the waiter takes a fresh lock without waiter */
-	assert_int_equal(locks_release(L, "sb2", "A"), 0);
+	assert_int_equal(locks_release(L, "sb2", "A", tok), 0);
 	assert_int_equal(locks_renew(L, "sb2", "A", tok, 1011, NULL), -ESTALE);
 	assert_int_equal(locks_acquire(L, "sb2", "B", 30, 1012, NULL, &tok), 0);
 	assert_int_equal(locks_read(L, "sb2", &l), 0);
 	assert_string_equal(l.owner, "B");
 	assert_string_equal(l.waiter, "");
-	assert_int_equal(locks_release(L, "sb2", "B"), 0);
+	assert_int_equal(locks_release(L, "sb2", "B", tok), 0);
 }
 
 static void test_takeover_after_ttl(void **state)
@@ -115,7 +115,9 @@ static void test_takeover_after_ttl(void **state)
 	(void)state;
 	struct lock_info l;
 
-	assert_int_equal(locks_acquire(L, "sb3", "A", 30, 1000, NULL, &tok), 0);
+	uint64_t ta;
+
+	assert_int_equal(locks_acquire(L, "sb3", "A", 30, 1000, NULL, &ta), 0);
 	assert_int_equal(locks_add_waiter(L, "sb3", "B"), 0);
 	assert_int_equal(locks_acquire(L, "sb3", "B", 30, 1030, NULL, &tok), -EBUSY);
 	assert_false(locks_expired(&(struct lock_info){ .timestamp = 1000 }, 30, 1030));
@@ -125,11 +127,11 @@ static void test_takeover_after_ttl(void **state)
 	assert_string_equal(l.owner, "B");
 	assert_int_equal(l.timestamp, 1031);
 	/* the old owner has lost it */
-	assert_int_equal(locks_renew(L, "sb3", "A", tok, 1032, NULL), -ESTALE);
-	assert_int_equal(locks_release(L, "sb3", "A"), 0);
+	assert_int_equal(locks_renew(L, "sb3", "A", ta, 1032, NULL), -ESTALE);
+	assert_int_equal(locks_release(L, "sb3", "A", ta), 0);
 	assert_int_equal(locks_read(L, "sb3", &l), 0);
 	assert_string_equal(l.owner, "B");
-	assert_int_equal(locks_release(L, "sb3", "B"), 0);
+	assert_int_equal(locks_release(L, "sb3", "B", tok), 0);
 	assert_int_equal(count_entries(), 1); /* the token counter outlives the lock */
 }
 
@@ -146,7 +148,7 @@ static void test_garbage_lock(void **state)
 	assert_int_equal(locks_acquire(L, "sb4", "A", 30, 1000, NULL, &tok), 0);
 	assert_int_equal(locks_read(L, "sb4", &l), 0);
 	assert_string_equal(l.owner, "A");
-	assert_int_equal(locks_release(L, "sb4", "A"), 0);
+	assert_int_equal(locks_release(L, "sb4", "A", tok), 0);
 	assert_int_equal(count_entries(), 1); /* the token counter outlives the lock */
 }
 
@@ -160,7 +162,7 @@ static void test_tokens_grow(void **state)
 	assert_int_equal(locks_acquire(L, "sb5", "A", 30, 1000, NULL, &t1), 0);
 	assert_int_equal(locks_read(L, "sb5", &l), 0);
 	assert_int_equal(l.token, t1);
-	assert_int_equal(locks_release(L, "sb5", "A"), 0);
+	assert_int_equal(locks_release(L, "sb5", "A", t1), 0);
 	assert_int_equal(locks_acquire(L, "sb5", "B", 30, 1001, NULL, &t2), 0);
 	assert_true(t2 > t1);
 	/* B dies; C takes the stale lock over even if the counter file is lost */
@@ -169,7 +171,7 @@ static void test_tokens_grow(void **state)
 	assert_true(t3 > t2);
 	assert_int_equal(locks_renew(L, "sb5", "B", t2, 1101, NULL), -ESTALE);
 	assert_int_equal(locks_renew(L, "sb5", "C", t3, 1101, NULL), 0);
-	assert_int_equal(locks_release(L, "sb5", "C"), 0);
+	assert_int_equal(locks_release(L, "sb5", "C", t3), 0);
 }
 
 /* The fence: a holder whose generation was replaced cannot write `latest`,
@@ -200,18 +202,25 @@ static void test_stale_token_cannot_write(void **state)
 	close(fd);
 	assert_int_equal(locks_check(L, "sb6", "A", old), -ESTALE);
 	assert_int_equal(locks_check(L, "sb6", "B", cur), 0);
+	/* and A, giving up, does not remove the lock its late write named it in:
+	 * a newer generation was issued, so it is B's */
+	assert_int_equal(locks_release(L, "sb6", "A", old), 0);
+	assert_int_equal(locks_check(L, "sb6", "B", cur), 0);
 	assert_int_equal(locks_renew(L, "sb6", "B", cur, 1033, NULL), 0);
 	struct lock_info l;
 	assert_int_equal(locks_read(L, "sb6", &l), 0);
 	assert_string_equal(l.owner, "B");
 	assert_int_equal(l.token, cur);
 	/* B hands back to A: A's new generation writes, its old token still cannot */
-	assert_int_equal(locks_release(L, "sb6", "B"), 0);
+	assert_int_equal(locks_release(L, "sb6", "B", cur), 0);
 	assert_int_equal(locks_acquire(L, "sb6", "A", 30, 1040, NULL, &cur), 0);
 	assert_true(cur > old);
 	assert_int_equal(locks_write_fenced(L, "sb6", "A", old, dfd, "latest", "img-stale", 9), -ESTALE);
 	assert_int_equal(locks_write_fenced(L, "sb6", "A", cur, dfd, "latest", "img3", 4), 0);
-	assert_int_equal(locks_release(L, "sb6", "A"), 0);
+	/* a restarted A with its old token leaves its new generation alone */
+	assert_int_equal(locks_release(L, "sb6", "A", old), 0);
+	assert_int_equal(locks_check(L, "sb6", "A", cur), 0);
+	assert_int_equal(locks_release(L, "sb6", "A", cur), 0);
 	/* released: nobody's token writes */
 	assert_int_equal(locks_write_fenced(L, "sb6", "A", cur, dfd, "latest", "img-stale", 9), -ESTALE);
 	unlinkat(dfd, "latest", 0);
@@ -229,14 +238,14 @@ static void test_excl_method(void **state)
 	assert_int_equal(locks_acquire(&ex, "sb7", "A", 30, 1000, NULL, &t), 0);
 	assert_int_equal(locks_acquire(&ex, "sb7", "B", 30, 1010, &l, &t), -EBUSY);
 	assert_string_equal(l.owner, "A");
-	assert_int_equal(locks_release(&ex, "sb7", "A"), 0);
+	assert_int_equal(locks_release(&ex, "sb7", "A", t), 0);
 	/* an empty lock just created by someone else counts as held, not stale */
 	fd = openat(dfd, "sb7.lock", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	assert_true(fd >= 0);
 	close(fd);
 	assert_int_equal(locks_acquire(&ex, "sb7", "B", 30, now_ms() / 1000, NULL, &t), -EBUSY);
 	assert_int_equal(locks_acquire(&ex, "sb7", "B", 30, now_ms() / 1000 + 31, NULL, &t), 0);
-	assert_int_equal(locks_release(&ex, "sb7", "B"), 0);
+	assert_int_equal(locks_release(&ex, "sb7", "B", t), 0);
 }
 
 static void test_probe(void **state)
