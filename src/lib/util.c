@@ -2,6 +2,7 @@
 #include "lib/util.h"
 #include "lib/walk.h"
 
+#include <stdatomic.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -184,10 +185,14 @@ int random_hex(char *buf, size_t nbytes)
 }
 
 /* "cp_" + 12 hex digits of ms since the epoch + 12 random hex digits: ids sort
- * by creation time and never repeat. */
+ * by creation time and never repeat. Within a process they strictly grow: a
+ * second id in the same millisecond takes the next one (random digits alone
+ * would order two quick creates by chance; lists are newest first). */
 int id_generate(char *buf, size_t len)
 {
+	static _Atomic int64_t last;
 	char rnd[13];
+	int64_t ms, prev, t;
 	int r;
 
 	if (len < 28)
@@ -195,7 +200,12 @@ int id_generate(char *buf, size_t len)
 	r = random_hex(rnd, 6);
 	if (r < 0)
 		return r;
-	snprintf(buf, len, "cp_%012llx%s", (unsigned long long)now_ms() & 0xffffffffffffULL, rnd);
+	prev = atomic_load(&last);
+	do {
+		t = now_ms();
+		ms = t > prev ? t : prev + 1;
+	} while (!atomic_compare_exchange_weak(&last, &prev, ms));
+	snprintf(buf, len, "cp_%012llx%s", (unsigned long long)ms & 0xffffffffffffULL, rnd);
 	return 0;
 }
 
