@@ -78,6 +78,14 @@ struct backend_ops {
 	 * first pass that costs a walk of its own, worth it only then). */
 	bool precopy_only_if_frozen;
 
+	/* Inside the services' freeze, in place of create: take what the roots
+	 * hold now (the consistent copy), without making it durable. create,
+	 * called next and after the thaw, then only makes that copy the
+	 * checkpoint (records, syncs, publishes): the freeze lasts only as
+	 * long as the copy. On failure nothing is kept and create is not
+	 * called. May be NULL: create then runs whole inside the freeze. */
+	int (*capture)(void *st, struct progress *p, ckpt_error *err);
+
 	/* Make every root equal to checkpoint id. details (may be NULL, else
 	 * zeroed by the caller) says what it did; the caller frees it. */
 	int (*restore)(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,

@@ -117,9 +117,10 @@ static int create_over_budget(struct engine *e, ckpt_error *err)
 
 /* The backend's copy inside a freeze of the units that use the roots, after
  * a first pass without the freeze (precopy) so the frozen one copies only
- * what changed meanwhile; what the freeze did goes into rep, and how long
- * the units were frozen (the frozen pass, whether or not a unit was) into
- * freeze_ms. */
+ * what changed meanwhile, and made durable after the thaw where the backend
+ * can split the two (capture); what the freeze did goes into rep, and how
+ * long the units were frozen (the frozen pass, whether or not a unit was)
+ * into freeze_ms. */
 static int create_frozen(struct engine *e, const char *id, struct engine_op *op, json_t **data, uint64_t *size,
 			 struct svc_report *rep, int64_t *freeze_ms, ckpt_error *err)
 {
@@ -131,10 +132,15 @@ static int create_frozen(struct engine *e, const char *id, struct engine_op *op,
 	    e->backend->precopy(e->bst, &op->progress, &perr) < 0)
 		log_warn("create: first pass before the freeze failed, copying all while frozen: %s", perr.msg);
 	int64_t t0 = mono_ms();
+	bool split = e->backend->capture != NULL;
 	services_freeze(e->services, &plan);
-	int r = e->backend->create(e->bst, id, data, size, &op->progress, err);
+	int r = split ? e->backend->capture(e->bst, &op->progress, err)
+		      : e->backend->create(e->bst, id, data, size, &op->progress, err);
 	services_thaw(e->services, &plan);
 	*freeze_ms = mono_ms() - t0;
+	/* the copy is taken: recording and syncing it need no freeze */
+	if (r == 0 && split)
+		r = e->backend->create(e->bst, id, data, size, &op->progress, err);
 	services_report(&plan, rep);
 	services_plan_free(&plan);
 	return r;

@@ -51,10 +51,12 @@ static void assert_root(const char *want)
 	free(have);
 }
 
+static const struct backend_ops *backend_ops = &fake_ops; /* a test may swap it */
+
 static void open_engine(void)
 {
 	ckpt_error err = { 0 };
-	struct engine_deps deps = { .backend = &fake_ops, .services = svcs };
+	struct engine_deps deps = { .backend = backend_ops, .services = svcs };
 	int r = engine_open(&cfg, &deps, &eng, &err);
 	if (r < 0)
 		fail_msg("engine_open: %s", err.msg);
@@ -1025,6 +1027,54 @@ static void test_svc_freeze_thaw(void **state_)
 	json_decref(got);
 }
 
+/* A backend that splits create: capture (what the roots hold) and create,
+ * which makes that capture the checkpoint. */
+static char *captured;
+
+static int split_capture(void *st, struct progress *p, ckpt_error *err)
+{
+	(void)p, (void)err;
+	svc_event("capture", "roots");
+	free(captured);
+	captured = fake_read_root(st);
+	return 0;
+}
+
+static int split_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
+			ckpt_error *err)
+{
+	(void)st, (void)p, (void)err;
+	svc_event("create", "roots");
+	assert_non_null(captured); /* the engine captured first */
+	json_object_set_new(fake.store, id, json_string(captured));
+	free(TAKE_PTR(captured));
+	*ret_data = json_pack("{s:s}", "fake", id);
+	*ret_size = fake.create_size;
+	return 0;
+}
+
+/* The freeze covers the capture only; the checkpoint holds what it saw. */
+static void test_svc_capture_inside_freeze(void **state_)
+{
+	(void)state_;
+	static struct backend_ops split;
+	split = fake_ops;
+	split.capture = split_capture;
+	split.create = split_create;
+	backend_ops = &split;
+	reopen_engine();
+	put_root("v1");
+	svc.log[0] = '\0';
+	char *id = create_id("split", -1);
+	assert_string_equal(
+		svc.log, "freeze:a.service freeze:b.service capture:roots thaw:a.service thaw:b.service create:roots");
+	put_root("v2");
+	json_decref(svc_restore(id));
+	assert_root("v1");
+	backend_ops = &fake_ops;
+	free(id);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1062,6 +1112,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_svc_side_effect_survives, setup_svc, teardown),
 		cmocka_unit_test_setup_teardown(test_svc_unreachable, setup_svc, teardown),
 		cmocka_unit_test_setup_teardown(test_svc_freeze_thaw, setup_svc, teardown),
+		cmocka_unit_test_setup_teardown(test_svc_capture_inside_freeze, setup_svc, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

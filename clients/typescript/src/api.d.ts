@@ -511,7 +511,7 @@ export interface components {
             duration_ms: number;
             /** @description How long the create waited for another operation to finish; included in duration_ms. Absent in records made before. */
             queue_ms?: number;
-            /** @description How long the units using the roots were frozen (the frozen pass, counted even when no unit was frozen). Overlay copies the roots first without the freeze, then only what changed meanwhile while frozen; tar copies everything while frozen. Absent in records made before. */
+            /** @description How long the units using the roots were frozen (the frozen pass, counted even when no unit was frozen). Overlay copies the roots first without the freeze, then only what changed meanwhile while frozen, and records, syncs and publishes that copy after the thaw; tar copies everything while frozen. Absent in records made before. */
             freeze_ms?: number;
             /** @enum {string} */
             backend: "tar" | "overlay";

@@ -200,6 +200,7 @@ static void ovl_free(struct ovl *o)
 		json_decref(r->mounted);
 		treecopy_index_free(r->ix);
 		treecopy_index_free(r->pre_ix);
+		treecopy_index_free(r->cap_ix);
 		ovl_track_disarm(&r->trk);
 	}
 	free(o->roots);
@@ -356,6 +357,8 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 			   : treecopy_copy(up, dst, &opts, &stats, err);
 	if (q == 0 && syncfs(dst) < 0) /* so the frozen pass's syncfs has only the changes */
 		q = err_set(err, errno, NULL, "sync first pass: %m");
+	if (q == 0) /* the first pass's own events, read now rather than frozen */
+		ovl_track_drain(&r->trk);
 	if (q < 0) {
 		ovl_drop_pre(r, l);
 		return q;
@@ -406,9 +409,11 @@ static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_
 	const char *why = "no change tracking";
 	struct stat rst;
 	int q = -EAGAIN;
+	int64_t t0 = mono_ms(), t1 = t0;
 	if (ovl_track_armed(&r->trk))
 		q = stat(r->path, &rst) < 0 ? (why = "cannot stat the root", -EAGAIN)
 					    : ovl_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
+	t1 = mono_ms();
 	if (q == 0) {
 		struct treecopy_index *tix = treecopy_index_copy(r->pre_ix);
 		struct treecopy_opts to = *opts;
@@ -418,7 +423,9 @@ static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_
 		if (q == 0 && getenv("CKPTD_TRACK_CHECK"))
 			q = ovl_track_check(r, up, dst, tix, err);
 		if (q == 0) {
-			log_info("create: frozen pass of '%s' compared %zu changed directories", r->path, n);
+			log_info("create: frozen pass of '%s' compared %zu changed directories in %lld ms "
+				 "(events and /proc %lld ms)",
+				 r->path, n, (long long)(mono_ms() - t0), (long long)(t1 - t0));
 			treecopy_index_free(*ix);
 			*ix = tix;
 		} else {
@@ -434,18 +441,28 @@ static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_
 	return treecopy_update(up, dst, opts, stats, err);
 }
 
-/* Copy r's upper into a new durable layer; on success ix (the upper's new
- * index) is handed to the caller. With a first pass (precopy), that copy
- * becomes the layer: only what changed since is replaced in it
- * (treecopy_update), instead of linking every file again. */
-static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], struct treecopy_index **ret_ix,
-			    uint64_t *size, struct progress *p, ckpt_error *err)
+/* Forget r's capture (its copy goes with the trash). */
+static void ovl_drop_capture(struct ovl_root *r, int l)
 {
-	char tmp[32];
+	if (r->cap_tmp[0])
+		overlay_layers_trash(r, l, "l", r->cap_tmp);
+	r->cap_tmp[0] = 0;
+	treecopy_index_free(TAKE_PTR(r->cap_ix));
+	r->cap_size = 0;
+}
+
+/* Copy r's upper into l/.tmp-<name>, not yet durable (the capture, which
+ * create runs frozen); r->cap_* say what it holds. With a first pass
+ * (precopy), that copy becomes the layer: only what changed since is
+ * replaced in it (treecopy_update), instead of linking every file again. */
+static int ovl_capture_layer(struct ovl_root *r, struct progress *p, ckpt_error *err)
+{
+	char name[OVL_NAME_LEN + 1], tmp[sizeof(r->cap_tmp)];
 	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_close_ int up = ovl_open_dir(r->rdir_fd, "u", r->upper);
 	if (l < 0 || up < 0)
 		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
+	ovl_drop_capture(r, l);
 	int q = overlay_layers_new_name(l, name);
 	if (q < 0)
 		return err_set(err, -q, NULL, "name a layer: %s", strerror(-q));
@@ -454,7 +471,7 @@ static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], str
 	if (update ? renameat(l, r->pre, l, tmp) < 0 : mkdirat(l, tmp, 0700) < 0)
 		return err_set(err, errno, NULL, "create layer: %m");
 	if (update)
-		r->pre[0] = 0; /* now tmp: publish removes it on failure */
+		r->pre[0] = 0; /* now tmp */
 	_cleanup_close_ int dst = openat(l, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	const char *from = r->ix && !update ? r->ix_layer : NULL;
 	_cleanup_close_ int prev = from ? openat(l, from, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
@@ -474,10 +491,37 @@ static int ovl_create_layer(struct ovl_root *r, char name[OVL_NAME_LEN + 1], str
 		q = update ? ovl_frozen_pass(r, up, dst, &opts, &ix, &stats, err)
 			   : treecopy_copy(up, dst, &opts, &stats, err);
 	ovl_drop_pre(r, l);
-	if ((q = overlay_layer_publish(r, l, dst, tmp, name, q, err)) < 0)
+	if (q < 0) {
+		rm_rf_at(l, tmp);
 		return q;
-	*size += stats.bytes_copied + pre_bytes; /* a file rewritten since the first pass counts twice */
-	*ret_ix = TAKE_PTR(ix);
+	}
+	memcpy(r->cap_tmp, tmp, sizeof(tmp));
+	memcpy(r->cap_name, name, sizeof(name));
+	r->cap_ix = TAKE_PTR(ix);
+	r->cap_size = stats.bytes_copied + pre_bytes; /* a file rewritten since the first pass counts twice */
+	return 0;
+}
+
+/* Make r's capture the durable layer r->cap_name; on success ix (the
+ * upper's new index) is handed to the caller. */
+static int ovl_publish_capture(struct ovl_root *r, char name[OVL_NAME_LEN + 1], struct treecopy_index **ret_ix,
+			       uint64_t *size, ckpt_error *err)
+{
+	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (l < 0)
+		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
+	_cleanup_close_ int dst = openat(l, r->cap_tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int q = dst < 0 ? err_set(err, errno, NULL, "open layer: %m") : 0;
+	q = overlay_layer_publish(r, l, dst, r->cap_tmp, r->cap_name, q, err); /* removes tmp on failure */
+	r->cap_tmp[0] = 0;
+	if (q < 0) {
+		ovl_drop_capture(r, l);
+		return q;
+	}
+	memcpy(name, r->cap_name, OVL_NAME_LEN + 1);
+	*size += r->cap_size;
+	*ret_ix = TAKE_PTR(r->cap_ix);
+	r->cap_size = 0;
 	return 0;
 }
 
@@ -490,6 +534,31 @@ static void ovl_discard_layers(struct ovl *o, char (*names)[OVL_NAME_LEN + 1], s
 	}
 }
 
+static void ovl_drop_captures(struct ovl *o)
+{
+	for (size_t i = 0; i < o->n_roots; i++) {
+		_cleanup_close_ int l = openat(o->roots[i].rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (l >= 0)
+			ovl_drop_capture(&o->roots[i], l);
+	}
+}
+
+/* The frozen part of create: every root's copy, kept for create. */
+static int ovl_capture(void *st, struct progress *p, ckpt_error *err)
+{
+	struct ovl *o = st;
+	int q = 0;
+	for (size_t i = 0; q == 0 && i < o->n_roots; i++)
+		q = ovl_capture_layer(&o->roots[i], p, err);
+	if (q < 0) {
+		ovl_drop_captures(o);
+		return ovl_fail(q, err);
+	}
+	return 0;
+}
+
+/* Capture (unless ovl_capture just did, frozen), then publish the layers,
+ * the chain and the upper's index. */
 static int ovl_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
 		      ckpt_error *err)
 {
@@ -503,8 +572,12 @@ static int ovl_create(void *st, const char *id, json_t **ret_data, uint64_t *ret
 
 	/* No syncfs of the roots: the copy reads the page cache, and syncing a
 	 * shared filesystem costs more than the copy; syncfs(layer) makes it durable. */
+	for (size_t i = 0; q == 0 && i < o->n_roots; i++)
+		if (!o->roots[i].cap_tmp[0])
+			q = ovl_capture_layer(&o->roots[i], p, err);
 	for (; q == 0 && done < o->n_roots; done++)
-		q = ovl_create_layer(&o->roots[done], names[done], &ixs[done], &size, p, err);
+		q = ovl_publish_capture(&o->roots[done], names[done], &ixs[done], &size, err);
+	ovl_drop_captures(o); /* what a failure left */
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++) {
 		json_t *c = json_pack("[s]", names[i]);
 		json_array_extend(c, o->roots[i].chain);
@@ -806,6 +879,7 @@ const struct backend_ops backend_overlay_ops = {
 	.open = ovl_open,
 	.recover = ovl_recover,
 	.precopy = ovl_precopy,
+	.capture = ovl_capture,
 	.create = ovl_create,
 	.restore = ovl_restore,
 	.verify = ovl_verify,

@@ -44,6 +44,13 @@ struct ovl_root {
 	char pre[OVL_NAME_LEN + 6];
 	struct treecopy_index *pre_ix;
 	uint64_t pre_bytes;
+	/* create's frozen copy (capture), not yet published: l/<cap_tmp>,
+	 * to become layer cap_name, with the upper's index and the bytes it
+	 * adds; cap_tmp "" when there is none. */
+	char cap_tmp[OVL_NAME_LEN + 6];
+	char cap_name[OVL_NAME_LEN + 1];
+	struct treecopy_index *cap_ix;
+	uint64_t cap_size;
 	struct ovl_track trk; /* armed when the first pass begins (overlay_track.h) */
 	bool trk_said;        /* that tracking is not possible here was logged */
 	bool released;        /* by overlay_release: no longer ours, r/<h> is gone */

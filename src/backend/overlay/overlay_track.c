@@ -20,41 +20,6 @@
 	 FAN_ONDIR)
 #define DIR_CHANGES (FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO)
 
-void ovl_track_disarm(struct ovl_track *t)
-{
-	if (t->fan >= 0)
-		close(t->fan);
-	if (t->upper >= 0)
-		close(t->upper);
-	free(t->path);
-	*t = (struct ovl_track)OVL_TRACK_INIT;
-}
-
-int ovl_track_arm(struct ovl_track *t, int upper_fd)
-{
-	char link[64], path[PATH_MAX];
-
-	ovl_track_disarm(t);
-	snprintf(link, sizeof(link), "/proc/self/fd/%d", upper_fd);
-	ssize_t n = readlink(link, path, sizeof(path) - 1);
-	if (n <= 0)
-		return -errno;
-	path[n] = 0;
-	t->fan = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE |
-				       FAN_REPORT_DFID_NAME | FAN_REPORT_FID,
-			       O_RDONLY);
-	t->upper = fcntl(upper_fd, F_DUPFD_CLOEXEC, 3);
-	t->path = strdup(path);
-	t->len = (size_t)n;
-	if (t->fan < 0 || t->upper < 0 || !t->path ||
-	    fanotify_mark(t->fan, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, TRACK_EVENTS, upper_fd, NULL) < 0) {
-		int e = t->path ? errno : ENOMEM;
-		ovl_track_disarm(t);
-		return -e;
-	}
-	return 0;
-}
-
 struct dirty_set {
 	struct treecopy_dirty *v;
 	size_t n, cap;
@@ -108,6 +73,53 @@ struct outside {
 	uint64_t h[OUTSIDE_SLOTS]; /* hash of the handle, 0: empty */
 };
 
+/* The events read so far: the directories they name, the handles known to
+ * be outside, and why tracking gave up (NULL while it has not). */
+struct ovl_track_seen {
+	struct dirty_set s;
+	struct outside out;
+	const char *why;
+};
+
+void ovl_track_disarm(struct ovl_track *t)
+{
+	if (t->fan >= 0)
+		close(t->fan);
+	if (t->upper >= 0)
+		close(t->upper);
+	free(t->path);
+	if (t->seen)
+		treecopy_dirty_free(t->seen->s.v, t->seen->s.n);
+	free(t->seen);
+	*t = (struct ovl_track)OVL_TRACK_INIT;
+}
+
+int ovl_track_arm(struct ovl_track *t, int upper_fd)
+{
+	char link[64], path[PATH_MAX];
+
+	ovl_track_disarm(t);
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", upper_fd);
+	ssize_t n = readlink(link, path, sizeof(path) - 1);
+	if (n <= 0)
+		return -errno;
+	path[n] = 0;
+	t->fan = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE |
+				       FAN_REPORT_DFID_NAME | FAN_REPORT_FID,
+			       O_RDONLY);
+	t->upper = fcntl(upper_fd, F_DUPFD_CLOEXEC, 3);
+	t->path = strdup(path);
+	t->len = (size_t)n;
+	t->seen = calloc(1, sizeof(*t->seen));
+	if (t->fan < 0 || t->upper < 0 || !t->path || !t->seen ||
+	    fanotify_mark(t->fan, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, TRACK_EVENTS, upper_fd, NULL) < 0) {
+		int e = t->path && t->seen ? errno : ENOMEM;
+		ovl_track_disarm(t);
+		return -e;
+	}
+	return 0;
+}
+
 static uint64_t handle_hash(const struct file_handle *fh)
 {
 	uint64_t h = hash_fnv64(HASH_FNV64_INIT, &fh->handle_type, sizeof(fh->handle_type));
@@ -139,14 +151,14 @@ static void outside_put(struct outside *o, uint64_t h)
  * another directory's), and so is the one the object itself is in now, for
  * a write is reported under whichever name the writer's file has. */
 static int one_event(struct ovl_track *t, struct dirty_set *s, struct outside *out,
-		     const struct fanotify_event_metadata *m, const char **why)
+		     const struct fanotify_event_metadata *m, const char *raw, const char **why)
 {
 	char rel[PATH_MAX], child[PATH_MAX + NAME_MAX + 2];
 	struct file_handle *dir = NULL, *obj = NULL;
 	const char *name = ".";
 	struct stat st;
 
-	for (const char *p = (const char *)(m + 1), *end = (const char *)m + m->event_len; p < end;) {
+	for (const char *p = raw + m->metadata_len, *end = raw + m->event_len; p < end;) {
 		const struct fanotify_event_info_fid *fid = (const void *)p;
 		if (p + sizeof(*fid) > end || fid->hdr.len < sizeof(*fid) || p + fid->hdr.len > end)
 			return *why = "a fanotify event of unexpected shape", -EAGAIN;
@@ -197,22 +209,28 @@ static int one_event(struct ovl_track *t, struct dirty_set *s, struct outside *o
 static int read_events(struct ovl_track *t, struct dirty_set *s, const char **why)
 {
 	char buf[16384] __attribute__((aligned(8)));
-	_cleanup_free_ struct outside *out = calloc(1, sizeof(*out));
-	if (!out)
-		return *why = "out of memory", -EAGAIN;
+	struct outside *out = &t->seen->out;
 	for (;;) {
 		ssize_t len = read(t->fan, buf, sizeof(buf));
 		if (len < 0 && errno == EAGAIN)
 			return 0;
 		if (len < 0)
 			return *why = "reading fanotify events failed", -EAGAIN;
-		for (struct fanotify_event_metadata *m = (void *)buf; FAN_EVENT_OK(m, len);
-		     m = FAN_EVENT_NEXT(m, len)) {
-			if (m->vers != FANOTIFY_METADATA_VERSION || (m->mask & FAN_Q_OVERFLOW))
+		/* events with names are 4-byte aligned, not 8 as the header's
+		 * mask is: each header is copied out (FAN_EVENT_NEXT would
+		 * read it in place) */
+		for (size_t off = 0; off + sizeof(struct fanotify_event_metadata) <= (size_t)len;) {
+			struct fanotify_event_metadata m;
+			memcpy(&m, buf + off, sizeof(m));
+			if (m.event_len < sizeof(m) || m.metadata_len < sizeof(m) || m.metadata_len > m.event_len ||
+			    off + m.event_len > (size_t)len)
+				return *why = "a fanotify event of unexpected shape", -EAGAIN;
+			if (m.vers != FANOTIFY_METADATA_VERSION || (m.mask & FAN_Q_OVERFLOW))
 				return *why = "fanotify queue overflowed", -EAGAIN;
-			int r = one_event(t, s, out, m, why);
+			int r = one_event(t, s, out, &m, buf + off, why);
 			if (r < 0)
 				return r;
+			off += m.event_len;
 		}
 	}
 }
@@ -250,13 +268,22 @@ static int dirty_cmp(const void *a, const void *b)
 	return c ? c : (int)y->deep - (int)x->deep; /* deep first: it is the one kept */
 }
 
+void ovl_track_drain(struct ovl_track *t)
+{
+	if (ovl_track_armed(t) && !t->seen->why)
+		read_events(t, &t->seen->s, &t->seen->why);
+}
+
 int ovl_track_collect(struct ovl_track *t, const char *root_path, dev_t root_dev, struct treecopy_dirty **ret,
 		      size_t *ret_n, const char **why)
 {
-	struct dirty_set s = { 0 };
 	*why = NULL;
 	if (!ovl_track_armed(t))
 		return *why = "not tracking", -EAGAIN;
+	if (t->seen->why) /* the drain gave up already */
+		return *why = t->seen->why, -EAGAIN;
+	struct dirty_set s = t->seen->s;
+	t->seen->s = (struct dirty_set){ 0 };
 	int r = read_events(t, &s, why);
 	if (r == 0) {
 		size_t n = strlen(root_path);

@@ -15,11 +15,14 @@
 #include <sys/types.h>
 #include "backend/overlay/treecopy.h"
 
+struct ovl_track_seen;
+
 struct ovl_track {
 	int fan;    /* fanotify group, -1 when not armed */
 	int upper;  /* the upper dir, for open_by_handle_at */
 	char *path; /* the upper as /proc/self/fd reads it */
 	size_t len;
+	struct ovl_track_seen *seen; /* what the events read so far say */
 };
 
 #define OVL_TRACK_INIT                 \
@@ -35,6 +38,11 @@ static inline bool ovl_track_armed(const struct ovl_track *t)
 {
 	return t->fan >= 0;
 }
+
+/* Read the events queued so far (ovl_track_collect's first part), so that
+ * collect, inside the freeze, reads only those that came after: the first
+ * pass's own writes make one event per file, on the same filesystem. */
+void ovl_track_drain(struct ovl_track *t);
 
 /* What changed since arming: the directories below the upper (relative, ""
  * for the upper itself) whose entries or own metadata changed, and the
