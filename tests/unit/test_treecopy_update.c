@@ -399,7 +399,8 @@ static void populate_lower(void)
 
 /* The tracked frozen pass on tpre, as ovl_frozen_pass does it; false when
  * it had to walk instead. */
-static bool tracked_pass(struct ovl_track *trk, int upper, int tpre, const struct treecopy_index *tpre_ix, bool must)
+static bool tracked_pass(struct ovl_track *trk, int upper, int tpre, const struct treecopy_index *tpre_ix,
+			 struct treecopy_dirs *dirs, bool must)
 {
 	struct stat mst;
 	struct treecopy_dirty *dirty = NULL;
@@ -410,7 +411,7 @@ static bool tracked_pass(struct ovl_track *trk, int upper, int tpre, const struc
 	int q = ovl_track_collect(trk, mnt, mst.st_dev, &dirty, &n, &why);
 	if (q == 0) {
 		struct treecopy_index *tix = treecopy_index_copy(tpre_ix);
-		struct treecopy_opts to = { .prev_fd = -1, .prev_ix = tpre_ix, .new_ix = tix };
+		struct treecopy_opts to = { .prev_fd = -1, .prev_ix = tpre_ix, .new_ix = tix, .dirs = dirs };
 		q = treecopy_update_dirs(upper, tpre, dirty, n, &to, NULL, &err);
 		treecopy_index_free(tix);
 		if (q < 0 && q != -EAGAIN)
@@ -490,9 +491,15 @@ static void test_update_equals_full_walk(void **state)
 		snprintf(name, sizeof(name), "tpre%u", round);
 		int tpre = dir_fd(name);
 		struct treecopy_index *tpre_ix = treecopy_index_new();
-		struct treecopy_opts to = { .mode = TREECOPY_NEW, .prev_fd = prev, .prev_ix = ix, .new_ix = tpre_ix };
+		/* the directories of the first pass, checked by path in odd rounds
+		 * (as ovl_frozen_pass does), found by reading them in even ones */
+		struct treecopy_dirs tdirs = { 0 };
+		struct treecopy_opts to = {
+			.mode = TREECOPY_NEW, .prev_fd = prev, .prev_ix = ix, .new_ix = tpre_ix, .dirs = &tdirs
+		};
 		assert_int_equal(treecopy_copy(upper, tpre, &to, NULL, &err), 0);
-		assert_int_equal(syncfs(pre), 0); /* as ovl_precopy_root */
+		assert_true(tdirs.n >= 1 && !strcmp(tdirs.v[0], "")); /* the top first */
+		assert_int_equal(syncfs(pre), 0);                     /* as ovl_precopy_root */
 		/* the events so far read before the workload (as ovl_precopy_root
 		 * does), and in some rounds again halfway through it: what they
 		 * named may be renamed or removed after being read */
@@ -528,7 +535,8 @@ static void test_update_equals_full_walk(void **state)
 		if (q < 0)
 			fail_msg("round %u: update: %s", round, err.msg);
 
-		tracked += tracked_pass(&trk, upper, tpre, tpre_ix, no_links);
+		tracked += tracked_pass(&trk, upper, tpre, tpre_ix, round % 2 ? &tdirs : NULL, no_links);
+		treecopy_dirs_free(&tdirs);
 		ovl_track_disarm(&trk);
 		if (map && held)
 			munmap(map, map_len);
@@ -571,23 +579,33 @@ static void test_update_equals_full_walk(void **state)
 	close(work);
 }
 
+/* A fresh overlay at mnt over populate_lower's tree (seeded with s), in
+ * test dir name; its upper, work and lower dirs open in fds[0..2]. */
+static void mount_small_overlay(const char *name, unsigned long long s, int fds[3])
+{
+	rng = seed = s;
+	assert_int_equal(testlib_mkdir(dir, name), 0);
+	fds[0] = dir_fd("upper"), fds[1] = dir_fd("work"), fds[2] = dir_fd("lower");
+	assert_true(fds[0] >= 0 && fds[1] >= 0 && fds[2] >= 0);
+	populate_lower();
+	snprintf(mnt, sizeof(mnt), "%s/m", dir);
+	mkdir(mnt, 0755);
+	char opts[512];
+	snprintf(opts, sizeof(opts), "lowerdir=%s/lower,upperdir=%s/upper,workdir=%s/work,redirect_dir=on", dir, dir,
+		 dir);
+	assert_int_equal(mount("overlay", mnt, "overlay", 0, opts), 0);
+}
+
 /* The write no event reports: through a shared mapping held across the
  * frozen pass, into a file whose directory nothing else touches. The /proc
  * scan must name that directory, and the tracked pass copy the new bytes. */
 static void test_tracked_pass_sees_a_held_mapping(void **state)
 {
 	(void)state;
-	rng = seed = 1;
-	assert_int_equal(testlib_mkdir(dir, "tcmap"), 0);
-	int upper = dir_fd("upper"), work = dir_fd("work"), lower = dir_fd("lower");
-	assert_true(upper >= 0 && work >= 0 && lower >= 0);
-	populate_lower();
-	snprintf(mnt, sizeof(mnt), "%s/m", dir);
-	mkdir(mnt, 0755);
-	char opts[512], p[600];
-	snprintf(opts, sizeof(opts), "lowerdir=%s/lower,upperdir=%s/upper,workdir=%s/work,redirect_dir=on", dir, dir,
-		 dir);
-	assert_int_equal(mount("overlay", mnt, "overlay", 0, opts), 0);
+	int fds[3];
+	mount_small_overlay("tcmap", 1, fds);
+	int upper = fds[0], work = fds[1], lower = fds[2];
+	char p[600];
 	snprintf(p, sizeof(p), "%s/d2/sub/g1", mnt);
 	int fd = open(p, O_RDWR | O_CLOEXEC); /* copied up now, before the first pass */
 	assert_true(fd >= 0);
@@ -605,7 +623,7 @@ static void test_tracked_pass_sees_a_held_mapping(void **state)
 	assert_int_equal(syncfs(pre), 0); /* cleans the page: the next write faults */
 	char want[2] = { 'a', (char)(map[1] ^ 0x5a) };
 	map[1] = want[1]; /* no event */
-	assert_true(tracked_pass(&trk, upper, pre, pre_ix, true));
+	assert_true(tracked_pass(&trk, upper, pre, pre_ix, NULL, true));
 	char got[2];
 	snprintf(p, sizeof(p), "%s/pre/d2/sub/g1", dir);
 	int c = open(p, O_RDONLY | O_CLOEXEC);
@@ -623,6 +641,54 @@ static void test_tracked_pass_sees_a_held_mapping(void **state)
 	close(lower);
 }
 
+/* A rename refused with ENOTEMPTY still copies the lower directory up, and
+ * the upper's directories change under it: the tracked pass, its directory
+ * metadata checked from the first pass's list, must leave the layer equal
+ * to the upper. */
+static void test_tracked_pass_after_a_refused_rename(void **state)
+{
+	(void)state;
+	int fds[3];
+	mount_small_overlay("tcren", 2, fds);
+	int upper = fds[0];
+	char a[600], b[600];
+	snprintf(b, sizeof(b), "%s/full/x", mnt);
+	assert_int_equal(mkdir_p(b, 0755), 0);
+	snprintf(b, sizeof(b), "%s/full/x/f", mnt);
+	put_file(b, 10);
+	usleep(20 * 1000); /* a later mtime is a different one */
+
+	struct ovl_track trk = OVL_TRACK_INIT;
+	assert_int_equal(ovl_track_arm(&trk, upper), 0);
+	int pre = dir_fd("pre");
+	struct treecopy_index *pre_ix = treecopy_index_new();
+	struct treecopy_dirs dirs = { 0 };
+	struct treecopy_opts o = { .mode = TREECOPY_NEW, .prev_fd = -1, .new_ix = pre_ix, .dirs = &dirs };
+	ckpt_error err = { 0 };
+	assert_int_equal(treecopy_copy(upper, pre, &o, NULL, &err), 0);
+	assert_int_equal(syncfs(pre), 0);
+	ovl_track_drain(&trk);
+	for (int i = 0; i < 4; i++) { /* lower dirs, and an upper one, onto a full one */
+		snprintf(a, sizeof(a), "%s/d%d%s", mnt, i, i == 3 ? "/sub" : "");
+		snprintf(b, sizeof(b), "%s/full", mnt);
+		assert_int_equal(rename(a, b), -1);
+		assert_true(errno == ENOTEMPTY || errno == EEXIST);
+	}
+	assert_true(tracked_pass(&trk, upper, pre, pre_ix, &dirs, true));
+	char *du = describe(upper), *dp = describe(pre);
+	assert_same("upper and the tracked pass's layer", du, dp, 0);
+	free(du);
+	free(dp);
+	snprintf(b, sizeof(b), "%s/m", dir);
+	umount2(b, MNT_DETACH);
+	treecopy_dirs_free(&dirs);
+	ovl_track_disarm(&trk);
+	treecopy_index_free(pre_ix);
+	close(pre);
+	for (int i = 0; i < 3; i++)
+		close(fds[i]);
+}
+
 /* Also after a failed check: no mount or tree left behind. */
 static int teardown(void **state)
 {
@@ -635,6 +701,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_update_equals_full_walk, teardown),
+		cmocka_unit_test_teardown(test_tracked_pass_after_a_refused_rename, teardown),
 		cmocka_unit_test_teardown(test_tracked_pass_sees_a_held_mapping, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

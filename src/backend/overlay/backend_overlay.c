@@ -200,6 +200,8 @@ static void ovl_free(struct ovl *o)
 		json_decref(r->mounted);
 		treecopy_index_free(r->ix);
 		treecopy_index_free(r->pre_ix);
+		treecopy_index_free(r->pre_ix_next);
+		treecopy_dirs_free(&r->pre_dirs);
 		treecopy_index_free(r->cap_ix);
 		ovl_track_disarm(&r->trk);
 	}
@@ -311,6 +313,8 @@ static void ovl_drop_pre(struct ovl_root *r, int l)
 		overlay_layers_trash(r, l, "l", r->pre);
 	r->pre[0] = 0;
 	treecopy_index_free(TAKE_PTR(r->pre_ix));
+	treecopy_index_free(TAKE_PTR(r->pre_ix_next));
+	treecopy_dirs_free(&r->pre_dirs);
 	r->pre_bytes = 0;
 	ovl_track_disarm(&r->trk);
 }
@@ -337,9 +341,12 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 	_cleanup_close_ int dst = openat(l, r->pre, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_close_ int prev = r->ix ? openat(l, r->ix_layer, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	_cleanup_(treecopy_index_freep) struct treecopy_index *ix = treecopy_index_new();
-	struct treecopy_opts opts = {
-		.mode = TREECOPY_NEW, .prev_fd = prev, .prev_ix = r->ix, .new_ix = ix, .progress = p
-	};
+	struct treecopy_opts opts = { .mode = TREECOPY_NEW,
+				      .prev_fd = prev,
+				      .prev_ix = r->ix,
+				      .new_ix = ix,
+				      .progress = p,
+				      .dirs = &r->pre_dirs }; /* for a tracked frozen pass */
 	struct treecopy_stats stats = { 0 };
 	uint64_t files = 0, bytes = 0; /* totals for a progress bar; a failed count only loses the bar */
 	/* before the copy, so that what changes during it is seen; experimental
@@ -365,6 +372,10 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 	}
 	r->pre_ix = TAKE_PTR(ix);
 	r->pre_bytes = stats.bytes_copied;
+	/* the tracked frozen pass starts from a copy of that index: made now,
+	 * not frozen (about 0.4 ms per 1,000 files) */
+	if (ovl_track_armed(&r->trk))
+		r->pre_ix_next = treecopy_index_copy(r->pre_ix);
 	return 0;
 }
 
@@ -415,9 +426,11 @@ static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_
 					    : ovl_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
 	t1 = mono_ms();
 	if (q == 0) {
-		struct treecopy_index *tix = treecopy_index_copy(r->pre_ix);
+		/* the copy made before the freeze, when there is one */
+		struct treecopy_index *tix = r->pre_ix_next ? TAKE_PTR(r->pre_ix_next) : treecopy_index_copy(r->pre_ix);
 		struct treecopy_opts to = *opts;
 		to.new_ix = tix;
+		to.dirs = r->pre_dirs.n ? &r->pre_dirs : NULL;
 		q = tix ? treecopy_update_dirs(up, dst, dirty, n, &to, stats, err)
 			: err_set(err, ENOMEM, NULL, "out of memory");
 		if (q == 0 && getenv("CKPTD_TRACK_CHECK"))

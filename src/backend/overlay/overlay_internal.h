@@ -43,6 +43,8 @@ struct ovl_root {
 	 * the upper's index into it; "" / NULL when there is none. */
 	char pre[OVL_NAME_LEN + 6];
 	struct treecopy_index *pre_ix;
+	struct treecopy_index *pre_ix_next; /* a copy of it for the tracked pass, or NULL */
+	struct treecopy_dirs pre_dirs;      /* the directories the first pass made */
 	uint64_t pre_bytes;
 	/* create's frozen copy (capture), not yet published: l/<cap_tmp>,
 	 * to become layer cap_name, with the upper's index and the bytes it

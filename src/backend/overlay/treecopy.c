@@ -280,6 +280,25 @@ static int treecopy_merge_prepare(struct tc *t, int sfd, int dfd, const char *na
 	return r < 0 ? tc_fail(t, r, "replace") : 0;
 }
 
+void treecopy_dirs_free(struct treecopy_dirs *d)
+{
+	for (size_t i = 0; d && i < d->n; i++)
+		free(d->v[i]);
+	if (d)
+		free(d->v), *d = (struct treecopy_dirs){ 0 };
+}
+
+static int treecopy_dirs_add(struct treecopy_dirs *d, const char *rel)
+{
+	if (d->n == d->cap) {
+		char **v = realloc(d->v, (d->cap = d->cap ? 2 * d->cap : 64) * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		d->v = v;
+	}
+	return (d->v[d->n] = strdup(rel)) ? (d->n++, 0) : -ENOMEM;
+}
+
 static int treecopy_entry(struct tc *t, int sfd, int dfd, const char *name)
 {
 	struct stat st;
@@ -295,6 +314,9 @@ static int treecopy_entry(struct tc *t, int sfd, int dfd, const char *name)
 		if (r < 0)
 			return r;
 	}
+	if (S_ISDIR(st.st_mode) && t->o->dirs && t->o->mode == TREECOPY_NEW && !t->partial &&
+	    (r = treecopy_dirs_add(t->o->dirs, t->path)) < 0)
+		return tc_fail(t, r, "directory list");
 	if (S_ISDIR(st.st_mode))
 		return treecopy_dir(t, sfd, dfd, name, &st, exists, make_opaque, false);
 	if (S_ISREG(st.st_mode) && t->o->new_ix && (r = treecopy_index_put(t->o->new_ix, t->path, &st)) < 0)
@@ -342,6 +364,8 @@ int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct 
 
 	if (fstat(src_fd, &st) < 0)
 		return err_set(err, errno, NULL, "stat source: %m");
+	if (o->dirs && o->mode == TREECOPY_NEW && treecopy_dirs_add(o->dirs, "") < 0)
+		return err_set(err, ENOMEM, NULL, "directory list: out of memory");
 	int r = treecopy_dir_contents(&t, src_fd, dst_fd);
 	if (r == 0) {
 		r = treecopy_copy_meta(src_fd, dst_fd, ".", src_fd, dst_fd, &st);
@@ -621,6 +645,38 @@ static int treecopy_dirs_meta(struct tc *t, int s, int d)
 	return r < 0 ? tc_fail(t, r, "dir metadata") : 0;
 }
 
+/* treecopy_dirs_meta for the directories listed, by path, deepest first;
+ * no directory is read. A listed one gone from src is fine (its parent's
+ * event made that parent dirty); one src has and dst lacks is unexplained. */
+static int treecopy_dirs_meta_listed(struct tc *t, int src_fd, int dst_fd, const struct treecopy_dirs *dirs)
+{
+	for (size_t i = dirs->n; i-- > 0;) {
+		const char *p = dirs->v[i][0] ? dirs->v[i] : ".";
+		struct stat ss, ds;
+		if (fstatat(src_fd, p, &ss, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno == ENOENT || errno == ENOTDIR)
+				continue;
+			return tc_fail(t, -errno, "stat dir");
+		}
+		if (!S_ISDIR(ss.st_mode))
+			continue; /* replaced: its parent's event made that parent dirty */
+		if (fstatat(dst_fd, p, &ds, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(ds.st_mode))
+			return -EAGAIN;
+		if (ss.st_mode == ds.st_mode && ss.st_uid == ds.st_uid && ss.st_gid == ds.st_gid &&
+		    ss.st_mtim.tv_sec == ds.st_mtim.tv_sec && ss.st_mtim.tv_nsec == ds.st_mtim.tv_nsec)
+			continue;
+		_cleanup_close_ int s = openat(src_fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		_cleanup_close_ int d = openat(dst_fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (s < 0 || d < 0 || fstat(s, &ss) < 0)
+			return -EAGAIN; /* changed under us: the full walk decides */
+		t->st->replaced++;
+		int r = treecopy_update_meta(s, d, &ss);
+		if (r < 0)
+			return tc_fail(t, r, "dir metadata");
+	}
+	return 0;
+}
+
 int treecopy_update_dirs(int src_fd, int dst_fd, const struct treecopy_dirty *dirty, size_t n,
 			 const struct treecopy_opts *o, struct treecopy_stats *stats, ckpt_error *err)
 {
@@ -634,7 +690,8 @@ int treecopy_update_dirs(int src_fd, int dst_fd, const struct treecopy_dirty *di
 	for (size_t i = 0; r == 0 && i < n; i++)
 		r = treecopy_update_one(&t, src_fd, dst_fd, &dirty[i]);
 	if (r == 0)
-		r = treecopy_dirs_meta(&t, src_fd, dst_fd);
+		r = o->dirs ? treecopy_dirs_meta_listed(&t, src_fd, dst_fd, o->dirs)
+			    : treecopy_dirs_meta(&t, src_fd, dst_fd);
 	devino_free(&t.links);
 	return r;
 }

@@ -32,6 +32,13 @@ enum treecopy_mode {
 	TREECOPY_MERGE, /* dst holds lower layers: apply src on top (overlay rules) */
 };
 
+/* The directories a copy made, relative ("" for the top), parents first. */
+struct treecopy_dirs {
+	char **v;
+	size_t n, cap;
+};
+void treecopy_dirs_free(struct treecopy_dirs *d);
+
 struct treecopy_opts {
 	enum treecopy_mode mode;
 	int prev_fd;                          /* layer to hard-link unchanged files from, or -1 */
@@ -39,6 +46,10 @@ struct treecopy_opts {
 	struct treecopy_index *new_ix;        /* filled with every copied regular file, or NULL */
 	bool link_sources;                    /* src is immutable: hard-link its files (flatten) */
 	struct progress *progress;            /* may be NULL */
+	/* copy: filled with every directory made (NULL: not kept); update_dirs:
+	 * the directories of that copy, whose metadata is then checked by path
+	 * instead of reading every directory to find them (NULL: read them) */
+	struct treecopy_dirs *dirs;
 };
 
 struct treecopy_stats {
@@ -70,7 +81,9 @@ void treecopy_dirty_free(struct treecopy_dirty *v, size_t n);
 
 /* treecopy_update limited to the directories dirty names (sorted, each
  * before those below it): what changed elsewhere is not looked at, so the
- * caller vouches that nothing did. o->new_ix should start as a copy of
+ * caller vouches that nothing did. Every directory's own metadata is checked
+ * too: those of o->dirs when given (a directory made since comes with an
+ * event in its parent, which is then dirty), else all, found by reading them. o->new_ix should start as a copy of
  * o->prev_ix (names removed stay in it, harmless: a path's identity never
  * comes back). -EAGAIN, with dst partly updated (a full treecopy_update of it
  * is still right), when a changed file has other names (hard links) or dst
