@@ -349,9 +349,10 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 				      .dirs = &r->pre_dirs }; /* for a tracked frozen pass */
 	struct treecopy_stats stats = { 0 };
 	uint64_t files = 0, bytes = 0; /* totals for a progress bar; a failed count only loses the bar */
-	/* before the copy, so that what changes during it is seen; experimental
-	 * (docs/overlay-create.md): the frozen pass still records the layer */
-	int t = getenv("CKPTD_TRACK_CHANGES") ? ovl_track_arm(&r->trk, up) : 0;
+	/* before the copy, so that what changes during it is seen
+	 * (docs/overlay-create.md); CKPTD_TRACK_CHANGES=0 turns it off */
+	const char *tv = getenv("CKPTD_TRACK_CHANGES");
+	int t = !tv || strcmp(tv, "0") ? ovl_track_arm(&r->trk, up) : 0;
 	if (t < 0 && !r->trk_said)
 		log_notice("create: no change tracking for '%s' (%s): the frozen pass walks the upper", r->path,
 			   strerror(-t));
