@@ -109,8 +109,10 @@ static int engine_recover(struct engine *e, ckpt_error *err)
 	for (size_t i = 0; i < all.n; i++) {
 		const struct ckpt_record *rec = all.v[i];
 		if (rec->status == CKPT_DELETING) {
+			ckpt_error derr = { 0 };
 			log_notice("finishing interrupted delete of \"%s\"", rec->id);
-			engine_drop(e, rec, NULL);
+			if (engine_drop(e, rec, &derr) < 0) /* listed as deleting; the next start tries again */
+				log_warn("cannot finish the delete of \"%s\": %s", rec->id, derr.msg);
 			continue;
 		}
 		ids[n] = rec->id;

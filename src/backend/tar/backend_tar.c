@@ -692,13 +692,17 @@ static void gc_kept(struct tar_state *s)
 
 /* Delete checkpoint name's data. If a later checkpoint reads its archives,
  * move them out of the way (one rename: crash-safe) into .keep/, where the
- * chain finds them, until no checkpoint names them. */
+ * chain finds them, until no checkpoint names them. Idempotent: the next
+ * start finishes a delete a crash interrupted, maybe after the move. */
 static int drop_ckpt(struct tar_state *s, const char *name)
 {
 	json_auto_t *live = refs_live(s, name);
 	char keep[128];
+	struct stat st;
 
 	if (json_object_get(live, name)) {
+		if (fstatat(s->tar_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			return errno == ENOENT ? 0 : -errno; /* moved already: .keep/ holds it */
 		if (mkdirat(s->tar_fd, KEEP, 0700) < 0 && errno != EEXIST)
 			return -errno;
 		snprintf(keep, sizeof(keep), KEEP "/%s", name);
