@@ -144,40 +144,38 @@ static void renew_one(struct host *h, const struct held *l)
 {
 	char waiter[LOCKS_NAME_MAX] = "";
 	struct lock_info cur;
-	int64_t t0, now_s;
+	int64_t t0 = 0, now_s = 0;
 	struct sandbox *sb;
-	bool renewed = false;
+	bool renew;
 	int r = 0;
 
 	pthread_mutex_lock(&h->lock_io);
-	t0 = mono_ms();
-	now_s = now_ms() / 1000;
 	pthread_mutex_lock(&h->mu);
 	sb = holder(h, l);
 	pthread_mutex_unlock(&h->mu);
-	if (sb && l->due) {
-		r = locks_renew(&h->locks, l->id, h->instance_id, l->token, now_s, waiter);
-	} else if (sb) {
+	renew = sb && l->due;
+	if (sb && !l->due) {
 		r = locks_read(&h->locks, l->id, &cur);
-		if (r == 0 && !strcmp(cur.owner, h->instance_id) && cur.token == l->token) {
+		if (r == 0 && !strcmp(cur.owner, h->instance_id) && cur.token == l->token)
 			memcpy(waiter, cur.waiter, sizeof(waiter));
-		} else if (r == 0 || r == -ENOENT) {
+		else if (r == 0 || r == -ENOENT)
 			/* Not as we left it: the late write of a former owner
 			 * (its renewal blocked on the volume), or a name a
 			 * rename through FUSE has aside for a moment. The
 			 * renewal tells which: it puts ours back over an older
 			 * generation and reads a missing name again; only a
 			 * newer owner makes it -ESTALE. */
-			t0 = mono_ms();
-			now_s = now_ms() / 1000;
-			r = locks_renew(&h->locks, l->id, h->instance_id, l->token, now_s, waiter);
-			renewed = r == 0;
-		}
+			renew = true;
+	}
+	if (renew) {
+		t0 = mono_ms();
+		now_s = now_ms() / 1000;
+		r = locks_renew(&h->locks, l->id, h->instance_id, l->token, now_s, waiter);
 	}
 	pthread_mutex_unlock(&h->lock_io);
 	pthread_mutex_lock(&h->mu);
 	if (sb && (sb = holder(h, l))) {
-		if (r == 0 && (l->due || renewed))
+		if (r == 0 && renew)
 			sb->lease_until = t0 + h->lock_ttl * 1000, sb->renewed_at = now_s;
 		if (r == -ESTALE)
 			sb->fenced = true; /* taken over: the watchdog kills it */
