@@ -91,8 +91,11 @@ class Daemon:
 
     def start(self, wait=True, timeout=20):
         env = dict(os.environ)
-        # every overlay create's tracked frozen pass is checked against the
-        # full walk: a change the tracker misses fails the create
+        # every overlay create's frozen pass is tracked (the daemon tracks
+        # only uppers of 2,000 entries or more by itself; test roots are
+        # smaller) and checked against the full walk: a change the tracker
+        # misses fails the create
+        env.setdefault("CKPTD_TRACK_CHANGES", "1")
         env.setdefault("CKPTD_TRACK_CHECK", "1")
         env.update(self.env or {})
         self.log_fh = open(self.logfile, "ab")

@@ -149,7 +149,8 @@ def test_overlay_create_reports_totals(daemon_factory):
 
 
 def test_tracked_frozen_pass_keeps_every_change(daemon_factory):
-    """Change tracking (on by default; set here all the same): the frozen pass compares only the
+    """Change tracking (CKPTD_TRACK_CHANGES=1: this root is below the size
+    tracked by default): the frozen pass compares only the
     directories fanotify and /proc name. With a writer appending, files
     renamed, removed (whiteouts), chmod'ed and written through a shared
     mapping held across the create, every checkpoint restores to exactly what

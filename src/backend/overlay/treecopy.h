@@ -83,11 +83,12 @@ void treecopy_dirty_free(struct treecopy_dirty *v, size_t n);
  * before those below it): what changed elsewhere is not looked at, so the
  * caller vouches that nothing did. Every directory's own metadata is checked
  * too: those of o->dirs when given (a directory made since comes with an
- * event in its parent, which is then dirty), else all, found by reading them. o->new_ix should start as a copy of
- * o->prev_ix (names removed stay in it, harmless: a path's identity never
- * comes back). -EAGAIN, with dst partly updated (a full treecopy_update of it
- * is still right), when a changed file has other names (hard links) or dst
- * lacks a directory src has that no dirty parent explains. */
+ * event in its parent, which is then dirty), else all, found by reading
+ * them. o->new_ix should start as a copy of o->prev_ix (names removed stay
+ * in it, harmless: a path's identity never comes back). -EAGAIN, with dst
+ * partly updated (a full treecopy_update of it is still right), when a
+ * changed file has other names (hard links) or dst lacks a directory src has
+ * that no dirty parent explains. */
 int treecopy_update_dirs(int src_fd, int dst_fd, const struct treecopy_dirty *dirty, size_t n,
 			 const struct treecopy_opts *o, struct treecopy_stats *stats, ckpt_error *err);
 
