@@ -59,10 +59,12 @@ static bool parse_map(char *line, struct procscan_ref *ref)
 {
 	unsigned maj, min;
 	unsigned long long ino;
+	char perms[8] = "";
 	int end = 0;
 	line[strcspn(line, "\n")] = '\0';
-	if (sscanf(line, "%*s %*s %*s %x:%x %llu %n", &maj, &min, &ino, &end) != 3 || line[end] != '/')
+	if (sscanf(line, "%*s %7s %*s %x:%x %llu %n", perms, &maj, &min, &ino, &end) != 4 || line[end] != '/')
 		return false;
+	ref->shared_write = perms[1] == 'w' && perms[3] == 's';
 	ref->path = line + end;
 	ref->deleted = strip_deleted(line + end);
 	ref->has_id = true;
@@ -83,13 +85,17 @@ static int scan_maps(struct procscan_ref *ref, unsigned flags, procscan_fn fn, v
 	}
 	_cleanup_free_ char *line = NULL, *prev = NULL;
 	size_t cap = 0;
+	bool prev_sw = false;
 	int r = PROCSCAN_CONTINUE;
 	ref->kind = PROCSCAN_MAP;
 	ref->link_dirfd = -1;
 	ref->link_name = NULL;
 	while (r == PROCSCAN_CONTINUE && getline(&line, &cap, f) > 0) {
-		if (!parse_map(line, ref) || (prev && !strcmp(prev, ref->path)))
+		/* a run of lines of one file is given once, again where it
+		 * becomes a shared writable mapping */
+		if (!parse_map(line, ref) || (prev && !strcmp(prev, ref->path) && (prev_sw || !ref->shared_write)))
 			continue;
+		prev_sw = ref->shared_write;
 		free(prev);
 		if (!(prev = strdup(ref->path)))
 			return -ENOMEM;
@@ -102,6 +108,10 @@ static int scan_maps(struct procscan_ref *ref, unsigned flags, procscan_fn fn, v
 static int scan_pid(int pid_fd, pid_t pid, unsigned flags, procscan_fn fn, void *ctx)
 {
 	struct procscan_ref ref = { .pid = pid, .pid_fd = pid_fd, .kind = PROCSCAN_CWD };
+	if (flags & PROCSCAN_MAPS_ONLY) {
+		int r = scan_maps(&ref, flags, fn, ctx);
+		return r < 0 ? r : 0;
+	}
 	int r = scan_link(&ref, pid_fd, "cwd", flags, fn, ctx);
 	if (r == PROCSCAN_CONTINUE) {
 		ref.kind = PROCSCAN_ROOT;

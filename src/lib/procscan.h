@@ -26,12 +26,15 @@ struct procscan_ref {
 	ino_t ino;
 	int link_dirfd;        /* cwd, root, fd: the magic link is link_name below this fd; */
 	const char *link_name; /* maps: -1 and NULL */
+	bool shared_write;     /* maps: a shared mapping that may be written (perms rw-s) */
 };
 
 /* Fill dev and ino: a link's target by stat through the proc link itself (so
  * the right inode even when the path no longer names it), a mapping from the
  * device and inode columns of its maps line. */
 #define PROCSCAN_STAT 1u
+/* Only the mappings: no cwd, root or fd is read. */
+#define PROCSCAN_MAPS_ONLY 2u
 
 /* What the callback returns: < 0 stops the scan with that error. */
 #define PROCSCAN_CONTINUE 0
@@ -42,7 +45,8 @@ typedef int (*procscan_fn)(void *ctx, const struct procscan_ref *ref);
 /* Every process of the proc filesystem mounted at proc (normally "/proc")
  * except skip_pid (0: none), each of its references in the order cwd, root,
  * fds, maps; references that name no file (sockets, pipes, anonymous
- * inodes) are left out, and a mapped file is given once per run of lines. A
+ * inodes) are left out, and a mapped file is given once per run of lines
+ * (again where a line of the run maps it shared and writable). A
  * process that goes away during the scan is skipped. 0, fn's error or -errno
  * when proc cannot be listed. */
 int procscan_each(const char *proc, pid_t skip_pid, unsigned flags, procscan_fn fn, void *ctx);

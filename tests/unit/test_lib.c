@@ -271,6 +271,69 @@ static int seen_ref(void *ctx, const struct procscan_ref *ref)
 	return s->id_ok ? PROCSCAN_CONTINUE : PROCSCAN_NEXT_PID;
 }
 
+/* Mappings say whether they are shared and writable: a rw-s mapping of one
+ * file is, a read-only shared one and a private writable one of others are
+ * not; a file mapped both ways is given again for its writable run; with
+ * PROCSCAN_MAPS_ONLY no fd is given. */
+struct mapped_seen {
+	char path[3][128];
+	int maps[3], sw[3], fds;
+};
+
+static int mapped_ref(void *ctx, const struct procscan_ref *ref)
+{
+	struct mapped_seen *m = ctx;
+	if (ref->pid != getpid())
+		return PROCSCAN_CONTINUE;
+	for (int i = 0; i < 3; i++) {
+		if (strcmp(ref->path, m->path[i]))
+			continue;
+		if (ref->kind == PROCSCAN_FD)
+			m->fds++;
+		if (ref->kind == PROCSCAN_MAP)
+			m->maps[i]++, m->sw[i] += ref->shared_write;
+	}
+	return PROCSCAN_CONTINUE;
+}
+
+static void test_procscan_shared_write(void **state)
+{
+	(void)state;
+	struct mapped_seen m = { 0 };
+	int fd[3];
+	void *v[3];
+	for (int i = 0; i < 3; i++) {
+		snprintf(m.path[i], sizeof(m.path[i]), "%s/m%d", dir, i);
+		fd[i] = open(m.path[i], O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		assert_true(fd[i] >= 0);
+		assert_int_equal(ftruncate(fd[i], 3 * 4096), 0);
+	}
+	/* m0: one run of two lines, read-only then writable */
+	v[0] = mmap(NULL, 2 * 4096, PROT_READ, MAP_SHARED, fd[0], 0);
+	v[1] = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd[1], 0);
+	v[2] = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd[2], 0);
+	for (int i = 0; i < 3; i++)
+		assert_true(v[i] != MAP_FAILED);
+	assert_int_equal(mprotect((char *)v[0] + 4096, 4096, PROT_READ | PROT_WRITE), 0);
+	assert_int_equal(procscan_each("/proc", 0, PROCSCAN_STAT | PROCSCAN_MAPS_ONLY, mapped_ref, &m), 0);
+	assert_int_equal(m.fds, 0);
+	assert_true(m.sw[0] >= 1);
+	assert_int_equal(m.sw[1], 0);
+	assert_int_equal(m.sw[2], 0);
+	assert_true(m.maps[1] >= 1 && m.maps[2] >= 1);
+	m = (struct mapped_seen){ 0 };
+	for (int i = 0; i < 3; i++)
+		snprintf(m.path[i], sizeof(m.path[i]), "%s/m%d", dir, i);
+	assert_int_equal(procscan_each("/proc", 0, PROCSCAN_STAT, mapped_ref, &m), 0);
+	assert_int_equal(m.fds, 3);
+	munmap(v[0], 2 * 4096);
+	for (int i = 0; i < 3; i++) {
+		if (i)
+			munmap(v[i], 4096);
+		close(fd[i]);
+	}
+}
+
 /* The real /proc: an open and mapped file is seen by path and by (dev, ino),
  * and still by both once deleted, without the kernel's " (deleted)". */
 static void test_procscan_real(void **state)
@@ -328,6 +391,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_xattr_ref, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_real, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_procscan_shared_write, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_users_by_identity, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_users_hidden_under_mount, setup, teardown),
 		cmocka_unit_test(test_path_under),

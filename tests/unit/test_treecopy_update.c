@@ -411,7 +411,9 @@ static bool tracked_pass(struct ovl_track *trk, int upper, int tpre, const struc
 	int q = ovl_track_collect(trk, mnt, mst.st_dev, &dirty, &n, &why);
 	if (q == 0) {
 		struct treecopy_index *tix = treecopy_index_copy(tpre_ix);
-		struct treecopy_opts to = { .prev_fd = -1, .prev_ix = tpre_ix, .new_ix = tix, .dirs = dirs };
+		struct treecopy_opts to = {
+			.prev_fd = -1, .prev_ix = tpre_ix, .new_ix = tix, .dirs = dirs, .suspects = trk->suspects
+		};
 		q = treecopy_update_dirs(upper, tpre, dirty, n, &to, NULL, &err);
 		treecopy_index_free(tix);
 		if (q < 0 && q != -EAGAIN)
@@ -427,11 +429,50 @@ static bool tracked_pass(struct ovl_track *trk, int upper, int tpre, const struc
 		print_message("a round without hard links walked: %s\n",
 			      why ? why : "a hard link, or a directory no event explains");
 	struct treecopy_index *fix = treecopy_index_new();
-	struct treecopy_opts fo = { .prev_fd = -1, .prev_ix = tpre_ix, .new_ix = fix };
+	assert_int_equal(ovl_scan_mapped(mnt, mst.st_dev, &trk->suspects, &why), 0);
+	struct treecopy_opts fo = { .prev_fd = -1, .prev_ix = tpre_ix, .new_ix = fix, .suspects = trk->suspects };
 	if (treecopy_update(upper, tpre, &fo, NULL, &err) < 0)
 		fail_msg("walk after the tracked pass gave up: %s", err.msg);
 	treecopy_index_free(fix);
 	return false;
+}
+
+/* The create's second pass (ovl_catch_up): what the tracker names so far
+ * brought up to date in tpre, not frozen; where it cannot tell, the whole
+ * upper compared. *tpre_ix becomes the index after it. */
+static void catch_up(struct ovl_track *trk, int upper, int tpre, struct treecopy_index **tpre_ix,
+		     struct treecopy_dirs *dirs)
+{
+	struct stat mst;
+	struct treecopy_dirty *dirty = NULL;
+	size_t n = 0;
+	const char *why = NULL;
+	ckpt_error err = { 0 };
+	assert_int_equal(stat(mnt, &mst), 0);
+	struct treecopy_index *nix = treecopy_index_copy(*tpre_ix);
+	int q = ovl_track_collect(trk, mnt, mst.st_dev, &dirty, &n, &why);
+	if (q == 0) {
+		struct treecopy_opts o = {
+			.prev_fd = -1, .prev_ix = *tpre_ix, .new_ix = nix, .dirs = dirs, .suspects = trk->suspects
+		};
+		q = treecopy_update_dirs(upper, tpre, dirty, n, &o, NULL, &err);
+		if (q < 0 && q != -EAGAIN)
+			fail_msg("second pass: %s", err.msg);
+	}
+	treecopy_dirty_free(dirty, n);
+	if (q == -EAGAIN) {
+		treecopy_index_free(nix);
+		nix = treecopy_index_new();
+		assert_int_equal(ovl_scan_mapped(mnt, mst.st_dev, &trk->suspects, &why), 0);
+		struct treecopy_opts o = {
+			.prev_fd = -1, .prev_ix = *tpre_ix, .new_ix = nix, .suspects = trk->suspects
+		};
+		if (treecopy_update(upper, tpre, &o, NULL, &err) < 0)
+			fail_msg("second pass walking: %s", err.msg);
+	}
+	treecopy_index_free(*tpre_ix);
+	*tpre_ix = nix;
+	assert_int_equal(syncfs(tpre), 0); /* as ovl_precopy_root: a mapping's next write faults */
 }
 
 static void test_update_equals_full_walk(void **state)
@@ -456,6 +497,7 @@ static void test_update_equals_full_walk(void **state)
 	int prev = -1;
 	char *prev_desc = NULL;
 	unsigned tracked = 0, no_link_rounds = 0;
+	uint64_t refreshed = 0;
 	for (unsigned round = 0; round < 30; round++) {
 		no_links = round < 10; /* no hard link exists yet: no reason to walk */
 		no_link_rounds += no_links;
@@ -510,6 +552,8 @@ static void test_update_equals_full_walk(void **state)
 		for (unsigned i = 0; i < n_ops; i++) {
 			if (round % 3 == 1 && i == n_ops / 2)
 				ovl_track_drain(&trk);
+			if (round % 4 == 3 && i == n_ops / 3) /* a second pass, as after a long first one */
+				catch_up(&trk, upper, tpre, &tpre_ix, round % 2 ? &tdirs : NULL);
 			if (i % 8 == 0) {
 				memset(ns, 0, sizeof(*ns));
 				collect(mnt, "", ns);
@@ -534,6 +578,7 @@ static void test_update_equals_full_walk(void **state)
 		int q = treecopy_update(upper, pre, &uo, &stats, &err);
 		if (q < 0)
 			fail_msg("round %u: update: %s", round, err.msg);
+		refreshed += stats.refreshed;
 
 		tracked += tracked_pass(&trk, upper, tpre, tpre_ix, round % 2 ? &tdirs : NULL, no_links);
 		treecopy_dirs_free(&tdirs);
@@ -569,7 +614,10 @@ static void test_update_equals_full_walk(void **state)
 		prev = pre;
 		close(full);
 	}
-	print_message("tracked frozen passes: %u of 30 rounds (%u without hard links)\n", tracked, no_link_rounds);
+	print_message(
+		"tracked frozen passes: %u of 30 rounds (%u without hard links); files refreshed in place: %llu\n",
+		tracked, no_link_rounds, (unsigned long long)refreshed);
+	assert_true(refreshed > 0);                 /* the in-place path was compared with the full walk */
 	assert_true(tracked + 1 >= no_link_rounds); /* it walked where it need not */
 	free(prev_desc);
 	treecopy_index_free(ix);
@@ -689,6 +737,223 @@ static void test_tracked_pass_after_a_refused_rename(void **state)
 		close(fds[i]);
 }
 
+static void write_at(const char *rel, off_t off, const void *buf, size_t n, int flags)
+{
+	char p[600];
+	snprintf(p, sizeof(p), "%s/%s", dir, rel);
+	int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, buf, n, off), (ssize_t)n);
+	close(fd);
+}
+
+static struct stat stat_of(const char *rel)
+{
+	char p[600];
+	struct stat st;
+	snprintf(p, sizeof(p), "%s/%s", dir, rel);
+	assert_int_equal(lstat(p, &st), 0);
+	return st;
+}
+
+static uint64_t hash_of(const char *rel)
+{
+	char p[600];
+	snprintf(p, sizeof(p), "%s/%s", dir, rel);
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	uint64_t h = 1469598103934665603ULL;
+	char b[65536];
+	ssize_t n;
+	while ((n = read(fd, b, sizeof(b))) > 0)
+		for (ssize_t i = 0; i < n; i++)
+			h = (h ^ (unsigned char)b[i]) * 1099511628211ULL;
+	close(fd);
+	return h;
+}
+
+/* The frozen pass rewrites a big file of the first pass in place, only
+ * where it differs (a log appended to, a block rewritten, a shrink), and
+ * takes src's xattrs and mode; a file the first pass linked from the
+ * previous layer, or a sparse one, is copied anew, the previous layer
+ * unchanged and the holes kept. */
+static void test_update_refreshes_changed_blocks(void **state)
+{
+	(void)state;
+	rng = seed = 3;
+	assert_int_equal(testlib_mkdir(dir, "tcrefresh"), 0);
+	int src = dir_fd("src"), prev = dir_fd("prev"), pre = dir_fd("pre");
+	assert_true(src >= 0 && prev >= 0 && pre >= 0);
+	static char mb[1 << 20];
+	for (size_t i = 0; i < sizeof(mb); i++)
+		mb[i] = (char)rnd(256);
+	for (int i = 0; i < 3; i++)
+		write_at("src/big", (off_t)i << 20, mb, sizeof(mb), 0);
+	write_at("src/shrunk", 0, mb, sizeof(mb), 0);
+	write_at("src/shrunk", 1 << 20, mb, sizeof(mb), 0);
+	write_at("src/linked", 0, mb, sizeof(mb), 0);
+	char p[600];
+	snprintf(p, sizeof(p), "%s/src/big", dir);
+	assert_int_equal(setxattr(p, "user.a", "1", 1, 0), 0);
+
+	/* prev: every file; pre (the first pass) links linked from it and
+	 * copies the others, changed since (sparse is new) */
+	ckpt_error err = { 0 };
+	struct treecopy_index *prev_ix = treecopy_index_new(), *pre_ix = treecopy_index_new();
+	struct treecopy_opts o = { .mode = TREECOPY_NEW, .prev_fd = -1, .new_ix = prev_ix };
+	assert_int_equal(treecopy_copy(src, prev, &o, NULL, &err), 0);
+	write_at("src/big", 0, "B", 1, 0);
+	write_at("src/shrunk", 0, "S", 1, 0);
+	write_at("src/sparse", 2 << 20, "tail", 4, 0);
+	struct treecopy_opts po = { .mode = TREECOPY_NEW, .prev_fd = prev, .prev_ix = prev_ix, .new_ix = pre_ix };
+	struct treecopy_stats ps = { 0 };
+	assert_int_equal(treecopy_copy(src, pre, &po, &ps, &err), 0);
+	assert_int_equal(ps.linked, 1);
+	struct stat big0 = stat_of("pre/big"), shrunk0 = stat_of("pre/shrunk"), linked0 = stat_of("pre/linked");
+	uint64_t prev_linked = hash_of("prev/linked");
+
+	/* the workload during the first pass */
+	write_at("src/big", (3 << 20) + 10, "0123456789", 10, 0); /* appended past a gap of 10 bytes */
+	write_at("src/big", (1 << 20) + 5000, "x", 1, 0);         /* one byte in the second block of MiB 1 */
+	assert_int_equal(removexattr(p, "user.a"), 0);
+	assert_int_equal(setxattr(p, "user.b", "2", 1, 0), 0);
+	assert_int_equal(chmod(p, 0600), 0);
+	snprintf(p, sizeof(p), "%s/src/shrunk", dir);
+	assert_int_equal(truncate(p, (1 << 20) - 100), 0);
+	write_at("src/linked", 7, "L", 1, 0);
+	write_at("src/sparse", 0, "head", 4, 0);
+
+	struct treecopy_index *ix = treecopy_index_new();
+	struct treecopy_opts uo = { .prev_fd = -1, .prev_ix = pre_ix, .new_ix = ix };
+	struct treecopy_stats st = { 0 };
+	assert_int_equal(treecopy_update(src, pre, &uo, &st, &err), 0);
+
+	assert_int_equal(st.refreshed, 2); /* big and shrunk */
+	assert_int_equal(stat_of("pre/big").st_ino, big0.st_ino);
+	assert_int_equal(stat_of("pre/shrunk").st_ino, shrunk0.st_ino);
+	/* linked: a copy of its own now (an inode number can come back) */
+	assert_int_equal(linked0.st_nlink, 2);
+	assert_int_equal(stat_of("pre/linked").st_nlink, 1);
+	assert_int_equal(stat_of("prev/linked").st_nlink, 1);
+	/* big: its block at 1 MiB + 4 KiB, and the blocks from 3 MiB (20
+	 * bytes); linked: all of it; sparse: its data, not its hole */
+	uint64_t sparse_data = (uint64_t)stat_of("pre/sparse").st_blocks * 512;
+	assert_true(sparse_data < (1 << 20));
+	assert_in_range(st.bytes_copied, 4096 + 20 + (1 << 20), 4096 + 20 + (1 << 20) + sparse_data);
+	const char *names[] = { "big", "shrunk", "linked", "sparse" };
+	for (size_t i = 0; i < 4; i++) {
+		char a[64], b[64];
+		snprintf(a, sizeof(a), "src/%s", names[i]);
+		snprintf(b, sizeof(b), "pre/%s", names[i]);
+		struct stat sa = stat_of(a), sb = stat_of(b);
+		assert_int_equal(sa.st_size, sb.st_size);
+		assert_int_equal(sa.st_mode, sb.st_mode);
+		assert_int_equal(sa.st_mtim.tv_nsec, sb.st_mtim.tv_nsec);
+		assert_true(hash_of(a) == hash_of(b));
+		assert_true(treecopy_index_match(ix, names[i], &sa));
+	}
+	assert_true(hash_of("prev/linked") == prev_linked);
+	char v[8];
+	snprintf(p, sizeof(p), "%s/pre/big", dir);
+	assert_int_equal(getxattr(p, "user.a", v, sizeof(v)), -1);
+	assert_int_equal(getxattr(p, "user.b", v, sizeof(v)), 1);
+	treecopy_index_free(ix);
+	treecopy_index_free(pre_ix);
+	treecopy_index_free(prev_ix);
+	close(src);
+	close(prev);
+	close(pre);
+}
+
+/* A write through a shared mapping into a page already dirty makes no fault,
+ * so no new ctime: one that lands after a pass copied the file and before
+ * the syncfs that follows leaves inode, size and ctime as the index has
+ * them. The next pass must compare such a file's data: one still mapped
+ * (the /proc scan names it) and one unmapped and closed since (its
+ * CLOSE_WRITE), with tracking; one still mapped without; and the index
+ * records them untrusted, so a later copy does not link them. */
+static void test_silent_mapped_writes_are_compared(void **state)
+{
+	(void)state;
+	int fds[3];
+	mount_small_overlay("tcsilent", 4, fds);
+	int upper = fds[0];
+	for (int tracked = 1; tracked >= 0; tracked--) {
+		char p[2][600], name[16];
+		int fd[2];
+		char *map[2];
+		for (int i = 0; i < 2; i++) {
+			snprintf(p[i], sizeof(p[i]), "%s/d%d/mapped%d", mnt, i, tracked);
+			put_file(p[i], 8192);
+			fd[i] = open(p[i], O_RDWR | O_CLOEXEC);
+			assert_true(fd[i] >= 0);
+			map[i] = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd[i], 0);
+			assert_true(map[i] != MAP_FAILED);
+			map[i][0] ^= 1; /* the page is dirty and writable from now on */
+		}
+		struct ovl_track trk = OVL_TRACK_INIT;
+		if (tracked)
+			assert_int_equal(ovl_track_arm(&trk, upper), 0);
+		snprintf(name, sizeof(name), "pre%d", tracked);
+		int pre = dir_fd(name);
+		struct treecopy_index *pre_ix = treecopy_index_new();
+		struct treecopy_opts o = { .mode = TREECOPY_NEW, .prev_fd = -1, .new_ix = pre_ix };
+		ckpt_error err = { 0 };
+		assert_int_equal(treecopy_copy(upper, pre, &o, NULL, &err), 0);
+		for (int i = 0; i < 2; i++)
+			map[i][1] ^= 0x5a; /* no fault: no new ctime */
+		char rel[64];
+		struct stat st;
+		snprintf(rel, sizeof(rel), "d0/mapped%d", tracked);
+		assert_int_equal(fstatat(upper, rel, &st, 0), 0);
+		assert_true(treecopy_index_match(pre_ix, rel, &st)); /* the write was silent */
+		assert_int_equal(syncfs(pre), 0);
+		if (tracked) {
+			ovl_track_drain(&trk);
+			munmap(map[1], 8192); /* d1's: unmapped and closed, its CLOSE_WRITE */
+			close(fd[1]);
+			assert_true(tracked_pass(&trk, upper, pre, pre_ix, NULL, true));
+		} else {
+			struct stat mst;
+			const char *why = NULL;
+			struct treecopy_index *sus = NULL, *ix = treecopy_index_new();
+			assert_int_equal(stat(mnt, &mst), 0);
+			assert_int_equal(ovl_scan_mapped(mnt, mst.st_dev, &sus, &why), 0);
+			assert_true(treecopy_index_has(sus, rel));
+			struct treecopy_opts uo = { .prev_fd = -1, .prev_ix = pre_ix, .new_ix = ix, .suspects = sus };
+			assert_int_equal(treecopy_update(upper, pre, &uo, NULL, &err), 0);
+			/* recorded untrusted: matched only as such */
+			assert_false(treecopy_index_match(ix, rel, &st));
+			assert_true(treecopy_index_match_untrusted(ix, rel, &st));
+			/* and a copy linking from pre copies it rather than link it */
+			int again = dir_fd("again");
+			struct treecopy_opts co = { .mode = TREECOPY_NEW, .prev_fd = pre, .prev_ix = ix };
+			assert_int_equal(treecopy_copy(upper, again, &co, NULL, &err), 0);
+			struct stat a;
+			char q[700];
+			snprintf(q, sizeof(q), "%s/again/%s", dir, rel);
+			assert_int_equal(stat(q, &a), 0);
+			assert_int_equal(a.st_nlink, 1);
+			close(again);
+			treecopy_index_free(ix);
+			treecopy_index_free(sus);
+			munmap(map[1], 8192);
+			close(fd[1]);
+		}
+		char *du = describe(upper), *dp = describe(pre);
+		assert_same("upper and the pass's layer", du, dp, tracked);
+		free(du);
+		free(dp);
+		munmap(map[0], 8192);
+		close(fd[0]);
+		ovl_track_disarm(&trk);
+		treecopy_index_free(pre_ix);
+		close(pre);
+	}
+	for (int i = 0; i < 3; i++)
+		close(fds[i]);
+}
+
 /* Also after a failed check: no mount or tree left behind. */
 static int teardown(void **state)
 {
@@ -703,6 +968,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_update_equals_full_walk, teardown),
 		cmocka_unit_test_teardown(test_tracked_pass_after_a_refused_rename, teardown),
 		cmocka_unit_test_teardown(test_tracked_pass_sees_a_held_mapping, teardown),
+		cmocka_unit_test_teardown(test_update_refreshes_changed_blocks, teardown),
+		cmocka_unit_test_teardown(test_silent_mapped_writes_are_compared, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

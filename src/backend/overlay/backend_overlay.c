@@ -306,17 +306,26 @@ static int ovl_open_dir(int dfd, const char *a, const char *b)
 	return openat(dfd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
+/* What create's first pass of r left in memory: its index and directory
+ * list, and the tracker (closing a fanotify group waits for the kernel: the
+ * capture leaves this to after the thaw). */
+static void ovl_forget_pre(struct ovl_root *r)
+{
+	treecopy_index_free(TAKE_PTR(r->pre_ix));
+	treecopy_index_free(TAKE_PTR(r->pre_ix_next));
+	treecopy_dirs_free(&r->pre_dirs);
+	treecopy_index_free(TAKE_PTR(r->pre_sus));
+	r->pre_bytes = 0;
+	ovl_track_disarm(&r->trk);
+}
+
 /* Forget create's first pass of r (its files go with the trash). */
 static void ovl_drop_pre(struct ovl_root *r, int l)
 {
 	if (r->pre[0])
 		overlay_layers_trash(r, l, "l", r->pre);
 	r->pre[0] = 0;
-	treecopy_index_free(TAKE_PTR(r->pre_ix));
-	treecopy_index_free(TAKE_PTR(r->pre_ix_next));
-	treecopy_dirs_free(&r->pre_dirs);
-	r->pre_bytes = 0;
-	ovl_track_disarm(&r->trk);
+	ovl_forget_pre(r);
 }
 
 /* Change tracking for the frozen pass (docs/overlay-create.md), for an upper
@@ -331,6 +340,76 @@ static bool ovl_track_wanted(uint64_t entries)
 	if (v && !strcmp(v, "0"))
 		return false;
 	return (v && !strcmp(v, "1")) || entries >= OVL_TRACK_MIN_ENTRIES;
+}
+
+/* The suspects of a pass that tracking does not name (overlay_track.h): the
+ * files of r mapped shared and writable now, added to *sus. A scan that fails
+ * is logged; the pass then trusts those files' ctimes, as it did before. */
+static void ovl_scan_suspects(struct ovl_root *r, struct treecopy_index **sus)
+{
+	struct stat rst;
+	const char *why = "cannot stat the root";
+	if (stat(r->path, &rst) < 0 || ovl_scan_mapped(r->path, rst.st_dev, sus, &why) < 0)
+		log_warn("create: cannot tell which files of '%s' are mapped shared and writable (%s): a write "
+			 "through such a mapping during the copy may be missed",
+			 r->path, why);
+}
+
+/* A first pass that took this long is followed by a second one, not frozen
+ * either (ovl_catch_up); after every first pass under CKPTD_TRACK_CHECK,
+ * so that the tests' creates check it too. */
+#define OVL_CATCH_UP_MS 50
+static int64_t ovl_catch_up_ms(void)
+{
+	return getenv("CKPTD_TRACK_CHECK") ? 0 : OVL_CATCH_UP_MS;
+}
+
+/* The second pass: what changed during a long first pass (the tracker's
+ * directories since it was armed) is brought up to date in dst, so that the
+ * frozen pass has only what changes during this one, much shorter. Where the
+ * tracker cannot tell, the whole upper is compared, still not frozen: the
+ * frozen pass then takes the events that came after this collect, which
+ * name every change made since it. *ix becomes the upper's index after it. */
+static int ovl_catch_up(struct ovl_root *r, int up, int dst, struct treecopy_index **ix, struct treecopy_stats *stats,
+			ckpt_error *err)
+{
+	struct treecopy_dirty *dirty = NULL;
+	size_t n = 0;
+	const char *why = "cannot stat the root";
+	struct stat rst;
+	int64_t t0 = mono_ms();
+	int q = stat(r->path, &rst) < 0 ? -EAGAIN : ovl_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
+	struct treecopy_index *nix = treecopy_index_copy(*ix);
+	struct treecopy_opts o = {
+		.prev_fd = -1, .prev_ix = *ix, .new_ix = nix, .dirs = r->pre_dirs.n ? &r->pre_dirs : NULL
+	};
+	if (q == 0) {
+		o.suspects = r->trk.suspects;
+		q = nix ? treecopy_update_dirs(up, dst, dirty, n, &o, stats, err)
+			: err_set(err, ENOMEM, NULL, "second pass: out of memory");
+	}
+	treecopy_dirty_free(dirty, n);
+	if (q == -EAGAIN) {
+		log_info("create: the second pass of '%s' walks the upper: %s", r->path,
+			 why ? why : "a changed file has other names, or a directory no event explains");
+		treecopy_index_free(nix);
+		nix = o.new_ix = treecopy_index_new();
+		o.dirs = NULL;
+		ovl_scan_suspects(r, &r->trk.suspects);
+		o.suspects = r->trk.suspects;
+		q = nix ? treecopy_update(up, dst, &o, stats, err) : err_set(err, ENOMEM, NULL, "out of memory");
+	}
+	if (q < 0) {
+		treecopy_index_free(nix);
+		return q;
+	}
+	log_info("create: second pass of '%s' compared %zu changed directories in %lld ms: %llu entries replaced, "
+		 "%llu bytes written",
+		 r->path, n, (long long)(mono_ms() - t0), (unsigned long long)stats->replaced,
+		 (unsigned long long)stats->bytes_copied);
+	treecopy_index_free(*ix);
+	*ix = nix;
+	return 0;
 }
 
 /* Create's first pass, before the freeze: the upper into l/.pre-<name>,
@@ -374,11 +453,28 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 				      .progress = p,
 				      /* what a tracked frozen pass checks directory metadata of */
 				      .dirs = ovl_track_armed(&r->trk) ? &r->pre_dirs : NULL };
-	struct treecopy_stats stats = { 0 };
+	struct treecopy_stats stats = { 0 }, again = { 0 };
+	/* with tracking, the frozen pass's collect names the suspects */
+	_cleanup_(treecopy_index_freep) struct treecopy_index *sus = NULL;
+	if (!ovl_track_armed(&r->trk))
+		ovl_scan_suspects(r, &sus);
+	opts.suspects = sus;
+	int64_t t0 = mono_ms();
 	q = dst < 0 || !ix ? err_set(err, ENOMEM, NULL, "first pass: out of memory")
 			   : treecopy_copy(up, dst, &opts, &stats, err);
-	if (q == 0 && syncfs(dst) < 0) /* so the frozen pass's syncfs has only the changes */
+	/* synced so that the frozen pass's syncfs has only the changes, and so
+	 * that a write through a mapping faults again and changes the file's
+	 * ctime, which the next pass compares (syncfs reaches the upper too: the
+	 * layer store is on its filesystem) */
+	bool second = q == 0 && ovl_track_armed(&r->trk) && mono_ms() - t0 >= ovl_catch_up_ms();
+	if (q == 0 && syncfs(dst) < 0)
 		q = err_set(err, errno, NULL, "sync first pass: %m");
+	if (q == 0 && second && (q = ovl_catch_up(r, up, dst, &ix, &again, err)) == 0 && syncfs(dst) < 0)
+		q = err_set(err, errno, NULL, "sync second pass: %m");
+	/* without tracking, the frozen walk's suspects: the files mapped shared
+	 * and writable now, after the sync (found here, not frozen) */
+	if (q == 0 && !ovl_track_armed(&r->trk))
+		ovl_scan_suspects(r, &r->pre_sus);
 	if (q == 0) /* the first pass's own events, read now rather than frozen */
 		ovl_track_drain(&r->trk);
 	if (q < 0) {
@@ -386,7 +482,7 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 		return q;
 	}
 	r->pre_ix = TAKE_PTR(ix);
-	r->pre_bytes = stats.bytes_copied;
+	r->pre_bytes = stats.bytes_copied + again.bytes_copied;
 	/* the tracked frozen pass starts from a copy of that index: made now,
 	 * not frozen (about 0.4 ms per 1,000 files) */
 	if (ovl_track_armed(&r->trk))
@@ -446,14 +542,18 @@ static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_
 		struct treecopy_opts to = *opts;
 		to.new_ix = tix;
 		to.dirs = r->pre_dirs.n ? &r->pre_dirs : NULL;
+		to.suspects = r->trk.suspects;
 		q = tix ? treecopy_update_dirs(up, dst, dirty, n, &to, stats, err)
 			: err_set(err, ENOMEM, NULL, "out of memory");
 		if (q == 0 && getenv("CKPTD_TRACK_CHECK"))
 			q = ovl_track_check(r, up, dst, tix, err);
 		if (q == 0) {
 			log_info("create: frozen pass of '%s' compared %zu changed directories in %lld ms "
-				 "(events and /proc %lld ms)",
-				 r->path, n, (long long)(mono_ms() - t0), (long long)(t1 - t0));
+				 "(events and /proc %lld ms): %llu entries replaced, %llu of them files "
+				 "refreshed in place, %llu bytes written",
+				 r->path, n, (long long)(mono_ms() - t0), (long long)(t1 - t0),
+				 (unsigned long long)stats->replaced, (unsigned long long)stats->refreshed,
+				 (unsigned long long)stats->bytes_copied);
 			treecopy_index_free(*ix);
 			*ix = tix;
 		} else {
@@ -466,6 +566,12 @@ static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_
 		return q;
 	if (ovl_track_armed(&r->trk))
 		log_info("create: the frozen pass of '%s' walks the upper: %s", r->path, why);
+	/* the suspects: untracked, those the first pass found after its sync
+	 * (and those it found before it are untrusted in its index); else what
+	 * the tracker knows, and those mapped now */
+	if (ovl_track_armed(&r->trk))
+		ovl_scan_suspects(r, &r->trk.suspects);
+	opts->suspects = ovl_track_armed(&r->trk) ? r->trk.suspects : r->pre_sus;
 	return treecopy_update(up, dst, opts, stats, err);
 }
 
@@ -513,12 +619,19 @@ static int ovl_capture_layer(struct ovl_root *r, struct progress *p, ckpt_error 
 	};
 	struct treecopy_stats stats = { 0 };
 	uint64_t pre_bytes = r->pre_bytes;
+	_cleanup_(treecopy_index_freep) struct treecopy_index *sus = NULL;
+	if (!update) { /* a copy with no first pass: its suspects (overlay_track.h) */
+		ovl_scan_suspects(r, &sus);
+		opts.suspects = sus;
+	}
 	if (dst < 0 || !ix)
 		q = err_set(err, ENOMEM, NULL, "create layer: out of memory");
 	else
 		q = update ? ovl_frozen_pass(r, up, dst, &opts, &ix, &stats, err)
 			   : treecopy_copy(up, dst, &opts, &stats, err);
-	ovl_drop_pre(r, l);
+	if (r->pre[0])
+		overlay_layers_trash(r, l, "l", r->pre);
+	r->pre[0] = 0; /* the rest of the first pass goes after the thaw (ovl_forget_pre) */
 	if (q < 0) {
 		rm_rf_at(l, tmp);
 		return q;
@@ -535,6 +648,7 @@ static int ovl_capture_layer(struct ovl_root *r, struct progress *p, ckpt_error 
 static int ovl_publish_capture(struct ovl_root *r, char name[OVL_NAME_LEN + 1], struct treecopy_index **ret_ix,
 			       uint64_t *size, ckpt_error *err)
 {
+	ovl_forget_pre(r);
 	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (l < 0)
 		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
@@ -568,6 +682,7 @@ static void ovl_drop_captures(struct ovl *o)
 		_cleanup_close_ int l = openat(o->roots[i].rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (l >= 0)
 			ovl_drop_capture(&o->roots[i], l);
+		ovl_forget_pre(&o->roots[i]);
 	}
 }
 

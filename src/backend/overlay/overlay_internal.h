@@ -45,6 +45,7 @@ struct ovl_root {
 	struct treecopy_index *pre_ix;
 	struct treecopy_index *pre_ix_next; /* a copy of it for the tracked pass, or NULL */
 	struct treecopy_dirs pre_dirs;      /* the directories the first pass made */
+	struct treecopy_index *pre_sus;     /* untracked: files mapped shared and writable after it */
 	uint64_t pre_bytes;
 	/* create's frozen copy (capture), not yet published: l/<cap_tmp>,
 	 * to become layer cap_name, with the upper's index and the bytes it

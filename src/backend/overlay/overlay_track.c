@@ -78,8 +78,18 @@ struct outside {
 struct ovl_track_seen {
 	struct dirty_set s;
 	struct outside out;
+	struct treecopy_index *sus; /* files closed after a write (CLOSE_WRITE), or NULL */
 	const char *why;
 };
+
+/* relpath into the set *sus (made when NULL). */
+static int suspect_add(struct treecopy_index **sus, const char *rel)
+{
+	static const struct stat none;
+	if (!*sus && !(*sus = treecopy_index_new()))
+		return -ENOMEM;
+	return treecopy_index_put(*sus, rel, &none);
+}
 
 void ovl_track_disarm(struct ovl_track *t)
 {
@@ -88,9 +98,12 @@ void ovl_track_disarm(struct ovl_track *t)
 	if (t->upper >= 0)
 		close(t->upper);
 	free(t->path);
-	if (t->seen)
+	if (t->seen) {
 		treecopy_dirty_free(t->seen->s.v, t->seen->s.n);
+		treecopy_index_free(t->seen->sus);
+	}
 	free(t->seen);
+	treecopy_index_free(t->suspects);
 	*t = (struct ovl_track)OVL_TRACK_INIT;
 }
 
@@ -202,6 +215,10 @@ static int one_event(struct ovl_track *t, struct dirty_set *s, struct outside *o
 		return dirty_add(s, rel, strlen(rel), false) < 0 ? (*why = "out of memory", -EAGAIN) : 0;
 	if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && !(S_ISCHR(st.st_mode) && st.st_rdev == 0))
 		return *why = "a changed file has other names", -EAGAIN;
+	/* its last close after a write: it may have been written through a
+	 * mapping with no new ctime */
+	if ((m->mask & FAN_CLOSE_WRITE) && S_ISREG(st.st_mode) && suspect_add(&t->seen->sus, rel) < 0)
+		return *why = "out of memory", -EAGAIN;
 	const char *slash = strrchr(rel, '/');
 	return dirty_add(s, rel, slash ? (size_t)(slash - rel) : 0, false) < 0 ? (*why = "out of memory", -EAGAIN) : 0;
 }
@@ -236,7 +253,8 @@ static int read_events(struct ovl_track *t, struct dirty_set *s, const char **wh
 }
 
 struct in_use {
-	struct dirty_set *s;
+	struct dirty_set *s;        /* NULL: only suspects are wanted (ovl_scan_mapped) */
+	struct treecopy_index *sus; /* files mapped shared and writable */
 	const char *root;
 	size_t root_len;
 	dev_t dev;
@@ -248,8 +266,9 @@ struct in_use {
 static int in_use_ref(void *ctx, const struct procscan_ref *ref)
 {
 	struct in_use *u = ctx;
+	bool sw = ref->kind == PROCSCAN_MAP && ref->shared_write;
 	if ((ref->kind != PROCSCAN_FD && ref->kind != PROCSCAN_MAP) || !ref->has_id || ref->dev != u->dev ||
-	    ref->deleted)
+	    ref->deleted || (!u->s && !sw))
 		return PROCSCAN_CONTINUE;
 	if (!procscan_path_under(ref->path, u->root)) {
 		u->why = "a file of the root is in use under another path (a mount namespace or chroot)";
@@ -258,7 +277,29 @@ static int in_use_ref(void *ctx, const struct procscan_ref *ref)
 	const char *rel = ref->path + u->root_len;
 	rel += *rel == '/';
 	const char *slash = strrchr(rel, '/');
-	return dirty_add(u->s, rel, slash ? (size_t)(slash - rel) : 0, false) < 0 ? -ENOMEM : PROCSCAN_CONTINUE;
+	if (sw && suspect_add(&u->sus, rel) < 0)
+		return -ENOMEM;
+	if (u->s && dirty_add(u->s, rel, slash ? (size_t)(slash - rel) : 0, false) < 0)
+		return -ENOMEM;
+	return PROCSCAN_CONTINUE;
+}
+
+static size_t root_len(const char *root_path)
+{
+	size_t n = strlen(root_path);
+	while (n > 1 && root_path[n - 1] == '/')
+		n--;
+	return n;
+}
+
+int ovl_scan_mapped(const char *root_path, dev_t root_dev, struct treecopy_index **sus, const char **why)
+{
+	struct in_use u = { .sus = *sus, .root = root_path, .root_len = root_len(root_path), .dev = root_dev };
+	int r = procscan_each("/proc", 0, PROCSCAN_STAT | PROCSCAN_MAPS_ONLY, in_use_ref, &u);
+	*sus = u.sus;
+	if (r < 0)
+		*why = u.why ? u.why : "scanning /proc failed";
+	return r < 0 ? r : 0;
 }
 
 static int dirty_cmp(const void *a, const void *b)
@@ -280,17 +321,25 @@ int ovl_track_collect(struct ovl_track *t, const char *root_path, dev_t root_dev
 	*why = NULL;
 	if (!ovl_track_armed(t))
 		return *why = "not tracking", -EAGAIN;
-	if (t->seen->why) /* the drain gave up already */
+	if (t->seen->why) { /* the drain gave up already */
+		treecopy_index_free(t->suspects);
+		t->suspects = TAKE_PTR(t->seen->sus);
 		return *why = t->seen->why, -EAGAIN;
+	}
 	struct dirty_set s = t->seen->s;
 	t->seen->s = (struct dirty_set){ 0 };
 	int r = read_events(t, &s, why);
+	/* the suspects of this collect: closed after a write since the last
+	 * one, and mapped shared and writable now (kept when it fails: the
+	 * caller's walk needs them too) */
+	treecopy_index_free(t->suspects);
+	t->suspects = TAKE_PTR(t->seen->sus);
 	if (r == 0) {
-		size_t n = strlen(root_path);
-		while (n > 1 && root_path[n - 1] == '/')
-			n--;
-		struct in_use u = { .s = &s, .root = root_path, .root_len = n, .dev = root_dev };
+		struct in_use u = {
+			.s = &s, .sus = t->suspects, .root = root_path, .root_len = root_len(root_path), .dev = root_dev
+		};
 		r = procscan_each("/proc", 0, PROCSCAN_STAT, in_use_ref, &u);
+		t->suspects = u.sus;
 		if (r < 0)
 			*why = u.why ? u.why : "scanning /proc failed", r = -EAGAIN;
 	}

@@ -23,6 +23,8 @@ struct ovl_track {
 	char *path; /* the upper as /proc/self/fd reads it */
 	size_t len;
 	struct ovl_track_seen *seen; /* what the events read so far say */
+	/* the last collect's suspects (treecopy_opts.suspects), or NULL */
+	struct treecopy_index *suspects;
 };
 
 #define OVL_TRACK_INIT                 \
@@ -55,6 +57,20 @@ void ovl_track_drain(struct ovl_track *t);
  * under root_path); *why then says which. */
 int ovl_track_collect(struct ovl_track *t, const char *root_path, dev_t root_dev, struct treecopy_dirty **ret,
 		      size_t *ret_n, const char **why);
+
+/* After ovl_track_collect, t->suspects holds the files whose data may have
+ * changed with no new ctime, which the pass must compare rather than trust
+ * their index entry: those a process maps shared and writable now, and those
+ * closed after a write since the last collect (a write through a mapping
+ * into a page already dirty makes no fault, so no new ctime; only syncfs,
+ * which write-protects the pages again, ends that). Also when collect fails:
+ * the walk that follows needs them too. */
+
+/* The files of the root (mounted at root_path, device root_dev) that a
+ * process maps shared and writable, added to the set *sus (made when NULL):
+ * the suspects of a pass without tracking. < 0 with *why when one is mapped
+ * under another path (a mount namespace or chroot) or /proc cannot be read. */
+int ovl_scan_mapped(const char *root_path, dev_t root_dev, struct treecopy_index **sus, const char **why);
 
 /* Whether anything changed in the upper since the last collect (or this
  * cannot be told): what makes a check of collect's answer inconclusive. */

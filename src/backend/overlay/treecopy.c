@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
@@ -159,6 +160,15 @@ static void tc_progress(struct tc *t, uint64_t bytes)
 	}
 }
 
+/* The current entry, a regular file, into new_ix: untrusted when a suspect. */
+static int tc_index_put(struct tc *t, const struct stat *st)
+{
+	if (!t->o->new_ix)
+		return 0;
+	return treecopy_index_has(t->o->suspects, t->path) ? treecopy_index_put_untrusted(t->o->new_ix, t->path, st)
+							   : treecopy_index_put(t->o->new_ix, t->path, st);
+}
+
 /* A hard link instead of a copy: inside this copy, from an immutable source,
  * or from the previous layer. 1 when linked, 0 when a copy is needed. A
  * file of several names linked from the previous layer is where its other
@@ -172,7 +182,8 @@ static int treecopy_try_link(struct tc *t, int sfd, int dfd, const char *name, c
 		r = linkat(t->dst_root, first, dfd, name, 0);
 	else if (t->o->link_sources && !S_ISDIR(st->st_mode))
 		r = linkat(sfd, name, dfd, name, 0);
-	else if (S_ISREG(st->st_mode) && t->o->prev_fd >= 0 && treecopy_index_match(t->o->prev_ix, t->path, st)) {
+	else if (S_ISREG(st->st_mode) && t->o->prev_fd >= 0 && treecopy_index_match(t->o->prev_ix, t->path, st) &&
+		 !treecopy_index_has(t->o->suspects, t->path)) {
 		r = linkat(t->o->prev_fd, t->path, dfd, name, 0);
 		if (r == 0 && st->st_nlink > 1 && devino_put(&t->links, st->st_dev, st->st_ino, t->path) < 0)
 			return -ENOMEM;
@@ -319,7 +330,7 @@ static int treecopy_entry(struct tc *t, int sfd, int dfd, const char *name)
 		return tc_fail(t, r, "directory list");
 	if (S_ISDIR(st.st_mode))
 		return treecopy_dir(t, sfd, dfd, name, &st, exists, make_opaque, false);
-	if (S_ISREG(st.st_mode) && t->o->new_ix && (r = treecopy_index_put(t->o->new_ix, t->path, &st)) < 0)
+	if (S_ISREG(st.st_mode) && (r = tc_index_put(t, &st)) < 0)
 		return tc_fail(t, r, "index");
 	r = treecopy_try_link(t, sfd, dfd, name, &st);
 	if (r < 0)
@@ -377,8 +388,9 @@ int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct 
 }
 
 /* Update mode (the frozen pass): dst is a copy of src made earlier, whose
- * index then was prev_ix. Only names change in dst, never an inode: its
- * files may be links into older, immutable layers. */
+ * index then was prev_ix. Its files may be links into older, immutable
+ * layers: an inode of dst changes only when it has one name, i.e. this
+ * copy made it (treecopy_refresh); else only names change. */
 struct tc_name {
 	char *name;
 	unsigned char type; /* d_type */
@@ -475,6 +487,138 @@ static bool treecopy_special_same(int sfd, int dfd, const char *name, const stru
 	return n >= 0 && n == m && !memcmp(a, b, n);
 }
 
+#define TC_REFRESH_CHUNK (256u << 10)
+#define TC_REFRESH_BLOCK 4096u
+
+/* out, an earlier copy of in, brought to in's first size bytes by writing
+ * only the 4 KiB blocks that differ. Reading both from the page cache costs
+ * far less than writing a whole file again when little of it changed: a log
+ * appended to, a table with a few pages rewritten. out, ckptd's own file, is
+ * read through a mapping (no copy); in, which another program may truncate
+ * meanwhile, by pread. A hole of in would be filled: the caller checks in
+ * has none. */
+static int treecopy_refresh_data(int in, int out, off_t size, bool write, uint64_t *ret_written)
+{
+	size_t cap = size < (off_t)TC_REFRESH_CHUNK ? (size_t)size : TC_REFRESH_CHUNK;
+	_cleanup_free_ char *a = malloc(cap), *buf = NULL;
+	*ret_written = 0;
+	if (!a)
+		return -ENOMEM;
+	struct stat os;
+	if (fstat(out, &os) < 0)
+		return -errno;
+	off_t have = os.st_size < size ? os.st_size : size; /* what out has to compare */
+	if (!write && os.st_size != size) {
+		*ret_written = 1;
+		return 0;
+	}
+	if (write && ftruncate(out, size) < 0)
+		return -errno;
+	char *map = have > 0 ? mmap(NULL, (size_t)have, PROT_READ, MAP_SHARED, out, 0) : MAP_FAILED;
+	if (map == MAP_FAILED && have > 0 && !(buf = malloc(cap)))
+		return -ENOMEM;
+	int r = 0;
+	for (off_t off = 0; r == 0 && off < size;) {
+		size_t want = size - off < (off_t)cap ? (size_t)(size - off) : cap;
+		ssize_t n = pread(in, a, want, off), m = 0;
+		if (n <= 0) {
+			r = n < 0 ? -errno : 0;
+			break; /* 0: the source shrank under us */
+		}
+		const char *b = map != MAP_FAILED ? map + off : buf;
+		if (off < have)
+			m = map != MAP_FAILED ? (have - off < n ? have - off : n) : pread(out, buf, n, off);
+		if (m < 0) {
+			r = -errno;
+			break;
+		}
+		for (size_t i = 0, len = 0; r == 0 && i < (size_t)n;) {
+			size_t j = i;
+			/* the run of differing blocks from i (none when i's is the same) */
+			while (j < (size_t)n) {
+				len = (size_t)n - j < TC_REFRESH_BLOCK ? (size_t)n - j : TC_REFRESH_BLOCK;
+				if (j + len <= (size_t)m && !memcmp(a + j, b + j, len))
+					break;
+				j += len;
+			}
+			if (j > i && !write) {
+				*ret_written += j - i; /* compare only: a difference is enough */
+				off = size;
+				break;
+			}
+			if (j > i) {
+				ssize_t w = pwrite(out, a + i, j - i, off + (off_t)i);
+				if (w != (ssize_t)(j - i))
+					r = w < 0 ? -errno : -EIO;
+				*ret_written += j - i;
+				i = j;
+			} else {
+				i += len;
+			}
+		}
+		if (off < size)
+			off += n;
+	}
+	if (map != MAP_FAILED)
+		munmap(map, (size_t)have);
+	return r;
+}
+
+/* update: a regular file of one name that changed, whose copy in dst is
+ * this copy's own (one name: not a link into an older layer, nor another
+ * name of a file) and has no holes: that copy is rewritten in place where
+ * it differs, owner, mode, xattrs and times made src's. 1 when done, 0
+ * when the caller copies it anew. */
+static int treecopy_refresh(struct tc *t, int sfd, int dfd, const char *name, const struct stat *st)
+{
+	struct stat is, os;
+	if (!S_ISREG(st->st_mode) || st->st_nlink != 1 || st->st_size == 0)
+		return 0;
+	_cleanup_close_ int in = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
+	if (in < 0 && errno == EPERM)
+		in = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (in < 0 || fstat(in, &is) < 0 || is.st_dev != st->st_dev || is.st_ino != st->st_ino ||
+	    lseek(in, 0, SEEK_HOLE) < st->st_size)
+		return 0; /* replaced meanwhile, or sparse: a fresh copy keeps the holes */
+	_cleanup_close_ int out = openat(dfd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (out < 0 || fstat(out, &os) < 0 || !S_ISREG(os.st_mode) || os.st_nlink != 1)
+		return 0;
+	uint64_t written = 0;
+	/* a copy that was right (a suspect compared) is not counted replaced */
+	bool meta_same = os.st_size == st->st_size && os.st_mode == st->st_mode && os.st_uid == st->st_uid &&
+		os.st_gid == st->st_gid && os.st_mtim.tv_sec == st->st_mtim.tv_sec &&
+		os.st_mtim.tv_nsec == st->st_mtim.tv_nsec;
+	int r = treecopy_refresh_data(in, out, st->st_size, true, &written);
+	if (r == 0)
+		r = treecopy_update_meta(in, out, st);
+	if (r == 0)
+		r = tc_index_put(t, st);
+	if (r < 0)
+		return tc_fail(t, r, "refresh");
+	t->st->bytes_copied += written;
+	if (written || !meta_same) {
+		t->st->replaced++;
+		t->st->refreshed++;
+	}
+	tc_progress(t, st->st_size);
+	return 1;
+}
+
+/* update: whether dst's copy of a suspect whose index entry matches still
+ * holds src's data (a write through a mapping may have changed it with no
+ * new ctime). An error counts as a difference: the file is copied again. */
+static bool treecopy_same_data(int sfd, int dfd, const char *name, const struct stat *st)
+{
+	_cleanup_close_ int in = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
+	if (in < 0 && errno == EPERM)
+		in = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	_cleanup_close_ int out = in < 0 ? -1 : openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	uint64_t differ = 1;
+	if (out >= 0 && st->st_size == 0)
+		return true;
+	return out >= 0 && treecopy_refresh_data(in, out, st->st_size, false, &differ) == 0 && differ == 0;
+}
+
 /* A regular file whose inode, size and ctime match prev_ix keeps its copy
  * (a fresh copy would link it), unless another name of it came first; a dir
  * over a dir is updated; anything else is removed and copied anew. */
@@ -499,9 +643,15 @@ static int treecopy_update_entry(struct tc *t, int sfd, int dfd, const char *nam
 	}
 	/* another name of this file came first (a fresh copy links to it) */
 	bool linked = st.st_nlink > 1 && devino_get(&t->links, st.st_dev, st.st_ino);
-	if (have && !linked && S_ISREG(st.st_mode) && S_ISREG(dtype) &&
-	    treecopy_index_match(t->o->prev_ix, t->path, &st)) {
-		int r = t->o->new_ix ? treecopy_index_put(t->o->new_ix, t->path, &st) : 0;
+	/* a suspect, or a file recorded untrusted, keeps its copy when its
+	 * metadata is unchanged and its data compares equal */
+	bool match = have && !linked && S_ISREG(st.st_mode) && S_ISREG(dtype) &&
+		treecopy_index_match(t->o->prev_ix, t->path, &st);
+	bool untrusted = have && !linked && S_ISREG(st.st_mode) && S_ISREG(dtype) && !match &&
+		treecopy_index_match_untrusted(t->o->prev_ix, t->path, &st);
+	if ((match && !treecopy_index_has(t->o->suspects, t->path)) ||
+	    ((match || untrusted) && treecopy_same_data(sfd, dfd, name, &st))) {
+		int r = tc_index_put(t, &st);
 		if (r == 0 && st.st_nlink > 1)
 			r = devino_put(&t->links, st.st_dev, st.st_ino, t->path);
 		if (r < 0)
@@ -513,6 +663,11 @@ static int treecopy_update_entry(struct tc *t, int sfd, int dfd, const char *nam
 	/* whiteouts share one inode (overlayfs links them): any copy will do */
 	if (t->partial && !S_ISDIR(st.st_mode) && st.st_nlink > 1 && !treecopy_is_whiteout(&st))
 		return -EAGAIN; /* its other names may be in directories not compared */
+	if (have && !linked && S_ISREG(dtype)) {
+		int r = treecopy_refresh(t, sfd, dfd, name, &st);
+		if (r != 0)
+			return r < 0 ? r : 0;
+	}
 	/* linking a second name of a kept file anew, or making an identical
 	 * special file again, changes nothing */
 	if (!linked &&

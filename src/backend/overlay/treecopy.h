@@ -21,6 +21,16 @@ size_t treecopy_index_count(const struct treecopy_index *ix);
 int treecopy_index_put(struct treecopy_index *ix, const char *relpath, const struct stat *st);
 /* True when relpath was recorded with the same inode, ctime and size as st. */
 bool treecopy_index_match(const struct treecopy_index *ix, const char *relpath, const struct stat *st);
+/* Record relpath so that no stat matches it: a file written through a shared
+ * mapping may change with no new ctime (a write into a page already dirty
+ * makes no fault), so the next update compares its data, and the next copy
+ * copies it again rather than link it. */
+int treecopy_index_put_untrusted(struct treecopy_index *ix, const char *relpath, const struct stat *st);
+/* relpath was recorded untrusted with the same inode, ctime and size as st:
+ * its metadata is unchanged, its data must be compared. */
+bool treecopy_index_match_untrusted(const struct treecopy_index *ix, const char *relpath, const struct stat *st);
+/* relpath has an entry (ix may be NULL: false). Used as a set of paths. */
+bool treecopy_index_has(const struct treecopy_index *ix, const char *relpath);
 /* Serialize with a tag (e.g. the layer name the index points into). Not fsynced:
  * a lost or torn index only costs a full copy next time. */
 int treecopy_index_save(const struct treecopy_index *ix, const char *tag, int dirfd, const char *name);
@@ -50,11 +60,18 @@ struct treecopy_opts {
 	 * the directories of that copy, whose metadata is then checked by path
 	 * instead of reading every directory to find them (NULL: read them) */
 	struct treecopy_dirs *dirs;
+	/* files whose data may have changed with no new ctime (mapped shared
+	 * and writable, or closed after a write: see overlay_track.h), or NULL:
+	 * never linked from prev_fd on the strength of their index entry, nor
+	 * kept by update unless their data is compared equal; recorded in
+	 * new_ix untrusted */
+	const struct treecopy_index *suspects;
 };
 
 struct treecopy_stats {
 	uint64_t files, bytes_copied, linked;
-	uint64_t replaced; /* update: entries removed or copied anew */
+	uint64_t replaced;  /* update: entries removed or copied anew */
+	uint64_t refreshed; /* update: of those, files rewritten in place where they differ */
 };
 
 /* Copy the contents and metadata of directory src_fd into directory dst_fd. */
@@ -63,9 +80,12 @@ int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct 
 /* Bring dst_fd, a copy of src_fd made earlier whose index then was
  * o->prev_ix, to what treecopy_copy of src_fd into an empty dir linking
  * unchanged files from that copy would make: a regular file whose inode,
- * size and ctime still match keeps its copy; whatever else differs is
- * removed and copied again; names src no longer has go. Only names in
- * dst_fd change, never an inode (its files may be links into other layers).
+ * size and ctime still match keeps its copy; a changed file of one name
+ * whose copy has one name too (made by that copy, not linked from another
+ * layer) and no holes is rewritten in place where its blocks differ;
+ * whatever else differs is removed and copied again; names src no longer
+ * has go. No inode of dst with several names changes (they may be links
+ * into other layers).
  * o->mode, o->prev_fd and o->link_sources are ignored. */
 int treecopy_update(int src_fd, int dst_fd, const struct treecopy_opts *o, struct treecopy_stats *stats,
 		    ckpt_error *err);

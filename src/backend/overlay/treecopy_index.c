@@ -93,6 +93,31 @@ int treecopy_index_put(struct treecopy_index *ix, const char *relpath, const str
 	return treecopy_index_set(ix, relpath, st->st_ino, st->st_size, st->st_ctim.tv_sec, st->st_ctim.tv_nsec);
 }
 
+/* Added to ctime_nsec in an entry whose data must be compared
+ * (treecopy_index_put_untrusted): no stat matches it. Saved and loaded as is. */
+#define IX_UNTRUSTED 1000000000L
+
+int treecopy_index_put_untrusted(struct treecopy_index *ix, const char *relpath, const struct stat *st)
+{
+	return treecopy_index_set(ix, relpath, st->st_ino, st->st_size, st->st_ctim.tv_sec,
+				  st->st_ctim.tv_nsec + IX_UNTRUSTED);
+}
+
+bool treecopy_index_match_untrusted(const struct treecopy_index *ix, const char *relpath, const struct stat *st)
+{
+	if (!ix)
+		return false;
+	const struct ix_entry *e = treecopy_index_slot(ix->v, ix->cap, relpath);
+	return e->path && e->ctime_nsec >= IX_UNTRUSTED && e->ino == (uint64_t)st->st_ino &&
+		e->size == (uint64_t)st->st_size && e->ctime_sec == st->st_ctim.tv_sec &&
+		e->ctime_nsec - IX_UNTRUSTED == st->st_ctim.tv_nsec;
+}
+
+bool treecopy_index_has(const struct treecopy_index *ix, const char *relpath)
+{
+	return ix && treecopy_index_slot(ix->v, ix->cap, relpath)->path != NULL;
+}
+
 bool treecopy_index_match(const struct treecopy_index *ix, const char *relpath, const struct stat *st)
 {
 	if (!ix)
