@@ -453,6 +453,19 @@ static void test_incremental(void **state)
 	after = snapshot(f->roots[0]);
 	assert_same_tree(before, after);
 	json_decref(extra);
+	/* an incremental create takes its progress totals from the parent's
+	 * manifest (no walk to count), and ends them at what it archived: here
+	 * fewer files than the parent had */
+	for (int i = 200; i < 210; i++) {
+		snprintf(name, sizeof(name), "many/f%03d", i);
+		assert_int_equal(unlink(at(f->roots[0], name)), 0);
+	}
+	struct progress p = { 0 };
+	char id2[32];
+	create_cp(f, id2, &p);
+	assert_int_equal(atomic_load(&p.files_done), atomic_load(&p.files_total));
+	assert_int_equal(atomic_load(&p.bytes_done), atomic_load(&p.bytes_total));
+	assert_int_equal(atomic_load(&p.bytes_total), 290 * strlen("some content that is not tiny at all"));
 	free(before);
 	free(after);
 }

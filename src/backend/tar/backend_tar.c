@@ -214,7 +214,11 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 			ns > 0 ? (struct timespec){ ns / 1000000000, ns % 1000000000 } : (struct timespec){ 0 };
 	}
 
-	for (size_t i = 0; p && i < s->n_roots; i++) {
+	/* the progress totals: a walk of the roots for a full create; for an
+	 * incremental one the parent's manifests (the tree as it was then:
+	 * add_done raises a total the tree has outgrown), which spares a stat of
+	 * every file, half the cost of a create after a few changes */
+	for (size_t i = 0; p && !ch.parent && i < s->n_roots; i++) {
 		_cleanup_close_ int fd = open(s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		uint64_t files = 0, bytes = 0;
 		if (fd >= 0)
@@ -241,6 +245,18 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 				tar_manifest_alias_load(pfd, alias, &pm);
 			}
 		}
+		if (have_pm && p) {
+			uint64_t bytes = 0;
+			for (size_t k = 0; k < pm.n; k++)
+				bytes += pm.v[k].type == 'f' || pm.v[k].type == 'h' ? pm.v[k].size : 0;
+			atomic_fetch_add(&p->files_total, pm.n);
+			atomic_fetch_add(&p->bytes_total, bytes);
+		} else if (ch.parent && p) { /* no manifest after all: walk this root */
+			uint64_t files = 0, bytes = 0;
+			tar_count_tree(fd, s->state_dev, s->state_ino, &files, &bytes);
+			atomic_fetch_add(&p->files_total, files);
+			atomic_fetch_add(&p->bytes_total, bytes);
+		}
 		o.parent = have_pm ? &pm : NULL;
 		o.parent_name = ch.parent;
 		entry_names(i, s->zstd, arch, man);
@@ -253,6 +269,10 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 		}
 	}
 	tar_wait_past(o.max_ctime);
+	if (p && ch.parent) { /* estimated from the parent: the tree as archived */
+		atomic_store(&p->files_total, atomic_load(&p->files_done));
+		atomic_store(&p->bytes_total, atomic_load(&p->bytes_done));
+	}
 	if (!from) {
 		pthread_mutex_lock(&s->lock);
 		s->last_reused = o.reused;
