@@ -453,9 +453,8 @@ static void test_incremental(void **state)
 	after = snapshot(f->roots[0]);
 	assert_same_tree(before, after);
 	json_decref(extra);
-	/* an incremental create takes its progress totals from the parent's
-	 * manifest (no walk to count), and ends them at what it archived: here
-	 * fewer files than the parent had */
+	/* an incremental create's progress totals (counted beside it) end as
+	 * what it archived, the parent's files that are still there included */
 	for (int i = 200; i < 210; i++) {
 		snprintf(name, sizeof(name), "many/f%03d", i);
 		assert_int_equal(unlink(at(f->roots[0], name)), 0);

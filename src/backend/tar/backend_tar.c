@@ -183,6 +183,69 @@ static void srcs_free(struct tar_create_opts *o)
 	o->n_srcs = 0;
 }
 
+/* The progress totals of a create, counted by a thread beside it: a walk
+ * that stats every file would otherwise come first and double the time of a
+ * create after a few changes. The create's own counts raise a total they
+ * pass (tar_create.c add_done), so the bar is full until the count arrives. */
+struct tar_count {
+	pthread_t t;
+	bool started;
+	atomic_bool stop;
+	int fds[MAX_ROOTS];
+	size_t n;
+	dev_t skip_dev;
+	ino_t skip_ino;
+	struct progress *p;
+};
+
+/* total = max(total, v), against add_done's own raises. */
+static void raise_total(_Atomic uint64_t *total, uint64_t v)
+{
+	uint64_t t = atomic_load(total);
+	while (v > t && !atomic_compare_exchange_weak(total, &t, v))
+		;
+}
+
+static void *tar_count_main(void *arg)
+{
+	struct tar_count *c = arg;
+	uint64_t files = 0, bytes = 0;
+	for (size_t i = 0; i < c->n && !atomic_load(&c->stop); i++)
+		tar_count_tree(c->fds[i], c->skip_dev, c->skip_ino, &c->stop, &files, &bytes);
+	if (!atomic_load(&c->stop)) {
+		raise_total(&c->p->files_total, files);
+		raise_total(&c->p->bytes_total, bytes);
+	}
+	return NULL;
+}
+
+static void tar_count_start(struct tar_count *c, struct tar_state *s, char *const *from, struct progress *p)
+{
+	c->p = p;
+	c->skip_dev = s->state_dev;
+	c->skip_ino = s->state_ino;
+	for (size_t i = 0; i < s->n_roots && i < MAX_ROOTS; i++) {
+		int fd = open(from ? from[i] : s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd >= 0)
+			c->fds[c->n++] = fd;
+	}
+	c->started = pthread_create(&c->t, NULL, tar_count_main, c) == 0;
+	if (!c->started)
+		log_debug("tar: no thread to count the progress totals: the bar follows the create");
+}
+
+/* Stop and wait for the count (a cleanup: every way out of the create). */
+static void tar_count_join(struct tar_count *c)
+{
+	atomic_store(&c->stop, true);
+	if (c->started)
+		pthread_join(c->t, NULL);
+	c->started = false;
+	for (size_t i = 0; i < c->n; i++)
+		close(c->fds[i]);
+	c->n = 0;
+}
+
 /* from: the trees to capture, one per root (NULL: the roots themselves). */
 static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, struct progress *p, ckpt_error *err)
 {
@@ -214,18 +277,11 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 			ns > 0 ? (struct timespec){ ns / 1000000000, ns % 1000000000 } : (struct timespec){ 0 };
 	}
 
-	/* the progress totals: a walk of the roots for a full create; for an
-	 * incremental one the parent's manifests (the tree as it was then:
-	 * add_done raises a total the tree has outgrown), which spares a stat of
-	 * every file, half the cost of a create after a few changes */
-	for (size_t i = 0; p && !ch.parent && i < s->n_roots; i++) {
-		_cleanup_close_ int fd = open(s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		uint64_t files = 0, bytes = 0;
-		if (fd >= 0)
-			tar_count_tree(fd, s->state_dev, s->state_ino, &files, &bytes);
-		atomic_fetch_add(&p->files_total, files);
-		atomic_fetch_add(&p->bytes_total, bytes);
-	}
+	/* the progress totals, counted beside the create rather than before it
+	 * (a walk that stats every file: half a create after a few changes) */
+	_cleanup_(tar_count_join) struct tar_count cnt = { 0 };
+	if (p)
+		tar_count_start(&cnt, s, from, p);
 	for (size_t i = 0; i < s->n_roots; i++) {
 		_cleanup_close_ int fd =
 			from ? open(from[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : open_root(s, i, err);
@@ -245,18 +301,6 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 				tar_manifest_alias_load(pfd, alias, &pm);
 			}
 		}
-		if (have_pm && p) {
-			uint64_t bytes = 0;
-			for (size_t k = 0; k < pm.n; k++)
-				bytes += pm.v[k].type == 'f' || pm.v[k].type == 'h' ? pm.v[k].size : 0;
-			atomic_fetch_add(&p->files_total, pm.n);
-			atomic_fetch_add(&p->bytes_total, bytes);
-		} else if (ch.parent && p) { /* no manifest after all: walk this root */
-			uint64_t files = 0, bytes = 0;
-			tar_count_tree(fd, s->state_dev, s->state_ino, &files, &bytes);
-			atomic_fetch_add(&p->files_total, files);
-			atomic_fetch_add(&p->bytes_total, bytes);
-		}
 		o.parent = have_pm ? &pm : NULL;
 		o.parent_name = ch.parent;
 		entry_names(i, s->zstd, arch, man);
@@ -268,11 +312,12 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 			return err_prefix(err, "root '%s'", s->roots[i]);
 		}
 	}
-	tar_wait_past(o.max_ctime);
-	if (p && ch.parent) { /* estimated from the parent: the tree as archived */
+	tar_count_join(&cnt);
+	if (p) { /* all archived: the totals are what was */
 		atomic_store(&p->files_total, atomic_load(&p->files_done));
 		atomic_store(&p->bytes_total, atomic_load(&p->bytes_done));
 	}
+	tar_wait_past(o.max_ctime);
 	if (!from) {
 		pthread_mutex_lock(&s->lock);
 		s->last_reused = o.reused;

@@ -70,14 +70,15 @@ static void add_sparse_map(struct archive_entry *ae, int fd, off_t size)
 	lseek(fd, 0, SEEK_SET);
 }
 
-/* Count progress. The totals come from a walk before the create: raised
- * first when the tree grew meanwhile, so done never passes total. One
- * writer. */
+/* Count progress. The totals come from a walk beside the create: raised
+ * first when done would pass them (before that walk ends, or when the tree
+ * grew meanwhile), so done never passes total. One writer of done; the
+ * total is raised to a maximum, as that walk raises it. */
 static void add_done(_Atomic uint64_t *done, _Atomic uint64_t *total, uint64_t n)
 {
-	uint64_t d = atomic_load(done) + n;
-	if (d > atomic_load(total))
-		atomic_store(total, d);
+	uint64_t d = atomic_load(done) + n, t = atomic_load(total);
+	while (d > t && !atomic_compare_exchange_weak(total, &t, d))
+		;
 	atomic_store(done, d);
 }
 

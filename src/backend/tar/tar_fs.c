@@ -143,7 +143,8 @@ void tar_cwd_leave(int *saved)
 	}
 }
 
-void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, uint64_t *files, uint64_t *bytes)
+void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, const atomic_bool *stop, uint64_t *files,
+		    uint64_t *bytes)
 {
 	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
@@ -151,7 +152,7 @@ void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, uint64_t *files, 
 
 	if (walk_open(dirfd, NULL, &d) < 0)
 		return;
-	while ((de = walk_next(d))) {
+	while ((de = walk_next(d)) && !(stop && atomic_load(stop))) {
 		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		if (st.st_dev == skip_dev && st.st_ino == skip_ino)
@@ -163,7 +164,7 @@ void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, uint64_t *files, 
 			continue;
 		_cleanup_close_ int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (sub >= 0)
-			tar_count_tree(sub, skip_dev, skip_ino, files, bytes);
+			tar_count_tree(sub, skip_dev, skip_ino, stop, files, bytes);
 	}
 }
 

@@ -1,6 +1,7 @@
 /* tar_fs.h: filesystem helpers of the tar backend: xattrs, safe opening of
  * paths below a root, a thread-private working directory for libarchive. */
 #pragma once
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include "backend/tar/tar_manifest.h"
 
@@ -26,7 +27,8 @@ typedef int (*tar_walk_fn)(void *ctx, int dirfd, const char *name, const char *r
 int tar_walk_dir(int dirfd, const char *rel, tar_walk_fn fn, void *ctx, ckpt_error *err);
 
 /* Files and regular-file bytes below dirfd, skipping the (dev, ino) directory. */
-void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, uint64_t *files, uint64_t *bytes);
+void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, const atomic_bool *stop, uint64_t *files,
+		    uint64_t *bytes);
 
 /* Inode ctimes come from the kernel's coarse clock: a change made within the
  * tick that stamped a recorded ctime would leave it unchanged. Return only
