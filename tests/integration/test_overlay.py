@@ -36,6 +36,36 @@ def test_health_says_overlay(daemon_factory):
     assert is_overlay(d.roots[0])
 
 
+def test_untracked_creates_and_a_bad_tracking_setting(daemon_factory):
+    """CKPTD_TRACK_CHANGES other than 0 or 1 is named in a warning, once, and
+    the default applies: a small upper is copied without tracking (its
+    frozen pass walks; the scans for files mapped shared and writable run
+    before and after the first pass), and the checkpoints hold what the root
+    did, a file held mapped meanwhile included."""
+    import mmap
+    d = daemon_factory(backend="overlay", env={"CKPTD_TRACK_CHANGES": "yes"})
+    root = d.roots[0]
+    (root / "db").write_bytes(b"a" * 8192)
+    with open(root / "db", "r+b") as f, mmap.mmap(f.fileno(), 8192) as m:
+        m[0:1] = b"b"
+        first = d.create("first")["checkpoint_id"]
+        m[1:2] = b"c"
+        (root / "other").write_text("x\n")
+        second = d.create("second")["checkpoint_id"]
+        want = tree_state(root)
+        m[2:3] = b"d"
+    d.restore(first)
+    assert (root / "db").read_bytes()[:2] == b"ba"
+    assert not (root / "other").exists()
+    d.restore(second)
+    assert tree_state(root) == want
+    assert (root / "db").read_bytes()[:3] == b"bca"
+    log = d.log()
+    assert log.count("CKPTD_TRACK_CHANGES='yes' is neither 0 nor 1") == 1, log
+    assert "frozen pass of" not in log  # untracked: the walk, without a word
+    assert "second pass of" not in log
+
+
 def test_restore_deleted_replaced_renamed(daemon_factory):
     d = overlay_daemon(daemon_factory)
     root = d.roots[0]

@@ -336,9 +336,13 @@ static void ovl_drop_pre(struct ovl_root *r, int l)
 #define OVL_TRACK_MIN_ENTRIES 2000
 static bool ovl_track_wanted(uint64_t entries)
 {
+	static atomic_bool said;
 	const char *v = getenv("CKPTD_TRACK_CHANGES");
 	if (v && !strcmp(v, "0"))
 		return false;
+	if (v && *v && strcmp(v, "1") && !atomic_exchange(&said, true))
+		log_warn("CKPTD_TRACK_CHANGES='%s' is neither 0 nor 1: the default applies (tracking from %d entries)",
+			 v, OVL_TRACK_MIN_ENTRIES);
 	return (v && !strcmp(v, "1")) || entries >= OVL_TRACK_MIN_ENTRIES;
 }
 
