@@ -127,9 +127,21 @@ class Harness:
         self.d.start(timeout=60)
 
     # ---- invariants ----
+    def list_all(self):
+        """Every checkpoint, page after page (a page holds 100 by default: a
+        long run keeps more, and the first page alone lost the oldest)."""
+        out, token = [], None
+        while True:
+            params = {"limit": 1000, **({"page_token": token} if token else {})}
+            body = self.d.request("GET", "/v1/checkpoints", params=params).json()
+            out += body["checkpoints"]
+            token = body.get("next_page_token")
+            if not token:
+                return out
+
     def check_catalog(self, maybe=()):
         """maybe: cids that an interrupted operation may have removed."""
-        listed = {c["checkpoint_id"]: c for c in self.d.list()}
+        listed = {c["checkpoint_id"]: c for c in self.list_all()}
         for c in listed.values():
             self.check(c["status"] in ("active", "failed"),
                        f"{c['checkpoint_id']} is '{c['status']}' after a restart")
