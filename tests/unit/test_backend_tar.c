@@ -819,6 +819,104 @@ static void test_compaction(void **state)
 		free(trees[i]);
 }
 
+static void pwrite_at(const char *dir, const char *rel, const char *data, off_t off)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/%s", dir, rel);
+	int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, data, strlen(data), off), (ssize_t)strlen(data));
+	close(fd);
+}
+
+/* Compaction copies files with holes as they were: a file left sparse
+ * across the chain (taken from the oldest archive) and one grown by writes
+ * past its end (an in-place write: new data at an offset, a hole before). */
+static void test_compaction_sparse(void **state)
+{
+	struct fx *f = *state;
+	char id[4][32];
+	char *trees[4];
+	char p[PATH_MAX];
+
+	f->cfg.tar_chain_max = 1;
+	pwrite_at(f->roots[0], "sparse", "head", 0);
+	pwrite_at(f->roots[0], "sparse", "middle", 1 << 20);
+	snprintf(p, sizeof(p), "%s/sparse", f->roots[0]);
+	assert_int_equal(truncate(p, 3 << 20), 0); /* ends in a hole */
+	put(f->roots[0], "grow", "start", 0644);
+	fx_open(f);
+	for (int i = 0; i < 4; i++) {
+		char data[32];
+		snprintf(data, sizeof(data), "write %d", i);
+		pwrite_at(f->roots[0], "grow", data, (off_t)(i + 1) * 40000);
+		create_cp(f, id[i], NULL);
+		trees[i] = snapshot(f->roots[0]);
+	}
+	while (backend_tar_ops.cleanup(f->st) > 0)
+		;
+	for (int i = 1; i < 4; i++)
+		assert_int_equal(depth_of(f, id[i]), 0);
+	for (int i = 0; i < 4; i++) {
+		pwrite_at(f->roots[0], "grow", "scrambled", 1000);
+		pwrite_at(f->roots[0], "sparse", "scrambled", 2 << 20);
+		json_decref(restore_cp(f, id[i]));
+		char *now = snapshot(f->roots[0]);
+		assert_same_tree(trees[i], now);
+		free(now);
+		free(trees[i]);
+	}
+}
+
+/* A compaction whose copy would not hash to what the manifest recorded is
+ * refused and not tried again; the chain stays as it was, restorable. */
+static void test_compaction_checks_digests(void **state)
+{
+	struct fx *f = *state;
+	char id[3][32], p[PATH_MAX];
+
+	f->cfg.tar_chain_max = 1;
+	put(f->roots[0], "kept", "same all along", 0644);
+	fx_open(f);
+	for (int i = 0; i < 3; i++) {
+		char data[32];
+		snprintf(data, sizeof(data), "version %d", i);
+		put(f->roots[0], "changing", data, 0644);
+		create_cp(f, id[i], NULL);
+	}
+	char *at2 = snapshot(f->roots[0]);
+	/* id[2]'s line for "kept" names a digest its data does not have */
+	snprintf(p, sizeof(p), "%s/tar/%s/r0.manifest", f->state, id[2]);
+	char *text = NULL;
+	size_t len = 0;
+	FILE *m = fopen(p, "r");
+	assert_non_null(m);
+	assert_true(getdelim(&text, &len, '\0', m) > 0);
+	fclose(m);
+	char *line = strstr(text, "\tkept\t");
+	assert_non_null(line);
+	char *sha = strchr(line + 6, '\t') + 1; /* after the link column */
+	sha[0] = sha[0] == '0' ? '1' : '0';
+	m = fopen(p, "w");
+	assert_non_null(m);
+	fputs(text, m);
+	fclose(m);
+	free(text);
+	int rounds = 0;
+	while (backend_tar_ops.cleanup(f->st) > 0)
+		rounds++;
+	assert_int_equal(rounds, 1); /* id[1] (depth 2) only */
+	assert_int_equal(depth_of(f, id[1]), 0);
+	assert_int_equal(depth_of(f, id[2]), 3);
+	assert_int_equal(backend_tar_ops.cleanup(f->st), 0); /* not tried again */
+	put(f->roots[0], "changing", "scrambled", 0644);
+	json_decref(restore_cp(f, id[2]));
+	char *now = snapshot(f->roots[0]);
+	assert_same_tree(at2, now);
+	free(now);
+	free(at2);
+}
+
 /* precopy before the freeze: the create then archives only what changed
  * after it, and takes the rest from the precopy, which is kept for that. */
 static void test_precopy(void **state)
@@ -874,6 +972,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_incremental, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_chain, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compaction, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_compaction_sparse, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_compaction_checks_digests, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_precopy, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_reset_to_base, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_interrupted_restore_finished_at_open, fx_setup, fx_teardown),

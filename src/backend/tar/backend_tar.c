@@ -62,9 +62,11 @@ struct tar_state {
 	struct tar_restore_stats last; /* of the last restore */
 	char pending[64];              /* id of a restore that could not be finished */
 	char pending_msg[256];
-	char head[64];        /* see HEAD; "" when unknown (the next create is full) */
-	char pre[64];         /* the last precopy's directory, until a create uses it */
-	uint64_t last_reused; /* files the last create took from older archives */
+	char head[64];                    /* see HEAD; "" when unknown (the next create is full) */
+	char pre[64];                     /* the last precopy's directory, until a create uses it */
+	uint64_t last_reused;             /* files the last create took from older archives */
+	char (*no_compact)[NAME_MAX + 1]; /* chains whose compaction found data unlike */
+	size_t n_no_compact;              /* its digests: left as they are (the sweeper's own) */
 };
 
 static void pre_drop(struct tar_state *s);
@@ -869,10 +871,23 @@ static int tar_cleanup(void *st)
 		int64_t t0 = mono_ms();
 		char name[NAME_MAX + 1];
 		snprintf(name, sizeof(name), "%s", de->d_name);
+		bool skip = false;
+		for (size_t i = 0; i < s->n_no_compact && !skip; i++)
+			skip = !strcmp(s->no_compact[i], name);
+		if (skip)
+			continue;
 		int r = compact_one(s, name, &err);
 		if (r < 0)
 			log_warn("tar: cannot compact '%s': %s", name, err.msg);
-		else
+		if (r == -EBADMSG) { /* not again: each try would read the chain */
+			char(*n)[NAME_MAX + 1] = realloc(s->no_compact, (s->n_no_compact + 1) * sizeof(*n));
+			if (n) {
+				snprintf(n[s->n_no_compact++], sizeof(*n), "%s", name);
+				s->no_compact = n;
+			}
+			continue;
+		}
+		if (r >= 0)
 			log_info("tar: compacted the chain of '%s' into a full archive in %lld ms", name,
 				 (long long)(mono_ms() - t0));
 		return r < 0 ? 0 : 1; /* one per call; the sweeper calls again */
@@ -1052,6 +1067,7 @@ static void tar_close(void *st, bool unmount)
 		close(s->tar_fd);
 	pthread_cond_destroy(&s->base_cond);
 	pthread_mutex_destroy(&s->lock);
+	free(s->no_compact);
 	free(s);
 }
 

@@ -8,6 +8,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <limits.h>
+#include <nettle/sha2.h>
 
 #include "backend/tar/tar_create.h"
 #include "backend/tar/tar_fs.h"
@@ -18,8 +19,16 @@
 struct kctx {
 	struct tar_manifest m;
 	struct archive *w;
+	struct sha256_ctx h; /* the entry being copied, as the manifest hashed it */
 	ckpt_error *err;
 };
+
+/* Write data of the entry being copied, and hash it. */
+static int put_data(struct kctx *k, const void *buf, size_t len)
+{
+	sha256_update(&k->h, len, buf);
+	return len && archive_write_data(k->w, buf, len) < 0 ? -1 : 0;
+}
 
 static int werr(struct kctx *k, const char *what)
 {
@@ -40,6 +49,18 @@ static struct tar_mentry *entry_of(struct kctx *k, struct archive_entry *ae)
 		path = buf;
 	}
 	return path && tar_path_valid(path) ? tar_manifest_find(&k->m, path) : NULL;
+}
+
+static int write_zeros(struct kctx *k, la_int64_t n)
+{
+	static const char zeros[64 << 10];
+	while (n > 0) {
+		size_t len = n < (la_int64_t)sizeof(zeros) ? (size_t)n : sizeof(zeros);
+		if (put_data(k, zeros, len) < 0)
+			return -1;
+		n -= (la_int64_t)len;
+	}
+	return 0;
 }
 
 /* Copy the entries of one archive that the new one takes from it: from the
@@ -75,15 +96,30 @@ static int copy_from(struct kctx *k, int afd, const char *src)
 			r = werr(k, "header");
 			break;
 		}
-		while ((q = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
-			if (len && archive_write_data(k->w, buf, len) < 0) {
-				q = ARCHIVE_FATAL;
+		/* the writer takes the file's whole logical data and drops what
+		 * its sparse map calls holes: give the holes back as zeros */
+		la_int64_t pos = 0;
+		sha256_init(&k->h);
+		while (r >= 0 && (q = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK) {
+			if ((off > pos && write_zeros(k, off - pos) < 0) || put_data(k, buf, len) < 0) {
 				r = werr(k, "data");
 				break;
 			}
+			pos = off + (la_int64_t)len;
+		}
 		if (r >= 0 && q != ARCHIVE_EOF)
 			r = err_set(k->err, EBADMSG, NULL, "cannot read '%s' from the archive: %s", e->path,
 				    archive_error_string(a));
+		if (r >= 0 && archive_entry_size_is_set(ae) && archive_entry_size(ae) > pos &&
+		    write_zeros(k, archive_entry_size(ae) - pos) < 0)
+			r = werr(k, "data");
+		/* what a restore of the result would write is what was captured */
+		unsigned char d[TAR_SHA256_LEN];
+		sha256_digest(&k->h, sizeof(d), d);
+		if (r >= 0 && e->type == 'f' && e->has_sha256 && !archive_entry_hardlink(ae) &&
+		    memcmp(d, e->sha256, sizeof(d)))
+			r = err_set(k->err, EBADMSG, NULL, "'%s' read from %s does not match its digest", e->path,
+				    src ? src : "its own archive");
 		if (r >= 0 && archive_write_finish_entry(k->w) < ARCHIVE_WARN)
 			r = werr(k, "entry");
 	}
