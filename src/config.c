@@ -29,8 +29,7 @@ void config_defaults(struct config *cfg)
 	cfg->backend = BACKEND_AUTO;
 	cfg->mode = MODE_SANDBOX;
 	cfg->flatten_depth = 64;
-	cfg->tar_chain_max =
-		1000; /* compaction makes restores wrong (notes of 2026-11-26): not reached by default until fixed */
+	cfg->tar_chain_max = 8;
 	cfg->default_ttl_secs = 14 * 24 * 3600;
 	cfg->cleanup_interval_secs = 60;
 	cfg->max_checkpoints = 100;

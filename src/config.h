@@ -43,7 +43,7 @@ struct config {
 	/* overlay */
 	bool unmount_on_exit; /* default off */
 	int flatten_depth;    /* flatten chains deeper than this (default 64) */
-	int tar_chain_max;    /* tar: compact chains longer than this (default 1000, the most) */
+	int tar_chain_max;    /* tar: compact chains longer than this (default 8) */
 
 	/* lifecycle */
 	int64_t default_ttl_secs;      /* default 14 days, 0 = never */
