@@ -96,27 +96,6 @@ static int live_one(struct rctx *c, int dirfd, const char *name, const char *rel
 	return live_walk(c, sub, path, live_one);
 }
 
-/* After a restore: remember the identity of what was written. */
-static int record_one(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path)
-{
-	struct stat st;
-	struct tar_mentry *e = tar_manifest_find(&c->m, path);
-	(void)rel;
-
-	if (!e || fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !tar_type_matches(e, &st))
-		return 0;
-	if (e->needed) {
-		e->has_alias = true;
-		e->alias_ino = st.st_ino;
-		e->alias_ctime = st.st_ctim;
-		tar_ts_max(&c->o->max_ctime, st.st_ctim);
-	}
-	if (!S_ISDIR(st.st_mode))
-		return 0;
-	_cleanup_close_ int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	return sub < 0 ? 0 : live_walk(c, sub, path, record_one);
-}
-
 struct live_walk_ctx {
 	struct rctx *c;
 	visit_fn fn;
@@ -329,6 +308,28 @@ static int parent_fd(struct rctx *c, int root_fd, const char *path, const char *
 	c->pdir_fd = tar_open_parent(root_fd, path, leaf);
 	snprintf(c->pdir, sizeof(c->pdir), "%.*s", (int)len, path);
 	return c->pdir_fd;
+}
+
+/* After a restore: remember the identity of what was written (only what
+ * was: a walk of the whole root would cost as much as the restore's own). */
+static void record_written(struct rctx *c, int root_fd)
+{
+	for (size_t i = 0; i < c->m.n; i++) {
+		struct tar_mentry *e = &c->m.v[i];
+		const char *leaf;
+		struct stat st;
+		if (!e->needed)
+			continue;
+		int pfd = parent_fd(c, root_fd, e->path, &leaf);
+		if (pfd < 0 || fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0 || !tar_type_matches(e, &st))
+			continue;
+		e->has_alias = true;
+		e->alias_ino = st.st_ino;
+		e->alias_ctime = st.st_ctim;
+		tar_ts_max(&c->o->max_ctime, st.st_ctim);
+	}
+	if (c->pdir_fd >= 0)
+		close(TAKE_FD(c->pdir_fd));
 }
 
 /* A regular file is written here, not by libarchive, so that every step
@@ -575,8 +576,10 @@ int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const cha
 	if (r >= 0)
 		r = apply_root(&c, root_fd);
 	/* Only a cache: without it the next restore rewrites more, nothing worse. */
-	if (r >= 0 && files > 0 && !o->no_alias && live_walk(&c, root_fd, NULL, record_one) >= 0)
+	if (r >= 0 && files > 0 && !o->no_alias) {
+		record_written(&c, root_fd);
 		tar_manifest_alias_save(ckpt_dirfd, alias, &c.m);
+	}
 	tar_manifest_free(&c.m);
 	return r;
 }
