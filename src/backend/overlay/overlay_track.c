@@ -103,6 +103,7 @@ void ovl_track_disarm(struct ovl_track *t)
 		treecopy_index_free(t->seen->sus);
 	}
 	free(t->seen);
+	free(t->outside_maps);
 	treecopy_index_free(t->suspects);
 	*t = (struct ovl_track)OVL_TRACK_INIT;
 }
@@ -207,8 +208,14 @@ static int one_event(struct ovl_track *t, struct dirty_set *s, struct outside *o
 	}
 	if (!obj || (dir && (m->mask & FAN_ONDIR)))
 		return 0;
+	st = (struct stat){ 0 };
 	if ((r = resolve(t, obj, rel, sizeof(rel), &st)) < 0 && !dir)
 		return *why = "a file of an event could not be resolved", -EAGAIN;
+	/* an event on the file alone (its link count: link(2), unlink(2))
+	 * that names it outside: one of its names may be in the root, and the
+	 * writes through the other one would be reported outside */
+	if (r == 0 && !dir && t->plain_dir && !S_ISDIR(st.st_mode) && st.st_nlink > 1)
+		return *why = "a file with a name outside the root changed its links", -EAGAIN;
 	if (r <= 0) /* gone since (its directory is compared all the same) */
 		return 0;
 	if (S_ISDIR(st.st_mode)) /* an event on a directory itself */
@@ -253,6 +260,7 @@ static int read_events(struct ovl_track *t, struct dirty_set *s, const char **wh
 }
 
 struct in_use {
+	struct ovl_track *t;        /* NULL: no plain_dir handling */
 	struct dirty_set *s;        /* NULL: only suspects are wanted (ovl_scan_mapped) */
 	struct treecopy_index *sus; /* files mapped shared and writable */
 	const char *root;
@@ -270,6 +278,16 @@ static int in_use_ref(void *ctx, const struct procscan_ref *ref)
 	if ((ref->kind != PROCSCAN_FD && ref->kind != PROCSCAN_MAP) || !ref->has_id || ref->dev != u->dev ||
 	    ref->deleted || (!u->s && !sw))
 		return PROCSCAN_CONTINUE;
+	if (!procscan_path_under(ref->path, u->root) && u->t && u->t->plain_dir) {
+		if (!sw)
+			return PROCSCAN_CONTINUE; /* another file of that filesystem */
+		ino_t *v = realloc(u->t->outside_maps, (u->t->n_outside_maps + 1) * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		v[u->t->n_outside_maps++] = ref->ino;
+		u->t->outside_maps = v;
+		return PROCSCAN_CONTINUE;
+	}
 	if (!procscan_path_under(ref->path, u->root)) {
 		u->why = "a file of the root is in use under another path (a mount namespace or chroot)";
 		return -EAGAIN;
@@ -335,9 +353,15 @@ int ovl_track_collect(struct ovl_track *t, const char *root_path, dev_t root_dev
 	treecopy_index_free(t->suspects);
 	t->suspects = TAKE_PTR(t->seen->sus);
 	if (r == 0) {
-		struct in_use u = {
-			.s = &s, .sus = t->suspects, .root = root_path, .root_len = root_len(root_path), .dev = root_dev
-		};
+		struct in_use u = { .t = t,
+				    .s = &s,
+				    .sus = t->suspects,
+				    .root = root_path,
+				    .root_len = root_len(root_path),
+				    .dev = root_dev };
+		free(t->outside_maps);
+		t->outside_maps = NULL;
+		t->n_outside_maps = 0;
 		r = procscan_each("/proc", 0, PROCSCAN_STAT, in_use_ref, &u);
 		t->suspects = u.sus;
 		if (r < 0)

@@ -25,6 +25,14 @@ struct ovl_track {
 	struct ovl_track_seen *seen; /* what the events read so far say */
 	/* the last collect's suspects (treecopy_opts.suspects), or NULL */
 	struct treecopy_index *suspects;
+	/* A plain directory on a shared filesystem (the tar backend), not a
+	 * mount of its own: a file of that filesystem in use outside the root
+	 * is no sign of a root file seen under another path, unless it is
+	 * mapped shared and writable: the last collect lists those inodes
+	 * here for the caller to look up among the root's (n_outside_maps). */
+	bool plain_dir;
+	ino_t *outside_maps;
+	size_t n_outside_maps;
 };
 
 #define OVL_TRACK_INIT                 \

@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "backend/overlay/overlay_track.h"
 #include "backend/tar/tar_compact.h"
 #include "backend/tar/tar_create.h"
 #include "backend/tar/tar_diff.h"
@@ -62,9 +63,16 @@ struct tar_state {
 	struct tar_restore_stats last; /* of the last restore */
 	char pending[64];              /* id of a restore that could not be finished */
 	char pending_msg[256];
-	char head[64];                    /* see HEAD; "" when unknown (the next create is full) */
-	char pre[64];                     /* the last precopy's directory, until a create uses it */
-	uint64_t last_reused;             /* files the last create took from older archives */
+	char head[64];        /* see HEAD; "" when unknown (the next create is full) */
+	char pre[64];         /* the last precopy's directory, until a create uses it */
+	uint64_t last_reused; /* files the last create took from older archives */
+	/* Change tracking (the journal, docs in tar_create.h): one tracker per
+	 * root, or none. trk_for names the checkpoint whose capture (or
+	 * restore) began at the trackers' last collect: only a create whose
+	 * parent it is may trust the events since. The operation lock's. */
+	struct ovl_track *trk;
+	char trk_for[64];
+	bool trk_collected;               /* the trackers have seen everything since the last collect */
 	char (*no_compact)[NAME_MAX + 1]; /* chains whose compaction found data unlike */
 	size_t n_no_compact;              /* its digests: left as they are (the sweeper's own) */
 };
@@ -122,6 +130,89 @@ static void head_load(struct tar_state *s)
 	text[strcspn(text, "\n")] = '\0';
 	if ((id_valid(text) || !strcmp(text, BASE)) && fstatat(s->tar_fd, text, &st, AT_SYMLINK_NOFOLLOW) == 0)
 		snprintf(s->head, sizeof(s->head), "%s", text);
+}
+
+/* Change tracking: CKPTD_TRACK_CHANGES=0 turns it off (as on overlay). */
+static void trk_arm(struct tar_state *s)
+{
+	const char *v = getenv("CKPTD_TRACK_CHANGES");
+	if ((v && !strcmp(v, "0")) || !(s->trk = calloc(s->n_roots, sizeof(*s->trk))))
+		return;
+	for (size_t i = 0; i < s->n_roots; i++) {
+		s->trk[i] = (struct ovl_track)OVL_TRACK_INIT;
+		_cleanup_close_ int fd = open(s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		int r = fd < 0 ? -errno : ovl_track_arm(&s->trk[i], fd);
+		s->trk[i].plain_dir = true;
+		if (r < 0) {
+			log_info("tar: no change tracking for '%s' (%s): creates read the whole tree", s->roots[i],
+				 strerror(-r));
+			for (size_t k = 0; k <= i; k++)
+				ovl_track_disarm(&s->trk[k]);
+			free(s->trk);
+			s->trk = NULL;
+			return;
+		}
+	}
+}
+
+static void trk_free(struct tar_state *s)
+{
+	for (size_t i = 0; s->trk && i < s->n_roots; i++)
+		ovl_track_disarm(&s->trk[i]);
+	free(s->trk);
+	s->trk = NULL;
+}
+
+/* What changed in each root since the last collect, into dirty[i] (when
+ * dirty is not NULL; else dropped); from now on the trackers count for the
+ * checkpoint trk_mark names. 0 when every root could tell; a tracker that
+ * could not is armed again, so that it can from now on (the walk that
+ * follows covers what it lost). */
+static int trk_collect(struct tar_state *s, struct treecopy_dirty **dirty, size_t *n_dirty, struct treecopy_index **sus)
+{
+	int ret = s->trk ? 0 : -EAGAIN;
+	s->trk_for[0] = '\0';
+	for (size_t i = 0; s->trk && i < s->n_roots; i++) {
+		struct treecopy_dirty *d = NULL;
+		size_t n = 0;
+		const char *why = "cannot stat the root";
+		struct stat rst;
+		int r = stat(s->roots[i], &rst) < 0
+			? -EAGAIN
+			: ovl_track_collect(&s->trk[i], s->roots[i], rst.st_dev, &d, &n, &why);
+		if (r < 0) {
+			log_debug("tar: change tracking of '%s' cannot tell what changed (%s): this create reads "
+				  "the whole tree",
+				  s->roots[i], why);
+			_cleanup_close_ int fd = open(s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			if (fd < 0 || ovl_track_arm(&s->trk[i], fd) < 0) {
+				trk_free(s);
+				return -EAGAIN;
+			}
+			s->trk[i].plain_dir = true;
+			ret = -EAGAIN;
+		}
+		if (r >= 0 && dirty) {
+			dirty[i] = d;
+			n_dirty[i] = n;
+		} else {
+			treecopy_dirty_free(d, n);
+		}
+		if (sus) {
+			treecopy_index_free(sus[i]);
+			sus[i] = r >= 0 ? TAKE_PTR(s->trk[i].suspects) : NULL;
+		}
+	}
+	s->trk_collected = s->trk != NULL; /* each root read or armed again: from now on */
+	return ret;
+}
+
+/* name's capture or restore began at the last collect: it is the one the
+ * events since count for, if that collect saw everything. */
+static void trk_mark(struct tar_state *s, const char *name)
+{
+	snprintf(s->trk_for, sizeof(s->trk_for), "%s", s->trk && s->trk_collected ? name : "");
+	s->trk_collected = false;
 }
 
 static int write_meta(struct tar_state *s, int dirfd, const struct chain *ch, ckpt_error *err)
@@ -248,6 +339,36 @@ static void tar_count_join(struct tar_count *c)
 	c->n = 0;
 }
 
+static bool mapped_elsewhere(const struct ovl_track *t, const struct tar_manifest *pm)
+{
+	for (size_t k = 0; k < t->n_outside_maps; k++)
+		for (size_t i = 0; i < pm->n; i++)
+			if (pm->v[i].ino == (uint64_t)t->outside_maps[k]) {
+				log_debug("tar: '%s' is mapped for writing under another path: this create reads "
+					  "the whole tree",
+					  pm->v[i].path);
+				return true;
+			}
+	return false;
+}
+
+struct journal_bufs {
+	struct treecopy_dirty **dirty;
+	size_t *n_dirty;
+	struct treecopy_index **sus;
+	struct tar_manifest *pms;
+	size_t n;
+};
+
+static void journal_free(struct journal_bufs *j)
+{
+	for (size_t i = 0; i < j->n; i++) {
+		treecopy_dirty_free(j->dirty[i], j->n_dirty[i]);
+		treecopy_index_free(j->sus[i]);
+		tar_manifest_free(&j->pms[i]);
+	}
+}
+
 /* from: the trees to capture, one per root (NULL: the roots themselves). */
 static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, struct progress *p, ckpt_error *err)
 {
@@ -279,10 +400,55 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 			ns > 0 ? (struct timespec){ ns / 1000000000, ns % 1000000000 } : (struct timespec){ 0 };
 	}
 
+	/* What changed since the head, when the trackers can tell (the events
+	 * since its capture began): only those directories are read. */
+	struct treecopy_dirty *dirty[MAX_ROOTS] = { 0 };
+	size_t n_dirty[MAX_ROOTS] = { 0 };
+	struct treecopy_index *sus[MAX_ROOTS] = { 0 };
+	bool journal = false;
+	if (!from && s->trk) {
+		bool for_head = ch.parent && !strcmp(s->trk_for, ch.parent);
+		journal = trk_collect(s, dirty, n_dirty, sus) == 0 && for_head;
+	}
+	/* the parents' manifests, with what past restores wrote (aliases) */
+	struct tar_manifest pms[MAX_ROOTS] = { 0 };
+	bool have_pm[MAX_ROOTS] = { 0 };
+	for (size_t i = 0; ch.parent && i < s->n_roots; i++) {
+		char pa[32], pman[32], alias[48];
+		ckpt_error perr = { 0 };
+		entry_names(i, s->zstd, pa, pman);
+		have_pm[i] = tar_manifest_load(pfd, pman, &pms[i], &perr) >= 0;
+		if (have_pm[i]) {
+			snprintf(alias, sizeof(alias), "%s.alias", pman);
+			tar_manifest_alias_load(pfd, alias, &pms[i]);
+		}
+	}
+	_cleanup_(journal_free) struct journal_bufs jb = { dirty, n_dirty, sus, pms, s->n_roots };
+	(void)jb; /* only its cleanup */
+	o.journal = journal;
 	/* the progress totals, counted beside the create rather than before it
-	 * (a walk that stats every file: half a create after a few changes) */
+	 * (a walk that stats every file: half a create after a few changes);
+	 * with the journal, from the parent and the changed directories */
 	_cleanup_(tar_count_join) struct tar_count cnt = { 0 };
-	if (p)
+	bool counted = false;
+	if (p && journal) {
+		uint64_t files = 0, bytes = 0;
+		counted = true;
+		for (size_t i = 0; i < s->n_roots && counted; i++) {
+			ckpt_error perr = { 0 };
+			_cleanup_close_ int fd = open_root(s, i, &perr);
+			struct tar_create_opts co = o;
+			co.parent = &pms[i];
+			co.dirty = dirty[i];
+			co.n_dirty = n_dirty[i];
+			counted = fd >= 0 && have_pm[i] && tar_create_count_journal(fd, &co, &files, &bytes);
+		}
+		if (counted) {
+			raise_total(&p->files_total, files);
+			raise_total(&p->bytes_total, bytes);
+		}
+	}
+	if (p && !counted)
 		tar_count_start(&cnt, s, from, p);
 	for (size_t i = 0; i < s->n_roots; i++) {
 		_cleanup_close_ int fd =
@@ -291,24 +457,20 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 			srcs_free(&o);
 			return from ? err_set(err, errno, NULL, "cannot open '%s': %m", from[i]) : fd;
 		}
-		struct tar_manifest pm = { 0 };
-		bool have_pm = false;
-		if (ch.parent) {
-			char pa[32], pman[32], alias[48];
-			ckpt_error perr = { 0 };
-			entry_names(i, s->zstd, pa, pman);
-			have_pm = tar_manifest_load(pfd, pman, &pm, &perr) >= 0;
-			if (have_pm) {
-				snprintf(alias, sizeof(alias), "%s.alias", pman);
-				tar_manifest_alias_load(pfd, alias, &pm);
-			}
-		}
-		o.parent = have_pm ? &pm : NULL;
+		struct tar_manifest *pm = have_pm[i] ? &pms[i] : NULL;
+		o.parent = pm;
 		o.parent_name = ch.parent;
+		/* a file mapped for writing under a path outside the root (a
+		 * chroot, a mount namespace) that the parent holds: its writes
+		 * make no event, so only the walk can see them */
+		o.journal = journal && pm && !mapped_elsewhere(&s->trk[i], pm);
+		o.dirty = dirty[i];
+		o.n_dirty = n_dirty[i];
+		o.suspects = sus[i];
 		entry_names(i, s->zstd, arch, man);
 		int r = tar_create_root(fd, dirfd, arch, man, &o, err);
-		if (have_pm)
-			tar_manifest_free(&pm);
+		if (r >= 0 && journal && getenv("CKPTD_TRACK_CHECK"))
+			r = tar_create_check(fd, dirfd, man, &o, ch.started, err);
 		if (r < 0) {
 			srcs_free(&o);
 			return err_prefix(err, "root '%s'", s->roots[i]);
@@ -324,6 +486,8 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 		pthread_mutex_lock(&s->lock);
 		s->last_reused = o.reused;
 		pthread_mutex_unlock(&s->lock);
+		log_debug("tar: create read %llu directories (%s)", (unsigned long long)o.dirs_read,
+			  journal ? "the changed ones: change tracking" : "all of them");
 	}
 	/* refs: exactly the archives the manifests name (what deletion keeps) */
 	for (size_t k = 0; k < o.n_srcs; k++)
@@ -378,6 +542,7 @@ static void *base_thread(void *arg)
 
 	if (r >= 0)
 		head_set(s, BASE);
+	trk_mark(s, r >= 0 ? BASE : "");
 	pthread_mutex_lock(&s->lock);
 	s->base_state = r < 0 ? BASE_FAILED : BASE_READY;
 	snprintf(s->base_error, sizeof(s->base_error), "%.200s", r < 0 ? err.msg : "");
@@ -402,6 +567,7 @@ static int base_wait(struct tar_state *s, ckpt_error *err)
 	if (!failed)
 		return 0;
 	int r = snapshot(s, BASE, NULL, NULL, err);
+	trk_mark(s, r < 0 ? "" : BASE);
 	if (r < 0)
 		return err_prefix(err, "cannot record the roots' base");
 	head_set(s, BASE);
@@ -428,6 +594,8 @@ static int tar_capture(void *st, const char *id, char *const *from, json_t **ret
 	bool after_pre = !from && s->pre[0];
 	pthread_mutex_unlock(&s->lock);
 	r = snapshot(s, id, from, after_pre ? NULL : p, err);
+	if (!from)
+		trk_mark(s, r < 0 ? "" : id);
 	if (r < 0)
 		return r;
 	if (!from && s->pre[0]) /* the precopy's data is this checkpoint's too */
@@ -469,7 +637,9 @@ static int tar_precopy(void *st, struct progress *p, ckpt_error *err)
 	if ((r = id_generate(id, sizeof(id))) < 0)
 		return err_set(err, -r, NULL, "cannot make an id: %s", strerror(-r));
 	/* the progress a client sees is this pass's: the frozen one is short */
-	if ((r = snapshot(s, id, NULL, p, err)) < 0)
+	r = snapshot(s, id, NULL, p, err);
+	trk_mark(s, r < 0 ? "" : id);
+	if (r < 0)
 		return r;
 	pre_drop(s); /* an older precopy no create used */
 	head_set(s, id);
@@ -641,6 +811,10 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	r = intent_write(s, name, err);
 	if (r < 0)
 		return r;
+	/* what changed before does not matter: the restore compares every
+	 * entry; from here the events say what it wrote, and what changed
+	 * after (an entry it kept is the one the checkpoint captured) */
+	trk_collect(s, NULL, NULL, NULL);
 	r = restore_roots(s, cfd, zstd, trust_nothing, p, &sum, err);
 	if (r < 0) { /* the intent stays: the next open runs the restore again */
 		unfinished(s, name, err ? err->msg : "");
@@ -649,6 +823,7 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	r = intent_clear(s, err);
 	if (r >= 0)
 		head_set(s, name);
+	trk_mark(s, r >= 0 ? name : "");
 	pthread_mutex_lock(&s->lock);
 	s->last = sum;
 	s->pending[0] = '\0';
@@ -1067,6 +1242,7 @@ static void tar_close(void *st, bool unmount)
 		close(s->tar_fd);
 	pthread_cond_destroy(&s->base_cond);
 	pthread_mutex_destroy(&s->lock);
+	trk_free(s);
 	free(s->no_compact);
 	free(s);
 }
@@ -1083,6 +1259,7 @@ static int tar_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	if (r >= 0) {
 		head_load(s);
 		finish_interrupted(s);
+		trk_arm(s); /* before the base: its capture is the first collect */
 		rm_rf_at(s->tar_fd, ".tmp-" BASE);
 		/* The base is what reset returns to: the roots as first adopted. */
 		if (fstatat(s->tar_fd, BASE, &st, AT_SYMLINK_NOFOLLOW) < 0) {

@@ -12,6 +12,7 @@
 
 #include "backend/tar/tar_fs.h"
 #include "lib/devino.h"
+#include "lib/walk.h"
 
 #define TAR_BLOCK (1 << 20)
 #define TAR_IO_BUF (1 << 20)
@@ -226,7 +227,8 @@ static const struct tar_mentry *reusable(struct cctx *c, int dirfd, const char *
 {
 	const struct tar_mentry *e;
 
-	if (!c->o->parent || !S_ISREG(st->st_mode) || st->st_nlink != 1)
+	if (!c->o->parent || !S_ISREG(st->st_mode) || st->st_nlink != 1 ||
+	    (c->o->suspects && treecopy_index_has(c->o->suspects, path)))
 		return NULL;
 	e = tar_manifest_find(c->o->parent, path);
 	if (!e || e->type != 'f' || e->group >= 0 || e->nlink != 1 || !e->has_sha256 ||
@@ -243,13 +245,10 @@ static const struct tar_mentry *reusable(struct cctx *c, int dirfd, const char *
 	return e;
 }
 
-/* A manifest line only: the data stays where the parent found it. */
-static int reuse_one(struct cctx *c, const struct tar_mentry *pe, const char *path, const struct stat *st)
+/* A manifest line only: the data stays where the parent found it. me holds
+ * the live entry's description (from its stat, or the parent's line). */
+static int reuse_entry(struct cctx *c, const struct tar_mentry *pe, struct tar_mentry me)
 {
-	struct tar_mentry me = { 0 };
-
-	tar_mentry_from_stat(&me, st);
-	me.path = (char *)path;
 	me.xhash = pe->xhash;
 	me.has_sha256 = true;
 	memcpy(me.sha256, pe->sha256, TAR_SHA256_LEN);
@@ -269,10 +268,48 @@ static int reuse_one(struct cctx *c, const struct tar_mentry *pe, const char *pa
 	}
 	tar_ts_max(&c->o->max_ctime, me.ctime);
 	if (tar_manifest_write_entry(c->mf, &me) < 0)
-		return err_set(c->err, tar_errno_norm(errno), NULL, "cannot write manifest line for '%s'", path);
+		return err_set(c->err, tar_errno_norm(errno), NULL, "cannot write manifest line for '%s'", me.path);
 	c->o->reused++;
 	prog(c, 1, me.size);
 	return 0;
+}
+
+static int reuse_one(struct cctx *c, const struct tar_mentry *pe, const char *path, const struct stat *st)
+{
+	struct tar_mentry me = { 0 };
+
+	tar_mentry_from_stat(&me, st);
+	me.path = (char *)path;
+	return reuse_entry(c, pe, me);
+}
+
+/* A file of a directory the journal says did not change, taken from the
+ * parent's line without a stat: only a plain file of one link that the
+ * parent captured for sure (not while it changed, not through a restore's
+ * alias) and that nothing maps for writing. */
+static bool taken_as_is(struct cctx *c, const struct tar_mentry *e)
+{
+	return e->type == 'f' && e->group < 0 && e->nlink == 1 && e->has_sha256 && !e->has_alias &&
+		ts_before(e->ctime, c->o->parent_started) &&
+		!(c->o->suspects && treecopy_index_has(c->o->suspects, e->path));
+}
+
+static int take_one(struct cctx *c, const struct tar_mentry *pe)
+{
+	struct tar_mentry me = { 0 };
+
+	me.path = pe->path;
+	me.type = 'f';
+	me.mode = pe->mode;
+	me.uid = pe->uid;
+	me.gid = pe->gid;
+	me.size = pe->size;
+	me.mtime = pe->mtime;
+	me.ctime = pe->ctime;
+	me.ino = pe->ino;
+	me.nlink = 1;
+	me.group = -1;
+	return reuse_entry(c, pe, me);
 }
 
 static int archive_one(struct cctx *c, int dirfd, const char *name, const char *path)
@@ -321,9 +358,152 @@ static int walk_visit(void *ctx, int dirfd, const char *name, const char *rel, c
 	return archive_one(ctx, dirfd, name, path);
 }
 
+static int dirty_cmp(const void *key, const void *elem)
+{
+	return strcmp(key, ((const struct treecopy_dirty *)elem)->path);
+}
+
+/* Did the journal see the directory rel ("" the root) change: itself, or
+ * below a directory made, moved or removed (deep)? */
+static bool dir_dirty(const struct tar_create_opts *o, const char *rel)
+{
+	char buf[PATH_MAX];
+	size_t len = strlen(rel);
+	if (len >= sizeof(buf))
+		return true;
+	memcpy(buf, rel, len + 1);
+	const struct treecopy_dirty *d = bsearch(buf, o->dirty, o->n_dirty, sizeof(*d), dirty_cmp);
+	if (d)
+		return true;
+	for (char *slash = strrchr(buf, '/');; slash = strrchr(buf, '/')) { /* deep ancestors */
+		if (slash)
+			*slash = '\0';
+		else if (buf[0])
+			buf[0] = '\0';
+		else
+			return false;
+		d = bsearch(buf, o->dirty, o->n_dirty, sizeof(*d), dirty_cmp);
+		if (d && d->deep)
+			return true;
+	}
+}
+
+static bool below(const char *path, const char *dir, size_t len)
+{
+	return !strncmp(path, dir, len) && path[len] == '/';
+}
+
+/* A directory the journal saw no change in: its entries are the parent's
+ * lines, in the parent's order (each directory's subtree follows its line).
+ * first: the index of the line after the directory's own (0 for the root). */
+static int walk_taken(struct cctx *c, int dirfd, const char *rel, size_t first)
+{
+	const struct tar_manifest *pm = c->o->parent;
+	size_t len = rel ? strlen(rel) : 0;
+
+	for (size_t i = first; i < pm->n && (!rel || below(pm->v[i].path, rel, len));) {
+		const struct tar_mentry *e = &pm->v[i];
+		const char *name = rel ? e->path + len + 1 : e->path;
+		int r = taken_as_is(c, e) ? take_one(c, e) : archive_one(c, dirfd, name, e->path);
+		if (r < 0)
+			return r;
+		size_t elen = strlen(e->path);
+		for (i++; e->type == 'd' && i < pm->n && below(pm->v[i].path, e->path, elen); i++)
+			; /* its subtree: archive_one went through it */
+	}
+	return 0;
+}
+
 static int walk_dir(struct cctx *c, int dirfd, const char *rel)
 {
+	if (c->o->journal && c->o->parent && !dir_dirty(c->o, rel ? rel : "")) {
+		const struct tar_mentry *e = rel ? tar_manifest_find(c->o->parent, rel) : NULL;
+		if (!rel || (e && e->type == 'd'))
+			return walk_taken(c, dirfd, rel, rel ? (size_t)(e - c->o->parent->v) + 1 : 0);
+	}
+	c->o->dirs_read++;
 	return tar_walk_dir(dirfd, rel, walk_visit, c, c->err);
+}
+
+bool tar_create_count_journal(int root_fd, const struct tar_create_opts *o, uint64_t *files, uint64_t *bytes)
+{
+	const struct tar_manifest *pm = o->parent;
+	char dir[PATH_MAX];
+
+	for (size_t i = 0; i < o->n_dirty; i++)
+		if (o->dirty[i].deep)
+			return false;
+	for (size_t i = 0; pm && i < pm->n; i++) { /* what the clean directories hold */
+		const struct tar_mentry *e = &pm->v[i];
+		const char *slash = strrchr(e->path, '/');
+		snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - e->path) : 0, e->path);
+		if (dir_dirty(o, dir))
+			continue;
+		(*files)++;
+		*bytes += e->type == 'f' ? e->size : 0;
+	}
+	for (size_t i = 0; i < o->n_dirty; i++) { /* and the others, read */
+		const char *leaf;
+		_cleanup_close_ int pfd = o->dirty[i].path[0] ? tar_open_parent(root_fd, o->dirty[i].path, &leaf) : -1;
+		_cleanup_close_ int dfd = o->dirty[i].path[0]
+			? (pfd < 0 ? -1 : openat(pfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
+			: fcntl(root_fd, F_DUPFD_CLOEXEC, 3);
+		_cleanup_closedir_ DIR *d = NULL;
+		struct dirent *de;
+		struct stat st;
+		if (dfd < 0 || walk_open(dfd, NULL, &d) < 0)
+			continue;
+		while ((de = walk_next(d)))
+			if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    !(st.st_dev == o->skip_dev && st.st_ino == o->skip_ino)) {
+				(*files)++;
+				*bytes += S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+			}
+	}
+	return true;
+}
+
+struct jcheck {
+	struct tar_manifest m;
+	struct timespec since;
+	dev_t skip_dev;
+	ino_t skip_ino;
+	ckpt_error *err;
+};
+
+static int jcheck_one(void *ctx, int dirfd, const char *name, const char *rel, const char *path)
+{
+	struct jcheck *j = ctx;
+	struct stat st;
+	(void)rel;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !tar_type_of(st.st_mode) ||
+	    (st.st_dev == j->skip_dev && st.st_ino == j->skip_ino))
+		return 0;
+	const struct tar_mentry *e = tar_manifest_find(&j->m, path);
+	/* changed since the create began: either way is right */
+	bool settled = ts_before(st.st_ctim, j->since);
+	if (settled &&
+	    (!e || !tar_type_matches(e, &st) ||
+	     (!S_ISDIR(st.st_mode) &&
+	      (e->ino != (uint64_t)st.st_ino || !ts_eq(e->ctime, st.st_ctim) ||
+	       (S_ISREG(st.st_mode) && e->size != (uint64_t)st.st_size)))))
+		return err_set(j->err, EIO, NULL, "change tracking missed '%s' (CKPTD_TRACK_CHECK)", path);
+	if (!S_ISDIR(st.st_mode))
+		return 0;
+	_cleanup_close_ int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return sub < 0 ? 0 : tar_walk_dir(sub, path, jcheck_one, j, j->err);
+}
+
+int tar_create_check(int root_fd, int out_dirfd, const char *manifest, const struct tar_create_opts *o,
+		     struct timespec since, ckpt_error *err)
+{
+	struct jcheck j = { .since = since, .skip_dev = o->skip_dev, .skip_ino = o->skip_ino, .err = err };
+	int r = tar_manifest_load(out_dirfd, manifest, &j.m, err);
+	if (r >= 0)
+		r = tar_walk_dir(root_fd, NULL, jcheck_one, &j, err);
+	tar_manifest_free(&j.m);
+	return r;
 }
 
 struct archive *tar_writer_new(bool zstd)

@@ -2,6 +2,7 @@
 #pragma once
 #include <stdatomic.h>
 #include "backend/backend.h"
+#include "backend/overlay/treecopy.h"
 #include "backend/tar/tar_manifest.h"
 
 struct tar_create_opts {
@@ -20,9 +21,23 @@ struct tar_create_opts {
 	 * is not older may have changed while it was read, so its content is
 	 * compared before it is reused. */
 	struct timespec parent_started;
-	uint64_t reused; /* out: files whose data stayed in an older archive */
-	char **srcs;     /* out: the distinct checkpoints those are in */
-	size_t n_srcs;   /* (the caller frees each and the array) */
+	/* Change tracking (the journal): the directories that changed since the
+	 * parent's capture began (sorted, each before those below it; deep: its
+	 * whole subtree), when the caller vouches that nothing else did. A
+	 * directory not named has its entries taken from the parent's manifest
+	 * instead of read and stat-ed: regular files as they are, the rest
+	 * (directories, links, special files, files the parent was unsure of)
+	 * stat-ed and archived as always. journal false: the whole tree is read. */
+	bool journal;
+	const struct treecopy_dirty *dirty;
+	size_t n_dirty;
+	/* Files a process maps shared and writable (or NULL): a write through a
+	 * mapping may leave no new ctime, so they are archived, never reused. */
+	const struct treecopy_index *suspects;
+	uint64_t dirs_read; /* out: directories read rather than taken */
+	uint64_t reused;    /* out: files whose data stayed in an older archive */
+	char **srcs;        /* out: the distinct checkpoints those are in */
+	size_t n_srcs;      /* (the caller frees each and the array) */
 };
 
 /* Write <out_dirfd>/<archive> and <out_dirfd>/<manifest> for the tree below
@@ -30,6 +45,19 @@ struct tar_create_opts {
  * manifest), then fsync both. */
 int tar_create_root(int root_fd, int out_dirfd, const char *archive, const char *manifest, struct tar_create_opts *o,
 		    ckpt_error *err);
+
+/* The progress totals of a create in journal mode: the parent's entries in
+ * directories that did not change, and those of the ones that did, read.
+ * false (nothing counted) when a directory changed deep, as one made or
+ * moved: only a walk can count that. */
+bool tar_create_count_journal(int root_fd, const struct tar_create_opts *o, uint64_t *files, uint64_t *bytes);
+
+/* CKPTD_TRACK_CHECK (the tests): every entry of the live tree that has not
+ * changed since `since` (the create's start) is in the manifest just
+ * written, as the same inode with the same ctime: -EIO names the first one
+ * the journal missed. */
+int tar_create_check(int root_fd, int out_dirfd, const char *manifest, const struct tar_create_opts *o,
+		     struct timespec since, ckpt_error *err);
 
 /* A pax writer as checkpoints use (zstd level 1 or no filter), not opened. */
 struct archive *tar_writer_new(bool zstd);
