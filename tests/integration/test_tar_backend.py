@@ -526,3 +526,50 @@ def test_change_tracking_sees_what_programs_do(daemon_factory, tmp_path):
     d.restore(list(acked)[0])
     assert d.restore(cid)["ok"] is True
     assert_same_tree(want, tree_state(root))
+
+
+def test_restore_of_the_head_reads_only_what_changed(daemon_factory):
+    """Restoring the checkpoint the roots were last made or restored as (a
+    retry loop) reads only the directories change tracking names; whatever
+    a program did since, the restore must put back exactly that checkpoint."""
+    import mmap
+    d = daemon_factory(backend="tar", start=False, extra_args=("-v",))
+    root = d.roots[0]
+    for i in range(5):
+        (root / f"d{i}" / "sub").mkdir(parents=True)
+        for j in range(10):
+            (root / f"d{i}" / f"f{j}").write_bytes(os.urandom(2000))
+            (root / f"d{i}" / "sub" / f"g{j}").write_bytes(os.urandom(500))
+    os.chmod(root / "d3" / "sub", 0o750)
+    d.start()
+    want = tree_state(root)
+    cid = d.create("head")["checkpoint_id"]
+    attempts = [
+        lambda: (root / "d0" / "f1").write_bytes(b"rewritten"),
+        lambda: open(root / "d1" / "sub" / "g2", "r+b").write(b"in place, one level down"),
+        lambda: os.rename(root / "d2", root / "d4" / "moved-in"),
+        lambda: os.rename(root / "d2" / "sub", root / "d2" / "renamed"),
+        lambda: subprocess.run(["rm", "-rf", str(root / "d3" / "sub")], check=True),
+        lambda: os.chmod(root / "d3" / "sub", 0o700),
+        lambda: os.setxattr(root / "d0" / "sub", "user.k", b"v"),
+        lambda: (os.unlink(root / "d1" / "f3"), os.mkdir(root / "d1" / "f3")),
+        lambda: (root / "new" / "a" / "b").mkdir(parents=True),
+        lambda: os.chmod(root, 0o700),
+        lambda: os.truncate(root / "d4" / "sub" / "g9", 0),
+        lambda: [p.unlink() for p in (root / "d0").glob("f*")],
+    ]
+    for k, attempt in enumerate(attempts):
+        attempt()
+        rep = d.restore(cid)
+        assert rep["ok"] is True
+        assert_same_tree(want, tree_state(root)), k
+    # a write through a shared mapping held across the restore
+    with open(root / "d4" / "f5", "r+b") as f:
+        m = mmap.mmap(f.fileno(), 0)
+        m[0:6] = b"mapped"
+        m.flush()
+        assert d.restore(cid)["ok"] is True
+        m.close()
+    assert_same_tree(want, tree_state(root))
+    log = d.log()
+    assert log.count("read the directories that changed (change tracking)") >= len(attempts)

@@ -8,7 +8,7 @@
  * the upper and equals what the full walk (treecopy_copy linking from the
  * first pass) makes, hard-link groups included, and that the layer of the
  * round before, whose files the first pass links, is unchanged. A second
- * first pass, brought up to date by the tracked frozen pass (overlay_track:
+ * first pass, brought up to date by the tracked frozen pass (change_track:
  * fanotify on the upper's filesystem and /proc, then only the directories
  * that changed), must equal the upper too; a mapping is still held during
  * it in half the rounds. The first ten rounds make no hard links: there the
@@ -26,7 +26,7 @@
 #include <sys/xattr.h>
 #include <time.h>
 
-#include "backend/overlay/overlay_track.h"
+#include "backend/change_track.h"
 #include "backend/overlay/treecopy.h"
 #include "lib/hash.h"
 #include "lib/xattr.h"
@@ -399,7 +399,7 @@ static void populate_lower(void)
 
 /* The tracked frozen pass on tpre, as ovl_frozen_pass does it; false when
  * it had to walk instead. */
-static bool tracked_pass(struct ovl_track *trk, int upper, int tpre, const struct treecopy_index *tpre_ix,
+static bool tracked_pass(struct chg_track *trk, int upper, int tpre, const struct treecopy_index *tpre_ix,
 			 struct treecopy_dirs *dirs, bool must)
 {
 	struct stat mst;
@@ -408,7 +408,7 @@ static bool tracked_pass(struct ovl_track *trk, int upper, int tpre, const struc
 	const char *why = NULL;
 	ckpt_error err = { 0 };
 	assert_int_equal(stat(mnt, &mst), 0);
-	int q = ovl_track_collect(trk, mnt, mst.st_dev, &dirty, &n, &why);
+	int q = chg_track_collect(trk, mnt, mst.st_dev, &dirty, &n, &why);
 	if (q == 0) {
 		struct treecopy_index *tix = treecopy_index_copy(tpre_ix);
 		struct treecopy_opts to = {
@@ -429,7 +429,7 @@ static bool tracked_pass(struct ovl_track *trk, int upper, int tpre, const struc
 		print_message("a round without hard links walked: %s\n",
 			      why ? why : "a hard link, or a directory no event explains");
 	struct treecopy_index *fix = treecopy_index_new();
-	assert_int_equal(ovl_scan_mapped(mnt, mst.st_dev, &trk->suspects, &why), 0);
+	assert_int_equal(chg_scan_mapped(mnt, mst.st_dev, &trk->suspects, &why), 0);
 	struct treecopy_opts fo = { .prev_fd = -1, .prev_ix = tpre_ix, .new_ix = fix, .suspects = trk->suspects };
 	if (treecopy_update(upper, tpre, &fo, NULL, &err) < 0)
 		fail_msg("walk after the tracked pass gave up: %s", err.msg);
@@ -440,7 +440,7 @@ static bool tracked_pass(struct ovl_track *trk, int upper, int tpre, const struc
 /* The create's second pass (ovl_catch_up): what the tracker names so far
  * brought up to date in tpre, not frozen; where it cannot tell, the whole
  * upper compared. *tpre_ix becomes the index after it. */
-static void catch_up(struct ovl_track *trk, int upper, int tpre, struct treecopy_index **tpre_ix,
+static void catch_up(struct chg_track *trk, int upper, int tpre, struct treecopy_index **tpre_ix,
 		     struct treecopy_dirs *dirs)
 {
 	struct stat mst;
@@ -450,7 +450,7 @@ static void catch_up(struct ovl_track *trk, int upper, int tpre, struct treecopy
 	ckpt_error err = { 0 };
 	assert_int_equal(stat(mnt, &mst), 0);
 	struct treecopy_index *nix = treecopy_index_copy(*tpre_ix);
-	int q = ovl_track_collect(trk, mnt, mst.st_dev, &dirty, &n, &why);
+	int q = chg_track_collect(trk, mnt, mst.st_dev, &dirty, &n, &why);
 	if (q == 0) {
 		struct treecopy_opts o = {
 			.prev_fd = -1, .prev_ix = *tpre_ix, .new_ix = nix, .dirs = dirs, .suspects = trk->suspects
@@ -463,7 +463,7 @@ static void catch_up(struct ovl_track *trk, int upper, int tpre, struct treecopy
 	if (q == -EAGAIN) {
 		treecopy_index_free(nix);
 		nix = treecopy_index_new();
-		assert_int_equal(ovl_scan_mapped(mnt, mst.st_dev, &trk->suspects, &why), 0);
+		assert_int_equal(chg_scan_mapped(mnt, mst.st_dev, &trk->suspects, &why), 0);
 		struct treecopy_opts o = {
 			.prev_fd = -1, .prev_ix = *tpre_ix, .new_ix = nix, .suspects = trk->suspects
 		};
@@ -527,8 +527,8 @@ static void test_update_equals_full_walk(void **state)
 		struct treecopy_index *pre_ix = treecopy_index_new();
 		struct treecopy_opts o = { .mode = TREECOPY_NEW, .prev_fd = prev, .prev_ix = ix, .new_ix = pre_ix };
 		ckpt_error err = { 0 };
-		struct ovl_track trk = OVL_TRACK_INIT; /* armed before the first pass, as ovl_precopy_root */
-		assert_int_equal(ovl_track_arm(&trk, upper), 0);
+		struct chg_track trk = CHG_TRACK_INIT; /* armed before the first pass, as ovl_precopy_root */
+		assert_int_equal(chg_track_arm(&trk, upper), 0);
 		assert_int_equal(treecopy_copy(upper, pre, &o, NULL, &err), 0);
 		snprintf(name, sizeof(name), "tpre%u", round);
 		int tpre = dir_fd(name);
@@ -546,12 +546,12 @@ static void test_update_equals_full_walk(void **state)
 		 * does), and in some rounds again halfway through it: what they
 		 * named may be renamed or removed after being read */
 		if (round % 3)
-			ovl_track_drain(&trk);
+			chg_track_drain(&trk);
 
 		unsigned n_ops = round % 5 == 0 ? 0 : 1 + rnd(60);
 		for (unsigned i = 0; i < n_ops; i++) {
 			if (round % 3 == 1 && i == n_ops / 2)
-				ovl_track_drain(&trk);
+				chg_track_drain(&trk);
 			if (round % 4 == 3 && i == n_ops / 3) /* a second pass, as after a long first one */
 				catch_up(&trk, upper, tpre, &tpre_ix, round % 2 ? &tdirs : NULL);
 			if (i % 8 == 0) {
@@ -582,7 +582,7 @@ static void test_update_equals_full_walk(void **state)
 
 		tracked += tracked_pass(&trk, upper, tpre, tpre_ix, round % 2 ? &tdirs : NULL, no_links);
 		treecopy_dirs_free(&tdirs);
-		ovl_track_disarm(&trk);
+		chg_track_disarm(&trk);
 		if (map && held)
 			munmap(map, map_len);
 		if (mfd >= 0 && held)
@@ -661,8 +661,8 @@ static void test_tracked_pass_sees_a_held_mapping(void **state)
 	assert_true(map != MAP_FAILED);
 	map[0] = 'a';
 
-	struct ovl_track trk = OVL_TRACK_INIT;
-	assert_int_equal(ovl_track_arm(&trk, upper), 0);
+	struct chg_track trk = CHG_TRACK_INIT;
+	assert_int_equal(chg_track_arm(&trk, upper), 0);
 	int pre = dir_fd("pre");
 	struct treecopy_index *pre_ix = treecopy_index_new();
 	struct treecopy_opts o = { .mode = TREECOPY_NEW, .prev_fd = -1, .new_ix = pre_ix };
@@ -681,7 +681,7 @@ static void test_tracked_pass_sees_a_held_mapping(void **state)
 	close(c);
 	munmap(map, 4096);
 	close(fd);
-	ovl_track_disarm(&trk);
+	chg_track_disarm(&trk);
 	treecopy_index_free(pre_ix);
 	close(pre);
 	close(upper);
@@ -706,8 +706,8 @@ static void test_tracked_pass_after_a_refused_rename(void **state)
 	put_file(b, 10);
 	usleep(20 * 1000); /* a later mtime is a different one */
 
-	struct ovl_track trk = OVL_TRACK_INIT;
-	assert_int_equal(ovl_track_arm(&trk, upper), 0);
+	struct chg_track trk = CHG_TRACK_INIT;
+	assert_int_equal(chg_track_arm(&trk, upper), 0);
 	int pre = dir_fd("pre");
 	struct treecopy_index *pre_ix = treecopy_index_new();
 	struct treecopy_dirs dirs = { 0 };
@@ -715,7 +715,7 @@ static void test_tracked_pass_after_a_refused_rename(void **state)
 	ckpt_error err = { 0 };
 	assert_int_equal(treecopy_copy(upper, pre, &o, NULL, &err), 0);
 	assert_int_equal(syncfs(pre), 0);
-	ovl_track_drain(&trk);
+	chg_track_drain(&trk);
 	for (int i = 0; i < 4; i++) { /* lower dirs, and an upper one, onto a full one */
 		snprintf(a, sizeof(a), "%s/d%d%s", mnt, i, i == 3 ? "/sub" : "");
 		snprintf(b, sizeof(b), "%s/full", mnt);
@@ -730,7 +730,7 @@ static void test_tracked_pass_after_a_refused_rename(void **state)
 	snprintf(b, sizeof(b), "%s/m", dir);
 	umount2(b, MNT_DETACH);
 	treecopy_dirs_free(&dirs);
-	ovl_track_disarm(&trk);
+	chg_track_disarm(&trk);
 	treecopy_index_free(pre_ix);
 	close(pre);
 	for (int i = 0; i < 3; i++)
@@ -891,9 +891,9 @@ static void test_silent_mapped_writes_are_compared(void **state)
 			assert_true(map[i] != MAP_FAILED);
 			map[i][0] ^= 1; /* the page is dirty and writable from now on */
 		}
-		struct ovl_track trk = OVL_TRACK_INIT;
+		struct chg_track trk = CHG_TRACK_INIT;
 		if (tracked)
-			assert_int_equal(ovl_track_arm(&trk, upper), 0);
+			assert_int_equal(chg_track_arm(&trk, upper), 0);
 		snprintf(name, sizeof(name), "pre%d", tracked);
 		int pre = dir_fd(name);
 		struct treecopy_index *pre_ix = treecopy_index_new();
@@ -909,7 +909,7 @@ static void test_silent_mapped_writes_are_compared(void **state)
 		assert_true(treecopy_index_match(pre_ix, rel, &st)); /* the write was silent */
 		assert_int_equal(syncfs(pre), 0);
 		if (tracked) {
-			ovl_track_drain(&trk);
+			chg_track_drain(&trk);
 			munmap(map[1], 8192); /* d1's: unmapped and closed, its CLOSE_WRITE */
 			close(fd[1]);
 			assert_true(tracked_pass(&trk, upper, pre, pre_ix, NULL, true));
@@ -918,7 +918,7 @@ static void test_silent_mapped_writes_are_compared(void **state)
 			const char *why = NULL;
 			struct treecopy_index *sus = NULL, *ix = treecopy_index_new();
 			assert_int_equal(stat(mnt, &mst), 0);
-			assert_int_equal(ovl_scan_mapped(mnt, mst.st_dev, &sus, &why), 0);
+			assert_int_equal(chg_scan_mapped(mnt, mst.st_dev, &sus, &why), 0);
 			assert_true(treecopy_index_has(sus, rel));
 			struct treecopy_opts uo = { .prev_fd = -1, .prev_ix = pre_ix, .new_ix = ix, .suspects = sus };
 			assert_int_equal(treecopy_update(upper, pre, &uo, NULL, &err), 0);
@@ -946,7 +946,7 @@ static void test_silent_mapped_writes_are_compared(void **state)
 		free(dp);
 		munmap(map[0], 8192);
 		close(fd[0]);
-		ovl_track_disarm(&trk);
+		chg_track_disarm(&trk);
 		treecopy_index_free(pre_ix);
 		close(pre);
 	}

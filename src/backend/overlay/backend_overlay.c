@@ -203,7 +203,7 @@ static void ovl_free(struct ovl *o)
 		treecopy_index_free(r->pre_ix_next);
 		treecopy_dirs_free(&r->pre_dirs);
 		treecopy_index_free(r->cap_ix);
-		ovl_track_disarm(&r->trk);
+		chg_track_disarm(&r->trk);
 	}
 	free(o->roots);
 	free(o->odir);
@@ -270,7 +270,7 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	for (size_t i = 0; i < ctx->n_roots && q == 0; i++) {
 		struct ovl_root *r = &o->roots[o->n_roots++];
 		r->rdir_fd = -1;
-		r->trk = (struct ovl_track)OVL_TRACK_INIT;
+		r->trk = (struct chg_track)CHG_TRACK_INIT;
 		r->path = strdup(ctx->roots[i]);
 		ovl_hash_path(ctx->roots[i], r->h);
 		q = r->path ? ovl_open_root(o, r, err) : err_set(err, ENOMEM, NULL, "out of memory");
@@ -316,7 +316,7 @@ static void ovl_forget_pre(struct ovl_root *r)
 	treecopy_dirs_free(&r->pre_dirs);
 	treecopy_index_free(TAKE_PTR(r->pre_sus));
 	r->pre_bytes = 0;
-	ovl_track_disarm(&r->trk);
+	chg_track_disarm(&r->trk);
 }
 
 /* Forget create's first pass of r (its files go with the trash). */
@@ -346,14 +346,14 @@ static bool ovl_track_wanted(uint64_t entries)
 	return (v && !strcmp(v, "1")) || entries >= OVL_TRACK_MIN_ENTRIES;
 }
 
-/* The suspects of a pass that tracking does not name (overlay_track.h): the
+/* The suspects of a pass that tracking does not name (change_track.h): the
  * files of r mapped shared and writable now, added to *sus. A scan that fails
  * is logged; the pass then trusts those files' ctimes, as it did before. */
 static void ovl_scan_suspects(struct ovl_root *r, struct treecopy_index **sus)
 {
 	struct stat rst;
 	const char *why = "cannot stat the root";
-	if (stat(r->path, &rst) < 0 || ovl_scan_mapped(r->path, rst.st_dev, sus, &why) < 0)
+	if (stat(r->path, &rst) < 0 || chg_scan_mapped(r->path, rst.st_dev, sus, &why) < 0)
 		log_warn("create: cannot tell which files of '%s' are mapped shared and writable (%s): a write "
 			 "through such a mapping during the copy may be missed",
 			 r->path, why);
@@ -382,7 +382,7 @@ static int ovl_catch_up(struct ovl_root *r, int up, int dst, struct treecopy_ind
 	const char *why = "cannot stat the root";
 	struct stat rst;
 	int64_t t0 = mono_ms();
-	int q = stat(r->path, &rst) < 0 ? -EAGAIN : ovl_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
+	int q = stat(r->path, &rst) < 0 ? -EAGAIN : chg_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
 	struct treecopy_index *nix = treecopy_index_copy(*ix);
 	struct treecopy_opts o = {
 		.prev_fd = -1, .prev_ix = *ix, .new_ix = nix, .dirs = r->pre_dirs.n ? &r->pre_dirs : NULL
@@ -445,7 +445,7 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 		atomic_fetch_add(&p->bytes_total, bytes);
 	}
 	/* armed before the copy, so that what changes during it is seen */
-	int t = ovl_track_wanted(m == 0 ? files : UINT64_MAX) ? ovl_track_arm(&r->trk, up) : 0;
+	int t = ovl_track_wanted(m == 0 ? files : UINT64_MAX) ? chg_track_arm(&r->trk, up) : 0;
 	if (t < 0 && !r->trk_said)
 		log_notice("create: no change tracking for '%s' (%s): the frozen pass walks the upper", r->path,
 			   strerror(-t));
@@ -456,11 +456,11 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 				      .new_ix = ix,
 				      .progress = p,
 				      /* what a tracked frozen pass checks directory metadata of */
-				      .dirs = ovl_track_armed(&r->trk) ? &r->pre_dirs : NULL };
+				      .dirs = chg_track_armed(&r->trk) ? &r->pre_dirs : NULL };
 	struct treecopy_stats stats = { 0 }, again = { 0 };
 	/* with tracking, the frozen pass's collect names the suspects */
 	_cleanup_(treecopy_index_freep) struct treecopy_index *sus = NULL;
-	if (!ovl_track_armed(&r->trk))
+	if (!chg_track_armed(&r->trk))
 		ovl_scan_suspects(r, &sus);
 	opts.suspects = sus;
 	int64_t t0 = mono_ms();
@@ -470,17 +470,17 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 	 * that a write through a mapping faults again and changes the file's
 	 * ctime, which the next pass compares (syncfs reaches the upper too: the
 	 * layer store is on its filesystem) */
-	bool second = q == 0 && ovl_track_armed(&r->trk) && mono_ms() - t0 >= ovl_catch_up_ms();
+	bool second = q == 0 && chg_track_armed(&r->trk) && mono_ms() - t0 >= ovl_catch_up_ms();
 	if (q == 0 && syncfs(dst) < 0)
 		q = err_set(err, errno, NULL, "sync first pass: %m");
 	if (q == 0 && second && (q = ovl_catch_up(r, up, dst, &ix, &again, err)) == 0 && syncfs(dst) < 0)
 		q = err_set(err, errno, NULL, "sync second pass: %m");
 	/* without tracking, the frozen walk's suspects: the files mapped shared
 	 * and writable now, after the sync (found here, not frozen) */
-	if (q == 0 && !ovl_track_armed(&r->trk))
+	if (q == 0 && !chg_track_armed(&r->trk))
 		ovl_scan_suspects(r, &r->pre_sus);
 	if (q == 0) /* the first pass's own events, read now rather than frozen */
-		ovl_track_drain(&r->trk);
+		chg_track_drain(&r->trk);
 	if (q < 0) {
 		ovl_drop_pre(r, l);
 		return q;
@@ -489,7 +489,7 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 	r->pre_bytes = stats.bytes_copied + again.bytes_copied;
 	/* the tracked frozen pass starts from a copy of that index: made now,
 	 * not frozen (about 0.4 ms per 1,000 files) */
-	if (ovl_track_armed(&r->trk))
+	if (chg_track_armed(&r->trk))
 		r->pre_ix_next = treecopy_index_copy(r->pre_ix);
 	return 0;
 }
@@ -514,7 +514,7 @@ static int ovl_track_check(struct ovl_root *r, int up, int dst, const struct tre
 	struct treecopy_opts co = { .prev_fd = -1, .prev_ix = ix, .new_ix = scratch };
 	struct treecopy_stats cs = { 0 };
 	int q = scratch ? treecopy_update(up, dst, &co, &cs, err) : err_set(err, ENOMEM, NULL, "out of memory");
-	if (q == 0 && cs.replaced && ovl_track_changed_since(&r->trk)) {
+	if (q == 0 && cs.replaced && chg_track_changed_since(&r->trk)) {
 		log_debug("create: tracking check of '%s' inconclusive: the upper changed meanwhile", r->path);
 		return 0;
 	}
@@ -536,9 +536,9 @@ static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_
 	struct stat rst;
 	int q = -EAGAIN;
 	int64_t t0 = mono_ms();
-	if (ovl_track_armed(&r->trk))
+	if (chg_track_armed(&r->trk))
 		q = stat(r->path, &rst) < 0 ? (why = "cannot stat the root", -EAGAIN)
-					    : ovl_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
+					    : chg_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
 	int64_t t1 = mono_ms();
 	if (q == 0) {
 		/* the copy made before the freeze, when there is one */
@@ -568,14 +568,14 @@ static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_
 	treecopy_dirty_free(dirty, n);
 	if (q != -EAGAIN)
 		return q;
-	if (ovl_track_armed(&r->trk))
+	if (chg_track_armed(&r->trk))
 		log_info("create: the frozen pass of '%s' walks the upper: %s", r->path, why);
 	/* the suspects: untracked, those the first pass found after its sync
 	 * (and those it found before it are untrusted in its index); else what
 	 * the tracker knows, and those mapped now */
-	if (ovl_track_armed(&r->trk))
+	if (chg_track_armed(&r->trk))
 		ovl_scan_suspects(r, &r->trk.suspects);
-	opts->suspects = ovl_track_armed(&r->trk) ? r->trk.suspects : r->pre_sus;
+	opts->suspects = chg_track_armed(&r->trk) ? r->trk.suspects : r->pre_sus;
 	return treecopy_update(up, dst, opts, stats, err);
 }
 
@@ -624,7 +624,7 @@ static int ovl_capture_layer(struct ovl_root *r, struct progress *p, ckpt_error 
 	struct treecopy_stats stats = { 0 };
 	uint64_t pre_bytes = r->pre_bytes;
 	_cleanup_(treecopy_index_freep) struct treecopy_index *sus = NULL;
-	if (!update) { /* a copy with no first pass: its suspects (overlay_track.h) */
+	if (!update) { /* a copy with no first pass: its suspects (change_track.h) */
 		ovl_scan_suspects(r, &sus);
 		opts.suspects = sus;
 	}

@@ -23,7 +23,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include "backend/backend.h"
-#include "backend/overlay/overlay_track.h"
+#include "backend/change_track.h"
 #include "backend/overlay/treecopy.h"
 
 #define OVL_NAME_LEN 8
@@ -54,7 +54,7 @@ struct ovl_root {
 	char cap_name[OVL_NAME_LEN + 1];
 	struct treecopy_index *cap_ix;
 	uint64_t cap_size;
-	struct ovl_track trk; /* armed when the first pass begins (overlay_track.h) */
+	struct chg_track trk; /* armed when the first pass begins (change_track.h) */
 	bool trk_said;        /* that tracking is not possible here was logged */
 	bool released;        /* by overlay_release: no longer ours, r/<h> is gone */
 };

@@ -732,13 +732,6 @@ int treecopy_update(int src_fd, int dst_fd, const struct treecopy_opts *o, struc
 	return r;
 }
 
-void treecopy_dirty_free(struct treecopy_dirty *v, size_t n)
-{
-	for (size_t i = 0; v && i < n; i++)
-		free(v[i].path);
-	free(v);
-}
-
 /* One dirty directory: dir (relative to src_fd and dst_fd) updated as
  * treecopy_update would, its subdirectories only when deep. */
 static int treecopy_update_one(struct tc *t, int src_fd, int dst_fd, const struct treecopy_dirty *dirty)

@@ -4,38 +4,10 @@
  * Regular files unchanged since the previous layer are hard-linked from it. */
 #pragma once
 #include <sys/stat.h>
+#include "backend/pathindex.h"
 #include "lib/util.h"
 
 struct progress;
-
-/* relpath -> identity of the source file when it was copied (an upper's index). */
-struct treecopy_index;
-
-struct treecopy_index *treecopy_index_new(void);
-void treecopy_index_free(struct treecopy_index *ix);
-static inline void treecopy_index_freep(struct treecopy_index **ix)
-{
-	treecopy_index_free(*ix);
-}
-size_t treecopy_index_count(const struct treecopy_index *ix);
-int treecopy_index_put(struct treecopy_index *ix, const char *relpath, const struct stat *st);
-/* True when relpath was recorded with the same inode, ctime and size as st. */
-bool treecopy_index_match(const struct treecopy_index *ix, const char *relpath, const struct stat *st);
-/* Record relpath so that no stat matches it: a file written through a shared
- * mapping may change with no new ctime (a write into a page already dirty
- * makes no fault), so the next update compares its data, and the next copy
- * copies it again rather than link it. */
-int treecopy_index_put_untrusted(struct treecopy_index *ix, const char *relpath, const struct stat *st);
-/* relpath was recorded untrusted with the same inode, ctime and size as st:
- * its metadata is unchanged, its data must be compared. */
-bool treecopy_index_match_untrusted(const struct treecopy_index *ix, const char *relpath, const struct stat *st);
-/* relpath has an entry (ix may be NULL: false). Used as a set of paths. */
-bool treecopy_index_has(const struct treecopy_index *ix, const char *relpath);
-/* Serialize with a tag (e.g. the layer name the index points into). Not fsynced:
- * a lost or torn index only costs a full copy next time. */
-int treecopy_index_save(const struct treecopy_index *ix, const char *tag, int dirfd, const char *name);
-/* ret_tag: malloc'd tag. -ENOENT when absent, -EBADMSG when torn. */
-int treecopy_index_load(int dirfd, const char *name, struct treecopy_index **ret, char **ret_tag);
 
 enum treecopy_mode {
 	TREECOPY_NEW,   /* dst is an empty dir: copy src into it */
@@ -61,7 +33,7 @@ struct treecopy_opts {
 	 * instead of reading every directory to find them (NULL: read them) */
 	struct treecopy_dirs *dirs;
 	/* files whose data may have changed with no new ctime (mapped shared
-	 * and writable, or closed after a write: see overlay_track.h), or NULL:
+	 * and writable, or closed after a write: see change_track.h), or NULL:
 	 * never linked from prev_fd on the strength of their index entry, nor
 	 * kept by update unless their data is compared equal; recorded in
 	 * new_ix untrusted */
@@ -90,15 +62,6 @@ int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct 
 int treecopy_update(int src_fd, int dst_fd, const struct treecopy_opts *o, struct treecopy_stats *stats,
 		    ckpt_error *err);
 
-/* A directory below src (relative, "" for src itself) that changed since
- * dst was copied from it: its entries and own metadata are compared, and with
- * deep its whole subtree (a directory made, moved or removed under that name). */
-struct treecopy_dirty {
-	char *path;
-	bool deep;
-};
-void treecopy_dirty_free(struct treecopy_dirty *v, size_t n);
-
 /* treecopy_update limited to the directories dirty names (sorted, each
  * before those below it): what changed elsewhere is not looked at, so the
  * caller vouches that nothing did. Every directory's own metadata is checked
@@ -111,9 +74,6 @@ void treecopy_dirty_free(struct treecopy_dirty *v, size_t n);
  * that no dirty parent explains. */
 int treecopy_update_dirs(int src_fd, int dst_fd, const struct treecopy_dirty *dirty, size_t n,
 			 const struct treecopy_opts *o, struct treecopy_stats *stats, ckpt_error *err);
-
-/* A copy of ix (NULL when out of memory). */
-struct treecopy_index *treecopy_index_copy(const struct treecopy_index *ix);
 
 /* What treecopy_copy of src_fd would count as progress: the entries below
  * it, and the bytes of regular files prev_ix (may be NULL) does not

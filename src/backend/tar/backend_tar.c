@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
-#include "backend/overlay/overlay_track.h"
+#include "backend/change_track.h"
 #include "backend/tar/tar_compact.h"
 #include "backend/tar/tar_create.h"
 #include "backend/tar/tar_diff.h"
@@ -70,7 +70,7 @@ struct tar_state {
 	 * root, or none. trk_for names the checkpoint whose capture (or
 	 * restore) began at the trackers' last collect: only a create whose
 	 * parent it is may trust the events since. The operation lock's. */
-	struct ovl_track *trk;
+	struct chg_track *trk;
 	char trk_for[64];
 	bool trk_collected;               /* the trackers have seen everything since the last collect */
 	char (*no_compact)[NAME_MAX + 1]; /* chains whose compaction found data unlike */
@@ -139,15 +139,16 @@ static void trk_arm(struct tar_state *s)
 	if ((v && !strcmp(v, "0")) || !(s->trk = calloc(s->n_roots, sizeof(*s->trk))))
 		return;
 	for (size_t i = 0; i < s->n_roots; i++) {
-		s->trk[i] = (struct ovl_track)OVL_TRACK_INIT;
+		s->trk[i] = (struct chg_track)CHG_TRACK_INIT;
 		_cleanup_close_ int fd = open(s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		int r = fd < 0 ? -errno : ovl_track_arm(&s->trk[i], fd);
+		int r = fd < 0 ? -errno : chg_track_arm(&s->trk[i], fd);
 		s->trk[i].plain_dir = true;
+		s->trk[i].own_pid = getpid();
 		if (r < 0) {
 			log_info("tar: no change tracking for '%s' (%s): creates read the whole tree", s->roots[i],
 				 strerror(-r));
 			for (size_t k = 0; k <= i; k++)
-				ovl_track_disarm(&s->trk[k]);
+				chg_track_disarm(&s->trk[k]);
 			free(s->trk);
 			s->trk = NULL;
 			return;
@@ -158,7 +159,7 @@ static void trk_arm(struct tar_state *s)
 static void trk_free(struct tar_state *s)
 {
 	for (size_t i = 0; s->trk && i < s->n_roots; i++)
-		ovl_track_disarm(&s->trk[i]);
+		chg_track_disarm(&s->trk[i]);
 	free(s->trk);
 	s->trk = NULL;
 }
@@ -179,17 +180,18 @@ static int trk_collect(struct tar_state *s, struct treecopy_dirty **dirty, size_
 		struct stat rst;
 		int r = stat(s->roots[i], &rst) < 0
 			? -EAGAIN
-			: ovl_track_collect(&s->trk[i], s->roots[i], rst.st_dev, &d, &n, &why);
+			: chg_track_collect(&s->trk[i], s->roots[i], rst.st_dev, &d, &n, &why);
 		if (r < 0) {
 			log_debug("tar: change tracking of '%s' cannot tell what changed (%s): this create reads "
 				  "the whole tree",
 				  s->roots[i], why);
 			_cleanup_close_ int fd = open(s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-			if (fd < 0 || ovl_track_arm(&s->trk[i], fd) < 0) {
+			if (fd < 0 || chg_track_arm(&s->trk[i], fd) < 0) {
 				trk_free(s);
 				return -EAGAIN;
 			}
 			s->trk[i].plain_dir = true;
+			s->trk[i].own_pid = getpid();
 			ret = -EAGAIN;
 		}
 		if (r >= 0 && dirty) {
@@ -339,7 +341,7 @@ static void tar_count_join(struct tar_count *c)
 	c->n = 0;
 }
 
-static bool mapped_elsewhere(const struct ovl_track *t, const struct tar_manifest *pm)
+static bool mapped_elsewhere(const struct chg_track *t, const struct tar_manifest *pm)
 {
 	for (size_t k = 0; k < t->n_outside_maps; k++)
 		for (size_t i = 0; i < pm->n; i++)
@@ -740,7 +742,7 @@ static void add_stats(struct tar_restore_stats *sum, const struct tar_restore_st
 }
 
 static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_nothing, struct progress *p,
-			 struct tar_restore_stats *sum, ckpt_error *err)
+			 struct tar_restore_stats *sum, struct journal_bufs *jb, ckpt_error *err)
 {
 	struct tar_restore_opts o = { .skip_dev = s->state_dev,
 				      .skip_ino = s->state_ino,
@@ -755,6 +757,10 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 		if (fd < 0)
 			return fd;
 		entry_names(i, zstd, arch, man);
+		o.journal = jb != NULL;
+		o.dirty = jb ? jb->dirty[i] : NULL;
+		o.n_dirty = jb ? jb->n_dirty[i] : 0;
+		o.suspects = jb ? jb->sus[i] : NULL;
 		int r = tar_restore_root(fd, cfd, arch, man, &o, &one, err);
 		if (r < 0)
 			return err_prefix(err, "root '%s'", s->roots[i]);
@@ -811,11 +817,20 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	r = intent_write(s, name, err);
 	if (r < 0)
 		return r;
-	/* what changed before does not matter: the restore compares every
-	 * entry; from here the events say what it wrote, and what changed
-	 * after (an entry it kept is the one the checkpoint captured) */
-	trk_collect(s, NULL, NULL, NULL);
-	r = restore_roots(s, cfd, zstd, trust_nothing, p, &sum, err);
+	/* Restoring the checkpoint the roots were last made or restored as,
+	 * the events since say where they differ: only there is looked at.
+	 * From here on the events say what this restore wrote, and what
+	 * changed after (an entry it kept is the one the checkpoint captured). */
+	struct treecopy_dirty *dirty[MAX_ROOTS] = { 0 };
+	size_t n_dirty[MAX_ROOTS] = { 0 };
+	struct treecopy_index *sus[MAX_ROOTS] = { 0 };
+	struct tar_manifest none[MAX_ROOTS] = { 0 };
+	bool same = s->trk && !strcmp(s->trk_for, name);
+	bool journal = trk_collect(s, dirty, n_dirty, sus) == 0 && same;
+	_cleanup_(journal_free) struct journal_bufs jb = { dirty, n_dirty, sus, none, s->n_roots };
+	r = restore_roots(s, cfd, zstd, trust_nothing, p, &sum, journal ? &jb : NULL, err);
+	log_debug("tar: restore of '%s' read %s", name,
+		  journal ? "the directories that changed (change tracking)" : "the whole tree");
 	if (r < 0) { /* the intent stays: the next open runs the restore again */
 		unfinished(s, name, err ? err->msg : "");
 		return r;

@@ -2,7 +2,7 @@
 #pragma once
 #include <stdatomic.h>
 #include "backend/backend.h"
-#include "backend/overlay/treecopy.h"
+#include "backend/pathindex.h"
 #include "backend/tar/tar_manifest.h"
 
 struct tar_create_opts {

@@ -64,10 +64,18 @@ static void mark_parent_of(struct rctx *c, const char *path)
 		p->needed = true;
 }
 
+static bool suspect(const struct rctx *c, const char *path)
+{
+	return c->o->suspects && treecopy_index_has(c->o->suspects, path);
+}
+
 typedef int (*visit_fn)(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path);
 static int live_walk(struct rctx *c, int dirfd, const char *rel, visit_fn fn);
 
-static int live_one(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path)
+/* One live entry: removed when the checkpoint does not list it (or lists
+ * another type), else marked seen, and needed when it changed. 1: a
+ * directory that stays. */
+static int live_entry(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path)
 {
 	struct stat st;
 	struct tar_mentry *e;
@@ -86,14 +94,28 @@ static int live_one(struct rctx *c, int dirfd, const char *name, const char *rel
 		return 0;
 	}
 	e->seen = true;
-	if (c->o->trust_nothing || !unchanged(e, &st))
+	if (c->o->trust_nothing || !unchanged(e, &st) || suspect(c, path))
 		e->needed = true;
-	if (!S_ISDIR(st.st_mode))
-		return 0;
+	return S_ISDIR(st.st_mode) ? 1 : 0;
+}
+
+static int live_one(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path)
+{
+	int r = live_entry(c, dirfd, name, rel, path);
+	if (r <= 0)
+		return r;
 	_cleanup_close_ int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (sub < 0)
 		return err_set(c->err, errno, NULL, "cannot open '%s': %m", path);
 	return live_walk(c, sub, path, live_one);
+}
+
+/* live_one for the entries of one directory: a directory below is read
+ * only if the journal names it too. */
+static int live_one_flat(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path)
+{
+	int r = live_entry(c, dirfd, name, rel, path);
+	return r < 0 ? r : 0;
 }
 
 struct live_walk_ctx {
@@ -111,6 +133,82 @@ static int live_walk(struct rctx *c, int dirfd, const char *rel, visit_fn fn)
 {
 	struct live_walk_ctx w = { c, fn };
 	return tar_walk_dir(dirfd, rel, live_visit, &w, c->err);
+}
+
+static int dirty_cmp(const void *key, const void *elem)
+{
+	return strcmp(key, ((const struct treecopy_dirty *)elem)->path);
+}
+
+static const struct treecopy_dirty *dirty_find(const struct tar_restore_opts *o, const char *dir)
+{
+	return bsearch(dir, o->dirty, o->n_dirty, sizeof(*o->dirty), dirty_cmp);
+}
+
+/* Is an entry of directory dir to be looked at: dir changed, or lies below
+ * a directory made, moved or removed under its name (deep)? */
+static bool in_changed_dir(const struct tar_restore_opts *o, const char *dir)
+{
+	char buf[PATH_MAX];
+	snprintf(buf, sizeof(buf), "%s", dir);
+	if (dirty_find(o, buf))
+		return true;
+	for (;;) {
+		char *sl = strrchr(buf, '/');
+		if (sl)
+			*sl = '\0';
+		else if (buf[0])
+			buf[0] = '\0';
+		else
+			return false;
+		const struct treecopy_dirty *d = dirty_find(o, buf);
+		if (d && d->deep)
+			return true;
+	}
+}
+
+/* With the journal: only the changed directories are read, as live_walk
+ * reads them (a deep one with its subtree), and each of them is compared
+ * itself. The checkpoint's entries there count as unseen until found;
+ * those of every other directory are as the checkpoint captured them. */
+static int journal_walk(struct rctx *c, int root_fd)
+{
+	char dir[PATH_MAX];
+	for (size_t i = 0; i < c->m.n; i++) {
+		struct tar_mentry *e = &c->m.v[i];
+		const char *slash = strrchr(e->path, '/');
+		snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - e->path) : 0, e->path);
+		e->seen = !in_changed_dir(c->o, dir) && !(e->type == 'd' && dirty_find(c->o, e->path));
+	}
+	for (size_t k = 0; k < c->o->n_dirty; k++) {
+		const struct treecopy_dirty *d = &c->o->dirty[k];
+		bool under_deep = false; /* read already, with a deep ancestor */
+		for (size_t j = 0; j < k && !under_deep; j++) {
+			size_t len = strlen(c->o->dirty[j].path);
+			under_deep = c->o->dirty[j].deep &&
+				(!len || (!strncmp(d->path, c->o->dirty[j].path, len) && d->path[len] == '/'));
+		}
+		if (under_deep)
+			continue;
+		const char *leaf;
+		struct stat st;
+		_cleanup_close_ int pfd = d->path[0] ? tar_open_parent(root_fd, d->path, &leaf) : -1;
+		_cleanup_close_ int dfd = !d->path[0]
+			? fcntl(root_fd, F_DUPFD_CLOEXEC, 3)
+			: (pfd < 0 ? -1 : openat(pfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+		struct tar_mentry *de = d->path[0] ? tar_manifest_find(&c->m, d->path) : NULL;
+		if (dfd < 0 || (d->path[0] && (!de || de->type != 'd')))
+			continue; /* gone, or not the checkpoint's: its parent changed too, and is read */
+		if (de && fstat(dfd, &st) == 0) {
+			de->seen = true;
+			if (c->o->trust_nothing || !unchanged(de, &st))
+				de->needed = true;
+		}
+		int r = live_walk(c, dfd, d->path[0] ? d->path : NULL, d->deep ? live_one : live_one_flat);
+		if (r < 0)
+			return r;
+	}
+	return 0;
 }
 
 /* Missing entries come back; a hardlink group is rewritten as a whole so its
@@ -560,7 +658,7 @@ int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const cha
 	if (r < 0)
 		return r;
 	tar_manifest_alias_load(ckpt_dirfd, alias, &c.m);
-	r = live_walk(&c, root_fd, NULL, live_one);
+	r = o->journal && !o->trust_nothing ? journal_walk(&c, root_fd) : live_walk(&c, root_fd, NULL, live_one);
 	if (r >= 0) {
 		close_needed(&c);
 		r = prepare(&c, root_fd, &files, &bytes);

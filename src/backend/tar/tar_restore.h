@@ -1,6 +1,7 @@
 /* tar_restore.h: make one root equal to its archive and manifest, rewriting
  * only the entries whose (inode, ctime, size) no longer match. */
 #pragma once
+#include "backend/pathindex.h"
 #include <stdatomic.h>
 #include "backend/backend.h"
 #include "backend/tar/tar_manifest.h"
@@ -16,6 +17,18 @@ struct tar_restore_opts {
 	 * live (<store>/<src>/ or, once deleted, <store>/.keep/<src>/); -1 when
 	 * the manifest must be self-contained. */
 	int store_fd;
+	/* Change tracking: the roots were this checkpoint (made or restored by
+	 * this process), and these are the directories that changed since
+	 * (sorted; deep: the whole subtree). Only they are read: an entry of
+	 * another directory is the one the checkpoint captured. journal false:
+	 * the whole root is walked. */
+	bool journal;
+	const struct treecopy_dirty *dirty;
+	size_t n_dirty;
+	/* Files a process maps shared and writable, or closed after a write
+	 * (NULL: none known): their data may have changed with no new ctime,
+	 * so they are rewritten, never trusted. */
+	const struct treecopy_index *suspects;
 };
 
 struct tar_restore_stats {

@@ -1,6 +1,8 @@
-/* overlay_track.h: what changed in an upper dir since a moment, without
- * walking it, so the create's frozen pass revisits only the directories that
- * changed since its first pass began (see docs/overlay-create.md).
+/* change_track.h: what changed in a tree since a moment, without walking
+ * it: an overlay upper, so the create's frozen pass revisits only the
+ * directories that changed since its first pass began (see
+ * docs/overlay-create.md), or a tar root, so a create reads only the
+ * directories that changed since its parent (plain_dir below).
  *
  * fanotify, marked on the filesystem that holds the upper (a mark on the
  * overlay mount is refused), reports each create, delete, move, write,
@@ -13,16 +15,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
-#include "backend/overlay/treecopy.h"
+#include "backend/pathindex.h"
 
-struct ovl_track_seen;
+struct chg_track_seen;
 
-struct ovl_track {
+struct chg_track {
 	int fan;    /* fanotify group, -1 when not armed */
 	int upper;  /* the upper dir, for open_by_handle_at */
 	char *path; /* the upper as /proc/self/fd reads it */
 	size_t len;
-	struct ovl_track_seen *seen; /* what the events read so far say */
+	struct chg_track_seen *seen; /* what the events read so far say */
 	/* the last collect's suspects (treecopy_opts.suspects), or NULL */
 	struct treecopy_index *suspects;
 	/* A plain directory on a shared filesystem (the tar backend), not a
@@ -31,28 +33,32 @@ struct ovl_track {
 	 * mapped shared and writable: the last collect lists those inodes
 	 * here for the caller to look up among the root's (n_outside_maps). */
 	bool plain_dir;
+	/* A process whose writes are never through a mapping (ckptd itself,
+	 * when it writes into the tree, as a tar restore does): its closes
+	 * after a write make no suspect. 0: none. */
+	pid_t own_pid;
 	ino_t *outside_maps;
 	size_t n_outside_maps;
 };
 
-#define OVL_TRACK_INIT                 \
+#define CHG_TRACK_INIT                 \
 	{                              \
 		.fan = -1, .upper = -1 \
 	}
 
 /* Start recording changes below upper_fd. < 0 (-errno) when this system
  * cannot (no fanotify, no file handles on that filesystem): walk instead. */
-int ovl_track_arm(struct ovl_track *t, int upper_fd);
-void ovl_track_disarm(struct ovl_track *t);
-static inline bool ovl_track_armed(const struct ovl_track *t)
+int chg_track_arm(struct chg_track *t, int upper_fd);
+void chg_track_disarm(struct chg_track *t);
+static inline bool chg_track_armed(const struct chg_track *t)
 {
 	return t->fan >= 0;
 }
 
-/* Read the events queued so far (ovl_track_collect's first part), so that
+/* Read the events queued so far (chg_track_collect's first part), so that
  * collect, inside the freeze, reads only those that came after: the first
  * pass's own writes make one event per file, on the same filesystem. */
-void ovl_track_drain(struct ovl_track *t);
+void chg_track_drain(struct chg_track *t);
 
 /* What changed since arming: the directories below the upper (relative, ""
  * for the upper itself) whose entries or own metadata changed, and the
@@ -63,10 +69,10 @@ void ovl_track_drain(struct ovl_track *t);
  * treecopy_dirty_free). -EAGAIN when the walk is needed (events lost, a
  * directory handle that cannot be resolved, a file in use whose path is not
  * under root_path); *why then says which. */
-int ovl_track_collect(struct ovl_track *t, const char *root_path, dev_t root_dev, struct treecopy_dirty **ret,
+int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct treecopy_dirty **ret,
 		      size_t *ret_n, const char **why);
 
-/* After ovl_track_collect, t->suspects holds the files whose data may have
+/* After chg_track_collect, t->suspects holds the files whose data may have
  * changed with no new ctime, which the pass must compare rather than trust
  * their index entry: those a process maps shared and writable now, and those
  * closed after a write since the last collect (a write through a mapping
@@ -78,8 +84,8 @@ int ovl_track_collect(struct ovl_track *t, const char *root_path, dev_t root_dev
  * process maps shared and writable, added to the set *sus (made when NULL):
  * the suspects of a pass without tracking. < 0 with *why when one is mapped
  * under another path (a mount namespace or chroot) or /proc cannot be read. */
-int ovl_scan_mapped(const char *root_path, dev_t root_dev, struct treecopy_index **sus, const char **why);
+int chg_scan_mapped(const char *root_path, dev_t root_dev, struct treecopy_index **sus, const char **why);
 
 /* Whether anything changed in the upper since the last collect (or this
  * cannot be told): what makes a check of collect's answer inconclusive. */
-bool ovl_track_changed_since(struct ovl_track *t);
+bool chg_track_changed_since(struct chg_track *t);

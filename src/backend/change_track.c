@@ -1,11 +1,11 @@
-/* overlay_track.c: the directories of an upper that changed since a moment,
- * from fanotify and /proc (see overlay_track.h). Facts it relies on, as
+/* change_track.c: the directories of a tree that changed since a moment,
+ * from fanotify and /proc (see change_track.h). Facts it relies on, as
  * tools/probe-fanotify.c prints them on this kernel: writes through the
  * overlay reach the upper's real inodes and are reported there; a copy-up or
  * whiteout is made in the work dir and arrives as MOVED_TO into the upper; a
  * write through a shared mapping gives no event, only CLOSE_WRITE once the
  * file's last reference goes. */
-#include "backend/overlay/overlay_track.h"
+#include "backend/change_track.h"
 #include "lib/hash.h"
 #include "lib/procscan.h"
 #include "lib/util.h"
@@ -44,7 +44,7 @@ static int dirty_add(struct dirty_set *s, const char *path, size_t len, bool dee
  * 0 when it is outside the upper (the work dir, ckptd's own layers, other
  * files of that filesystem) or removed since (its parent has an event too),
  * < 0 when it cannot be told. */
-static int resolve(struct ovl_track *t, struct file_handle *fh, char *rel, size_t size, struct stat *st)
+static int resolve(struct chg_track *t, struct file_handle *fh, char *rel, size_t size, struct stat *st)
 {
 	char link[64], path[PATH_MAX];
 	_cleanup_close_ int d = open_by_handle_at(t->upper, fh, O_PATH | O_CLOEXEC);
@@ -75,7 +75,7 @@ struct outside {
 
 /* The events read so far: the directories they name, the handles known to
  * be outside, and why tracking gave up (NULL while it has not). */
-struct ovl_track_seen {
+struct chg_track_seen {
 	struct dirty_set s;
 	struct outside out;
 	struct treecopy_index *sus; /* files closed after a write (CLOSE_WRITE), or NULL */
@@ -91,7 +91,7 @@ static int suspect_add(struct treecopy_index **sus, const char *rel)
 	return treecopy_index_put(*sus, rel, &none);
 }
 
-void ovl_track_disarm(struct ovl_track *t)
+void chg_track_disarm(struct chg_track *t)
 {
 	if (t->fan >= 0)
 		close(t->fan);
@@ -105,14 +105,14 @@ void ovl_track_disarm(struct ovl_track *t)
 	free(t->seen);
 	free(t->outside_maps);
 	treecopy_index_free(t->suspects);
-	*t = (struct ovl_track)OVL_TRACK_INIT;
+	*t = (struct chg_track)CHG_TRACK_INIT;
 }
 
-int ovl_track_arm(struct ovl_track *t, int upper_fd)
+int chg_track_arm(struct chg_track *t, int upper_fd)
 {
 	char link[64], path[PATH_MAX];
 
-	ovl_track_disarm(t);
+	chg_track_disarm(t);
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", upper_fd);
 	ssize_t n = readlink(link, path, sizeof(path) - 1);
 	if (n <= 0)
@@ -128,7 +128,7 @@ int ovl_track_arm(struct ovl_track *t, int upper_fd)
 	if (t->fan < 0 || t->upper < 0 || !t->path || !t->seen ||
 	    fanotify_mark(t->fan, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, TRACK_EVENTS, upper_fd, NULL) < 0) {
 		int e = t->path && t->seen ? errno : ENOMEM;
-		ovl_track_disarm(t);
+		chg_track_disarm(t);
 		return -e;
 	}
 	return 0;
@@ -164,7 +164,7 @@ static void outside_put(struct outside *o, uint64_t h)
  * moved or removed under that name: what the first pass holds there may be
  * another directory's), and so is the one the object itself is in now, for
  * a write is reported under whichever name the writer's file has. */
-static int one_event(struct ovl_track *t, struct dirty_set *s, struct outside *out,
+static int one_event(struct chg_track *t, struct dirty_set *s, struct outside *out,
 		     const struct fanotify_event_metadata *m, const char *raw, const char **why)
 {
 	char rel[PATH_MAX], child[PATH_MAX + NAME_MAX + 2];
@@ -223,14 +223,15 @@ static int one_event(struct ovl_track *t, struct dirty_set *s, struct outside *o
 	if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && !(S_ISCHR(st.st_mode) && st.st_rdev == 0))
 		return *why = "a changed file has other names", -EAGAIN;
 	/* its last close after a write: it may have been written through a
-	 * mapping with no new ctime */
-	if ((m->mask & FAN_CLOSE_WRITE) && S_ISREG(st.st_mode) && suspect_add(&t->seen->sus, rel) < 0)
+	 * mapping with no new ctime (not by own_pid) */
+	if ((m->mask & FAN_CLOSE_WRITE) && S_ISREG(st.st_mode) && (pid_t)m->pid != t->own_pid &&
+	    suspect_add(&t->seen->sus, rel) < 0)
 		return *why = "out of memory", -EAGAIN;
 	const char *slash = strrchr(rel, '/');
 	return dirty_add(s, rel, slash ? (size_t)(slash - rel) : 0, false) < 0 ? (*why = "out of memory", -EAGAIN) : 0;
 }
 
-static int read_events(struct ovl_track *t, struct dirty_set *s, const char **why)
+static int read_events(struct chg_track *t, struct dirty_set *s, const char **why)
 {
 	char buf[16384] __attribute__((aligned(8)));
 	struct outside *out = &t->seen->out;
@@ -260,8 +261,8 @@ static int read_events(struct ovl_track *t, struct dirty_set *s, const char **wh
 }
 
 struct in_use {
-	struct ovl_track *t;        /* NULL: no plain_dir handling */
-	struct dirty_set *s;        /* NULL: only suspects are wanted (ovl_scan_mapped) */
+	struct chg_track *t;        /* NULL: no plain_dir handling */
+	struct dirty_set *s;        /* NULL: only suspects are wanted (chg_scan_mapped) */
 	struct treecopy_index *sus; /* files mapped shared and writable */
 	const char *root;
 	size_t root_len;
@@ -310,7 +311,7 @@ static size_t root_len(const char *root_path)
 	return n;
 }
 
-int ovl_scan_mapped(const char *root_path, dev_t root_dev, struct treecopy_index **sus, const char **why)
+int chg_scan_mapped(const char *root_path, dev_t root_dev, struct treecopy_index **sus, const char **why)
 {
 	struct in_use u = { .sus = *sus, .root = root_path, .root_len = root_len(root_path), .dev = root_dev };
 	int r = procscan_each("/proc", 0, PROCSCAN_STAT | PROCSCAN_MAPS_ONLY, in_use_ref, &u);
@@ -327,17 +328,17 @@ static int dirty_cmp(const void *a, const void *b)
 	return c ? c : (int)y->deep - (int)x->deep; /* deep first: it is the one kept */
 }
 
-void ovl_track_drain(struct ovl_track *t)
+void chg_track_drain(struct chg_track *t)
 {
-	if (ovl_track_armed(t) && !t->seen->why)
+	if (chg_track_armed(t) && !t->seen->why)
 		read_events(t, &t->seen->s, &t->seen->why);
 }
 
-int ovl_track_collect(struct ovl_track *t, const char *root_path, dev_t root_dev, struct treecopy_dirty **ret,
+int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct treecopy_dirty **ret,
 		      size_t *ret_n, const char **why)
 {
 	*why = NULL;
-	if (!ovl_track_armed(t))
+	if (!chg_track_armed(t))
 		return *why = "not tracking", -EAGAIN;
 	if (t->seen->why) { /* the drain gave up already */
 		treecopy_index_free(t->suspects);
@@ -386,11 +387,11 @@ int ovl_track_collect(struct ovl_track *t, const char *root_path, dev_t root_dev
 	return 0;
 }
 
-bool ovl_track_changed_since(struct ovl_track *t)
+bool chg_track_changed_since(struct chg_track *t)
 {
 	struct dirty_set s = { 0 };
 	const char *why = NULL;
-	int r = ovl_track_armed(t) ? read_events(t, &s, &why) : -EAGAIN;
+	int r = chg_track_armed(t) ? read_events(t, &s, &why) : -EAGAIN;
 	bool changed = r < 0 || s.n > 0;
 	treecopy_dirty_free(s.v, s.n);
 	return changed;

@@ -1,7 +1,11 @@
-/* treecopy_index.c: the per-upper index (relpath -> inode, ctime, size) that
- * lets a create hard-link files unchanged since the previous layer. */
-#include "backend/overlay/treecopy.h"
+/* pathindex.c: the index of paths (relpath -> inode, ctime, size) that lets
+ * an overlay create hard-link files unchanged since the previous layer, and
+ * the changed-directory lists of change tracking (pathindex.h). */
+#include "backend/pathindex.h"
 #include "lib/hash.h"
+#include "lib/util.h"
+
+#include <fcntl.h>
 
 #include <sys/stat.h>
 
@@ -220,4 +224,11 @@ struct treecopy_index *treecopy_index_copy(const struct treecopy_index *ix)
 		}
 	}
 	return c;
+}
+
+void treecopy_dirty_free(struct treecopy_dirty *v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i].path);
+	free(v);
 }

@@ -1,0 +1,49 @@
+/* pathindex.h: sets of paths below a tree, shared by the backends: an
+ * index of relative paths to the identity (inode, ctime, size) of the file
+ * seen there (an overlay upper's index; the files change tracking suspects),
+ * and the list of changed directories change tracking reports. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/stat.h>
+
+/* relpath -> identity of the source file when it was copied (an upper's index). */
+struct treecopy_index;
+
+struct treecopy_index *treecopy_index_new(void);
+void treecopy_index_free(struct treecopy_index *ix);
+static inline void treecopy_index_freep(struct treecopy_index **ix)
+{
+	treecopy_index_free(*ix);
+}
+size_t treecopy_index_count(const struct treecopy_index *ix);
+int treecopy_index_put(struct treecopy_index *ix, const char *relpath, const struct stat *st);
+/* True when relpath was recorded with the same inode, ctime and size as st. */
+bool treecopy_index_match(const struct treecopy_index *ix, const char *relpath, const struct stat *st);
+/* Record relpath so that no stat matches it: a file written through a shared
+ * mapping may change with no new ctime (a write into a page already dirty
+ * makes no fault), so the next update compares its data, and the next copy
+ * copies it again rather than link it. */
+int treecopy_index_put_untrusted(struct treecopy_index *ix, const char *relpath, const struct stat *st);
+/* relpath was recorded untrusted with the same inode, ctime and size as st:
+ * its metadata is unchanged, its data must be compared. */
+bool treecopy_index_match_untrusted(const struct treecopy_index *ix, const char *relpath, const struct stat *st);
+/* relpath has an entry (ix may be NULL: false). Used as a set of paths. */
+bool treecopy_index_has(const struct treecopy_index *ix, const char *relpath);
+/* Serialize with a tag (e.g. the layer name the index points into). Not fsynced:
+ * a lost or torn index only costs a full copy next time. */
+int treecopy_index_save(const struct treecopy_index *ix, const char *tag, int dirfd, const char *name);
+/* ret_tag: malloc'd tag. -ENOENT when absent, -EBADMSG when torn. */
+int treecopy_index_load(int dirfd, const char *name, struct treecopy_index **ret, char **ret_tag);
+
+/* A copy of ix (NULL when out of memory). */
+struct treecopy_index *treecopy_index_copy(const struct treecopy_index *ix);
+
+/* A directory below src (relative, "" for src itself) that changed since
+ * dst was copied from it: its entries and own metadata are compared, and with
+ * deep its whole subtree (a directory made, moved or removed under that name). */
+struct treecopy_dirty {
+	char *path;
+	bool deep;
+};
+void treecopy_dirty_free(struct treecopy_dirty *v, size_t n);
