@@ -18,7 +18,7 @@ BUILD     ?= build
 SANITIZE  ?=
 PYTEST_ARGS ?=
 
-PKGS      := libmicrohttpd jansson libarchive libsystemd nettle libcurl
+PKGS      := libmicrohttpd jansson libarchive libsystemd nettle libcurl libzstd
 CLI_PKGS  := libcurl jansson
 # The one version string: ckptd and ckpt get it as CKPTD_VERSION.
 VERSION   := 0.1.0

@@ -210,9 +210,10 @@ def bench_tarinc(work, src, n_files, runs):
             rep, wall = d.restore(c["checkpoint_id"])
             api.append(rep["restore_duration_ms"])
             walls.append(wall)
-            archives.append(d.s.get(d.url + "/v1/health").json().get("tar_last_restore", {}).get("archives"))
-        log(f"tarinc: full create {full['duration_ms']} ms, incremental {inc}, restores {api} (archives read "
-            f"{archives}), rsync {[round(x) for x in rs]}")
+            last = d.s.get(d.url + "/v1/health").json().get("tar_last_restore", {})
+            archives.append((last.get("archives"), last.get("entered")))
+        log(f"tarinc: full create {full['duration_ms']} ms, incremental {inc}, restores {api} ((archives read, "
+            f"entries entered) {archives}), rsync {[round(x) for x in rs]}")
         drop_tree(pristine)
         return {"tarinc": (full["duration_ms"], full_wall, statistics.median(inc), statistics.median(inc_walls),
                            statistics.median(api), statistics.median(walls), statistics.median(rs))}

@@ -79,6 +79,8 @@ struct chg_track_seen {
 	struct dirty_set s;
 	struct outside out;
 	struct treecopy_index *sus; /* files closed after a write (CLOSE_WRITE), or NULL */
+	ino_t *ino;                 /* plain_dir: files named outside whose links changed */
+	size_t n_ino;
 	const char *why;
 };
 
@@ -101,9 +103,10 @@ void chg_track_disarm(struct chg_track *t)
 	if (t->seen) {
 		treecopy_dirty_free(t->seen->s.v, t->seen->s.n);
 		treecopy_index_free(t->seen->sus);
+		free(t->seen->ino);
 	}
 	free(t->seen);
-	free(t->outside_maps);
+	free(t->outside_inos);
 	treecopy_index_free(t->suspects);
 	*t = (struct chg_track)CHG_TRACK_INIT;
 }
@@ -213,14 +216,26 @@ static int one_event(struct chg_track *t, struct dirty_set *s, struct outside *o
 		return *why = "a file of an event could not be resolved", -EAGAIN;
 	/* an event on the file alone (its link count: link(2), unlink(2))
 	 * that names it outside: one of its names may be in the root, and the
-	 * writes through the other one would be reported outside */
-	if (r == 0 && !dir && t->plain_dir && !S_ISDIR(st.st_mode) && st.st_nlink > 1)
-		return *why = "a file with a name outside the root changed its links", -EAGAIN;
+	 * writes through the other one would be reported outside; the caller
+	 * looks its inode up among the root's (outside_inos) */
+	bool own = t->own_pid && (pid_t)m->pid == t->own_pid; /* ckptd's own (a restore's) */
+	if (r == 0 && !dir && t->plain_dir && !own && !S_ISDIR(st.st_mode) && st.st_nlink > 1) {
+		ino_t *v = realloc(t->seen->ino, (t->seen->n_ino + 1) * sizeof(*v));
+		if (!v)
+			return *why = "out of memory", -EAGAIN;
+		v[t->seen->n_ino++] = st.st_ino;
+		t->seen->ino = v;
+		return 0;
+	}
 	if (r <= 0) /* gone since (its directory is compared all the same) */
 		return 0;
 	if (S_ISDIR(st.st_mode)) /* an event on a directory itself */
 		return dirty_add(s, rel, strlen(rel), false) < 0 ? (*why = "out of memory", -EAGAIN) : 0;
-	if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && !(S_ISCHR(st.st_mode) && st.st_rdev == 0))
+	/* a plain_dir caller looks at every file of several names anyway: only
+	 * a change of names (a link made, moved, removed: ATTRIB for the count)
+	 * is one it must walk for */
+	bool data_only = t->plain_dir && (own || !(m->mask & ~(FAN_MODIFY | FAN_CLOSE_WRITE)));
+	if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && !(S_ISCHR(st.st_mode) && st.st_rdev == 0) && !data_only)
 		return *why = "a changed file has other names", -EAGAIN;
 	/* its last close after a write: it may have been written through a
 	 * mapping with no new ctime (not by own_pid) */
@@ -282,11 +297,11 @@ static int in_use_ref(void *ctx, const struct procscan_ref *ref)
 	if (!procscan_path_under(ref->path, u->root) && u->t && u->t->plain_dir) {
 		if (!sw)
 			return PROCSCAN_CONTINUE; /* another file of that filesystem */
-		ino_t *v = realloc(u->t->outside_maps, (u->t->n_outside_maps + 1) * sizeof(*v));
+		ino_t *v = realloc(u->t->outside_inos, (u->t->n_outside_inos + 1) * sizeof(*v));
 		if (!v)
 			return -ENOMEM;
-		v[u->t->n_outside_maps++] = ref->ino;
-		u->t->outside_maps = v;
+		v[u->t->n_outside_inos++] = ref->ino;
+		u->t->outside_inos = v;
 		return PROCSCAN_CONTINUE;
 	}
 	if (!procscan_path_under(ref->path, u->root)) {
@@ -360,9 +375,10 @@ int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev
 				    .root = root_path,
 				    .root_len = root_len(root_path),
 				    .dev = root_dev };
-		free(t->outside_maps);
-		t->outside_maps = NULL;
-		t->n_outside_maps = 0;
+		free(t->outside_inos);
+		t->outside_inos = TAKE_PTR(t->seen->ino);
+		t->n_outside_inos = t->seen->n_ino;
+		t->seen->n_ino = 0;
 		r = procscan_each("/proc", 0, PROCSCAN_STAT, in_use_ref, &u);
 		t->suspects = u.sus;
 		if (r < 0)

@@ -28,17 +28,21 @@ struct chg_track {
 	/* the last collect's suspects (treecopy_opts.suspects), or NULL */
 	struct treecopy_index *suspects;
 	/* A plain directory on a shared filesystem (the tar backend), not a
-	 * mount of its own: a file of that filesystem in use outside the root
-	 * is no sign of a root file seen under another path, unless it is
-	 * mapped shared and writable: the last collect lists those inodes
-	 * here for the caller to look up among the root's (n_outside_maps). */
+	 * mount of its own: a file of that filesystem in use or changed
+	 * outside the root is no sign of a root file seen under another path,
+	 * unless it is mapped shared and writable or its links changed: the
+	 * last collect lists those inodes here for the caller to look up among
+	 * the root's (n_outside_inos); a root file among them is changed where
+	 * no event of the root shows it.
+	 * Such a caller also stats every file of several names itself, so a
+	 * write to one is no reason to give up; a change of its names is. */
 	bool plain_dir;
 	/* A process whose writes are never through a mapping (ckptd itself,
 	 * when it writes into the tree, as a tar restore does): its closes
 	 * after a write make no suspect. 0: none. */
 	pid_t own_pid;
-	ino_t *outside_maps;
-	size_t n_outside_maps;
+	ino_t *outside_inos;
+	size_t n_outside_inos;
 };
 
 #define CHG_TRACK_INIT                 \

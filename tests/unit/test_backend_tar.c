@@ -567,7 +567,7 @@ static void test_malicious_manifest_rejected(void **state)
 	put(f->roots[0], "a", "a", 0644);
 	fx_open(f);
 	create_cp(f, id, NULL);
-	manifest_append(f, id, "f\t644\t0\t0\t1\t1.0\t1.0\t1\t1\tnone\t../evil\t-\t-\t-\n");
+	manifest_append(f, id, "f\t644\t0\t0\t1\t1.0\t1.0\t1\t1\tnone\t../evil\t-\t-\t-\t-\n");
 	put(f->roots[0], "b", "b", 0644);
 	assert_int_equal(backend_tar_ops.restore(f->st, id, NULL, NULL, NULL, &err), -EBADMSG);
 	assert_non_null(strstr(err.msg, "unsafe path"));
@@ -674,8 +674,11 @@ static void chain_counts(struct fx *f, const char *id, int *own, int *elsewhere)
 	assert_non_null(m);
 	*own = *elsewhere = 0;
 	while (fgets(line, sizeof(line), m)) {
-		char *tab = strrchr(line, '\t');
-		if (line[0] == 'f' && tab && strcmp(tab, "\t-\n"))
+		char *tab = strrchr(line, '\t'); /* the offset's column; the source's before it */
+		if (tab)
+			*tab = '\0';
+		tab = strrchr(line, '\t');
+		if (line[0] == 'f' && tab && strcmp(tab, "\t-"))
 			(*elsewhere)++;
 	}
 	fclose(m);
@@ -819,6 +822,26 @@ static void test_compaction(void **state)
 		free(trees[i]);
 }
 
+/* A whole file as a string (malloc'd). */
+static char *text_read(const char *path)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *m = fopen(path, "r");
+	assert_non_null(m);
+	assert_true(getdelim(&text, &len, '\0', m) > 0);
+	fclose(m);
+	return text;
+}
+
+static void text_write(const char *path, const char *text)
+{
+	FILE *m = fopen(path, "w");
+	assert_non_null(m);
+	fputs(text, m);
+	fclose(m);
+}
+
 static void pwrite_at(const char *dir, const char *rel, const char *data, off_t off)
 {
 	char p[PATH_MAX];
@@ -887,20 +910,12 @@ static void test_compaction_checks_digests(void **state)
 	char *at2 = snapshot(f->roots[0]);
 	/* id[2]'s line for "kept" names a digest its data does not have */
 	snprintf(p, sizeof(p), "%s/tar/%s/r0.manifest", f->state, id[2]);
-	char *text = NULL;
-	size_t len = 0;
-	FILE *m = fopen(p, "r");
-	assert_non_null(m);
-	assert_true(getdelim(&text, &len, '\0', m) > 0);
-	fclose(m);
+	char *text = text_read(p);
 	char *line = strstr(text, "\tkept\t");
 	assert_non_null(line);
 	char *sha = strchr(line + 6, '\t') + 1; /* after the link column */
 	sha[0] = sha[0] == '0' ? '1' : '0';
-	m = fopen(p, "w");
-	assert_non_null(m);
-	fputs(text, m);
-	fclose(m);
+	text_write(p, text);
 	free(text);
 	int rounds = 0;
 	while (backend_tar_ops.cleanup(f->st) > 0)
@@ -915,6 +930,93 @@ static void test_compaction_checks_digests(void **state)
 	assert_same_tree(at2, now);
 	free(now);
 	free(at2);
+}
+
+static json_int_t last_restore(struct fx *f, const char *key)
+{
+	json_t *h = json_object();
+	backend_tar_ops.health(f->st, h);
+	json_int_t v = json_integer_value(json_object_get(json_object_get(h, "tar_last_restore"), key));
+	json_decref(h);
+	return v;
+}
+
+/* Change file rel, restore id, and find the tree want again. */
+static void scramble_restore(struct fx *f, const char *rel, const char *id, const char *want)
+{
+	put(f->roots[0], rel, "scrambled", 0644);
+	json_decref(restore_cp(f, id));
+	char *now = snapshot(f->roots[0]);
+	assert_same_tree(want, now);
+	free(now);
+}
+
+/* A restore that rewrites a few files of a large archive reads them where
+ * the manifest says they begin (the archive's frames), from the checkpoint's
+ * own archive and from an older one; without the frames file, or with one
+ * that does not match its archive, it reads the archives from the start. */
+static void test_restore_enters_archives(void **state)
+{
+	struct fx *f = *state;
+	char a[32], b[32], name[64], p[PATH_MAX], q[PATH_MAX];
+	char *big = malloc(200000);
+
+	assert_non_null(big);
+	for (int i = 0; i < 40; i++) { /* 8 MB that zstd cannot shrink: 8 frames */
+		for (int k = 0; k < 200000; k++)
+			big[k] = (char)(rand() >> 3);
+		snprintf(name, sizeof(name), "f%02d", i);
+		snprintf(p, sizeof(p), "%s/%s", f->roots[0], name);
+		FILE *o = fopen(p, "w");
+		assert_non_null(o);
+		assert_int_equal(fwrite(big, 1, 200000, o), 200000);
+		fclose(o);
+	}
+	free(big);
+	fx_open(f);
+	create_cp(f, a, NULL);
+	char *at_a = snapshot(f->roots[0]);
+	put(f->roots[0], "f39", "changed after a", 0644); /* b's own archive has it */
+	create_cp(f, b, NULL);
+	char *at_b = snapshot(f->roots[0]);
+	/* f05 and f33 come from the base's archive (a and b took them from
+	 * there), f39 from b's own */
+	put(f->roots[0], "f05", "scrambled", 0644);
+	put(f->roots[0], "f33", "scrambled", 0644);
+	put(f->roots[0], "f39", "scrambled", 0644);
+	json_decref(restore_cp(f, b));
+	char *now = snapshot(f->roots[0]);
+	assert_same_tree(at_b, now);
+	free(now);
+	assert_int_equal(last_restore(f, "entered"), 3);
+	/* an offset that names another entry: read from the start instead */
+	snprintf(p, sizeof(p), "%s/tar/%s/r0.manifest", f->state, b);
+	char *text = text_read(p);
+	char *line = strstr(text, "\tf33\t");
+	assert_non_null(line);
+	char *eol = strchr(line, '\n'), *tab = eol;
+	while (tab[-1] != '\t')
+		tab--;
+	char *edited;
+	assert_true(asprintf(&edited, "%.*s0%s", (int)(tab - text), text, eol) > 0); /* offset 0: the first entry */
+	text_write(p, edited);
+	free(edited);
+	free(text);
+	scramble_restore(f, "f33", b, at_b);
+	/* without the frames of the archive holding the data (the base's: a
+	 * took every file from there): read from the start, the same tree */
+	snprintf(p, sizeof(p), "%s/tar/base/r0.tar.zst.frames", f->state);
+	snprintf(q, sizeof(q), "%s.saved", p);
+	assert_int_equal(rename(p, q), 0);
+	scramble_restore(f, "f33", a, at_a);
+	assert_int_equal(last_restore(f, "entered"), 0);
+	/* frames that do not match the archive (cut short): the same */
+	assert_int_equal(truncate(q, 16 + 8 * 3), 0);
+	assert_int_equal(rename(q, p), 0);
+	scramble_restore(f, "f05", a, at_a);
+	assert_int_equal(last_restore(f, "entered"), 0);
+	free(at_a);
+	free(at_b);
 }
 
 /* precopy before the freeze: the create then archives only what changed
@@ -973,6 +1075,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_chain, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compaction, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compaction_sparse, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_restore_enters_archives, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compaction_checks_digests, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_precopy, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_reset_to_base, fx_setup, fx_teardown),

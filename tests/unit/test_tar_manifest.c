@@ -136,7 +136,7 @@ static void test_version3_data_source(void **state)
 	struct tar_manifest m;
 	ckpt_error err = { 0 };
 	(void)state;
-	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC,
+	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC_V3,
 				    "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t-\t-\n"
 				    "f\t644\t0\t0\t4\t1.0\t1.0\t6\t1\tnone\ta\t-\t" SHA "\tbase\n"
 				    "f\t644\t0\t0\t4\t1.0\t1.0\t7\t1\tnone\tb\t-\t" SHA
@@ -149,16 +149,48 @@ static void test_version3_data_source(void **state)
 	assert_null(m.v[2].src);
 	tar_manifest_free(&m);
 	/* a source that is no checkpoint name (it becomes a path), or on a dir */
-	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC,
+	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC_V3,
 				    "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t-\t-\n"
 				    "f\t644\t0\t0\t4\t1.0\t1.0\t6\t1\tnone\ta\t-\t" SHA "\t../x\n",
 				    &m, &err),
 			 -EBADMSG);
-	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC,
+	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC_V3,
 				    "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t-\t-\n"
 				    "d\t755\t0\t0\t0\t1.0\t1.0\t6\t1\tnone\td\t-\t-\tbase\n",
 				    &m, &err),
 			 -EBADMSG);
+}
+
+/* Version 4: each entry's offset in the archive holding its data ("-" when
+ * not known); anything else is refused. */
+static void test_version4_offsets(void **state)
+{
+	struct tar_manifest m;
+	ckpt_error err = { 0 };
+	(void)state;
+	assert_int_equal(load_magic(TAR_MANIFEST_MAGIC,
+				    "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t-\t-\t-\n"
+				    "f\t644\t0\t0\t4\t1.0\t1.0\t6\t1\tnone\ta\t-\t" SHA "\tbase\t1536\n"
+				    "f\t644\t0\t0\t4\t1.0\t1.0\t8\t1\tnone\tc\t-\t" SHA "\t-\t-\n",
+				    &m, &err),
+			 0);
+	assert_int_equal(m.v[0].off, 1536);
+	assert_int_equal(m.v[1].off, -1);
+	assert_int_equal(m.root.off, -1);
+	tar_manifest_free(&m);
+	const char *bad[] = { "-1", "12x", "", "99999999999999999999" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		char text[512];
+		snprintf(text, sizeof(text),
+			 "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t-\t-\t-\n"
+			 "f\t644\t0\t0\t4\t1.0\t1.0\t6\t1\tnone\ta\t-\t" SHA "\t-\t%s\n",
+			 bad[i]);
+		assert_int_equal(load_magic(TAR_MANIFEST_MAGIC, text, &m, &err), -EBADMSG);
+	}
+	/* a version 3 line (no offset) is short for version 4 */
+	assert_int_equal(
+		load_magic(TAR_MANIFEST_MAGIC, "d\t755\t0\t0\t0\t1.0\t1.0\t2\t2\tnone\t.\t-\t-\t-\n", &m, &err),
+		-EBADMSG);
 }
 
 int main(void)
@@ -166,7 +198,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_first_entry_hardlink), cmocka_unit_test(test_bad_lines),
 		cmocka_unit_test(test_valid_manifest),       cmocka_unit_test(test_version2_content_hash),
-		cmocka_unit_test(test_version3_data_source),
+		cmocka_unit_test(test_version3_data_source), cmocka_unit_test(test_version4_offsets),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -341,13 +341,16 @@ static void tar_count_join(struct tar_count *c)
 	c->n = 0;
 }
 
-static bool mapped_elsewhere(const struct chg_track *t, const struct tar_manifest *pm)
+/* A file the checkpoint holds that is mapped for writing, or got another
+ * name, outside the root (a chroot, a mount namespace, a hard link): its
+ * writes make no event in the root, so only the walk can see them. */
+static bool changed_elsewhere(const struct chg_track *t, const struct tar_manifest *pm)
 {
-	for (size_t k = 0; k < t->n_outside_maps; k++)
+	for (size_t k = 0; k < t->n_outside_inos; k++)
 		for (size_t i = 0; i < pm->n; i++)
-			if (pm->v[i].ino == (uint64_t)t->outside_maps[k]) {
-				log_debug("tar: '%s' is mapped for writing under another path: this create reads "
-					  "the whole tree",
+			if (pm->v[i].ino == (uint64_t)t->outside_inos[k]) {
+				log_debug("tar: '%s' is mapped for writing or linked under a path outside the "
+					  "root: the whole tree is read",
 					  pm->v[i].path);
 				return true;
 			}
@@ -462,10 +465,7 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 		struct tar_manifest *pm = have_pm[i] ? &pms[i] : NULL;
 		o.parent = pm;
 		o.parent_name = ch.parent;
-		/* a file mapped for writing under a path outside the root (a
-		 * chroot, a mount namespace) that the parent holds: its writes
-		 * make no event, so only the walk can see them */
-		o.journal = journal && pm && !mapped_elsewhere(&s->trk[i], pm);
+		o.journal = journal && pm && !changed_elsewhere(&s->trk[i], pm);
 		o.dirty = dirty[i];
 		o.n_dirty = n_dirty[i];
 		o.suspects = sus[i];
@@ -739,6 +739,8 @@ static void add_stats(struct tar_restore_stats *sum, const struct tar_restore_st
 	sum->kept += one->kept;
 	sum->bytes += one->bytes;
 	sum->archives += one->archives;
+	sum->entered += one->entered;
+	sum->tracked += one->tracked;
 }
 
 static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_nothing, struct progress *p,
@@ -761,6 +763,8 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 		o.dirty = jb ? jb->dirty[i] : NULL;
 		o.n_dirty = jb ? jb->n_dirty[i] : 0;
 		o.suspects = jb ? jb->sus[i] : NULL;
+		o.outside_inos = jb && s->trk ? s->trk[i].outside_inos : NULL;
+		o.n_outside_inos = jb && s->trk ? s->trk[i].n_outside_inos : 0;
 		int r = tar_restore_root(fd, cfd, arch, man, &o, &one, err);
 		if (r < 0)
 			return err_prefix(err, "root '%s'", s->roots[i]);
@@ -775,9 +779,9 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 
 static json_t *stats_json(const struct tar_restore_stats *t)
 {
-	return json_pack("{s:I, s:I, s:I, s:I, s:I}", "rewritten", (json_int_t)t->rewritten, "removed",
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "rewritten", (json_int_t)t->rewritten, "removed",
 			 (json_int_t)t->removed, "kept", (json_int_t)t->kept, "bytes", (json_int_t)t->bytes, "archives",
-			 (json_int_t)t->archives);
+			 (json_int_t)t->archives, "entered", (json_int_t)t->entered);
 }
 
 /* The roots are not (all) checkpoint name: say so in health, and keep or
@@ -830,7 +834,8 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	_cleanup_(journal_free) struct journal_bufs jb = { dirty, n_dirty, sus, none, s->n_roots };
 	r = restore_roots(s, cfd, zstd, trust_nothing, p, &sum, journal ? &jb : NULL, err);
 	log_debug("tar: restore of '%s' read %s", name,
-		  journal ? "the directories that changed (change tracking)" : "the whole tree");
+		  r >= 0 && sum.tracked == s->n_roots ? "the directories that changed (change tracking)"
+						      : "the whole tree");
 	if (r < 0) { /* the intent stays: the next open runs the restore again */
 		unfinished(s, name, err ? err->msg : "");
 		return r;

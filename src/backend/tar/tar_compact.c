@@ -13,6 +13,7 @@
 #include "backend/tar/tar_create.h"
 #include "backend/tar/tar_fs.h"
 #include "backend/tar/tar_restore.h"
+#include "backend/tar/tar_seek.h"
 
 #define TAR_BLOCK (1 << 20)
 
@@ -92,6 +93,7 @@ static int copy_from(struct kctx *k, int afd, const char *src)
 		bool take = e && (src ? e->src && !strcmp(e->src, src) : !e->src);
 		if (!take)
 			continue; /* the reader skips the data */
+		e->off = tar_writer_offset(k->w);
 		if (archive_write_header(k->w, ae) < ARCHIVE_WARN) {
 			r = werr(k, "header");
 			break;
@@ -162,6 +164,7 @@ int tar_compact_root(int store_fd, int cfd, int out_fd, const char *archive, con
 	struct kctx k = { .err = err };
 	_cleanup_close_ int afd = -1, own = -1;
 	const char **srcs = NULL;
+	struct tar_frames fr = { 0 };
 	size_t n_srcs = 0;
 	int r;
 
@@ -170,13 +173,13 @@ int tar_compact_root(int store_fd, int cfd, int out_fd, const char *archive, con
 		return r;
 	afd = openat(out_fd, archive, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	own = openat(cfd, archive, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	k.w = tar_writer_new(zstd);
+	k.w = tar_writer_new();
 	srcs = calloc(k.m.n + 1, sizeof(*srcs));
 	if (afd < 0 || own < 0)
 		r = err_set(err, tar_errno_norm(errno), NULL, "cannot open the archives of '%s': %m", archive);
 	else if (!k.w || !srcs)
 		r = err_set(err, ENOMEM, NULL, "out of memory");
-	else if (archive_write_open_fd(k.w, afd) != ARCHIVE_OK)
+	else if (tar_writer_open(k.w, afd, zstd ? &fr : NULL) != ARCHIVE_OK)
 		r = werr(&k, "archive");
 	if (r >= 0)
 		r = copy_from(&k, own, NULL);
@@ -198,10 +201,13 @@ int tar_compact_root(int store_fd, int cfd, int out_fd, const char *archive, con
 		r = werr(&k, "archive");
 	if (r >= 0 && fsync(afd) < 0)
 		r = err_set(err, tar_errno_norm(errno), NULL, "cannot sync the compacted archive: %m");
+	if (r >= 0 && zstd && (r = tar_frames_save_for(out_fd, archive, &fr)) < 0)
+		err_set(err, -r, NULL, "cannot write the frames of the compacted archive: %s", strerror(-r));
 	if (r >= 0)
 		r = write_manifest(&k, out_fd, manifest);
 	if (k.w)
-		archive_write_free(k.w);
+		archive_write_free(k.w); /* closes it, if not yet: it may still add frames */
+	tar_frames_free(&fr);
 	free(srcs);
 	tar_manifest_free(&k.m);
 	return r;

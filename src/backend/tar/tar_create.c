@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "backend/tar/tar_fs.h"
+#include "backend/tar/tar_seek.h"
 #include "lib/devino.h"
 #include "lib/walk.h"
 
@@ -253,6 +254,7 @@ static int reuse_entry(struct cctx *c, const struct tar_mentry *pe, struct tar_m
 	me.has_sha256 = true;
 	memcpy(me.sha256, pe->sha256, TAR_SHA256_LEN);
 	me.src = pe->src ? pe->src : (char *)c->o->parent_name;
+	me.off = pe->off; /* in that archive */
 	size_t k = 0;
 	while (k < c->o->n_srcs && strcmp(c->o->srcs[k], me.src))
 		k++;
@@ -337,6 +339,7 @@ static int archive_one(struct cctx *c, int dirfd, const char *name, const char *
 	r = describe(c, dirfd, name, path, &st, fd, ae, &me);
 	if (r < 0)
 		return r;
+	me.off = tar_writer_offset(c->a);
 	if (archive_write_header(c->a, ae) < ARCHIVE_WARN)
 		return arch_err(c, "cannot write header of", path);
 	if (me.type == 'f' && (r = copy_data(c, fd, &me, path)) < 0)
@@ -506,20 +509,17 @@ int tar_create_check(int root_fd, int out_dirfd, const char *manifest, const str
 	return r;
 }
 
-struct archive *tar_writer_new(bool zstd)
+struct archive *tar_writer_new(void)
 {
 	struct archive *a = archive_write_new();
 	if (!a)
 		return NULL;
-	if (archive_write_set_format_pax(a) != ARCHIVE_OK || (zstd && archive_write_add_filter_zstd(a) != ARCHIVE_OK) ||
-	    (!zstd && archive_write_add_filter_none(a) != ARCHIVE_OK) ||
+	if (archive_write_set_format_pax(a) != ARCHIVE_OK || archive_write_add_filter_none(a) != ARCHIVE_OK ||
 	    archive_write_set_bytes_per_block(a, TAR_BLOCK) != ARCHIVE_OK ||
 	    archive_write_set_bytes_in_last_block(a, 1) != ARCHIVE_OK) {
 		archive_write_free(a);
 		return NULL;
 	}
-	if (zstd)
-		archive_write_set_filter_option(a, "zstd", "compression-level", "1");
 	return a;
 }
 
@@ -543,6 +543,7 @@ static int write_root_header(struct cctx *c, int root_fd)
 		return err_set(c->err, errno, NULL, "cannot stat root: %m");
 	tar_mentry_from_stat(&root, &st);
 	root.path = (char *)".";
+	root.off = -1;
 	int r = tar_xattrs_read(root_fd, NULL, &xa, &n);
 	if (r < 0)
 		return err_set(c->err, r, NULL, "cannot read the root's xattrs: %s", strerror(-r));
@@ -591,7 +592,7 @@ int tar_create_root(int root_fd, int out_dirfd, const char *archive, const char 
 	}
 	c.mf = fdopen(mfd, "w");
 	c.buf = malloc(TAR_IO_BUF > PATH_MAX ? TAR_IO_BUF : PATH_MAX + 1);
-	c.a = tar_writer_new(o->zstd);
+	c.a = tar_writer_new();
 	if (!c.mf || !c.buf || !c.a) {
 		if (!c.mf)
 			close(mfd);
@@ -599,13 +600,17 @@ int tar_create_root(int root_fd, int out_dirfd, const char *archive, const char 
 		return err_set(err, ENOMEM, NULL, "cannot set up the archive writer");
 	}
 	setvbuf(c.mf, NULL, _IOFBF, 1 << 16);
-	r = archive_write_open_fd(c.a, afd) != ARCHIVE_OK ? arch_err(&c, "cannot open", archive) : 0;
+	struct tar_frames fr = { 0 };
+	r = tar_writer_open(c.a, afd, o->zstd ? &fr : NULL) != ARCHIVE_OK ? arch_err(&c, "cannot open", archive) : 0;
 	if (r >= 0)
 		r = write_root_header(&c, root_fd);
 	if (r >= 0)
 		r = walk_dir(&c, root_fd, NULL);
 	if (r >= 0)
 		r = finish_files(&c, afd);
-	cctx_free(&c);
+	if (r >= 0 && o->zstd && (r = tar_frames_save_for(out_dirfd, archive, &fr)) < 0)
+		err_set(err, -r, NULL, "cannot write the frames of '%s': %s", archive, strerror(-r));
+	cctx_free(&c); /* closes the writer, if not yet: it may still add frames */
+	tar_frames_free(&fr);
 	return r;
 }

@@ -59,8 +59,9 @@ bool tar_create_count_journal(int root_fd, const struct tar_create_opts *o, uint
 int tar_create_check(int root_fd, int out_dirfd, const char *manifest, const struct tar_create_opts *o,
 		     struct timespec since, ckpt_error *err);
 
-/* A pax writer as checkpoints use (zstd level 1 or no filter), not opened. */
-struct archive *tar_writer_new(bool zstd);
+/* A pax writer as checkpoints use, not opened: tar_writer_open (tar_seek.h)
+ * compresses it, with zstd level 1 in independent frames, or not. */
+struct archive *tar_writer_new(void);
 
 /* Can libarchive write zstd here? */
 bool tar_create_zstd_available(void);

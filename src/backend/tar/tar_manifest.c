@@ -1,9 +1,10 @@
 /* tar_manifest.c: write, load, validate and index the per-root manifest.
  * Format: a magic line, then one tab-separated line per entry:
- *   type mode uid gid size mtime ctime ino nlink xhash path link sha256 src
+ *   type mode uid gid size mtime ctime ino nlink xhash path link sha256 src off
  * (sha256: of a regular file's content, "-" otherwise; absent in version 1;
  * src: the checkpoint whose archive holds the data, "-" for this one's own
- * archive; absent before version 3)
+ * archive; absent before version 3; off: where the entry begins in that
+ * archive's uncompressed stream, "-" when not known; absent before 4)
  * the root directory first (path "."), its xattrs as "x name hexvalue" lines,
  * then the entries in archive order. Paths are %XX-escaped for bytes <= ' ',
  * '%' and DEL, so a line never holds a tab or a newline of a name. */
@@ -76,6 +77,7 @@ void tar_mentry_from_stat(struct tar_mentry *e, const struct stat *st)
 	e->ino = st->st_ino;
 	e->nlink = (uint32_t)st->st_nlink;
 	e->group = -1;
+	e->off = -1;
 }
 
 static void put_escaped(FILE *f, const char *s)
@@ -136,7 +138,10 @@ static void put_line(FILE *f, const struct tar_mentry *e)
 		fputs("-\t", f);
 	}
 	fputs(e->src ? e->src : "-", f);
-	fputc('\n', f);
+	if (e->off >= 0)
+		fprintf(f, "\t%lld\n", (long long)e->off);
+	else
+		fputs("\t-\n", f);
 }
 
 int tar_manifest_write_header(FILE *f, const struct tar_mentry *root, const struct tar_xattr *xa, size_t n_xa)
@@ -241,7 +246,7 @@ static int parse_sha256(const char *s, struct tar_mentry *e)
 
 static int parse_entry(char *line, size_t n_fields, struct tar_mentry *e)
 {
-	char *f[15], *end;
+	char *f[16], *end;
 	unsigned long long v[5];
 	static const char *types = "fhdlpcb";
 
@@ -275,6 +280,14 @@ static int parse_entry(char *line, size_t n_fields, struct tar_mentry *e)
 		/* a data source: only a regular file's, only a checkpoint's name */
 		if (e->type != 'f' || (!id_valid(f[13]) && strcmp(f[13], "base")) || !(e->src = strdup(f[13])))
 			return -EINVAL;
+	}
+	e->off = -1;
+	if (n_fields > 14 && strcmp(f[14], "-")) {
+		errno = 0;
+		long long off = strtoll(f[14], &end, 10);
+		if (*end || errno || off < 0 || !*f[14])
+			return -EINVAL;
+		e->off = off;
 	}
 	if (e->type != 'h')
 		return strcmp(f[11], "-") ? -EINVAL : 0;
@@ -423,12 +436,14 @@ static int manifest_add_line(struct tar_manifest *m, char *line, size_t lineno, 
 static int manifest_parse(struct tar_manifest *m, char *text, ckpt_error *err)
 {
 	char *save = NULL, *line = strtok_r(text, "\n", &save);
-	size_t lineno = 0, n_fields = 14;
+	size_t lineno = 0, n_fields = 15;
 
 	if (line && !strcmp(line, TAR_MANIFEST_MAGIC_V1))
 		n_fields = 12;
 	else if (line && !strcmp(line, TAR_MANIFEST_MAGIC_V2))
 		n_fields = 13;
+	else if (line && !strcmp(line, TAR_MANIFEST_MAGIC_V3))
+		n_fields = 14;
 	else if (!line || strcmp(line, TAR_MANIFEST_MAGIC))
 		return err_set(err, EBADMSG, NULL, "not a ckptd tar manifest");
 	while ((line = strtok_r(NULL, "\n", &save))) {

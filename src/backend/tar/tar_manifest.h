@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 #include "lib/util.h"
 
-#define TAR_MANIFEST_MAGIC "ckptd-tar-manifest 3"
-/* Version 1 lacks the content hash, version 2 the data source; both are
- * still read (every entry's data then is in the checkpoint's own archive). */
+#define TAR_MANIFEST_MAGIC "ckptd-tar-manifest 4"
+/* Version 1 lacks the content hash, version 2 the data source, version 3
+ * the offset; all are still read (every entry's data then is in the
+ * checkpoint's own archive; with no offset it is found by reading). */
+#define TAR_MANIFEST_MAGIC_V3 "ckptd-tar-manifest 3"
 #define TAR_MANIFEST_MAGIC_V2 "ckptd-tar-manifest 2"
 #define TAR_MANIFEST_MAGIC_V1 "ckptd-tar-manifest 1"
 #define TAR_SHA256_LEN 32
@@ -22,6 +24,9 @@ struct tar_mentry {
 	 * the same root) holds this regular file's data, NULL for the
 	 * checkpoint's own archive. Always a checkpoint id or "base". */
 	char *src;
+	/* Where the entry's headers begin in that archive, counted in its
+	 * uncompressed stream (tar_seek.h); -1 when not known. */
+	int64_t off;
 	char type;
 	mode_t mode; /* permission bits only */
 	uid_t uid;

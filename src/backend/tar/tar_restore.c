@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "backend/tar/tar_fs.h"
+#include "backend/tar/tar_seek.h"
 
 #define TAR_BLOCK (1 << 20)
 
@@ -145,6 +146,8 @@ static const struct treecopy_dirty *dirty_find(const struct tar_restore_opts *o,
 	return bsearch(dir, o->dirty, o->n_dirty, sizeof(*o->dirty), dirty_cmp);
 }
 
+static int parent_fd(struct rctx *c, int root_fd, const char *path, const char **leaf);
+
 /* Is an entry of directory dir to be looked at: dir changed, or lies below
  * a directory made, moved or removed under its name (deep)? */
 static bool in_changed_dir(const struct tar_restore_opts *o, const char *dir)
@@ -179,7 +182,20 @@ static int journal_walk(struct rctx *c, int root_fd)
 		const char *slash = strrchr(e->path, '/');
 		snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - e->path) : 0, e->path);
 		e->seen = !in_changed_dir(c->o, dir) && !(e->type == 'd' && dirty_find(c->o, e->path));
+		/* a file of several names may be written through one outside
+		 * the root, which no event of the root shows: looked at always */
+		if (e->seen && (e->type == 'h' || (e->type == 'f' && e->nlink > 1))) {
+			const char *leaf;
+			struct stat st;
+			int pfd = parent_fd(c, root_fd, e->path, &leaf);
+			if (pfd < 0 || fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0 || !tar_type_matches(e, &st))
+				e->seen = false; /* gone or replaced: its directory changed too, and is read */
+			else if (c->o->trust_nothing || !unchanged(e, &st) || suspect(c, e->path))
+				e->needed = true;
+		}
 	}
+	if (c->pdir_fd >= 0)
+		close(TAKE_FD(c->pdir_fd));
 	for (size_t k = 0; k < c->o->n_dirty; k++) {
 		const struct treecopy_dirty *d = &c->o->dirty[k];
 		bool under_deep = false; /* read already, with a deep ancestor */
@@ -541,6 +557,84 @@ int tar_source_open(int store_fd, const char *src, const char *archive)
 	return -e;
 }
 
+static int cmp_off(const void *a, const void *b)
+{
+	int64_t x = (*(struct tar_mentry *const *)a)->off, y = (*(struct tar_mentry *const *)b)->off;
+	return x < y ? -1 : x > y;
+}
+
+/* The frames of an archive (tar_seek.h), beside it: in the checkpoint's
+ * directory, or in the older one's (or its .keep/ place). */
+static bool frames_of(struct rctx *c, int ckpt_dirfd, const char *archive, const char *src, int afd,
+		      struct tar_frames *fr)
+{
+	char name[PATH_MAX];
+	snprintf(name, sizeof(name), "%s.frames", archive);
+	_cleanup_close_ int ffd = !src ? openat(ckpt_dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+		: c->o->store_fd >= 0  ? tar_source_open(c->o->store_fd, src, name)
+				       : -1;
+	return ffd >= 0 && tar_frames_load_fd(ffd, afd, fr);
+}
+
+/* The needed entries of one archive, each read where the manifest says it
+ * begins: from the frame holding it, not from the start of the archive.
+ * 1 when done; 0 when the archive cannot be entered so (no offsets, no
+ * frames, too many entries to be worth it, or an entry not where its
+ * offset says: then the caller reads it from the start, which rewrites
+ * what this wrote again); < 0 on a failure to write. */
+static int extract_seek(struct rctx *c, int afd, int ckpt_dirfd, const char *archive, const char *src, uint64_t total,
+			int root_fd, struct archive *w)
+{
+	size_t len = strlen(archive);
+	bool zst = len > 4 && !strcmp(archive + len - 4, ".zst");
+	struct tar_frames fr = { 0 };
+	int r = 0;
+
+	if (total == 0 || (zst && !frames_of(c, ckpt_dirfd, archive, src, afd, &fr)))
+		return 0;
+	/* each entry costs half a frame on average: past that, read it all */
+	if (zst && total > fr.n / 2) {
+		tar_frames_free(&fr);
+		return 0;
+	}
+	_cleanup_free_ struct tar_mentry **v = calloc(total, sizeof(*v));
+	size_t n = 0;
+	for (size_t i = 0; v && i < c->m.n && n < total; i++) {
+		struct tar_mentry *e = &c->m.v[i];
+		if (e->needed && (src ? e->src && !strcmp(e->src, src) : !e->src))
+			v[n++] = e;
+	}
+	for (size_t i = 0; v && i < n; i++)
+		if (v[i]->off < 0)
+			n = 0; /* one without an offset (an older manifest): read it all */
+	if (!v || n != total) {
+		tar_frames_free(&fr);
+		return 0;
+	}
+	qsort(v, n, sizeof(*v), cmp_off);
+	for (size_t i = 0; r == 0 && i < n; i++) {
+		struct archive *a = tar_seek_reader(afd, zst ? &fr : NULL, v[i]->off);
+		struct archive_entry *ae;
+		bool skip = false;
+		ckpt_error quiet = { 0 }, *saved = c->err;
+		c->err = &quiet; /* a mismatch is not an error: the caller reads all */
+		struct tar_mentry *e =
+			a && archive_read_next_header(a, &ae) == ARCHIVE_OK ? check_entry(c, ae, src, &skip) : NULL;
+		c->err = saved;
+		if (!e || skip || e != v[i]) {
+			log_warn("tar: '%s' is not where the manifest says in archive '%s'%s%s: reading it whole",
+				 v[i]->path, archive, src ? " of " : "", src ? src : "");
+			r = 1;
+		} else if ((r = extract_one(c, a, w, root_fd, ae)) == 0) {
+			c->st->entered++;
+		}
+		if (a)
+			archive_read_free(a);
+	}
+	tar_frames_free(&fr);
+	return r < 0 ? r : r == 1 ? 0 : 1;
+}
+
 /* Read one archive: the checkpoint's own (src NULL) or an older one. */
 static int extract(struct rctx *c, int root_fd, int ckpt_dirfd, const char *archive, const char *src, uint64_t total)
 {
@@ -569,7 +663,11 @@ static int extract(struct rctx *c, int root_fd, int ckpt_dirfd, const char *arch
 	r = tar_cwd_enter(root_fd, &saved);
 	if (r < 0)
 		return err_set(c->err, r, NULL, "cannot enter the root: %s", strerror(-r));
-	r = extract_loop(c, a, w, root_fd, src, total);
+	r = extract_seek(c, afd, ckpt_dirfd, archive, src, total, root_fd, w);
+	if (r == 0)
+		r = extract_loop(c, a, w, root_fd, src, total);
+	else if (r > 0)
+		r = 0;
 	if (c->pdir_fd >= 0)
 		close(TAKE_FD(c->pdir_fd));
 	if (archive_write_close(w) != ARCHIVE_OK && r >= 0)
@@ -658,7 +756,12 @@ int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const cha
 	if (r < 0)
 		return r;
 	tar_manifest_alias_load(ckpt_dirfd, alias, &c.m);
-	r = o->journal && !o->trust_nothing ? journal_walk(&c, root_fd) : live_walk(&c, root_fd, NULL, live_one);
+	bool journal = o->journal && !o->trust_nothing;
+	for (size_t k = 0; journal && k < o->n_outside_inos; k++)
+		for (size_t i = 0; journal && i < c.m.n; i++)
+			journal = c.m.v[i].ino != (uint64_t)o->outside_inos[k];
+	stats->tracked = journal;
+	r = journal ? journal_walk(&c, root_fd) : live_walk(&c, root_fd, NULL, live_one);
 	if (r >= 0) {
 		close_needed(&c);
 		r = prepare(&c, root_fd, &files, &bytes);

@@ -29,6 +29,10 @@ struct tar_restore_opts {
 	 * (NULL: none known): their data may have changed with no new ctime,
 	 * so they are rewritten, never trusted. */
 	const struct treecopy_index *suspects;
+	/* Inodes changed where no event of the root shows (change_track.h):
+	 * one the checkpoint holds makes the restore walk the whole root. */
+	const ino_t *outside_inos;
+	size_t n_outside_inos;
 };
 
 struct tar_restore_stats {
@@ -37,6 +41,8 @@ struct tar_restore_stats {
 	uint64_t kept;      /* entries left as they were */
 	uint64_t bytes;     /* bytes extracted */
 	uint64_t archives;  /* archives read (1 + older ones of a chain) */
+	uint64_t entered;   /* entries read where they begin (tar_seek.h), not from the start */
+	uint64_t tracked;   /* roots whose changed directories only were read (journal) */
 };
 
 /* Open the archive of one root in checkpoint src below store_fd, where
