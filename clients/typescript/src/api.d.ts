@@ -709,6 +709,8 @@ export interface components {
             bytes: number;
             /** @description archives read (the checkpoint's own, and each older one of its incremental chain that held a file the restore rewrote); in health only */
             archives?: number;
+            /** @description entries read where they begin in their archive (its index of compressed frames and the manifest's offsets) rather than by reading the archive from its start; in health only */
+            entered?: number;
         };
         /** @description Host mode (`ckptd --mode host`); see docs/host.md. */
         HostHealth: {
