@@ -42,14 +42,14 @@ static int dirty_add(struct dirty_set *s, const char *path, size_t len, bool dee
 
 /* What a handle of an event names, relative to the upper, and its stat: 1,
  * 0 when it is outside the upper (the work dir, ckptd's own layers, other
- * files of that filesystem) or removed since (its parent has an event too),
- * < 0 when it cannot be told. */
+ * files of that filesystem), 2 when it is removed since (wherever it was:
+ * its parent has an event too), < 0 when it cannot be told. */
 static int resolve(struct chg_track *t, struct file_handle *fh, char *rel, size_t size, struct stat *st)
 {
 	char link[64], path[PATH_MAX];
 	_cleanup_close_ int d = open_by_handle_at(t->upper, fh, O_PATH | O_CLOEXEC);
 	if (d < 0)
-		return errno == ESTALE ? 0 : -errno;
+		return errno == ESTALE ? 2 : -errno;
 	if (fstat(d, st) < 0)
 		return -errno;
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", d);
@@ -57,9 +57,9 @@ static int resolve(struct chg_track *t, struct file_handle *fh, char *rel, size_
 	if (n < 0)
 		return -errno;
 	path[n] = 0;
-	if (strncmp(path, t->path, t->len) || (path[t->len] && path[t->len] != '/'))
-		return 0;
 	if (n > 10 && !strcmp(path + n - 10, " (deleted)"))
+		return 2;
+	if (strncmp(path, t->path, t->len) || (path[t->len] && path[t->len] != '/'))
 		return 0;
 	snprintf(rel, size, "%s", path[t->len] ? path + t->len + 1 : "");
 	return 1;
@@ -166,7 +166,10 @@ static void outside_put(struct outside *o, uint64_t h)
 /* One event: the directory it names is compared (deep for a directory made,
  * moved or removed under that name: what the first pass holds there may be
  * another directory's), and so is the one the object itself is in now, for
- * a write is reported under whichever name the writer's file has. */
+ * a write is reported under whichever name the writer's file has. That name
+ * may be one the file no longer has, in a directory removed since: overlayfs
+ * keeps, per inode, the upper dentry it first found a file of several names
+ * by, and reports every write through any of its names under that one. */
 static int one_event(struct chg_track *t, struct dirty_set *s, struct outside *out,
 		     const struct fanotify_event_metadata *m, const char *raw, const char **why)
 {
@@ -202,9 +205,13 @@ static int one_event(struct chg_track *t, struct dirty_set *s, struct outside *o
 	}
 	if (r < 0)
 		return *why = "a directory of an event could not be resolved", -EAGAIN;
-	if (r > 0 && dirty_add(s, rel, strlen(rel), false) < 0)
+	/* a directory removed since is not cached as outside: the object
+	 * tells (overlayfs reports every write to a file of several names
+	 * under the name it first found it by, which may be gone) */
+	bool dir_gone = r == 2;
+	if (r == 1 && dirty_add(s, rel, strlen(rel), false) < 0)
 		return *why = "out of memory", -EAGAIN;
-	if (r > 0 && (m->mask & FAN_ONDIR) && (m->mask & DIR_CHANGES) && strcmp(name, ".")) {
+	if (r == 1 && (m->mask & FAN_ONDIR) && (m->mask & DIR_CHANGES) && strcmp(name, ".")) {
 		snprintf(child, sizeof(child), "%s%s%s", rel, rel[0] ? "/" : "", name);
 		if (dirty_add(s, child, strlen(child), true) < 0)
 			return *why = "out of memory", -EAGAIN;
@@ -212,7 +219,7 @@ static int one_event(struct chg_track *t, struct dirty_set *s, struct outside *o
 	if (!obj || (dir && (m->mask & FAN_ONDIR)))
 		return 0;
 	st = (struct stat){ 0 };
-	if ((r = resolve(t, obj, rel, sizeof(rel), &st)) < 0 && !dir)
+	if ((r = resolve(t, obj, rel, sizeof(rel), &st)) < 0 && (!dir || dir_gone))
 		return *why = "a file of an event could not be resolved", -EAGAIN;
 	/* an event on the file alone (its link count: link(2), unlink(2))
 	 * that names it outside: one of its names may be in the root, and the
@@ -227,7 +234,7 @@ static int one_event(struct chg_track *t, struct dirty_set *s, struct outside *o
 		t->seen->ino = v;
 		return 0;
 	}
-	if (r <= 0) /* gone since (its directory is compared all the same) */
+	if (r != 1) /* outside, or gone since (its directory is compared all the same) */
 		return 0;
 	if (S_ISDIR(st.st_mode)) /* an event on a directory itself */
 		return dirty_add(s, rel, strlen(rel), false) < 0 ? (*why = "out of memory", -EAGAIN) : 0;
