@@ -186,19 +186,32 @@ uint64_t tar_xattrs_hash(const struct tar_xattr *xa, size_t n)
 	return h ? h : 1;
 }
 
+/* Decimal digits up to stop (or the end), nothing else: a manifest has a
+ * line per file, and strtoull's locale and sign handling showed in
+ * profiles. NULL when not a number that fits; else where it stopped. */
+static const char *parse_dec(const char *s, char stop, uint64_t *v)
+{
+	uint64_t x = 0;
+	const char *p = s;
+	for (; *p && *p != stop; p++) {
+		unsigned d = (unsigned)(*p - '0');
+		if (d > 9 || x > (UINT64_MAX - d) / 10)
+			return NULL;
+		x = x * 10 + d;
+	}
+	*v = x;
+	return p == s ? NULL : p;
+}
+
 static int parse_ts(const char *s, struct timespec *ts)
 {
-	char *end;
-	errno = 0;
-	long long sec = strtoll(s, &end, 10);
-	if (end == s || *end != '.' || errno || !isdigit((unsigned char)end[1]))
+	uint64_t sec, nsec;
+	bool neg = *s == '-';
+	const char *p = parse_dec(s + neg, '.', &sec);
+	if (!p || *p != '.' || sec > INT64_MAX || !(p = parse_dec(p + 1, '\0', &nsec)) || nsec > 999999999)
 		return -EINVAL;
-	s = end + 1;
-	long nsec = strtol(s, &end, 10);
-	if (*end || errno || nsec < 0 || nsec > 999999999)
-		return -EINVAL;
-	ts->tv_sec = (time_t)sec;
-	ts->tv_nsec = nsec;
+	ts->tv_sec = neg ? -(time_t)sec : (time_t)sec;
+	ts->tv_nsec = (long)nsec;
 	return 0;
 }
 
@@ -247,7 +260,7 @@ static int parse_sha256(const char *s, struct tar_mentry *e)
 static int parse_entry(char *line, size_t n_fields, struct tar_mentry *e)
 {
 	char *f[16], *end;
-	unsigned long long v[5];
+	uint64_t v[5];
 	static const char *types = "fhdlpcb";
 
 	if (split_tabs(line, f, n_fields + 1) != n_fields || strlen(f[0]) != 1 || !strchr(types, f[0][0]))
@@ -257,12 +270,9 @@ static int parse_entry(char *line, size_t n_fields, struct tar_mentry *e)
 	if (*end || e->mode > 07777)
 		return -EINVAL;
 	const int idx[5] = { 2, 3, 4, 7, 8 };
-	for (int i = 0; i < 5; i++) {
-		errno = 0;
-		v[i] = strtoull(f[idx[i]], &end, 10);
-		if (*end || errno || !*f[idx[i]])
+	for (int i = 0; i < 5; i++)
+		if (!parse_dec(f[idx[i]], '\0', &v[i]))
 			return -EINVAL;
-	}
 	e->uid = (uid_t)v[0];
 	e->gid = (gid_t)v[1];
 	e->size = v[2];
@@ -283,11 +293,10 @@ static int parse_entry(char *line, size_t n_fields, struct tar_mentry *e)
 	}
 	e->off = -1;
 	if (n_fields > 14 && strcmp(f[14], "-")) {
-		errno = 0;
-		long long off = strtoll(f[14], &end, 10);
-		if (*end || errno || off < 0 || !*f[14])
+		uint64_t off;
+		if (!parse_dec(f[14], '\0', &off) || off > INT64_MAX)
 			return -EINVAL;
-		e->off = off;
+		e->off = (int64_t)off;
 	}
 	if (e->type != 'h')
 		return strcmp(f[11], "-") ? -EINVAL : 0;
@@ -371,9 +380,19 @@ static int manifest_index(struct tar_manifest *m, ckpt_error *err)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	m->n_slots = n_slots;
 	memset(m->slots, 0xff, n_slots * sizeof(*m->slots));
+	const char *pdir = NULL; /* the last entry's directory, and its entry */
+	size_t plen = 0;
+	struct tar_mentry *p = NULL;
 	for (size_t i = 0; i < m->n; i++) {
-		struct tar_mentry *e = &m->v[i], *p = tar_manifest_parent(m, e->path);
-		if (strchr(e->path, '/') && (!p || p->type != 'd'))
+		struct tar_mentry *e = &m->v[i];
+		const char *slash = strrchr(e->path, '/');
+		size_t len = slash ? (size_t)(slash - e->path) : 0;
+		if (!pdir || len != plen || strncmp(e->path, pdir, len)) { /* entries of a directory come in a row */
+			p = tar_manifest_parent(m, e->path);
+			pdir = e->path;
+			plen = len;
+		}
+		if (slash && (!p || p->type != 'd'))
 			return err_set(err, EBADMSG, NULL, "manifest entry '%s' has no parent directory", e->path);
 		if (e->type == 'h') {
 			struct tar_mentry *t = tar_manifest_find(m, e->link);

@@ -177,11 +177,20 @@ static bool in_changed_dir(const struct tar_restore_opts *o, const char *dir)
 static int journal_walk(struct rctx *c, int root_fd)
 {
 	char dir[PATH_MAX];
+	const char *last = NULL; /* the last entry's directory: they come in a row */
+	size_t last_len = 0;
+	bool changed = false;
 	for (size_t i = 0; i < c->m.n; i++) {
 		struct tar_mentry *e = &c->m.v[i];
 		const char *slash = strrchr(e->path, '/');
-		snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - e->path) : 0, e->path);
-		e->seen = !in_changed_dir(c->o, dir) && !(e->type == 'd' && dirty_find(c->o, e->path));
+		size_t len = slash ? (size_t)(slash - e->path) : 0;
+		if (!last || len != last_len || strncmp(e->path, last, len)) {
+			snprintf(dir, sizeof(dir), "%.*s", (int)len, e->path);
+			changed = in_changed_dir(c->o, dir);
+			last = e->path;
+			last_len = len;
+		}
+		e->seen = !changed && !(e->type == 'd' && c->o->n_dirty && dirty_find(c->o, e->path));
 		/* a file of several names may be written through one outside
 		 * the root, which no event of the root shows: looked at always */
 		if (e->seen && (e->type == 'h' || (e->type == 'f' && e->nlink > 1))) {
