@@ -283,7 +283,8 @@ static int read_events(struct chg_track *t, struct dirty_set *s, const char **wh
 }
 
 struct in_use {
-	struct chg_track *t;        /* NULL: no plain_dir handling */
+	struct chg_track *t;        /* NULL: no plain_dir handling (but plain) */
+	bool plain;                 /* a plain directory: files outside it are not its */
 	struct dirty_set *s;        /* NULL: only suspects are wanted (chg_scan_mapped) */
 	struct treecopy_index *sus; /* files mapped shared and writable */
 	const char *root;
@@ -301,8 +302,8 @@ static int in_use_ref(void *ctx, const struct procscan_ref *ref)
 	if ((ref->kind != PROCSCAN_FD && ref->kind != PROCSCAN_MAP) || !ref->has_id || ref->dev != u->dev ||
 	    ref->deleted || (!u->s && !sw))
 		return PROCSCAN_CONTINUE;
-	if (!procscan_path_under(ref->path, u->root) && u->t && u->t->plain_dir) {
-		if (!sw)
+	if (!procscan_path_under(ref->path, u->root) && (u->plain || (u->t && u->t->plain_dir))) {
+		if (!sw || !u->t)
 			return PROCSCAN_CONTINUE; /* another file of that filesystem */
 		ino_t *v = realloc(u->t->outside_inos, (u->t->n_outside_inos + 1) * sizeof(*v));
 		if (!v)
@@ -333,9 +334,12 @@ static size_t root_len(const char *root_path)
 	return n;
 }
 
-int chg_scan_mapped(const char *root_path, dev_t root_dev, struct treecopy_index **sus, const char **why)
+int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struct treecopy_index **sus,
+		    const char **why)
 {
-	struct in_use u = { .sus = *sus, .root = root_path, .root_len = root_len(root_path), .dev = root_dev };
+	struct in_use u = {
+		.plain = plain_dir, .sus = *sus, .root = root_path, .root_len = root_len(root_path), .dev = root_dev
+	};
 	int r = procscan_each("/proc", 0, PROCSCAN_STAT | PROCSCAN_MAPS_ONLY, in_use_ref, &u);
 	*sus = u.sus;
 	if (r < 0)

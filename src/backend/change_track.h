@@ -87,8 +87,11 @@ int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev
 /* The files of the root (mounted at root_path, device root_dev) that a
  * process maps shared and writable, added to the set *sus (made when NULL):
  * the suspects of a pass without tracking. < 0 with *why when one is mapped
- * under another path (a mount namespace or chroot) or /proc cannot be read. */
-int chg_scan_mapped(const char *root_path, dev_t root_dev, struct treecopy_index **sus, const char **why);
+ * under another path (a mount namespace or chroot) or /proc cannot be read.
+ * plain_dir: the root is a directory of a filesystem others use too (tar),
+ * so files mapped outside its path are taken as not its own. */
+int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struct treecopy_index **sus,
+		    const char **why);
 
 /* Whether anything changed in the upper since the last collect (or this
  * cannot be told): what makes a check of collect's answer inconclusive. */

@@ -429,7 +429,7 @@ static bool tracked_pass(struct chg_track *trk, int upper, int tpre, const struc
 		print_message("a round without hard links walked: %s\n",
 			      why ? why : "a hard link, or a directory no event explains");
 	struct treecopy_index *fix = treecopy_index_new();
-	assert_int_equal(chg_scan_mapped(mnt, mst.st_dev, &trk->suspects, &why), 0);
+	assert_int_equal(chg_scan_mapped(mnt, mst.st_dev, false, &trk->suspects, &why), 0);
 	struct treecopy_opts fo = { .prev_fd = -1, .prev_ix = tpre_ix, .new_ix = fix, .suspects = trk->suspects };
 	if (treecopy_update(upper, tpre, &fo, NULL, &err) < 0)
 		fail_msg("walk after the tracked pass gave up: %s", err.msg);
@@ -463,7 +463,7 @@ static void catch_up(struct chg_track *trk, int upper, int tpre, struct treecopy
 	if (q == -EAGAIN) {
 		treecopy_index_free(nix);
 		nix = treecopy_index_new();
-		assert_int_equal(chg_scan_mapped(mnt, mst.st_dev, &trk->suspects, &why), 0);
+		assert_int_equal(chg_scan_mapped(mnt, mst.st_dev, false, &trk->suspects, &why), 0);
 		struct treecopy_opts o = {
 			.prev_fd = -1, .prev_ix = *tpre_ix, .new_ix = nix, .suspects = trk->suspects
 		};
@@ -933,7 +933,7 @@ static void test_silent_mapped_writes_are_compared(void **state)
 			const char *why = NULL;
 			struct treecopy_index *sus = NULL, *ix = treecopy_index_new();
 			assert_int_equal(stat(mnt, &mst), 0);
-			assert_int_equal(chg_scan_mapped(mnt, mst.st_dev, &sus, &why), 0);
+			assert_int_equal(chg_scan_mapped(mnt, mst.st_dev, false, &sus, &why), 0);
 			assert_true(treecopy_index_has(sus, rel));
 			struct treecopy_opts uo = { .prev_fd = -1, .prev_ix = pre_ix, .new_ix = ix, .suspects = sus };
 			assert_int_equal(treecopy_update(upper, pre, &uo, NULL, &err), 0);

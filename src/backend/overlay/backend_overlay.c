@@ -353,7 +353,7 @@ static void ovl_scan_suspects(struct ovl_root *r, struct treecopy_index **sus)
 {
 	struct stat rst;
 	const char *why = "cannot stat the root";
-	if (stat(r->path, &rst) < 0 || chg_scan_mapped(r->path, rst.st_dev, sus, &why) < 0)
+	if (stat(r->path, &rst) < 0 || chg_scan_mapped(r->path, rst.st_dev, false, sus, &why) < 0)
 		log_warn("create: cannot tell which files of '%s' are mapped shared and writable (%s): a write "
 			 "through such a mapping during the copy may be missed",
 			 r->path, why);

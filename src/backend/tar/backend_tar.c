@@ -357,6 +357,24 @@ static bool changed_elsewhere(const struct chg_track *t, const struct tar_manife
 	return false;
 }
 
+/* Files a process maps shared and writable now, for each root change
+ * tracking named none for (not tracking, or it could not tell): a write
+ * through such a mapping may leave no new ctime, so they are archived and
+ * rewritten, never trusted. A scan that fails is logged. */
+static void scan_suspects(struct tar_state *s, struct treecopy_index **sus)
+{
+	for (size_t i = 0; i < s->n_roots; i++) {
+		struct stat rst;
+		const char *why = "cannot stat the root";
+		if (sus[i])
+			continue;
+		if (stat(s->roots[i], &rst) < 0 || chg_scan_mapped(s->roots[i], rst.st_dev, true, &sus[i], &why) < 0)
+			log_warn("tar: cannot tell which files of '%s' are mapped shared and writable (%s): a "
+				 "write through such a mapping may be missed",
+				 s->roots[i], why);
+	}
+}
+
 struct journal_bufs {
 	struct treecopy_dirty **dirty;
 	size_t *n_dirty;
@@ -415,6 +433,8 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 		bool for_head = ch.parent && !strcmp(s->trk_for, ch.parent);
 		journal = trk_collect(s, dirty, n_dirty, sus) == 0 && for_head;
 	}
+	if (!from)
+		scan_suspects(s, sus);
 	/* the parents' manifests, with what past restores wrote (aliases) */
 	struct tar_manifest pms[MAX_ROOTS] = { 0 };
 	bool have_pm[MAX_ROOTS] = { 0 };
@@ -744,7 +764,7 @@ static void add_stats(struct tar_restore_stats *sum, const struct tar_restore_st
 }
 
 static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_nothing, struct progress *p,
-			 struct tar_restore_stats *sum, struct journal_bufs *jb, ckpt_error *err)
+			 struct tar_restore_stats *sum, struct journal_bufs *jb, bool journal, ckpt_error *err)
 {
 	struct tar_restore_opts o = { .skip_dev = s->state_dev,
 				      .skip_ino = s->state_ino,
@@ -759,12 +779,12 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 		if (fd < 0)
 			return fd;
 		entry_names(i, zstd, arch, man);
-		o.journal = jb != NULL;
-		o.dirty = jb ? jb->dirty[i] : NULL;
-		o.n_dirty = jb ? jb->n_dirty[i] : 0;
-		o.suspects = jb ? jb->sus[i] : NULL;
-		o.outside_inos = jb && s->trk ? s->trk[i].outside_inos : NULL;
-		o.n_outside_inos = jb && s->trk ? s->trk[i].n_outside_inos : 0;
+		o.journal = journal;
+		o.dirty = journal ? jb->dirty[i] : NULL;
+		o.n_dirty = journal ? jb->n_dirty[i] : 0;
+		o.suspects = jb->sus[i];
+		o.outside_inos = journal && s->trk ? s->trk[i].outside_inos : NULL;
+		o.n_outside_inos = journal && s->trk ? s->trk[i].n_outside_inos : 0;
 		int r = tar_restore_root(fd, cfd, arch, man, &o, &one, err);
 		if (r < 0)
 			return err_prefix(err, "root '%s'", s->roots[i]);
@@ -832,7 +852,8 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	bool same = s->trk && !strcmp(s->trk_for, name);
 	bool journal = trk_collect(s, dirty, n_dirty, sus) == 0 && same;
 	_cleanup_(journal_free) struct journal_bufs jb = { dirty, n_dirty, sus, none, s->n_roots };
-	r = restore_roots(s, cfd, zstd, trust_nothing, p, &sum, journal ? &jb : NULL, err);
+	scan_suspects(s, sus);
+	r = restore_roots(s, cfd, zstd, trust_nothing, p, &sum, &jb, journal, err);
 	log_debug("tar: restore of '%s' read %s", name,
 		  r >= 0 && sum.tracked == s->n_roots ? "the directories that changed (change tracking)"
 						      : "the whole tree");
