@@ -354,10 +354,34 @@ static int dirty_cmp(const void *a, const void *b)
 	return c ? c : (int)y->deep - (int)x->deep; /* deep first: it is the one kept */
 }
 
+/* Sorted, each path once (the deep one kept). */
+static void dirty_dedup(struct dirty_set *s)
+{
+	if (s->n)
+		qsort(s->v, s->n, sizeof(*s->v), dirty_cmp);
+	size_t k = 0;
+	for (size_t i = 0; i < s->n; i++) {
+		if (k && !strcmp(s->v[k - 1].path, s->v[i].path)) {
+			free(s->v[i].path);
+			continue;
+		}
+		s->v[k++] = s->v[i];
+	}
+	s->n = k;
+}
+
 void chg_track_drain(struct chg_track *t)
 {
-	if (chg_track_armed(t) && !t->seen->why)
-		read_events(t, &t->seen->s, &t->seen->why);
+	if (!chg_track_armed(t) || t->seen->why)
+		return;
+	read_events(t, &t->seen->s, &t->seen->why);
+	/* a tracker armed for long (tar's, between creates) must not grow
+	 * with every write: a directory is kept once, and past a bound the
+	 * next collect says to walk */
+	if (t->seen->s.n > CHG_TRACK_MAX_DIRS)
+		dirty_dedup(&t->seen->s);
+	if (t->seen->s.n > CHG_TRACK_MAX_DIRS && !t->seen->why)
+		t->seen->why = "more directories changed than tracking keeps";
 }
 
 int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct treecopy_dirty **ret,
@@ -399,18 +423,9 @@ int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev
 		treecopy_dirty_free(s.v, s.n);
 		return r;
 	}
-	if (s.n)
-		qsort(s.v, s.n, sizeof(*s.v), dirty_cmp);
-	size_t k = 0;
-	for (size_t i = 0; i < s.n; i++) {
-		if (k && !strcmp(s.v[k - 1].path, s.v[i].path)) {
-			free(s.v[i].path);
-			continue;
-		}
-		s.v[k++] = s.v[i];
-	}
+	dirty_dedup(&s);
 	*ret = s.v;
-	*ret_n = k;
+	*ret_n = s.n;
 	return 0;
 }
 

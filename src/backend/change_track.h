@@ -61,7 +61,11 @@ static inline bool chg_track_armed(const struct chg_track *t)
 
 /* Read the events queued so far (chg_track_collect's first part), so that
  * collect, inside the freeze, reads only those that came after: the first
- * pass's own writes make one event per file, on the same filesystem. */
+ * pass's own writes make one event per file, on the same filesystem. A
+ * tracker armed for long is drained now and then (tar's, by the sweeper),
+ * so that the kernel's queue stays short; past CHG_TRACK_MAX_DIRS distinct
+ * directories the next collect answers -EAGAIN (walk). */
+#define CHG_TRACK_MAX_DIRS 65536
 void chg_track_drain(struct chg_track *t);
 
 /* What changed since arming: the directories below the upper (relative, ""

@@ -1019,6 +1019,46 @@ static void test_restore_enters_archives(void **state)
 	free(at_b);
 }
 
+/* The sweeper drains the trackers between creates (cleanup): what it read
+ * still counts for the next create, which CKPTD_TRACK_CHECK checks against
+ * the whole tree; every checkpoint then restores to what it captured. */
+static void test_tracked_create_after_drains(void **state)
+{
+	struct fx *f = *state;
+	char id[3][32], name[64];
+	char *trees[3];
+
+	setenv("CKPTD_TRACK_CHECK", "1", 1);
+	for (int d = 0; d < 4; d++) {
+		snprintf(name, sizeof(name), "d%d", d);
+		mk(f->roots[0], name, 0755);
+		for (int i = 0; i < 5; i++) {
+			snprintf(name, sizeof(name), "d%d/f%d", d, i);
+			put(f->roots[0], name, name, 0644);
+		}
+	}
+	fx_open(f);
+	for (int k = 0; k < 3; k++) {
+		snprintf(name, sizeof(name), "d%d/f1", k);
+		put(f->roots[0], name, "changed before a drain", 0644);
+		while (backend_tar_ops.cleanup(f->st) > 0)
+			;
+		snprintf(name, sizeof(name), "d%d/new", k + 1);
+		put(f->roots[0], name, "made after it", 0644);
+		create_cp(f, id[k], NULL);
+		trees[k] = snapshot(f->roots[0]);
+	}
+	for (int k = 0; k < 3; k++) {
+		put(f->roots[0], "d3/f4", "scrambled", 0644);
+		json_decref(restore_cp(f, id[k]));
+		char *now = snapshot(f->roots[0]);
+		assert_same_tree(trees[k], now);
+		free(now);
+		free(trees[k]);
+	}
+	unsetenv("CKPTD_TRACK_CHECK");
+}
+
 /* precopy before the freeze: the create then archives only what changed
  * after it, and takes the rest from the precopy, which is kept for that. */
 static void test_precopy(void **state)
@@ -1075,6 +1115,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_chain, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compaction, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compaction_sparse, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_tracked_create_after_drains, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_restore_enters_archives, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compaction_checks_digests, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_precopy, fx_setup, fx_teardown),

@@ -71,6 +71,7 @@ struct tar_state {
 	 * restore) began at the trackers' last collect: only a create whose
 	 * parent it is may trust the events since. The operation lock's. */
 	struct chg_track *trk;
+	pthread_mutex_t trk_lock; /* the trackers: collects, and the sweeper's drains */
 	char trk_for[64];
 	bool trk_collected;               /* the trackers have seen everything since the last collect */
 	char (*no_compact)[NAME_MAX + 1]; /* chains whose compaction found data unlike */
@@ -169,7 +170,8 @@ static void trk_free(struct tar_state *s)
  * checkpoint trk_mark names. 0 when every root could tell; a tracker that
  * could not is armed again, so that it can from now on (the walk that
  * follows covers what it lost). */
-static int trk_collect(struct tar_state *s, struct treecopy_dirty **dirty, size_t *n_dirty, struct treecopy_index **sus)
+static int trk_collect_locked(struct tar_state *s, struct treecopy_dirty **dirty, size_t *n_dirty,
+			      struct treecopy_index **sus)
 {
 	int ret = s->trk ? 0 : -EAGAIN;
 	s->trk_for[0] = '\0';
@@ -207,6 +209,25 @@ static int trk_collect(struct tar_state *s, struct treecopy_dirty **dirty, size_
 	}
 	s->trk_collected = s->trk != NULL; /* each root read or armed again: from now on */
 	return ret;
+}
+
+static int trk_collect(struct tar_state *s, struct treecopy_dirty **dirty, size_t *n_dirty, struct treecopy_index **sus)
+{
+	pthread_mutex_lock(&s->trk_lock);
+	int r = trk_collect_locked(s, dirty, n_dirty, sus);
+	pthread_mutex_unlock(&s->trk_lock);
+	return r;
+}
+
+/* The sweeper reads the events now and then: a tracker armed between
+ * creates would otherwise queue, in the kernel, every change of the
+ * filesystem (a tar root shares it with everything else). */
+static void trk_drain(struct tar_state *s)
+{
+	pthread_mutex_lock(&s->trk_lock);
+	for (size_t i = 0; s->trk && i < s->n_roots; i++)
+		chg_track_drain(&s->trk[i]);
+	pthread_mutex_unlock(&s->trk_lock);
 }
 
 /* name's capture or restore began at the last collect: it is the one the
@@ -1070,6 +1091,7 @@ static int tar_cleanup(void *st)
 	struct dirent *de;
 	int max = s->ctx->cfg ? s->ctx->cfg->tar_chain_max : 0;
 
+	trk_drain(s);
 	if (max <= 0 || walk_open(s->tar_fd, NULL, &d) < 0)
 		return 0;
 	while ((de = walk_next(d))) {
@@ -1257,6 +1279,7 @@ static int state_init(struct tar_state *s, const struct backend_ctx *ctx, ckpt_e
 	s->n_roots = ctx->n_roots;
 	s->tar_fd = -1;
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->trk_lock, NULL);
 	pthread_cond_init(&s->base_cond, NULL);
 	if (fstat(ctx->state_fd, &st) < 0)
 		return err_set(err, errno, NULL, "cannot stat the state dir: %m");
@@ -1283,7 +1306,10 @@ static void tar_close(void *st, bool unmount)
 		close(s->tar_fd);
 	pthread_cond_destroy(&s->base_cond);
 	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_lock(&s->trk_lock);
 	trk_free(s);
+	pthread_mutex_unlock(&s->trk_lock);
+	pthread_mutex_destroy(&s->trk_lock);
 	free(s->no_compact);
 	free(s);
 }
