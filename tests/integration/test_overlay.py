@@ -490,3 +490,36 @@ def test_out_of_space_fails_whole(daemon_factory):
     assert d.create("after")["size_bytes"] >= 0
     assert d.restore(ok["checkpoint_id"])["ok"] is True
     assert not (root / "b").exists() and (root / "a").stat().st_size == 3 << 20
+
+
+def test_sqlite_in_wal_mode_open_across_creates(daemon_factory):
+    """SQLite in WAL mode keeps its -shm file mapped shared and writable and
+    writes it through the mapping, often into pages already dirty (no new
+    ctime): with its connection open across creates, each checkpoint must
+    still hold the bytes SQLite had written (tracked and untracked creates:
+    the rig sets CKPTD_TRACK_CHANGES=1, and the second pass runs each time).
+    The connection is closed before the restores; SQLite then opens each
+    restored database and finds the rows of its checkpoint."""
+    import sqlite3
+    d = daemon_factory(backend="overlay")
+    root = d.roots[0]
+    db = sqlite3.connect(root / "data.db", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA wal_autocheckpoint=0")  # the WAL and -shm keep growing
+    db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
+    acked = []
+    for step in range(6):
+        for i in range(50):
+            db.execute("INSERT INTO t (v) VALUES (?)", (f"step {step} row {i}",))
+        if step % 2:
+            db.execute("UPDATE t SET v = v || '!' WHERE k % 7 = ?", (step,))
+        rows = db.execute("SELECT count(*), sum(length(v)) FROM t").fetchone()
+        acked.append((d.create(f"s{step}")["checkpoint_id"], tree_state(root), rows))
+    db.close()
+    for cid, want, rows in acked:
+        assert d.restore(cid)["ok"] is True
+        assert_same_tree(want, tree_state(root))
+        check = sqlite3.connect(root / "data.db")
+        assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert check.execute("SELECT count(*), sum(length(v)) FROM t").fetchone() == rows
+        check.close()

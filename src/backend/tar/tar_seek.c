@@ -144,7 +144,10 @@ int tar_writer_open(struct archive *a, int fd, struct tar_frames *fr)
 
 int64_t tar_writer_offset(struct archive *a)
 {
-	return archive_filter_bytes(a, 0);
+	/* the last entry's data may not be padded to its 512-byte block yet
+	 * (that comes with its finish or the next header): where the next
+	 * header goes is the next block */
+	return (archive_filter_bytes(a, 0) + 511) & ~(int64_t)511;
 }
 
 int tar_frames_save(int dirfd, const char *name, const struct tar_frames *fr)
