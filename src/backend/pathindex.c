@@ -6,6 +6,7 @@
 #include "lib/util.h"
 
 #include <fcntl.h>
+#include <limits.h>
 
 #include <sys/stat.h>
 
@@ -231,4 +232,37 @@ void treecopy_dirty_free(struct treecopy_dirty *v, size_t n)
 	for (size_t i = 0; v && i < n; i++)
 		free(v[i].path);
 	free(v);
+}
+
+static int dirty_cmp_key(const void *key, const void *elem)
+{
+	return strcmp(key, ((const struct treecopy_dirty *)elem)->path);
+}
+
+const struct treecopy_dirty *treecopy_dirty_find(const struct treecopy_dirty *v, size_t n, const char *path)
+{
+	return n ? bsearch(path, v, n, sizeof(*v), dirty_cmp_key) : NULL;
+}
+
+bool treecopy_dirty_below_deep(const struct treecopy_dirty *v, size_t n, const char *path)
+{
+	char buf[PATH_MAX];
+	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+		return true;
+	while (buf[0]) {
+		char *slash = strrchr(buf, '/');
+		if (slash)
+			*slash = '\0';
+		else
+			buf[0] = '\0';
+		const struct treecopy_dirty *d = treecopy_dirty_find(v, n, buf);
+		if (d && d->deep)
+			return true;
+	}
+	return false;
+}
+
+bool treecopy_dirty_covers(const struct treecopy_dirty *v, size_t n, const char *dir)
+{
+	return treecopy_dirty_find(v, n, dir) || treecopy_dirty_below_deep(v, n, dir);
 }

@@ -47,3 +47,10 @@ struct treecopy_dirty {
 	bool deep;
 };
 void treecopy_dirty_free(struct treecopy_dirty *v, size_t n);
+/* In a list sorted by path: the entry for path, or NULL. */
+const struct treecopy_dirty *treecopy_dirty_find(const struct treecopy_dirty *v, size_t n, const char *path);
+/* Some directory above path ("" included, path itself not) is listed deep. */
+bool treecopy_dirty_below_deep(const struct treecopy_dirty *v, size_t n, const char *path);
+/* The entries of directory dir ("" the top) changed: dir is listed, or lies
+ * below a directory listed deep. */
+bool treecopy_dirty_covers(const struct treecopy_dirty *v, size_t n, const char *dir);

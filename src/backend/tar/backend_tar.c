@@ -133,6 +133,18 @@ static void head_load(struct tar_state *s)
 		snprintf(s->head, sizeof(s->head), "%s", text);
 }
 
+/* Arm root i's tracker (again): a plain directory, ckptd's own writes. */
+static int trk_arm_one(struct tar_state *s, size_t i)
+{
+	_cleanup_close_ int fd = open(s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int r = fd < 0 ? -errno : chg_track_arm(&s->trk[i], fd);
+	if (r >= 0) {
+		s->trk[i].plain_dir = true;
+		s->trk[i].own_pid = getpid();
+	}
+	return r;
+}
+
 /* Change tracking: CKPTD_TRACK_CHANGES=0 turns it off (as on overlay). */
 static void trk_arm(struct tar_state *s)
 {
@@ -141,10 +153,7 @@ static void trk_arm(struct tar_state *s)
 		return;
 	for (size_t i = 0; i < s->n_roots; i++) {
 		s->trk[i] = (struct chg_track)CHG_TRACK_INIT;
-		_cleanup_close_ int fd = open(s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		int r = fd < 0 ? -errno : chg_track_arm(&s->trk[i], fd);
-		s->trk[i].plain_dir = true;
-		s->trk[i].own_pid = getpid();
+		int r = trk_arm_one(s, i);
 		if (r < 0) {
 			log_info("tar: no change tracking for '%s' (%s): creates read the whole tree", s->roots[i],
 				 strerror(-r));
@@ -187,13 +196,10 @@ static int trk_collect_locked(struct tar_state *s, struct treecopy_dirty **dirty
 			log_debug("tar: change tracking of '%s' cannot tell what changed (%s): this create reads "
 				  "the whole tree",
 				  s->roots[i], why);
-			_cleanup_close_ int fd = open(s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-			if (fd < 0 || chg_track_arm(&s->trk[i], fd) < 0) {
+			if (trk_arm_one(s, i) < 0) {
 				trk_free(s);
 				return -EAGAIN;
 			}
-			s->trk[i].plain_dir = true;
-			s->trk[i].own_pid = getpid();
 			ret = -EAGAIN;
 		}
 		if (r >= 0 && dirty) {
@@ -204,7 +210,10 @@ static int trk_collect_locked(struct tar_state *s, struct treecopy_dirty **dirty
 		}
 		if (sus) {
 			treecopy_index_free(sus[i]);
-			sus[i] = r >= 0 ? TAKE_PTR(s->trk[i].suspects) : NULL;
+			/* an empty set when the collect found none: known, not scanned again */
+			sus[i] = r < 0               ? NULL
+				: s->trk[i].suspects ? TAKE_PTR(s->trk[i].suspects)
+						     : treecopy_index_new();
 		}
 	}
 	s->trk_collected = s->trk != NULL; /* each root read or armed again: from now on */
@@ -367,15 +376,12 @@ static void tar_count_join(struct tar_count *c)
  * writes make no event in the root, so only the walk can see them. */
 static bool changed_elsewhere(const struct chg_track *t, const struct tar_manifest *pm)
 {
-	for (size_t k = 0; k < t->n_outside_inos; k++)
-		for (size_t i = 0; i < pm->n; i++)
-			if (pm->v[i].ino == (uint64_t)t->outside_inos[k]) {
-				log_debug("tar: '%s' is mapped for writing or linked under a path outside the "
-					  "root: the whole tree is read",
-					  pm->v[i].path);
-				return true;
-			}
-	return false;
+	const struct tar_mentry *e = tar_manifest_holds_ino(pm, t->outside_inos, t->n_outside_inos);
+	if (e)
+		log_debug("tar: '%s' is mapped for writing or linked under a path outside the root: the whole tree "
+			  "is read",
+			  e->path);
+	return e != NULL;
 }
 
 /* Files a process maps shared and writable now, for each root change
@@ -400,7 +406,7 @@ struct journal_bufs {
 	struct treecopy_dirty **dirty;
 	size_t *n_dirty;
 	struct treecopy_index **sus;
-	struct tar_manifest *pms;
+	struct tar_manifest *pms; /* or NULL */
 	size_t n;
 };
 
@@ -409,7 +415,8 @@ static void journal_free(struct journal_bufs *j)
 	for (size_t i = 0; i < j->n; i++) {
 		treecopy_dirty_free(j->dirty[i], j->n_dirty[i]);
 		treecopy_index_free(j->sus[i]);
-		tar_manifest_free(&j->pms[i]);
+		if (j->pms)
+			tar_manifest_free(&j->pms[i]);
 	}
 }
 
@@ -869,10 +876,9 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	struct treecopy_dirty *dirty[MAX_ROOTS] = { 0 };
 	size_t n_dirty[MAX_ROOTS] = { 0 };
 	struct treecopy_index *sus[MAX_ROOTS] = { 0 };
-	struct tar_manifest none[MAX_ROOTS] = { 0 };
 	bool same = s->trk && !strcmp(s->trk_for, name);
 	bool journal = trk_collect(s, dirty, n_dirty, sus) == 0 && same;
-	_cleanup_(journal_free) struct journal_bufs jb = { dirty, n_dirty, sus, none, s->n_roots };
+	_cleanup_(journal_free) struct journal_bufs jb = { dirty, n_dirty, sus, NULL, s->n_roots };
 	scan_suspects(s, sus);
 	r = restore_roots(s, cfd, zstd, trust_nothing, p, &sum, &jb, journal, err);
 	log_debug("tar: restore of '%s' read %s", name,

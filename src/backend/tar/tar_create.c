@@ -361,34 +361,11 @@ static int walk_visit(void *ctx, int dirfd, const char *name, const char *rel, c
 	return archive_one(ctx, dirfd, name, path);
 }
 
-static int dirty_cmp(const void *key, const void *elem)
-{
-	return strcmp(key, ((const struct treecopy_dirty *)elem)->path);
-}
-
 /* Did the journal see the directory rel ("" the root) change: itself, or
  * below a directory made, moved or removed (deep)? */
 static bool dir_dirty(const struct tar_create_opts *o, const char *rel)
 {
-	char buf[PATH_MAX];
-	size_t len = strlen(rel);
-	if (len >= sizeof(buf))
-		return true;
-	memcpy(buf, rel, len + 1);
-	const struct treecopy_dirty *d = bsearch(buf, o->dirty, o->n_dirty, sizeof(*d), dirty_cmp);
-	if (d)
-		return true;
-	for (char *slash = strrchr(buf, '/');; slash = strrchr(buf, '/')) { /* deep ancestors */
-		if (slash)
-			*slash = '\0';
-		else if (buf[0])
-			buf[0] = '\0';
-		else
-			return false;
-		d = bsearch(buf, o->dirty, o->n_dirty, sizeof(*d), dirty_cmp);
-		if (d && d->deep)
-			return true;
-	}
+	return strlen(rel) >= PATH_MAX || treecopy_dirty_covers(o->dirty, o->n_dirty, rel);
 }
 
 static bool below(const char *path, const char *dir, size_t len)

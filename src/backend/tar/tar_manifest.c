@@ -357,6 +357,15 @@ struct tar_mentry *tar_manifest_find(const struct tar_manifest *m, const char *p
 	return NULL;
 }
 
+const struct tar_mentry *tar_manifest_holds_ino(const struct tar_manifest *m, const ino_t *inos, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		for (size_t i = 0; i < m->n; i++)
+			if (m->v[i].ino == (uint64_t)inos[k])
+				return &m->v[i];
+	return NULL;
+}
+
 struct tar_mentry *tar_manifest_parent(const struct tar_manifest *m, const char *path)
 {
 	const char *slash = strrchr(path, '/');

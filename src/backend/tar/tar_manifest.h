@@ -81,6 +81,9 @@ int tar_manifest_write_entry(FILE *f, const struct tar_mentry *e);
 int tar_manifest_load(int dirfd, const char *name, struct tar_manifest *m, ckpt_error *err);
 void tar_manifest_free(struct tar_manifest *m);
 struct tar_mentry *tar_manifest_find(const struct tar_manifest *m, const char *path);
+/* One of the n inodes is an entry's (the root's filesystem): the first such
+ * entry, or NULL. */
+const struct tar_mentry *tar_manifest_holds_ino(const struct tar_manifest *m, const ino_t *inos, size_t n);
 /* The manifest entry of path's parent directory, NULL for top-level entries. */
 struct tar_mentry *tar_manifest_parent(const struct tar_manifest *m, const char *path);
 

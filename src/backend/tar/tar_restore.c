@@ -136,39 +136,12 @@ static int live_walk(struct rctx *c, int dirfd, const char *rel, visit_fn fn)
 	return tar_walk_dir(dirfd, rel, live_visit, &w, c->err);
 }
 
-static int dirty_cmp(const void *key, const void *elem)
-{
-	return strcmp(key, ((const struct treecopy_dirty *)elem)->path);
-}
-
 static const struct treecopy_dirty *dirty_find(const struct tar_restore_opts *o, const char *dir)
 {
-	return bsearch(dir, o->dirty, o->n_dirty, sizeof(*o->dirty), dirty_cmp);
+	return treecopy_dirty_find(o->dirty, o->n_dirty, dir);
 }
 
 static int parent_fd(struct rctx *c, int root_fd, const char *path, const char **leaf);
-
-/* Is an entry of directory dir to be looked at: dir changed, or lies below
- * a directory made, moved or removed under its name (deep)? */
-static bool in_changed_dir(const struct tar_restore_opts *o, const char *dir)
-{
-	char buf[PATH_MAX];
-	snprintf(buf, sizeof(buf), "%s", dir);
-	if (dirty_find(o, buf))
-		return true;
-	for (;;) {
-		char *sl = strrchr(buf, '/');
-		if (sl)
-			*sl = '\0';
-		else if (buf[0])
-			buf[0] = '\0';
-		else
-			return false;
-		const struct treecopy_dirty *d = dirty_find(o, buf);
-		if (d && d->deep)
-			return true;
-	}
-}
 
 /* With the journal: only the changed directories are read, as live_walk
  * reads them (a deep one with its subtree), and each of them is compared
@@ -186,7 +159,7 @@ static int journal_walk(struct rctx *c, int root_fd)
 		size_t len = slash ? (size_t)(slash - e->path) : 0;
 		if (!last || len != last_len || strncmp(e->path, last, len)) {
 			snprintf(dir, sizeof(dir), "%.*s", (int)len, e->path);
-			changed = in_changed_dir(c->o, dir);
+			changed = treecopy_dirty_covers(c->o->dirty, c->o->n_dirty, dir);
 			last = e->path;
 			last_len = len;
 		}
@@ -207,14 +180,8 @@ static int journal_walk(struct rctx *c, int root_fd)
 		close(TAKE_FD(c->pdir_fd));
 	for (size_t k = 0; k < c->o->n_dirty; k++) {
 		const struct treecopy_dirty *d = &c->o->dirty[k];
-		bool under_deep = false; /* read already, with a deep ancestor */
-		for (size_t j = 0; j < k && !under_deep; j++) {
-			size_t len = strlen(c->o->dirty[j].path);
-			under_deep = c->o->dirty[j].deep &&
-				(!len || (!strncmp(d->path, c->o->dirty[j].path, len) && d->path[len] == '/'));
-		}
-		if (under_deep)
-			continue;
+		if (treecopy_dirty_below_deep(c->o->dirty, c->o->n_dirty, d->path))
+			continue; /* read already, with its deep ancestor */
 		const char *leaf;
 		struct stat st;
 		_cleanup_close_ int pfd = d->path[0] ? tar_open_parent(root_fd, d->path, &leaf) : -1;
@@ -765,10 +732,8 @@ int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const cha
 	if (r < 0)
 		return r;
 	tar_manifest_alias_load(ckpt_dirfd, alias, &c.m);
-	bool journal = o->journal && !o->trust_nothing;
-	for (size_t k = 0; journal && k < o->n_outside_inos; k++)
-		for (size_t i = 0; journal && i < c.m.n; i++)
-			journal = c.m.v[i].ino != (uint64_t)o->outside_inos[k];
+	bool journal =
+		o->journal && !o->trust_nothing && !tar_manifest_holds_ino(&c.m, o->outside_inos, o->n_outside_inos);
 	stats->tracked = journal;
 	r = journal ? journal_walk(&c, root_fd) : live_walk(&c, root_fd, NULL, live_one);
 	if (r >= 0) {
