@@ -901,6 +901,9 @@ static int import_entry(struct import_ctx *c, struct archive *a, struct archive 
 		if (lroot != root || !t || strcmp(json_string_value(json_object_get(t, "type")) ?: "", "file") ||
 		    !json_is_true(json_object_get(t, "_seen")))
 			return bad(c, "hard link '%.200s' leaves the tree or names no earlier file", name);
+		/* as a symlink's target: what the manifest announces is what comes */
+		if (strcmp(lrel, json_string_value(json_object_get(m, "link")) ?: ""))
+			return bad(c, "hard link '%.200s' differs from the manifest", name);
 		archive_entry_copy_hardlink(ae, lkey);
 		archive_entry_set_size(ae, 0);
 	}

@@ -285,6 +285,27 @@ def test_hardlink_that_leaves(victim, tmp_path):
     assert target.stat().st_nlink == 1
 
 
+def test_hardlink_unlike_its_manifest_line(victim):
+    """A hard link whose manifest line names another target, or none (as a
+    fuzzed archive had it: the key spoiled), is refused like a symlink that
+    differs: what the manifest announces is what comes."""
+    for line in ({"link": "b"}, {"`ink": "a"}):
+        c = Crafted(victim)
+        c.add_file("roots/0/a", b"one")
+        c.add_file("roots/0/b", b"two")
+        ti = tarfile.TarInfo("roots/0/h")
+        ti.type, ti.linkname = tarfile.LNKTYPE, "roots/0/a"
+        c.add(ti, {"path": "h", "type": "hardlink", "mode": 0o644, **line})
+        refused(victim, c.blob(), "hard link 'roots/0/h' differs from the manifest")
+    c = Crafted(victim)  # and with the right line it imports
+    c.add_file("roots/0/a", b"one")
+    ti = tarfile.TarInfo("roots/0/h")
+    ti.type, ti.linkname = tarfile.LNKTYPE, "roots/0/a"
+    c.add(ti, {"path": "h", "type": "hardlink", "mode": 0o644, "link": "a"})
+    rec = import_(victim, c.blob())
+    victim.delete(rec["checkpoint_id"])  # the fixture expects no checkpoint left
+
+
 def test_device_node(victim):
     c = Crafted(victim)
     ti = tarfile.TarInfo("roots/0/null")
