@@ -2,7 +2,8 @@
 # run.sh CKPTD PORT WORKSPACE STATE: `make run`. Serves WORKSPACE on 127.0.0.1:PORT
 # in the foreground and prints the URL only once ckptd answers. Ctrl-C releases
 # WORKSPACE (POST /v1/roots/release: it keeps what it holds, as a plain
-# directory) and stops ckptd; the next make run adopts it again.
+# directory, and the checkpoints are kept) and stops ckptd; the next make run
+# adopts it again.
 set -u
 ckptd=$1 port=$2 ws=$3 state=$4
 url=http://127.0.0.1:$port
@@ -20,12 +21,6 @@ setsid "$ckptd" --listen "127.0.0.1:$port" --state-dir "$state" --root "$ws" --u
 pid=$!
 release() {
 	out=$(curl -sS -XPOST -H 'Content-Type: application/json' -d '{}' "$url/v1/roots/release" 2>&1)
-	case $out in
-	*checkpoints_need_base*)
-		echo "make run: the overlay checkpoints need the directory a release replaces: dropping them" >&2
-		out=$(curl -sS -XPOST -H 'Content-Type: application/json' -d '{"drop_checkpoints":true}' \
-			"$url/v1/roots/release" 2>&1) ;;
-	esac
 	case $out in
 	*'"released"'*) echo "make run: $ws keeps what it held (released); the next make run adopts it again" ;;
 	*) echo "make run: could not release $ws ($out); ckptd unmounts it, its contents stay in $state" >&2 ;;

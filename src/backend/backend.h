@@ -142,14 +142,16 @@ struct backend_ops {
 		      ckpt_error *err);
 
 	/* Stop managing root i: leave at its path a plain directory holding what
-	 * it shows now (the caller stopped the units using it). A kill at any
-	 * point leaves the managed root (open undoes the rest) or the released
-	 * directory, complete. NULL: not supported. */
+	 * it shows now (the caller stopped the units using it). Checkpoints
+	 * outlive it: they restore once the root is adopted again. A kill at
+	 * any point leaves the managed root (open undoes the rest) or the
+	 * released directory, complete. A failure after the path holds the
+	 * released directory sets the code "release_incomplete": the root
+	 * counts as released. NULL: not supported. */
 	int (*release)(void *st, size_t i, ckpt_error *err);
-	/* Whether checkpoints outlive a release: restorable once the root is
-	 * adopted again. false: the engine drops them first (the overlay's
-	 * layers need the base that release replaces). */
-	bool release_keeps_checkpoints;
+	/* Whether release unmounts the root (overlay): the engine then refuses
+	 * while a process outside the units uses it, or a fork exists. */
+	bool release_unmounts;
 };
 
 extern const struct backend_ops backend_tar_ops;

@@ -27,7 +27,7 @@ int engine_check_managed(struct engine *e, ckpt_error *err)
 	return r;
 }
 
-/* Drop every checkpoint (the backend cannot keep them across a release). */
+/* Drop every checkpoint (asked: drop_checkpoints). */
 static int release_drop_all(struct engine *e, json_t *dropped, ckpt_error *err)
 {
 	struct catalog_list l = { 0 };
@@ -100,7 +100,9 @@ static int release_run(struct engine *e, const size_t *idx, size_t n, json_t *ou
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "services_busy",
 				 "a unit that uses the roots could not be stopped: nothing released");
 	for (size_t k = 0; r == 0 && k < n; k++) {
-		if ((r = e->backend->release(e->bst, idx[k], err)) < 0)
+		r = e->backend->release(e->bst, idx[k], err);
+		/* "released, but" (the next start finishes it): released all the same */
+		if (r < 0 && !(err->code && !strcmp(err->code, "release_incomplete")))
 			break;
 		pthread_mutex_lock(&e->state_lock);
 		json_array_append_new(e->released, json_string(roots[k]));
@@ -134,24 +136,16 @@ int engine_release(struct engine *e, const char *root, bool drop, json_t **ret, 
 		e->released = json_array();
 	pthread_mutex_unlock(&e->state_lock);
 	int r = release_roots(e, root, idx, &n, err);
-	size_t count = catalog_count(e->catalog);
-	bool keep = e->backend->release_keeps_checkpoints && !drop;
-	if (r == 0 && n && count && !keep && !drop)
-		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "checkpoints_need_base",
-				 "the %s backend cannot keep the %zu checkpoints across a release: their layers "
-				 "need the base that release replaces. Export those to keep (ckpt export), then "
-				 "pass drop_checkpoints: true",
-				 e->backend->name, count);
-	if (r == 0 && n && e->forks && json_object_size(e->forks) && !e->backend->release_keeps_checkpoints)
+	if (r == 0 && n && e->forks && json_object_size(e->forks) && e->backend->release_unmounts)
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "forks_exist",
 				 "forks use the checkpoints' layers: delete them first (GET /v1/forks)");
-	if (r == 0 && n && !e->backend->release_keeps_checkpoints)
+	if (r == 0 && n && e->backend->release_unmounts)
 		r = release_check_users(e, idx, n, err);
-	if (r == 0 && n && !keep)
+	if (r == 0 && n && drop)
 		r = release_drop_all(e, json_object_get(out, "dropped_checkpoints"), err);
 	if (r == 0 && n)
 		r = release_run(e, idx, n, out, err);
-	json_object_set_new(out, "checkpoints_kept", json_boolean(keep && catalog_count(e->catalog) > 0));
+	json_object_set_new(out, "checkpoints_kept", json_boolean(!drop && catalog_count(e->catalog) > 0));
 	json_object_set_new(out, "duration_ms", json_integer(mono_ms() - t0));
 	engine_set_status(e, NULL, NULL);
 	pthread_mutex_unlock(&e->op_lock);

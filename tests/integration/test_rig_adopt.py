@@ -118,11 +118,10 @@ def test_release_restarts_the_units_on_the_plain_directory(rig):
     what they wrote through the mount."""
     write_in(rig, "/srv/app/www/index.html", "v3\n")
     r = api(rig, "POST", "/v1/roots/release", json={})
-    assert r.status_code == 409 and r.json()["code"] == "checkpoints_need_base", r.text
-    r = api(rig, "POST", "/v1/roots/release", json={"drop_checkpoints": True})
     assert r.status_code == 200, r.text
     rep = r.json()
     assert rep["released"] == ["/srv/app"], rep
+    assert rep["checkpoints_kept"] is True and rep["dropped_checkpoints"] == [], rep
     assert sorted(rep["stopped_units"]) == ["late.service", "web.service", "worker.service"], rep
     assert sorted(rep["started_units"]) == sorted(rep["stopped_units"]), rep
     assert rig.sh("findmnt", "-n", "/srv/app", check=False).stdout.strip() == ""
@@ -136,3 +135,19 @@ def test_release_restarts_the_units_on_the_plain_directory(rig):
     time.sleep(1.5)
     assert int(rig.sh("wc", "-l", "/srv/app/worker.log").stdout.split()[0]) > n0
     assert api(rig, "GET", "/v1/health").json()["released_roots"] == ["/srv/app"]
+
+
+def test_checkpoint_kept_by_the_release_restores_after_ckptd_restarts(rig):
+    """The checkpoint from before the release lies on the directory the
+    release replaced: after ckptd restarts (adopting the plain directory,
+    units around it) it restores what the units saw then, not v3."""
+    rig.systemctl("restart", "ckptd.service")
+    wait_adopted(rig)
+    assert rig.sh("findmnt", "-n", "/srv/app", check=False).stdout.strip() != ""
+    assert web_get(rig, "/index.html").text == "v3\n"
+    r = api(rig, "POST", f"/v1/checkpoints/{rig.first}/restore", json={})
+    assert r.status_code == 200, r.text
+    assert r.json()["ok"] is True, r.json()
+    assert web_get(rig, "/index.html").text == "v1\n"
+    log = rig.sh("cat", "/srv/app/worker.log").stdout
+    assert "AFTER-CHECKPOINT" not in log

@@ -257,14 +257,18 @@ export interface paths {
          *     (and adopts the root again) creates, restores, forks and imports
          *     answer 409 `root_released`; releasing it again too.
          *
-         *     Checkpoints: tar archives are whole trees, so they are kept and
-         *     restore once the root is adopted again (`checkpoints_kept`). Overlay
-         *     checkpoints are layers over the directory a release replaces: they
-         *     cannot be kept, and without `drop_checkpoints: true` the release
-         *     answers 409 `checkpoints_need_base` and changes nothing (export the
-         *     ones to keep first). Also 409: `root_busy` (a process outside the
-         *     managed units uses the root; named in `detail`), `forks_exist`
-         *     (overlay), `services_busy`.
+         *     Checkpoints are kept and restore once the root is adopted again
+         *     (`checkpoints_kept`), unless `drop_checkpoints: true` deletes them
+         *     first. Tar archives are whole trees. Overlay checkpoints are layers
+         *     over the directory the root held when ckptd adopted it (the base),
+         *     which the release replaces: when a checkpoint lies on it, the old
+         *     base is moved into the state dir as a base layer and those
+         *     checkpoints are mounted on it, not on the directory adopted next.
+         *     409: `root_busy` (a process outside the managed units uses the
+         *     root; named in `detail`), `forks_exist` (overlay), `services_busy`;
+         *     nothing changes. 500 `release_incomplete`: the path holds the
+         *     released directory, but what follows failed (the next start
+         *     finishes it); the root counts as released.
          *
          *     Overlay: the merged view is copied next to the root
          *     (`.<name>.ckpt-release`, the root's own filesystem), made durable,
@@ -754,7 +758,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {string} */
-            code: "bad_request" | "invalid_field" | "unauthorized" | "forbidden" | "checkpoint_limit" | "not_found" | "method_not_allowed" | "conflict" | "gone" | "checkpoint_expired" | "body_too_large" | "unsupported_media_type" | "insufficient_storage" | "internal" | "unavailable" | "invalid_path" | "checkpoint_forked" | "not_supported" | "invalid_idempotency_key" | "idempotency_in_progress" | "idempotency_key_reused" | "invalid_archive" | "base_mismatch" | "roots_mismatch" | "unsupported" | "root_released" | "root_busy" | "forks_exist" | "checkpoints_need_base" | "services_busy";
+            code: "bad_request" | "invalid_field" | "unauthorized" | "forbidden" | "checkpoint_limit" | "not_found" | "method_not_allowed" | "conflict" | "gone" | "checkpoint_expired" | "body_too_large" | "unsupported_media_type" | "insufficient_storage" | "internal" | "unavailable" | "invalid_path" | "checkpoint_forked" | "not_supported" | "invalid_idempotency_key" | "idempotency_in_progress" | "idempotency_key_reused" | "invalid_archive" | "base_mismatch" | "roots_mismatch" | "unsupported" | "root_released" | "root_busy" | "forks_exist" | "release_incomplete" | "services_busy";
         };
     };
     responses: {
@@ -1445,7 +1449,7 @@ export interface operations {
                     /** @description A managed root (canonical path); default every root. */
                     root?: string;
                     /**
-                     * @description Delete every checkpoint first (needed on overlay when there are any).
+                     * @description Delete every checkpoint first instead of keeping them.
                      * @default false
                      */
                     drop_checkpoints?: boolean;
@@ -1464,7 +1468,7 @@ export interface operations {
                         released: string[];
                         /** @description Ids of the checkpoints deleted first. */
                         dropped_checkpoints: string[];
-                        /** @description Checkpoints remain and restore once the root is adopted again (tar). */
+                        /** @description Checkpoints remain and restore once the root is adopted again. */
                         checkpoints_kept: boolean;
                         stopped_units?: string[];
                         started_units?: string[];

@@ -293,6 +293,10 @@ static int ovl_recover(void *st, const char *const *ids, json_t *const *data, si
 	int q = overlay_layers_load_chains(o, ids, data, n);
 	if (q < 0)
 		return err_set(err, -q, NULL, "load layer chains: %s", strerror(-q));
+	for (size_t i = 0; i < o->n_roots; i++) /* before GC, which would take the kept base */
+		if ((q = overlay_release_rebase(o, &o->roots[i])) < 0)
+			return err_set(err, -q, NULL, "move the checkpoints of '%s' onto its old base: %s",
+				       o->roots[i].path, strerror(-q));
 	overlay_layers_gc(o);
 	for (size_t i = 0; i < o->n_roots; i++)
 		overlay_layers_empty_trash(&o->roots[i]);
@@ -1043,4 +1047,5 @@ const struct backend_ops backend_overlay_ops = {
 	.view_close = overlay_view_close,
 	.import = overlay_import,
 	.release = overlay_release,
+	.release_unmounts = true,
 };

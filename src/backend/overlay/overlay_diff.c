@@ -247,6 +247,12 @@ static int ovl_diff_candidates(struct ovl_root *r, json_t *x, json_t *y, const c
 			_cleanup_close_ int fd = openat(r->rdir_fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			q = fd < 0 ? -errno : ovl_diff_collect(fd, NULL, cand, 0);
 		}
+	/* One side on the base dir, the other on a base layer: the base dir is
+	 * a side of its own (the base layer, a whole tree, was collected). */
+	if (q == 0 && overlay_chain_on_base(x) != overlay_chain_on_base(y)) {
+		_cleanup_close_ int fd = openat(r->rdir_fd, "base", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		q = fd < 0 ? -errno : ovl_diff_collect(fd, NULL, cand, 0);
+	}
 	if (q == 0 && upper) {
 		char p[32];
 		snprintf(p, sizeof(p), "u/%s", upper);

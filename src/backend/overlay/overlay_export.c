@@ -2,9 +2,9 @@
  * A view of a checkpoint is a read-only overlay of its layer chain over the
  * base, mounted privately below a temp dir: the kernel resolves whiteouts,
  * opaque directories and redirects exactly as the live mount does. An
- * imported tree becomes one layer that hides the base entirely (a whiteout
- * for each top-level name of the base, every top-level directory opaque),
- * so restoring it gives the imported tree whatever the base holds. */
+ * imported tree becomes one base layer (overlay_internal.h), mounted without
+ * the root's base dir, so restoring it gives the imported tree whatever the
+ * base holds. */
 #include "backend/overlay/overlay_internal.h"
 #include "backend/overlay/overlay_mount.h"
 #include "lib/walk.h"
@@ -23,7 +23,8 @@ static int ovx_cfg(int fs, const char *key, const char *val, ckpt_error *err)
 	return 0;
 }
 
-/* Read-only overlay of r's layers (newest first) over its base onto target. */
+/* Read-only overlay of r's layers (newest first) over its base (unless they
+ * end with a base layer) onto target. */
 static int ovx_mount_ro(struct ovl_root *r, json_t *layers, const char *target, ckpt_error *err)
 {
 	char p[PATH_MAX];
@@ -33,7 +34,7 @@ static int ovx_mount_ro(struct ovl_root *r, json_t *layers, const char *target, 
 	if (ovx_cfg(fs, "redirect_dir", "follow", err) < 0 || ovx_cfg(fs, "index", "off", err) < 0 ||
 	    ovx_cfg(fs, "metacopy", "off", err) < 0 || ovx_cfg(fs, "xino", "off", err) < 0)
 		return -err->errnum;
-	for (size_t i = 0; i <= json_array_size(layers); i++) {
+	for (size_t i = 0; i < json_array_size(layers) + overlay_chain_on_base(layers); i++) {
 		if (i < json_array_size(layers))
 			snprintf(p, sizeof(p), "/proc/self/fd/%d/l/%s", r->rdir_fd,
 				 json_string_value(json_array_get(layers, i)));
@@ -56,7 +57,9 @@ static int ovx_mount_ro(struct ovl_root *r, json_t *layers, const char *target, 
 static void ovx_free_dirs(struct ovl *o, char **dirs)
 {
 	for (size_t i = 0; dirs && i < o->n_roots; i++) {
-		if (dirs[i] && strstr(dirs[i], "/v")) /* ours: a mount below tmp */
+		const char *rdir = o->roots[i].rdir;
+		/* a mount of ours below tmp, not the base or a layer in the state dir */
+		if (dirs[i] && strncmp(dirs[i], rdir, strlen(rdir)))
 			overlay_umount_detach(dirs[i]);
 		free(dirs[i]);
 	}
@@ -77,8 +80,12 @@ int overlay_view_open(void *st, const char *id, json_t *data, const char *tmp, c
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++) {
 		struct ovl_root *r = &o->roots[i];
 		json_t *layers = json_object_get(chains, r->h);
-		if (json_array_size(layers) == 0) {
-			dirs[i] = path_join(r->rdir, "base");
+		size_t n = json_array_size(layers);
+		if (n <= 1 && overlay_chain_on_base(layers) == (n == 0)) { /* base, or one base layer */
+			char rel[32] = "base";
+			if (n)
+				snprintf(rel, sizeof(rel), "l/%s", json_string_value(json_array_get(layers, 0)));
+			dirs[i] = path_join(r->rdir, rel);
 			q = dirs[i] ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
 			continue;
 		}
@@ -104,47 +111,15 @@ void overlay_view_close(void *st, char **dirs)
 	ovx_free_dirs(st, dirs);
 }
 
-/* Make layer dir lfd hide all of base: whiteouts for base names the import
- * lacks, opaque top-level directories. */
-static int ovx_hide_base(struct ovl_root *r, int lfd, ckpt_error *err)
-{
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
-	struct stat st;
-	_cleanup_close_ int bfd = openat(r->rdir_fd, "base", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int q = bfd < 0 ? -errno : walk_open(bfd, NULL, &d);
-
-	if (q < 0)
-		return err_set(err, -q, NULL, "list the base of '%s': %s", r->path, strerror(-q));
-	while ((de = walk_next(d))) {
-		if (fstatat(lfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
-			continue;
-		if (errno != ENOENT || mknodat(lfd, de->d_name, S_IFCHR | 0000, makedev(0, 0)) < 0)
-			return err_set(err, errno, NULL, "whiteout '%s': %m", de->d_name);
-	}
-	if (errno)
-		return err_set(err, errno, NULL, "list the base of '%s': %m", r->path);
-	closedir(TAKE_PTR(d));
-	if ((q = walk_open(lfd, NULL, &d)) < 0)
-		return err_set(err, -q, NULL, "list the imported layer: %s", strerror(-q));
-	while ((de = walk_next(d))) {
-		if (fstatat(lfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
-			continue;
-		_cleanup_close_ int fd = openat(lfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0 || fsetxattr(fd, "trusted.overlay.opaque", "y", 1, 0) < 0)
-			return err_set(err, errno, NULL, "mark '%s' opaque: %m", de->d_name);
-	}
-	return 0;
-}
-
-/* Move dir into r's layer store as a new layer name. */
+/* Move dir into r's layer store as a new base layer: the imported tree
+ * whole, mounted without the root's base dir (whatever that holds). */
 static int ovx_import_root(struct ovl_root *r, const char *dir, char name[OVL_NAME_LEN + 1], ckpt_error *err)
 {
 	char tmp[32];
 	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int q = l < 0 ? err_set(err, errno, NULL, "open layer store of '%s': %m", r->path) : 0;
 
-	if (q == 0 && (q = overlay_layers_new_name(l, name)) < 0)
+	if (q == 0 && (q = overlay_layers_new_base_name(l, name)) < 0)
 		err_set(err, -q, NULL, "name a layer: %s", strerror(-q));
 	if (q < 0)
 		return q;
@@ -152,7 +127,7 @@ static int ovx_import_root(struct ovl_root *r, const char *dir, char name[OVL_NA
 	if (renameat(AT_FDCWD, dir, l, tmp) < 0)
 		return err_set(err, errno, NULL, "move the imported tree into the layer store: %m");
 	_cleanup_close_ int dst = openat(l, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	q = dst < 0 ? err_set(err, errno, NULL, "open imported layer: %m") : ovx_hide_base(r, dst, err);
+	q = dst < 0 ? err_set(err, errno, NULL, "open imported layer: %m") : 0;
 	return overlay_layer_publish(r, l, dst, tmp, name, q, err);
 }
 

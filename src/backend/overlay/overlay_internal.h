@@ -11,7 +11,9 @@
  *     rec/<name>      each layer's record, what verify compares it with
  *     t/<kind>-<name> discarded uppers, work dirs and layers, deleted by
  *                     cleanup without the operation lock
- *     release.json    {ino}: a release's intent (overlay_release.c)
+ *     release.json    {ino, base?}: a release's intent (overlay_release.c)
+ *     rebase.json     {base}: the release is done, its chains not yet moved
+ *                     onto the kept base layer l/<base>
  *     live.json       {path, chain, mounted, upper}: the adoption record and
  *                     the intent of a restore (written before the swap)
  *     f/<fork>/u, f/<fork>/w   a fork's upper and work dirs (overlay_fork.c)
@@ -80,8 +82,16 @@ struct ovl {
 	_Atomic int64_t last_swap_ms; /* when a restore last swapped the mounts */
 };
 
+/* A base layer (named "B" and 7 hex digits) holds a whole tree: a chain
+ * ending with one is mounted without the root's base dir. A release keeps
+ * the base it replaces as one (overlay_release.c); an import makes one. */
+static inline bool overlay_layer_is_base(const char *name)
+{
+	return name && name[0] == 'B';
+}
 /* overlay_layers.c */
 int overlay_layers_new_name(int dirfd, char name[OVL_NAME_LEN + 1]);
+int overlay_layers_new_base_name(int dirfd, char name[OVL_NAME_LEN + 1]);
 int overlay_layers_chain_save(struct ovl *o, const char *id, json_t *chains);
 json_t *overlay_layers_chain_get(struct ovl *o, const char *id, json_t *data);
 int overlay_layers_chain_drop(struct ovl *o, const char *id);
@@ -111,7 +121,9 @@ int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name);
  * another chain), a non-empty upper, layers that no longer match their records. */
 int overlay_verify_root(struct ovl_root *r, json_t *chain, bool mounted_ok, json_t *diffs, size_t max, ckpt_error *err);
 
-/* overlay_root.c: live.json of a root */
+/* overlay_root.c: live.json of a root; whether chain (newest first) lies on
+ * the root's base dir (else on a base layer) */
+bool overlay_chain_on_base(json_t *chain);
 int overlay_live_save(struct ovl_root *r);
 int overlay_live_load(struct ovl_root *r);
 /* Set r's live chain and the chain its mount uses (references taken). */
@@ -139,5 +151,8 @@ int overlay_import(void *st, const char *id, char *const *dirs, json_t **ret_dat
  * left without an intent. */
 int overlay_release(void *st, size_t i, ckpt_error *err);
 int overlay_release_recover(struct ovl *o, struct ovl_root *r);
+/* Once the chains are loaded: a release that kept the old base as a layer
+ * puts it under every chain of r that lay on the base (idempotent). */
+int overlay_release_rebase(struct ovl *o, struct ovl_root *r);
 void overlay_release_sweep(struct ovl_root *r);
 void overlay_release_sweep_gone(struct ovl *o);

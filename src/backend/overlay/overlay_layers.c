@@ -7,15 +7,27 @@
 
 #include <sys/stat.h>
 
-int overlay_layers_new_name(int dirfd, char name[OVL_NAME_LEN + 1])
+static int overlay_layers_name(int dirfd, char name[OVL_NAME_LEN + 1], bool base)
 {
 	for (int i = 0; i < 100; i++) {
 		if (random_hex(name, OVL_NAME_LEN / 2) < 0)
 			return -EIO;
+		if (base)
+			name[0] = 'B';
 		if (faccessat(dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
 			return 0;
 	}
 	return -EEXIST;
+}
+
+int overlay_layers_new_name(int dirfd, char name[OVL_NAME_LEN + 1])
+{
+	return overlay_layers_name(dirfd, name, false);
+}
+
+int overlay_layers_new_base_name(int dirfd, char name[OVL_NAME_LEN + 1])
+{
+	return overlay_layers_name(dirfd, name, true);
 }
 
 void overlay_layers_ref(struct ovl *o, const char *h, json_t *layers, int delta)
@@ -317,13 +329,25 @@ static bool overlay_layers_ends_with(json_t *x, json_t *c)
 	return true;
 }
 
-/* x with its suffix c replaced by [f]. */
+/* x with its suffix c replaced by [f], or by [f, base layer] when c ends
+ * with one (a base layer is never merged). */
 static json_t *overlay_layers_rebase(json_t *x, json_t *c, const char *f)
 {
 	json_t *out = json_array();
 	for (size_t i = 0; i < json_array_size(x) - json_array_size(c); i++)
 		json_array_append(out, json_array_get(x, i));
 	json_array_append_new(out, json_string(f));
+	if (!overlay_chain_on_base(c))
+		json_array_append(out, json_array_get(c, json_array_size(c) - 1));
+	return out;
+}
+
+/* The first n layers of c. */
+static json_t *overlay_layers_head(json_t *c, size_t n)
+{
+	json_t *out = json_array();
+	for (size_t i = 0; out && i < n; i++)
+		json_array_append(out, json_array_get(c, i));
 	return out;
 }
 
@@ -378,8 +402,11 @@ int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err)
 			json_auto_t *c = json_incref(overlay_layers_longest(o, r));
 			if (json_array_size(c) <= depth)
 				break;
+			/* a base layer stays the bottom: the layers above it merge */
+			json_auto_t *above = overlay_layers_head(c, json_array_size(c) - !overlay_chain_on_base(c));
 			char f[OVL_NAME_LEN + 1];
-			int q = overlay_layers_merge(r, c, f, err);
+			int q = above ? overlay_layers_merge(r, above, f, err)
+				      : err_set(err, ENOMEM, NULL, "out of memory");
 			if (q < 0)
 				return q;
 			overlay_layers_switch(o, r, c, f);

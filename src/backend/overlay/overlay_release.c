@@ -10,8 +10,15 @@
  * undone (temp removed, root mounted as live.json says). The copy at the
  * path: the release is finished, and the root adopted afresh.
  *
- * Checkpoints are layers over the base, which release replaces: the engine
- * drops them first (drop_checkpoints). */
+ * When checkpoints use layers of the root (the intent says "layers"), r/<h>
+ * stays with its layers and loses only its live state: the next start
+ * adopts the root afresh. Checkpoints are layers over the base, which
+ * release replaces: when some checkpoint's chain lies on it, the intent also
+ * names a base layer (l/B..., overlay_internal.h) and the old base becomes
+ * that layer instead of being deleted: renamed into the layer store (copied
+ * when on another mount). Then release.json becomes rebase.json, which puts
+ * the base layer under every chain that lay on the base: at once, or at the
+ * next start once the chains are loaded. */
 #include "backend/overlay/overlay_internal.h"
 #include "backend/overlay/overlay_mount.h"
 
@@ -21,6 +28,7 @@
 #include <sys/stat.h>
 
 #define REL_INTENT "release.json"
+#define REL_REBASE "rebase.json"
 
 struct rel_paths {
 	char *parent, *name, *tmp; /* tmp: ".<name>.ckpt-release", in parent */
@@ -50,15 +58,85 @@ static int rel_paths(const struct ovl_root *r, struct rel_paths *p)
 	return p->pfd < 0 ? -errno : 0;
 }
 
+/* The old base at the temp name becomes layer l/<keep> with its record:
+ * renamed, or copied when on another mount. Each step is skipped when done. */
+static int rel_keep_base(struct ovl_root *r, struct rel_paths *p, const char *keep, ckpt_error *err)
+{
+	char tmp[32];
+	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (l < 0)
+		return err_set(err, errno, NULL, "open the layer store of '%s': %m", r->path);
+	snprintf(tmp, sizeof(tmp), ".tmp-%s", keep);
+	if (faccessat(l, keep, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (renameat(p->pfd, p->tmp, l, keep) == 0) {
+			if (fsync_dirfd(l) < 0 || fsync_dirfd(p->pfd) < 0)
+				return err_set(err, errno, NULL, "sync the layer store: %m");
+		} else if (errno == EXDEV) {
+			struct stat st;
+			_cleanup_close_ int src =
+				openat(p->pfd, p->tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			rm_rf_at(l, tmp);
+			if (src < 0 || fstat(src, &st) < 0 || mkdirat(l, tmp, 0700) < 0)
+				return err_set(err, errno, NULL, "copy the old base of '%s': %m", r->path);
+			_cleanup_close_ int dst = openat(l, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			struct treecopy_opts opts = { .mode = TREECOPY_NEW, .prev_fd = -1 };
+			struct treecopy_stats stats = { 0 };
+			int q = dst < 0 ? err_set(err, errno, NULL, "open '%s': %m", tmp)
+					: treecopy_copy(src, dst, &opts, &stats, err);
+			if (q == 0 && (q = treecopy_copy_meta(src, dst, NULL, src, dst, &st)) < 0)
+				err_set(err, -q, NULL, "copy the attributes of the old base: %s", strerror(-q));
+			if ((q = overlay_layer_publish(r, l, dst, tmp, keep, q, err)) < 0)
+				return q;
+		} else if (errno != ENOENT) {
+			return err_set(err, errno, NULL, "move the old base of '%s' into the layer store: %m", r->path);
+		} else {
+			return err_set(err, ENOENT, NULL, "the old base of '%s' is gone", r->path);
+		}
+	}
+	char rec[32];
+	snprintf(rec, sizeof(rec), "rec/%s", keep);
+	if (faccessat(r->rdir_fd, rec, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+		_cleanup_close_ int fd = openat(l, keep, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int q = fd < 0 ? -errno : overlay_record_write(r, fd, keep);
+		if (q < 0)
+			return err_set(err, -q, NULL, "record the old base of '%s': %s", r->path, strerror(-q));
+	}
+	rm_rf_at(p->pfd, p->tmp); /* what a copy left */
+	fsync_dirfd(p->pfd);
+	return 0;
+}
+
 /* The root's state goes: the base bind first (else deleting r/<h> would
- * descend into it), then r/<h> is renamed away in one step (live.json and
- * the intent with it) and deleted, then the old base at the temp name. */
-static int rel_finish(struct ovl *o, struct ovl_root *r, struct rel_paths *p)
+ * descend into it). Keeping the old base (keep, a base layer's name): it
+ * becomes that layer, the live state goes and the intent becomes the
+ * rebase. Else r/<h> is renamed away in one step (live.json and the intent
+ * with it) and deleted, then the old base at the temp name. */
+static int rel_finish(struct ovl *o, struct ovl_root *r, struct rel_paths *p, bool layers, const char *keep,
+		      ckpt_error *err)
 {
 	_cleanup_free_ char *base = path_join(r->rdir, "base");
 	char gone[64];
 	if (base)
 		overlay_umount_detach(base);
+	if (layers) { /* checkpoints use r's layers: r/<h> stays, its live state goes */
+		int q = keep && *keep ? rel_keep_base(r, p, keep, err) : 0;
+		if (q < 0)
+			return q;
+		if (!(keep && *keep)) {
+			rm_rf_at(p->pfd, p->tmp);
+			fsync_dirfd(p->pfd);
+		}
+		if ((unlinkat(r->rdir_fd, "live.json", 0) < 0 && errno != ENOENT) ||
+		    (unlinkat(r->rdir_fd, "idx/index", 0) < 0 && errno != ENOENT) || fsync_dirfd(r->rdir_fd) < 0)
+			return err_set(err, errno, NULL, "remove the live state of '%s': %m", r->path);
+		if (keep && *keep)
+			q = renameat(r->rdir_fd, REL_INTENT, r->rdir_fd, REL_REBASE);
+		else
+			q = unlinkat(r->rdir_fd, REL_INTENT, 0);
+		if ((q < 0 && errno != ENOENT) || fsync_dirfd(r->rdir_fd) < 0)
+			return err_set(err, errno, NULL, "finish the release of '%s': %m", r->path);
+		return 0;
+	}
 	snprintf(gone, sizeof(gone), "r/.released-%s", r->h);
 	rm_rf_at(o->odir_fd, gone);
 	char from[32];
@@ -69,7 +147,52 @@ static int rel_finish(struct ovl *o, struct ovl_root *r, struct rel_paths *p)
 	rm_rf_at(o->odir_fd, gone);
 	rm_rf_at(p->pfd, p->tmp);
 	fsync_dirfd(p->pfd);
-	return q;
+	return q < 0 ? err_set(err, -q, NULL, "remove the state of '%s': %s", r->path, strerror(-q)) : 0;
+}
+
+/* Whether some checkpoint's chain has layers of r (*layers), and whether
+ * one lies on r's base dir (*base). Forks are refused before. */
+static void rel_needs(struct ovl *o, struct ovl_root *r, bool *layers, bool *base)
+{
+	const char *id;
+	json_t *chains;
+	*layers = *base = false;
+	json_object_foreach(o->chains, id, chains)
+	{
+		json_t *x = json_object_get(chains, r->h);
+		*layers |= x != NULL;
+		*base |= x && overlay_chain_on_base(x);
+	}
+}
+
+int overlay_release_rebase(struct ovl *o, struct ovl_root *r)
+{
+	_cleanup_free_ char *s = NULL;
+	int q = read_file_at(r->rdir_fd, REL_REBASE, 4096, &s, NULL);
+	if (q < 0)
+		return q == -ENOENT ? 0 : q;
+	json_auto_t *j = json_loads(s, 0, NULL);
+	const char *keep = json_string_value(json_object_get(j, "base"));
+	if (!keep || strlen(keep) != OVL_NAME_LEN || !overlay_layer_is_base(keep))
+		return -EBADMSG;
+	const char *id;
+	json_t *chains;
+	json_object_foreach(o->chains, id, chains)
+	{
+		json_t *x = json_object_get(chains, r->h);
+		if (!x || !overlay_chain_on_base(x))
+			continue;
+		json_auto_t *nc = json_deep_copy(chains);
+		if (!nc || json_array_append_new(json_object_get(nc, r->h), json_string(keep)) < 0)
+			return -ENOMEM;
+		if ((q = overlay_layers_chain_save(o, id, nc)) < 0)
+			return q;
+	}
+	if (unlinkat(r->rdir_fd, REL_REBASE, 0) < 0 || fsync_dirfd(r->rdir_fd) < 0)
+		return -errno;
+	log_info("overlay: the checkpoints of '%s' from before its release lie on its old base, kept as layer %s",
+		 r->path, keep);
+	return 0;
 }
 
 static void rel_undo(struct ovl_root *r, struct rel_paths *p)
@@ -111,7 +234,7 @@ int overlay_release(void *st, size_t i, ckpt_error *err)
 	struct rel_paths p;
 	struct restore_details busy = { 0 };
 	ino_t ino = 0;
-	char intent[256];
+	char intent[256], keep[OVL_NAME_LEN + 1] = "";
 
 	if (json_object_size(o->forks))
 		return err_set_kind(err, ERR_CONFLICT, EBUSY, "forks_exist",
@@ -128,11 +251,21 @@ int overlay_release(void *st, size_t i, ckpt_error *err)
 				 busy.busy[0].pid, busy.busy[0].command, r->path);
 		goto out;
 	}
+	bool layers, need_base;
+	rel_needs(o, r, &layers, &need_base);
+	if (need_base) {
+		_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (l < 0 || (q = overlay_layers_new_base_name(l, keep)) < 0) {
+			q = err_set(err, l < 0 ? errno : -q, NULL, "name a layer for the base of '%s'", r->path);
+			goto out;
+		}
+	}
 	if ((q = rel_copy(r, &p, &ino, err)) < 0) {
 		rel_undo(r, &p);
 		goto out;
 	}
-	snprintf(intent, sizeof(intent), "{\"ino\":%llu}", (unsigned long long)ino);
+	snprintf(intent, sizeof(intent), "{\"ino\":%llu,\"layers\":%s,\"base\":\"%s\"}", (unsigned long long)ino,
+		 layers ? "true" : "false", keep);
 	if ((q = write_file_atomic(r->rdir_fd, REL_INTENT, intent, strlen(intent), 0600)) < 0) {
 		err_set(err, -q, NULL, "record the release of '%s': %s", r->path, strerror(-q));
 		rel_undo(r, &p);
@@ -155,9 +288,19 @@ int overlay_release(void *st, size_t i, ckpt_error *err)
 			rel_undo(r, &p);
 		goto out;
 	}
-	if ((q = rel_finish(o, r, &p)) < 0)
-		err_set(err, -q, NULL, "remove the state of '%s': %s", r->path, strerror(-q));
-	r->released = true;
+	r->released = true; /* the path holds the released copy, whatever follows */
+	/* From here on a failure says "released, but": the engine counts it released. */
+	if ((q = rel_finish(o, r, &p, layers, keep, err)) < 0) {
+		err_prefix(err, "'%s' is released, but the next start has to finish it", r->path);
+		err_mark(err, ERR_INTERNAL, "release_incomplete", q);
+		goto out;
+	}
+	if (keep[0] && (q = overlay_release_rebase(o, r)) < 0) {
+		err_set(err, -q, NULL,
+			"'%s' is released, but its checkpoints are moved onto the old base only at the next start: %s",
+			r->path, strerror(-q));
+		err_mark(err, ERR_INTERNAL, "release_incomplete", q);
+	}
 out:
 	restore_details_free(&busy);
 	rel_paths_free(&p);
@@ -173,6 +316,10 @@ int overlay_release_recover(struct ovl *o, struct ovl_root *r)
 		return 0;
 	json_auto_t *j = json_loads(s, 0, NULL);
 	ino_t ino = (ino_t)json_integer_value(json_object_get(j, "ino"));
+	const char *keep = json_string_value(json_object_get(j, "base"));
+	bool layers = !json_is_false(json_object_get(j, "layers")); /* unsure: keep them */
+	if (keep && (strlen(keep) != OVL_NAME_LEN || !overlay_layer_is_base(keep)))
+		keep = NULL; /* none, or not ours */
 	struct rel_paths p;
 	struct overlay_mountinfo mi = { 0 };
 	struct stat st;
@@ -186,9 +333,13 @@ int overlay_release_recover(struct ovl *o, struct ovl_root *r)
 		return 0;
 	}
 	if (exchanged) {
-		q = rel_finish(o, r, &p);
-		log_notice("release of '%s' finished at start (it was interrupted after the copy took its place)",
-			   r->path);
+		ckpt_error e = { 0 };
+		if ((q = rel_finish(o, r, &p, layers, keep, &e)) < 0)
+			log_warn("release of '%s' not finished at start: %s", r->path, e.msg);
+		else
+			log_notice(
+				"release of '%s' finished at start (it was interrupted after the copy took its place)",
+				r->path);
 	} else {
 		rel_undo(r, &p);
 		log_notice("release of '%s' undone at start (it was interrupted before the copy took its place)",

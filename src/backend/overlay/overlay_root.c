@@ -42,8 +42,14 @@ int overlay_live_load(struct ovl_root *r)
 	return 0;
 }
 
-/* Mount chain (+ base) at target with upper/work dirs up and wk (relative to
- * the root's state dir). */
+bool overlay_chain_on_base(json_t *chain)
+{
+	size_t n = json_array_size(chain);
+	return n == 0 || !overlay_layer_is_base(json_string_value(json_array_get(chain, n - 1)));
+}
+
+/* Mount chain (+ base, unless the chain ends with a base layer) at target
+ * with upper/work dirs up and wk (relative to the root's state dir). */
 int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, const char *up, const char *wk,
 			 ckpt_error *err)
 {
@@ -61,12 +67,12 @@ int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, 
 		snprintf(names[i], sizeof(names[i]), "l/%s", json_string_value(json_array_get(chain, i)));
 		lowers[i] = names[i];
 	}
-	lowers[n] = "base";
+	lowers[n] = "base"; /* unless the chain ends with a base layer */
 	struct overlay_spec s = { .target = target,
 				  .dir = r->rdir,
 				  .dir_fd = r->rdir_fd,
 				  .lowers = lowers,
-				  .n_lowers = n + 1,
+				  .n_lowers = n + overlay_chain_on_base(chain),
 				  .upper = up,
 				  .work = wk };
 	q = overlay_mount(&s, err);

@@ -1442,5 +1442,4 @@ const struct backend_ops backend_tar_ops = {
 	.view_close = tar_view_close,
 	.import = tar_import,
 	.release = tar_release,
-	.release_keeps_checkpoints = true,
 };
