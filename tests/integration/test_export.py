@@ -567,3 +567,20 @@ def test_manifest_bigger_than_the_disk_is_refused_before_extraction(victim):
     r = victim.request("POST", "/v1/checkpoints/import", data=c.blob())
     assert r.status_code == 507, r.text
     assert r.json()["code"] == "insufficient_storage" and "unpacks to" in r.json()["detail"], r.text
+
+
+def test_export_of_the_base_leaves_it_mounted(daemon_factory, tmp_path):
+    """A checkpoint with no layer is exported straight from the base bind.
+    Closing that view must not detach the bind: with the default state dir
+    (/var/lib/ckptd) it did, and restores then mounted over an empty base."""
+    d = daemon_factory(backend="overlay", start=False)
+    d.state_dir = tmp_path / "var/lib/ckptd"
+    make_full_tree(d.roots[0])
+    d.start()
+    want = tree_state(d.roots[0])
+    cid = d.create("untouched")["checkpoint_id"]
+    assert export(d, cid)
+    (d.roots[0] / "file.txt").write_text("changed\n")
+    d.create("changed")
+    d.restore(cid)
+    assert_same_tree(want, tree_state(d.roots[0]))
