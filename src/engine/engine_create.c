@@ -195,14 +195,18 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	return r;
 }
 
-/* Runs with the record already published as "creating". On failure the
- * record goes (sync) or stays in memory as "failed" with the error (async). */
-static int create_run(struct engine *e, struct ckpt_record *rec, bool keep_failed, ckpt_error *err)
+/* Runs with the record already published as "creating", and op (its
+ * progress) registered, or NULL: registered here. On failure the record goes
+ * (sync) or stays in memory as "failed" with the error (async). */
+static int create_run(struct engine *e, struct ckpt_record *rec, struct engine_op *op, bool keep_failed,
+		      ckpt_error *err)
 {
 	const char *id = rec->id;
 	int64_t t0 = mono_ms();
-	struct engine_op *op = engine_op_begin(e, id);
 	int r;
+
+	if (!op)
+		op = engine_op_begin(e, id);
 
 	pthread_mutex_lock(&e->op_lock);
 	engine_set_status(e, "creating", id);
@@ -237,13 +241,14 @@ static int create_run(struct engine *e, struct ckpt_record *rec, bool keep_faile
 struct async_create {
 	struct engine *e;
 	struct ckpt_record *rec;
+	struct engine_op *op; /* registered before the 202: a replay sees its progress */
 };
 
 static void *create_async_main(void *arg)
 {
 	struct async_create *a = arg;
 	ckpt_error err = { 0 };
-	create_run(a->e, a->rec, true, &err);
+	create_run(a->e, a->rec, a->op, true, &err);
 	record_unref(a->rec);
 	pthread_mutex_lock(&a->e->state_lock);
 	a->e->pending_async--;
@@ -263,7 +268,9 @@ static int create_start_async(struct engine *e, const struct ckpt_record *rec, c
 		return -ENOMEM;
 	a->e = e;
 	a->rec = record_dup(rec); /* the worker mutates its own copy */
-	if (!a->rec) {
+	a->op = a->rec ? engine_op_begin(e, rec->id) : NULL;
+	if (!a->op) {
+		record_unref(a->rec);
 		free(a);
 		return -ENOMEM;
 	}
@@ -278,6 +285,7 @@ static int create_start_async(struct engine *e, const struct ckpt_record *rec, c
 		pthread_mutex_lock(&e->state_lock);
 		e->pending_async--;
 		pthread_mutex_unlock(&e->state_lock);
+		engine_op_end(e, a->op);
 		record_unref(a->rec);
 		free(a);
 		return err_set(err, r, NULL, "cannot start the create worker");
@@ -300,16 +308,13 @@ int engine_create(struct engine *e, const struct create_req *req, json_t **ret_r
 	if ((r = create_admit(e, rec, err)) < 0)
 		goto out;
 	if (req->async) {
-		json_t *pub = engine_public(e, rec);
-		if ((r = create_start_async(e, rec, err)) < 0) {
+		if ((r = create_start_async(e, rec, err)) < 0)
 			catalog_remove(e->catalog, id, NULL);
-			json_decref(pub);
-		} else {
-			*ret_record = pub;
-		}
+		else /* with its progress, registered before the worker runs */
+			*ret_record = engine_public(e, rec);
 		goto out;
 	}
-	if ((r = create_run(e, rec, false, err)) == 0)
+	if ((r = create_run(e, rec, NULL, false, err)) == 0)
 		*ret_record = engine_public(e, rec);
 out:
 	record_unref(rec);

@@ -574,7 +574,7 @@ def test_export_of_the_base_leaves_it_mounted(daemon_factory, tmp_path):
     Closing that view must not detach the bind: with the default state dir
     (/var/lib/ckptd) it did, and restores then mounted over an empty base."""
     d = daemon_factory(backend="overlay", start=False)
-    d.state_dir = tmp_path / "var/lib/ckptd"
+    d.state_dir = d.base / "var/lib/ckptd"  # below base: cleanup unmounts what is there
     make_full_tree(d.roots[0])
     d.start()
     want = tree_state(d.roots[0])
