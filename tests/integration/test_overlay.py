@@ -99,13 +99,14 @@ def test_verify_catches_a_layer_changed_behind_ckptds_back(daemon_factory):
     assert rep["ok"] is True and rep["verified"] is True and rep["verify_differences"] == [], rep
     rep = d.restore(cp1, verify=True)
     assert rep["ok"] is True and rep["verified"] is True, rep
-    # write on the layer of cp2 (a lower dir under the mount, an image of the
-    # whole upper: cp2's chain is that one layer over the base)
+    # write on the layers of cp2 (lower dirs under the mount: cp2's chain is a
+    # delta over cp1's layer, or one full layer), newest holding each file
     rdir = next((d.state_dir / "overlay" / "r").iterdir())
-    layer = next(p for p in (rdir / "l").iterdir() if (p / "second.txt").exists())
-    (layer / "file.txt").write_text("changed behind ckptd's back\n")
-    os.unlink(layer / "gone.txt")
-    (layer / "planted").write_text("x")
+    chain = [rdir / "l" / n for n in json.loads((d.state_dir / f"overlay/c/{cp2}.json").read_text())[rdir.name]]
+    holding = lambda name: next(p for p in chain if (p / name).exists())
+    holding("file.txt").joinpath("file.txt").write_text("changed behind ckptd's back\n")
+    os.unlink(holding("gone.txt") / "gone.txt")
+    (chain[0] / "planted").write_text("x")
     rep = d.restore(cp2, verify=True)
     assert rep["ok"] is False and rep["verified"] is False, rep
     got = {(x["path"], x["reason"]) for x in rep["verify_differences"]}

@@ -203,7 +203,8 @@ static void ovl_free(struct ovl *o)
 		treecopy_index_free(r->pre_ix_next);
 		treecopy_dirs_free(&r->pre_dirs);
 		treecopy_index_free(r->cap_ix);
-		chg_track_disarm(&r->trk);
+		overlay_delta_reset(r);
+		json_decref(r->stack);
 	}
 	free(o->roots);
 	free(o->odir);
@@ -271,6 +272,7 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 		struct ovl_root *r = &o->roots[o->n_roots++];
 		r->rdir_fd = -1;
 		r->trk = (struct chg_track)CHG_TRACK_INIT;
+		r->stack = json_array();
 		r->path = strdup(ctx->roots[i]);
 		ovl_hash_path(ctx->roots[i], r->h);
 		q = r->path ? ovl_open_root(o, r, err) : err_set(err, ENOMEM, NULL, "out of memory");
@@ -320,7 +322,9 @@ static void ovl_forget_pre(struct ovl_root *r)
 	treecopy_dirs_free(&r->pre_dirs);
 	treecopy_index_free(TAKE_PTR(r->pre_sus));
 	r->pre_bytes = 0;
-	chg_track_disarm(&r->trk);
+	/* kept while deltas can follow: the next create's delta reads it */
+	if (!overlay_delta_ready(r) && !(r->cap_tmp[0] && (r->cap_delta || r->cap_tracked)))
+		chg_track_disarm(&r->trk);
 }
 
 /* Forget create's first pass of r (its files go with the trash). */
@@ -328,7 +332,10 @@ static void ovl_drop_pre(struct ovl_root *r, int l)
 {
 	if (r->pre[0])
 		overlay_layers_trash(r, l, "l", r->pre);
+	if (r->pre[0] && r->pre_delta) /* its collect's changes are in no layer */
+		overlay_delta_reset(r);
 	r->pre[0] = 0;
+	r->pre_delta = false;
 	ovl_forget_pre(r);
 }
 
@@ -420,17 +427,74 @@ static int ovl_catch_up(struct ovl_root *r, int up, int dst, struct treecopy_ind
 	return 0;
 }
 
-/* Create's first pass, before the freeze: the upper into l/.pre-<name>,
- * synced, itself linking what the last layer has. The frozen pass then links
- * from it every file unchanged since, and has little to copy or sync. */
-static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *err)
+/* The previous layers of a delta (r->stack) opened in l; their number, or
+ * -EAGAIN when one cannot be. */
+static int ovl_delta_prev(struct ovl_root *r, int l, int fds[OVL_DELTA_MAX + 1])
+{
+	size_t n = json_array_size(r->stack);
+	for (size_t j = 0; j < n; j++) {
+		fds[j] = openat(l, json_string_value(json_array_get(r->stack, j)),
+				O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fds[j] < 0) {
+			while (j--)
+				close(fds[j]);
+			return -EAGAIN;
+		}
+	}
+	return (int)n;
+}
+
+static void ovl_delta_prev_close(int *fds, int n)
+{
+	for (int j = 0; j < n; j++)
+		close(fds[j]);
+}
+
+/* One pass of a delta into dst: the directories the tracker names since its
+ * last collect, then (frozen) every directory's own metadata. -EAGAIN: make
+ * a full layer. */
+static int ovl_delta_pass(struct ovl_root *r, int l, int up, int dst, bool frozen, struct treecopy_stats *stats,
+			  ckpt_error *err)
+{
+	struct treecopy_dirty *dirty = NULL;
+	size_t n = 0;
+	const char *why = "cannot stat the root";
+	struct stat rst;
+	int pfd[OVL_DELTA_MAX + 1];
+	int64_t t0 = mono_ms();
+	int np = ovl_delta_prev(r, l, pfd);
+	int q = np < 0                    ? (why = "a previous layer is gone", -EAGAIN)
+		: stat(r->path, &rst) < 0 ? -EAGAIN
+					  : chg_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
+	struct ovl_delta_opts o = { .up = up,
+				    .prev = pfd,
+				    .n_prev = np > 0 ? (size_t)np : 0,
+				    .ix = r->ix,
+				    .dix = r->dix,
+				    .suspects = r->trk.suspects,
+				    .dirs = &r->ddirs };
+	if (q == 0) {
+		why = "a directory moved or made over another entry, or a changed file of several names";
+		q = overlay_delta_dirs(&o, dst, dirty, n, stats, err);
+	}
+	if (q == 0 && frozen)
+		q = overlay_delta_dir_meta(&o, dst, &r->ddirs, stats, err);
+	treecopy_dirty_free(dirty, n);
+	ovl_delta_prev_close(pfd, np);
+	if (q == -EAGAIN)
+		log_info("create: '%s' gets a full layer, not a delta: %s", r->path, why);
+	else if (q == 0)
+		log_info("create: %s delta pass of '%s' compared %zu changed directories in %lld ms: %llu entries "
+			 "written, %llu bytes",
+			 frozen ? "frozen" : "first", r->path, n, (long long)(mono_ms() - t0),
+			 (unsigned long long)stats->replaced, (unsigned long long)stats->bytes_copied);
+	return q;
+}
+
+/* The first pass's directory l/.pre-<name>, empty, named in r->pre. */
+static int ovl_pre_make(struct ovl_root *r, int l, ckpt_error *err)
 {
 	char name[OVL_NAME_LEN + 1];
-	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	_cleanup_close_ int up = ovl_open_dir(r->rdir_fd, "u", r->upper);
-	if (l < 0 || up < 0)
-		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
-	ovl_drop_pre(r, l);
 	int q = overlay_layers_new_name(l, name);
 	if (q < 0)
 		return err_set(err, -q, NULL, "name a layer: %s", strerror(-q));
@@ -439,6 +503,55 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 		r->pre[0] = 0;
 		return err_set(err, errno, NULL, "create first pass: %m");
 	}
+	return 0;
+}
+
+/* Create's first pass as a delta (overlay_delta.c): l/.pre-<name> holds
+ * what changed since the last create. -EAGAIN: a full one is needed. */
+static int ovl_delta_first(struct ovl_root *r, int l, int up, struct progress *p, ckpt_error *err)
+{
+	int q = ovl_pre_make(r, l, err);
+	if (q < 0)
+		return q;
+	r->pre_delta = true;
+	_cleanup_close_ int dst = openat(l, r->pre, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct treecopy_stats stats = { 0 };
+	q = dst < 0 ? err_set(err, errno, NULL, "open first pass: %m")
+		    : ovl_delta_pass(r, l, up, dst, false, &stats, err);
+	if (q < 0) {
+		ovl_drop_pre(r, l); /* and the delta state with it */
+		return q;
+	}
+	if (p) { /* the totals are what it copied: known once done */
+		atomic_fetch_add(&p->files_total, stats.files);
+		atomic_fetch_add(&p->bytes_total, stats.bytes_copied);
+		atomic_fetch_add(&p->files_done, stats.files);
+		atomic_fetch_add(&p->bytes_done, stats.bytes_copied);
+	}
+	r->pre_bytes = stats.bytes_copied;
+	chg_track_drain(&r->trk); /* its own writes, read now rather than frozen */
+	return 0;
+}
+
+/* Create's first pass, before the freeze: the upper into l/.pre-<name>,
+ * synced, itself linking what the last layer has. The frozen pass then links
+ * from it every file unchanged since, and has little to copy or sync. */
+static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *err)
+{
+	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int up = ovl_open_dir(r->rdir_fd, "u", r->upper);
+	if (l < 0 || up < 0)
+		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
+	ovl_drop_pre(r, l);
+	if (overlay_delta_ready(r)) {
+		int d = ovl_delta_first(r, l, up, p, err);
+		if (d != -EAGAIN)
+			return d;
+	}
+	overlay_delta_reset(r); /* a full layer: its frozen pass decides whether deltas follow */
+	int q = ovl_pre_make(r, l, err);
+	if (q < 0)
+		return q;
 	_cleanup_close_ int dst = openat(l, r->pre, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_close_ int prev = r->ix ? openat(l, r->ix_layer, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	_cleanup_(treecopy_index_freep) struct treecopy_index *ix = treecopy_index_new();
@@ -564,6 +677,7 @@ static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_
 				 (unsigned long long)stats->bytes_copied);
 			treecopy_index_free(*ix);
 			*ix = tix;
+			r->cap_tracked = true; /* deltas can follow this layer */
 		} else {
 			treecopy_index_free(tix);
 			why = "a changed file has other names, or a directory no event explains";
@@ -588,9 +702,43 @@ static void ovl_drop_capture(struct ovl_root *r, int l)
 {
 	if (r->cap_tmp[0])
 		overlay_layers_trash(r, l, "l", r->cap_tmp);
+	if (r->cap_tmp[0] && (r->cap_delta || r->cap_tracked)) /* its collect's changes are in no layer */
+		overlay_delta_reset(r);
+	r->cap_delta = r->cap_tracked = false;
 	r->cap_tmp[0] = 0;
 	treecopy_index_free(TAKE_PTR(r->cap_ix));
 	r->cap_size = 0;
+}
+
+/* The frozen pass of a delta: the first pass (l/<pre>) becomes l/<tmp>,
+ * brought up to date. -EAGAIN (the delta state then reset): copy in full. */
+static int ovl_capture_delta(struct ovl_root *r, int l, int up, const char *name, const char *tmp, ckpt_error *err)
+{
+	struct treecopy_stats stats = { 0 };
+	int q = renameat(l, r->pre, l, tmp) < 0 ? err_set(err, errno, NULL, "create layer: %m") : 0;
+	if (q == 0) {
+		r->pre[0] = 0; /* now tmp */
+		r->pre_delta = false;
+	}
+	_cleanup_close_ int dst = q == 0 ? openat(l, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	if (q == 0 && dst < 0)
+		q = err_set(err, errno, NULL, "open layer: %m");
+	if (q == 0)
+		q = ovl_delta_pass(r, l, up, dst, true, &stats, err);
+	if (q == 0 && getenv("CKPTD_TRACK_CHECK"))
+		q = overlay_delta_check(r, tmp, err);
+	if (q < 0) {
+		rm_rf_at(l, tmp);
+		ovl_drop_pre(r, l);
+		overlay_delta_reset(r);
+		return q;
+	}
+	memcpy(r->cap_tmp, tmp, sizeof(r->cap_tmp));
+	memcpy(r->cap_name, name, sizeof(r->cap_name));
+	r->cap_ix = NULL;
+	r->cap_size = stats.bytes_copied + r->pre_bytes;
+	r->cap_delta = true;
+	return 0;
 }
 
 /* Copy r's upper into l/.tmp-<name>, not yet durable (the capture, which
@@ -605,10 +753,17 @@ static int ovl_capture_layer(struct ovl_root *r, struct progress *p, ckpt_error 
 	if (l < 0 || up < 0)
 		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
 	ovl_drop_capture(r, l);
+	r->cap_tracked = r->cap_delta = false;
 	int q = overlay_layers_new_name(l, name);
 	if (q < 0)
 		return err_set(err, -q, NULL, "name a layer: %s", strerror(-q));
 	snprintf(tmp, sizeof(tmp), ".tmp-%s", name);
+	if (r->pre[0] && r->pre_delta) {
+		q = ovl_capture_delta(r, l, up, name, tmp, err);
+		if (q != -EAGAIN)
+			return q;
+		/* a change a delta cannot say: the full copy, frozen (rare) */
+	}
 	bool update = r->pre_ix != NULL; /* the first pass becomes the layer */
 	if (update ? renameat(l, r->pre, l, tmp) < 0 : mkdirat(l, tmp, 0700) < 0)
 		return err_set(err, errno, NULL, "create layer: %m");
@@ -652,10 +807,13 @@ static int ovl_capture_layer(struct ovl_root *r, struct progress *p, ckpt_error 
 }
 
 /* Make r's capture the durable layer r->cap_name; on success ix (the
- * upper's new index) is handed to the caller. */
+ * upper's new index; NULL for a delta) is handed to the caller, and what
+ * kind it was: a delta, or a full layer deltas can follow. */
 static int ovl_publish_capture(struct ovl_root *r, char name[OVL_NAME_LEN + 1], struct treecopy_index **ret_ix,
-			       uint64_t *size, ckpt_error *err)
+			       uint64_t *size, bool *ret_delta, bool *ret_tracked, ckpt_error *err)
 {
+	*ret_delta = r->cap_delta;
+	*ret_tracked = r->cap_tracked;
 	ovl_forget_pre(r);
 	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (l < 0)
@@ -672,7 +830,30 @@ static int ovl_publish_capture(struct ovl_root *r, char name[OVL_NAME_LEN + 1], 
 	*size += r->cap_size;
 	*ret_ix = TAKE_PTR(r->cap_ix);
 	r->cap_size = 0;
+	r->cap_delta = r->cap_tracked = false;
 	return 0;
+}
+
+/* After a create of r published layer name: what the next create stacks on.
+ * A delta goes on top of the stack; a full layer the tracker answered for
+ * starts a new one (the tracker stays armed); else the next is full. */
+static void ovl_delta_after(struct ovl_root *r, const char *name, bool delta, bool tracked)
+{
+	if (delta) {
+		json_array_insert_new(r->stack, 0, json_string(name));
+		return;
+	}
+	bool keep = tracked && chg_track_armed(&r->trk);
+	json_array_clear(r->stack);
+	treecopy_index_free(TAKE_PTR(r->dix));
+	overlay_delta_dirs_free(&r->ddirs);
+	char rel[32];
+	snprintf(rel, sizeof(rel), "l/%s", name);
+	_cleanup_close_ int fd = keep ? openat(r->rdir_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	if (fd >= 0 && (r->dix = treecopy_index_new()) && overlay_delta_dirs_read(fd, &r->ddirs) == 0)
+		json_array_append_new(r->stack, json_string(name));
+	else
+		overlay_delta_reset(r);
 }
 
 static void ovl_discard_layers(struct ovl *o, char (*names)[OVL_NAME_LEN + 1], size_t n)
@@ -716,9 +897,10 @@ static int ovl_create(void *st, const char *id, json_t **ret_data, uint64_t *ret
 	struct ovl *o = st;
 	char(*names)[OVL_NAME_LEN + 1] = calloc(o->n_roots + 1, sizeof(*names));
 	struct treecopy_index **ixs = calloc(o->n_roots + 1, sizeof(*ixs));
+	bool *delta = calloc(o->n_roots + 1, sizeof(bool)), *tracked = calloc(o->n_roots + 1, sizeof(bool));
 	json_auto_t *chains = json_object(), *data = json_pack("{s:[]}", "roots");
 	uint64_t size = 0;
-	int q = names && ixs && chains && data ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
+	int q = names && ixs && delta && tracked && chains && data ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
 	size_t done = 0;
 
 	/* No syncfs of the roots: the copy reads the page cache, and syncing a
@@ -727,10 +909,12 @@ static int ovl_create(void *st, const char *id, json_t **ret_data, uint64_t *ret
 		if (!o->roots[i].cap_tmp[0])
 			q = ovl_capture_layer(&o->roots[i], p, err);
 	for (; q == 0 && done < o->n_roots; done++)
-		q = ovl_publish_capture(&o->roots[done], names[done], &ixs[done], &size, err);
-	ovl_drop_captures(o); /* what a failure left */
+		q = ovl_publish_capture(&o->roots[done], names[done], &ixs[done], &size, &delta[done], &tracked[done],
+					err);
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++) {
 		json_t *c = json_pack("[s]", names[i]);
+		if (delta[i]) /* over the layers the previous creates made from this upper */
+			json_array_extend(c, o->roots[i].stack);
 		json_array_extend(c, o->roots[i].chain);
 		json_object_set_new(chains, o->roots[i].h, c);
 		json_array_append_new(json_object_get(data, "roots"),
@@ -740,9 +924,13 @@ static int ovl_create(void *st, const char *id, json_t **ret_data, uint64_t *ret
 		err_set(err, -q, NULL, "record layer chain: %s", strerror(-q));
 	if (q < 0)
 		ovl_discard_layers(o, names, done);
-	for (size_t i = 0; i < o->n_roots && ixs; i++) {
+	for (size_t i = 0; i < o->n_roots && ixs && delta; i++) {
 		struct ovl_root *r = &o->roots[i];
-		if (q == 0) {
+		if (q < 0)
+			overlay_delta_reset(r); /* the changes collected are in no checkpoint */
+		if (q == 0)
+			ovl_delta_after(r, names[i], delta[i], tracked[i]);
+		if (q == 0 && !delta[i]) { /* a delta leaves the index of the full layer below it */
 			char tag[2 * OVL_NAME_LEN + 2];
 			snprintf(tag, sizeof(tag), "%s:%s", r->upper, names[i]);
 			treecopy_index_save(ixs[i], tag, r->rdir_fd, "idx/index");
@@ -752,8 +940,11 @@ static int ovl_create(void *st, const char *id, json_t **ret_data, uint64_t *ret
 		}
 		treecopy_index_free(ixs[i]);
 	}
+	ovl_drop_captures(o); /* what a failure left (the trackers deltas need stay) */
 	free(names);
 	free(ixs);
+	free(delta);
+	free(tracked);
 	if (q < 0)
 		return ovl_fail(q, err);
 	*ret_size = size;
@@ -815,6 +1006,8 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 	size_t prepared = 0, swapped = 0;
 	int q = sw ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
 
+	for (size_t i = 0; i < o->n_roots; i++) /* a new upper: the next create is full */
+		overlay_delta_reset(&o->roots[i]);
 	for (; q == 0 && prepared < o->n_roots; prepared++) {
 		struct ovl_root *r = &o->roots[prepared];
 		json_t *c = json_object_get(chains, r->h);
@@ -938,6 +1131,9 @@ static void ovl_maintain(void *st)
 		log_debug("overlay: flatten: %s", e.msg);
 	if (o->dirty_gc)
 		overlay_layers_gc(o);
+	for (size_t i = 0; i < o->n_roots; i++) /* a tracker kept for deltas: its queue short */
+		if (chg_track_armed(&o->roots[i].trk))
+			chg_track_drain(&o->roots[i].trk);
 	for (size_t i = 0; i < o->n_roots; i++) /* the next restore's upper, ready */
 		if (!o->roots[i].released && !o->roots[i].spare[0] &&
 		    ovl_new_upper(&o->roots[i], o->roots[i].spare) < 0)

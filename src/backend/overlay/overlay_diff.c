@@ -186,49 +186,6 @@ static json_t *ovl_chain_of(json_t *chains, const char *h)
 	return c ? c : json_array();
 }
 
-/* A checkpoint's view of root r: base itself when the chain is empty, else
- * the chain mounted on dv/<name>/m and detached at once (the fd keeps it). */
-static int ovl_diff_view(struct ovl_root *r, json_t *chain, char name[OVL_NAME_LEN + 1], ckpt_error *err)
-{
-	name[0] = 0;
-	if (json_array_size(chain) == 0) {
-		int fd = openat(r->rdir_fd, "base", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		return fd < 0 ? err_set(err, errno, NULL, "open base of '%s': %m", r->path) : fd;
-	}
-	char p[64], up[64], wk[64];
-	if (mkdirat(r->rdir_fd, "dv", 0700) < 0 && errno != EEXIST)
-		return err_set(err, errno, NULL, "create diff view dir: %m");
-	_cleanup_close_ int dv = openat(r->rdir_fd, "dv", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dv < 0 || overlay_layers_new_name(dv, name) < 0)
-		return err_set(err, EIO, NULL, "name a diff view");
-	snprintf(p, sizeof(p), "dv/%s", name);
-	snprintf(up, sizeof(up), "dv/%s/u", name);
-	snprintf(wk, sizeof(wk), "dv/%s/w", name);
-	if (mkdirat(r->rdir_fd, p, 0700) < 0 || mkdirat(r->rdir_fd, up, 0700) < 0 || mkdirat(r->rdir_fd, wk, 0700) < 0)
-		return err_set(err, errno, NULL, "create diff view: %m");
-	snprintf(p, sizeof(p), "dv/%s/m", name);
-	_cleanup_free_ char *target = path_join(r->rdir, p);
-	if (!target || mkdirat(r->rdir_fd, p, 0700) < 0)
-		return err_set(err, errno ? errno : ENOMEM, NULL, "create diff view: %m");
-	int q = overlay_mount_layers(r, chain, target, up, wk, err);
-	if (q < 0)
-		return q;
-	int fd = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		q = err_set(err, errno, NULL, "open diff view: %m");
-	umount2(target, MNT_DETACH);
-	return fd < 0 ? q : fd;
-}
-
-static void ovl_diff_view_drop(struct ovl_root *r, const char *name)
-{
-	char p[64];
-	if (!name[0])
-		return;
-	snprintf(p, sizeof(p), "dv/%s", name);
-	rm_rf_at(r->rdir_fd, p);
-}
-
 /* Paths the layers of x and y above their common suffix hold. */
 static int ovl_diff_candidates(struct ovl_root *r, json_t *x, json_t *y, const char *upper, json_t *cand)
 {
@@ -271,11 +228,11 @@ static int ovl_diff_root(struct ovl_root *r, json_t *ca, json_t *cb, bool live, 
 	int q = ovl_diff_candidates(r, xa, xb, live ? r->upper : NULL, cand);
 	if (q < 0)
 		q = err_set(err, -q, NULL, "read layers of '%s': %s", r->path, strerror(-q));
-	if (q == 0 && (c.fd[0] = ovl_diff_view(r, xa, na, err)) < 0)
+	if (q == 0 && (c.fd[0] = overlay_chain_view(r, xa, na, err)) < 0)
 		q = c.fd[0];
 	if (q == 0 && live && (c.fd[1] = open(r->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		q = err_set(err, errno, NULL, "open root '%s': %m", r->path);
-	else if (q == 0 && !live && (c.fd[1] = ovl_diff_view(r, xb, nb, err)) < 0)
+	else if (q == 0 && !live && (c.fd[1] = overlay_chain_view(r, xb, nb, err)) < 0)
 		q = c.fd[1];
 	size_t n = json_object_size(cand), i = 0;
 	const char **keys = q == 0 ? calloc(n ? n : 1, sizeof(*keys)) : NULL;
@@ -295,8 +252,8 @@ static int ovl_diff_root(struct ovl_root *r, json_t *ca, json_t *cb, bool live, 
 	for (int s = 0; s < 2; s++)
 		if (c.fd[s] >= 0)
 			close(c.fd[s]);
-	ovl_diff_view_drop(r, na);
-	ovl_diff_view_drop(r, nb);
+	overlay_chain_view_drop(r, na);
+	overlay_chain_view_drop(r, nb);
 	if (!live && json_array_size(xb) == 0 && !json_object_get(cb, r->h))
 		json_decref(xb);
 	if (json_array_size(xa) == 0 && !json_object_get(ca, r->h))

@@ -30,6 +30,54 @@
 
 #define OVL_NAME_LEN 8
 
+/* overlay_delta.c: a create's layer that holds only what changed in the
+ * upper since the previous create, over that create's layers. */
+#define OVL_DELTA_MAX 16 /* deltas over one full layer; the next create makes a full one */
+struct ovl_dmeta {
+	char *path; /* relative, "" the top */
+	mode_t mode;
+	uid_t uid;
+	gid_t gid;
+	struct timespec mtim;
+};
+/* Every directory of the upper with the metadata its newest copy has. */
+struct ovl_delta_dirs {
+	struct ovl_dmeta *v;
+	size_t n, cap;
+};
+struct ovl_delta_opts {
+	int up;                     /* the upper */
+	const int *prev;            /* the previous layers (newest first, the last one full) */
+	size_t n_prev;              /* 1 .. OVL_DELTA_MAX */
+	struct treecopy_index *ix;  /* the upper's index at the full layer */
+	struct treecopy_index *dix; /* the files the deltas copied: this one's added */
+	const struct treecopy_index *suspects;
+	struct ovl_delta_dirs *dirs; /* every directory of the upper: new ones added */
+};
+/* Make the delta dst hold what the dirty directories of the upper hold,
+ * relative to the previous layers. -EAGAIN: a change a delta does not
+ * express (a directory moved with a redirect, or made where the previous
+ * layers hold something and not opaque; a changed file of several names):
+ * make a full layer instead. */
+int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct treecopy_dirty *dirty, size_t n,
+		       struct treecopy_stats *st, ckpt_error *err);
+/* The directories whose own metadata changed with no event (dirs: every
+ * directory of the upper), into dst; dirs then says what dst has. */
+int overlay_delta_dir_meta(const struct ovl_delta_opts *o, int dst, struct ovl_delta_dirs *dirs,
+			   struct treecopy_stats *st, ckpt_error *err);
+/* Every directory of layer_fd (a full layer just made) with its metadata. */
+int overlay_delta_dirs_read(int layer_fd, struct ovl_delta_dirs *out);
+int overlay_delta_dirs_add(struct ovl_delta_dirs *d, const char *rel, const struct stat *s);
+void overlay_delta_dirs_free(struct ovl_delta_dirs *d);
+struct ovl_root;
+/* Forget r's delta state (the next create makes a full layer) and stop its tracker. */
+void overlay_delta_reset(struct ovl_root *r);
+/* Whether r's next create can be a delta. */
+bool overlay_delta_ready(struct ovl_root *r);
+/* CKPTD_TRACK_CHECK: the checkpoint of delta l/<tmp> (over r->stack and the
+ * live chain), mounted, shows what the root shows; else an error. */
+int overlay_delta_check(struct ovl_root *r, const char *tmp, ckpt_error *err);
+
 struct ovl_root {
 	char *path; /* the managed root P */
 	char h[OVL_NAME_LEN + 1];
@@ -56,9 +104,19 @@ struct ovl_root {
 	char cap_name[OVL_NAME_LEN + 1];
 	struct treecopy_index *cap_ix;
 	uint64_t cap_size;
-	struct chg_track trk; /* armed when the first pass begins (change_track.h) */
-	bool trk_said;        /* that tracking is not possible here was logged */
-	bool released;        /* by overlay_release: no longer ours, r/<h> is gone */
+	struct chg_track trk; /* armed when the first pass begins (change_track.h); kept
+			       * between creates while deltas can follow */
+	/* Delta layers (overlay_delta.c): the layers made from this upper
+	 * since its last full one, newest first ([]: the next create makes a
+	 * full one), the files they copied, every directory of the upper. */
+	json_t *stack;
+	struct treecopy_index *dix;
+	struct ovl_delta_dirs ddirs;
+	bool pre_delta;   /* the first pass (pre) is a delta */
+	bool cap_delta;   /* the capture (cap_tmp) is a delta */
+	bool cap_tracked; /* a full capture whose frozen pass the tracker answered */
+	bool trk_said;    /* that tracking is not possible here was logged */
+	bool released;    /* by overlay_release: no longer ours, r/<h> is gone */
 };
 
 struct ovl {
@@ -89,7 +147,7 @@ static inline bool overlay_layer_is_base(const char *name)
 {
 	return name && name[0] == 'B';
 }
-/* overlay_layers.c */
+/* overlay_layers.c (the names: overlay_root.c) */
 int overlay_layers_new_name(int dirfd, char name[OVL_NAME_LEN + 1]);
 int overlay_layers_new_base_name(int dirfd, char name[OVL_NAME_LEN + 1]);
 int overlay_layers_chain_save(struct ovl *o, const char *id, json_t *chains);
@@ -132,6 +190,10 @@ void overlay_live_set(struct ovl_root *r, json_t *chain, json_t *mounted);
  * the root's state dir). */
 int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, const char *up, const char *wk,
 			 ckpt_error *err);
+/* A read-only look at chain over r's base: an fd of the view (dv/<name>,
+ * name set, or "" for the base itself); drop removes dv/<name>. */
+int overlay_chain_view(struct ovl_root *r, json_t *chain, char name[OVL_NAME_LEN + 1], ckpt_error *err);
+void overlay_chain_view_drop(struct ovl_root *r, const char *name);
 
 /* overlay_fork.c, overlay_diff.c: the backend ops of the same names. */
 int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs, json_t **fdata,

@@ -7,29 +7,6 @@
 
 #include <sys/stat.h>
 
-static int overlay_layers_name(int dirfd, char name[OVL_NAME_LEN + 1], bool base)
-{
-	for (int i = 0; i < 100; i++) {
-		if (random_hex(name, OVL_NAME_LEN / 2) < 0)
-			return -EIO;
-		if (base)
-			name[0] = 'B';
-		if (faccessat(dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
-			return 0;
-	}
-	return -EEXIST;
-}
-
-int overlay_layers_new_name(int dirfd, char name[OVL_NAME_LEN + 1])
-{
-	return overlay_layers_name(dirfd, name, false);
-}
-
-int overlay_layers_new_base_name(int dirfd, char name[OVL_NAME_LEN + 1])
-{
-	return overlay_layers_name(dirfd, name, true);
-}
-
 void overlay_layers_ref(struct ovl *o, const char *h, json_t *layers, int delta)
 {
 	size_t i;
@@ -242,7 +219,7 @@ static bool overlay_layers_keep_layer(struct ovl *o, struct ovl_root *r, const c
 	char key[64];
 	snprintf(key, sizeof(key), "%s/%s", r->h, name);
 	return json_object_get(o->refs, key) || overlay_layers_in(r->chain, name) ||
-		overlay_layers_in(r->mounted, name);
+		overlay_layers_in(r->stack, name) || overlay_layers_in(r->mounted, name);
 }
 
 static bool overlay_layers_keep_upper(struct ovl *o, struct ovl_root *r, const char *name)

@@ -289,6 +289,7 @@ int overlay_release(void *st, size_t i, ckpt_error *err)
 		goto out;
 	}
 	r->released = true; /* the path holds the released copy, whatever follows */
+	overlay_delta_reset(r);
 	/* From here on a failure says "released, but": the engine counts it released. */
 	if ((q = rel_finish(o, r, &p, layers, keep, err)) < 0) {
 		err_prefix(err, "'%s' is released, but the next start has to finish it", r->path);

@@ -1,10 +1,35 @@
 /* overlay_root.c: the live state of a managed root: which chain and upper P
- * is (to be) mounted with, kept in r/<h>/live.json, and mounting a chain of
- * layers. It calls nothing else in the backend but overlay_mount.c: the ops
- * (backend_overlay.c), the layer store (overlay_layers.c), forks and diffs
- * all call it. */
+ * is (to be) mounted with, kept in r/<h>/live.json, mounting a chain of
+ * layers (and a read-only view of one), and naming layers. It calls nothing
+ * else in the backend but overlay_mount.c: the ops (backend_overlay.c), the
+ * layer store (overlay_layers.c), forks, diffs and deltas all call it. */
 #include "backend/overlay/overlay_internal.h"
 #include "backend/overlay/overlay_mount.h"
+
+#include <sys/mount.h>
+
+static int overlay_layers_name(int dirfd, char name[OVL_NAME_LEN + 1], bool base)
+{
+	for (int i = 0; i < 100; i++) {
+		if (random_hex(name, OVL_NAME_LEN / 2) < 0)
+			return -EIO;
+		if (base)
+			name[0] = 'B';
+		if (faccessat(dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
+			return 0;
+	}
+	return -EEXIST;
+}
+
+int overlay_layers_new_name(int dirfd, char name[OVL_NAME_LEN + 1])
+{
+	return overlay_layers_name(dirfd, name, false);
+}
+
+int overlay_layers_new_base_name(int dirfd, char name[OVL_NAME_LEN + 1])
+{
+	return overlay_layers_name(dirfd, name, true);
+}
 
 void overlay_live_set(struct ovl_root *r, json_t *chain, json_t *mounted)
 {
@@ -54,7 +79,7 @@ int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, 
 			 ckpt_error *err)
 {
 	size_t n = json_array_size(chain);
-	char(*names)[OVL_NAME_LEN + 3] = calloc(n + 1, sizeof(*names));
+	char(*names)[32] = calloc(n + 1, sizeof(*names)); /* "l/" and a name, or .tmp-<name> */
 	const char **lowers = calloc(n + 1, sizeof(*lowers));
 	int q;
 
@@ -79,4 +104,48 @@ int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, 
 	free(names);
 	free(lowers);
 	return q;
+}
+
+/* A chain's view of root r (a diff's, a delta's check): base itself when
+ * the chain is empty, else the chain mounted on dv/<name>/m and detached at
+ * once (the fd keeps it). */
+int overlay_chain_view(struct ovl_root *r, json_t *chain, char name[OVL_NAME_LEN + 1], ckpt_error *err)
+{
+	name[0] = 0;
+	if (json_array_size(chain) == 0) {
+		int fd = openat(r->rdir_fd, "base", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		return fd < 0 ? err_set(err, errno, NULL, "open base of '%s': %m", r->path) : fd;
+	}
+	char p[64], up[64], wk[64];
+	if (mkdirat(r->rdir_fd, "dv", 0700) < 0 && errno != EEXIST)
+		return err_set(err, errno, NULL, "create diff view dir: %m");
+	_cleanup_close_ int dv = openat(r->rdir_fd, "dv", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dv < 0 || overlay_layers_new_name(dv, name) < 0)
+		return err_set(err, EIO, NULL, "name a diff view");
+	snprintf(p, sizeof(p), "dv/%s", name);
+	snprintf(up, sizeof(up), "dv/%s/u", name);
+	snprintf(wk, sizeof(wk), "dv/%s/w", name);
+	if (mkdirat(r->rdir_fd, p, 0700) < 0 || mkdirat(r->rdir_fd, up, 0700) < 0 || mkdirat(r->rdir_fd, wk, 0700) < 0)
+		return err_set(err, errno, NULL, "create diff view: %m");
+	snprintf(p, sizeof(p), "dv/%s/m", name);
+	_cleanup_free_ char *target = path_join(r->rdir, p);
+	if (!target || mkdirat(r->rdir_fd, p, 0700) < 0)
+		return err_set(err, errno ? errno : ENOMEM, NULL, "create diff view: %m");
+	int q = overlay_mount_layers(r, chain, target, up, wk, err);
+	if (q < 0)
+		return q;
+	int fd = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		q = err_set(err, errno, NULL, "open diff view: %m");
+	umount2(target, MNT_DETACH);
+	return fd < 0 ? q : fd;
+}
+
+void overlay_chain_view_drop(struct ovl_root *r, const char *name)
+{
+	char p[64];
+	if (!name[0])
+		return;
+	snprintf(p, sizeof(p), "dv/%s", name);
+	rm_rf_at(r->rdir_fd, p);
 }

@@ -1,0 +1,713 @@
+/* overlay_delta.c: delta layers. A create after a tracked one on the same
+ * upper need not copy the whole upper: its layer (the delta) holds only
+ * what changed in the upper since the previous create, stacked on that
+ * create's layers (the last full layer, then the deltas since, newest
+ * first: the "previous layers" here). Change tracking (change_track.h)
+ * names the directories that changed; each is made in the delta as the
+ * upper has it, relative to the previous layers:
+ *
+ *   - a regular file changed since it was last copied (its inode, size or
+ *     ctime differ from the index that copy left, or it is a suspect) is
+ *     copied; an unchanged one is left to the previous layers;
+ *   - every other non-directory (symlink, whiteout, fifo, device) is copied;
+ *   - a name the previous layers show that the upper no longer has gets a
+ *     whiteout;
+ *   - directories are plain (never opaque, no redirect: the previous layers
+ *     hold those of the upper), with the upper's metadata and xattrs.
+ *
+ * What a delta cannot say the same way answers -EAGAIN, and the caller
+ * makes a full layer as before: a directory made, moved or removed since
+ * the previous create (its opaque and redirect attributes would have to be
+ * rewritten), a changed file of several names (hard links). Each dirty
+ * directory is brought to the same result whatever the delta held before,
+ * so the frozen pass runs it again for what changed since the first. */
+#include "backend/overlay/overlay_internal.h"
+#include "lib/walk.h"
+#include "lib/xattr.h"
+
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+
+struct dl {
+	const struct ovl_delta_opts *o;
+	struct treecopy_stats *st;
+	ckpt_error *err;
+	char path[PATH_MAX]; /* the entry being looked at, relative */
+	const char *why;     /* overlay_delta_check: what differs there */
+	const struct treecopy_dirty *dirty;
+	size_t n_dirty;
+};
+
+static int dl_fail(struct dl *t, int r, const char *what)
+{
+	if (r == -EAGAIN)
+		return r;
+	return err_set(t->err, -r, NULL, "delta layer: %s '%s': %s", what, t->path, strerror(-r));
+}
+
+/* rel ("" the top) below fd, a directory, without following symlinks. */
+static int dl_open(int fd, const char *rel)
+{
+	struct open_how how = { .flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+				.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	int r = (int)syscall(SYS_openat2, fd, *rel ? rel : ".", &how, sizeof(how));
+	if (r < 0 && (errno == ENOSYS || errno == EPERM)) /* no openat2: the layers hold no symlinked dirs */
+		r = openat(fd, *rel ? rel : ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return r;
+}
+
+/* A directory of the delta takes the upper's: owner, mode, xattrs (none of
+ * overlayfs's own: opaque and redirect stay the previous layers'), times. */
+static int dl_dir_meta(int ufd, int dfd)
+{
+	struct stat st;
+	char names[XATTR_LIST_BUF];
+	if (fstat(ufd, &st) < 0)
+		return -errno;
+	ssize_t n = flistxattr(dfd, names, sizeof(names));
+	for (char *k = names; n > 0 && k < names + n; k += strlen(k) + 1)
+		if (fremovexattr(dfd, k) < 0 && errno != ENODATA)
+			return -errno;
+	int r = treecopy_copy_meta(-1, -1, NULL, ufd, dfd, &st);
+	if (r < 0)
+		return r;
+	n = flistxattr(dfd, names, sizeof(names));
+	for (char *k = names; n > 0 && k < names + n; k += strlen(k) + 1)
+		if (!strncmp(k, "trusted.overlay.", 16) && fremovexattr(dfd, k) < 0 && errno != ENODATA)
+			return -errno;
+	struct timespec ts[2] = { st.st_atim, st.st_mtim };
+	return futimens(dfd, ts) < 0 ? -errno : 0;
+}
+
+/* The delta's directory at rel, made with its parents where missing (each
+ * with the upper's metadata); an fd to it, or < 0. */
+static int dl_ensure_dir(struct dl *t, int dst, const char *rel)
+{
+	int d = dl_open(dst, rel);
+	if (d >= 0 || errno != ENOENT)
+		return d >= 0 ? d : -errno;
+	_cleanup_free_ char *copy = strdup(rel);
+	if (!copy)
+		return -ENOMEM;
+	int cur = openat(dst, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int ucur = openat(t->o->up, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char *save = NULL;
+	int r = cur < 0 || ucur < 0 ? -errno : 0;
+	for (char *part = strtok_r(copy, "/", &save); r == 0 && part; part = strtok_r(NULL, "/", &save)) {
+		int u = openat(ucur, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (u < 0) {
+			r = errno == ENOENT || errno == ENOTDIR ? -EAGAIN : -errno;
+			break;
+		}
+		close(ucur);
+		ucur = u;
+		bool made = mkdirat(cur, part, 0700) == 0;
+		if (!made && errno != EEXIST) {
+			r = -errno;
+			break;
+		}
+		int n = openat(cur, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (n < 0) {
+			r = -errno;
+			break;
+		}
+		close(cur);
+		cur = n;
+		if (made && (r = dl_dir_meta(ucur, cur)) < 0)
+			break;
+	}
+	if (ucur >= 0)
+		close(ucur);
+	if (r < 0) {
+		if (cur >= 0)
+			close(cur);
+		return r;
+	}
+	return cur;
+}
+
+/* Remove name from the delta's directory dfd, whatever it is. */
+static int dl_remove(int dfd, const char *name)
+{
+	struct stat st;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (S_ISDIR(st.st_mode))
+		return rm_rf_at(dfd, name);
+	return unlinkat(dfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+/* The upper's entry name (st) into the delta, in place of what it held. */
+static int dl_copy(struct dl *t, int ufd, int dfd, const char *name, const struct stat *st)
+{
+	int r = dl_remove(dfd, name);
+	if (r < 0)
+		return dl_fail(t, r, "remove");
+	if (S_ISREG(st->st_mode)) {
+		uint64_t copied = 0;
+		_cleanup_close_ int in = openat(ufd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (in < 0)
+			return dl_fail(t, errno == ENOENT ? -EAGAIN : -errno, "open");
+		_cleanup_close_ int out = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (out < 0)
+			return dl_fail(t, -errno, "create");
+		r = treecopy_file_data(in, out, st->st_size, &copied);
+		if (r == 0)
+			r = treecopy_copy_meta(ufd, dfd, name, in, out, st);
+		t->st->bytes_copied += copied;
+	} else if (S_ISLNK(st->st_mode)) {
+		char target[PATH_MAX];
+		ssize_t n = readlinkat(ufd, name, target, sizeof(target) - 1);
+		if (n < 0)
+			return dl_fail(t, errno == ENOENT ? -EAGAIN : -errno, "readlink");
+		target[n] = 0;
+		r = symlinkat(target, dfd, name) < 0 ? -errno : treecopy_copy_meta(ufd, dfd, name, -1, -1, st);
+	} else {
+		r = mknodat(dfd, name, st->st_mode & (S_IFMT | 07777), st->st_rdev) < 0
+			? -errno
+			: treecopy_copy_meta(ufd, dfd, name, -1, -1, st);
+	}
+	if (r < 0)
+		return dl_fail(t, r, "copy");
+	t->st->files++;
+	t->st->replaced++;
+	return 0;
+}
+
+static int dl_whiteout(struct dl *t, int dfd, const char *name)
+{
+	struct stat st;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && treecopy_is_whiteout(&st))
+		return 0;
+	int r = dl_remove(dfd, name);
+	if (r == 0 && mknodat(dfd, name, S_IFCHR | 0000, makedev(0, 0)) < 0)
+		r = -errno;
+	if (r < 0)
+		return dl_fail(t, r, "whiteout");
+	t->st->replaced++;
+	return 0;
+}
+
+struct dl_names {
+	char **v;
+	size_t n, cap;
+};
+
+static void dl_names_free(struct dl_names *ns)
+{
+	for (size_t i = 0; i < ns->n; i++)
+		free(ns->v[i]);
+	free(ns->v);
+	*ns = (struct dl_names){ 0 };
+}
+
+static int dl_names_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Add the names of directory fd (-1: none) to ns; sorted and unique after. */
+static int dl_names_read(int fd, struct dl_names *ns)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	if (fd < 0)
+		return 0;
+	int r = walk_open(fd, NULL, &d);
+	while (r == 0 && (de = walk_next(d))) {
+		if (ns->n == ns->cap) {
+			size_t cap = ns->cap ? 2 * ns->cap : 64;
+			char **v = realloc(ns->v, cap * sizeof(*v));
+			if (!v)
+				return -ENOMEM;
+			ns->v = v;
+			ns->cap = cap;
+		}
+		if (!(ns->v[ns->n] = strdup(de->d_name)))
+			return -ENOMEM;
+		ns->n++;
+	}
+	if (r < 0)
+		return r;
+	qsort(ns->v, ns->n, sizeof(*ns->v), dl_names_cmp);
+	size_t k = 0;
+	for (size_t i = 0; i < ns->n; i++) {
+		if (k && !strcmp(ns->v[k - 1], ns->v[i])) {
+			free(ns->v[i]);
+			continue;
+		}
+		ns->v[k++] = ns->v[i];
+	}
+	ns->n = k;
+	return 0;
+}
+
+static bool dl_names_has(const struct dl_names *ns, const char *name)
+{
+	return ns->n && bsearch(&name, ns->v, ns->n, sizeof(*ns->v), dl_names_cmp);
+}
+
+static int dl_push(struct dl *t, const char *dir, const char *name)
+{
+	int n = snprintf(t->path, sizeof(t->path), "%s%s%s", dir, *dir ? "/" : "", name);
+	return n < 0 || (size_t)n >= sizeof(t->path) ? -ENAMETOOLONG : 0;
+}
+
+/* What the previous layers show at name in their directories pfd: the
+ * newest layer holding it decides. 0 with *st, or -ENOENT. */
+static int dl_prev(const int *pfd, size_t n, const char *name, struct stat *st)
+{
+	for (size_t j = 0; j < n; j++)
+		if (pfd[j] >= 0 && fstatat(pfd[j], name, st, AT_SYMLINK_NOFOLLOW) == 0)
+			return 0;
+	return -ENOENT;
+}
+
+/* One dirty directory rel: the delta's copy of it made what the upper's is,
+ * relative to the previous layers. */
+static int dl_dir(struct dl *t, int dst, const char *rel)
+{
+	const struct ovl_delta_opts *o = t->o;
+	snprintf(t->path, sizeof(t->path), "%s", rel);
+	_cleanup_close_ int ufd = dl_open(o->up, rel);
+	if (ufd < 0)
+		return errno == ENOENT || errno == ENOTDIR ? -EAGAIN : dl_fail(t, -errno, "open");
+	int pfd[OVL_DELTA_MAX + 1];
+	size_t np = o->n_prev < ARRAY_SIZE(pfd) ? o->n_prev : ARRAY_SIZE(pfd);
+	struct dl_names un = { 0 }, pn = { 0 }, dn = { 0 };
+	int r = 0;
+	for (size_t j = 0; j < np; j++)
+		pfd[j] = dl_open(o->prev[j], rel);
+	if (pfd[np - 1] < 0) /* the full layer has every directory of the upper */
+		r = -EAGAIN;
+	int dfd = r == 0 ? dl_ensure_dir(t, dst, rel) : -1;
+	if (r == 0 && dfd < 0)
+		r = dl_fail(t, dfd, "make directory");
+	if (r == 0 && (r = dl_dir_meta(ufd, dfd)) < 0)
+		dl_fail(t, r, "directory metadata");
+	if (r == 0)
+		r = dl_names_read(ufd, &un);
+	for (size_t j = 0; r == 0 && j < np; j++)
+		r = dl_names_read(pfd[j], &pn);
+	if (r == 0)
+		r = dl_names_read(dfd, &dn);
+	if (r < 0 && r != -EAGAIN)
+		dl_fail(t, r, "read directory");
+	for (size_t i = 0; r == 0 && i < un.n; i++) {
+		const char *name = un.v[i];
+		struct stat st, ps;
+		if ((r = dl_push(t, rel, name)) < 0)
+			break;
+		if (fstatat(ufd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			r = errno == ENOENT ? -EAGAIN : dl_fail(t, -errno, "stat");
+			break;
+		}
+		if (S_ISDIR(st.st_mode)) { /* the same directory the previous layers hold, metadata of its own */
+			const struct treecopy_dirty *e = treecopy_dirty_find(t->dirty, t->n_dirty, t->path);
+			if (e && e->deep)
+				continue; /* made or moved here: copied whole (dl_new_dir) */
+			if (dl_prev(pfd, np, name, &ps) < 0 || !S_ISDIR(ps.st_mode)) {
+				r = -EAGAIN;
+				break;
+			}
+			if (mkdirat(dfd, name, 0700) < 0 && errno != EEXIST) {
+				r = dl_fail(t, -errno, "make directory");
+				break;
+			}
+			_cleanup_close_ int u = openat(ufd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			_cleanup_close_ int d = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			r = u < 0 || d < 0 ? -EAGAIN : dl_dir_meta(u, d);
+			continue;
+		}
+		if (S_ISREG(st.st_mode)) {
+			if (st.st_nlink > 1) {
+				r = -EAGAIN;
+				break;
+			}
+			bool sus = treecopy_index_has(o->suspects, t->path);
+			bool same = !sus &&
+				(treecopy_index_has(o->dix, t->path) ? treecopy_index_match(o->dix, t->path, &st)
+								     : treecopy_index_match(o->ix, t->path, &st));
+			if (same)
+				continue;
+			if ((r = dl_copy(t, ufd, dfd, name, &st)) < 0)
+				break;
+			r = sus ? treecopy_index_put_untrusted(o->dix, t->path, &st)
+				: treecopy_index_put(o->dix, t->path, &st);
+			if (r == 0 && sus) /* a full layer must not link it from the last one either */
+				r = treecopy_index_put_untrusted(o->ix, t->path, &st);
+			continue;
+		}
+		r = dl_copy(t, ufd, dfd, name, &st);
+	}
+	/* names gone from the upper: hidden, unless the previous layers do */
+	for (size_t i = 0; r == 0 && i < pn.n; i++) {
+		struct stat ps;
+		if (dl_names_has(&un, pn.v[i]) || (r = dl_push(t, rel, pn.v[i])) < 0)
+			continue;
+		if (dl_prev(pfd, np, pn.v[i], &ps) < 0)
+			continue;
+		if (treecopy_is_whiteout(&ps) && (r = dl_remove(dfd, pn.v[i])) < 0)
+			dl_fail(t, r, "remove");
+		else if (!treecopy_is_whiteout(&ps))
+			r = dl_whiteout(t, dfd, pn.v[i]);
+	}
+	/* what an earlier pass put in the delta for names gone since */
+	for (size_t i = 0; r == 0 && i < dn.n; i++)
+		if (!dl_names_has(&un, dn.v[i]) && !dl_names_has(&pn, dn.v[i]) && (r = dl_remove(dfd, dn.v[i])) < 0)
+			dl_fail(t, r, "remove");
+	dl_names_free(&un);
+	dl_names_free(&pn);
+	dl_names_free(&dn);
+	for (size_t j = 0; j < np; j++)
+		if (pfd[j] >= 0)
+			close(pfd[j]);
+	if (dfd >= 0)
+		close(dfd);
+	return r;
+}
+
+/* Every directory of the delta takes the upper's times again, children
+ * first: making or changing entries in a directory moved its mtime. */
+static int dl_times(int up, int dfd, int depth)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	struct stat st;
+	int r = depth > 4096 ? -ELOOP : walk_open(dfd, NULL, &d);
+	while (r == 0 && (de = walk_next(d))) {
+		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
+			continue;
+		_cleanup_close_ int c = openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		_cleanup_close_ int u =
+			c >= 0 ? openat(up, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+		if (c < 0)
+			continue;
+		r = u < 0 ? -EAGAIN : dl_times(u, c, depth + 1);
+	}
+	if (r == 0 && fstat(up, &st) < 0)
+		r = -errno;
+	struct timespec ts[2] = { st.st_atim, st.st_mtim };
+	if (r == 0 && futimens(dfd, ts) < 0)
+		r = -errno;
+	return r;
+}
+
+/* Below a directory new in the upper: no redirect (a directory moved in
+ * from elsewhere, whose lower half the previous layers would shadow), no
+ * file of several names; each regular file into dix, each directory into
+ * dirs. */
+static int dl_scan_new(struct dl *t, int fd, size_t len, int depth)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	struct stat st;
+	char v[8];
+	if (depth > 4096)
+		return -ELOOP;
+	if (fgetxattr(fd, "trusted.overlay.redirect", v, sizeof(v)) >= 0 || fstat(fd, &st) < 0)
+		return -EAGAIN;
+	if (t->o->dirs && overlay_delta_dirs_add(t->o->dirs, t->path, &st) < 0)
+		return -ENOMEM;
+	int r = walk_open(fd, NULL, &d);
+	while (r == 0 && (de = walk_next(d))) {
+		size_t n = strlen(de->d_name);
+		if (len + n + 2 >= sizeof(t->path))
+			return -ENAMETOOLONG;
+		if (len)
+			t->path[len] = '/';
+		memcpy(t->path + len + !!len, de->d_name, n + 1);
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			r = -EAGAIN;
+		else if (S_ISREG(st.st_mode))
+			r = st.st_nlink > 1 ? -EAGAIN : treecopy_index_put(t->o->dix, t->path, &st);
+		else if (S_ISDIR(st.st_mode)) {
+			_cleanup_close_ int c =
+				openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			r = c < 0 ? -EAGAIN : dl_scan_new(t, c, len + !!len + n, depth + 1);
+		}
+		t->path[len] = '\0';
+	}
+	return r;
+}
+
+/* A directory made or moved into place since the previous create (deep):
+ * copied whole, as the upper has it (opaque included). Right when the
+ * previous layers hold nothing there, or it is opaque and hides what they
+ * hold; else -EAGAIN. Gone since: its parent's pass hides it. */
+static int dl_new_dir(struct dl *t, int dst, const char *rel)
+{
+	const struct ovl_delta_opts *o = t->o;
+	snprintf(t->path, sizeof(t->path), "%s", rel);
+	_cleanup_close_ int ufd = dl_open(o->up, rel);
+	if (ufd < 0)
+		return errno == ENOENT || errno == ENOTDIR ? 0 : dl_fail(t, -errno, "open");
+	char v[8];
+	ssize_t k = fgetxattr(ufd, "trusted.overlay.opaque", v, sizeof(v));
+	bool opaque = k > 0 && v[0] == 'y';
+	_cleanup_free_ char *copy = strdup(rel);
+	if (!copy)
+		return -ENOMEM;
+	char *slash = strrchr(copy, '/');
+	const char *base = slash ? slash + 1 : copy;
+	if (slash)
+		*slash = '\0';
+	const char *parent = slash ? copy : "";
+	for (size_t j = 0; !opaque && j < o->n_prev; j++) {
+		struct stat ps;
+		_cleanup_close_ int pd = dl_open(o->prev[j], parent);
+		if (pd >= 0 && fstatat(pd, base, &ps, AT_SYMLINK_NOFOLLOW) == 0)
+			return -EAGAIN; /* would merge with what they hold there */
+	}
+	int r = dl_scan_new(t, ufd, strlen(t->path), 0);
+	snprintf(t->path, sizeof(t->path), "%s", rel);
+	if (r < 0)
+		return r == -EAGAIN ? r : dl_fail(t, r, "read new directory");
+	_cleanup_close_ int pfd = dl_ensure_dir(t, dst, parent);
+	if (pfd < 0)
+		return dl_fail(t, pfd, "make directory");
+	if ((r = dl_remove(pfd, base)) < 0 || (mkdirat(pfd, base, 0700) < 0 && (r = -errno)))
+		return dl_fail(t, r, "make directory");
+	_cleanup_close_ int dfd = openat(pfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return dl_fail(t, -errno, "open");
+	struct treecopy_opts co = { .mode = TREECOPY_NEW, .prev_fd = -1 };
+	struct treecopy_stats cs = { 0 };
+	r = treecopy_copy(ufd, dfd, &co, &cs, t->err);
+	t->st->files += cs.files;
+	t->st->bytes_copied += cs.bytes_copied;
+	t->st->replaced += cs.files + 1;
+	return r;
+}
+
+int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct treecopy_dirty *dirty, size_t n,
+		       struct treecopy_stats *st, ckpt_error *err)
+{
+	struct dl t = { .o = o, .st = st, .err = err, .dirty = dirty, .n_dirty = n };
+	if (!o->n_prev || o->n_prev > OVL_DELTA_MAX + 1)
+		return -EAGAIN;
+	for (size_t i = 0; i < n; i++) {
+		if (treecopy_dirty_below_deep(dirty, n, dirty[i].path))
+			continue; /* in a directory copied whole */
+		int r = dirty[i].deep ? dl_new_dir(&t, dst, dirty[i].path) : dl_dir(&t, dst, dirty[i].path);
+		if (r < 0)
+			return r;
+	}
+	int r = dl_times(o->up, dst, 0);
+	return r < 0 ? dl_fail(&t, r, "directory times") : 0;
+}
+
+int overlay_delta_dir_meta(const struct ovl_delta_opts *o, int dst, struct ovl_delta_dirs *dirs,
+			   struct treecopy_stats *st, ckpt_error *err)
+{
+	struct dl t = { .o = o, .st = st, .err = err };
+	for (size_t i = 0; i < dirs->n; i++) {
+		struct ovl_dmeta *m = &dirs->v[i];
+		struct stat s;
+		snprintf(t.path, sizeof(t.path), "%s", m->path);
+		if (fstatat(o->up, *m->path ? m->path : ".", &s, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(s.st_mode))
+			continue; /* gone: its parent's event made the parent dirty */
+		if (s.st_mode == m->mode && s.st_uid == m->uid && s.st_gid == m->gid &&
+		    s.st_mtim.tv_sec == m->mtim.tv_sec && s.st_mtim.tv_nsec == m->mtim.tv_nsec)
+			continue;
+		_cleanup_close_ int u = dl_open(o->up, m->path);
+		_cleanup_close_ int d = dl_ensure_dir(&t, dst, m->path);
+		int r = u < 0 ? -EAGAIN : d < 0 ? d : dl_dir_meta(u, d);
+		if (r < 0)
+			return dl_fail(&t, r, "directory metadata");
+		m->mode = s.st_mode, m->uid = s.st_uid, m->gid = s.st_gid, m->mtim = s.st_mtim;
+		st->replaced++;
+	}
+	int r = dl_times(o->up, dst, 0);
+	return r < 0 ? dl_fail(&t, r, "directory times") : 0;
+}
+
+int overlay_delta_dirs_add(struct ovl_delta_dirs *d, const char *rel, const struct stat *s)
+{
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? 2 * d->cap : 256;
+		struct ovl_dmeta *v = realloc(d->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		d->v = v;
+		d->cap = cap;
+	}
+	char *p = strdup(rel);
+	if (!p)
+		return -ENOMEM;
+	d->v[d->n] = (struct ovl_dmeta){
+		.path = p, .mode = s->st_mode, .uid = s->st_uid, .gid = s->st_gid, .mtim = s->st_mtim
+	};
+	d->n++;
+	return 0;
+}
+
+static int dl_dirs_walk(struct ovl_delta_dirs *out, int fd, char *path, size_t len, int depth)
+{
+	struct stat s;
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	if (depth > 4096)
+		return -ELOOP;
+	if (fstat(fd, &s) < 0)
+		return -errno;
+	int r = overlay_delta_dirs_add(out, path, &s);
+	if (r == 0)
+		r = walk_open(fd, NULL, &d);
+	while (r == 0 && (de = walk_next(d))) {
+		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
+			continue;
+		_cleanup_close_ int c = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (c < 0)
+			continue; /* not a directory */
+		size_t n = strlen(de->d_name);
+		if (len + n + 2 >= PATH_MAX)
+			return -ENAMETOOLONG;
+		if (len)
+			path[len] = '/';
+		memcpy(path + len + !!len, de->d_name, n + 1);
+		r = dl_dirs_walk(out, c, path, len + !!len + n, depth + 1);
+		path[len] = '\0';
+	}
+	return r;
+}
+
+int overlay_delta_dirs_read(int layer_fd, struct ovl_delta_dirs *out)
+{
+	char path[PATH_MAX] = "";
+	_cleanup_close_ int fd = openat(layer_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int r = fd < 0 ? -errno : dl_dirs_walk(out, fd, path, 0, 0);
+	if (r < 0)
+		overlay_delta_dirs_free(out);
+	return r;
+}
+
+void overlay_delta_dirs_free(struct ovl_delta_dirs *d)
+{
+	for (size_t i = 0; i < d->n; i++)
+		free(d->v[i].path);
+	free(d->v);
+	*d = (struct ovl_delta_dirs){ 0 };
+}
+
+void overlay_delta_reset(struct ovl_root *r)
+{
+	if (!r->stack)
+		r->stack = json_array();
+	json_array_clear(r->stack);
+	treecopy_index_free(TAKE_PTR(r->dix));
+	overlay_delta_dirs_free(&r->ddirs);
+	chg_track_disarm(&r->trk);
+}
+
+bool overlay_delta_ready(struct ovl_root *r)
+{
+	size_t n = json_array_size(r->stack);
+	return n && n <= OVL_DELTA_MAX && r->dix && r->ix && r->ddirs.n && chg_track_armed(&r->trk);
+}
+
+/* CKPTD_TRACK_CHECK: two trees compared entry by entry (type, mode, owner;
+ * size, mtime and the data of files up to 1 MiB; link targets). 1 with the
+ * first difference's path in t->path, 0 when the same. */
+#define DC_DATA_MAX (1 << 20)
+static bool dc_same_data(int a, int b, const char *name)
+{
+	_cleanup_close_ int fa = openat(a, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	_cleanup_close_ int fb = openat(b, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	static __thread char ba[65536], bb[65536];
+	if (fa < 0 || fb < 0)
+		return false;
+	for (;;) {
+		ssize_t na = read(fa, ba, sizeof(ba)), nb = read(fb, bb, sizeof(bb));
+		if (na != nb || na < 0)
+			return false;
+		if (na == 0)
+			return true;
+		if (memcmp(ba, bb, (size_t)na))
+			return false;
+	}
+}
+
+static int dc_dir(struct dl *t, int a, int b, const char *rel, int depth)
+{
+	struct dl_names na = { 0 }, nb = { 0 };
+	int r = depth > 4096 ? -ELOOP : dl_names_read(a, &na);
+	if (r == 0)
+		r = dl_names_read(b, &nb);
+	for (size_t i = 0; r == 0 && i < na.n + nb.n; i++) {
+		const char *name = i < na.n ? na.v[i] : nb.v[i - na.n];
+		struct stat sa, sb;
+		if (i >= na.n && dl_names_has(&na, name))
+			continue;
+		if (dl_push(t, rel, name) < 0)
+			continue;
+		bool ia = fstatat(a, name, &sa, AT_SYMLINK_NOFOLLOW) == 0,
+		     ib = fstatat(b, name, &sb, AT_SYMLINK_NOFOLLOW) == 0;
+		t->why = !ia ? "missing from the checkpoint" : !ib ? "not in the root" : NULL;
+		if (!t->why && sa.st_mode != sb.st_mode)
+			t->why = "mode or type";
+		else if (!t->why && (sa.st_uid != sb.st_uid || sa.st_gid != sb.st_gid))
+			t->why = "owner";
+		else if (!t->why &&
+			 (sa.st_mtim.tv_sec != sb.st_mtim.tv_sec || sa.st_mtim.tv_nsec != sb.st_mtim.tv_nsec))
+			t->why = "mtime";
+		else if (!t->why && !S_ISDIR(sa.st_mode) && sa.st_size != sb.st_size)
+			t->why = "size";
+		else if (!t->why && S_ISREG(sa.st_mode) && sa.st_size <= DC_DATA_MAX && !dc_same_data(a, b, name))
+			t->why = "data";
+		if (t->why) {
+			r = 1;
+			break;
+		}
+		if (S_ISLNK(sa.st_mode)) {
+			char la[PATH_MAX], lb[PATH_MAX];
+			ssize_t ka = readlinkat(a, name, la, sizeof(la)), kb = readlinkat(b, name, lb, sizeof(lb));
+			if (ka != kb || ka < 0 || memcmp(la, lb, (size_t)ka)) {
+				t->why = "link target";
+				r = 1;
+				break;
+			}
+		}
+		if (S_ISDIR(sa.st_mode)) {
+			char sub[PATH_MAX];
+			snprintf(sub, sizeof(sub), "%s", t->path);
+			_cleanup_close_ int ca = openat(a, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			_cleanup_close_ int cb = openat(b, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			r = ca < 0 || cb < 0 ? 1 : dc_dir(t, ca, cb, sub, depth + 1);
+		}
+	}
+	dl_names_free(&na);
+	dl_names_free(&nb);
+	return r;
+}
+
+int overlay_delta_check(struct ovl_root *r, const char *tmp, ckpt_error *err)
+{
+	char name[OVL_NAME_LEN + 1];
+	struct treecopy_stats st = { 0 };
+	struct dl t = { .st = &st, .err = err };
+	json_auto_t *chain = json_pack("[s]", tmp);
+	json_array_extend(chain, r->stack);
+	json_array_extend(chain, r->chain);
+	int vfd = overlay_chain_view(r, chain, name, err);
+	_cleanup_close_ int live = open(r->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int q = vfd < 0 ? vfd : live < 0 ? err_set(err, errno, NULL, "delta check: open '%s': %m", r->path) : 0;
+	if (q == 0) {
+		int d = dc_dir(&t, vfd, live, "", 0);
+		if (d < 0)
+			q = err_set(err, -d, NULL, "delta check: %s", strerror(-d));
+		else if (d > 0 && chg_track_changed_since(&r->trk))
+			log_debug("create: delta check of '%s' inconclusive: the upper changed meanwhile", r->path);
+		else if (d > 0)
+			q = err_set(err, EIO, NULL,
+				    "the delta layer of '%s' differs from the upper at '%s' (%s; CKPTD_TRACK_CHECK)",
+				    r->path, t.path, t.why);
+	}
+	if (vfd >= 0)
+		close(vfd);
+	overlay_chain_view_drop(r, name);
+	return q;
+}

@@ -1,0 +1,162 @@
+"""Delta layers (issue 11 item 4, docs/overlay-create.md): a create after a
+tracked one on the same upper makes a layer of what changed since, stacked
+on the previous create's layers. Random workloads of programs' kinds of
+changes between creates; every checkpoint restores exactly what it
+captured, whether its layer was a delta or a full one (a directory made,
+moved or removed, or a hard link, makes a full one). The daemons run with
+CKPTD_TRACK_CHECK: each delta is also compared with the live root when made."""
+import json
+import mmap
+import os
+import random
+
+import pytest
+
+from conftest import assert_same_tree, tree_state
+
+
+def overlay(daemon_factory, **kw):
+    d = daemon_factory(backend="overlay", start=False, **kw)
+    root = d.roots[0]
+    for i in range(6):
+        (root / f"d{i}" / "sub").mkdir(parents=True)
+        for k in range(8):
+            (root / f"d{i}" / f"f{k}.txt").write_text(f"{i}/{k}\n" * 50)
+        (root / f"d{i}" / "sub" / "deep.txt").write_text("deep\n")
+    os.symlink("d0/f0.txt", root / "link")
+    d.start()
+    return d
+
+
+def chains(d):
+    return {p.stem: next(iter(json.loads(p.read_text()).values()))
+            for p in (d.state_dir / "overlay/c").glob("*.json")}
+
+
+def files(root):
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def file_change(rng, root, i):
+    fs = files(root)
+    f = rng.choice(fs)
+    k = rng.randrange(9)
+    if k == 0:
+        (rng.choice([p for p in root.rglob("*") if p.is_dir()]) / f"new{i}.txt").write_text(f"new {i}\n")
+    elif k == 1:
+        with open(f, "r+b") as h:
+            h.seek(rng.randrange(max(1, f.stat().st_size)))
+            h.write(b"in place %d" % i)
+    elif k == 2:
+        with open(f, "ab") as h:
+            h.write(os.urandom(rng.randrange(1, 70000)))
+    elif k == 3:
+        os.truncate(f, rng.randrange(f.stat().st_size + 1))
+    elif k == 4 and len(fs) > 10:
+        f.unlink()
+    elif k == 5:
+        os.chmod(f, rng.choice([0o600, 0o644, 0o755]))
+        os.utime(f, ns=(1_500_000_000_000_000_000 + i, 1_500_000_000_000_000_000 + i))
+    elif k == 6:
+        os.setxattr(f, "user.round", str(i).encode())
+    elif k == 7:  # a file moved between directories
+        to = rng.choice([p for p in root.rglob("*") if p.is_dir()])
+        os.rename(f, to / f"moved{i}")
+    else:
+        link = root / f"sym{i % 3}"
+        if link.is_symlink():
+            link.unlink()
+        os.symlink(f"target-{i}", link)
+
+
+def structural_change(rng, root, i):
+    k = rng.randrange(4)
+    if k == 0:
+        (root / f"dir{i}").mkdir()
+        (root / f"dir{i}" / "x").write_text("x\n")
+    elif k == 1:
+        ds = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()]
+        os.rename(rng.choice(ds), root / f"renamed{i}")
+    elif k == 2:
+        os.link(rng.choice(files(root)), root / f"hard{i}")
+    else:
+        for p in root.glob("dir*"):
+            for c in p.iterdir():
+                c.unlink()
+            p.rmdir()
+            break
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_deltas_restore_what_they_captured(daemon_factory, seed):
+    rng = random.Random(seed)
+    d = overlay(daemon_factory)
+    root = d.roots[0]
+    for f in files(root):  # every directory and file in the upper, as in the bench
+        with open(f, "ab") as h:
+            h.write(b"!")
+    saved = [(d.create("all")["checkpoint_id"], tree_state(root))]
+    for i in range(24):
+        for _ in range(rng.randrange(1, 6)):
+            file_change(rng, root, i)
+        if i % 7 == 6:
+            structural_change(rng, root, i)
+        saved.append((d.create(f"c{i}")["checkpoint_id"], tree_state(root)))
+        if i == 12:  # a restore in the middle: a new upper, full again, deltas after
+            cid, state = saved[rng.randrange(len(saved))]
+            d.restore(cid)
+            assert_same_tree(state, tree_state(root))
+    log = d.log()
+    assert log.count("delta pass of") >= 20, "no deltas were made"
+    assert "gets a full layer, not a delta" in log  # the structural changes
+    deepest = max(len(c) for c in chains(d).values())
+    assert deepest >= 5, chains(d)
+    for cid, state in rng.sample(saved, len(saved)):
+        d.restore(cid)
+        assert_same_tree(state, tree_state(root))
+    d.stop()  # a restart: the next create is full, then deltas again
+    d.start()
+    file_change(rng, root, 100)
+    d.create("after-restart-full")
+    file_change(rng, root, 101)
+    state = tree_state(root)
+    cid = d.create("after-restart-delta")["checkpoint_id"]
+    file_change(rng, root, 102)
+    d.restore(cid)
+    assert_same_tree(state, tree_state(root))
+
+
+def test_delta_keeps_writes_through_a_mapping(daemon_factory):
+    """A file written through a shared mapping held across creates: no
+    event, no new ctime for writes into dirty pages. The delta copies it
+    every time (a suspect), so each checkpoint has what it held."""
+    d = overlay(daemon_factory)
+    root = d.roots[0]
+    f = root / "d1/f1.txt"
+    with open(f, "r+b") as h:
+        m = mmap.mmap(h.fileno(), 0)
+        d.create("full")
+        states = []
+        for i in range(5):
+            m[0:8] = b"map%05d" % i
+            (root / "d2" / f"n{i}").write_text("n\n")
+            states.append((d.create(f"m{i}")["checkpoint_id"], f.read_bytes()))
+        m.close()
+    assert d.log().count("delta pass of") >= 5
+    for cid, data in states:
+        d.restore(cid)
+        assert f.read_bytes() == data
+
+
+def test_delta_layers_stop_at_the_maximum(daemon_factory):
+    """After 16 deltas over one full layer the next create is full again."""
+    d = overlay(daemon_factory)
+    root = d.roots[0]
+    d.create("full")
+    for i in range(18):
+        (root / "d0" / f"x{i}").write_text(str(i))
+        d.create(f"x{i}")
+    depths = sorted(len(c) for c in chains(d).values())
+    print(depths)
+    assert max(depths) == 17, depths  # the full layer and 16 deltas
+    assert depths.count(1) == 2, depths  # two full layers over the base
