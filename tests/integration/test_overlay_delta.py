@@ -69,8 +69,8 @@ def file_change(rng, root, i):
         os.symlink(f"target-{i}", link)
 
 
-def structural_change(rng, root, i):
-    k = rng.randrange(4)
+def structural_change(rng, root, i, k=None):
+    k = rng.randrange(4) if k is None else k
     if k == 0:
         (root / f"dir{i}").mkdir()
         (root / f"dir{i}" / "x").write_text("x\n")
@@ -99,8 +99,8 @@ def test_deltas_restore_what_they_captured(daemon_factory, seed):
     for i in range(24):
         for _ in range(rng.randrange(1, 6)):
             file_change(rng, root, i)
-        if i % 7 == 6:
-            structural_change(rng, root, i)
+        if i % 7 == 6:  # the first a hard link: a full layer for sure
+            structural_change(rng, root, i, 2 if i == 6 else None)
         saved.append((d.create(f"c{i}")["checkpoint_id"], tree_state(root)))
         if i == 12:  # a restore in the middle: a new upper, full again, deltas after
             cid, state = saved[rng.randrange(len(saved))]
@@ -108,7 +108,7 @@ def test_deltas_restore_what_they_captured(daemon_factory, seed):
             assert_same_tree(state, tree_state(root))
     log = d.log()
     assert log.count("delta pass of") >= 20, "no deltas were made"
-    assert "gets a full layer, not a delta" in log  # the structural changes
+    assert "gets a full layer, not a delta" in log  # the hard link
     deepest = max(len(c) for c in chains(d).values())
     assert deepest >= 5, chains(d)
     for cid, state in rng.sample(saved, len(saved)):
@@ -160,3 +160,31 @@ def test_delta_layers_stop_at_the_maximum(daemon_factory):
     print(depths)
     assert max(depths) == 17, depths  # the full layer and 16 deltas
     assert depths.count(1) == 2, depths  # two full layers over the base
+
+
+def test_new_directories_stay_in_deltas(daemon_factory):
+    """Directories made since the last create (mkdir, a copy-up of a lower
+    one, a rename of one made in the upper) are copied whole into the delta;
+    changes inside them later are deltas too."""
+    d = overlay(daemon_factory)
+    root = d.roots[0]
+    d.create("full")
+    saved = []
+    (root / "fresh/a/b").mkdir(parents=True)
+    (root / "fresh/a/b/f").write_text("1\n")
+    (root / "d3" / "f0.txt").write_text("copied up\n")  # d3 copied up
+    saved.append((d.create("mkdir")["checkpoint_id"], tree_state(root)))
+    (root / "fresh/a/b/f").write_text("2\n")
+    (root / "fresh/a/g").write_text("g\n")
+    os.rename(root / "fresh/a/b", root / "fresh/a/c")  # made in the upper: no redirect
+    saved.append((d.create("inside")["checkpoint_id"], tree_state(root)))
+    for p in (root / "fresh/a/c").iterdir():
+        p.unlink()
+    (root / "fresh/a/c").rmdir()
+    saved.append((d.create("removed")["checkpoint_id"], tree_state(root)))
+    log = d.log()
+    assert "gets a full layer, not a delta" not in log, log
+    assert max(len(c) for c in chains(d).values()) == 4, chains(d)
+    for cid, state in saved + saved[::-1]:
+        d.restore(cid)
+        assert_same_tree(state, tree_state(root))

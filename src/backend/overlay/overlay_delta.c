@@ -232,7 +232,8 @@ static int dl_names_read(int fd, struct dl_names *ns)
 	}
 	if (r < 0)
 		return r;
-	qsort(ns->v, ns->n, sizeof(*ns->v), dl_names_cmp);
+	if (ns->n)
+		qsort(ns->v, ns->n, sizeof(*ns->v), dl_names_cmp);
 	size_t k = 0;
 	for (size_t i = 0; i < ns->n; i++) {
 		if (k && !strcmp(ns->v[k - 1], ns->v[i])) {
@@ -266,6 +267,8 @@ static int dl_prev(const int *pfd, size_t n, const char *name, struct stat *st)
 	return -ENOENT;
 }
 
+static int dl_new_dir(struct dl *t, int dst, const char *rel);
+
 /* One dirty directory rel: the delta's copy of it made what the upper's is,
  * relative to the previous layers. */
 static int dl_dir(struct dl *t, int dst, const char *rel)
@@ -279,10 +282,15 @@ static int dl_dir(struct dl *t, int dst, const char *rel)
 	size_t np = o->n_prev < ARRAY_SIZE(pfd) ? o->n_prev : ARRAY_SIZE(pfd);
 	struct dl_names un = { 0 }, pn = { 0 }, dn = { 0 };
 	int r = 0;
+	bool held = false;
 	for (size_t j = 0; j < np; j++)
-		pfd[j] = dl_open(o->prev[j], rel);
-	if (pfd[np - 1] < 0) /* the full layer has every directory of the upper */
-		r = -EAGAIN;
+		held |= (pfd[j] = dl_open(o->prev[j], rel)) >= 0;
+	if (!held) { /* made since the previous create, its parent not dirty: copied whole */
+		for (size_t j = 0; j < np; j++)
+			if (pfd[j] >= 0)
+				close(pfd[j]);
+		return dl_new_dir(t, dst, rel);
+	}
 	int dfd = r == 0 ? dl_ensure_dir(t, dst, rel) : -1;
 	if (r == 0 && dfd < 0)
 		r = dl_fail(t, dfd, "make directory");
@@ -310,8 +318,17 @@ static int dl_dir(struct dl *t, int dst, const char *rel)
 			if (e && e->deep)
 				continue; /* made or moved here: copied whole (dl_new_dir) */
 			if (dl_prev(pfd, np, name, &ps) < 0 || !S_ISDIR(ps.st_mode)) {
-				r = -EAGAIN;
-				break;
+				/* new since the previous create: copied whole by an earlier
+				 * pass of this delta (then its own events say what changed in
+				 * it), else now */
+				struct stat ds;
+				if (fstatat(dfd, name, &ds, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(ds.st_mode))
+					continue;
+				char sub[PATH_MAX];
+				snprintf(sub, sizeof(sub), "%s", t->path);
+				if ((r = dl_new_dir(t, dst, sub)) < 0)
+					break;
+				continue;
 			}
 			if (mkdirat(dfd, name, 0700) < 0 && errno != EEXIST) {
 				r = dl_fail(t, -errno, "make directory");
