@@ -384,8 +384,8 @@ void chg_track_drain(struct chg_track *t)
 		t->seen->why = "more directories changed than tracking keeps";
 }
 
-int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct treecopy_dirty **ret,
-		      size_t *ret_n, const char **why)
+static int collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct treecopy_dirty **ret,
+		   size_t *ret_n, const char **why, bool scan)
 {
 	*why = NULL;
 	if (!chg_track_armed(t))
@@ -403,7 +403,7 @@ int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev
 	 * caller's walk needs them too) */
 	treecopy_index_free(t->suspects);
 	t->suspects = TAKE_PTR(t->seen->sus);
-	if (r == 0) {
+	if (r == 0 && scan) {
 		struct in_use u = { .t = t,
 				    .s = &s,
 				    .sus = t->suspects,
@@ -427,6 +427,17 @@ int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev
 	*ret = s.v;
 	*ret_n = s.n;
 	return 0;
+}
+
+int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct treecopy_dirty **ret,
+		      size_t *ret_n, const char **why)
+{
+	return collect(t, root_path, root_dev, ret, ret_n, why, true);
+}
+
+int chg_track_collect_events(struct chg_track *t, struct treecopy_dirty **ret, size_t *ret_n, const char **why)
+{
+	return collect(t, NULL, 0, ret, ret_n, why, false);
 }
 
 bool chg_track_changed_since(struct chg_track *t)

@@ -463,7 +463,10 @@ static int ovl_delta_pass(struct ovl_root *r, int l, int up, int dst, bool froze
 	int pfd[OVL_DELTA_MAX + 1];
 	int64_t t0 = mono_ms();
 	int np = ovl_delta_prev(r, l, pfd);
+	/* the first pass reads the events only: the frozen one's /proc scan
+	 * names the files in use and mapped, and those are copied then */
 	int q = np < 0                    ? (why = "a previous layer is gone", -EAGAIN)
+		: !frozen                 ? chg_track_collect_events(&r->trk, &dirty, &n, &why)
 		: stat(r->path, &rst) < 0 ? -EAGAIN
 					  : chg_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
 	struct ovl_delta_opts o = { .up = up,
