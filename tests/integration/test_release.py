@@ -358,3 +358,36 @@ def test_ckpt_release_command(daemon_factory):
     assert r.returncode == 0, r.stderr
     assert f"Released {root}" in r.stdout and "Checkpoints kept" in r.stdout, r.stdout
     assert_same_tree(want, tree_state(root))
+
+
+def test_release_keeps_the_base_by_copy_across_mounts(daemon_factory):
+    """The state dir on another filesystem than the root (a tmpfs here): the
+    old base cannot be renamed into the layer store, so it is copied, and the
+    checkpoints on it restore exactly after the next start."""
+    d = daemon_factory(backend="overlay", start=False)
+    d.state_dir.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(d.state_dir)], check=True)
+    try:
+        make_full_tree(d.roots[0])
+        d.start()
+        root = d.roots[0]
+        old = tree_state(root)
+        cp = d.create("old")["checkpoint_id"]
+        change(root)
+        want = tree_state(root)
+        out = release(d)
+        assert out["checkpoints_kept"] is True
+        assert_same_tree(want, tree_state(root))
+        kept = _kept_base_layers(d)
+        assert len(kept) == 1, kept
+        assert "ckpt-release" not in " ".join(os.listdir(root.parent))
+        d.stop()
+        d.start()
+        assert_same_tree(want, tree_state(root))
+        d.restore(cp)
+        assert_same_tree(old, tree_state(root))
+    finally:
+        d.stop()
+        subprocess.run(["bash", "-c", f"awk '$5 ~ \"^{d.state_dir}/\" {{print $5}}' /proc/self/mountinfo | tac | "
+                        "xargs -r -n1 umount -l"], check=False)
+        subprocess.run(["umount", "-l", str(d.state_dir)], check=False)
