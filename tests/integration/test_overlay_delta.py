@@ -153,9 +153,13 @@ def test_delta_layers_stop_at_the_maximum(daemon_factory):
     d = overlay(daemon_factory)
     root = d.roots[0]
     d.create("full")
+    seen = []
     for i in range(18):
         (root / "d0" / f"x{i}").write_text(str(i))
         d.create(f"x{i}")
+        seen.append(d.health()["overlay_roots"][0]["deltas"])
+    # health counts them; at 16 the next create is full (0)
+    assert seen == list(range(1, 16)) + [0, 0, 1], seen  # x16 full, x17 a delta on it
     depths = sorted(len(c) for c in chains(d).values())
     print(depths)
     assert max(depths) == 17, depths  # the full layer and 16 deltas

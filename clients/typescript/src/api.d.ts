@@ -699,6 +699,8 @@ export interface components {
                 upper: string;
                 /** @description released by POST /v1/roots/release (no longer mounted). */
                 released?: boolean;
+                /** @description delta layers made from the live upper since its last full layer: the next create is a delta while this is below 16 and change tracking runs (0: the next create is full). */
+                deltas?: number;
             }[];
         };
         /** @description What a tar restore did (tar backend). */

@@ -1114,9 +1114,12 @@ static void ovl_health(void *st, json_t *out)
 	json_t *roots = json_array();
 	for (size_t i = 0; i < o->n_roots; i++)
 		json_array_append_new(roots,
-				      json_pack("{s:s,s:I,s:s,s:b}", "path", o->roots[i].path, "layers",
+				      json_pack("{s:s,s:I,s:s,s:b,s:I}", "path", o->roots[i].path, "layers",
 						(json_int_t)json_array_size(o->roots[i].chain), "upper",
-						o->roots[i].upper, "released", o->roots[i].released));
+						o->roots[i].upper, "released", o->roots[i].released, "deltas",
+						(json_int_t)(overlay_delta_ready(&o->roots[i])
+								     ? json_array_size(o->roots[i].stack) - 1
+								     : 0)));
 	json_object_set_new(
 		out, "backend_reason",
 		json_string("overlayfs mounts work here: restore swaps a layer chain, create copies only the upper"));
