@@ -37,7 +37,8 @@ def test_fuzz_target(built, target, tmp_path):
     # New inputs go to a temp dir: the seed corpus in the tree is only read.
     r = subprocess.run([str(built / f"fuzz_{target}"), f"-max_total_time={SECS}", "-timeout=10",
                         "-rss_limit_mb=2048", "-max_len=65536", f"-artifact_prefix={tmp_path}/",
-                        str(tmp_path), str(seeds)], capture_output=True, text=True, timeout=SECS + 120)
+                        str(tmp_path), str(seeds)], capture_output=True, text=True, timeout=SECS + 120,
+                       errors="replace")  # the targets' logs may print raw bytes of an input
     crashes = [p.name for p in tmp_path.iterdir() if p.name.startswith(("crash-", "leak-", "timeout-", "oom-"))]
     report = "\n".join(line for line in r.stderr.splitlines()
                        if re.search(r"ERROR|runtime error|SUMMARY|Base64|#[0-9] ", line))[-4000:]
