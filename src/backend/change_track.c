@@ -440,12 +440,13 @@ int chg_track_collect_events(struct chg_track *t, struct treecopy_dirty **ret, s
 	return collect(t, NULL, 0, ret, ret_n, why, false);
 }
 
+/* The events read are kept for the next collect (a tracker kept between
+ * creates for deltas must not lose them). */
 bool chg_track_changed_since(struct chg_track *t)
 {
-	struct dirty_set s = { 0 };
-	const char *why = NULL;
-	int r = chg_track_armed(t) ? read_events(t, &s, &why) : -EAGAIN;
-	bool changed = r < 0 || s.n > 0;
-	treecopy_dirty_free(s.v, s.n);
-	return changed;
+	if (!chg_track_armed(t) || t->seen->why)
+		return true;
+	size_t before = t->seen->s.n;
+	chg_track_drain(t);
+	return t->seen->why || t->seen->s.n != before;
 }

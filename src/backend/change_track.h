@@ -104,5 +104,6 @@ int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struc
 		    const char **why);
 
 /* Whether anything changed in the upper since the last collect (or this
- * cannot be told): what makes a check of collect's answer inconclusive. */
+ * cannot be told): what makes a check of collect's answer inconclusive. The
+ * events it reads stay for the next collect. */
 bool chg_track_changed_since(struct chg_track *t);
