@@ -1,0 +1,162 @@
+/* tar_internal.h: the tar backend's state, shared by its files (the layout
+ * on disk is described in backend_tar.c). Calls go one way:
+ * backend_tar.c (ops table, open, close, recover, health)
+ *   -> tar_rollback.c (restore and reset of the roots under an intent)
+ *   -> tar_snapshot.c (creates, precopies, imports, the base thread)
+ *   -> tar_view.c (views, forks, diff, verify), tar_gc.c (delete, GC, compaction)
+ *   -> tar_count.c (progress totals), tar_track.c (change tracking)
+ *   -> tar_meta.c (meta.json, head, the restore intent), never back. */
+#pragma once
+#include "backend/backend.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <sys/stat.h>
+
+#include "config.h"
+#include "backend/change_track.h"
+#include "backend/tar/tar_compact.h"
+#include "backend/tar/tar_create.h"
+#include "backend/tar/tar_diff.h"
+#include "backend/tar/tar_fs.h"
+#include "backend/tar/tar_restore.h"
+#include "lib/walk.h"
+#include "backend/backend_diff.h"
+#include "backend/tar/tar_verify.h"
+
+#define TAR_DIR "tar"
+#define INTENT "restoring.json"
+#define BASE "base"
+#define META "meta.json"
+#define HEAD "head"
+#define KEEP ".keep"
+
+struct tar_state {
+	const struct backend_ctx *ctx;
+	char **roots;
+	size_t n_roots;
+	int tar_fd;
+	bool zstd;
+	dev_t state_dev;
+	ino_t state_ino;
+	pthread_mutex_t lock;     /* guards the members health reads */
+	pthread_cond_t base_cond; /* base_state left BASE_PREPARING */
+	pthread_t base_thread;
+	bool base_thread_started;
+	enum {
+		BASE_READY,
+		BASE_PREPARING,
+		BASE_FAILED
+	} base_state;
+	char base_error[256];
+	struct tar_restore_stats last; /* of the last restore */
+	char pending[64];              /* id of a restore that could not be finished */
+	char pending_msg[256];
+	char head[64];        /* see HEAD; "" when unknown (the next create is full) */
+	char pre[64];         /* the last precopy's directory, until a create uses it */
+	uint64_t last_reused; /* files the last create took from older archives */
+	/* Change tracking (the journal, docs in tar_create.h): one tracker per
+	 * root, or none. trk_for names the checkpoint whose capture (or
+	 * restore) began at the trackers' last collect: only a create whose
+	 * parent it is may trust the events since. The operation lock's. */
+	struct chg_track *trk;
+	pthread_mutex_t trk_lock; /* the trackers: collects, and the sweeper's drains */
+	char trk_for[64];
+	bool trk_collected;               /* the trackers have seen everything since the last collect */
+	char (*no_compact)[NAME_MAX + 1]; /* chains whose compaction found data unlike */
+	size_t n_no_compact;              /* its digests: left as they are (the sweeper's own) */
+};
+
+/* The chain a checkpoint heads: its parent (NULL: a full checkpoint), the
+ * older checkpoints whose archives its manifests name, its length, and when
+ * its capture began (what reusing its entries compares ctimes with). */
+struct chain {
+	const char *parent;
+	json_t *refs; /* array of names; borrowed */
+	json_int_t depth;
+	struct timespec started;
+};
+
+/* The progress totals of a create, counted by a thread beside it: a walk
+ * that stats every file would otherwise come first and double the time of a
+ * create after a few changes. The create's own counts raise a total they
+ * pass (tar_create.c add_done), so the bar is full until the count arrives. */
+struct tar_count {
+	pthread_t t;
+	bool started;
+	atomic_bool stop;
+	int fds[MAX_ROOTS];
+	size_t n;
+	dev_t skip_dev;
+	ino_t skip_ino;
+	struct progress *p;
+};
+
+/* The change tracking journal of a capture or restore, one entry per root. */
+struct journal_bufs {
+	struct treecopy_dirty **dirty;
+	size_t *n_dirty;
+	struct treecopy_index **sus;
+	struct tar_manifest *pms; /* or NULL */
+	size_t n;
+};
+
+/* tar_meta.c */
+void tar_meta_names(size_t i, bool zstd, char *arch, char *man);
+int tar_meta_open_root(const struct tar_state *s, size_t i, ckpt_error *err);
+void tar_meta_head_set(struct tar_state *s, const char *name);
+void tar_meta_head_load(struct tar_state *s);
+int tar_meta_write(struct tar_state *s, int dirfd, const struct chain *ch, ckpt_error *err);
+int tar_meta_read(struct tar_state *s, int dirfd, const char *name, bool *zstd, ckpt_error *err);
+json_t *tar_meta_load(int dirfd);
+int tar_meta_intent_write(struct tar_state *s, const char *name, ckpt_error *err);
+int tar_meta_intent_clear(struct tar_state *s, ckpt_error *err);
+void tar_meta_unfinished(struct tar_state *s, const char *name, const char *why);
+int tar_meta_open_ckpt(struct tar_state *s, const char *id, bool *zstd, ckpt_error *err);
+
+/* tar_track.c */
+void tar_track_arm(struct tar_state *s);
+void tar_track_free(struct tar_state *s);
+int tar_track_collect(struct tar_state *s, struct treecopy_dirty **dirty, size_t *n_dirty, struct treecopy_index **sus);
+void tar_track_drain(struct tar_state *s);
+void tar_track_mark(struct tar_state *s, const char *name);
+bool tar_track_changed_elsewhere(const struct chg_track *t, const struct tar_manifest *pm);
+void tar_track_scan_suspects(struct tar_state *s, struct treecopy_index **sus);
+void tar_track_journal_free(struct journal_bufs *j);
+
+/* tar_count.c */
+void tar_count_raise(_Atomic uint64_t *total, uint64_t v);
+void tar_count_start(struct tar_count *c, struct tar_state *s, char *const *from, struct progress *p);
+void tar_count_join(struct tar_count *c);
+
+/* tar_gc.c */
+void tar_gc_kept(struct tar_state *s);
+int tar_gc_drop(struct tar_state *s, const char *name);
+void tar_gc_pre_drop(struct tar_state *s);
+int tar_cleanup(void *st);
+int tar_remove(void *st, const char *id, json_t *data, ckpt_error *err);
+
+/* tar_snapshot.c */
+void *tar_snapshot_base(void *arg);
+int tar_snapshot_base_wait(struct tar_state *s, ckpt_error *err);
+int tar_precopy(void *st, struct progress *p, ckpt_error *err);
+int tar_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
+		      ckpt_error *err);
+int tar_import(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size,
+		      ckpt_error *err);
+
+/* tar_rollback.c */
+int tar_restore(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
+		       ckpt_error *err);
+int tar_reset(void *st, struct restore_details *details, ckpt_error *err);
+void tar_rollback_finish(struct tar_state *s);
+
+/* tar_view.c */
+int tar_view_open(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);
+void tar_view_close(void *st, char **dirs);
+int tar_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err);
+int tar_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs,
+			  json_t **fdata, ckpt_error *err);
+int tar_fork_remove(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err);
+int tar_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out,
+		    ckpt_error *err);

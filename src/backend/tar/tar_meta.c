@@ -1,0 +1,134 @@
+/* tar_meta.c: a tar checkpoint's directory: the names of its archives and
+ * manifests, its meta.json, the head (the next create's parent), and the
+ * intent a restore leaves until it is done. */
+#include "backend/tar/tar_internal.h"
+
+void tar_meta_names(size_t i, bool zstd, char *arch, char *man)
+{
+	snprintf(arch, 32, "r%zu.tar%s", i, zstd ? ".zst" : "");
+	snprintf(man, 32, "r%zu.manifest", i);
+}
+
+int tar_meta_open_root(const struct tar_state *s, size_t i, ckpt_error *err)
+{
+	int fd = open(s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return err_set(err, errno, NULL, "cannot open root '%s': %m", s->roots[i]);
+	return fd;
+}
+
+/* Only a hint (any checkpoint is a correct parent: reuse compares every
+ * file with what the parent recorded), so a failure to save it is ignored. */
+void tar_meta_head_set(struct tar_state *s, const char *name)
+{
+	pthread_mutex_lock(&s->lock);
+	snprintf(s->head, sizeof(s->head), "%s", name);
+	pthread_mutex_unlock(&s->lock);
+	write_file_atomic(s->tar_fd, HEAD, name, strlen(name), 0600);
+}
+
+void tar_meta_head_load(struct tar_state *s)
+{
+	_cleanup_free_ char *text = NULL;
+	struct stat st;
+	if (read_file_at(s->tar_fd, HEAD, 128, &text, NULL) < 0)
+		return;
+	text[strcspn(text, "\n")] = '\0';
+	if ((id_valid(text) || !strcmp(text, BASE)) && fstatat(s->tar_fd, text, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		snprintf(s->head, sizeof(s->head), "%s", text);
+}
+
+int tar_meta_write(struct tar_state *s, int dirfd, const struct chain *ch, ckpt_error *err)
+{
+	json_t *roots = json_array();
+	for (size_t i = 0; i < s->n_roots; i++)
+		json_array_append_new(roots, json_string(s->roots[i]));
+	json_auto_t *meta = json_pack("{s:i, s:s, s:o, s:I, s:O, s:I}", "version", 1, "compression",
+				      s->zstd ? "zstd" : "none", "roots", roots, "depth", ch->depth, "refs", ch->refs,
+				      "started_ns", (json_int_t)ch->started.tv_sec * 1000000000 + ch->started.tv_nsec);
+	if (meta && ch->parent)
+		json_object_set_new(meta, "parent", json_string(ch->parent));
+	_cleanup_free_ char *text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
+	if (!text)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	int r = write_file_atomic(dirfd, META, text, strlen(text), 0600);
+	if (r < 0)
+		return err_set(err, tar_errno_norm(r), r == -ENOSPC || r == -EDQUOT ? "insufficient_storage" : NULL,
+			       "cannot write checkpoint metadata: %s", strerror(-r));
+	return 0;
+}
+
+/* Read meta.json of a checkpoint dir and check it covers our roots. */
+int tar_meta_read(struct tar_state *s, int dirfd, const char *name, bool *zstd, ckpt_error *err)
+{
+	_cleanup_free_ char *text = NULL;
+	json_auto_t *meta = NULL;
+	json_t *roots;
+	int r = read_file_at(dirfd, META, 1 << 20, &text, NULL);
+
+	if (r < 0)
+		return err_set(err, r, NULL, "checkpoint '%s' has no metadata: %s", name, strerror(-r));
+	meta = json_loads(text, 0, NULL);
+	roots = json_object_get(meta, "roots");
+	r = 0;
+	if (!json_is_array(roots) || json_array_size(roots) != s->n_roots)
+		r = err_set(err, EINVAL, NULL, "checkpoint '%s' was made for other roots", name);
+	for (size_t i = 0; r == 0 && i < s->n_roots; i++)
+		if (!json_is_string(json_array_get(roots, i)) ||
+		    strcmp(json_string_value(json_array_get(roots, i)), s->roots[i]))
+			r = err_set(err, EINVAL, NULL, "checkpoint '%s' was made for other roots", name);
+	*zstd = !strcmp(json_string_value(json_object_get(meta, "compression")) ?: "", "zstd");
+	return r;
+}
+
+/* The meta.json of dirfd as JSON, or NULL. */
+json_t *tar_meta_load(int dirfd)
+{
+	_cleanup_free_ char *text = NULL;
+	if (read_file_at(dirfd, META, 1 << 20, &text, NULL) < 0)
+		return NULL;
+	return json_loads(text, 0, NULL);
+}
+
+int tar_meta_intent_write(struct tar_state *s, const char *name, ckpt_error *err)
+{
+	char text[128];
+	int n = snprintf(text, sizeof(text), "{\"id\":\"%s\"}\n", name);
+	int r = write_file_atomic(s->tar_fd, INTENT, text, (size_t)n, 0600);
+	return r < 0 ? err_set(err, r, NULL, "cannot write the restore intent: %s", strerror(-r)) : 0;
+}
+
+int tar_meta_intent_clear(struct tar_state *s, ckpt_error *err)
+{
+	if (unlinkat(s->tar_fd, INTENT, 0) < 0 && errno != ENOENT)
+		return err_set(err, errno, NULL, "cannot remove the restore intent: %m");
+	return fsync(s->tar_fd) < 0 ? err_set(err, errno, NULL, "cannot sync the tar state dir: %m") : 0;
+}
+
+/* The roots are not (all) checkpoint name: say so in health, and keep or
+ * put back the intent, so the next restore rewrites every entry rather than
+ * trust what looks unchanged. */
+void tar_meta_unfinished(struct tar_state *s, const char *name, const char *why)
+{
+	struct stat st;
+	if (fstatat(s->tar_fd, INTENT, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		tar_meta_intent_write(s, name, NULL);
+	pthread_mutex_lock(&s->lock);
+	snprintf(s->pending, sizeof(s->pending), "%s", name);
+	snprintf(s->pending_msg, sizeof(s->pending_msg), "%.200s", why);
+	pthread_mutex_unlock(&s->lock);
+}
+
+int tar_meta_open_ckpt(struct tar_state *s, const char *id, bool *zstd, ckpt_error *err)
+{
+	if (!id_valid(id))
+		return err_set(err, EINVAL, NULL, "invalid checkpoint id '%s'", id);
+	int cfd = openat(s->tar_fd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (cfd < 0)
+		return err_set(err, errno, NULL, "checkpoint data '%s' is missing: %m", id);
+	if (tar_meta_read(s, cfd, id, zstd, err) < 0) {
+		close(cfd);
+		return -EINVAL;
+	}
+	return cfd;
+}
