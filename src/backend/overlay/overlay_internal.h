@@ -1,6 +1,7 @@
 /* overlay_internal.h: the overlay backend's state, shared by backend_overlay.c
- * (the ops), overlay_layers.c (layer store, references, GC, flatten) and
- * overlay_root.c (live.json). Calls go ops -> layers -> root, never back.
+ * (the ops), overlay_create.c (the create pipeline), overlay_layers.c (layer
+ * store, references, GC, flatten) and overlay_root.c (live.json). Calls go
+ * ops -> create -> layers -> root, never back.
  *
  * On disk, below <state>/overlay/:
  *   r/<h>/            one per root (h: hash of the root's path)
@@ -29,6 +30,14 @@
 #include "backend/overlay/treecopy.h"
 
 #define OVL_NAME_LEN 8
+
+/* Out of space is the one failure of our own writes a client can act on. */
+static inline int overlay_fail(int q, ckpt_error *err)
+{
+	if (err && (err->errnum == ENOSPC || err->errnum == EDQUOT))
+		err->code = "insufficient_storage";
+	return q;
+}
 
 /* overlay_delta.c: a create's layer that holds only what changed in the
  * upper since the previous create, over that create's layers. */
@@ -202,6 +211,12 @@ int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, 
 void overlay_fork_load(struct ovl *o);
 int overlay_fork_remove(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err);
 int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err);
+
+/* overlay_create.c: the precopy, capture and create ops. */
+int overlay_precopy(void *st, struct progress *p, ckpt_error *err);
+int overlay_capture(void *st, struct progress *p, ckpt_error *err);
+int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
+		      ckpt_error *err);
 
 /* overlay_export.c: the view_open, view_close and import ops. */
 int overlay_view_open(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);
