@@ -1,0 +1,175 @@
+/* engine_xfer.c: what export and import share: a sorted walk of a tree
+ * (so two runs list the same entries in the same order), entry types and
+ * link targets as the manifest names them, a file's sha256, and the temp
+ * dirs below <state>/xfer with their sweep at start. */
+#include "engine/engine_export.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <nettle/sha2.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include "config.h"
+#include "engine/engine_internal.h"
+#include "engine/engine_xfer.h"
+#include "lib/walk.h"
+#include "lib/xattr.h"
+
+static int xw_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* fn for every entry below dirfd in name order, a directory before its
+ * contents; rel is the path below the root. */
+int engine_xfer_walk(int dirfd, const char *rel, xw_fn fn, void *ctx)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	int q = walk_open(dirfd, NULL, &d);
+
+	while (q == 0 && (de = walk_next(d))) {
+		if (n == cap) {
+			char **nn = realloc(names, (cap = cap ? cap * 2 : 64) * sizeof(*names));
+			if (!nn) {
+				q = -ENOMEM;
+				break;
+			}
+			names = nn;
+		}
+		if (!(names[n] = strdup(de->d_name)))
+			q = -ENOMEM;
+		else
+			n++;
+	}
+	if (q == 0 && errno)
+		q = -errno;
+	if (q == 0 && n > 1) /* names is NULL for an empty directory */
+		qsort(names, n, sizeof(*names), xw_cmp);
+	for (size_t i = 0; q == 0 && i < n; i++) {
+		struct stat st;
+		_cleanup_free_ char *r = rel ? path_join(rel, names[i]) : strdup(names[i]);
+		if (!r) {
+			q = -ENOMEM;
+			break;
+		}
+		if (fstatat(dirfd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			q = -errno;
+			break;
+		}
+		q = fn(ctx, dirfd, names[i], r, &st);
+		if (q == 0 && S_ISDIR(st.st_mode)) {
+			_cleanup_close_ int sub =
+				openat(dirfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			q = sub < 0 ? -errno : engine_xfer_walk(sub, r, fn, ctx);
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	return q;
+}
+
+const char *engine_xfer_type(const struct stat *st, bool hardlink)
+{
+	if (S_ISREG(st->st_mode))
+		return hardlink ? "hardlink" : "file";
+	if (S_ISDIR(st->st_mode))
+		return "dir";
+	if (S_ISLNK(st->st_mode))
+		return "symlink";
+	if (S_ISFIFO(st->st_mode))
+		return "fifo";
+	return NULL; /* devices and sockets are not exported */
+}
+
+/* Hard links: the first path of each (dev, ino) with more than one link. */
+const char *engine_xfer_link_of(json_t *links, const struct stat *st, const char *rel, bool remember)
+{
+	char key[64];
+	if (!S_ISREG(st->st_mode) || st->st_nlink < 2)
+		return NULL;
+	snprintf(key, sizeof(key), "%llu:%llu", (unsigned long long)st->st_dev, (unsigned long long)st->st_ino);
+	json_t *v = json_object_get(links, key);
+	if (v)
+		return json_string_value(v);
+	if (remember)
+		json_object_set_new(links, key, json_string(rel));
+	return NULL;
+}
+
+void engine_xfer_hex(const uint8_t *d, size_t n, char *out)
+{
+	for (size_t i = 0; i < n; i++)
+		sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+int engine_xfer_sha256_fd(int fd, char out[2 * SHA256_DIGEST_SIZE + 1], uint64_t *ret_len)
+{
+	struct sha256_ctx h;
+	uint8_t d[SHA256_DIGEST_SIZE];
+	_cleanup_free_ char *buf = malloc(BLOCK);
+	uint64_t len = 0;
+	ssize_t k;
+	if (!buf)
+		return -ENOMEM;
+	sha256_init(&h);
+	while ((k = read(fd, buf, BLOCK)) > 0) {
+		sha256_update(&h, (size_t)k, (uint8_t *)buf);
+		len += (uint64_t)k;
+	}
+	if (k < 0)
+		return -errno;
+	sha256_digest(&h, sizeof(d), d);
+	engine_xfer_hex(d, sizeof(d), out);
+	*ret_len = len;
+	return 0;
+}
+
+/* A fresh empty <state>/xfer/<random>; ret is absolute. */
+int engine_xfer_tmp(struct engine *e, char **ret, ckpt_error *err)
+{
+	char rnd[17];
+	if (mkdirat(e->state_fd, XFER_DIR, 0700) < 0 && errno != EEXIST)
+		return err_set(err, errno, NULL, "create '%s/%s': %m", e->cfg->state_dir, XFER_DIR);
+	if (random_hex(rnd, 8) < 0 || asprintf(ret, "%s/%s/%s", e->cfg->state_dir, XFER_DIR, rnd) < 0)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	if (mkdir(*ret, 0700) < 0) {
+		int q = err_set(err, errno, NULL, "create '%s': %m", *ret);
+		free(TAKE_PTR(*ret));
+		return q;
+	}
+	return 0;
+}
+
+void engine_xfer_rm(struct engine *e, const char *tmp)
+{
+	if (tmp && strlen(tmp) > strlen(e->cfg->state_dir) + 1)
+		rm_rf_at(e->state_fd, tmp + strlen(e->cfg->state_dir) + 1);
+}
+
+/* A killed daemon may have left views mounted (xfer/<rnd>/v<N>): detach
+ * them first, since the removal never crosses into a mount. */
+void engine_xfer_sweep(struct engine *e)
+{
+	_cleanup_closedir_ DIR *d = NULL;
+	struct dirent *de;
+	if (walk_open(e->state_fd, XFER_DIR, &d) == 0) {
+		while ((de = walk_next(d))) {
+			for (size_t i = 0; i < e->cfg->n_roots; i++) {
+				char p[PATH_MAX];
+				snprintf(p, sizeof(p), "%s/%s/%s/v%zu", e->cfg->state_dir, XFER_DIR, de->d_name, i);
+				if (umount2(p, MNT_DETACH | UMOUNT_NOFOLLOW) == 0)
+					log_info("detached a view a killed export left at %s", p);
+			}
+		}
+	}
+	rm_rf_at(e->state_fd, XFER_DIR);
+}

@@ -1,0 +1,28 @@
+/* engine_xfer.h: what export and import share, private to src/engine: the
+ * archive format's names and limits (the format is described at the top of
+ * engine_export.c), a sorted walk, a file's sha256, and the temp dirs below
+ * <state>/xfer. The base identity is engine_base_id.c's. */
+#pragma once
+#include <nettle/sha2.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include "engine/engine_internal.h"
+
+#define XFER_DIR "xfer"
+#define FORMAT_NAME "ckptd-export"
+#define FORMAT_VERSION 1
+#define MANIFEST_MAX (64u << 20) /* read whole into memory: bounded */
+#define BLOCK (64 * 1024)
+#define BASE_HASH_MAX (64 * 1024) /* base files up to this size count by content */
+
+typedef int (*xw_fn)(void *ctx, int dirfd, const char *name, const char *rel, const struct stat *st);
+
+/* engine_xfer.c */
+int engine_xfer_walk(int dirfd, const char *rel, xw_fn fn, void *ctx);
+const char *engine_xfer_type(const struct stat *st, bool hardlink);
+const char *engine_xfer_link_of(json_t *links, const struct stat *st, const char *rel, bool remember);
+void engine_xfer_hex(const uint8_t *d, size_t n, char *out);
+int engine_xfer_sha256_fd(int fd, char out[2 * SHA256_DIGEST_SIZE + 1], uint64_t *ret_len);
+int engine_xfer_tmp(struct engine *e, char **ret, ckpt_error *err);
+void engine_xfer_rm(struct engine *e, const char *tmp);
+
