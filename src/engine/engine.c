@@ -249,7 +249,7 @@ int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err)
 	else if (rec->status == CKPT_CREATING)
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
 				 rec->id);
-	else if (engine_fork_uses(e, rec->id))
+	else if (engine_check_forked(e, rec->id))
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "checkpoint_forked",
 				 "checkpoint '%s' has forks: delete them first (GET /v1/forks)", rec->id);
 	else

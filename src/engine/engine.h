@@ -66,7 +66,8 @@ json_t *engine_health(struct engine *e);
 int engine_fork(struct engine *e, const char *id_or_name, const char *path, json_t **ret, ckpt_error *err);
 json_t *engine_fork_list(struct engine *e);
 int engine_fork_delete(struct engine *e, const char *fork_id, ckpt_error *err);
-/* What changed from checkpoint id_or_name to against (NULL: the live roots). */
+/* Diffs (engine_diff.c): what changed from checkpoint id_or_name to against
+ * (NULL: the live roots). */
 struct diff_req {
 	const char *against;
 	size_t limit;           /* 0: default */

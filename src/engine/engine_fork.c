@@ -1,4 +1,4 @@
-/* engine_fork.c: forks of a checkpoint and diffs.
+/* engine_fork.c: forks of a checkpoint.
  *
  * A fork record lives in <state>/forks/<fork_id>.json (written atomically:
  * temp + fsync + rename + fsync of the dir) before the fork is reported;
@@ -14,15 +14,6 @@
 #include "lib/walk.h"
 
 #define FORKS_DIR "forks"
-#define DIFF_LIMIT_DEFAULT 1000
-#define DIFF_LIMIT_MAX 10000
-
-static void record_unrefp(const struct ckpt_record **r)
-{
-	if (*r)
-		record_unref(*r);
-}
-#define _cleanup_record_ __attribute__((cleanup(record_unrefp)))
 
 static int engine_forks_fd(struct engine *e)
 {
@@ -129,17 +120,6 @@ static int fork_check_dir(struct engine *e, const char *path, char resolved[PATH
 	closedir(d);
 	if (!empty)
 		return fork_bad_dir(err, path, "is not empty");
-	return 0;
-}
-
-/* A checkpoint still being created answers 409 at once, not after the
- * create (which holds the operation lock) is done. */
-static int engine_check_not_creating(struct engine *e, const char *id_or_name, ckpt_error *err)
-{
-	_cleanup_record_ const struct ckpt_record *rec = id_or_name ? engine_resolve(e, id_or_name) : NULL;
-	if (rec && rec->status == CKPT_CREATING)
-		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
-				    id_or_name);
 	return 0;
 }
 
@@ -386,119 +366,4 @@ int engine_forks_open(struct engine *e, ckpt_error *err)
 	}
 	closedir(d);
 	return 0;
-}
-
-/* Page tokens are the hex of the last path returned: pages stay right when
- * the tree changes between calls (entries are sorted by path). */
-static char *diff_token(const char *path)
-{
-	size_t n = strlen(path);
-	char *t = malloc(2 * n + 1);
-	for (size_t i = 0; t && i < n; i++)
-		sprintf(t + 2 * i, "%02x", (unsigned char)path[i]);
-	if (t)
-		t[2 * n] = 0;
-	return t;
-}
-
-static char *diff_untoken(const char *t)
-{
-	size_t n = strlen(t);
-	if (n % 2)
-		return NULL;
-	char *p = malloc(n / 2 + 1);
-	for (size_t i = 0; p && i < n / 2; i++) {
-		unsigned v;
-		if (sscanf(t + 2 * i, "%2x", &v) != 1 || !v) {
-			free(p);
-			return NULL;
-		}
-		p[i] = (char)v;
-	}
-	if (p)
-		p[n / 2] = 0;
-	return p;
-}
-
-/* A diff against the live roots shows what a restore would undo; with it go
- * the units that restore would stop and start again: the services plan, as
- * the restore makes it, computed and not executed. A manager that cannot be
- * reached puts every managed unit in the plan, failed: listed too. */
-static int diff_services(struct engine *e, json_t *out, ckpt_error *err)
-{
-	struct svc_plan units;
-	int r = services_plan(e->services, e->cfg->roots, e->cfg->n_roots, &units);
-	json_t *names = json_array();
-	for (size_t i = 0; r == 0 && names && i < units.n; i++)
-		if (json_array_append_new(names, json_string(units.units[i].name)) < 0)
-			r = -ENOMEM;
-	services_plan_free(&units);
-	if (r < 0 || !names) {
-		json_decref(names);
-		return err_set(err, r < 0 ? -r : ENOMEM, NULL, "cannot list the services that use the roots: %s",
-			       strerror(r < 0 ? -r : ENOMEM));
-	}
-	json_object_set_new(out, "services", names);
-	json_object_set_new(out, "services_available", json_boolean(services_available(e->services)));
-	return 0;
-}
-
-int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req *req, json_t **ret, ckpt_error *err)
-{
-	int r = 0;
-	size_t limit = req->limit ? req->limit : DIFF_LIMIT_DEFAULT;
-	_cleanup_free_ char *after = NULL;
-	if (limit > DIFF_LIMIT_MAX)
-		return err_set_kind(err, ERR_INVALID, EINVAL, "invalid_field", "limit must be 1 to %d", DIFF_LIMIT_MAX);
-	if (req->page_token && !(after = diff_untoken(req->page_token)))
-		return err_set_kind(err, ERR_INVALID, EINVAL, "invalid_field",
-				    "page_token is not one this server gave");
-	if (!e->backend->diff)
-		return err_set_kind(err, ERR_INVALID, ENOTSUP, "not_supported", "the %s backend cannot diff",
-				    e->backend->name);
-	if (engine_check_not_creating(e, id_or_name, err) < 0 || engine_check_not_creating(e, req->against, err) < 0)
-		return -EBUSY;
-	pthread_mutex_lock(&e->op_lock);
-	int64_t t0 = mono_ms();
-	_cleanup_record_ const struct ckpt_record *a = engine_resolve(e, id_or_name);
-	_cleanup_record_ const struct ckpt_record *b = req->against ? engine_resolve(e, req->against) : NULL;
-	json_auto_t *all = json_array();
-	if (!a || (req->against && !b))
-		r = err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
-				 !a ? id_or_name : req->against);
-	else if (a->status != CKPT_ACTIVE || (b && b->status != CKPT_ACTIVE))
-		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "both checkpoints must be active");
-	else
-		r = e->backend->diff(e->bst, a->id, a->backend_data, b ? b->id : NULL, b ? b->backend_data : NULL, all,
-				     err);
-	pthread_mutex_unlock(&e->op_lock);
-	if (r < 0)
-		return r;
-	json_t *page = json_array();
-	size_t i, total = json_array_size(all);
-	json_t *c;
-	bool more = false;
-	json_array_foreach(all, i, c)
-	{
-		if (after && strcmp(json_string_value(json_object_get(c, "path")), after) <= 0)
-			continue;
-		if (json_array_size(page) == limit) {
-			more = true;
-			break;
-		}
-		json_array_append(page, c);
-	}
-	json_t *out = json_pack("{s:s, s:s?, s:o, s:I, s:I}", "checkpoint_id", a->id, "against", b ? b->id : "live",
-				"changes", page, "total", (json_int_t)total, "diff_ms", (json_int_t)(mono_ms() - t0));
-	if (out && more) {
-		_cleanup_free_ char *t =
-			diff_token(json_string_value(json_object_get(json_array_get(page, limit - 1), "path")));
-		json_object_set_new(out, "next_page_token", json_string(t));
-	}
-	if (out && !b && (r = diff_services(e, out, err)) < 0) {
-		json_decref(out);
-		return r;
-	}
-	*ret = out;
-	return out ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
 }

@@ -77,12 +77,21 @@ int engine_storage_err(ckpt_error *err, int r);
 int engine_sweeper_start(struct engine *e, ckpt_error *err);
 void engine_sweeper_stop(struct engine *e);
 void engine_kick_maintenance(struct engine *e);
-/* engine_release.c: 0, or 409 root_released when a root was released. */
+/* A record reference dropped when the variable goes out of scope. */
+static inline void record_unrefp(const struct ckpt_record **r)
+{
+	if (*r)
+		record_unref(*r);
+}
+#define _cleanup_record_ __attribute__((cleanup(record_unrefp)))
+/* engine_check.c: 0, or 409 root_released when a root was released; 0, or
+ * 409 conflict when checkpoint id_or_name (may be NULL) is being created;
+ * whether a fork uses checkpoint id. */
 int engine_check_managed(struct engine *e, ckpt_error *err);
+int engine_check_not_creating(struct engine *e, const char *id_or_name, ckpt_error *err);
+bool engine_check_forked(struct engine *e, const char *id);
 /* engine_fork.c */
 int engine_forks_open(struct engine *e, ckpt_error *err);
-/* engine_life.c: whether a fork uses checkpoint id */
-bool engine_fork_uses(struct engine *e, const char *id);
 /* engine_verify.c: compare the roots with checkpoint id (NULL: the base) and
  * add verified, verify_ms, verify_differences (and ok: false) to extra.
  * Returns its ms. */

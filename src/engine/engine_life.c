@@ -127,16 +127,3 @@ char *engine_metrics(struct engine *e)
 	g.checkpoint_bytes = st.bytes[CKPT_CREATING] + st.bytes[CKPT_ACTIVE] + st.bytes[CKPT_DELETING];
 	return metrics_render(&e->metrics, &g);
 }
-
-/* Whether a fork (engine_fork.c) uses checkpoint id. */
-bool engine_fork_uses(struct engine *e, const char *id)
-{
-	bool used = false;
-	const char *fid;
-	json_t *f;
-	pthread_mutex_lock(&e->state_lock);
-	json_object_foreach(e->forks, fid, f) used |=
-		!strcmp(json_string_value(json_object_get(f, "checkpoint_id")), id);
-	pthread_mutex_unlock(&e->state_lock);
-	return used;
-}

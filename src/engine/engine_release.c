@@ -15,18 +15,6 @@ static bool is_released(struct engine *e, const char *root)
 	return false;
 }
 
-int engine_check_managed(struct engine *e, ckpt_error *err)
-{
-	pthread_mutex_lock(&e->state_lock);
-	const char *root = json_array_size(e->released) ? json_string_value(json_array_get(e->released, 0)) : NULL;
-	int r = root
-		? err_set_kind(err, ERR_CONFLICT, EBUSY, "root_released",
-			       "'%s' was released and is not managed until ckptd restarts and adopts it again", root)
-		: 0;
-	pthread_mutex_unlock(&e->state_lock);
-	return r;
-}
-
 /* Drop every checkpoint (asked: drop_checkpoints). */
 static int release_drop_all(struct engine *e, json_t *dropped, ckpt_error *err)
 {

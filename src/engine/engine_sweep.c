@@ -22,7 +22,7 @@ int engine_sweep(struct engine *e)
 		ckpt_error err = { 0 };
 		pthread_mutex_lock(&e->op_lock);
 		const struct ckpt_record *cur = catalog_get(e->catalog, rec->id); /* may have gone meanwhile */
-		int r = cur && record_expired(cur, now) && !engine_fork_uses(e, cur->id) ? engine_drop(e, cur, &err)
+		int r = cur && record_expired(cur, now) && !engine_check_forked(e, cur->id) ? engine_drop(e, cur, &err)
 											 : 1; /* a forked one waits */
 		pthread_mutex_unlock(&e->op_lock);
 		record_unref(cur);
