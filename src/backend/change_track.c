@@ -21,14 +21,14 @@
 #define DIR_CHANGES (FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO)
 
 struct dirty_set {
-	struct treecopy_dirty *v;
+	struct pathindex_dirty *v;
 	size_t n, cap;
 };
 
 static int dirty_add(struct dirty_set *s, const char *path, size_t len, bool deep)
 {
 	if (s->n == s->cap) {
-		struct treecopy_dirty *v = realloc(s->v, (s->cap = s->cap ? 2 * s->cap : 32) * sizeof(*v));
+		struct pathindex_dirty *v = realloc(s->v, (s->cap = s->cap ? 2 * s->cap : 32) * sizeof(*v));
 		if (!v)
 			return -ENOMEM;
 		s->v = v;
@@ -36,7 +36,7 @@ static int dirty_add(struct dirty_set *s, const char *path, size_t len, bool dee
 	char *p = strndup(path, len);
 	if (!p)
 		return -ENOMEM;
-	s->v[s->n++] = (struct treecopy_dirty){ .path = p, .deep = deep };
+	s->v[s->n++] = (struct pathindex_dirty){ .path = p, .deep = deep };
 	return 0;
 }
 
@@ -78,19 +78,19 @@ struct outside {
 struct chg_track_seen {
 	struct dirty_set s;
 	struct outside out;
-	struct treecopy_index *sus; /* files closed after a write (CLOSE_WRITE), or NULL */
+	struct pathindex *sus; /* files closed after a write (CLOSE_WRITE), or NULL */
 	ino_t *ino;                 /* plain_dir: files named outside whose links changed */
 	size_t n_ino;
 	const char *why;
 };
 
 /* relpath into the set *sus (made when NULL). */
-static int suspect_add(struct treecopy_index **sus, const char *rel)
+static int suspect_add(struct pathindex **sus, const char *rel)
 {
 	static const struct stat none;
-	if (!*sus && !(*sus = treecopy_index_new()))
+	if (!*sus && !(*sus = pathindex_new()))
 		return -ENOMEM;
-	return treecopy_index_put(*sus, rel, &none);
+	return pathindex_put(*sus, rel, &none);
 }
 
 void chg_track_disarm(struct chg_track *t)
@@ -101,13 +101,13 @@ void chg_track_disarm(struct chg_track *t)
 		close(t->upper);
 	free(t->path);
 	if (t->seen) {
-		treecopy_dirty_free(t->seen->s.v, t->seen->s.n);
-		treecopy_index_free(t->seen->sus);
+		pathindex_dirty_free(t->seen->s.v, t->seen->s.n);
+		pathindex_free(t->seen->sus);
 		free(t->seen->ino);
 	}
 	free(t->seen);
 	free(t->outside_inos);
-	treecopy_index_free(t->suspects);
+	pathindex_free(t->suspects);
 	*t = (struct chg_track)CHG_TRACK_INIT;
 }
 
@@ -286,7 +286,7 @@ struct in_use {
 	struct chg_track *t;        /* NULL: no plain_dir handling (but plain) */
 	bool plain;                 /* a plain directory: files outside it are not its */
 	struct dirty_set *s;        /* NULL: only suspects are wanted (chg_scan_mapped) */
-	struct treecopy_index *sus; /* files mapped shared and writable */
+	struct pathindex *sus; /* files mapped shared and writable */
 	const char *root;
 	size_t root_len;
 	dev_t dev;
@@ -334,7 +334,7 @@ static size_t root_len(const char *root_path)
 	return n;
 }
 
-int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struct treecopy_index **sus,
+int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struct pathindex **sus,
 		    const char **why)
 {
 	struct in_use u = {
@@ -349,7 +349,7 @@ int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struc
 
 static int dirty_cmp(const void *a, const void *b)
 {
-	const struct treecopy_dirty *x = a, *y = b;
+	const struct pathindex_dirty *x = a, *y = b;
 	int c = strcmp(x->path, y->path);
 	return c ? c : (int)y->deep - (int)x->deep; /* deep first: it is the one kept */
 }
@@ -384,14 +384,14 @@ void chg_track_drain(struct chg_track *t)
 		t->seen->why = "more directories changed than tracking keeps";
 }
 
-static int collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct treecopy_dirty **ret,
+static int collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct pathindex_dirty **ret,
 		   size_t *ret_n, const char **why, bool scan)
 {
 	*why = NULL;
 	if (!chg_track_armed(t))
 		return *why = "not tracking", -EAGAIN;
 	if (t->seen->why) { /* the drain gave up already */
-		treecopy_index_free(t->suspects);
+		pathindex_free(t->suspects);
 		t->suspects = TAKE_PTR(t->seen->sus);
 		return *why = t->seen->why, -EAGAIN;
 	}
@@ -401,7 +401,7 @@ static int collect(struct chg_track *t, const char *root_path, dev_t root_dev, s
 	/* the suspects of this collect: closed after a write since the last
 	 * one, and mapped shared and writable now (kept when it fails: the
 	 * caller's walk needs them too) */
-	treecopy_index_free(t->suspects);
+	pathindex_free(t->suspects);
 	t->suspects = TAKE_PTR(t->seen->sus);
 	if (r == 0 && scan) {
 		struct in_use u = { .t = t,
@@ -420,7 +420,7 @@ static int collect(struct chg_track *t, const char *root_path, dev_t root_dev, s
 			*why = u.why ? u.why : "scanning /proc failed", r = -EAGAIN;
 	}
 	if (r < 0) {
-		treecopy_dirty_free(s.v, s.n);
+		pathindex_dirty_free(s.v, s.n);
 		return r;
 	}
 	dirty_dedup(&s);
@@ -429,13 +429,13 @@ static int collect(struct chg_track *t, const char *root_path, dev_t root_dev, s
 	return 0;
 }
 
-int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct treecopy_dirty **ret,
+int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct pathindex_dirty **ret,
 		      size_t *ret_n, const char **why)
 {
 	return collect(t, root_path, root_dev, ret, ret_n, why, true);
 }
 
-int chg_track_collect_events(struct chg_track *t, struct treecopy_dirty **ret, size_t *ret_n, const char **why)
+int chg_track_collect_events(struct chg_track *t, struct pathindex_dirty **ret, size_t *ret_n, const char **why)
 {
 	return collect(t, NULL, 0, ret, ret_n, why, false);
 }

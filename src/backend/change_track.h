@@ -26,7 +26,7 @@ struct chg_track {
 	size_t len;
 	struct chg_track_seen *seen; /* what the events read so far say */
 	/* the last collect's suspects (treecopy_opts.suspects), or NULL */
-	struct treecopy_index *suspects;
+	struct pathindex *suspects;
 	/* A plain directory on a shared filesystem (the tar backend), not a
 	 * mount of its own: a file of that filesystem in use or changed
 	 * outside the root is no sign of a root file seen under another path,
@@ -74,17 +74,17 @@ void chg_track_drain(struct chg_track *t);
  * that a process still has open or mapped; deep for a directory created,
  * moved or removed under its name (its whole subtree is compared). Sorted so
  * that a directory comes before those below it. *ret malloc'd (free with
- * treecopy_dirty_free). -EAGAIN when the walk is needed (events lost, a
+ * pathindex_dirty_free). -EAGAIN when the walk is needed (events lost, a
  * directory handle that cannot be resolved, a file in use whose path is not
  * under root_path); *why then says which. */
-int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct treecopy_dirty **ret,
+int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct pathindex_dirty **ret,
 		      size_t *ret_n, const char **why);
 
 /* chg_track_collect from the events alone, with no /proc scan (about 4 ms):
  * for a pass a later collect completes (a delta's first pass: the frozen
  * one scans), so files in use or mapped are not named here, and the
  * suspects are only the files closed after a write. */
-int chg_track_collect_events(struct chg_track *t, struct treecopy_dirty **ret, size_t *ret_n, const char **why);
+int chg_track_collect_events(struct chg_track *t, struct pathindex_dirty **ret, size_t *ret_n, const char **why);
 
 /* After chg_track_collect, t->suspects holds the files whose data may have
  * changed with no new ctime, which the pass must compare rather than trust
@@ -100,7 +100,7 @@ int chg_track_collect_events(struct chg_track *t, struct treecopy_dirty **ret, s
  * under another path (a mount namespace or chroot) or /proc cannot be read.
  * plain_dir: the root is a directory of a filesystem others use too (tar),
  * so files mapped outside its path are taken as not its own. */
-int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struct treecopy_index **sus,
+int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struct pathindex **sus,
 		    const char **why);
 
 /* Whether anything changed in the upper since the last collect (or this

@@ -17,14 +17,14 @@ struct ix_entry {
 	long ctime_nsec;
 };
 
-struct treecopy_index {
+struct pathindex {
 	struct ix_entry *v;
 	size_t cap, n;
 };
 
-struct treecopy_index *treecopy_index_new(void)
+struct pathindex *pathindex_new(void)
 {
-	struct treecopy_index *ix = calloc(1, sizeof(*ix));
+	struct pathindex *ix = calloc(1, sizeof(*ix));
 	if (!ix)
 		return NULL;
 	ix->cap = 64;
@@ -36,7 +36,7 @@ struct treecopy_index *treecopy_index_new(void)
 	return ix;
 }
 
-void treecopy_index_free(struct treecopy_index *ix)
+void pathindex_free(struct pathindex *ix)
 {
 	if (!ix)
 		return;
@@ -46,12 +46,12 @@ void treecopy_index_free(struct treecopy_index *ix)
 	free(ix);
 }
 
-size_t treecopy_index_count(const struct treecopy_index *ix)
+size_t pathindex_count(const struct pathindex *ix)
 {
 	return ix ? ix->n : 0;
 }
 
-static struct ix_entry *treecopy_index_slot(struct ix_entry *v, size_t cap, const char *path)
+static struct ix_entry *pathindex_slot(struct ix_entry *v, size_t cap, const char *path)
 {
 	size_t i = hash_str(path) & (cap - 1);
 	while (v[i].path && strcmp(v[i].path, path) != 0)
@@ -59,7 +59,7 @@ static struct ix_entry *treecopy_index_slot(struct ix_entry *v, size_t cap, cons
 	return &v[i];
 }
 
-static int treecopy_index_grow(struct treecopy_index *ix)
+static int pathindex_grow(struct pathindex *ix)
 {
 	size_t cap = ix->cap * 2;
 	struct ix_entry *v = calloc(cap, sizeof(*v));
@@ -67,19 +67,19 @@ static int treecopy_index_grow(struct treecopy_index *ix)
 		return -ENOMEM;
 	for (size_t i = 0; i < ix->cap; i++)
 		if (ix->v[i].path)
-			*treecopy_index_slot(v, cap, ix->v[i].path) = ix->v[i];
+			*pathindex_slot(v, cap, ix->v[i].path) = ix->v[i];
 	free(ix->v);
 	ix->v = v;
 	ix->cap = cap;
 	return 0;
 }
 
-static int treecopy_index_set(struct treecopy_index *ix, const char *path, uint64_t ino, uint64_t size, int64_t cs,
+static int pathindex_set(struct pathindex *ix, const char *path, uint64_t ino, uint64_t size, int64_t cs,
 			      long cns)
 {
-	if ((ix->n + 1) * 2 > ix->cap && treecopy_index_grow(ix) < 0)
+	if ((ix->n + 1) * 2 > ix->cap && pathindex_grow(ix) < 0)
 		return -ENOMEM;
-	struct ix_entry *e = treecopy_index_slot(ix->v, ix->cap, path);
+	struct ix_entry *e = pathindex_slot(ix->v, ix->cap, path);
 	if (!e->path) {
 		e->path = strdup(path);
 		if (!e->path)
@@ -93,48 +93,48 @@ static int treecopy_index_set(struct treecopy_index *ix, const char *path, uint6
 	return 0;
 }
 
-int treecopy_index_put(struct treecopy_index *ix, const char *relpath, const struct stat *st)
+int pathindex_put(struct pathindex *ix, const char *relpath, const struct stat *st)
 {
-	return treecopy_index_set(ix, relpath, st->st_ino, st->st_size, st->st_ctim.tv_sec, st->st_ctim.tv_nsec);
+	return pathindex_set(ix, relpath, st->st_ino, st->st_size, st->st_ctim.tv_sec, st->st_ctim.tv_nsec);
 }
 
 /* Added to ctime_nsec in an entry whose data must be compared
- * (treecopy_index_put_untrusted): no stat matches it. Saved and loaded as is. */
+ * (pathindex_put_untrusted): no stat matches it. Saved and loaded as is. */
 #define IX_UNTRUSTED 1000000000L
 
-int treecopy_index_put_untrusted(struct treecopy_index *ix, const char *relpath, const struct stat *st)
+int pathindex_put_untrusted(struct pathindex *ix, const char *relpath, const struct stat *st)
 {
-	return treecopy_index_set(ix, relpath, st->st_ino, st->st_size, st->st_ctim.tv_sec,
+	return pathindex_set(ix, relpath, st->st_ino, st->st_size, st->st_ctim.tv_sec,
 				  st->st_ctim.tv_nsec + IX_UNTRUSTED);
 }
 
-bool treecopy_index_match_untrusted(const struct treecopy_index *ix, const char *relpath, const struct stat *st)
+bool pathindex_match_untrusted(const struct pathindex *ix, const char *relpath, const struct stat *st)
 {
 	if (!ix)
 		return false;
-	const struct ix_entry *e = treecopy_index_slot(ix->v, ix->cap, relpath);
+	const struct ix_entry *e = pathindex_slot(ix->v, ix->cap, relpath);
 	return e->path && e->ctime_nsec >= IX_UNTRUSTED && e->ino == (uint64_t)st->st_ino &&
 		e->size == (uint64_t)st->st_size && e->ctime_sec == st->st_ctim.tv_sec &&
 		e->ctime_nsec - IX_UNTRUSTED == st->st_ctim.tv_nsec;
 }
 
-bool treecopy_index_has(const struct treecopy_index *ix, const char *relpath)
+bool pathindex_has(const struct pathindex *ix, const char *relpath)
 {
-	return ix && treecopy_index_slot(ix->v, ix->cap, relpath)->path != NULL;
+	return ix && pathindex_slot(ix->v, ix->cap, relpath)->path != NULL;
 }
 
-bool treecopy_index_match(const struct treecopy_index *ix, const char *relpath, const struct stat *st)
+bool pathindex_match(const struct pathindex *ix, const char *relpath, const struct stat *st)
 {
 	if (!ix)
 		return false;
-	const struct ix_entry *e = treecopy_index_slot(ix->v, ix->cap, relpath);
+	const struct ix_entry *e = pathindex_slot(ix->v, ix->cap, relpath);
 	return e->path && e->ino == (uint64_t)st->st_ino && e->size == (uint64_t)st->st_size &&
 		e->ctime_sec == st->st_ctim.tv_sec && e->ctime_nsec == st->st_ctim.tv_nsec;
 }
 
 /* File format: "CKIX1\n<tag>\n", then per entry "ino size csec cnsec len\n<path>\n",
  * then "END <n>\n". */
-int treecopy_index_save(const struct treecopy_index *ix, const char *tag, int dirfd, const char *name)
+int pathindex_save(const struct pathindex *ix, const char *tag, int dirfd, const char *name)
 {
 	char tmp[256];
 	snprintf(tmp, sizeof(tmp), ".%s.tmp", name);
@@ -162,7 +162,7 @@ int treecopy_index_save(const struct treecopy_index *ix, const char *tag, int di
 	return renameat(dirfd, tmp, dirfd, name) < 0 ? -errno : 0;
 }
 
-static int treecopy_index_parse(FILE *f, struct treecopy_index *ix, char **ret_tag)
+static int pathindex_parse(FILE *f, struct pathindex *ix, char **ret_tag)
 {
 	char line[4096];
 	unsigned long long ino, size;
@@ -183,13 +183,13 @@ static int treecopy_index_parse(FILE *f, struct treecopy_index *ix, char **ret_t
 		if (!p || fread(p, 1, len + 1, f) != len + 1 || p[len] != '\n')
 			return -EBADMSG;
 		p[len] = 0;
-		if (treecopy_index_set(ix, p, ino, size, cs, cns) < 0)
+		if (pathindex_set(ix, p, ino, size, cs, cns) < 0)
 			return -ENOMEM;
 	}
 	return -EBADMSG;
 }
 
-int treecopy_index_load(int dirfd, const char *name, struct treecopy_index **ret, char **ret_tag)
+int pathindex_load(int dirfd, const char *name, struct pathindex **ret, char **ret_tag)
 {
 	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
@@ -199,13 +199,13 @@ int treecopy_index_load(int dirfd, const char *name, struct treecopy_index **ret
 		close(fd);
 		return -ENOMEM;
 	}
-	struct treecopy_index *ix = treecopy_index_new();
+	struct pathindex *ix = pathindex_new();
 	char *tag = NULL;
 	if (!ix)
 		return -ENOMEM;
-	int r = treecopy_index_parse(f, ix, &tag);
+	int r = pathindex_parse(f, ix, &tag);
 	if (r < 0) {
-		treecopy_index_free(ix);
+		pathindex_free(ix);
 		free(tag);
 		return r;
 	}
@@ -214,20 +214,20 @@ int treecopy_index_load(int dirfd, const char *name, struct treecopy_index **ret
 	return 0;
 }
 
-struct treecopy_index *treecopy_index_copy(const struct treecopy_index *ix)
+struct pathindex *pathindex_copy(const struct pathindex *ix)
 {
-	struct treecopy_index *c = treecopy_index_new();
+	struct pathindex *c = pathindex_new();
 	for (size_t i = 0; c && ix && i < ix->cap; i++) {
 		const struct ix_entry *e = &ix->v[i];
-		if (e->path && treecopy_index_set(c, e->path, e->ino, e->size, e->ctime_sec, e->ctime_nsec) < 0) {
-			treecopy_index_free(c);
+		if (e->path && pathindex_set(c, e->path, e->ino, e->size, e->ctime_sec, e->ctime_nsec) < 0) {
+			pathindex_free(c);
 			return NULL;
 		}
 	}
 	return c;
 }
 
-void treecopy_dirty_free(struct treecopy_dirty *v, size_t n)
+void pathindex_dirty_free(struct pathindex_dirty *v, size_t n)
 {
 	for (size_t i = 0; v && i < n; i++)
 		free(v[i].path);
@@ -236,15 +236,15 @@ void treecopy_dirty_free(struct treecopy_dirty *v, size_t n)
 
 static int dirty_cmp_key(const void *key, const void *elem)
 {
-	return strcmp(key, ((const struct treecopy_dirty *)elem)->path);
+	return strcmp(key, ((const struct pathindex_dirty *)elem)->path);
 }
 
-const struct treecopy_dirty *treecopy_dirty_find(const struct treecopy_dirty *v, size_t n, const char *path)
+const struct pathindex_dirty *pathindex_dirty_find(const struct pathindex_dirty *v, size_t n, const char *path)
 {
 	return n ? bsearch(path, v, n, sizeof(*v), dirty_cmp_key) : NULL;
 }
 
-bool treecopy_dirty_below_deep(const struct treecopy_dirty *v, size_t n, const char *path)
+bool pathindex_dirty_below_deep(const struct pathindex_dirty *v, size_t n, const char *path)
 {
 	char buf[PATH_MAX];
 	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
@@ -255,14 +255,14 @@ bool treecopy_dirty_below_deep(const struct treecopy_dirty *v, size_t n, const c
 			*slash = '\0';
 		else
 			buf[0] = '\0';
-		const struct treecopy_dirty *d = treecopy_dirty_find(v, n, buf);
+		const struct pathindex_dirty *d = pathindex_dirty_find(v, n, buf);
 		if (d && d->deep)
 			return true;
 	}
 	return false;
 }
 
-bool treecopy_dirty_covers(const struct treecopy_dirty *v, size_t n, const char *dir)
+bool pathindex_dirty_covers(const struct pathindex_dirty *v, size_t n, const char *dir)
 {
-	return treecopy_dirty_find(v, n, dir) || treecopy_dirty_below_deep(v, n, dir);
+	return pathindex_dirty_find(v, n, dir) || pathindex_dirty_below_deep(v, n, dir);
 }

@@ -8,49 +8,49 @@
 #include <sys/stat.h>
 
 /* relpath -> identity of the source file when it was copied (an upper's index). */
-struct treecopy_index;
+struct pathindex;
 
-struct treecopy_index *treecopy_index_new(void);
-void treecopy_index_free(struct treecopy_index *ix);
-static inline void treecopy_index_freep(struct treecopy_index **ix)
+struct pathindex *pathindex_new(void);
+void pathindex_free(struct pathindex *ix);
+static inline void pathindex_freep(struct pathindex **ix)
 {
-	treecopy_index_free(*ix);
+	pathindex_free(*ix);
 }
-size_t treecopy_index_count(const struct treecopy_index *ix);
-int treecopy_index_put(struct treecopy_index *ix, const char *relpath, const struct stat *st);
+size_t pathindex_count(const struct pathindex *ix);
+int pathindex_put(struct pathindex *ix, const char *relpath, const struct stat *st);
 /* True when relpath was recorded with the same inode, ctime and size as st. */
-bool treecopy_index_match(const struct treecopy_index *ix, const char *relpath, const struct stat *st);
+bool pathindex_match(const struct pathindex *ix, const char *relpath, const struct stat *st);
 /* Record relpath so that no stat matches it: a file written through a shared
  * mapping may change with no new ctime (a write into a page already dirty
  * makes no fault), so the next update compares its data, and the next copy
  * copies it again rather than link it. */
-int treecopy_index_put_untrusted(struct treecopy_index *ix, const char *relpath, const struct stat *st);
+int pathindex_put_untrusted(struct pathindex *ix, const char *relpath, const struct stat *st);
 /* relpath was recorded untrusted with the same inode, ctime and size as st:
  * its metadata is unchanged, its data must be compared. */
-bool treecopy_index_match_untrusted(const struct treecopy_index *ix, const char *relpath, const struct stat *st);
+bool pathindex_match_untrusted(const struct pathindex *ix, const char *relpath, const struct stat *st);
 /* relpath has an entry (ix may be NULL: false). Used as a set of paths. */
-bool treecopy_index_has(const struct treecopy_index *ix, const char *relpath);
+bool pathindex_has(const struct pathindex *ix, const char *relpath);
 /* Serialize with a tag (e.g. the layer name the index points into). Not fsynced:
  * a lost or torn index only costs a full copy next time. */
-int treecopy_index_save(const struct treecopy_index *ix, const char *tag, int dirfd, const char *name);
+int pathindex_save(const struct pathindex *ix, const char *tag, int dirfd, const char *name);
 /* ret_tag: malloc'd tag. -ENOENT when absent, -EBADMSG when torn. */
-int treecopy_index_load(int dirfd, const char *name, struct treecopy_index **ret, char **ret_tag);
+int pathindex_load(int dirfd, const char *name, struct pathindex **ret, char **ret_tag);
 
 /* A copy of ix (NULL when out of memory). */
-struct treecopy_index *treecopy_index_copy(const struct treecopy_index *ix);
+struct pathindex *pathindex_copy(const struct pathindex *ix);
 
 /* A directory below src (relative, "" for src itself) that changed since
  * dst was copied from it: its entries and own metadata are compared, and with
  * deep its whole subtree (a directory made, moved or removed under that name). */
-struct treecopy_dirty {
+struct pathindex_dirty {
 	char *path;
 	bool deep;
 };
-void treecopy_dirty_free(struct treecopy_dirty *v, size_t n);
+void pathindex_dirty_free(struct pathindex_dirty *v, size_t n);
 /* In a list sorted by path: the entry for path, or NULL. */
-const struct treecopy_dirty *treecopy_dirty_find(const struct treecopy_dirty *v, size_t n, const char *path);
+const struct pathindex_dirty *pathindex_dirty_find(const struct pathindex_dirty *v, size_t n, const char *path);
 /* Some directory above path ("" included, path itself not) is listed deep. */
-bool treecopy_dirty_below_deep(const struct treecopy_dirty *v, size_t n, const char *path);
+bool pathindex_dirty_below_deep(const struct pathindex_dirty *v, size_t n, const char *path);
 /* The entries of directory dir ("" the top) changed: dir is listed, or lies
  * below a directory listed deep. */
-bool treecopy_dirty_covers(const struct treecopy_dirty *v, size_t n, const char *dir);
+bool pathindex_dirty_covers(const struct pathindex_dirty *v, size_t n, const char *dir);

@@ -135,7 +135,7 @@ static void test_links_from_previous_layer(void **state)
 	struct stat a, b;
 	write_at(src, "same", "unchanged", 0644);
 	write_at(src, "edit", "v1", 0644);
-	struct treecopy_index *ix1 = treecopy_index_new(), *ix2 = treecopy_index_new();
+	struct pathindex *ix1 = pathindex_new(), *ix2 = pathindex_new();
 	struct treecopy_opts o = { .mode = TREECOPY_NEW, .prev_fd = -1, .new_ix = ix1 };
 	ckpt_error err = { 0 };
 	assert_int_equal(treecopy_copy(src, dst, &o, NULL, &err), 0);
@@ -152,17 +152,17 @@ static void test_links_from_previous_layer(void **state)
 	assert_int_not_equal(a.st_ino, b.st_ino);
 	/* the index survives a save/load round trip */
 	char *tag = NULL;
-	struct treecopy_index *ix3 = NULL;
-	assert_int_equal(treecopy_index_save(ix2, "up:layer", dst, "ix"), 0);
-	assert_int_equal(treecopy_index_load(dst, "ix", &ix3, &tag), 0);
+	struct pathindex *ix3 = NULL;
+	assert_int_equal(pathindex_save(ix2, "up:layer", dst, "ix"), 0);
+	assert_int_equal(pathindex_load(dst, "ix", &ix3, &tag), 0);
 	assert_string_equal(tag, "up:layer");
-	assert_int_equal(treecopy_index_count(ix3), 2);
+	assert_int_equal(pathindex_count(ix3), 2);
 	assert_int_equal(fstatat(src, "same", &a, 0), 0);
-	assert_true(treecopy_index_match(ix3, "same", &a));
+	assert_true(pathindex_match(ix3, "same", &a));
 	free(tag);
-	treecopy_index_free(ix1);
-	treecopy_index_free(ix2);
-	treecopy_index_free(ix3);
+	pathindex_free(ix1);
+	pathindex_free(ix2);
+	pathindex_free(ix3);
 }
 
 /* dst holds a lower layer; src (upper) deletes, replaces and makes opaque. */

@@ -399,57 +399,57 @@ static void populate_lower(void)
 
 /* The tracked frozen pass on tpre, as ovl_frozen_pass does it; false when
  * it had to walk instead. */
-static bool tracked_pass(struct chg_track *trk, int upper, int tpre, const struct treecopy_index *tpre_ix,
+static bool tracked_pass(struct chg_track *trk, int upper, int tpre, const struct pathindex *tpre_ix,
 			 struct treecopy_dirs *dirs, bool must)
 {
 	struct stat mst;
-	struct treecopy_dirty *dirty = NULL;
+	struct pathindex_dirty *dirty = NULL;
 	size_t n = 0;
 	const char *why = NULL;
 	ckpt_error err = { 0 };
 	assert_int_equal(stat(mnt, &mst), 0);
 	int q = chg_track_collect(trk, mnt, mst.st_dev, &dirty, &n, &why);
 	if (q == 0) {
-		struct treecopy_index *tix = treecopy_index_copy(tpre_ix);
+		struct pathindex *tix = pathindex_copy(tpre_ix);
 		struct treecopy_opts to = {
 			.prev_fd = -1, .prev_ix = tpre_ix, .new_ix = tix, .dirs = dirs, .suspects = trk->suspects
 		};
 		q = treecopy_update_dirs(upper, tpre, dirty, n, &to, NULL, &err);
-		treecopy_index_free(tix);
+		pathindex_free(tix);
 		if (q < 0 && q != -EAGAIN)
 			fail_msg("tracked pass: %s", err.msg);
 	} else {
 		assert_int_equal(q, -EAGAIN);
 		assert_non_null(why);
 	}
-	treecopy_dirty_free(dirty, n);
+	pathindex_dirty_free(dirty, n);
 	if (q == 0)
 		return true;
 	if (must) /* counted: the test allows one such round (a file gone mid-way) */
 		print_message("a round without hard links walked: %s\n",
 			      why ? why : "a hard link, or a directory no event explains");
-	struct treecopy_index *fix = treecopy_index_new();
+	struct pathindex *fix = pathindex_new();
 	assert_int_equal(chg_scan_mapped(mnt, mst.st_dev, false, &trk->suspects, &why), 0);
 	struct treecopy_opts fo = { .prev_fd = -1, .prev_ix = tpre_ix, .new_ix = fix, .suspects = trk->suspects };
 	if (treecopy_update(upper, tpre, &fo, NULL, &err) < 0)
 		fail_msg("walk after the tracked pass gave up: %s", err.msg);
-	treecopy_index_free(fix);
+	pathindex_free(fix);
 	return false;
 }
 
 /* The create's second pass (ovl_catch_up): what the tracker names so far
  * brought up to date in tpre, not frozen; where it cannot tell, the whole
  * upper compared. *tpre_ix becomes the index after it. */
-static void catch_up(struct chg_track *trk, int upper, int tpre, struct treecopy_index **tpre_ix,
+static void catch_up(struct chg_track *trk, int upper, int tpre, struct pathindex **tpre_ix,
 		     struct treecopy_dirs *dirs)
 {
 	struct stat mst;
-	struct treecopy_dirty *dirty = NULL;
+	struct pathindex_dirty *dirty = NULL;
 	size_t n = 0;
 	const char *why = NULL;
 	ckpt_error err = { 0 };
 	assert_int_equal(stat(mnt, &mst), 0);
-	struct treecopy_index *nix = treecopy_index_copy(*tpre_ix);
+	struct pathindex *nix = pathindex_copy(*tpre_ix);
 	int q = chg_track_collect(trk, mnt, mst.st_dev, &dirty, &n, &why);
 	if (q == 0) {
 		struct treecopy_opts o = {
@@ -459,10 +459,10 @@ static void catch_up(struct chg_track *trk, int upper, int tpre, struct treecopy
 		if (q < 0 && q != -EAGAIN)
 			fail_msg("second pass: %s", err.msg);
 	}
-	treecopy_dirty_free(dirty, n);
+	pathindex_dirty_free(dirty, n);
 	if (q == -EAGAIN) {
-		treecopy_index_free(nix);
-		nix = treecopy_index_new();
+		pathindex_free(nix);
+		nix = pathindex_new();
 		assert_int_equal(chg_scan_mapped(mnt, mst.st_dev, false, &trk->suspects, &why), 0);
 		struct treecopy_opts o = {
 			.prev_fd = -1, .prev_ix = *tpre_ix, .new_ix = nix, .suspects = trk->suspects
@@ -470,7 +470,7 @@ static void catch_up(struct chg_track *trk, int upper, int tpre, struct treecopy
 		if (treecopy_update(upper, tpre, &o, NULL, &err) < 0)
 			fail_msg("second pass walking: %s", err.msg);
 	}
-	treecopy_index_free(*tpre_ix);
+	pathindex_free(*tpre_ix);
 	*tpre_ix = nix;
 	assert_int_equal(syncfs(tpre), 0); /* as ovl_precopy_root: a mapping's next write faults */
 }
@@ -493,7 +493,7 @@ static void test_update_equals_full_walk(void **state)
 		 dir, dir, dir);
 	assert_int_equal(mount("overlay", mnt, "overlay", 0, opts), 0);
 
-	struct treecopy_index *ix = NULL; /* the last layer's index, as r->ix */
+	struct pathindex *ix = NULL; /* the last layer's index, as r->ix */
 	int prev = -1;
 	char *prev_desc = NULL;
 	unsigned tracked = 0, no_link_rounds = 0;
@@ -524,7 +524,7 @@ static void test_update_equals_full_walk(void **state)
 		char name[32];
 		snprintf(name, sizeof(name), "pre%u", round);
 		int pre = dir_fd(name);
-		struct treecopy_index *pre_ix = treecopy_index_new();
+		struct pathindex *pre_ix = pathindex_new();
 		struct treecopy_opts o = { .mode = TREECOPY_NEW, .prev_fd = prev, .prev_ix = ix, .new_ix = pre_ix };
 		ckpt_error err = { 0 };
 		struct chg_track trk = CHG_TRACK_INIT; /* armed before the first pass, as ovl_precopy_root */
@@ -532,7 +532,7 @@ static void test_update_equals_full_walk(void **state)
 		assert_int_equal(treecopy_copy(upper, pre, &o, NULL, &err), 0);
 		snprintf(name, sizeof(name), "tpre%u", round);
 		int tpre = dir_fd(name);
-		struct treecopy_index *tpre_ix = treecopy_index_new();
+		struct pathindex *tpre_ix = pathindex_new();
 		/* the directories of the first pass, checked by path in odd rounds
 		 * (as ovl_frozen_pass does), found by reading them in even ones */
 		struct treecopy_dirs tdirs = { 0 };
@@ -570,7 +570,7 @@ static void test_update_equals_full_walk(void **state)
 		/* the full walk, linking from the first pass; then the update */
 		snprintf(name, sizeof(name), "full%u", round);
 		int full = dir_fd(name);
-		struct treecopy_index *full_ix = treecopy_index_new(), *upd_ix = treecopy_index_new();
+		struct pathindex *full_ix = pathindex_new(), *upd_ix = pathindex_new();
 		struct treecopy_opts fo = { .mode = TREECOPY_NEW, .prev_fd = pre, .prev_ix = pre_ix, .new_ix = full_ix };
 		assert_int_equal(treecopy_copy(upper, full, &fo, NULL, &err), 0);
 		struct treecopy_opts uo = { .prev_fd = -1, .prev_ix = pre_ix, .new_ix = upd_ix };
@@ -593,9 +593,9 @@ static void test_update_equals_full_walk(void **state)
 		assert_same("full walk and updated layer", df, dp, round);
 		assert_same("upper and the tracked pass's layer", du, dt, round);
 		free(dt);
-		treecopy_index_free(tpre_ix);
+		pathindex_free(tpre_ix);
 		close(tpre);
-		assert_int_equal(treecopy_index_count(full_ix), treecopy_index_count(upd_ix));
+		assert_int_equal(pathindex_count(full_ix), pathindex_count(upd_ix));
 		if (prev >= 0) { /* the first pass linked its files: never changed */
 			char *again = describe(prev);
 			assert_same("previous layer", prev_desc, again, round);
@@ -605,9 +605,9 @@ static void test_update_equals_full_walk(void **state)
 		prev_desc = dp;
 		free(du);
 		free(df);
-		treecopy_index_free(full_ix);
-		treecopy_index_free(pre_ix);
-		treecopy_index_free(ix);
+		pathindex_free(full_ix);
+		pathindex_free(pre_ix);
+		pathindex_free(ix);
 		ix = upd_ix;
 		if (prev >= 0)
 			close(prev);
@@ -620,7 +620,7 @@ static void test_update_equals_full_walk(void **state)
 	assert_true(refreshed > 0);                 /* the in-place path was compared with the full walk */
 	assert_true(tracked + 1 >= no_link_rounds); /* it walked where it need not */
 	free(prev_desc);
-	treecopy_index_free(ix);
+	pathindex_free(ix);
 	close(prev);
 	close(lower);
 	close(upper);
@@ -664,7 +664,7 @@ static void test_tracked_pass_sees_a_held_mapping(void **state)
 	struct chg_track trk = CHG_TRACK_INIT;
 	assert_int_equal(chg_track_arm(&trk, upper), 0);
 	int pre = dir_fd("pre");
-	struct treecopy_index *pre_ix = treecopy_index_new();
+	struct pathindex *pre_ix = pathindex_new();
 	struct treecopy_opts o = { .mode = TREECOPY_NEW, .prev_fd = -1, .new_ix = pre_ix };
 	ckpt_error err = { 0 };
 	assert_int_equal(treecopy_copy(upper, pre, &o, NULL, &err), 0);
@@ -682,7 +682,7 @@ static void test_tracked_pass_sees_a_held_mapping(void **state)
 	munmap(map, 4096);
 	close(fd);
 	chg_track_disarm(&trk);
-	treecopy_index_free(pre_ix);
+	pathindex_free(pre_ix);
 	close(pre);
 	close(upper);
 	close(work);
@@ -709,7 +709,7 @@ static void test_tracked_pass_after_a_refused_rename(void **state)
 	struct chg_track trk = CHG_TRACK_INIT;
 	assert_int_equal(chg_track_arm(&trk, upper), 0);
 	int pre = dir_fd("pre");
-	struct treecopy_index *pre_ix = treecopy_index_new();
+	struct pathindex *pre_ix = pathindex_new();
 	struct treecopy_dirs dirs = { 0 };
 	struct treecopy_opts o = { .mode = TREECOPY_NEW, .prev_fd = -1, .new_ix = pre_ix, .dirs = &dirs };
 	ckpt_error err = { 0 };
@@ -731,7 +731,7 @@ static void test_tracked_pass_after_a_refused_rename(void **state)
 	umount2(b, MNT_DETACH);
 	treecopy_dirs_free(&dirs);
 	chg_track_disarm(&trk);
-	treecopy_index_free(pre_ix);
+	pathindex_free(pre_ix);
 	close(pre);
 	for (int i = 0; i < 3; i++)
 		close(fds[i]);
@@ -799,7 +799,7 @@ static void test_update_refreshes_changed_blocks(void **state)
 	/* prev: every file; pre (the first pass) links linked from it and
 	 * copies the others, changed since (sparse is new) */
 	ckpt_error err = { 0 };
-	struct treecopy_index *prev_ix = treecopy_index_new(), *pre_ix = treecopy_index_new();
+	struct pathindex *prev_ix = pathindex_new(), *pre_ix = pathindex_new();
 	struct treecopy_opts o = { .mode = TREECOPY_NEW, .prev_fd = -1, .new_ix = prev_ix };
 	assert_int_equal(treecopy_copy(src, prev, &o, NULL, &err), 0);
 	write_at("src/big", 0, "B", 1, 0);
@@ -823,7 +823,7 @@ static void test_update_refreshes_changed_blocks(void **state)
 	write_at("src/linked", 7, "L", 1, 0);
 	write_at("src/sparse", 0, "head", 4, 0);
 
-	struct treecopy_index *ix = treecopy_index_new();
+	struct pathindex *ix = pathindex_new();
 	struct treecopy_opts uo = { .prev_fd = -1, .prev_ix = pre_ix, .new_ix = ix };
 	struct treecopy_stats st = { 0 };
 	assert_int_equal(treecopy_update(src, pre, &uo, &st, &err), 0);
@@ -850,16 +850,16 @@ static void test_update_refreshes_changed_blocks(void **state)
 		assert_int_equal(sa.st_mode, sb.st_mode);
 		assert_int_equal(sa.st_mtim.tv_nsec, sb.st_mtim.tv_nsec);
 		assert_true(hash_of(a) == hash_of(b));
-		assert_true(treecopy_index_match(ix, names[i], &sa));
+		assert_true(pathindex_match(ix, names[i], &sa));
 	}
 	assert_true(hash_of("prev/linked") == prev_linked);
 	char v[8];
 	snprintf(p, sizeof(p), "%s/pre/big", dir);
 	assert_int_equal(getxattr(p, "user.a", v, sizeof(v)), -1);
 	assert_int_equal(getxattr(p, "user.b", v, sizeof(v)), 1);
-	treecopy_index_free(ix);
-	treecopy_index_free(pre_ix);
-	treecopy_index_free(prev_ix);
+	pathindex_free(ix);
+	pathindex_free(pre_ix);
+	pathindex_free(prev_ix);
 	close(src);
 	close(prev);
 	close(pre);
@@ -895,7 +895,7 @@ static void test_silent_mapped_writes_are_compared(void **state)
 		if (tracked)
 			assert_int_equal(chg_track_arm(&trk, upper), 0);
 		int pre = -1;
-		struct treecopy_index *pre_ix = NULL;
+		struct pathindex *pre_ix = NULL;
 		ckpt_error err = { 0 };
 		char rel[64];
 		struct stat st;
@@ -908,16 +908,16 @@ static void test_silent_mapped_writes_are_compared(void **state)
 		for (int attempt = 0;; attempt++) {
 			snprintf(name, sizeof(name), "pre%d-%d", tracked, attempt);
 			pre = dir_fd(name);
-			pre_ix = treecopy_index_new();
+			pre_ix = pathindex_new();
 			struct treecopy_opts o = { .mode = TREECOPY_NEW, .prev_fd = -1, .new_ix = pre_ix };
 			assert_int_equal(treecopy_copy(upper, pre, &o, NULL, &err), 0);
 			for (int i = 0; i < 2; i++)
 				map[i][1] ^= 0x5a; /* no fault: no new ctime */
 			assert_int_equal(fstatat(upper, rel, &st, 0), 0);
-			if (treecopy_index_match(pre_ix, rel, &st))
+			if (pathindex_match(pre_ix, rel, &st))
 				break; /* the write was silent */
 			assert_true(attempt < 50);
-			treecopy_index_free(pre_ix);
+			pathindex_free(pre_ix);
 			close(pre);
 			for (int i = 0; i < 2; i++)
 				map[i][0] ^= 1; /* dirty again */
@@ -931,15 +931,15 @@ static void test_silent_mapped_writes_are_compared(void **state)
 		} else {
 			struct stat mst;
 			const char *why = NULL;
-			struct treecopy_index *sus = NULL, *ix = treecopy_index_new();
+			struct pathindex *sus = NULL, *ix = pathindex_new();
 			assert_int_equal(stat(mnt, &mst), 0);
 			assert_int_equal(chg_scan_mapped(mnt, mst.st_dev, false, &sus, &why), 0);
-			assert_true(treecopy_index_has(sus, rel));
+			assert_true(pathindex_has(sus, rel));
 			struct treecopy_opts uo = { .prev_fd = -1, .prev_ix = pre_ix, .new_ix = ix, .suspects = sus };
 			assert_int_equal(treecopy_update(upper, pre, &uo, NULL, &err), 0);
 			/* recorded untrusted: matched only as such */
-			assert_false(treecopy_index_match(ix, rel, &st));
-			assert_true(treecopy_index_match_untrusted(ix, rel, &st));
+			assert_false(pathindex_match(ix, rel, &st));
+			assert_true(pathindex_match_untrusted(ix, rel, &st));
 			/* and a copy linking from pre copies it rather than link it */
 			int again = dir_fd("again");
 			struct treecopy_opts co = { .mode = TREECOPY_NEW, .prev_fd = pre, .prev_ix = ix };
@@ -950,8 +950,8 @@ static void test_silent_mapped_writes_are_compared(void **state)
 			assert_int_equal(stat(q, &a), 0);
 			assert_int_equal(a.st_nlink, 1);
 			close(again);
-			treecopy_index_free(ix);
-			treecopy_index_free(sus);
+			pathindex_free(ix);
+			pathindex_free(sus);
 			munmap(map[1], 8192);
 			close(fd[1]);
 		}
@@ -962,7 +962,7 @@ static void test_silent_mapped_writes_are_compared(void **state)
 		munmap(map[0], 8192);
 		close(fd[0]);
 		chg_track_disarm(&trk);
-		treecopy_index_free(pre_ix);
+		pathindex_free(pre_ix);
 		close(pre);
 	}
 	for (int i = 0; i < 3; i++)

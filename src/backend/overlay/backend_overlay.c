@@ -170,11 +170,11 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 	overlay_mountinfo_clear(&mi);
 	if (q == 0) { /* the index of the live upper, if any */
 		char *tag = NULL;
-		if (treecopy_index_load(r->rdir_fd, "idx/index", &r->ix, &tag) == 0 &&
+		if (pathindex_load(r->rdir_fd, "idx/index", &r->ix, &tag) == 0 &&
 		    strlen(tag) == 2 * OVL_NAME_LEN + 1 && !strncmp(tag, r->upper, OVL_NAME_LEN))
 			snprintf(r->ix_layer, sizeof(r->ix_layer), "%s", tag + OVL_NAME_LEN + 1);
 		else
-			treecopy_index_free(TAKE_PTR(r->ix));
+			pathindex_free(TAKE_PTR(r->ix));
 		free(tag);
 	}
 	return q < 0 ? err_prefix(err, "root '%s'", r->path) : 0;
@@ -192,11 +192,11 @@ static void ovl_free(struct ovl *o)
 			close(r->rdir_fd);
 		json_decref(r->chain);
 		json_decref(r->mounted);
-		treecopy_index_free(r->ix);
-		treecopy_index_free(r->pre_ix);
-		treecopy_index_free(r->pre_ix_next);
+		pathindex_free(r->ix);
+		pathindex_free(r->pre_ix);
+		pathindex_free(r->pre_ix_next);
 		treecopy_dirs_free(&r->pre_dirs);
-		treecopy_index_free(r->cap_ix);
+		pathindex_free(r->cap_ix);
 		overlay_delta_reset(r);
 		json_decref(r->stack);
 	}
@@ -388,7 +388,7 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 		}
 	for (size_t i = 0; i < o->n_roots && q == 0; i++) {
 		struct ovl_root *r = &o->roots[i];
-		treecopy_index_free(TAKE_PTR(r->ix)); /* the new upper is empty */
+		pathindex_free(TAKE_PTR(r->ix)); /* the new upper is empty */
 		r->ix_layer[0] = 0;
 		unlinkat(r->rdir_fd, "idx/index", 0);
 		ovl_discard_upper(o, r, &sw[i]);

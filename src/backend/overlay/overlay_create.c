@@ -30,10 +30,10 @@ static int ovl_open_dir(int dfd, const char *a, const char *b)
  * capture leaves this to after the thaw). */
 static void ovl_forget_pre(struct ovl_root *r)
 {
-	treecopy_index_free(TAKE_PTR(r->pre_ix));
-	treecopy_index_free(TAKE_PTR(r->pre_ix_next));
+	pathindex_free(TAKE_PTR(r->pre_ix));
+	pathindex_free(TAKE_PTR(r->pre_ix_next));
 	treecopy_dirs_free(&r->pre_dirs);
-	treecopy_index_free(TAKE_PTR(r->pre_sus));
+	pathindex_free(TAKE_PTR(r->pre_sus));
 	r->pre_bytes = 0;
 	/* kept while deltas can follow: the next create's delta reads it */
 	if (!overlay_delta_ready(r) && !(r->cap_tmp[0] && (r->cap_delta || r->cap_tracked)))
@@ -72,7 +72,7 @@ static bool ovl_track_wanted(uint64_t entries)
 /* The suspects of a pass that tracking does not name (change_track.h): the
  * files of r mapped shared and writable now, added to *sus. A scan that fails
  * is logged; the pass then trusts those files' ctimes, as it did before. */
-static void ovl_scan_suspects(struct ovl_root *r, struct treecopy_index **sus)
+static void ovl_scan_suspects(struct ovl_root *r, struct pathindex **sus)
 {
 	struct stat rst;
 	const char *why = "cannot stat the root";
@@ -96,16 +96,16 @@ static int64_t ovl_catch_up_ms(void)
  * tracker cannot tell, the whole upper is compared, still not frozen: the
  * frozen pass then takes the events that came after this collect, which
  * name every change made since it. *ix becomes the upper's index after it. */
-static int ovl_catch_up(struct ovl_root *r, int up, int dst, struct treecopy_index **ix, struct treecopy_stats *stats,
+static int ovl_catch_up(struct ovl_root *r, int up, int dst, struct pathindex **ix, struct treecopy_stats *stats,
 			ckpt_error *err)
 {
-	struct treecopy_dirty *dirty = NULL;
+	struct pathindex_dirty *dirty = NULL;
 	size_t n = 0;
 	const char *why = "cannot stat the root";
 	struct stat rst;
 	int64_t t0 = mono_ms();
 	int q = stat(r->path, &rst) < 0 ? -EAGAIN : chg_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
-	struct treecopy_index *nix = treecopy_index_copy(*ix);
+	struct pathindex *nix = pathindex_copy(*ix);
 	struct treecopy_opts o = {
 		.prev_fd = -1, .prev_ix = *ix, .new_ix = nix, .dirs = r->pre_dirs.n ? &r->pre_dirs : NULL
 	};
@@ -114,26 +114,26 @@ static int ovl_catch_up(struct ovl_root *r, int up, int dst, struct treecopy_ind
 		q = nix ? treecopy_update_dirs(up, dst, dirty, n, &o, stats, err)
 			: err_set(err, ENOMEM, NULL, "second pass: out of memory");
 	}
-	treecopy_dirty_free(dirty, n);
+	pathindex_dirty_free(dirty, n);
 	if (q == -EAGAIN) {
 		log_info("create: the second pass of '%s' walks the upper: %s", r->path,
 			 why ? why : "a changed file has other names, or a directory no event explains");
-		treecopy_index_free(nix);
-		nix = o.new_ix = treecopy_index_new();
+		pathindex_free(nix);
+		nix = o.new_ix = pathindex_new();
 		o.dirs = NULL;
 		ovl_scan_suspects(r, &r->trk.suspects);
 		o.suspects = r->trk.suspects;
 		q = nix ? treecopy_update(up, dst, &o, stats, err) : err_set(err, ENOMEM, NULL, "out of memory");
 	}
 	if (q < 0) {
-		treecopy_index_free(nix);
+		pathindex_free(nix);
 		return q;
 	}
 	log_info("create: second pass of '%s' compared %zu changed directories in %lld ms: %llu entries replaced, "
 		 "%llu bytes written",
 		 r->path, n, (long long)(mono_ms() - t0), (unsigned long long)stats->replaced,
 		 (unsigned long long)stats->bytes_copied);
-	treecopy_index_free(*ix);
+	pathindex_free(*ix);
 	*ix = nix;
 	return 0;
 }
@@ -167,7 +167,7 @@ static void ovl_delta_prev_close(int *fds, int n)
 static int ovl_delta_pass(struct ovl_root *r, int l, int up, int dst, bool frozen, struct treecopy_stats *stats,
 			  ckpt_error *err)
 {
-	struct treecopy_dirty *dirty = NULL;
+	struct pathindex_dirty *dirty = NULL;
 	size_t n = 0;
 	const char *why = "cannot stat the root";
 	struct stat rst;
@@ -193,7 +193,7 @@ static int ovl_delta_pass(struct ovl_root *r, int l, int up, int dst, bool froze
 	}
 	if (q == 0 && frozen)
 		q = overlay_delta_dir_meta(&o, dst, &r->ddirs, stats, err);
-	treecopy_dirty_free(dirty, n);
+	pathindex_dirty_free(dirty, n);
 	ovl_delta_prev_close(pfd, np);
 	if (q == -EAGAIN)
 		log_info("create: '%s' gets a full layer, not a delta: %s", r->path, why);
@@ -268,7 +268,7 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 		return q;
 	_cleanup_close_ int dst = openat(l, r->pre, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_close_ int prev = r->ix ? openat(l, r->ix_layer, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-	_cleanup_(treecopy_index_freep) struct treecopy_index *ix = treecopy_index_new();
+	_cleanup_(pathindex_freep) struct pathindex *ix = pathindex_new();
 	uint64_t files = 0, bytes = 0; /* totals for a progress bar; a failed count only loses the bar */
 	int m = p ? treecopy_measure(up, prev >= 0 ? r->ix : NULL, &files, &bytes) : -EAGAIN;
 	if (m == 0) {
@@ -290,7 +290,7 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 				      .dirs = chg_track_armed(&r->trk) ? &r->pre_dirs : NULL };
 	struct treecopy_stats stats = { 0 }, again = { 0 };
 	/* with tracking, the frozen pass's collect names the suspects */
-	_cleanup_(treecopy_index_freep) struct treecopy_index *sus = NULL;
+	_cleanup_(pathindex_freep) struct pathindex *sus = NULL;
 	if (!chg_track_armed(&r->trk))
 		ovl_scan_suspects(r, &sus);
 	opts.suspects = sus;
@@ -321,7 +321,7 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 	/* the tracked frozen pass starts from a copy of that index: made now,
 	 * not frozen (about 0.4 ms per 1,000 files) */
 	if (chg_track_armed(&r->trk))
-		r->pre_ix_next = treecopy_index_copy(r->pre_ix);
+		r->pre_ix_next = pathindex_copy(r->pre_ix);
 	return 0;
 }
 
@@ -339,9 +339,9 @@ int overlay_precopy(void *st, struct progress *p, ckpt_error *err)
 /* CKPTD_TRACK_CHECK (the tests set it): after a tracked frozen pass, the
  * full one must find nothing left to do, unless the upper changed since the
  * tracked pass (a writer that is not frozen). */
-static int ovl_track_check(struct ovl_root *r, int up, int dst, const struct treecopy_index *ix, ckpt_error *err)
+static int ovl_track_check(struct ovl_root *r, int up, int dst, const struct pathindex *ix, ckpt_error *err)
 {
-	_cleanup_(treecopy_index_freep) struct treecopy_index *scratch = treecopy_index_new();
+	_cleanup_(pathindex_freep) struct pathindex *scratch = pathindex_new();
 	struct treecopy_opts co = { .prev_fd = -1, .prev_ix = ix, .new_ix = scratch };
 	struct treecopy_stats cs = { 0 };
 	int q = scratch ? treecopy_update(up, dst, &co, &cs, err) : err_set(err, ENOMEM, NULL, "out of memory");
@@ -358,10 +358,10 @@ static int ovl_track_check(struct ovl_root *r, int up, int dst, const struct tre
 /* The frozen pass: the first pass brought up to date. Only the directories
  * that changed since it began, when the tracker can tell which; else the
  * whole upper is compared. On success *ix is the upper's new index. */
-static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_opts *opts, struct treecopy_index **ix,
+static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_opts *opts, struct pathindex **ix,
 			   struct treecopy_stats *stats, ckpt_error *err)
 {
-	struct treecopy_dirty *dirty = NULL;
+	struct pathindex_dirty *dirty = NULL;
 	size_t n = 0;
 	const char *why = "no change tracking";
 	struct stat rst;
@@ -373,7 +373,7 @@ static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_
 	int64_t t1 = mono_ms();
 	if (q == 0) {
 		/* the copy made before the freeze, when there is one */
-		struct treecopy_index *tix = r->pre_ix_next ? TAKE_PTR(r->pre_ix_next) : treecopy_index_copy(r->pre_ix);
+		struct pathindex *tix = r->pre_ix_next ? TAKE_PTR(r->pre_ix_next) : pathindex_copy(r->pre_ix);
 		struct treecopy_opts to = *opts;
 		to.new_ix = tix;
 		to.dirs = r->pre_dirs.n ? &r->pre_dirs : NULL;
@@ -389,15 +389,15 @@ static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_
 				 r->path, n, (long long)(mono_ms() - t0), (long long)(t1 - t0),
 				 (unsigned long long)stats->replaced, (unsigned long long)stats->refreshed,
 				 (unsigned long long)stats->bytes_copied);
-			treecopy_index_free(*ix);
+			pathindex_free(*ix);
 			*ix = tix;
 			r->cap_tracked = true; /* deltas can follow this layer */
 		} else {
-			treecopy_index_free(tix);
+			pathindex_free(tix);
 			why = "a changed file has other names, or a directory no event explains";
 		}
 	}
-	treecopy_dirty_free(dirty, n);
+	pathindex_dirty_free(dirty, n);
 	if (q != -EAGAIN)
 		return q;
 	if (chg_track_armed(&r->trk))
@@ -420,7 +420,7 @@ static void ovl_drop_capture(struct ovl_root *r, int l)
 		overlay_delta_reset(r);
 	r->cap_delta = r->cap_tracked = false;
 	r->cap_tmp[0] = 0;
-	treecopy_index_free(TAKE_PTR(r->cap_ix));
+	pathindex_free(TAKE_PTR(r->cap_ix));
 	r->cap_size = 0;
 }
 
@@ -486,7 +486,7 @@ static int ovl_capture_layer(struct ovl_root *r, struct progress *p, ckpt_error 
 	_cleanup_close_ int dst = openat(l, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	const char *from = r->ix && !update ? r->ix_layer : NULL;
 	_cleanup_close_ int prev = from ? openat(l, from, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-	_cleanup_(treecopy_index_freep) struct treecopy_index *ix = treecopy_index_new();
+	_cleanup_(pathindex_freep) struct pathindex *ix = pathindex_new();
 	struct treecopy_opts opts = {
 		.mode = TREECOPY_NEW,
 		.prev_fd = prev,
@@ -496,7 +496,7 @@ static int ovl_capture_layer(struct ovl_root *r, struct progress *p, ckpt_error 
 	};
 	struct treecopy_stats stats = { 0 };
 	uint64_t pre_bytes = r->pre_bytes;
-	_cleanup_(treecopy_index_freep) struct treecopy_index *sus = NULL;
+	_cleanup_(pathindex_freep) struct pathindex *sus = NULL;
 	if (!update) { /* a copy with no first pass: its suspects (change_track.h) */
 		ovl_scan_suspects(r, &sus);
 		opts.suspects = sus;
@@ -523,7 +523,7 @@ static int ovl_capture_layer(struct ovl_root *r, struct progress *p, ckpt_error 
 /* Make r's capture the durable layer r->cap_name; on success ix (the
  * upper's new index; NULL for a delta) is handed to the caller, and what
  * kind it was: a delta, or a full layer deltas can follow. */
-static int ovl_publish_capture(struct ovl_root *r, char name[OVL_NAME_LEN + 1], struct treecopy_index **ret_ix,
+static int ovl_publish_capture(struct ovl_root *r, char name[OVL_NAME_LEN + 1], struct pathindex **ret_ix,
 			       uint64_t *size, bool *ret_delta, bool *ret_tracked, ckpt_error *err)
 {
 	*ret_delta = r->cap_delta;
@@ -559,12 +559,12 @@ static void ovl_delta_after(struct ovl_root *r, const char *name, bool delta, bo
 	}
 	bool keep = tracked && chg_track_armed(&r->trk);
 	json_array_clear(r->stack);
-	treecopy_index_free(TAKE_PTR(r->dix));
+	pathindex_free(TAKE_PTR(r->dix));
 	overlay_delta_dirs_free(&r->ddirs);
 	char rel[32];
 	snprintf(rel, sizeof(rel), "l/%s", name);
 	_cleanup_close_ int fd = keep ? openat(r->rdir_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-	if (fd >= 0 && (r->dix = treecopy_index_new()) && overlay_delta_dirs_read(fd, &r->ddirs) == 0)
+	if (fd >= 0 && (r->dix = pathindex_new()) && overlay_delta_dirs_read(fd, &r->ddirs) == 0)
 		json_array_append_new(r->stack, json_string(name));
 	else
 		overlay_delta_reset(r);
@@ -610,7 +610,7 @@ int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_si
 {
 	struct ovl *o = st;
 	char(*names)[OVL_NAME_LEN + 1] = calloc(o->n_roots + 1, sizeof(*names));
-	struct treecopy_index **ixs = calloc(o->n_roots + 1, sizeof(*ixs));
+	struct pathindex **ixs = calloc(o->n_roots + 1, sizeof(*ixs));
 	bool *delta = calloc(o->n_roots + 1, sizeof(bool)), *tracked = calloc(o->n_roots + 1, sizeof(bool));
 	json_auto_t *chains = json_object(), *data = json_pack("{s:[]}", "roots");
 	uint64_t size = 0;
@@ -647,12 +647,12 @@ int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_si
 		if (q == 0 && !delta[i]) { /* a delta leaves the index of the full layer below it */
 			char tag[2 * OVL_NAME_LEN + 2];
 			snprintf(tag, sizeof(tag), "%s:%s", r->upper, names[i]);
-			treecopy_index_save(ixs[i], tag, r->rdir_fd, "idx/index");
-			treecopy_index_free(r->ix);
+			pathindex_save(ixs[i], tag, r->rdir_fd, "idx/index");
+			pathindex_free(r->ix);
 			r->ix = TAKE_PTR(ixs[i]);
 			snprintf(r->ix_layer, sizeof(r->ix_layer), "%s", names[i]);
 		}
-		treecopy_index_free(ixs[i]);
+		pathindex_free(ixs[i]);
 	}
 	ovl_drop_captures(o); /* what a failure left (the trackers deltas need stay) */
 	free(names);

@@ -37,7 +37,7 @@ struct dl {
 	ckpt_error *err;
 	char path[PATH_MAX]; /* the entry being looked at, relative */
 	const char *why;     /* overlay_delta_check: what differs there */
-	const struct treecopy_dirty *dirty;
+	const struct pathindex_dirty *dirty;
 	size_t n_dirty;
 };
 
@@ -314,7 +314,7 @@ static int dl_dir(struct dl *t, int dst, const char *rel)
 			break;
 		}
 		if (S_ISDIR(st.st_mode)) { /* the same directory the previous layers hold, metadata of its own */
-			const struct treecopy_dirty *e = treecopy_dirty_find(t->dirty, t->n_dirty, t->path);
+			const struct pathindex_dirty *e = pathindex_dirty_find(t->dirty, t->n_dirty, t->path);
 			if (e && e->deep)
 				continue; /* made or moved here: copied whole (dl_new_dir) */
 			if (dl_prev(pfd, np, name, &ps) < 0 || !S_ISDIR(ps.st_mode)) {
@@ -344,18 +344,18 @@ static int dl_dir(struct dl *t, int dst, const char *rel)
 				r = -EAGAIN;
 				break;
 			}
-			bool sus = treecopy_index_has(o->suspects, t->path);
+			bool sus = pathindex_has(o->suspects, t->path);
 			bool same = !sus &&
-				(treecopy_index_has(o->dix, t->path) ? treecopy_index_match(o->dix, t->path, &st)
-								     : treecopy_index_match(o->ix, t->path, &st));
+				(pathindex_has(o->dix, t->path) ? pathindex_match(o->dix, t->path, &st)
+								     : pathindex_match(o->ix, t->path, &st));
 			if (same)
 				continue;
 			if ((r = dl_copy(t, ufd, dfd, name, &st)) < 0)
 				break;
-			r = sus ? treecopy_index_put_untrusted(o->dix, t->path, &st)
-				: treecopy_index_put(o->dix, t->path, &st);
+			r = sus ? pathindex_put_untrusted(o->dix, t->path, &st)
+				: pathindex_put(o->dix, t->path, &st);
 			if (r == 0 && sus) /* a full layer must not link it from the last one either */
-				r = treecopy_index_put_untrusted(o->ix, t->path, &st);
+				r = pathindex_put_untrusted(o->ix, t->path, &st);
 			continue;
 		}
 		r = dl_copy(t, ufd, dfd, name, &st);
@@ -440,7 +440,7 @@ static int dl_scan_new(struct dl *t, int fd, size_t len, int depth)
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			r = -EAGAIN;
 		else if (S_ISREG(st.st_mode))
-			r = st.st_nlink > 1 ? -EAGAIN : treecopy_index_put(t->o->dix, t->path, &st);
+			r = st.st_nlink > 1 ? -EAGAIN : pathindex_put(t->o->dix, t->path, &st);
 		else if (S_ISDIR(st.st_mode)) {
 			_cleanup_close_ int c =
 				openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -500,14 +500,14 @@ static int dl_new_dir(struct dl *t, int dst, const char *rel)
 	return r;
 }
 
-int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct treecopy_dirty *dirty, size_t n,
+int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct pathindex_dirty *dirty, size_t n,
 		       struct treecopy_stats *st, ckpt_error *err)
 {
 	struct dl t = { .o = o, .st = st, .err = err, .dirty = dirty, .n_dirty = n };
 	if (!o->n_prev || o->n_prev > OVL_DELTA_MAX + 1)
 		return -EAGAIN;
 	for (size_t i = 0; i < n; i++) {
-		if (treecopy_dirty_below_deep(dirty, n, dirty[i].path))
+		if (pathindex_dirty_below_deep(dirty, n, dirty[i].path))
 			continue; /* in a directory copied whole */
 		int r = dirty[i].deep ? dl_new_dir(&t, dst, dirty[i].path) : dl_dir(&t, dst, dirty[i].path);
 		if (r < 0)
@@ -615,7 +615,7 @@ void overlay_delta_reset(struct ovl_root *r)
 	if (!r->stack)
 		r->stack = json_array();
 	json_array_clear(r->stack);
-	treecopy_index_free(TAKE_PTR(r->dix));
+	pathindex_free(TAKE_PTR(r->dix));
 	overlay_delta_dirs_free(&r->ddirs);
 	chg_track_disarm(&r->trk);
 }

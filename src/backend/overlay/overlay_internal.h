@@ -58,9 +58,9 @@ struct ovl_delta_opts {
 	int up;                     /* the upper */
 	const int *prev;            /* the previous layers (newest first, the last one full) */
 	size_t n_prev;              /* 1 .. OVL_DELTA_MAX */
-	struct treecopy_index *ix;  /* the upper's index at the full layer */
-	struct treecopy_index *dix; /* the files the deltas copied: this one's added */
-	const struct treecopy_index *suspects;
+	struct pathindex *ix;  /* the upper's index at the full layer */
+	struct pathindex *dix; /* the files the deltas copied: this one's added */
+	const struct pathindex *suspects;
 	struct ovl_delta_dirs *dirs; /* every directory of the upper: new ones added */
 };
 /* Make the delta dst hold what the dirty directories of the upper hold,
@@ -68,7 +68,7 @@ struct ovl_delta_opts {
  * express (a directory moved with a redirect, or made where the previous
  * layers hold something and not opaque; a changed file of several names):
  * make a full layer instead. */
-int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct treecopy_dirty *dirty, size_t n,
+int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct pathindex_dirty *dirty, size_t n,
 		       struct treecopy_stats *st, ckpt_error *err);
 /* The directories whose own metadata changed with no event (dirs: every
  * directory of the upper), into dst; dirs then says what dst has. */
@@ -96,22 +96,22 @@ struct ovl_root {
 	json_t *mounted; /* chain the current mount really uses (differs after flatten) */
 	char upper[OVL_NAME_LEN + 1];
 	char spare[OVL_NAME_LEN + 1]; /* a durable empty upper made off the request path, or "" */
-	struct treecopy_index *ix;    /* upper's index at its last create */
+	struct pathindex *ix;    /* upper's index at its last create */
 	char ix_layer[OVL_NAME_LEN + 1];
 	/* create's first pass (precopy), made before the freeze: l/<pre> and
 	 * the upper's index into it; "" / NULL when there is none. */
 	char pre[OVL_NAME_LEN + 6];
-	struct treecopy_index *pre_ix;
-	struct treecopy_index *pre_ix_next; /* a copy of it for the tracked pass, or NULL */
+	struct pathindex *pre_ix;
+	struct pathindex *pre_ix_next; /* a copy of it for the tracked pass, or NULL */
 	struct treecopy_dirs pre_dirs;      /* the directories the first pass made */
-	struct treecopy_index *pre_sus;     /* untracked: files mapped shared and writable after it */
+	struct pathindex *pre_sus;     /* untracked: files mapped shared and writable after it */
 	uint64_t pre_bytes;
 	/* create's frozen copy (capture), not yet published: l/<cap_tmp>,
 	 * to become layer cap_name, with the upper's index and the bytes it
 	 * adds; cap_tmp "" when there is none. */
 	char cap_tmp[OVL_NAME_LEN + 6];
 	char cap_name[OVL_NAME_LEN + 1];
-	struct treecopy_index *cap_ix;
+	struct pathindex *cap_ix;
 	uint64_t cap_size;
 	struct chg_track trk; /* armed when the first pass begins (change_track.h); kept
 			       * between creates while deltas can follow */
@@ -119,7 +119,7 @@ struct ovl_root {
 	 * since its last full one, newest first ([]: the next create makes a
 	 * full one), the files they copied, every directory of the upper. */
 	json_t *stack;
-	struct treecopy_index *dix;
+	struct pathindex *dix;
 	struct ovl_delta_dirs ddirs;
 	bool pre_delta;   /* the first pass (pre) is a delta */
 	bool cap_delta;   /* the capture (cap_tmp) is a delta */

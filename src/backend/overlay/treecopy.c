@@ -64,8 +64,8 @@ static int tc_index_put(struct tc *t, const struct stat *st)
 {
 	if (!t->o->new_ix)
 		return 0;
-	return treecopy_index_has(t->o->suspects, t->path) ? treecopy_index_put_untrusted(t->o->new_ix, t->path, st)
-							   : treecopy_index_put(t->o->new_ix, t->path, st);
+	return pathindex_has(t->o->suspects, t->path) ? pathindex_put_untrusted(t->o->new_ix, t->path, st)
+							   : pathindex_put(t->o->new_ix, t->path, st);
 }
 
 /* A hard link instead of a copy: inside this copy, from an immutable source,
@@ -81,8 +81,8 @@ static int treecopy_try_link(struct tc *t, int sfd, int dfd, const char *name, c
 		r = linkat(t->dst_root, first, dfd, name, 0);
 	else if (t->o->link_sources && !S_ISDIR(st->st_mode))
 		r = linkat(sfd, name, dfd, name, 0);
-	else if (S_ISREG(st->st_mode) && t->o->prev_fd >= 0 && treecopy_index_match(t->o->prev_ix, t->path, st) &&
-		 !treecopy_index_has(t->o->suspects, t->path)) {
+	else if (S_ISREG(st->st_mode) && t->o->prev_fd >= 0 && pathindex_match(t->o->prev_ix, t->path, st) &&
+		 !pathindex_has(t->o->suspects, t->path)) {
 		r = linkat(t->o->prev_fd, t->path, dfd, name, 0);
 		if (r == 0 && st->st_nlink > 1 && devino_put(&t->links, st->st_dev, st->st_ino, t->path) < 0)
 			return -ENOMEM;
@@ -416,10 +416,10 @@ static int treecopy_update_entry(struct tc *t, int sfd, int dfd, const char *nam
 	/* a suspect, or a file recorded untrusted, keeps its copy when its
 	 * metadata is unchanged and its data compares equal */
 	bool match = have && !linked && S_ISREG(st.st_mode) && S_ISREG(dtype) &&
-		treecopy_index_match(t->o->prev_ix, t->path, &st);
+		pathindex_match(t->o->prev_ix, t->path, &st);
 	bool untrusted = have && !linked && S_ISREG(st.st_mode) && S_ISREG(dtype) && !match &&
-		treecopy_index_match_untrusted(t->o->prev_ix, t->path, &st);
-	if ((match && !treecopy_index_has(t->o->suspects, t->path)) ||
+		pathindex_match_untrusted(t->o->prev_ix, t->path, &st);
+	if ((match && !pathindex_has(t->o->suspects, t->path)) ||
 	    ((match || untrusted) && treecopy_same_data(sfd, dfd, name, &st))) {
 		int r = tc_index_put(t, &st);
 		if (r == 0 && st.st_nlink > 1)
@@ -504,7 +504,7 @@ int treecopy_update(int src_fd, int dst_fd, const struct treecopy_opts *o, struc
 
 /* One dirty directory: dir (relative to src_fd and dst_fd) updated as
  * treecopy_update would, its subdirectories only when deep. */
-static int treecopy_update_one(struct tc *t, int src_fd, int dst_fd, const struct treecopy_dirty *dirty)
+static int treecopy_update_one(struct tc *t, int src_fd, int dst_fd, const struct pathindex_dirty *dirty)
 {
 	const char *p = dirty->path[0] ? dirty->path : ".";
 	_cleanup_close_ int s = openat(src_fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -595,7 +595,7 @@ static int treecopy_dirs_meta_listed(struct tc *t, int src_fd, int dst_fd, const
 	return 0;
 }
 
-int treecopy_update_dirs(int src_fd, int dst_fd, const struct treecopy_dirty *dirty, size_t n,
+int treecopy_update_dirs(int src_fd, int dst_fd, const struct pathindex_dirty *dirty, size_t n,
 			 const struct treecopy_opts *o, struct treecopy_stats *stats, ckpt_error *err)
 {
 	struct treecopy_opts uo = *o;

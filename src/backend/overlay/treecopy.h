@@ -24,8 +24,8 @@ void treecopy_dirs_free(struct treecopy_dirs *d);
 struct treecopy_opts {
 	enum treecopy_mode mode;
 	int prev_fd;                          /* layer to hard-link unchanged files from, or -1 */
-	const struct treecopy_index *prev_ix; /* the source's index at prev_fd's creation */
-	struct treecopy_index *new_ix;        /* filled with every copied regular file, or NULL */
+	const struct pathindex *prev_ix; /* the source's index at prev_fd's creation */
+	struct pathindex *new_ix;        /* filled with every copied regular file, or NULL */
 	bool link_sources;                    /* src is immutable: hard-link its files (flatten) */
 	struct progress *progress;            /* may be NULL */
 	/* copy: filled with every directory made (NULL: not kept); update_dirs:
@@ -37,7 +37,7 @@ struct treecopy_opts {
 	 * never linked from prev_fd on the strength of their index entry, nor
 	 * kept by update unless their data is compared equal; recorded in
 	 * new_ix untrusted */
-	const struct treecopy_index *suspects;
+	const struct pathindex *suspects;
 };
 
 struct treecopy_stats {
@@ -72,13 +72,13 @@ int treecopy_update(int src_fd, int dst_fd, const struct treecopy_opts *o, struc
  * partly updated (a full treecopy_update of it is still right), when a
  * changed file has other names (hard links) or dst lacks a directory src has
  * that no dirty parent explains. */
-int treecopy_update_dirs(int src_fd, int dst_fd, const struct treecopy_dirty *dirty, size_t n,
+int treecopy_update_dirs(int src_fd, int dst_fd, const struct pathindex_dirty *dirty, size_t n,
 			 const struct treecopy_opts *o, struct treecopy_stats *stats, ckpt_error *err);
 
 /* What treecopy_copy of src_fd would count as progress: the entries below
  * it, and the bytes of regular files prev_ix (may be NULL) does not
  * match, i.e. those it copies rather than links. A stat walk, no reads. */
-int treecopy_measure(int src_fd, const struct treecopy_index *prev_ix, uint64_t *ret_files, uint64_t *ret_bytes);
+int treecopy_measure(int src_fd, const struct pathindex *prev_ix, uint64_t *ret_files, uint64_t *ret_bytes);
 
 /* Copy one regular file's data: FICLONE, else copy_file_range over data
  * extents (holes stay holes), else read/write. */

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 
 struct tc_measure {
-	const struct treecopy_index *ix;
+	const struct pathindex *ix;
 	char path[PATH_MAX];
 	size_t len;
 	uint64_t files, bytes;
@@ -33,7 +33,7 @@ static int tc_measure_entry(void *ctx, int dfd, const char *name)
 	if (S_ISDIR(st.st_mode)) {
 		_cleanup_close_ int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		r = sub < 0 ? -errno : tc_measure_dir(m, sub);
-	} else if (S_ISREG(st.st_mode) && !treecopy_index_match(m->ix, m->path, &st)) {
+	} else if (S_ISREG(st.st_mode) && !pathindex_match(m->ix, m->path, &st)) {
 		m->bytes += (uint64_t)st.st_size;
 	}
 	m->len = saved;
@@ -46,7 +46,7 @@ static int tc_measure_dir(struct tc_measure *m, int dfd)
 	return walk_each(dfd, NULL, tc_measure_entry, m);
 }
 
-int treecopy_measure(int src_fd, const struct treecopy_index *prev_ix, uint64_t *ret_files, uint64_t *ret_bytes)
+int treecopy_measure(int src_fd, const struct pathindex *prev_ix, uint64_t *ret_files, uint64_t *ret_bytes)
 {
 	struct tc_measure *m = calloc(1, sizeof(*m));
 	if (!m)

@@ -229,7 +229,7 @@ static const struct tar_mentry *reusable(struct cctx *c, int dirfd, const char *
 	const struct tar_mentry *e;
 
 	if (!c->o->parent || !S_ISREG(st->st_mode) || st->st_nlink != 1 ||
-	    (c->o->suspects && treecopy_index_has(c->o->suspects, path)))
+	    (c->o->suspects && pathindex_has(c->o->suspects, path)))
 		return NULL;
 	e = tar_manifest_find(c->o->parent, path);
 	if (!e || e->type != 'f' || e->group >= 0 || e->nlink != 1 || !e->has_sha256 ||
@@ -293,7 +293,7 @@ static bool taken_as_is(struct cctx *c, const struct tar_mentry *e)
 {
 	return e->type == 'f' && e->group < 0 && e->nlink == 1 && e->has_sha256 && !e->has_alias &&
 		ts_before(e->ctime, c->o->parent_started) &&
-		!(c->o->suspects && treecopy_index_has(c->o->suspects, e->path));
+		!(c->o->suspects && pathindex_has(c->o->suspects, e->path));
 }
 
 static int take_one(struct cctx *c, const struct tar_mentry *pe)
@@ -365,7 +365,7 @@ static int walk_visit(void *ctx, int dirfd, const char *name, const char *rel, c
  * below a directory made, moved or removed (deep)? */
 static bool dir_dirty(const struct tar_create_opts *o, const char *rel)
 {
-	return strlen(rel) >= PATH_MAX || treecopy_dirty_covers(o->dirty, o->n_dirty, rel);
+	return strlen(rel) >= PATH_MAX || pathindex_dirty_covers(o->dirty, o->n_dirty, rel);
 }
 
 static bool below(const char *path, const char *dir, size_t len)

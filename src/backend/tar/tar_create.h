@@ -29,11 +29,11 @@ struct tar_create_opts {
 	 * (directories, links, special files, files the parent was unsure of)
 	 * stat-ed and archived as always. journal false: the whole tree is read. */
 	bool journal;
-	const struct treecopy_dirty *dirty;
+	const struct pathindex_dirty *dirty;
 	size_t n_dirty;
 	/* Files a process maps shared and writable (or NULL): a write through a
 	 * mapping may leave no new ctime, so they are archived, never reused. */
-	const struct treecopy_index *suspects;
+	const struct pathindex *suspects;
 	uint64_t dirs_read; /* out: directories read rather than taken */
 	uint64_t reused;    /* out: files whose data stayed in an older archive */
 	char **srcs;        /* out: the distinct checkpoints those are in */

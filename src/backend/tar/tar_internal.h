@@ -94,9 +94,9 @@ struct tar_count {
 
 /* The change tracking journal of a capture or restore, one entry per root. */
 struct journal_bufs {
-	struct treecopy_dirty **dirty;
+	struct pathindex_dirty **dirty;
 	size_t *n_dirty;
-	struct treecopy_index **sus;
+	struct pathindex **sus;
 	struct tar_manifest *pms; /* or NULL */
 	size_t n;
 };
@@ -117,11 +117,11 @@ int tar_meta_open_ckpt(struct tar_state *s, const char *id, bool *zstd, ckpt_err
 /* tar_track.c */
 void tar_track_arm(struct tar_state *s);
 void tar_track_free(struct tar_state *s);
-int tar_track_collect(struct tar_state *s, struct treecopy_dirty **dirty, size_t *n_dirty, struct treecopy_index **sus);
+int tar_track_collect(struct tar_state *s, struct pathindex_dirty **dirty, size_t *n_dirty, struct pathindex **sus);
 void tar_track_drain(struct tar_state *s);
 void tar_track_mark(struct tar_state *s, const char *name);
 bool tar_track_changed_elsewhere(const struct chg_track *t, const struct tar_manifest *pm);
-void tar_track_scan_suspects(struct tar_state *s, struct treecopy_index **sus);
+void tar_track_scan_suspects(struct tar_state *s, struct pathindex **sus);
 void tar_track_journal_free(struct journal_bufs *j);
 
 /* tar_count.c */

@@ -67,7 +67,7 @@ static void mark_parent_of(struct rctx *c, const char *path)
 
 static bool suspect(const struct rctx *c, const char *path)
 {
-	return c->o->suspects && treecopy_index_has(c->o->suspects, path);
+	return c->o->suspects && pathindex_has(c->o->suspects, path);
 }
 
 typedef int (*visit_fn)(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path);
@@ -136,9 +136,9 @@ static int live_walk(struct rctx *c, int dirfd, const char *rel, visit_fn fn)
 	return tar_walk_dir(dirfd, rel, live_visit, &w, c->err);
 }
 
-static const struct treecopy_dirty *dirty_find(const struct tar_restore_opts *o, const char *dir)
+static const struct pathindex_dirty *dirty_find(const struct tar_restore_opts *o, const char *dir)
 {
-	return treecopy_dirty_find(o->dirty, o->n_dirty, dir);
+	return pathindex_dirty_find(o->dirty, o->n_dirty, dir);
 }
 
 static int parent_fd(struct rctx *c, int root_fd, const char *path, const char **leaf);
@@ -159,7 +159,7 @@ static int journal_walk(struct rctx *c, int root_fd)
 		size_t len = slash ? (size_t)(slash - e->path) : 0;
 		if (!last || len != last_len || strncmp(e->path, last, len)) {
 			snprintf(dir, sizeof(dir), "%.*s", (int)len, e->path);
-			changed = treecopy_dirty_covers(c->o->dirty, c->o->n_dirty, dir);
+			changed = pathindex_dirty_covers(c->o->dirty, c->o->n_dirty, dir);
 			last = e->path;
 			last_len = len;
 		}
@@ -179,8 +179,8 @@ static int journal_walk(struct rctx *c, int root_fd)
 	if (c->pdir_fd >= 0)
 		close(TAKE_FD(c->pdir_fd));
 	for (size_t k = 0; k < c->o->n_dirty; k++) {
-		const struct treecopy_dirty *d = &c->o->dirty[k];
-		if (treecopy_dirty_below_deep(c->o->dirty, c->o->n_dirty, d->path))
+		const struct pathindex_dirty *d = &c->o->dirty[k];
+		if (pathindex_dirty_below_deep(c->o->dirty, c->o->n_dirty, d->path))
 			continue; /* read already, with its deep ancestor */
 		const char *leaf;
 		struct stat st;

@@ -23,12 +23,12 @@ struct tar_restore_opts {
 	 * another directory is the one the checkpoint captured. journal false:
 	 * the whole root is walked. */
 	bool journal;
-	const struct treecopy_dirty *dirty;
+	const struct pathindex_dirty *dirty;
 	size_t n_dirty;
 	/* Files a process maps shared and writable, or closed after a write
 	 * (NULL: none known): their data may have changed with no new ctime,
 	 * so they are rewritten, never trusted. */
-	const struct treecopy_index *suspects;
+	const struct pathindex *suspects;
 	/* Inodes changed where no event of the root shows (change_track.h):
 	 * one the checkpoint holds makes the restore walk the whole root. */
 	const ino_t *outside_inos;

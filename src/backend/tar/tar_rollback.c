@@ -74,9 +74,9 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	 * the events since say where they differ: only there is looked at.
 	 * From here on the events say what this restore wrote, and what
 	 * changed after (an entry it kept is the one the checkpoint captured). */
-	struct treecopy_dirty *dirty[MAX_ROOTS] = { 0 };
+	struct pathindex_dirty *dirty[MAX_ROOTS] = { 0 };
 	size_t n_dirty[MAX_ROOTS] = { 0 };
-	struct treecopy_index *sus[MAX_ROOTS] = { 0 };
+	struct pathindex *sus[MAX_ROOTS] = { 0 };
 	bool same = s->trk && !strcmp(s->trk_for, name);
 	bool journal = tar_track_collect(s, dirty, n_dirty, sus) == 0 && same;
 	_cleanup_(tar_track_journal_free) struct journal_bufs jb = { dirty, n_dirty, sus, NULL, s->n_roots };

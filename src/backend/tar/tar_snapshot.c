@@ -44,9 +44,9 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 
 	/* What changed since the head, when the trackers can tell (the events
 	 * since its capture began): only those directories are read. */
-	struct treecopy_dirty *dirty[MAX_ROOTS] = { 0 };
+	struct pathindex_dirty *dirty[MAX_ROOTS] = { 0 };
 	size_t n_dirty[MAX_ROOTS] = { 0 };
-	struct treecopy_index *sus[MAX_ROOTS] = { 0 };
+	struct pathindex *sus[MAX_ROOTS] = { 0 };
 	bool journal = false;
 	if (!from && s->trk) {
 		bool for_head = ch.parent && !strcmp(s->trk_for, ch.parent);

@@ -49,13 +49,13 @@ void tar_track_free(struct tar_state *s)
  * checkpoint tar_track_mark names. 0 when every root could tell; a tracker that
  * could not is armed again, so that it can from now on (the walk that
  * follows covers what it lost). */
-static int trk_collect_locked(struct tar_state *s, struct treecopy_dirty **dirty, size_t *n_dirty,
-			      struct treecopy_index **sus)
+static int trk_collect_locked(struct tar_state *s, struct pathindex_dirty **dirty, size_t *n_dirty,
+			      struct pathindex **sus)
 {
 	int ret = s->trk ? 0 : -EAGAIN;
 	s->trk_for[0] = '\0';
 	for (size_t i = 0; s->trk && i < s->n_roots; i++) {
-		struct treecopy_dirty *d = NULL;
+		struct pathindex_dirty *d = NULL;
 		size_t n = 0;
 		const char *why = "cannot stat the root";
 		struct stat rst;
@@ -76,21 +76,21 @@ static int trk_collect_locked(struct tar_state *s, struct treecopy_dirty **dirty
 			dirty[i] = d;
 			n_dirty[i] = n;
 		} else {
-			treecopy_dirty_free(d, n);
+			pathindex_dirty_free(d, n);
 		}
 		if (sus) {
-			treecopy_index_free(sus[i]);
+			pathindex_free(sus[i]);
 			/* an empty set when the collect found none: known, not scanned again */
 			sus[i] = r < 0               ? NULL
 				: s->trk[i].suspects ? TAKE_PTR(s->trk[i].suspects)
-						     : treecopy_index_new();
+						     : pathindex_new();
 		}
 	}
 	s->trk_collected = s->trk != NULL; /* each root read or armed again: from now on */
 	return ret;
 }
 
-int tar_track_collect(struct tar_state *s, struct treecopy_dirty **dirty, size_t *n_dirty, struct treecopy_index **sus)
+int tar_track_collect(struct tar_state *s, struct pathindex_dirty **dirty, size_t *n_dirty, struct pathindex **sus)
 {
 	pthread_mutex_lock(&s->trk_lock);
 	int r = trk_collect_locked(s, dirty, n_dirty, sus);
@@ -134,7 +134,7 @@ bool tar_track_changed_elsewhere(const struct chg_track *t, const struct tar_man
  * tracking named none for (not tracking, or it could not tell): a write
  * through such a mapping may leave no new ctime, so they are archived and
  * rewritten, never trusted. A scan that fails is logged. */
-void tar_track_scan_suspects(struct tar_state *s, struct treecopy_index **sus)
+void tar_track_scan_suspects(struct tar_state *s, struct pathindex **sus)
 {
 	for (size_t i = 0; i < s->n_roots; i++) {
 		struct stat rst;
@@ -151,8 +151,8 @@ void tar_track_scan_suspects(struct tar_state *s, struct treecopy_index **sus)
 void tar_track_journal_free(struct journal_bufs *j)
 {
 	for (size_t i = 0; i < j->n; i++) {
-		treecopy_dirty_free(j->dirty[i], j->n_dirty[i]);
-		treecopy_index_free(j->sus[i]);
+		pathindex_dirty_free(j->dirty[i], j->n_dirty[i]);
+		pathindex_free(j->sus[i]);
 		if (j->pms)
 			tar_manifest_free(&j->pms[i]);
 	}
