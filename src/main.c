@@ -1,4 +1,4 @@
-/* ckptd.c: main. Parses the configuration, recovers state, serves HTTP, and
+/* main.c: ckptd's main. Parses the configuration, recovers state, serves HTTP, and
  * talks to systemd (READY, STATUS, WATCHDOG, STOPPING, socket activation). */
 #include <signal.h>
 #include <sys/socket.h>

@@ -56,6 +56,11 @@ typedef void (*cli_tick_fn)(void *arg);
 int cli_http_request(const struct cli_conn *c, const char *method, const char *path, json_t *body,
 		     struct cli_reply *ret, cli_tick_fn tick, void *tick_arg);
 void cli_reply_free(struct cli_reply *r);
+static inline void cli_reply_freep(struct cli_reply *r)
+{
+	cli_reply_free(r);
+}
+#define _cli_cleanup_reply_ __attribute__((cleanup(cli_reply_freep)))
 /* Progress of a file transfer: bytes received, bytes sent of up_total. */
 typedef void (*cli_xfer_fn)(void *arg, uint64_t down, uint64_t up, uint64_t up_total);
 /* method path with the body read from in_fd (in_size bytes; -1: none); a 2xx
@@ -127,6 +132,18 @@ struct cli_opts {
 	const char *output;
 };
 
+/* ---- cli_req.c: one request as the commands send it ---- */
+/* Send a request; -1 when it succeeded (2xx), else the exit status. */
+int cli_req_send(const struct cli_opts *o, const char *method, const char *path, json_t *body, struct cli_reply *r,
+		 cli_tick_fn tick, void *tick_arg);
+/* "/v1/checkpoints/{ref}{suffix}" for an id or a name; -1 on success, else the exit status. */
+int cli_req_ref_path(const struct cli_opts *o, const char *ref, const char *suffix, char **ret);
+/* A transport failure or an error answer, reported (the exit status). */
+int cli_req_transport(const struct cli_opts *o, const struct cli_reply *r);
+int cli_req_fail(const struct cli_opts *o, const struct cli_reply *r);
+void cli_req_sleep_ms(long ms);
+
+/* ---- cli_cmd.c: the checkpoint commands ---- */
 int cli_cmd_create(const struct cli_opts *o, const char *name);
 int cli_cmd_list(const struct cli_opts *o, const char *unused);
 int cli_cmd_show(const struct cli_opts *o, const char *id);
@@ -134,11 +151,16 @@ int cli_cmd_delete(const struct cli_opts *o, const char *id);
 int cli_cmd_restore(const struct cli_opts *o, const char *id);
 int cli_cmd_health(const struct cli_opts *o, const char *unused);
 int cli_cmd_status(const struct cli_opts *o, const char *unused);
-/* Send a request; -1 when it succeeded (2xx), else the exit status. */
-int cli_cmd_send(const struct cli_opts *o, const char *method, const char *path, json_t *body, struct cli_reply *r,
-		 cli_tick_fn tick, void *tick_arg);
-/* "/v1/checkpoints/{ref}{suffix}" for an id or a name; -1 on success, else the exit status. */
-int cli_cmd_ref_path(const struct cli_opts *o, const char *ref, const char *suffix, char **ret);
+/* A long request in flight: the tick polls the record at record_path and
+ * draws a bar from its progress (a spinner while it has none). */
+struct cli_watch {
+	const struct cli_opts *o;
+	const char *record_path;
+	struct cli_progress p;
+	int64_t polled_ms;
+	json_t *progress; /* last seen with totals, or NULL */
+};
+void cli_cmd_watch_tick(void *arg);
 
 /* ---- cli_fork.c: forks and diffs ---- */
 int cli_cmd_fork(const struct cli_opts *o, const char *id);
@@ -152,20 +174,6 @@ int cli_cmd_diff(const struct cli_opts *o, const char *id);
  * would stop and start; only against live), a new reference or NULL. */
 int cli_diff_print(const struct cli_opts *o, const char *ref, const char *against, size_t *ret_n,
 		   json_t **ret_services);
-/* Shared by the commands: a transport failure or an error answer, reported
- * (the exit status). */
-int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r);
-int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r);
-/* A long request in flight: the tick polls the record at record_path and
- * draws a bar from its progress (a spinner while it has none). */
-struct cli_watch {
-	const struct cli_opts *o;
-	const char *record_path;
-	struct cli_progress p;
-	int64_t polled_ms;
-	json_t *progress; /* last seen with totals, or NULL */
-};
-void cli_cmd_watch_tick(void *arg);
 /* cli_xfer.c */
 int cli_cmd_export(const struct cli_opts *o, const char *id);
 int cli_cmd_import(const struct cli_opts *o, const char *file);

@@ -1,5 +1,6 @@
-/* cli_cmd.c: the ckpt subcommands. Each sends one API request (create with a
- * progress bar polls), prints the answer, and returns the exit status. */
+/* cli_cmd.c: the ckpt subcommands on checkpoints. Each sends one API request
+ * (cli_req.c; create with a progress bar polls), prints the answer, and
+ * returns the exit status. */
 #include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -13,128 +14,6 @@
 #include "cli/cli.h"
 
 #define CLI_POLL_MS 100
-
-static void cli_cmd_reply_freep(struct cli_reply *r)
-{
-	cli_reply_free(r);
-}
-#define _cleanup_reply_ __attribute__((cleanup(cli_cmd_reply_freep)))
-
-/* Why a unix socket cannot be reached, in ckptd's words rather than curl's. */
-static void cli_cmd_socket_problem(const char *path)
-{
-	struct stat st;
-	if (stat(path, &st) < 0) {
-		fprintf(stderr,
-			"ckpt: cannot reach ckptd: no socket at %s (%s); is ckptd running with --listen unix:%s? "
-			"The shipped unit listens on /run/ckptd/ckptd.sock\n",
-			path, strerror(errno), path);
-		return;
-	}
-	if (!S_ISSOCK(st.st_mode)) {
-		fprintf(stderr, "ckpt: cannot reach ckptd: %s is not a socket\n", path);
-		return;
-	}
-	fprintf(stderr, "ckpt: cannot reach ckptd: nothing accepts connections on %s; is ckptd running?\n", path);
-}
-
-int cli_cmd_transport(const struct cli_opts *o, const struct cli_reply *r)
-{
-	switch (r->curl_code) {
-	case CURLE_COULDNT_CONNECT:
-		if (o->conn.socket_path)
-			cli_cmd_socket_problem(o->conn.socket_path);
-		else
-			fprintf(stderr,
-				"ckpt: cannot reach ckptd: nothing answers at %s; is it running, on that address? "
-				"(%s)\n",
-				o->conn.base_url, r->errbuf);
-		return CKPT_EXIT_CONNECT;
-	case CURLE_COULDNT_RESOLVE_HOST:
-		fprintf(stderr, "ckpt: cannot reach ckptd: unknown host in %s\n", o->conn.base_url);
-		return CKPT_EXIT_CONNECT;
-	case CURLE_URL_MALFORMAT:
-	case CURLE_UNSUPPORTED_PROTOCOL:
-		fprintf(stderr, "ckpt: %s is not a URL ckpt can use (http://HOST:PORT or unix:PATH)\n",
-			o->conn.base_url);
-		return CKPT_EXIT_USAGE;
-	case CURLE_OPERATION_TIMEDOUT:
-	case CURLE_RECV_ERROR:
-	case CURLE_GOT_NOTHING:
-	case CURLE_PARTIAL_FILE:
-		/* The request may have reached ckptd: say so, a retry could repeat it. */
-		fprintf(stderr,
-			"ckpt: ckptd did not finish answering (%s): the outcome is unknown; check with `ckpt list`\n",
-			r->errbuf);
-		return CKPT_EXIT_CONNECT;
-	}
-	if (o->conn.socket_path)
-		fprintf(stderr, "ckpt: cannot reach ckptd on unix socket %s: %s\n", o->conn.socket_path, r->errbuf);
-	else
-		fprintf(stderr, "ckpt: cannot reach ckptd at %s: %s\n", o->conn.base_url, r->errbuf);
-	return CKPT_EXIT_CONNECT;
-}
-
-/* An error answer: the problem document to stdout with --json (scripts parse
- * it), its detail and code to stderr always. */
-int cli_cmd_fail(const struct cli_opts *o, const struct cli_reply *r)
-{
-	if (o->json)
-		cli_out_verbatim(r);
-	cli_out_problem(r);
-	if (r->status == 401)
-		fprintf(stderr,
-			o->conn.token ? "hint: the token ckpt sent was refused; check --token-file or CKPTD_TOKEN\n"
-				      : "hint: ckptd wants a token: pass --token-file FILE or set CKPTD_TOKEN\n");
-	return CKPT_EXIT_SERVER;
-}
-
-#define CLI_RETRIES 3
-
-static bool cli_cmd_outcome_unknown(int curl_code)
-{
-	return curl_code == CURLE_OPERATION_TIMEDOUT || curl_code == CURLE_RECV_ERROR ||
-		curl_code == CURLE_GOT_NOTHING || curl_code == CURLE_PARTIAL_FILE;
-}
-
-static bool cli_cmd_code_is(const struct cli_reply *r, const char *code)
-{
-	const char *c = json_string_value(json_object_get(r->json, "code"));
-	return c && strcmp(c, code) == 0;
-}
-
-static void cli_cmd_sleep_ms(long ms);
-
-/* Send a request; returns -1 when it succeeded (2xx), else the exit status. */
-int cli_cmd_send(const struct cli_opts *o, const char *method, const char *path, json_t *body, struct cli_reply *r,
-		 cli_tick_fn tick, void *tick_arg)
-{
-	if (!path) {
-		fprintf(stderr, "ckpt: out of memory\n");
-		return CKPT_EXIT_SERVER;
-	}
-	/* A POST carries the run's Idempotency-Key, so it can be sent again when its
-	 * outcome is unknown (the connection broke after sending) or ckptd was busy
-	 * (503, or 409 while the first try with this key still runs): the daemon
-	 * answers a repeat with the first result instead of doing the work twice. */
-	bool retry_ok = strcmp(method, "POST") == 0 && o->conn.idem_key[0];
-	int q;
-	for (int attempt = 0;; attempt++) {
-		q = cli_http_request(&o->conn, method, path, body, r, tick, tick_arg);
-		bool unknown = q < 0 && cli_cmd_outcome_unknown(r->curl_code);
-		bool busy = q == 0 &&
-			(r->status == 503 || (r->status == 409 && cli_cmd_code_is(r, "idempotency_in_progress")));
-		if (!retry_ok || attempt >= CLI_RETRIES || !(unknown || busy))
-			break;
-		cli_reply_free(r);
-		cli_cmd_sleep_ms(500L << attempt);
-	}
-	if (q < 0)
-		return cli_cmd_transport(o, r);
-	if (r->status < 200 || r->status > 299)
-		return cli_cmd_fail(o, r);
-	return -1;
-}
 
 /* Success: the body verbatim with --json, else the human form when it parsed. */
 static int cli_cmd_print(const struct cli_opts *o, const struct cli_reply *r, void (*human)(json_t *))
@@ -165,52 +44,6 @@ static json_t *cli_cmd_create_body(const struct cli_opts *o, const char *name, b
 	return b;
 }
 
-/* The newest checkpoint named name, through the list: the daemon decodes %2F
- * before routing, so a name holding '/' cannot travel in the path. */
-static int cli_cmd_resolve_name(const struct cli_opts *o, const char *name, char **ret_id)
-{
-	_cli_cleanup_free_ char *path = cli_http_path("/v1/checkpoints?name=", name, "&limit=1000");
-	_cleanup_reply_ struct cli_reply r = { 0 };
-	int rc = cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL);
-	if (rc >= 0)
-		return rc;
-	/* The daemon's rule for names: the newest active checkpoint, else the newest. */
-	json_t *all = json_object_get(r.json, "checkpoints"), *c, *pick = json_array_get(all, 0);
-	size_t i;
-	json_array_foreach(all, i, c)
-	{
-		if (strcmp(json_string_value(json_object_get(c, "status")) ?: "", "active") == 0) {
-			pick = c;
-			break;
-		}
-	}
-	const char *id = json_string_value(json_object_get(pick, "checkpoint_id"));
-	if (!id) {
-		fprintf(stderr, "ckpt: no checkpoint with id or name '%s' (not_found)\n", name);
-		return CKPT_EXIT_SERVER;
-	}
-	*ret_id = strdup(id);
-	return *ret_id ? -1 : CKPT_EXIT_SERVER;
-}
-
-/* "/v1/checkpoints/{ref}{suffix}" for an id or a name; -1 on success, else the exit status. */
-int cli_cmd_ref_path(const struct cli_opts *o, const char *ref, const char *suffix, char **ret)
-{
-	_cli_cleanup_free_ char *id = NULL;
-	if (strchr(ref, '/')) {
-		int rc = cli_cmd_resolve_name(o, ref, &id);
-		if (rc >= 0)
-			return rc;
-		ref = id;
-	}
-	*ret = cli_http_path("/v1/checkpoints/", ref, suffix);
-	if (!*ret) {
-		fprintf(stderr, "ckpt: out of memory\n");
-		return CKPT_EXIT_SERVER;
-	}
-	return -1;
-}
-
 static bool cli_cmd_quiet;
 
 static void cli_cmd_created(json_t *r)
@@ -234,13 +67,6 @@ static void cli_cmd_created(json_t *r)
 	       (int64_t)json_integer_value(json_object_get(r, "duration_ms")));
 }
 
-static void cli_cmd_sleep_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-	while (nanosleep(&ts, &ts) != 0)
-		;
-}
-
 /* The last frame shows completion: totals from the last progress seen, or the size. */
 static void cli_cmd_final_frame(struct cli_progress *p, json_t *last, json_t *record)
 {
@@ -261,7 +87,7 @@ static void cli_cmd_final_frame(struct cli_progress *p, json_t *last, json_t *re
 static int cli_cmd_poll_once(const struct cli_opts *o, const char *path, struct cli_progress *p, json_t **last,
 			     struct cli_reply *r)
 {
-	int rc = cli_cmd_send(o, "GET", path, NULL, r, NULL, NULL);
+	int rc = cli_req_send(o, "GET", path, NULL, r, NULL, NULL);
 	if (rc >= 0) {
 		cli_progress_end(p, false);
 		if (r->status == 404)
@@ -329,8 +155,8 @@ static int cli_cmd_follow(const struct cli_opts *o, json_t *accepted)
 	json_t *last = json_incref(json_object_get(accepted, "progress"));
 	cli_progress_bar(&p, last);
 	for (;;) {
-		cli_cmd_sleep_ms(CLI_POLL_MS);
-		_cleanup_reply_ struct cli_reply r = { 0 };
+		cli_req_sleep_ms(CLI_POLL_MS);
+		_cli_cleanup_reply_ struct cli_reply r = { 0 };
 		int rc = cli_cmd_poll_once(o, path, &p, &last, &r);
 		if (rc == 0)
 			continue;
@@ -350,8 +176,8 @@ int cli_cmd_create(const struct cli_opts *o, const char *name)
 			   "`ckpt list --name %s` shows it\n",
 			   name, name);
 	json_auto_t *body = cli_cmd_create_body(o, name, o->async || bar);
-	_cleanup_reply_ struct cli_reply r = { 0 };
-	int rc = cli_cmd_send(o, "POST", "/v1/checkpoints", body, &r, NULL, NULL);
+	_cli_cleanup_reply_ struct cli_reply r = { 0 };
+	int rc = cli_req_send(o, "POST", "/v1/checkpoints", body, &r, NULL, NULL);
 	if (rc >= 0)
 		return rc;
 	if (bar && r.status == 202 && json_is_object(r.json))
@@ -382,8 +208,8 @@ static int cli_cmd_list_rest(const struct cli_opts *o, const char *first_path, j
 	while (json_is_string(json_object_get(body, "next_page_token")) && json_is_array(all)) {
 		const char *token = json_string_value(json_object_get(body, "next_page_token"));
 		_cli_cleanup_free_ char *path = cli_http_path(first_path, token, NULL);
-		_cleanup_reply_ struct cli_reply r = { 0 };
-		int rc = path ? cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL) : CKPT_EXIT_SERVER;
+		_cli_cleanup_reply_ struct cli_reply r = { 0 };
+		int rc = path ? cli_req_send(o, "GET", path, NULL, &r, NULL, NULL) : CKPT_EXIT_SERVER;
 		if (rc >= 0)
 			return rc;
 		json_array_extend(all, json_object_get(r.json, "checkpoints"));
@@ -398,12 +224,12 @@ int cli_cmd_list(const struct cli_opts *o, const char *unused __attribute__((unu
 	/* pages of the server's default size */
 	_cli_cleanup_free_ char *filter = o->name_filter ? cli_http_path("?name=", o->name_filter, "&") : strdup("?");
 	_cli_cleanup_free_ char *path = NULL, *next = NULL;
-	_cleanup_reply_ struct cli_reply r = { 0 };
+	_cli_cleanup_reply_ struct cli_reply r = { 0 };
 	cli_cmd_quiet = o->quiet;
 	if (!filter || asprintf(&path, "/v1/checkpoints%.*s", (int)strlen(filter) - 1, filter) < 0 ||
 	    asprintf(&next, "/v1/checkpoints%spage_token=", filter) < 0)
 		return CKPT_EXIT_SERVER;
-	int rc = cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL);
+	int rc = cli_req_send(o, "GET", path, NULL, &r, NULL, NULL);
 	if (rc >= 0)
 		return rc;
 	if (!json_is_string(json_object_get(r.json, "next_page_token")))
@@ -422,26 +248,26 @@ int cli_cmd_list(const struct cli_opts *o, const char *unused __attribute__((unu
 int cli_cmd_show(const struct cli_opts *o, const char *id)
 {
 	_cli_cleanup_free_ char *path = NULL;
-	_cleanup_reply_ struct cli_reply r = { 0 };
-	int rc = cli_cmd_ref_path(o, id, NULL, &path);
+	_cli_cleanup_reply_ struct cli_reply r = { 0 };
+	int rc = cli_req_ref_path(o, id, NULL, &path);
 	if (rc < 0)
-		rc = cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL);
+		rc = cli_req_send(o, "GET", path, NULL, &r, NULL, NULL);
 	return rc >= 0 ? rc : cli_cmd_print(o, &r, cli_out_record);
 }
 
 int cli_cmd_delete(const struct cli_opts *o, const char *ref)
 {
 	_cli_cleanup_free_ char *path = NULL, *id_path = NULL;
-	_cleanup_reply_ struct cli_reply rec = { 0 }, r = { 0 };
+	_cli_cleanup_reply_ struct cli_reply rec = { 0 }, r = { 0 };
 	/* The record first: a name means one checkpoint, and the output names it by id. */
-	int rc = cli_cmd_ref_path(o, ref, NULL, &path);
+	int rc = cli_req_ref_path(o, ref, NULL, &path);
 	if (rc < 0)
-		rc = cli_cmd_send(o, "GET", path, NULL, &rec, NULL, NULL);
+		rc = cli_req_send(o, "GET", path, NULL, &rec, NULL, NULL);
 	if (rc >= 0)
 		return rc;
 	const char *id = json_string_value(json_object_get(rec.json, "checkpoint_id"));
 	id_path = id ? cli_http_path("/v1/checkpoints/", id, NULL) : NULL;
-	rc = cli_cmd_send(o, "DELETE", id_path ? id_path : path, NULL, &r, NULL, NULL);
+	rc = cli_req_send(o, "DELETE", id_path ? id_path : path, NULL, &r, NULL, NULL);
 	if (rc >= 0)
 		return rc;
 	if (o->json)
@@ -460,7 +286,7 @@ int cli_cmd_delete(const struct cli_opts *o, const char *ref)
  * falls back to a spinner when there is nothing to show. */
 static void cli_cmd_watch_poll(struct cli_watch *w)
 {
-	_cleanup_reply_ struct cli_reply r = { 0 };
+	_cli_cleanup_reply_ struct cli_reply r = { 0 };
 	w->polled_ms = cli_progress_now_ms();
 	if (cli_http_request(&w->o->conn, "GET", w->record_path, NULL, &r, NULL, NULL) < 0 || r.status != 200)
 		return;
@@ -516,8 +342,8 @@ static int cli_cmd_restore_check(const struct cli_opts *o, const char *path)
 	if (!o->dry_run && !ask)
 		return -1;
 	_cli_cleanup_free_ char *record_path = strndup(path, strlen(path) - strlen("/restore"));
-	_cleanup_reply_ struct cli_reply r = { 0 };
-	int rc = cli_cmd_send(o, "GET", record_path, NULL, &r, NULL, NULL);
+	_cli_cleanup_reply_ struct cli_reply r = { 0 };
+	int rc = cli_req_send(o, "GET", record_path, NULL, &r, NULL, NULL);
 	if (rc >= 0)
 		return rc;
 	if (o->dry_run) {
@@ -559,7 +385,7 @@ int cli_cmd_restore(const struct cli_opts *o, const char *id)
 	if (o->verify)
 		json_object_set_new(body, "verify", json_true());
 	_cli_cleanup_free_ char *path = NULL;
-	int rc = cli_cmd_ref_path(o, id, "/restore", &path);
+	int rc = cli_req_ref_path(o, id, "/restore", &path);
 	if (rc < 0)
 		rc = cli_cmd_restore_check(o, path);
 	if (rc >= 0)
@@ -573,8 +399,8 @@ int cli_cmd_restore(const struct cli_opts *o, const char *id)
 	cli_progress_start(&w.p, label);
 	if (watch)
 		cli_progress_spin(&w.p);
-	_cleanup_reply_ struct cli_reply r = { 0 };
-	rc = cli_cmd_send(o, "POST", path, body, &r, watch ? cli_cmd_watch_tick : NULL, &w);
+	_cli_cleanup_reply_ struct cli_reply r = { 0 };
+	rc = cli_req_send(o, "POST", path, body, &r, watch ? cli_cmd_watch_tick : NULL, &w);
 	cli_progress_end(&w.p, false);
 	json_decref(w.progress);
 	if (rc >= 0)
@@ -589,14 +415,14 @@ int cli_cmd_restore(const struct cli_opts *o, const char *id)
 
 int cli_cmd_health(const struct cli_opts *o, const char *unused __attribute__((unused)))
 {
-	_cleanup_reply_ struct cli_reply r = { 0 };
-	int rc = cli_cmd_send(o, "GET", "/v1/health", NULL, &r, NULL, NULL);
+	_cli_cleanup_reply_ struct cli_reply r = { 0 };
+	int rc = cli_req_send(o, "GET", "/v1/health", NULL, &r, NULL, NULL);
 	return rc >= 0 ? rc : cli_cmd_print(o, &r, cli_out_health);
 }
 
 int cli_cmd_status(const struct cli_opts *o, const char *unused __attribute__((unused)))
 {
-	_cleanup_reply_ struct cli_reply r = { 0 };
-	int rc = cli_cmd_send(o, "GET", "/v1/health", NULL, &r, NULL, NULL);
+	_cli_cleanup_reply_ struct cli_reply r = { 0 };
+	int rc = cli_req_send(o, "GET", "/v1/health", NULL, &r, NULL, NULL);
 	return rc >= 0 ? rc : cli_cmd_print(o, &r, cli_out_status);
 }

@@ -7,16 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
-static void cli_fork_reply_freep(struct cli_reply *r)
-{
-	cli_reply_free(r);
-}
-#define _cleanup_fork_reply_ __attribute__((cleanup(cli_fork_reply_freep)))
-
 int cli_cmd_fork(const struct cli_opts *o, const char *ref)
 {
 	_cli_cleanup_free_ char *path = NULL;
-	_cleanup_fork_reply_ struct cli_reply r = { 0 };
+	_cli_cleanup_reply_ struct cli_reply r = { 0 };
 	char dir[2 * PATH_MAX + 2], cwd[PATH_MAX];
 	/* DIR is the caller's: a relative one is made absolute here (not resolved:
 	 * the daemon refuses symlinks and says why). */
@@ -24,11 +18,11 @@ int cli_cmd_fork(const struct cli_opts *o, const char *ref)
 		snprintf(dir, sizeof(dir), "%s/%s", cwd, o->arg2);
 	else
 		snprintf(dir, sizeof(dir), "%s", o->arg2);
-	int rc = cli_cmd_ref_path(o, ref, "/fork", &path);
+	int rc = cli_req_ref_path(o, ref, "/fork", &path);
 	if (rc >= 0)
 		return rc;
 	json_t *body = json_pack("{s:s}", "path", dir);
-	rc = cli_cmd_send(o, "POST", path, body, &r, NULL, NULL);
+	rc = cli_req_send(o, "POST", path, body, &r, NULL, NULL);
 	json_decref(body);
 	if (rc >= 0)
 		return rc;
@@ -43,7 +37,7 @@ int cli_cmd_fork(const struct cli_opts *o, const char *ref)
 static int cli_send_or_json(const struct cli_opts *o, const char *method, const char *path, json_t *body,
 			    struct cli_reply *r)
 {
-	int rc = cli_cmd_send(o, method, path, body, r, NULL, NULL);
+	int rc = cli_req_send(o, method, path, body, r, NULL, NULL);
 	if (rc < 0 && o->json) {
 		cli_out_verbatim(r);
 		return CKPT_EXIT_OK;
@@ -53,7 +47,7 @@ static int cli_send_or_json(const struct cli_opts *o, const char *method, const 
 
 int cli_cmd_forks(const struct cli_opts *o, const char *unused)
 {
-	_cleanup_fork_reply_ struct cli_reply r = { 0 };
+	_cli_cleanup_reply_ struct cli_reply r = { 0 };
 	(void)unused;
 	int rc = cli_send_or_json(o, "GET", "/v1/forks", NULL, &r);
 	if (rc >= 0)
@@ -72,9 +66,9 @@ int cli_cmd_forks(const struct cli_opts *o, const char *unused)
 
 int cli_cmd_fork_delete(const struct cli_opts *o, const char *fid)
 {
-	_cleanup_fork_reply_ struct cli_reply r = { 0 };
+	_cli_cleanup_reply_ struct cli_reply r = { 0 };
 	_cli_cleanup_free_ char *path = cli_http_path("/v1/forks/", fid, NULL);
-	int rc = cli_cmd_send(o, "DELETE", path, NULL, &r, NULL, NULL);
+	int rc = cli_req_send(o, "DELETE", path, NULL, &r, NULL, NULL);
 	if (rc >= 0)
 		return rc;
 	if (!o->json)
@@ -94,12 +88,12 @@ static char cli_diff_letter(json_t *c)
 int cli_diff_print(const struct cli_opts *o, const char *ref, const char *against, size_t *ret_n, json_t **ret_services)
 {
 	_cli_cleanup_free_ char *base = NULL, *token = NULL;
-	int rc = cli_cmd_ref_path(o, ref, "/diff", &base);
+	int rc = cli_req_ref_path(o, ref, "/diff", &base);
 	if (rc >= 0)
 		return rc;
 	*ret_n = 0;
 	for (;;) {
-		_cleanup_fork_reply_ struct cli_reply r = { 0 };
+		_cli_cleanup_reply_ struct cli_reply r = { 0 };
 		_cli_cleanup_free_ char *q = NULL, *path = NULL;
 		if (asprintf(&q, "%s?limit=1000%s", base, against ? "&against=" : "") < 0)
 			return CKPT_EXIT_SERVER;
@@ -107,7 +101,7 @@ int cli_diff_print(const struct cli_opts *o, const char *ref, const char *agains
 		/* the token is hex: nothing to escape */
 		if (!with || asprintf(&path, "%s%s%s", with, token ? "&page_token=" : "", token ? token : "") < 0)
 			return CKPT_EXIT_SERVER;
-		rc = cli_cmd_send(o, "GET", path, NULL, &r, NULL, NULL);
+		rc = cli_req_send(o, "GET", path, NULL, &r, NULL, NULL);
 		if (rc >= 0)
 			return rc;
 		if (ret_services && !*ret_services)
@@ -143,7 +137,7 @@ int cli_cmd_diff(const struct cli_opts *o, const char *ref)
 
 int cli_cmd_release(const struct cli_opts *o, const char *root)
 {
-	_cleanup_fork_reply_ struct cli_reply r = { 0 };
+	_cli_cleanup_reply_ struct cli_reply r = { 0 };
 	char abs[2 * PATH_MAX + 2], cwd[PATH_MAX];
 	/* ckptd knows its roots by canonical path */
 	if (root && realpath(root, abs))

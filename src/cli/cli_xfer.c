@@ -35,8 +35,8 @@ int cli_cmd_export(const struct cli_opts *o, const char *id)
 		fputs("ckpt: export needs -o FILE (\"-\" for stdout)\nTry 'ckpt --help'.\n", stderr);
 		return CKPT_EXIT_USAGE;
 	}
-	if ((rc = cli_cmd_ref_path(o, id, "/export", &path)) >= 0 ||
-	    (rc = cli_cmd_ref_path(o, id, NULL, &record_path)) >= 0)
+	if ((rc = cli_req_ref_path(o, id, "/export", &path)) >= 0 ||
+	    (rc = cli_req_ref_path(o, id, NULL, &record_path)) >= 0)
 		return rc;
 	if (to_stdout) {
 		fd = STDOUT_FILENO;
@@ -68,10 +68,10 @@ int cli_cmd_export(const struct cli_opts *o, const char *id)
 	if (!to_stdout && (fsync(fd) < 0 || close(fd) < 0) && q == 0)
 		snprintf(r.errbuf, sizeof(r.errbuf), "cannot write %s: %s", part, strerror(errno)), q = -EIO;
 	if (q < 0)
-		rc = r.curl_code ? cli_cmd_transport(o, &r)
+		rc = r.curl_code ? cli_req_transport(o, &r)
 				 : (fprintf(stderr, "ckpt: %s\n", r.errbuf), CKPT_EXIT_SERVER);
 	else if (r.status < 200 || r.status > 299)
-		rc = cli_cmd_fail(o, &r);
+		rc = cli_req_fail(o, &r);
 	else if (!to_stdout && rename(part, o->output) < 0)
 		rc = (fprintf(stderr, "ckpt: cannot rename %s: %s\n", part, strerror(errno)), CKPT_EXIT_SERVER);
 	else
@@ -111,9 +111,9 @@ int cli_cmd_import(const struct cli_opts *o, const char *file)
 	if (o->tty)
 		cli_progress_end(&v.p, false);
 	if (q < 0)
-		rc = cli_cmd_transport(o, &r);
+		rc = cli_req_transport(o, &r);
 	else if (r.status < 200 || r.status > 299)
-		rc = cli_cmd_fail(o, &r);
+		rc = cli_req_fail(o, &r);
 	else if (o->json)
 		rc = (cli_out_verbatim(&r), CKPT_EXIT_OK);
 	else if (!json_is_object(r.json))
