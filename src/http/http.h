@@ -1,6 +1,7 @@
 /* http.h: the HTTP transport on libmicrohttpd. It reads bodies into a capped
  * buffer, checks auth and content type, routes, and writes JSON or
- * problem+json. Only http.c includes microhttpd.h. */
+ * problem+json. Only the server (http*.c, through http_internal.h) includes
+ * microhttpd.h. */
 #pragma once
 #include <jansson.h>
 #include "lib/util.h"
@@ -17,7 +18,7 @@ struct http_request {
 	size_t n_params;
 	int body_fd; /* HTTP_BODY_SPOOL routes: the body in an unlinked file at offset 0 (body_len bytes); else -1 */
 	/* sha256 of the body in hex, taken as it was read whether kept in memory
-	 * or spooled ("" when the request was not read by http.c) */
+	 * or spooled ("" when the request was not read by the server) */
 	char body_sha256[65];
 };
 
@@ -84,7 +85,7 @@ const char *http_header(const struct http_request *req, const char *key);
 /* Fill resp with application/problem+json {type,title,status,detail,code}. */
 void http_problem(struct http_response *resp, int status, const char *code, const char *fmt, ...) _printf_(4, 5);
 /* An error as a problem response: its kind gives the status and default code
- * (the one table in http.c); an unset kind is a 500 with code "internal". */
+ * (the one table in http_problem.c); an unset kind is a 500 with code "internal". */
 void http_error(struct http_response *resp, const ckpt_error *err);
 /* The same for an error the caller classifies on the spot. */
 void http_fail(struct http_response *resp, enum ckpt_err_kind kind, const char *code, const char *fmt, ...)
