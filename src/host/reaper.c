@@ -29,8 +29,9 @@ static void reaper_main(int fd, const struct runsc *rs)
 				continue;
 			}
 			line[ll] = '\0', ll = 0;
-			if (line[0] == '+' && (ids = realloc(ids, (n + 1) * sizeof(*ids))))
-				ids[n++] = strdup(line + 1);
+			char **grown = line[0] == '+' ? realloc(ids, (n + 1) * sizeof(*ids)) : NULL;
+			if (grown) /* on failure ids stays as it was: those sandboxes are still reaped */
+				ids = grown, ids[n++] = strdup(line + 1);
 			for (size_t j = 0; line[0] == '-' && j < n; j++)
 				if (ids[j] && !strcmp(ids[j], line + 1))
 					free(ids[j]), ids[j] = NULL;

@@ -343,21 +343,19 @@ static int bus_cgroup_empty(void *conn, const char *unit)
 		return 1; /* systemd removed it: nothing left */
 	if (asprintf(&path, "/sys/fs/cgroup%s/cgroup.events", cg) < 0)
 		return -ENOMEM;
-	FILE *f = fopen(path, "re");
-	bool v1 = !f && errno == ENOENT && access("/sys/fs/cgroup/systemd", F_OK) == 0;
+	bool v1 = access(path, F_OK) < 0 && errno == ENOENT && access("/sys/fs/cgroup/systemd", F_OK) == 0;
 	if (v1) {
 		free(path);
 		if (asprintf(&path, "/sys/fs/cgroup/systemd%s/cgroup.procs", cg) < 0)
 			return -ENOMEM;
-		f = fopen(path, "re");
 	}
+	_cleanup_fclose_ FILE *f = fopen(path, "re");
 	if (!f)
 		return errno == ENOENT ? 1 : -errno;
 	r = 1;
 	while (getline(&line, &cap, f) > 0)
 		if (v1 || !strcmp(line, "populated 1\n"))
 			r = 0;
-	fclose(f);
 	return r;
 }
 

@@ -195,7 +195,9 @@ static char *snapshot(const char *top)
 			     (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, xa) > 0);
 	len = strlen(out);
 	for (size_t i = 0; i < L.n; i++) {
-		out = realloc(out, len + strlen(L.v[i]) + 2);
+		char *grown = realloc(out, len + strlen(L.v[i]) + 2);
+		assert_non_null(grown);
+		out = grown;
 		len += (size_t)sprintf(out + len, "%s\n", L.v[i]);
 		free(L.v[i]);
 	}

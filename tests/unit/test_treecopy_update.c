@@ -283,7 +283,7 @@ static void describe_dir(struct desc *d, int fd, const char *rel)
 	int dup_fd = dup(fd);
 	DIR *dd = fdopendir(dup_fd);
 	assert_non_null(dd);
-	char *names[1024];
+	char *names[1024] = { 0 };
 	size_t n = 0;
 	struct dirent *de;
 	while ((de = readdir(dd)))
@@ -310,7 +310,7 @@ static void describe_entry(struct desc *d, int dfd, const char *name, const char
 	char list[4096], val[1024];
 	xattr_ref_init(&x, -1, dfd, name);
 	ssize_t n = xattr_list(&x, list, sizeof(list));
-	char *keys[64];
+	char *keys[64] = { 0 };
 	size_t nk = 0;
 	for (char *k = list; n > 0 && k < list + n && nk < 64; k += strlen(k) + 1)
 		keys[nk++] = k;

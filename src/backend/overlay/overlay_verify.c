@@ -54,11 +54,14 @@ static const char *rec_reason(const char *want, const char *got)
 	if (sscanf(want, "%o", &mw) == 1 && sscanf(got, "%o", &mg) == 1 && mw != mg)
 		return (mw & S_IFMT) != (mg & S_IFMT) ? "type" : "mode";
 	const char *a = strchr(want, ' '), *b = strchr(got, ' ');
-	for (size_t i = 1; a && b && i < ARRAY_SIZE(names); i++) {
-		size_t la = strcspn(a + 1, " "), lb = strcspn(b + 1, " ");
-		if (la != lb || memcmp(a + 1, b + 1, la))
+	for (size_t i = 1; i < ARRAY_SIZE(names); i++) {
+		if (!a || !b)
+			break;
+		a++, b++; /* the i-th field of each */
+		size_t la = strcspn(a, " "), lb = strcspn(b, " ");
+		if (la != lb || memcmp(a, b, la))
 			return names[i];
-		a = strchr(a + 1, ' '), b = strchr(b + 1, ' ');
+		a = strchr(a, ' '), b = strchr(b, ' ');
 	}
 	return "mtime";
 }
