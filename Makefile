@@ -168,7 +168,7 @@ fuzz: deps fuzz-build
 	@sh tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECS)
 
 # The unit tests and the integration tests that do not boot the rig, built with
-# ASan and UBSan in build-san; any report fails (see README "Development").
+# ASan and UBSan in build-san; any report fails (see docs/development.md).
 SAN_BUILD ?= build-san
 check-sanitize: deps
 	@$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) SANITIZE=address,undefined all

@@ -1,7 +1,7 @@
 /* probe-fanotify: what fanotify reports about writes made through an overlay
  * mount, when the mark is on the filesystem that holds the upper dir. The
  * facts it prints decide how ckptd could track an upper's changes instead of
- * walking it (README "Known limits", issue 11 item 4). Not part of ckptd.
+ * walking it (docs/limits.md, issue 11 item 4). Not part of ckptd.
  *
  *   cc -O2 -Wall -o probe-fanotify tools/probe-fanotify.c && ./probe-fanotify [DIR]
  *

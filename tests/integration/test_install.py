@@ -77,7 +77,7 @@ def test_man_pages_cover_every_option_command_and_key(installed):
         assert re.search(rf"^\s+{cmd}\b", ckpt1, re.M), f"ckpt(1) does not describe '{cmd}'"
     conf5 = man_text(installed, "usr/share/man/man5/ckptd.json.5")
     documented = set()
-    for doc in [TOP / "README.md", TOP / "docs/host-mode.md"]:
+    for doc in [TOP / "docs/configuration.md", TOP / "docs/host-mode.md"]:
         documented |= set(re.findall(r"^\| `([a-z_]+)` \|", doc.read_text(), re.M))
     assert "roots" in documented
     for key in documented:

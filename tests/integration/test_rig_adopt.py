@@ -2,7 +2,7 @@
 under a real systemd (tests/rig): they are stopped, the root is mounted, they
 are started again on it, so checkpoints capture their writes and restores
 change what they see. A unit ordered After=/Requires=ckptd.service (the
-README's drop-in) starts only once the root is mounted."""
+drop-in of docs/operations.md) starts only once the root is mounted."""
 import pathlib
 import sys
 import time
@@ -14,7 +14,7 @@ from samples import active, api, main_pid, web_get, write_in  # noqa: E402
 import samples  # noqa: E402
 
 LATE = """[Unit]
-Description=rig unit ordered after ckptd by the README's drop-in
+Description=rig unit ordered after ckptd by the drop-in of docs/operations.md
 [Service]
 WorkingDirectory=/srv/app
 ExecStart=/usr/bin/python3 -c 'import time; time.sleep(1e6)'
