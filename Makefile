@@ -48,7 +48,7 @@ UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all run check check-host check-crash check-sanitize fuzz fuzz-build unit valgrind integration bench deps deps-build install \
-	clean fmt layers lint
+	clean fmt layers lint prose docs
 
 MAN_SRCS  := $(wildcard docs/man/*.scd)
 MAN_PAGES := $(MAN_SRCS:docs/man/%.scd=$(BUILD)/man/%)
@@ -93,6 +93,17 @@ CYCLES_ALLOW ?=
 layers: $(LIB_OBJS) $(CLI_OBJS)
 	@CYCLES_ALLOW="$(CYCLES_ALLOW)" sh tools/layers.sh --objects $(BUILD)/obj $(LAYERS)
 	@sh tools/sizes.sh 800
+
+# Short sentences in README.md and docs/*.md (tools/prose.py says what counts).
+prose:
+	@$(PYTHON) tools/prose.py
+
+# The API reference as HTML, by the redocly pinned in tools/package-lock.json
+# (`make deps` installs it); tools/apidocs.py inlines Redoc's script.
+docs: $(BUILD)/docs/api.html
+
+$(BUILD)/docs/api.html: api/openapi.yaml api/redocly.yaml tools/apidocs.py tools/package-lock.json
+	@$(PYTHON) tools/apidocs.py $@
 
 # Format every C file to .clang-format.
 fmt:
