@@ -8,9 +8,13 @@ creates against a full one and the tar restore against `rsync -a --delete`
 from a pristine copy (--cases tarinc). Drives the real daemon over HTTP. Then load:
 wrk on the GET endpoints while restores run (bench/load.py): req/s and p99.
 Host mode: handoff overhead over raw runsc, volume and etcd locks (bench/host.py).
+Charts (bench/chart.py, --cases chart): create and restore time against tree
+size for both backends beside btrfs, `rsync -a --delete` and `tar -x`, at the
+--chart-sizes, drawn by gnuplot into docs/bench/*.svg.
 
 Usage: bench/run.py [--sizes small,large] [--runs N] [--load-secs S] [--out bench/results.md]
-                    [--cases all|retry|freeze|diff|tarinc|track|host]  (one case: printed only)
+                    [--cases all|retry|freeze|diff|tarinc|track|host|chart]  (one case: printed only)
+                    [--chart-sizes 1000:10,small,large]
 (--sizes "" --load-secs 5 runs only a short load section; a size may also be
 FILES:MB, e.g. --sizes 20000:200 --cases track for a quick run.)
 Not a test: it prints a markdown table and writes it to bench/results.md."""
@@ -30,6 +34,7 @@ import requests
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import load  # noqa: E402
+import chart  # noqa: E402
 import host  # noqa: E402
 
 TOP = pathlib.Path(__file__).resolve().parents[1]
@@ -404,6 +409,9 @@ def one_size(name, runs, cases="all"):
         if cases in ("all", "retry"):
             log(f"[{name}] retry loop, 500 MB per attempt")
             res.update(bench_retry(work, src, runs))
+        if cases in ("all", "chart"):
+            log(f"[{name}] create and restore beside btrfs, rsync and tar, for the charts")
+            res["chart"] = chart.chart_measure(sys.modules[__name__], work, src, n_files, total, runs)
         return res
     finally:
         subprocess.run(["bash", "-c", f"awk '$5 ~ \"^{work}/\" {{print $5}}' /proc/self/mountinfo | tac | "
@@ -475,6 +483,11 @@ def table(results, runs):
     return "\n".join(lines) + "\n"
 
 
+def chart_section(tbl):
+    return ("Create and restore against tree size (median wall clock in ms; bench/chart.py says what "
+            "each series does). Charts: docs/bench/create.svg, docs/bench/restore.svg.\n\n" + tbl)
+
+
 def bench_load(secs, conns=32):
     """Overlay backend, 1,000 files: wrk for secs while two checkpoints restore in turn."""
     work = pathlib.Path(tempfile.mkdtemp(prefix="ckptd-bench-load-", dir="/tmp"))
@@ -515,14 +528,23 @@ def main():
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--load-secs", type=int, default=30, help="wrk duration of the load section (0: skip)")
     ap.add_argument("--out", default=str(TOP / "bench/results.md"))
-    ap.add_argument("--cases", default="all", choices=["all", "retry", "freeze", "diff", "tarinc", "track", "host"],
-                    help="all, or one case alone (printed, results.md untouched)")
+    ap.add_argument("--cases", default="all",
+                    choices=["all", "retry", "freeze", "diff", "tarinc", "track", "host", "chart"],
+                    help="all, or one case alone (printed, results.md untouched; chart still draws the SVGs)")
+    ap.add_argument("--chart-sizes", default="1000:10,small,large",
+                    help="tree sizes of the charts; those not in --sizes run the chart case alone")
     a = ap.parse_args()
     if not os.path.exists(CKPTD):
         sys.exit(f"{CKPTD} missing: run make first")
-    sizes = [s for s in a.sizes.split(",") if s] if a.cases != "host" else []
+    sizes = [s for s in a.sizes.split(",") if s] if a.cases not in ("host", "chart") else []
     results = {s: one_size(s, a.runs, a.cases) for s in sizes}
     md = "# ckptd benchmarks\n\n" + (table(results, a.runs) if results else "")
+    if a.cases in ("all", "chart"):
+        points = []
+        for s in [s for s in a.chart_sizes.split(",") if s]:
+            r = results[s] if s in results else one_size(s, a.runs, "chart")
+            points.append((size_of(s)[0], size_of(s)[1] >> 20, r["chart"]))
+        md += ("\n" if results else "") + chart_section(chart.chart_write(points))
     load = a.load_secs > 0 and a.cases == "all"  # one case alone: no load section
     if load and not shutil.which("wrk"):
         log("[load] skipped: wrk is not installed (make deps installs it)")
