@@ -141,6 +141,7 @@ integration: all
 	$(PYTHON) -m pytest -q -rs tests/integration $(PYTEST_ARGS)
 
 check: deps all
+	@$(MAKE) --no-print-directory prose
 	@$(MAKE) --no-print-directory layers
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory unit

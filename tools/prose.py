@@ -124,7 +124,8 @@ def main():
         total_w += avg * n
         total_long += len(long)
         over = avg > a.max_avg
-        print(f"{'FAIL' if over or long else 'ok  '} {f.relative_to(top) if f.is_absolute() else f}: "
+        name = f.relative_to(top) if f.is_relative_to(top) else f
+        print(f"{'FAIL' if over or long else 'ok  '} {name}: "
               f"{n} sentences, {avg:.1f} words each, {len(long)} over {LONG}")
         for line, nw, s in long:
             print(f"     line {line}: {nw} words: {s[:100]}...")
