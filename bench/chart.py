@@ -179,6 +179,8 @@ set title "{title}"
 set xlabel "files in the tree (100 per directory)"
 set ylabel "ms, median wall clock (log scale)"
 set logscale xy
+set autoscale xfix
+set offsets graph 0.05, graph 0.05, 0, 0
 set format x "%.0s%c"
 set grid
 set key below horizontal maxcols 3 width 1
