@@ -340,6 +340,14 @@ static int latest_write(struct host *h, struct sandbox *sb, int cfd, const char 
 	return write_fenced(h, sb, cfd, name, image, err);
 }
 
+/* The plain `latest` of the volume's layout, for readers that know no
+ * tokens. Only a hint: ckptd itself reads the highest latest.{token}, so a
+ * late write here of an owner that lost its lock misleads no restore. */
+static int latest_hint_write(struct host *h, struct sandbox *sb, int cfd, const char *image, ckpt_error *err)
+{
+	return write_fenced(h, sb, cfd, "latest", image, err);
+}
+
 /* The highest token with a latest.{token} file (0: only a plain `latest`
  * from before tokens, or nothing); the two highest are kept. */
 static uint64_t latest_token(int cfd, bool prune)
@@ -378,7 +386,8 @@ int sandbox_checkpoint(struct host *h, struct sandbox *sb, ckpt_error *err)
 	if ((r = runsc_checkpoint(&h->runsc, sb->cid, image, log, err)) < 0)
 		return sandbox_fence(h, sb, err) < 0 ? -ESTALE : r; /* killed by the watchdog: say why */
 	sync_image(image);
-	if ((r = latest_write(h, sb, cfd, name, err)) < 0 || (r = sandbox_write_metadata(h, sb, name, err)) < 0)
+	if ((r = latest_write(h, sb, cfd, name, err)) < 0 || (r = sandbox_write_metadata(h, sb, name, err)) < 0 ||
+	    (r = latest_hint_write(h, sb, cfd, name, err)) < 0)
 		return r;
 	/* acknowledge only what was published under a lease we still hold */
 	if ((r = sandbox_fence(h, sb, err)) < 0)

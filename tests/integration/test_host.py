@@ -310,6 +310,8 @@ def test_checkpoint_then_restore_on_other_instance(hosts):
     assert meta["idle_timeout"] == 120 and meta["runsc_version"] == a.health()["runsc_version"]
     assert meta["cpu_features"] and meta["created_at"].endswith("Z") and meta["latest"] == image
     assert meta["token"] == token
+    # the seed's plain `latest` names the same image, for readers that know no tokens
+    assert (vol / "checkpoints" / "latest").read_text() == image
     assert not (hosts.volume / "locks" / (sb.sandbox_id + ".lock")).exists()
     assert a.health()["sandboxes"] == 0 and a.containers() == []
 
@@ -322,7 +324,12 @@ def test_checkpoint_then_restore_on_other_instance(hosts):
     lock = json.loads((hosts.volume / "locks" / (sb.sandbox_id + ".lock")).read_text())
     assert lock["owner"] == "B" and isinstance(lock["timestamp"], int) and lock["token"] > token
     print("checkpoint %.2fs, restore on the other instance %.2fs" % (ckpt_s, restore_s))
-    sb2.close()
+    # the next checkpoint (B's) moves `latest` on with the highest token; no temp file stays
+    assert sb2.checkpoint() == 1000
+    image2, token2 = latest(hosts.volume, sb.sandbox_id)
+    assert token2 > token and image2 != image
+    assert (vol / "checkpoints" / "latest").read_text() == image2
+    assert not [p.name for p in (vol / "checkpoints").iterdir() if ".tmp." in p.name]
 
 
 def test_live_handoff(hosts):
