@@ -65,6 +65,13 @@ void config_free(struct config *cfg)
 	free(cfg->runsc_path);
 	free(cfg->sandbox_rootfs);
 	free(cfg->sandbox_state_dir);
+	free(cfg->etcd_ca_file);
+	free(cfg->etcd_cert_file);
+	free(cfg->etcd_key_file);
+	free(cfg->etcd_user);
+	if (cfg->etcd_password)
+		explicit_bzero(cfg->etcd_password, strlen(cfg->etcd_password));
+	free(cfg->etcd_password);
 	memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -117,20 +124,30 @@ static int parse_mode(struct config *cfg, const char *v, ckpt_error *err)
 	return 0;
 }
 
-static int load_token(struct config *cfg, const char *file, ckpt_error *err)
+/* A secret kept in a file (a token, a password): its text without the
+ * trailing newline (and, with spaces, trailing blanks), never empty. The
+ * old value in *dst is wiped. Errors name the file, never its content. */
+static int load_secret(char **dst, const char *file, const char *what, bool spaces, ckpt_error *err)
 {
 	_cleanup_free_ char *buf = NULL;
 	size_t len;
 	int r = read_file_at(AT_FDCWD, file, 4096, &buf, &len);
 	if (r < 0)
-		return err_set(err, -r, NULL, "token file '%s': %s", file, strerror(-r));
-	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' '))
+		return err_set(err, -r, NULL, "%s '%s': %s", what, file, strerror(-r));
+	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || (spaces && buf[len - 1] == ' ')))
 		buf[--len] = '\0';
 	if (len == 0)
-		return err_set(err, EINVAL, NULL, "token file '%s' is empty", file);
-	free(cfg->token);
-	cfg->token = TAKE_PTR(buf);
+		return err_set(err, EINVAL, NULL, "%s '%s' is empty", what, file);
+	if (*dst)
+		explicit_bzero(*dst, strlen(*dst));
+	free(*dst);
+	*dst = TAKE_PTR(buf);
 	return 0;
+}
+
+static int load_token(struct config *cfg, const char *file, ckpt_error *err)
+{
+	return load_secret(&cfg->token, file, "token file", true, err);
 }
 
 /* Config file keys that take a list of strings. A lone string is refused:
@@ -219,6 +236,34 @@ static int json_str(json_t *obj, const char *key, char **dst, ckpt_error *err)
 	return set_str(dst, json_string_value(v));
 }
 
+/* A file ckptd will read later (a certificate, a key): readable now. */
+static int json_readable_file(json_t *obj, const char *key, char **dst, ckpt_error *err)
+{
+	int r = json_str(obj, key, dst, err);
+
+	if (r == 0 && *dst && access(*dst, R_OK) < 0)
+		return err_set(err, errno, NULL, "config: %s '%s': %s", key, *dst, strerror(errno));
+	return r;
+}
+
+/* etcd over TLS and etcd's user authentication. */
+static int json_etcd(struct config *cfg, json_t *obj, ckpt_error *err)
+{
+	json_t *v;
+	int r;
+
+	if ((r = json_readable_file(obj, "etcd_ca_file", &cfg->etcd_ca_file, err)) < 0 ||
+	    (r = json_readable_file(obj, "etcd_cert_file", &cfg->etcd_cert_file, err)) < 0 ||
+	    (r = json_readable_file(obj, "etcd_key_file", &cfg->etcd_key_file, err)) < 0 ||
+	    (r = json_str(obj, "etcd_user", &cfg->etcd_user, err)) < 0)
+		return r;
+	if ((v = json_object_get(obj, "etcd_password_file")))
+		return json_is_string(v)
+			? load_secret(&cfg->etcd_password, json_string_value(v), "etcd_password_file", false, err)
+			: err_set(err, EINVAL, NULL, "config: etcd_password_file must be a string");
+	return 0;
+}
+
 static int apply_json_strings(struct config *cfg, json_t *obj, ckpt_error *err)
 {
 	json_t *v;
@@ -257,6 +302,8 @@ static int apply_json_strings(struct config *cfg, json_t *obj, ckpt_error *err)
 		r = json_str(obj, "sandbox_rootfs", &cfg->sandbox_rootfs, err);
 	if (r == 0)
 		r = json_str(obj, "sandbox_state_dir", &cfg->sandbox_state_dir, err);
+	if (r == 0)
+		r = json_etcd(cfg, obj, err);
 	return r;
 }
 
@@ -288,6 +335,11 @@ static const char *const known_keys[] = {
 	"lock_margin_secs",
 	"lock_backend",
 	"etcd_endpoints",
+	"etcd_ca_file",
+	"etcd_cert_file",
+	"etcd_key_file",
+	"etcd_user",
+	"etcd_password_file",
 	"idle_timeout_secs",
 	"max_connections",
 	"max_connections_per_client",
@@ -437,6 +489,31 @@ static bool path_within(const char *inner, const char *outer)
 	return !strncmp(inner, outer, n) && (inner[n] == '/' || inner[n] == '\0');
 }
 
+/* The etcd keys that only make sense together, checked once every source
+ * is read. A URL's user:password@ would end up in logs: refused, unechoed. */
+static int config_validate_etcd(const struct config *cfg, ckpt_error *err)
+{
+	bool tls = cfg->etcd_ca_file || cfg->etcd_cert_file;
+
+	if (!cfg->etcd_cert_file != !cfg->etcd_key_file)
+		return err_set(err, EINVAL, NULL, "config: etcd_cert_file and etcd_key_file go together");
+	if (!cfg->etcd_user != !cfg->etcd_password)
+		return err_set(err, EINVAL, NULL, "config: etcd_user and etcd_password_file go together");
+	for (size_t i = 0; i < cfg->n_etcd_endpoints; i++) {
+		const char *e = cfg->etcd_endpoints[i], *host = strstr(e, "://");
+		if (host && strcspn(host + 3, "/") > strcspn(host + 3, "@"))
+			return err_set(err, EINVAL, NULL,
+				       "config: etcd_endpoints: put no user or password in a URL; use etcd_user "
+				       "and etcd_password_file");
+		if (tls && strncmp(e, "https://", 8))
+			return err_set(err, EINVAL, NULL,
+				       "config: etcd endpoint '%s' is not https:// but etcd_ca_file or "
+				       "etcd_cert_file is set",
+				       e);
+	}
+	return 0;
+}
+
 static int config_validate(struct config *cfg, ckpt_error *err)
 {
 	int r;
@@ -447,6 +524,8 @@ static int config_validate(struct config *cfg, ckpt_error *err)
 	if (cfg->n_listen == 0 &&
 	    add_list(cfg->listen, &cfg->n_listen, MAX_LISTEN, "127.0.0.1:7070", "listen", err) < 0)
 		return -ENOMEM;
+	if ((r = config_validate_etcd(cfg, err)) < 0)
+		return r;
 	if (cfg->mode == MODE_SANDBOX && cfg->n_roots == 0)
 		return err_set(err, EINVAL, NULL, "no --root given: name at least one directory to manage");
 	for (size_t i = 0; i < cfg->n_roots; i++) {

@@ -67,8 +67,13 @@ struct config {
 	int64_t lock_renew_secs;          /* default 5 */
 	int64_t lock_margin_secs;         /* default 2: a taker waits ttl + this */
 	bool lock_etcd;                   /* lock_backend "etcd" (default "volume") */
-	char *etcd_endpoints[MAX_LISTEN]; /* http://HOST:PORT of etcd's v3 JSON gateway */
+	char *etcd_endpoints[MAX_LISTEN]; /* http(s)://HOST:PORT of etcd's v3 JSON gateway */
 	size_t n_etcd_endpoints;
+	char *etcd_ca_file;   /* CA that signed etcd's certificate (default: the system's) */
+	char *etcd_cert_file; /* client certificate for etcd, with etcd_key_file */
+	char *etcd_key_file;
+	char *etcd_user;                   /* etcd's user authentication, with etcd_password */
+	char *etcd_password;               /* read from etcd_password_file; never logged */
 	int64_t default_idle_timeout_secs; /* default 300 */
 };
 

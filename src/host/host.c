@@ -357,7 +357,16 @@ static int open_etcd(struct host *h, const struct config *cfg, const char *bucke
 
 	if (asprintf(&prefix, "/ckptd/%s/", bucket) < 0)
 		return -ENOMEM;
-	return locks_etcd_open(&h->locks, cfg->etcd_endpoints, cfg->n_etcd_endpoints, prefix, on_waiter, h, err);
+	struct etcd_http_conf conf = {
+		.endpoints = cfg->etcd_endpoints,
+		.n = cfg->n_etcd_endpoints,
+		.ca_file = cfg->etcd_ca_file,
+		.cert_file = cfg->etcd_cert_file,
+		.key_file = cfg->etcd_key_file,
+		.user = cfg->etcd_user,
+		.password = cfg->etcd_password,
+	};
+	return locks_etcd_open(&h->locks, &conf, prefix, on_waiter, h, err);
 }
 
 /* Undo mountinfo's octal escapes (\040 for a space) in place. */

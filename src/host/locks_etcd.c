@@ -1,16 +1,12 @@
 /* locks_etcd.c: sandbox locks as etcd keys over the v3 JSON gateway (see
- * locks_etcd.h). int64 fields travel as JSON strings, keys and values in
- * base64. Requests time out quickly: a stalled etcd only delays renewal,
- * and the watchdog (host.c) keeps time on the owner's own clock. */
+ * locks_etcd.h; the transport, TLS and etcd's authentication are in
+ * etcd_http.c). int64 fields travel as JSON strings, keys and values in
+ * base64. */
 #include "host/locks_etcd.h"
 
-#include <curl/curl.h>
-#include <jansson.h>
 #include <nettle/base64.h>
 #include <pthread.h>
 
-#define ETCD_TIMEOUT_MS 2000
-#define ETCD_MAX_BODY (1 << 20)
 #define WATCH_RETRY_MS 200
 
 struct lease {
@@ -21,8 +17,7 @@ struct lease {
 };
 
 struct locks_etcd {
-	char **endpoints;
-	size_t n, cur; /* cur: the endpoint that answered last (under mu) */
+	struct etcd_http *http;
 	char *prefix;
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
@@ -83,86 +78,11 @@ static char *key_of(const struct locks_etcd *E, const char *kind, const char *id
 	return asprintf(&k, "%s%s/%s", E->prefix, kind, id) < 0 ? NULL : k;
 }
 
-struct buf {
-	char *p;
-	size_t len;
-};
-
-static size_t collect(char *data, size_t size, size_t nmemb, void *arg)
-{
-	struct buf *b = arg;
-	size_t n = size * nmemb;
-	char *p;
-
-	if (b->len + n > ETCD_MAX_BODY || !(p = realloc(b->p, b->len + n + 1)))
-		return 0;
-	memcpy(p + b->len, data, n);
-	b->p = p;
-	b->len += n;
-	p[b->len] = '\0';
-	return n;
-}
-
-static CURL *easy(const char *url, const char *body, struct curl_slist *hdr)
-{
-	CURL *c = curl_easy_init();
-	if (!c)
-		return NULL;
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)ETCD_TIMEOUT_MS);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	return c;
-}
-
 /* POST body (stolen) to path on the endpoint that answered last, then the
  * others: 0 with *ret the JSON answer; -EIO when none answered well. */
 static int call(struct locks_etcd *E, const char *path, json_t *body, json_t **ret)
 {
-	_cleanup_free_ char *text = json_dumps(body, JSON_COMPACT);
-	struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
-	size_t start;
-	int r = -EIO;
-
-	json_decref(body);
-	*ret = NULL;
-	if (!text || !hdr) {
-		curl_slist_free_all(hdr);
-		return -ENOMEM;
-	}
-	pthread_mutex_lock(&E->mu);
-	start = E->cur;
-	pthread_mutex_unlock(&E->mu);
-	for (size_t i = 0; i < E->n && r < 0; i++) {
-		size_t at = (start + i) % E->n;
-		_cleanup_free_ char *url = NULL;
-		struct buf b = { 0 };
-		long code = 0;
-		CURL *c;
-
-		if (asprintf(&url, "%s%s", E->endpoints[at], path) < 0 || !(c = easy(url, text, hdr)))
-			break;
-		curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)ETCD_TIMEOUT_MS);
-		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-		curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-		CURLcode cr = curl_easy_perform(c);
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-		curl_easy_cleanup(c);
-		if (cr == CURLE_OK && code == 200 && b.p && (*ret = json_loads(b.p, 0, NULL))) {
-			r = 0;
-			pthread_mutex_lock(&E->mu);
-			E->cur = at;
-			pthread_mutex_unlock(&E->mu);
-		} else {
-			log_debug("etcd %s%s: %s (HTTP %ld) %.200s", E->endpoints[at], path,
-				  cr ? curl_easy_strerror(cr) : "bad answer", code, b.p ? b.p : "");
-		}
-		free(b.p);
-	}
-	curl_slist_free_all(hdr);
-	return r;
+	return etcd_http_call(E->http, path, body, ret);
 }
 
 static struct lease *lease_find(struct locks_etcd *E, const char *id)
@@ -428,12 +348,28 @@ const struct locks_ops locks_etcd_ops = {
 	.wait = etcd_wait,
 };
 
-/* One message of the watch stream: tell the owner of a waiter, wake waiters. */
-static void watch_message(struct locks_etcd *E, json_t *msg)
+struct stream {
+	struct locks_etcd *E;
+	struct etcd_http_buf b;
+	bool failed; /* the stream answered an error: reconnect */
+};
+
+/* One message of the watch stream: tell the owner of a waiter, wake waiters.
+ * An error (a stale token, a cancelled watch) ends the stream. */
+static void watch_message(struct stream *s, json_t *msg)
 {
-	json_t *evs = json_object_get(json_object_get(msg, "result"), "events"), *ev;
+	struct locks_etcd *E = s->E;
+	json_t *res = json_object_get(msg, "result"), *evs = json_object_get(res, "events"), *ev, *e;
 	size_t i, plen = strlen(E->prefix);
 
+	if ((e = json_object_get(msg, "error")) || json_is_true(json_object_get(res, "canceled"))) {
+		const char *why = json_string_value(json_is_object(e) ? json_object_get(e, "message") : e);
+		if (!why)
+			why = json_string_value(json_object_get(res, "cancel_reason"));
+		etcd_http_stream_error(E->http, why ? why : "the watch was cancelled");
+		s->failed = true;
+		return;
+	}
 	json_array_foreach(evs, i, ev)
 	{
 		_cleanup_free_ char *key = unb64(json_object_get(json_object_get(ev, "kv"), "key"));
@@ -449,31 +385,26 @@ static void watch_message(struct locks_etcd *E, json_t *msg)
 	}
 }
 
-struct stream {
-	struct locks_etcd *E;
-	struct buf b;
-};
-
 /* The gateway streams one JSON object per message: parse whole ones. */
 static size_t watch_write(char *data, size_t size, size_t nmemb, void *arg)
 {
 	struct stream *s = arg;
 	size_t n = size * nmemb;
 
-	if (collect(data, size, nmemb, &s->b) != n)
+	if (etcd_http_collect(data, size, nmemb, &s->b) != n)
 		return 0;
-	for (;;) {
+	while (!s->failed) {
 		json_error_t jerr;
 		json_t *msg = json_loadb(s->b.p, s->b.len, JSON_DISABLE_EOF_CHECK, &jerr);
 		if (!msg)
 			break;
-		watch_message(s->E, msg);
+		watch_message(s, msg);
 		json_decref(msg);
 		size_t used = (size_t)jerr.position;
 		memmove(s->b.p, s->b.p + used, s->b.len - used + 1);
 		s->b.len -= used;
 	}
-	return n;
+	return s->failed ? 0 : n;
 }
 
 static bool stopping(struct locks_etcd *E)
@@ -490,97 +421,91 @@ static int watch_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, c
 	return stopping(arg) ? 1 : 0;
 }
 
-/* The watch stream over our prefix, reconnected (to the next endpoint) when
- * it breaks. Events missed meanwhile are caught by renew's read of the wait
- * key and the waiters' own retries. */
-/* The watch request for our prefix: [prefix, prefix with its last byte + 1). */
-static char *watch_body(const char *prefix)
+/* A key and the end of its range: [prefix, prefix with its last byte + 1). */
+static json_t *prefix_range(const char *prefix)
 {
 	_cleanup_free_ char *p64 = b64(prefix), *end = strdup(prefix), *e64 = NULL;
-	json_auto_t *req = NULL;
 
 	if (!p64 || !end)
 		return NULL;
 	end[strlen(end) - 1]++;
-	if (!(e64 = b64(end)) || !(req = json_pack("{s:{s:s, s:s}}", "create_request", "key", p64, "range_end", e64)))
+	if (!(e64 = b64(end)))
 		return NULL;
-	return json_dumps(req, JSON_COMPACT);
+	return json_pack("{s:s, s:s}", "key", p64, "range_end", e64);
 }
 
+/* The watch request for our prefix. */
+static char *watch_body(const char *prefix)
+{
+	json_t *range = prefix_range(prefix);
+	json_auto_t *req = range ? json_pack("{s:o}", "create_request", range) : NULL;
+	return req ? json_dumps(req, JSON_COMPACT) : NULL;
+}
+
+/* The watch stream over our prefix, reconnected (to the next endpoint) when
+ * it breaks. Events missed meanwhile are caught by renew's read of the wait
+ * key and the waiters' own retries. */
 static void *watch_main(void *arg)
 {
 	struct locks_etcd *E = arg;
 	_cleanup_free_ char *body = watch_body(E->prefix);
-	struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
 
-	for (size_t at = 0; body && hdr && !stopping(E); at++) {
-		_cleanup_free_ char *url = NULL;
+	for (size_t at = 0; body && !stopping(E); at++) {
 		struct stream s = { .E = E };
-		CURL *c;
-
-		if (asprintf(&url, "%s/v3/watch", E->endpoints[at % E->n]) < 0 || !(c = easy(url, body, hdr)))
-			break;
-		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, watch_write);
-		curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
-		curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-		curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, watch_progress);
-		curl_easy_setopt(c, CURLOPT_XFERINFODATA, E);
-		CURLcode cr = curl_easy_perform(c);
-		curl_easy_cleanup(c);
+		CURLcode cr = etcd_http_stream(E->http, at, "/v3/watch", body, watch_write, &s, watch_progress, E);
 		free(s.b.p);
 		if (!stopping(E)) {
-			log_debug("etcd watch %s: %s; reconnecting", url, curl_easy_strerror(cr));
+			log_debug("etcd watch: %s; reconnecting", s.failed ? "error answer" : curl_easy_strerror(cr));
 			usleep(WATCH_RETRY_MS * 1000);
 		}
 	}
-	curl_slist_free_all(hdr);
 	return NULL;
 }
 
-int locks_etcd_open(struct locks *L, char *const *endpoints, size_t n, const char *prefix,
+/* Log in, then read our prefix: etcd answers, and lets this user at it. */
+static int check_reach(struct locks_etcd *E, const struct etcd_http_conf *conf, ckpt_error *err)
+{
+	json_t *req = prefix_range(E->prefix);
+	json_auto_t *ans = NULL;
+	char why[400];
+	int r;
+
+	if ((r = etcd_http_login(E->http, err)) < 0)
+		return r;
+	if (req)
+		json_object_set_new(req, "limit", json_string("1")), json_object_set_new(req, "keys_only", json_true());
+	if (req && call(E, "/v3/kv/range", req, &ans) == 0)
+		return 0;
+	etcd_http_why(E->http, why, sizeof(why));
+	return err_set(err, EHOSTUNREACH, NULL, "lock_backend etcd: no etcd answers at %s%s: %s",
+		       conf->n ? conf->endpoints[0] : "(no etcd_endpoints)",
+		       conf->n > 1 ? " or the other endpoints" : "", why);
+}
+
+int locks_etcd_open(struct locks *L, const struct etcd_http_conf *conf, const char *prefix,
 		    void (*on_waiter)(void *ctx, const char *id), void *ctx, ckpt_error *err)
 {
 	struct locks_etcd *E = calloc(1, sizeof(*E));
-	json_auto_t *ans = NULL;
+	int r;
 
-	if (!E || !(E->endpoints = calloc(n ? n : 1, sizeof(char *))) || !(E->prefix = strdup(prefix)))
-		goto nomem;
+	if (!E || !(E->prefix = strdup(prefix))) {
+		free(E);
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	}
 	pthread_mutex_init(&E->mu, NULL);
 	pthread_cond_init(&E->cond, NULL);
 	E->on_waiter = on_waiter;
 	E->ctx = ctx;
-	curl_global_init(CURL_GLOBAL_DEFAULT); /* at start-up, before our threads */
-	for (size_t i = 0; i < n; i++) {
-		if (strncmp(endpoints[i], "http://", 7) && strncmp(endpoints[i], "https://", 8)) {
-			L->etcd = E, L->ops = &locks_etcd_ops, E->n = i;
-			locks_etcd_close(L);
-			return err_set(err, EINVAL, NULL, "etcd endpoint '%s': use http://HOST:PORT", endpoints[i]);
-		}
-		if (!(E->endpoints[i] = strdup(endpoints[i])))
-			break;
-		E->n = i + 1;
-		size_t len = strlen(E->endpoints[i]);
-		if (len && E->endpoints[i][len - 1] == '/')
-			E->endpoints[i][len - 1] = '\0';
-	}
 	L->etcd = E;
 	L->ops = &locks_etcd_ops;
-	if (E->n < n) {
+	curl_global_init(CURL_GLOBAL_DEFAULT); /* at start-up, before our threads */
+	if ((r = etcd_http_new(conf, &E->http, err)) < 0 || (r = check_reach(E, conf, err)) < 0) {
 		locks_etcd_close(L);
-		return err_set(err, ENOMEM, NULL, "out of memory");
-	}
-	if (n == 0 || call(E, "/v3/kv/range", json_pack("{s:s}", "key", "AA=="), &ans) < 0) {
-		locks_etcd_close(L);
-		return err_set(err, EHOSTUNREACH, NULL, "lock_backend etcd: no etcd answers at %s%s",
-			       n ? endpoints[0] : "(no etcd_endpoints)", n > 1 ? " or the other endpoints" : "");
+		return r;
 	}
 	if (pthread_create(&E->watcher, NULL, watch_main, E) == 0)
 		E->watcher_started = true;
 	return 0;
-nomem:
-	if (E)
-		free(E->endpoints), free(E->prefix), free(E);
-	return err_set(err, ENOMEM, NULL, "out of memory");
 }
 
 void locks_etcd_close(struct locks *L)
@@ -600,9 +525,7 @@ void locks_etcd_close(struct locks *L)
 		E->leases = le->next;
 		free(le);
 	}
-	for (size_t i = 0; i < E->n; i++)
-		free(E->endpoints[i]);
-	free(E->endpoints);
+	etcd_http_free(E->http);
 	free(E->prefix);
 	free(E);
 	L->etcd = NULL;

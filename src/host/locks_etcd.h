@@ -9,14 +9,16 @@
  *     the owner of a waiter (on_waiter) and wakes waiters (locks_wait) when
  *     a lock is released. */
 #pragma once
+#include "host/etcd_http.h"
 #include "host/locks.h"
 
 extern const struct locks_ops locks_etcd_ops;
 
-/* Connect L to etcd (endpoints: "http://HOST:PORT", tried in turn), check
- * that it answers, and start the watch thread. on_waiter(ctx, id) runs on
- * that thread when another instance starts waiting for lock id. */
-int locks_etcd_open(struct locks *L, char *const *endpoints, size_t n, const char *prefix,
+/* Connect L to etcd (conf: endpoints tried in turn, TLS files, user), log
+ * in, check that etcd answers and lets us read prefix, and start the watch
+ * thread. on_waiter(ctx, id) runs on that thread when another instance
+ * starts waiting for lock id. */
+int locks_etcd_open(struct locks *L, const struct etcd_http_conf *conf, const char *prefix,
 		    void (*on_waiter)(void *ctx, const char *id), void *ctx, ckpt_error *err);
 /* Stop the watch thread and free; leases left run out on their own. */
 void locks_etcd_close(struct locks *L);

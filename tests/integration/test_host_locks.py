@@ -27,29 +27,42 @@ SOAK_ROUNDS = int(os.environ.get("CKPTD_SOAK_ROUNDS", "3"))
 
 
 class Etcd:
-    def __init__(self, tmp):
+    """Debian's etcd on loopback. tls: {"ca", "cert", "key"} serves https
+    (and "client": (cert, key) for the test's own requests); args: more flags,
+    e.g. --client-cert-auth. The test talks to it through self.http."""
+
+    def __init__(self, tmp, tls=None, args=()):
         self.port, peer = free_port(), free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.port)
         peer_url = "http://127.0.0.1:%d" % peer
-        self.logf = open(tmp / "etcd.log", "wb")
-        self.proc = subprocess.Popen(
-            ["etcd", "--data-dir", str(tmp / "etcd-data"), "--listen-client-urls", self.url,
-             "--advertise-client-urls", self.url, "--listen-peer-urls", peer_url,
-             "--initial-advertise-peer-urls", peer_url, "--initial-cluster", "default=" + peer_url],
-            stdout=self.logf, stderr=self.logf)
+        self.http = requests.Session()
+        self.http.trust_env = False  # REQUESTS_CA_BUNDLE would replace our CA
+        self.argv = ["etcd", "--data-dir", str(tmp / "etcd-data"), "--listen-client-urls", self.url,
+                     "--advertise-client-urls", self.url, "--listen-peer-urls", peer_url,
+                     "--initial-advertise-peer-urls", peer_url, "--initial-cluster", "default=" + peer_url]
+        if tls:
+            self.argv += ["--cert-file", tls["cert"], "--key-file", tls["key"]]
+            self.http.verify, self.http.cert = tls["ca"], tls.get("client")
+        self.argv += list(args)
+        self.logf = open(tmp / "etcd.log", "ab")
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(self.argv, stdout=self.logf, stderr=self.logf)
         deadline = time.time() + 20
         while True:
             assert self.proc.poll() is None and time.time() < deadline, "etcd did not start"
             try:
-                if requests.post(self.url + "/v3/kv/range", json={"key": "AA=="}, timeout=1).ok:
+                if self.http.post(self.url + "/v3/maintenance/status", json={}, timeout=1).ok:
                     break
             except requests.RequestException:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
 
     def get(self, key):
         """(value, mod_revision) of key, or None."""
-        r = requests.post(self.url + "/v3/kv/range",
-                          json={"key": base64.b64encode(key.encode()).decode()}, timeout=5).json()
+        r = self.http.post(self.url + "/v3/kv/range",
+                           json={"key": base64.b64encode(key.encode()).decode()}, timeout=5).json()
         kvs = r.get("kvs") or []
         if not kvs:
             return None
@@ -58,6 +71,12 @@ class Etcd:
     def lock(self, sid):
         got = self.get("/ckptd/test-bucket/lock/" + sid)
         return (json.loads(got[0])["owner"], got[1]) if got else None
+
+    def restart(self):
+        """Stop and start again on the same data: etcd forgets every auth token."""
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.start()
 
     def stop(self):
         self.proc.send_signal(signal.SIGCONT)
