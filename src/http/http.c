@@ -187,12 +187,11 @@ static int http_listen_one(struct http_server *s, const char *spec, ckpt_error *
 		return fd;
 	unsigned flags =
 		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_ALLOW_UPGRADE | MHD_USE_POLL;
-	s->mhd[s->n] =
-		MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd,
-				 MHD_OPTION_CONNECTION_TIMEOUT, s->opts.conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-				 s->opts.conn_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->opts.per_client_limit,
-				 MHD_OPTION_NOTIFY_CONNECTION, http_conn_notify, s, MHD_OPTION_UNESCAPE_CALLBACK,
-				 http_route_unescape, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+	s->mhd[s->n] = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd,
+					MHD_OPTION_CONNECTION_TIMEOUT, s->opts.conn_timeout_s,
+					MHD_OPTION_CONNECTION_LIMIT, s->opts.conn_limit, MHD_OPTION_NOTIFY_CONNECTION,
+					http_conn_notify, s, MHD_OPTION_UNESCAPE_CALLBACK, http_route_unescape, s,
+					MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
 	if (!s->mhd[s->n]) {
 		close(fd);
 		return err_set(err, EIO, NULL, "libmicrohttpd could not serve %s", spec);

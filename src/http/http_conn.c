@@ -1,6 +1,7 @@
 /* http_conn.c: the per-connection tracker that refuses slow clients
  * (slowloris): a deadline for a request's headers, and eviction of the
- * oldest waiting connections when the limit nears (struct conn_track). */
+ * oldest waiting connections when the limit nears, or when one client
+ * address reaches its own limit (struct conn_track). */
 #include "http/http_internal.h"
 
 struct conn_track *http_conn_of(struct MHD_Connection *conn)
@@ -38,6 +39,45 @@ static void conns_make_room(struct http_server *srv, int64_t now)
 	}
 }
 
+/* The client's IP address, IPv4 mapped into IPv6 so both compare alike. */
+static bool conn_client_addr(struct MHD_Connection *conn, uint8_t addr[16])
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+
+	if (sa && sa->sa_family == AF_INET6) {
+		memcpy(addr, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
+		return true;
+	}
+	if (!sa || sa->sa_family != AF_INET)
+		return false;
+	memset(addr, 0, 10);
+	addr[10] = addr[11] = 0xff;
+	memcpy(addr + 12, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+	return true;
+}
+
+/* Caller holds srv->lock; t is not in the list yet. At the limit of t's
+ * address, its oldest connection still waiting for headers makes room; when
+ * every one is busy with a request, t itself is refused. */
+static void conns_make_room_for_client(struct http_server *srv, struct conn_track *t)
+{
+	struct conn_track *oldest = NULL;
+	unsigned n = 0;
+
+	if (!t->has_addr)
+		return;
+	for (struct conn_track *o = srv->conns; o; o = o->next) {
+		if (o->evicted || !o->has_addr || memcmp(o->addr, t->addr, 16))
+			continue;
+		n++;
+		if (o->pending && (!oldest || o->since_ms < oldest->since_ms))
+			oldest = o;
+	}
+	if (n >= srv->opts.per_client_limit)
+		conn_evict(srv, oldest ? oldest : t);
+}
+
 static void conn_started(struct http_server *srv, struct MHD_Connection *conn, void **socket_context)
 {
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -47,9 +87,11 @@ static void conn_started(struct http_server *srv, struct MHD_Connection *conn, v
 		return; /* untracked: served, never evicted */
 	t->fd = ci->connect_fd;
 	t->pending = true;
+	t->has_addr = conn_client_addr(conn, t->addr);
 	pthread_mutex_lock(&srv->lock);
 	t->since_ms = mono_ms();
 	conns_make_room(srv, t->since_ms);
+	conns_make_room_for_client(srv, t);
 	t->next = srv->conns;
 	if (t->next)
 		t->next->prev = t;
@@ -60,7 +102,7 @@ static void conn_started(struct http_server *srv, struct MHD_Connection *conn, v
 }
 
 void http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
-			  enum MHD_ConnectionNotificationCode code)
+		      enum MHD_ConnectionNotificationCode code)
 {
 	struct http_server *srv = cls;
 	struct conn_track *t = *socket_context;

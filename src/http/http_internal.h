@@ -25,12 +25,16 @@
 /* One per open connection, to refuse slow clients (slowloris): a client gets
  * header_timeout_s to send a request's headers, counted from the connection
  * or from the end of its previous request, however it trickles bytes; and
- * past 3/4 of the connection limit the oldest connections still waiting for
- * headers make room for new ones. libmicrohttpd's own timeout restarts on
- * every byte, and its limit refuses newcomers instead. */
+ * past 3/4 of the connection limit, or past the limit of one client address,
+ * the oldest connections still waiting for headers make room for new ones.
+ * libmicrohttpd's own timeout restarts on every byte, and its limits refuse
+ * newcomers instead: in a sandbox every client is 127.0.0.1, and a few
+ * trickling connections would lock every request out. */
 struct conn_track {
 	struct conn_track *prev, *next;
 	int fd;
+	bool has_addr;       /* an IP client (unix socket clients are not counted) */
+	uint8_t addr[16];    /* its address, IPv4 as IPv4-mapped IPv6 */
 	int64_t since_ms;    /* start of the wait for headers */
 	bool pending;        /* waiting for a request's headers */
 	bool evicted;        /* shut down by us, libmicrohttpd closes it */

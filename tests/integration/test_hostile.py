@@ -258,3 +258,61 @@ def test_one_address_is_capped(daemon_factory):
     finally:
         for s in socks:
             s.close()
+
+
+def attack_one_address(port, n, seconds, every, conn):
+    """n connections from 127.0.0.1, every client's address in a sandbox:
+    open them all, say so, then trickle header bytes for `seconds`, opening
+    again (up to 20 a round) those the server closed. Reports how many it
+    found closed in all."""
+    raise_fd_limit(2 * n + 256)
+    socks = [open_from(port, "127.0.0.1") for _ in range(n)]
+    fresh = set(range(n))  # no byte sent yet: the request line comes first
+    time.sleep(0.5)
+    closed = count_closed(socks)
+    conn.send("open")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        reopened = 0
+        for i, s in enumerate(socks):
+            try:
+                s.send(b"GET /v1/health HTTP/1.1\r\n" if i in fresh else b"X")
+                fresh.discard(i)
+                continue
+            except BlockingIOError:
+                continue
+            except OSError:
+                pass
+            if reopened < 20:
+                s.close()
+                socks[i] = open_from(port, "127.0.0.1")
+                fresh.add(i)
+                reopened += 1
+                closed += 1
+        time.sleep(every)
+    conn.send(closed)
+    for s in socks:
+        s.close()
+
+
+def test_slow_clients_on_one_address_never_lock_out_a_request(daemon_factory):
+    # In a sandbox every client is 127.0.0.1: 300 connections trickling
+    # headers from it must not make max_connections_per_client (64) refuse
+    # the next well-formed request. The oldest of that address's connections
+    # still waiting for headers make room, as past the global limit. The
+    # header deadline (10 s) is longer than the attack: it is not what helps.
+    d = daemon_factory(backend="tar")
+    ours, theirs = multiprocessing.Pipe()
+    proc = multiprocessing.get_context("fork").Process(target=attack_one_address,
+                                                        args=(d.port, 300, 5, 0.5, theirs))
+    proc.start()
+    try:
+        assert ours.poll(60) and ours.recv() == "open"
+        with Prober(d.url) as p:  # fresh health requests for as long as they trickle
+            closed = ours.recv() if ours.poll(60) else None
+    finally:
+        proc.join(10)
+    print("300 slow connections from 127.0.0.1:", p.report(), f"closed by ckptd: {closed}")
+    assert len(p.latencies) >= 5 and not p.failures, p.report()
+    # the address kept at most 64 of them at a time
+    assert closed is not None and closed >= 300 - 64, closed
