@@ -5,12 +5,13 @@
  * whiteout is made in the work dir and arrives as MOVED_TO into the upper; a
  * write through a shared mapping gives no event, only CLOSE_WRITE once the
  * file's last reference goes. */
-#include "backend/change_track.h"
+#include "backend/change_track_internal.h"
 #include "lib/hash.h"
 #include "lib/procscan.h"
 #include "lib/util.h"
 
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <limits.h>
 #include <sys/fanotify.h>
 #include <sys/stat.h>
@@ -19,26 +20,6 @@
 	(FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | \
 	 FAN_ONDIR)
 #define DIR_CHANGES (FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO)
-
-struct dirty_set {
-	struct pathindex_dirty *v;
-	size_t n, cap;
-};
-
-static int dirty_add(struct dirty_set *s, const char *path, size_t len, bool deep)
-{
-	if (s->n == s->cap) {
-		struct pathindex_dirty *v = realloc(s->v, (s->cap = s->cap ? 2 * s->cap : 32) * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		s->v = v;
-	}
-	char *p = strndup(path, len);
-	if (!p)
-		return -ENOMEM;
-	s->v[s->n++] = (struct pathindex_dirty){ .path = p, .deep = deep };
-	return 0;
-}
 
 /* What a handle of an event names, relative to the upper, and its stat: 1,
  * 0 when it is outside the upper (the work dir, ckptd's own layers, other
@@ -65,38 +46,16 @@ static int resolve(struct chg_track *t, struct file_handle *fh, char *rel, size_
 	return 1;
 }
 
-/* Directories outside the upper, by handle: the first pass writes thousands
- * of files into the layer store on the same filesystem, and each of their
- * events would cost an open_by_handle_at and a readlink. */
-#define OUTSIDE_SLOTS 4096
-struct outside {
-	uint64_t h[OUTSIDE_SLOTS]; /* hash of the handle, 0: empty */
-};
-
-/* The events read so far: the directories they name, the handles known to
- * be outside, and why tracking gave up (NULL while it has not). */
-struct chg_track_seen {
-	struct dirty_set s;
-	struct outside out;
-	struct pathindex *sus; /* files closed after a write (CLOSE_WRITE), or NULL */
-	ino_t *ino;                 /* plain_dir: files named outside whose links changed */
-	size_t n_ino;
-	const char *why;
-};
-
-/* relpath into the set *sus (made when NULL). */
-static int suspect_add(struct pathindex **sus, const char *rel)
+const char *chg_track_method_name(enum chg_track_method m)
 {
-	static const struct stat none;
-	if (!*sus && !(*sus = pathindex_new()))
-		return -ENOMEM;
-	return pathindex_put(*sus, rel, &none);
+	return m == CHG_TRACK_FANOTIFY ? "fanotify" : m == CHG_TRACK_INOTIFY ? "inotify" : "none";
 }
 
 void chg_track_disarm(struct chg_track *t)
 {
 	if (t->fan >= 0)
 		close(t->fan);
+	chg_inotify_free(t->ino);
 	if (t->upper >= 0)
 		close(t->upper);
 	free(t->path);
@@ -108,7 +67,65 @@ void chg_track_disarm(struct chg_track *t)
 	free(t->seen);
 	free(t->outside_inos);
 	pathindex_free(t->suspects);
+	/* what the caller set, and the choice made at the first arm, stay */
+	struct chg_track keep = *t;
 	*t = (struct chg_track)CHG_TRACK_INIT;
+	t->plain_dir = keep.plain_dir;
+	t->own_pid = keep.own_pid;
+	t->method = keep.method;
+	memcpy(t->reason, keep.reason, sizeof(t->reason));
+	t->skip_dev = keep.skip_dev;
+	t->skip_ino = keep.skip_ino;
+	t->fallbacks = keep.fallbacks;
+	t->fallback_logged = keep.fallback_logged;
+}
+
+static int arm_fanotify(struct chg_track *t, int upper_fd)
+{
+	t->fan = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE |
+				       FAN_REPORT_DFID_NAME | FAN_REPORT_FID,
+			       O_RDONLY);
+	if (t->fan < 0 || fanotify_mark(t->fan, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, TRACK_EVENTS, upper_fd, NULL) < 0) {
+		int e = errno;
+		if (t->fan >= 0)
+			close(t->fan);
+		t->fan = -1;
+		return -e;
+	}
+	return 0;
+}
+
+/* The first arm: fanotify, else inotify where fanotify is refused (the
+ * reason kept); later arms use what it chose. */
+static int arm_choose(struct chg_track *t, int upper_fd)
+{
+	if (t->method == CHG_TRACK_INOTIFY) {
+		int q = chg_inotify_arm(t);
+		if (q == -ENOSPC)
+			chg_track_count_fallback(t);
+		if (q < 0)
+			snprintf(t->reason, sizeof(t->reason), "inotify: %s",
+				 q == -ENOSPC ? "watch limit reached (fs.inotify.max_user_watches)" : strerror(-q));
+		return q;
+	}
+	int r = arm_fanotify(t, upper_fd);
+	if (r == 0 || t->method == CHG_TRACK_FANOTIFY) {
+		if (r == 0 && t->method == CHG_TRACK_NONE)
+			snprintf(t->reason, sizeof(t->reason), "fanotify marks the root's filesystem");
+		t->method = r == 0 ? CHG_TRACK_FANOTIFY : t->method;
+		return r;
+	}
+	int q = chg_inotify_arm(t);
+	if (q == 0) {
+		t->method = CHG_TRACK_INOTIFY;
+		snprintf(t->reason, sizeof(t->reason), "fanotify refused: %s", strerror(-r));
+	} else {
+		if (q == -ENOSPC)
+			chg_track_count_fallback(t);
+		snprintf(t->reason, sizeof(t->reason), "fanotify refused: %s; inotify: %s", strerror(-r),
+			 q == -ENOSPC ? "watch limit reached (fs.inotify.max_user_watches)" : strerror(-q));
+	}
+	return q;
 }
 
 int chg_track_arm(struct chg_track *t, int upper_fd)
@@ -121,20 +138,14 @@ int chg_track_arm(struct chg_track *t, int upper_fd)
 	if (n <= 0)
 		return -errno;
 	path[n] = 0;
-	t->fan = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE |
-				       FAN_REPORT_DFID_NAME | FAN_REPORT_FID,
-			       O_RDONLY);
 	t->upper = fcntl(upper_fd, F_DUPFD_CLOEXEC, 3);
 	t->path = strdup(path);
 	t->len = (size_t)n;
 	t->seen = calloc(1, sizeof(*t->seen));
-	if (t->fan < 0 || t->upper < 0 || !t->path || !t->seen ||
-	    fanotify_mark(t->fan, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, TRACK_EVENTS, upper_fd, NULL) < 0) {
-		int e = t->path && t->seen ? errno : ENOMEM;
+	int r = t->upper < 0 ? -errno : !t->path || !t->seen ? -ENOMEM : arm_choose(t, upper_fd);
+	if (r < 0)
 		chg_track_disarm(t);
-		return -e;
-	}
-	return 0;
+	return r;
 }
 
 static uint64_t handle_hash(const struct file_handle *fh)
@@ -146,17 +157,17 @@ static uint64_t handle_hash(const struct file_handle *fh)
 
 /* A hash collision only costs a directory compared that need not be: a
  * handle found here is outside; one not found is resolved. */
-static bool outside_has(const struct outside *o, uint64_t h)
+static bool outside_has(const struct chg_outside *o, uint64_t h)
 {
-	for (size_t i = h % OUTSIDE_SLOTS, k = 0; k < 8 && o->h[i]; i = (i + 1) % OUTSIDE_SLOTS, k++)
+	for (size_t i = h % CHG_OUTSIDE_SLOTS, k = 0; k < 8 && o->h[i]; i = (i + 1) % CHG_OUTSIDE_SLOTS, k++)
 		if (o->h[i] == h)
 			return true;
 	return false;
 }
 
-static void outside_put(struct outside *o, uint64_t h)
+static void outside_put(struct chg_outside *o, uint64_t h)
 {
-	for (size_t i = h % OUTSIDE_SLOTS, k = 0; k < 8; i = (i + 1) % OUTSIDE_SLOTS, k++)
+	for (size_t i = h % CHG_OUTSIDE_SLOTS, k = 0; k < 8; i = (i + 1) % CHG_OUTSIDE_SLOTS, k++)
 		if (!o->h[i]) {
 			o->h[i] = h;
 			return;
@@ -170,7 +181,7 @@ static void outside_put(struct outside *o, uint64_t h)
  * may be one the file no longer has, in a directory removed since: overlayfs
  * keeps, per inode, the upper dentry it first found a file of several names
  * by, and reports every write through any of its names under that one. */
-static int one_event(struct chg_track *t, struct dirty_set *s, struct outside *out,
+static int one_event(struct chg_track *t, struct chg_dirty_set *s, struct chg_outside *out,
 		     const struct fanotify_event_metadata *m, const char *raw, const char **why)
 {
 	char rel[PATH_MAX], child[PATH_MAX + NAME_MAX + 2];
@@ -209,11 +220,11 @@ static int one_event(struct chg_track *t, struct dirty_set *s, struct outside *o
 	 * tells (overlayfs reports every write to a file of several names
 	 * under the name it first found it by, which may be gone) */
 	bool dir_gone = r == 2;
-	if (r == 1 && dirty_add(s, rel, strlen(rel), false) < 0)
+	if (r == 1 && chg_dirty_add(s, rel, strlen(rel), false) < 0)
 		return *why = "out of memory", -EAGAIN;
 	if (r == 1 && (m->mask & FAN_ONDIR) && (m->mask & DIR_CHANGES) && strcmp(name, ".")) {
 		snprintf(child, sizeof(child), "%s%s%s", rel, rel[0] ? "/" : "", name);
-		if (dirty_add(s, child, strlen(child), true) < 0)
+		if (chg_dirty_add(s, child, strlen(child), true) < 0)
 			return *why = "out of memory", -EAGAIN;
 	}
 	if (!obj || (dir && (m->mask & FAN_ONDIR)))
@@ -237,7 +248,7 @@ static int one_event(struct chg_track *t, struct dirty_set *s, struct outside *o
 	if (r != 1) /* outside, or gone since (its directory is compared all the same) */
 		return 0;
 	if (S_ISDIR(st.st_mode)) /* an event on a directory itself */
-		return dirty_add(s, rel, strlen(rel), false) < 0 ? (*why = "out of memory", -EAGAIN) : 0;
+		return chg_dirty_add(s, rel, strlen(rel), false) < 0 ? (*why = "out of memory", -EAGAIN) : 0;
 	/* a plain_dir caller looks at every file of several names anyway: only
 	 * a change of names (a link made, moved, removed: ATTRIB for the count)
 	 * is one it must walk for */
@@ -247,16 +258,18 @@ static int one_event(struct chg_track *t, struct dirty_set *s, struct outside *o
 	/* its last close after a write: it may have been written through a
 	 * mapping with no new ctime (not by own_pid) */
 	if ((m->mask & FAN_CLOSE_WRITE) && S_ISREG(st.st_mode) && (pid_t)m->pid != t->own_pid &&
-	    suspect_add(&t->seen->sus, rel) < 0)
+	    chg_suspect_add(&t->seen->sus, rel) < 0)
 		return *why = "out of memory", -EAGAIN;
 	const char *slash = strrchr(rel, '/');
-	return dirty_add(s, rel, slash ? (size_t)(slash - rel) : 0, false) < 0 ? (*why = "out of memory", -EAGAIN) : 0;
+	return chg_dirty_add(s, rel, slash ? (size_t)(slash - rel) : 0, false) < 0 ? (*why = "out of memory", -EAGAIN) : 0;
 }
 
-static int read_events(struct chg_track *t, struct dirty_set *s, const char **why)
+static int read_events(struct chg_track *t, struct chg_dirty_set *s, const char **why)
 {
+	if (t->ino)
+		return chg_inotify_read(t, s, false, why);
 	char buf[16384] __attribute__((aligned(8)));
-	struct outside *out = &t->seen->out;
+	struct chg_outside *out = &t->seen->out;
 	for (;;) {
 		ssize_t len = read(t->fan, buf, sizeof(buf));
 		if (len < 0 && errno == EAGAIN)
@@ -285,7 +298,7 @@ static int read_events(struct chg_track *t, struct dirty_set *s, const char **wh
 struct in_use {
 	struct chg_track *t;        /* NULL: no plain_dir handling (but plain) */
 	bool plain;                 /* a plain directory: files outside it are not its */
-	struct dirty_set *s;        /* NULL: only suspects are wanted (chg_scan_mapped) */
+	struct chg_dirty_set *s;        /* NULL: only suspects are wanted (chg_scan_mapped) */
 	struct pathindex *sus; /* files mapped shared and writable */
 	const char *root;
 	size_t root_len;
@@ -319,9 +332,9 @@ static int in_use_ref(void *ctx, const struct procscan_ref *ref)
 	const char *rel = ref->path + u->root_len;
 	rel += *rel == '/';
 	const char *slash = strrchr(rel, '/');
-	if (sw && suspect_add(&u->sus, rel) < 0)
+	if (sw && chg_suspect_add(&u->sus, rel) < 0)
 		return -ENOMEM;
-	if (u->s && dirty_add(u->s, rel, slash ? (size_t)(slash - rel) : 0, false) < 0)
+	if (u->s && chg_dirty_add(u->s, rel, slash ? (size_t)(slash - rel) : 0, false) < 0)
 		return -ENOMEM;
 	return PROCSCAN_CONTINUE;
 }
@@ -355,7 +368,7 @@ static int dirty_cmp(const void *a, const void *b)
 }
 
 /* Sorted, each path once (the deep one kept). */
-static void dirty_dedup(struct dirty_set *s)
+static void dirty_dedup(struct chg_dirty_set *s)
 {
 	if (s->n)
 		qsort(s->v, s->n, sizeof(*s->v), dirty_cmp);
@@ -395,8 +408,8 @@ static int collect(struct chg_track *t, const char *root_path, dev_t root_dev, s
 		t->suspects = TAKE_PTR(t->seen->sus);
 		return *why = t->seen->why, -EAGAIN;
 	}
-	struct dirty_set s = t->seen->s;
-	t->seen->s = (struct dirty_set){ 0 };
+	struct chg_dirty_set s = t->seen->s;
+	t->seen->s = (struct chg_dirty_set){ 0 };
 	int r = read_events(t, &s, why);
 	/* the suspects of this collect: closed after a write since the last
 	 * one, and mapped shared and writable now (kept when it fails: the
@@ -449,4 +462,14 @@ bool chg_track_changed_since(struct chg_track *t)
 	size_t before = t->seen->s.n;
 	chg_track_drain(t);
 	return t->seen->why || t->seen->s.n != before;
+}
+
+void chg_track_drain_own(struct chg_track *t)
+{
+	if (!t->ino) {
+		chg_track_drain(t); /* fanotify knows them by pid */
+		return;
+	}
+	if (!t->seen->why)
+		chg_inotify_read(t, &t->seen->s, true, &t->seen->why);
 }

@@ -14,13 +14,23 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include "backend/pathindex.h"
 
 struct chg_track_seen;
+struct chg_inotify;
+
+/* How a tree is tracked: chosen at its first arm, kept with the reason. */
+enum chg_track_method {
+	CHG_TRACK_NONE,
+	CHG_TRACK_FANOTIFY,
+	CHG_TRACK_INOTIFY,
+};
 
 struct chg_track {
-	int fan;    /* fanotify group, -1 when not armed */
+	int fan;                 /* fanotify group, -1 when not armed */
+	struct chg_inotify *ino; /* or the inotify watches (change_track_inotify.c) */
 	int upper;  /* the upper dir, for open_by_handle_at */
 	char *path; /* the upper as /proc/self/fd reads it */
 	size_t len;
@@ -43,6 +53,13 @@ struct chg_track {
 	pid_t own_pid;
 	ino_t *outside_inos;
 	size_t n_outside_inos;
+	/* Kept from one arm to the next (disarm leaves them): */
+	enum chg_track_method method; /* NONE until the first arm */
+	char reason[160];             /* why that method ("fanotify refused: ...") */
+	dev_t skip_dev;               /* a directory inotify does not watch (the */
+	ino_t skip_ino;               /* state dir, should it live inside a root) */
+	uint64_t fallbacks;           /* collects that gave up for lost events or watches */
+	bool fallback_logged;         /* the caller logged the first of those */
 };
 
 #define CHG_TRACK_INIT                 \
@@ -50,14 +67,31 @@ struct chg_track {
 		.fan = -1, .upper = -1 \
 	}
 
-/* Start recording changes below upper_fd. < 0 (-errno) when this system
- * cannot (no fanotify, no file handles on that filesystem): walk instead. */
+/* Start recording changes below upper_fd. fanotify where this system allows
+ * it; where it is refused (gVisor: ENOSYS; no CAP_SYS_ADMIN: EPERM), inotify:
+ * a watch per directory and, for a plain_dir, per regular file (for its link
+ * count: a name made outside the root). The first arm chooses, the next ones
+ * keep that choice; t->reason says why. < 0 (-errno) when neither works (or
+ * inotify reaches the watch limit): walk instead. plain_dir, own_pid and
+ * skip_dev/skip_ino are set before arming. */
 int chg_track_arm(struct chg_track *t, int upper_fd);
 void chg_track_disarm(struct chg_track *t);
 static inline bool chg_track_armed(const struct chg_track *t)
 {
-	return t->fan >= 0;
+	return t->fan >= 0 || t->ino;
 }
+/* "fanotify", "inotify" or "none". */
+const char *chg_track_method_name(enum chg_track_method m);
+/* Collects, of every tracker of this process, that gave up because events
+ * were lost (queue overflow) or a watch could not be added (the limit):
+ * each made its caller walk the tree. For /metrics. */
+uint64_t chg_track_fallbacks_total(void);
+
+/* Read the events queued so far as ckptd's own writes (a tar restore's):
+ * the files they closed after writing are no suspects. fanotify tells them
+ * by pid (own_pid); inotify cannot, so the caller reads them right after
+ * its writes, while the services that use the root are stopped. */
+void chg_track_drain_own(struct chg_track *t);
 
 /* Read the events queued so far (chg_track_collect's first part), so that
  * collect, inside the freeze, reads only those that came after: the first

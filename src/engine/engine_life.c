@@ -2,6 +2,7 @@
  * record, health, metrics, the status line and the no-space error. Of the
  * engine it calls only the catalog. */
 #include "config.h"
+#include "backend/change_track.h"
 #include "engine/engine_internal.h"
 #include "services/services.h"
 
@@ -125,5 +126,6 @@ char *engine_metrics(struct engine *e)
 	g.failed = st.count[CKPT_FAILED];
 	/* a failed create's data is gone already */
 	g.checkpoint_bytes = st.bytes[CKPT_CREATING] + st.bytes[CKPT_ACTIVE] + st.bytes[CKPT_DELETING];
+	g.tracking_fallbacks = chg_track_fallbacks_total();
 	return metrics_render(&e->metrics, &g);
 }

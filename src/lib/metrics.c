@@ -140,6 +140,11 @@ char *metrics_render(struct metrics *m, const struct metrics_gauges *g)
 		"# TYPE ckptd_checkpoint_bytes gauge\nckptd_checkpoint_bytes %llu\n",
 		(unsigned long long)g->checkpoint_bytes);
 	fprintf(f,
+		"# HELP ckptd_change_tracking_fallbacks_total Times change tracking lost events (queue overflow) or "
+		"could not add a watch (the limit), so that a create or restore read the whole tree.\n"
+		"# TYPE ckptd_change_tracking_fallbacks_total counter\nckptd_change_tracking_fallbacks_total %llu\n",
+		(unsigned long long)g->tracking_fallbacks);
+	fprintf(f,
 		"# HELP ckptd_build_info Build information.\n# TYPE ckptd_build_info gauge\n"
 		"ckptd_build_info{version=\"%s\",backend=\"%s\"} 1\n",
 		g->version, g->backend);

@@ -30,6 +30,7 @@ struct metrics {
 struct metrics_gauges {
 	uint64_t creating, active, deleting, failed; /* failed: async creates that did not make it */
 	uint64_t checkpoint_bytes;
+	uint64_t tracking_fallbacks; /* change tracking lost events or watches: the tree was walked */
 	const char *version, *backend;
 };
 

@@ -77,6 +77,7 @@ static void tar_close(void *st, bool unmount)
 	pthread_mutex_unlock(&s->trk_lock);
 	pthread_mutex_destroy(&s->trk_lock);
 	free(s->no_compact);
+	free(s->tinfo);
 	free(s);
 }
 
@@ -165,6 +166,7 @@ static void tar_health(void *st, json_t *out)
 	if (s->base_state == BASE_FAILED)
 		json_object_set_new(out, "tar_base_error", json_string(s->base_error));
 	json_object_set_new(out, "tar_last_restore", stats_json(&s->last));
+	json_object_set_new(out, "tracking_roots", tar_track_health(s));
 	if (s->pending[0])
 		json_object_set_new(out, "tar_unfinished_restore",
 				    json_pack("{s:s, s:s}", "id", s->pending, "error", s->pending_msg));

@@ -63,6 +63,13 @@ struct tar_state {
 	pthread_mutex_t trk_lock; /* the trackers: collects, and the sweeper's drains */
 	char trk_for[64];
 	bool trk_collected;               /* the trackers have seen everything since the last collect */
+	/* What health says of each root's tracking (the lock's): kept apart
+	 * from trk, which goes when tracking stops. */
+	struct tar_track_info {
+		enum chg_track_method method; /* NONE: not tracking */
+		char reason[160];
+		uint64_t tracked, walked; /* creates and restores that read only what changed, or all */
+	} *tinfo;
 	char (*no_compact)[NAME_MAX + 1]; /* chains whose compaction found data unlike */
 	size_t n_no_compact;              /* its digests: left as they are (the sweeper's own) */
 };
@@ -120,6 +127,9 @@ void tar_track_free(struct tar_state *s);
 int tar_track_collect(struct tar_state *s, struct pathindex_dirty **dirty, size_t *n_dirty, struct pathindex **sus);
 void tar_track_drain(struct tar_state *s);
 void tar_track_mark(struct tar_state *s, const char *name);
+void tar_track_drain_own(struct tar_state *s);
+void tar_track_count(struct tar_state *s, size_t i, bool tracked);
+json_t *tar_track_health(struct tar_state *s);
 bool tar_track_changed_elsewhere(const struct chg_track *t, const struct tar_manifest *pm);
 void tar_track_scan_suspects(struct tar_state *s, struct pathindex **sus);
 void tar_track_journal_free(struct journal_bufs *j);

@@ -38,6 +38,7 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 		int r = tar_restore_root(fd, cfd, arch, man, &o, &one, err);
 		if (r < 0)
 			return err_prefix(err, "root '%s'", s->roots[i]);
+		tar_track_count(s, i, one.tracked);
 		add_stats(sum, &one);
 		tar_wait_past(o.max_ctime);
 		/* The intent goes only once the restored tree is on disk. */
@@ -82,6 +83,7 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	_cleanup_(tar_track_journal_free) struct journal_bufs jb = { dirty, n_dirty, sus, NULL, s->n_roots };
 	tar_track_scan_suspects(s, sus);
 	r = restore_roots(s, cfd, zstd, trust_nothing, p, &sum, &jb, journal, err);
+	tar_track_drain_own(s);
 	log_debug("tar: restore of '%s' read %s", name,
 		  r >= 0 && sum.tracked == s->n_roots ? "the directories that changed (change tracking)"
 						      : "the whole tree");

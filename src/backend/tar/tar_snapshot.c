@@ -105,6 +105,8 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 		o.parent = pm;
 		o.parent_name = ch.parent;
 		o.journal = journal && pm && !tar_track_changed_elsewhere(&s->trk[i], pm);
+		if (!from)
+			tar_track_count(s, i, o.journal);
 		o.dirty = dirty[i];
 		o.n_dirty = n_dirty[i];
 		o.suspects = sus[i];

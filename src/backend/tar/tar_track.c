@@ -3,37 +3,52 @@
  * files a walk must read anyway (mapped for writing, linked elsewhere). */
 #include "backend/tar/tar_internal.h"
 
+/* Health's copy of root i's tracking, after an arm. */
+static void trk_note(struct tar_state *s, size_t i)
+{
+	if (!s->tinfo)
+		return;
+	pthread_mutex_lock(&s->lock);
+	s->tinfo[i].method = chg_track_armed(&s->trk[i]) ? s->trk[i].method : CHG_TRACK_NONE;
+	snprintf(s->tinfo[i].reason, sizeof(s->tinfo[i].reason), "%s", s->trk[i].reason);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* A create or restore of root i read only what changed (tracked) or all. */
+void tar_track_count(struct tar_state *s, size_t i, bool tracked)
+{
+	if (!s->tinfo)
+		return;
+	pthread_mutex_lock(&s->lock);
+	if (tracked)
+		s->tinfo[i].tracked++;
+	else
+		s->tinfo[i].walked++;
+	pthread_mutex_unlock(&s->lock);
+}
+
+json_t *tar_track_health(struct tar_state *s)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; s->tinfo && i < s->n_roots; i++)
+		json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:I, s:I}", "path", s->roots[i], "tracking",
+						   chg_track_method_name(s->tinfo[i].method), "tracking_reason",
+						   s->tinfo[i].reason, "tracked", (json_int_t)s->tinfo[i].tracked,
+						   "walked", (json_int_t)s->tinfo[i].walked));
+	return a;
+}
+
 /* Arm root i's tracker (again): a plain directory, ckptd's own writes. */
 static int trk_arm_one(struct tar_state *s, size_t i)
 {
 	_cleanup_close_ int fd = open(s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	s->trk[i].plain_dir = true;
+	s->trk[i].own_pid = getpid();
+	s->trk[i].skip_dev = s->state_dev;
+	s->trk[i].skip_ino = s->state_ino;
 	int r = fd < 0 ? -errno : chg_track_arm(&s->trk[i], fd);
-	if (r >= 0) {
-		s->trk[i].plain_dir = true;
-		s->trk[i].own_pid = getpid();
-	}
+	trk_note(s, i);
 	return r;
-}
-
-/* Change tracking: CKPTD_TRACK_CHANGES=0 turns it off (as on overlay). */
-void tar_track_arm(struct tar_state *s)
-{
-	const char *v = getenv("CKPTD_TRACK_CHANGES");
-	if ((v && !strcmp(v, "0")) || !(s->trk = calloc(s->n_roots, sizeof(*s->trk))))
-		return;
-	for (size_t i = 0; i < s->n_roots; i++) {
-		s->trk[i] = (struct chg_track)CHG_TRACK_INIT;
-		int r = trk_arm_one(s, i);
-		if (r < 0) {
-			log_info("tar: no change tracking for '%s' (%s): creates read the whole tree", s->roots[i],
-				 strerror(-r));
-			for (size_t k = 0; k <= i; k++)
-				chg_track_disarm(&s->trk[k]);
-			free(s->trk);
-			s->trk = NULL;
-			return;
-		}
-	}
 }
 
 void tar_track_free(struct tar_state *s)
@@ -42,6 +57,47 @@ void tar_track_free(struct tar_state *s)
 		chg_track_disarm(&s->trk[i]);
 	free(s->trk);
 	s->trk = NULL;
+}
+
+/* Tracking stops for every root, as root failed could not be armed: a
+ * create trusts the events only when every root has them. */
+static void trk_stop(struct tar_state *s, size_t failed)
+{
+	tar_track_free(s);
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < s->n_roots; i++)
+		if (i != failed && s->tinfo[i].method != CHG_TRACK_NONE) {
+			s->tinfo[i].method = CHG_TRACK_NONE;
+			snprintf(s->tinfo[i].reason, sizeof(s->tinfo[i].reason), "stopped: '%.100s' cannot be tracked",
+				 s->roots[failed]);
+		}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Change tracking: CKPTD_TRACK_CHANGES=0 turns it off (as on overlay). */
+void tar_track_arm(struct tar_state *s)
+{
+	const char *v = getenv("CKPTD_TRACK_CHANGES");
+	if (!(s->tinfo = calloc(s->n_roots, sizeof(*s->tinfo))))
+		return;
+	for (size_t i = 0; i < s->n_roots; i++)
+		snprintf(s->tinfo[i].reason, sizeof(s->tinfo[i].reason), "%s",
+			 v && !strcmp(v, "0") ? "turned off (CKPTD_TRACK_CHANGES=0)" : "out of memory");
+	if ((v && !strcmp(v, "0")) || !(s->trk = calloc(s->n_roots, sizeof(*s->trk))))
+		return;
+	for (size_t i = 0; i < s->n_roots; i++) {
+		s->trk[i] = (struct chg_track)CHG_TRACK_INIT;
+		int r = trk_arm_one(s, i);
+		if (r >= 0)
+			log_info("tar: change tracking of '%s': %s (%s)", s->roots[i],
+				 chg_track_method_name(s->trk[i].method), s->trk[i].reason);
+		if (r < 0) {
+			log_info("tar: no change tracking for '%s' (%s): creates read the whole tree", s->roots[i],
+				 s->trk[i].reason[0] ? s->trk[i].reason : strerror(-r));
+			trk_stop(s, i);
+			return;
+		}
+	}
 }
 
 /* What changed in each root since the last collect, into dirty[i] (when
@@ -62,12 +118,20 @@ static int trk_collect_locked(struct tar_state *s, struct pathindex_dirty **dirt
 		int r = stat(s->roots[i], &rst) < 0
 			? -EAGAIN
 			: chg_track_collect(&s->trk[i], s->roots[i], rst.st_dev, &d, &n, &why);
+		if (r < 0 && s->trk[i].fallbacks && !s->trk[i].fallback_logged) {
+			s->trk[i].fallback_logged = true; /* once per root; /metrics counts them all */
+			log_info("tar: %s change tracking of '%s' lost track (%s): this create or restore reads the "
+				 "whole tree (logged once)",
+				 chg_track_method_name(s->trk[i].method), s->roots[i], why);
+		}
 		if (r < 0) {
 			log_debug("tar: change tracking of '%s' cannot tell what changed (%s): this create reads "
 				  "the whole tree",
 				  s->roots[i], why);
 			if (trk_arm_one(s, i) < 0) {
-				tar_track_free(s);
+				log_info("tar: no change tracking for '%s' from now on (%s): creates read the whole tree",
+					 s->roots[i], s->trk[i].reason);
+				trk_stop(s, i);
 				return -EAGAIN;
 			}
 			ret = -EAGAIN;
@@ -106,6 +170,15 @@ void tar_track_drain(struct tar_state *s)
 	pthread_mutex_lock(&s->trk_lock);
 	for (size_t i = 0; s->trk && i < s->n_roots; i++)
 		chg_track_drain(&s->trk[i]);
+	pthread_mutex_unlock(&s->trk_lock);
+}
+
+/* The events of a restore's own writes, read now (change_track.h). */
+void tar_track_drain_own(struct tar_state *s)
+{
+	pthread_mutex_lock(&s->trk_lock);
+	for (size_t i = 0; s->trk && i < s->n_roots; i++)
+		chg_track_drain_own(&s->trk[i]);
 	pthread_mutex_unlock(&s->trk_lock);
 }
 

@@ -1,0 +1,39 @@
+/* change_track_internal.h: what the fanotify (change_track.c) and inotify
+ * (change_track_inotify.c) halves of change tracking share. */
+#pragma once
+#include "backend/change_track.h"
+
+struct chg_dirty_set {
+	struct pathindex_dirty *v;
+	size_t n, cap;
+};
+
+/* Directories outside the upper, by fanotify handle (change_track.c). */
+#define CHG_OUTSIDE_SLOTS 4096
+struct chg_outside {
+	uint64_t h[CHG_OUTSIDE_SLOTS]; /* hash of the handle, 0: empty */
+};
+
+/* The events read so far: the directories they name, the handles known to
+ * be outside, and why tracking gave up (NULL while it has not). */
+struct chg_track_seen {
+	struct chg_dirty_set s;
+	struct chg_outside out;
+	struct pathindex *sus; /* files closed after a write (CLOSE_WRITE), or NULL */
+	ino_t *ino;                 /* plain_dir: files named outside whose links changed */
+	size_t n_ino;
+	const char *why;
+};
+
+/* path[0..len) into the set; deep: its whole subtree. */
+int chg_dirty_add(struct chg_dirty_set *s, const char *path, size_t len, bool deep);
+/* relpath into the set *sus (made when NULL). */
+int chg_suspect_add(struct pathindex **sus, const char *rel);
+/* A collect gave up for lost events or watches: counted for /metrics. */
+void chg_track_count_fallback(struct chg_track *t);
+
+/* inotify (change_track_inotify.c): arm below t->upper (t->path set), read
+ * the queued events into s (own: ckptd's own writes, no suspects), free. */
+int chg_inotify_arm(struct chg_track *t);
+int chg_inotify_read(struct chg_track *t, struct chg_dirty_set *s, bool own, const char **why);
+void chg_inotify_free(struct chg_inotify *in);
