@@ -35,7 +35,8 @@
 struct watch {
 	int wd; /* 0: an empty slot (descriptors start at 1) */
 	bool dir;
-	bool lost; /* a file whose name went while the inode lives on */
+	bool multi; /* a file seen under two names of the root at once */
+	bool lost;  /* such a file, one of whose names went: where is it? */
 	ino_t ino; /* a file's, to tell its path still names it */
 	char *rel;
 };
@@ -100,7 +101,7 @@ static void map_del(struct chg_inotify *in, int wd)
 		return;
 	free(w->rel);
 	size_t i = (size_t)(w - in->v), j = i;
-	in->v[i].wd = 0;
+	in->v[i] = (struct watch){ 0 };
 	in->n--;
 	for (;;) {
 		j = (j + 1) & (in->cap - 1);
@@ -109,7 +110,7 @@ static void map_del(struct chg_inotify *in, int wd)
 		size_t k = ((uint32_t)in->v[j].wd * 2654435761u) & (in->cap - 1);
 		if ((j > i && (k <= i || k > j)) || (j < i && k <= i && k > j)) {
 			in->v[i] = in->v[j];
-			in->v[j].wd = 0;
+			in->v[j] = (struct watch){ 0 };
 			i = j;
 		}
 	}
@@ -128,8 +129,10 @@ static int map_put(struct chg_inotify *in, int wd, bool dir, ino_t ino, const ch
 		*old = TAKE_PTR(w->rel);
 	if (!w->wd)
 		in->n++;
-	free(w->rel);
-	*w = (struct watch){ .wd = wd, .dir = dir, .ino = ino, .rel = p };
+	else
+		free(w->rel);
+	bool multi = w->wd && w->multi, lost = w->wd && w->lost; /* both stay */
+	*w = (struct watch){ .wd = wd, .dir = dir, .multi = multi, .lost = lost, .ino = ino, .rel = p };
 	return 0;
 }
 
@@ -139,7 +142,7 @@ static int join(char *buf, size_t size, const char *a, const char *b)
 	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
-/* Watch rel (a directory, or a file for its link count). 1 when added, 0
+/* Watch rel (a directory, or a file for its link count). The wd, 0
  * when it is gone or not to be watched, < 0 on failure (-ENOSPC: the
  * limit). *old as map_put. */
 static int watch_add(struct chg_track *t, const char *rel, const struct stat *st, char **old)
@@ -151,7 +154,7 @@ static int watch_add(struct chg_track *t, const char *rel, const struct stat *st
 	int wd = inotify_add_watch(t->ino->fd, path, dir ? DIR_MASK : FILE_MASK);
 	if (wd < 0)
 		return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
-	return map_put(t->ino, wd, dir, st->st_ino, rel, old) < 0 ? -ENOMEM : 1;
+	return map_put(t->ino, wd, dir, st->st_ino, rel, old) < 0 ? -ENOMEM : wd;
 }
 
 static int stat_rel(struct chg_track *t, const char *rel, struct stat *st)
@@ -176,6 +179,10 @@ static int entry_found(struct chg_track *t, const char *rel, struct chg_dirty_se
 	if (!S_ISREG(st.st_mode) || !t->plain_dir)
 		return 0;
 	int r = watch_add(t, rel, &st, &old);
+	struct stat ost;
+	/* the other name still names it: two names in the root */
+	if (r > 0 && old && stat_rel(t, old, &ost) == 0 && ost.st_ino == st.st_ino)
+		map_get(t->ino, r)->multi = true;
 	if (old && s) {
 		const char *slash = strrchr(old, '/');
 		r = chg_dirty_add(s, old, slash ? (size_t)(slash - old) : 0, false) < 0 ? -ENOMEM : r;
@@ -411,10 +418,18 @@ static int read_end(struct chg_track *t, struct chg_dirty_set *s)
 		struct stat st;
 		if (!w)
 			continue; /* removed: its directory has the event */
-		if (stat_rel(t, w->rel, &st) < 0 || st.st_ino != w->ino)
-			w->lost = true;
 		if (dirty_parent(s, w->rel) < 0)
 			r = -ENOMEM;
+		if (stat_rel(t, w->rel, &st) == 0 && st.st_ino == w->ino)
+			continue;
+		/* its name went (a restore's rewrite, an unlink): with no other
+		 * name in the root it is none of the root's business now */
+		if (w->multi) {
+			w->lost = true;
+		} else {
+			inotify_rm_watch(in->fd, w->wd);
+			map_del(in, w->wd);
+		}
 	}
 	in->n_unres = 0;
 	return r;

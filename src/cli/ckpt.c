@@ -281,7 +281,8 @@ static const struct ckpt_command ckpt_commands[] = {
 	{ "health", 0, 0, NULL, cli_cmd_health, "Usage: ckpt health\nThe daemon's health.\n" },
 	{ "status", 0, 0, NULL, cli_cmd_status,
 	  "Usage: ckpt status\nA short summary of health: warnings (processes using a root that no\n"
-	  "managed unit covers), backend, roots, checkpoints, the units restarted at adoption.\n" },
+	  "managed unit covers), backend, roots, how each root's changes are tracked\n"
+	  "(fanotify, inotify or none, and why), checkpoints, the units restarted at adoption.\n" },
 	{ "export", 1, OPT_BIT(OPT_OUTPUT), "ID", cli_cmd_export,
 	  "Usage: ckpt export ID|NAME -o FILE\n"
 	  "Write a checkpoint as one portable archive (pax tar, zstd) to FILE (\"-\": stdout).\n"

@@ -276,6 +276,11 @@ void cli_out_status(json_t *h)
 	printf("%-16s%s, %s backend, %lld checkpoint(s)\n", "Status:", cli_out_str(h, "status", "-"),
 	       cli_out_str(h, "backend", "-"), (long long)json_integer_value(json_object_get(h, "checkpoints")));
 	cli_out_list("Roots:", json_object_get(h, "roots"));
+	json_array_foreach(json_object_get(h, "tracking_roots"), i, u)
+	{
+		printf("%-16s%s: %s (%s)\n", i ? "" : "Tracking:", cli_out_str(u, "path", "?"),
+		       cli_out_str(u, "tracking", "?"), cli_out_str(u, "tracking_reason", "?"));
+	}
 	if (json_is_string(json_object_get(h, "services")))
 		printf("%-16s%s\n", "Services:", cli_out_str(h, "services", "-"));
 	if (a) {

@@ -52,7 +52,7 @@ class Daemon:
     """One ckptd process over a state dir and roots that outlive restarts."""
 
     def __init__(self, base, backend="tar", roots=None, n_roots=1, extra_args=(),
-                 config=None, token=None, env=None):
+                 config=None, token=None, env=None, wrap=()):
         self.base = pathlib.Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
         self.state_dir = self.base / "state"
@@ -66,6 +66,9 @@ class Daemon:
         self.config = config
         self.token = token
         self.env = env
+        # a command the daemon is started through (capsh dropping a
+        # capability): it must exec ckptd, so that the pid is ckptd's
+        self.wrap = list(wrap)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = None
@@ -99,7 +102,7 @@ class Daemon:
         env.setdefault("CKPTD_TRACK_CHECK", "1")
         env.update(self.env or {})
         self.log_fh = open(self.logfile, "ab")
-        self.proc = subprocess.Popen(self.argv(), stdout=self.log_fh, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(self.wrap + self.argv(), stdout=self.log_fh, stderr=subprocess.STDOUT, env=env)
         if wait:
             self.wait_ready(timeout)
         return self

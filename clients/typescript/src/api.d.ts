@@ -702,6 +702,18 @@ export interface components {
                 /** @description delta layers made from the live upper since its last full layer: the next create is a delta while this is below 16 and change tracking runs (0: the next create is full). */
                 deltas?: number;
             }[];
+            /** @description How each root's changes are tracked between operations, so that a create or restore reads only the directories that changed: `fanotify` where the kernel allows it, `inotify` where fanotify is refused (gVisor, no CAP_SYS_ADMIN, a user namespace), `none` where neither works (every create and restore reads the whole tree). */
+            tracking_roots?: {
+                path: string;
+                /** @enum {string} */
+                tracking: "fanotify" | "inotify" | "none";
+                /** @description why, e.g. `fanotify refused: Operation not permitted`. */
+                tracking_reason: string;
+                /** @description tar backend only; creates and restores that read only what changed. */
+                tracked?: number;
+                /** @description tar backend only; creates and restores that read the whole tree (the first create, a restore of another checkpoint, lost events). */
+                walked?: number;
+            }[];
         };
         /** @description What a tar restore did (tar backend). */
         TarRestoreStats: {

@@ -452,6 +452,22 @@ static int ovl_remove(void *st, const char *id, json_t *data, ckpt_error *err)
 	return 0;
 }
 
+/* Health's tracking_roots: the method each root's tracker chose at its
+ * first arm (a create arms it), and why. */
+static json_t *ovl_track_health(struct ovl *o)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; i < o->n_roots; i++) {
+		const struct chg_track *t = &o->roots[i].trk;
+		bool never = t->method == CHG_TRACK_NONE && !t->reason[0];
+		json_array_append_new(
+			a, json_pack("{s:s, s:s, s:s}", "path", o->roots[i].path, "tracking",
+				     chg_track_method_name(t->method), "tracking_reason",
+				     never ? "not armed yet: a create arms it once the upper holds 2000 entries" : t->reason));
+	}
+	return a;
+}
+
 static void ovl_health(void *st, json_t *out)
 {
 	struct ovl *o = st;
@@ -468,6 +484,7 @@ static void ovl_health(void *st, json_t *out)
 		out, "backend_reason",
 		json_string("overlayfs mounts work here: restore swaps a layer chain, create copies only the upper"));
 	json_object_set_new(out, "overlay_roots", roots);
+	json_object_set_new(out, "tracking_roots", ovl_track_health(o));
 }
 
 static void ovl_maintain(void *st)
