@@ -308,12 +308,24 @@ struct in_use {
 
 /* A file of the root that a process has open or mapped: its directory is
  * compared (a write through a mapping makes no event). */
+/* The root's device, or a file whose path below the root names it: gVisor's
+ * root overlay (runsc do) gives its files another st_dev than its
+ * directories, so the root's own would be taken for another filesystem's. */
+static bool in_use_dev(const struct in_use *u, const struct procscan_ref *ref)
+{
+	struct stat st;
+	if (ref->dev == u->dev)
+		return true;
+	return procscan_path_under(ref->path, u->root) && lstat(ref->path, &st) == 0 && st.st_dev == ref->dev &&
+		st.st_ino == ref->ino;
+}
+
 static int in_use_ref(void *ctx, const struct procscan_ref *ref)
 {
 	struct in_use *u = ctx;
 	bool sw = ref->kind == PROCSCAN_MAP && ref->shared_write;
-	if ((ref->kind != PROCSCAN_FD && ref->kind != PROCSCAN_MAP) || !ref->has_id || ref->dev != u->dev ||
-	    ref->deleted || (!u->s && !sw))
+	if ((ref->kind != PROCSCAN_FD && ref->kind != PROCSCAN_MAP) || !ref->has_id || ref->deleted ||
+	    (!u->s && !sw) || !in_use_dev(u, ref))
 		return PROCSCAN_CONTINUE;
 	if (!procscan_path_under(ref->path, u->root) && (u->plain || (u->t && u->t->plain_dir))) {
 		if (!sw || !u->t)

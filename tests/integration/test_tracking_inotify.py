@@ -20,6 +20,19 @@ from conftest import assert_same_tree, tree_state
 
 NO_SYS_ADMIN = ["capsh", "--drop=cap_sys_admin", "--", "-c", 'exec "$@"', "ckptd"]
 INOTIFY = "/proc/sys/fs/inotify"
+# test_the_same_under_gvisor runs these tests again inside runsc, where
+# fanotify is not implemented at all and the daemon needs no wrapper
+IN_GVISOR = os.environ.get("CKPTD_TEST_IN_GVISOR") == "1"
+WRAP = () if IN_GVISOR else NO_SYS_ADMIN
+REFUSED = "Function not implemented" if IN_GVISOR else "Operation not permitted"
+# Two gaps of the tar backend under runsc, with or without tracking
+# (CKPTD_TRACK_CHANGES=0 too), left to the backend's exactness suite: a
+# restore loses a file's user xattrs; and a write through a shared mapping
+# never changes the file's ctime or mtime there, so once the mapping is gone
+# a restore of an older checkpoint trusts the file's (inode, ctime, size).
+# The campaign there changes no xattrs and maps nothing; the mapping test
+# (restores while it is mapped, or right after its close) runs.
+GVISOR_GAPS = ["xattr", "mmap"] if IN_GVISOR else []
 
 
 def tracking(d):
@@ -35,13 +48,13 @@ def metric(d, name):
 
 
 def start(daemon_factory, populate=None, **kw):
-    d = daemon_factory(backend="tar", start=False, wrap=NO_SYS_ADMIN, extra_args=("-v",), **kw)
+    d = daemon_factory(backend="tar", start=False, wrap=WRAP, extra_args=("-v",), **kw)
     if populate:
         populate(d.roots[0])
     d.start()
     t = tracking(d)
     assert t["tracking"] == "inotify", t
-    assert t["tracking_reason"] == "fanotify refused: Operation not permitted", t
+    assert t["tracking_reason"] == f"fanotify refused: {REFUSED}", t
     return d
 
 
@@ -100,7 +113,7 @@ def test_health_and_tracked_creates_and_restores(daemon_factory):
     r = subprocess.run([str(d.argv()[0]).replace("ckptd", "ckpt"), "--url", d.url, "status"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert re.search(rf"^Tracking: +{re.escape(str(root))}: inotify \(fanotify refused: Operation not permitted\)$",
+    assert re.search(rf"^Tracking: +{re.escape(str(root))}: inotify \(fanotify refused: {REFUSED}\)$",
                      r.stdout, re.M), r.stdout
 
 
@@ -195,9 +208,10 @@ class Campaign:
         files, dirs = self._all()
         rng = self.rng
         where = rng.choice(dirs + [str(self.root)])
-        op = rng.choice(["write", "append", "truncate", "inplace", "unlink", "rename_file", "rename_dir",
-                         "tree", "chmod", "xattr", "symlink", "rmtree", "link_inside", "link_outside",
-                         "mmap", "newfile"])
+        op = rng.choice([op for op in ("write", "append", "truncate", "inplace", "unlink", "rename_file",
+                                       "rename_dir", "tree", "chmod", "xattr", "symlink", "rmtree",
+                                       "link_inside", "link_outside", "mmap", "newfile")
+                         if op not in GVISOR_GAPS])
         if op in ("write", "append", "truncate", "inplace", "unlink", "rename_file", "chmod", "xattr",
                   "link_inside", "link_outside", "mmap") and not files:
             op = "newfile"
@@ -276,6 +290,13 @@ class Campaign:
         self.maps = []
 
 
+def same_tree(want, root, ops):
+    try:
+        assert_same_tree(want, tree_state(root))
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nthe changes, by round: {ops}") from None
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_campaign(daemon_factory, tmp_path, seed):
     """Rounds of random changes (writes, appends, truncates, unlinks, renames
@@ -293,7 +314,7 @@ def test_random_campaign(daemon_factory, tmp_path, seed):
     ops = []
     for rnd in range(25):
         for _ in range(rng.randrange(1, 8)):
-            ops.append(camp.step())
+            ops.append((rnd, camp.step()))
         want = tree_state(root)
         acked.append((d.create(f"r{rnd}")["checkpoint_id"], want))
         camp.close_maps()
@@ -301,10 +322,10 @@ def test_random_campaign(daemon_factory, tmp_path, seed):
         # still the checkpoint's
         if rng.random() < 0.3:  # a retry: changes, then back to the head
             for _ in range(rng.randrange(1, 6)):
-                ops.append(camp.step())
+                ops.append((rnd, camp.step()))
             camp.close_maps()
             assert d.restore(acked[-1][0])["ok"] is True
-            assert_same_tree(acked[-1][1], tree_state(root))
+            same_tree(acked[-1][1], root, ops)
     t = tracking(d)
     # the base reads the whole tree; a file whose name tracking lost (a
     # second name removed) may make one more walk
@@ -313,7 +334,7 @@ def test_random_campaign(daemon_factory, tmp_path, seed):
     rng.shuffle(acked)
     for cid, want in acked[:10]:
         assert d.restore(cid)["ok"] is True
-        assert_same_tree(want, tree_state(root))
+        same_tree(want, root, ops)
 
 
 def test_queue_overflow_walks_once_logged(daemon_factory):
@@ -374,3 +395,18 @@ def test_watch_limit_walks_and_says_so(daemon_factory):
     for cid, want in ((c0, want0), (c1, want1), (c2, want2)):
         assert d.restore(cid)["ok"] is True
         assert_same_tree(want, tree_state(root))
+
+
+def test_the_same_under_gvisor():
+    """The tests above, again inside `runsc --network=none do` (gVisor:
+    fanotify_init is ENOSYS), in a pytest of their own: the sandbox's files
+    and loopback are its own. gVisor has no inotify queue or watch limits
+    (no /proc/sys/fs/inotify), so the two fallback tests stay outside."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run(["runsc", "--network=none", "do", "/usr/bin/env", "CKPTD_TEST_IN_GVISOR=1",
+                        f"BUILD={os.environ.get('BUILD', 'build')}", "/usr/bin/python3", "-m", "pytest", "-q", "-x",
+                        "-p", "no:cacheprovider", os.path.join(here, "test_tracking_inotify.py"), "-k",
+                        "not gvisor and not overflow and not watch_limit"],
+                       capture_output=True, text=True, timeout=1800, cwd=os.path.dirname(os.path.dirname(here)))
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    assert re.search(r"\b6 passed\b", r.stdout), r.stdout[-3000:]
