@@ -261,7 +261,8 @@ static int one_event(struct chg_track *t, struct chg_dirty_set *s, struct chg_ou
 	    chg_suspect_add(&t->seen->sus, rel) < 0)
 		return *why = "out of memory", -EAGAIN;
 	const char *slash = strrchr(rel, '/');
-	return chg_dirty_add(s, rel, slash ? (size_t)(slash - rel) : 0, false) < 0 ? (*why = "out of memory", -EAGAIN) : 0;
+	return chg_dirty_add(s, rel, slash ? (size_t)(slash - rel) : 0, false) < 0 ? (*why = "out of memory", -EAGAIN)
+										   : 0;
 }
 
 static int read_events(struct chg_track *t, struct chg_dirty_set *s, const char **why)
@@ -298,7 +299,7 @@ static int read_events(struct chg_track *t, struct chg_dirty_set *s, const char 
 struct in_use {
 	struct chg_track *t;        /* NULL: no plain_dir handling (but plain) */
 	bool plain;                 /* a plain directory: files outside it are not its */
-	struct chg_dirty_set *s;        /* NULL: only suspects are wanted (chg_scan_mapped) */
+	struct chg_dirty_set *s;    /* NULL: only suspects are wanted (chg_scan_mapped) */
 	struct pathindex *sus; /* files mapped shared and writable */
 	const char *root;
 	size_t root_len;
@@ -324,8 +325,8 @@ static int in_use_ref(void *ctx, const struct procscan_ref *ref)
 {
 	struct in_use *u = ctx;
 	bool sw = ref->kind == PROCSCAN_MAP && ref->shared_write;
-	if ((ref->kind != PROCSCAN_FD && ref->kind != PROCSCAN_MAP) || !ref->has_id || ref->deleted ||
-	    (!u->s && !sw) || !in_use_dev(u, ref))
+	if ((ref->kind != PROCSCAN_FD && ref->kind != PROCSCAN_MAP) || !ref->has_id || ref->deleted || (!u->s && !sw) ||
+	    !in_use_dev(u, ref))
 		return PROCSCAN_CONTINUE;
 	if (!procscan_path_under(ref->path, u->root) && (u->plain || (u->t && u->t->plain_dir))) {
 		if (!sw || !u->t)

@@ -44,4 +44,3 @@ uint64_t chg_track_fallbacks_total(void)
 {
 	return atomic_load(&fallbacks_total);
 }
-

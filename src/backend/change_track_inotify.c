@@ -27,8 +27,8 @@
 #include <sys/inotify.h>
 #include <sys/stat.h>
 
-#define DIR_MASK                                                                                             \
-	(IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO |      \
+#define DIR_MASK                                                                                        \
+	(IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | \
 	 IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW)
 #define FILE_MASK (IN_ATTRIB | IN_DONT_FOLLOW)
 
@@ -37,7 +37,7 @@ struct watch {
 	bool dir;
 	bool multi; /* a file seen under two names of the root at once */
 	bool lost;  /* such a file, one of whose names went: where is it? */
-	ino_t ino; /* a file's, to tell its path still names it */
+	ino_t ino;  /* a file's, to tell its path still names it */
 	char *rel;
 };
 

@@ -20,7 +20,7 @@ struct chg_track_seen {
 	struct chg_dirty_set s;
 	struct chg_outside out;
 	struct pathindex *sus; /* files closed after a write (CLOSE_WRITE), or NULL */
-	ino_t *ino;                 /* plain_dir: files named outside whose links changed */
+	ino_t *ino;            /* plain_dir: files named outside whose links changed */
 	size_t n_ino;
 	const char *why;
 };

@@ -461,9 +461,11 @@ static json_t *ovl_track_health(struct ovl *o)
 		const struct chg_track *t = &o->roots[i].trk;
 		bool never = t->method == CHG_TRACK_NONE && !t->reason[0];
 		json_array_append_new(
-			a, json_pack("{s:s, s:s, s:s}", "path", o->roots[i].path, "tracking",
-				     chg_track_method_name(t->method), "tracking_reason",
-				     never ? "not armed yet: a create arms it once the upper holds 2000 entries" : t->reason));
+			a,
+			json_pack("{s:s, s:s, s:s}", "path", o->roots[i].path, "tracking",
+				  chg_track_method_name(t->method), "tracking_reason",
+				  never ? "not armed yet: a create arms it once the upper holds 2000 entries"
+					: t->reason));
 	}
 	return a;
 }

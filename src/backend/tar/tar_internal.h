@@ -69,7 +69,7 @@ struct tar_state {
 		enum chg_track_method method; /* NONE: not tracking */
 		char reason[160];
 		uint64_t tracked, walked; /* creates and restores that read only what changed, or all */
-	} *tinfo;
+	} * tinfo;
 	char (*no_compact)[NAME_MAX + 1]; /* chains whose compaction found data unlike */
 	size_t n_no_compact;              /* its digests: left as they are (the sweeper's own) */
 };

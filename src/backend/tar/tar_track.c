@@ -31,10 +31,11 @@ json_t *tar_track_health(struct tar_state *s)
 {
 	json_t *a = json_array();
 	for (size_t i = 0; s->tinfo && i < s->n_roots; i++)
-		json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:I, s:I}", "path", s->roots[i], "tracking",
-						   chg_track_method_name(s->tinfo[i].method), "tracking_reason",
-						   s->tinfo[i].reason, "tracked", (json_int_t)s->tinfo[i].tracked,
-						   "walked", (json_int_t)s->tinfo[i].walked));
+		json_array_append_new(a,
+				      json_pack("{s:s, s:s, s:s, s:I, s:I}", "path", s->roots[i], "tracking",
+						chg_track_method_name(s->tinfo[i].method), "tracking_reason",
+						s->tinfo[i].reason, "tracked", (json_int_t)s->tinfo[i].tracked,
+						"walked", (json_int_t)s->tinfo[i].walked));
 	return a;
 }
 
@@ -129,7 +130,8 @@ static int trk_collect_locked(struct tar_state *s, struct pathindex_dirty **dirt
 				  "the whole tree",
 				  s->roots[i], why);
 			if (trk_arm_one(s, i) < 0) {
-				log_info("tar: no change tracking for '%s' from now on (%s): creates read the whole tree",
+				log_info("tar: no change tracking for '%s' from now on (%s): creates read the whole "
+					 "tree",
 					 s->roots[i], s->trk[i].reason);
 				trk_stop(s, i);
 				return -EAGAIN;
