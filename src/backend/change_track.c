@@ -396,11 +396,15 @@ static void dirty_dedup(struct chg_dirty_set *s)
 	s->n = k;
 }
 
-void chg_track_drain(struct chg_track *t)
+/* own: the events are ckptd's own writes (chg_track_drain_own). */
+static void drain(struct chg_track *t, bool own)
 {
 	if (!chg_track_armed(t) || t->seen->why)
 		return;
-	read_events(t, &t->seen->s, &t->seen->why);
+	if (t->ino)
+		chg_inotify_read(t, &t->seen->s, own, &t->seen->why);
+	else /* fanotify knows them by pid */
+		read_events(t, &t->seen->s, &t->seen->why);
 	/* a tracker armed for long (tar's, between creates) must not grow
 	 * with every write: a directory is kept once, and past a bound the
 	 * next collect says to walk */
@@ -408,6 +412,11 @@ void chg_track_drain(struct chg_track *t)
 		dirty_dedup(&t->seen->s);
 	if (t->seen->s.n > CHG_TRACK_MAX_DIRS && !t->seen->why)
 		t->seen->why = "more directories changed than tracking keeps";
+}
+
+void chg_track_drain(struct chg_track *t)
+{
+	drain(t, false);
 }
 
 static int collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct pathindex_dirty **ret,
@@ -479,10 +488,5 @@ bool chg_track_changed_since(struct chg_track *t)
 
 void chg_track_drain_own(struct chg_track *t)
 {
-	if (!t->ino) {
-		chg_track_drain(t); /* fanotify knows them by pid */
-		return;
-	}
-	if (!t->seen->why)
-		chg_inotify_read(t, &t->seen->s, true, &t->seen->why);
+	drain(t, true);
 }

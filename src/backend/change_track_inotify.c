@@ -209,13 +209,16 @@ static int scan(struct chg_track *t, const char *rel, struct chg_dirty_set *s)
 			close(fd);
 		return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
 	}
-	char child[PATH_MAX];
+	/* on the heap: scan recurses once per level of the tree */
+	_cleanup_free_ char *child = malloc(PATH_MAX);
+	if (!child)
+		return -ENOMEM;
 	for (struct dirent *de; r >= 0 && (de = readdir(d));) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
 		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN && (de->d_type != DT_REG || !t->plain_dir))
 			continue;
-		if ((r = join(child, sizeof(child), rel, de->d_name)) < 0)
+		if ((r = join(child, PATH_MAX, rel, de->d_name)) < 0)
 			break;
 		r = entry_found(t, child, s);
 	}
