@@ -1,6 +1,10 @@
 /* backend.h: the storage backends behind one table of function pointers.
  * The engine owns the catalog and the ordering of steps; a backend owns its
- * files below <state_dir>/<backend name>/ and the managed roots' contents. */
+ * files below <state_dir>/<backend name>/ and the managed roots' contents.
+ * A failure is an errno and a message (err_set), with a reason code only
+ * where the errno cannot say it ("not_found": the checkpoint's data is gone;
+ * "root_busy", "forks_exist", "release_incomplete" from release). A backend
+ * never picks an error kind: the engine classifies (engine_err.c). */
 #pragma once
 #include <jansson.h>
 #include <stdatomic.h>

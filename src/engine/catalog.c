@@ -308,8 +308,7 @@ int catalog_put(struct catalog *c, const struct ckpt_record *r, ckpt_error *err)
 	snprintf(file, sizeof(file), "%s.json", r->id);
 	ret = write_file_atomic(c->dirfd, file, text, strlen(text), 0600);
 	if (ret < 0)
-		return err_set(err, -ret, ret == -ENOSPC || ret == -EDQUOT ? "insufficient_storage" : NULL,
-			       "cannot write checkpoint record: %s", strerror(-ret));
+		return err_set(err, -ret, NULL, "cannot write checkpoint record: %s", strerror(-ret));
 	return catalog_put_volatile(c, r);
 }
 

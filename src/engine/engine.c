@@ -253,7 +253,7 @@ int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err)
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "checkpoint_forked",
 				 "checkpoint '%s' has forks: delete them first (GET /v1/forks)", rec->id);
 	else
-		r = engine_drop(e, rec, err);
+		r = engine_err_classify(err, ENGINE_CTX_DELETE, engine_drop(e, rec, err));
 	if (r == 0)
 		log_event(LOG_INFO_, &(struct log_fields){ "delete", rec->id, NULL, -1 }, "deleted checkpoint \"%s\"",
 			  rec->id);

@@ -161,7 +161,6 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	svc_report_init(&rep);
 	r = create_frozen(e, id, op, &data, &size, &rep, &freeze_ms, err);
 	if (r < 0) {
-		r = engine_storage_err(err, r);
 		svc_report_free(&rep);
 		return r;
 	}
@@ -186,7 +185,7 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	catalog_put_volatile(e->catalog, rec);
 	if ((r = create_over_budget(e, err)) == 0) {
 		rec->status = CKPT_ACTIVE;
-		r = engine_storage_err(err, catalog_put(e->catalog, rec, err));
+		r = catalog_put(e->catalog, rec, err);
 	}
 	if (r < 0) {
 		rec->status = CKPT_CREATING;
@@ -213,6 +212,7 @@ static int create_run(struct engine *e, struct ckpt_record *rec, struct engine_o
 	r = op ? engine_check_managed(e, err) : -ENOMEM;
 	if (r == 0)
 		r = create_capture(e, rec, op, mono_ms() - t0, err);
+	r = engine_err_classify(err, ENGINE_CTX_CREATE, r);
 	engine_set_status(e, NULL, NULL);
 	pthread_mutex_unlock(&e->op_lock);
 	engine_op_end(e, op);

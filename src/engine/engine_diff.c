@@ -91,7 +91,7 @@ int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req 
 		r = e->backend->diff(e->bst, a->id, a->backend_data, b ? b->id : NULL, b ? b->backend_data : NULL, all,
 				     err);
 	pthread_mutex_unlock(&e->op_lock);
-	if (r < 0)
+	if ((r = engine_err_classify(err, ENGINE_CTX_READ, r)) < 0)
 		return r;
 	json_t *page = json_array();
 	size_t i, total = json_array_size(all);

@@ -371,7 +371,7 @@ int engine_export_open(struct engine *e, const char *id_or_name, struct engine_e
 	}
 	if (q < 0) {
 		engine_export_free(x);
-		return engine_storage_err(err, q);
+		return engine_err_classify(err, ENGINE_CTX_READ, q);
 	}
 	log_event(LOG_INFO_, &(struct log_fields){ "export", x->id, NULL, -1 }, "exporting %s", x->id);
 	*ret = x;

@@ -239,6 +239,7 @@ int engine_fork(struct engine *e, const char *id_or_name, const char *path, json
 	*ret = fork_public(f);
 	json_decref(f);
 out:
+	r = engine_err_classify(err, ENGINE_CTX_READ, r);
 	for (size_t i = 0; r < 0 && e->cfg->n_roots > 1 && i < json_array_size(dirs); i++)
 		rmdir(json_string_value(json_array_get(dirs, i))); /* a refused fork leaves DIR as it was */
 	pthread_mutex_unlock(&e->op_lock);
@@ -296,6 +297,7 @@ int engine_fork_delete(struct engine *e, const char *fid, ckpt_error *err)
 	pthread_mutex_unlock(&e->state_lock);
 	log_event(LOG_INFO_, &(struct log_fields){ "fork-delete", fid, NULL, -1 }, "deleted fork \"%s\"", fid);
 out:
+	r = engine_err_classify(err, ENGINE_CTX_DELETE, r);
 	json_decref(f);
 	pthread_mutex_unlock(&e->op_lock);
 	if (r == 0)

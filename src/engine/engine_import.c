@@ -402,7 +402,7 @@ int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "unsupported", "the %s backend cannot import",
 				    e->backend->name);
 	if ((q = engine_xfer_tmp(e, &c.tmp, err)) < 0)
-		return engine_storage_err(err, q);
+		return engine_err_classify(err, ENGINE_CTX_CREATE, q);
 	if ((q = pthread_create(&t, NULL, import_main, &c)) != 0) {
 		q = err_set(err, q, NULL, "start the import: %s", strerror(q));
 	} else {
@@ -455,14 +455,12 @@ int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err
 		for (size_t i = 0; dirs && i < e->cfg->n_roots; i++)
 			free(dirs[i]);
 		free(dirs);
-		if (q < 0 && !err->kind) /* a limit keeps its own kind (EDQUOT is not a full disk) */
-			q = engine_storage_err(err, q);
 	}
 	engine_xfer_rm(e, c.tmp);
 	free(c.tmp);
 	json_decref(c.manifest);
 	json_decref(c.expect);
-	if (q < 0) {
+	if ((q = engine_err_classify(err, ENGINE_CTX_CREATE, q)) < 0) {
 		log_event(LOG_WARN_, &(struct log_fields){ "import", NULL, NULL, -1 }, "import refused: %s", err->msg);
 		if (rec)
 			record_unref(rec);

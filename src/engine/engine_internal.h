@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "engine/catalog.h"
 #include "engine/engine.h"
+#include "engine/engine_err.h"
 #include "lib/metrics.h"
 #include "lib/procscan.h"
 #include "services/services.h"
@@ -72,7 +73,6 @@ void engine_set_status(struct engine *e, const char *op, const char *what);
 struct engine_op *engine_op_begin(struct engine *e, const char *id);
 void engine_op_end(struct engine *e, struct engine_op *op);
 bool record_expired(const struct ckpt_record *rec, int64_t now);
-int engine_storage_err(ckpt_error *err, int r);
 /* engine_sweep.c */
 int engine_sweeper_start(struct engine *e, ckpt_error *err);
 void engine_sweeper_stop(struct engine *e);

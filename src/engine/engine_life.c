@@ -1,5 +1,5 @@
 /* engine_life.c: progress of running operations, the client's view of a
- * record, health, metrics, the status line and the no-space error. Of the
+ * record, health, metrics, and the status line. Of the
  * engine it calls only the catalog. */
 #include "config.h"
 #include "backend/change_track.h"
@@ -58,17 +58,6 @@ json_t *engine_public(struct engine *e, const struct ckpt_record *rec)
 			json_object_set_new(pub, "progress", progress_json(&op->progress));
 	pthread_mutex_unlock(&e->state_lock);
 	return pub;
-}
-
-/* A backend or the catalog ran out of room: the disk's ENOSPC and a quota's
- * EDQUOT both answer 507. Anything else a lower layer reports stays unset (500). */
-int engine_storage_err(ckpt_error *err, int r)
-{
-	if (err && r < 0 && (err->errnum == ENOSPC || err->errnum == EDQUOT)) {
-		err->errnum = ENOSPC;
-		return err_mark(err, ERR_NO_SPACE, "insufficient_storage", -ENOSPC);
-	}
-	return r;
 }
 
 void engine_set_status(struct engine *e, const char *op, const char *what)

@@ -24,7 +24,7 @@ static int release_drop_all(struct engine *e, json_t *dropped, ckpt_error *err)
 		if (l.v[k]->status == CKPT_CREATING)
 			r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
 					 l.v[k]->id);
-		else if ((r = engine_drop(e, l.v[k], err)) == 0)
+		else if ((r = engine_err_classify(err, ENGINE_CTX_DELETE, engine_drop(e, l.v[k], err))) == 0)
 			json_array_append_new(dropped, json_string(l.v[k]->id));
 	}
 	catalog_list_free(&l);
@@ -88,7 +88,7 @@ static int release_run(struct engine *e, const size_t *idx, size_t n, json_t *ou
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "services_busy",
 				 "a unit that uses the roots could not be stopped: nothing released");
 	for (size_t k = 0; r == 0 && k < n; k++) {
-		r = e->backend->release(e->bst, idx[k], err);
+		r = engine_err_classify(err, ENGINE_CTX_RELEASE, e->backend->release(e->bst, idx[k], err));
 		/* "released, but" (the next start finishes it): released all the same */
 		if (r < 0 && !(err->code && !strcmp(err->code, "release_incomplete")))
 			break;

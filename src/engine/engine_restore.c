@@ -79,7 +79,7 @@ static int restore_run(struct engine *e, const struct restore_plan *plan, bool v
 	rep->swapped = services_stop(e->services, &units) == 0;
 	t1 = mono_ms();
 	if (rep->swapped)
-		r = engine_storage_err(err, restore_swap(e, plan, &rep->details, op, err));
+		r = restore_swap(e, plan, &rep->details, op, err);
 	if (r == 0 && rep->swapped && verify && (rep->verify = json_object())) { /* verify_ms, not a phase */
 		int64_t v = engine_verify(e, plan->fresh ? NULL : plan->rec->id, plan->rec->backend_data, rep->verify);
 		t0 += v, t1 += v;
@@ -130,6 +130,7 @@ int engine_restore(struct engine *e, const char *id_or_name, const struct restor
 	if (r == 0 && rep.swapped && !plan.fresh)
 		restore_touch(e, plan.rec);
 out:
+	r = engine_err_classify(err, ENGINE_CTX_RESTORE, r);
 	engine_set_status(e, NULL, NULL);
 	pthread_mutex_unlock(&e->op_lock);
 	engine_op_end(e, op);

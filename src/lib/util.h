@@ -61,8 +61,9 @@ static inline void fclosep(FILE **f)
 	})
 
 /* What went wrong, in terms a client can act on. Only the API and the engine
- * choose a kind, where the decision is made; lower layers leave it unset, and
- * an unset kind answers 500. The HTTP layer maps kind to status in one table. */
+ * choose a kind: lower layers leave it unset, and the engine classifies what
+ * comes back from them at its boundary (engine_err.c); a kind still unset
+ * answers 500. The HTTP layer maps kind to status in one table. */
 enum ckpt_err_kind {
 	ERR_UNSET = 0,
 	ERR_INVALID,     /* the request is wrong: 400 */

@@ -53,3 +53,27 @@ def test_checkpoint_for_other_roots_is_500_not_400(daemon_factory):
     assert "other roots" in body["detail"], body
     assert (d.roots[0] / "a.txt").read_text() == "one\n"
     assert os.path.exists(meta)
+
+
+def test_overlay_restore_of_missing_layers_is_404(daemon_factory):
+    """The overlay backend reports "not_found" when no layers are recorded for
+    a checkpoint the catalog still lists: the client gets 404 not_found (it
+    got 500 internal while a code from below the engine was dropped)."""
+    d = daemon_factory(backend="overlay")
+    (d.roots[0] / "a.txt").write_text("one\n")
+    cid = d.create("one")["checkpoint_id"]
+    (d.roots[0] / "a.txt").write_text("two\n")
+    d.stop()
+    (d.state_dir / "overlay" / "c" / f"{cid}.json").unlink()
+    rec_path = d.state_dir / "catalog" / f"{cid}.json"
+    rec = json.loads(rec_path.read_text())
+    rec["_backend"] = {}  # no layers to fall back on either
+    rec_path.write_text(json.dumps(rec))
+    d.start()
+    r = d.request("POST", f"/v1/checkpoints/{cid}/restore", json={})
+    assert r.status_code == 404, r.text
+    body = r.json()
+    assert body["code"] == "not_found" and body["status"] == 404, body
+    assert cid in body["detail"], body
+    assert (d.roots[0] / "a.txt").read_text() == "two\n"  # nothing was swapped
+    assert [c["checkpoint_id"] for c in d.list()] == [cid]

@@ -402,7 +402,7 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 	if (q == 0)
 		atomic_store(&o->last_swap_ms, mono_ms());
 	(void)swapped;
-	return overlay_fail(q, err);
+	return q;
 }
 
 static int ovl_restore(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,

@@ -598,7 +598,7 @@ int overlay_capture(void *st, struct progress *p, ckpt_error *err)
 		q = ovl_capture_layer(&o->roots[i], p, err);
 	if (q < 0) {
 		ovl_drop_captures(o);
-		return overlay_fail(q, err);
+		return q;
 	}
 	return 0;
 }
@@ -660,7 +660,7 @@ int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_si
 	free(delta);
 	free(tracked);
 	if (q < 0)
-		return overlay_fail(q, err);
+		return q;
 	*ret_size = size;
 	*ret_data = TAKE_PTR(data);
 	return 0;

@@ -31,14 +31,6 @@
 
 #define OVL_NAME_LEN 8
 
-/* Out of space is the one failure of our own writes a client can act on. */
-static inline int overlay_fail(int q, ckpt_error *err)
-{
-	if (err && (err->errnum == ENOSPC || err->errnum == EDQUOT))
-		err->code = "insufficient_storage";
-	return q;
-}
-
 /* overlay_delta.c: a create's layer that holds only what changed in the
  * upper since the previous create, over that create's layers. */
 #define OVL_DELTA_MAX 16 /* deltas over one full layer; the next create makes a full one */

@@ -237,8 +237,8 @@ int overlay_release(void *st, size_t i, ckpt_error *err)
 	char intent[256], keep[OVL_NAME_LEN + 1] = "";
 
 	if (json_object_size(o->forks))
-		return err_set_kind(err, ERR_CONFLICT, EBUSY, "forks_exist",
-				    "forks use the layers of '%s': delete them first (GET /v1/forks)", r->path);
+		return err_set(err, EBUSY, "forks_exist",
+			       "forks use the layers of '%s': delete them first (GET /v1/forks)", r->path);
 	int q = rel_paths(r, &p);
 	if (q < 0) {
 		rel_paths_free(&p);
@@ -246,9 +246,9 @@ int overlay_release(void *st, size_t i, ckpt_error *err)
 	}
 	/* Open files would keep writing to the old mount: refuse, name them. */
 	if (overlay_busy_processes(r->path, &busy) == 0 && busy.n_busy) {
-		q = err_set_kind(err, ERR_CONFLICT, EBUSY, "root_busy",
-				 "process %ld (%s) still uses '%s' and belongs to no managed unit: stop it first",
-				 busy.busy[0].pid, busy.busy[0].command, r->path);
+		q = err_set(err, EBUSY, "root_busy",
+			    "process %ld (%s) still uses '%s' and belongs to no managed unit: stop it first",
+			    busy.busy[0].pid, busy.busy[0].command, r->path);
 		goto out;
 	}
 	bool layers, need_base;
@@ -272,8 +272,7 @@ int overlay_release(void *st, size_t i, ckpt_error *err)
 		goto out;
 	}
 	if (umount2(r->path, UMOUNT_NOFOLLOW) < 0) {
-		q = err_set_kind(err, errno == EBUSY ? ERR_CONFLICT : ERR_INTERNAL, errno,
-				 errno == EBUSY ? "root_busy" : NULL, "unmount '%s': %m", r->path);
+		q = err_set(err, errno, NULL, "unmount '%s': %m", r->path); /* EBUSY: the engine says root_busy */
 		rel_undo(r, &p);
 		goto out;
 	}
@@ -293,14 +292,14 @@ int overlay_release(void *st, size_t i, ckpt_error *err)
 	/* From here on a failure says "released, but": the engine counts it released. */
 	if ((q = rel_finish(o, r, &p, layers, keep, err)) < 0) {
 		err_prefix(err, "'%s' is released, but the next start has to finish it", r->path);
-		err_mark(err, ERR_INTERNAL, "release_incomplete", q);
+		if (err)
+			err->code = "release_incomplete"; /* the engine counts the root released */
 		goto out;
 	}
 	if (keep[0] && (q = overlay_release_rebase(o, r)) < 0) {
-		err_set(err, -q, NULL,
+		err_set(err, -q, "release_incomplete",
 			"'%s' is released, but its checkpoints are moved onto the old base only at the next start: %s",
 			r->path, strerror(-q));
-		err_mark(err, ERR_INTERNAL, "release_incomplete", q);
 	}
 out:
 	restore_details_free(&busy);

@@ -34,8 +34,8 @@ static int put_data(struct kctx *k, const void *buf, size_t len)
 static int werr(struct kctx *k, const char *what)
 {
 	int e = tar_errno_norm(archive_errno(k->w));
-	return err_set(k->err, e, e == ENOSPC ? "insufficient_storage" : NULL, "cannot write the compacted %s: %s",
-		       what, archive_error_string(k->w) ?: strerror(e));
+	return err_set(k->err, e, NULL, "cannot write the compacted %s: %s", what,
+		       archive_error_string(k->w) ?: strerror(e));
 }
 
 /* The manifest entry an archive entry is (pax writes "dir/" for dirs). */
@@ -152,8 +152,7 @@ static int write_manifest(struct kctx *k, int out_fd, const char *manifest)
 		r = -errno;
 	if (r < 0) {
 		int e = tar_errno_norm(r);
-		return err_set(k->err, e, e == ENOSPC ? "insufficient_storage" : NULL, "cannot write '%s': %s",
-			       manifest, strerror(e));
+		return err_set(k->err, e, NULL, "cannot write '%s': %s", manifest, strerror(e));
 	}
 	return 0;
 }

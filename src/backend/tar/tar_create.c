@@ -38,7 +38,7 @@ static int arch_err(struct cctx *c, const char *what, const char *path)
 {
 	int e = tar_errno_norm(archive_errno(c->a));
 	if (e == ENOSPC)
-		return err_set(c->err, ENOSPC, "insufficient_storage",
+		return err_set(c->err, ENOSPC, NULL,
 			       "no space left in the state directory while writing the checkpoint (%s '%s')", what,
 			       path);
 	/* libarchive's own words ("Write error") do not say why: add the errno's */
@@ -536,8 +536,7 @@ static int finish_files(struct cctx *c, int afd)
 		return arch_err(c, "cannot close", "archive");
 	if (fflush(c->mf) != 0 || fsync(fileno(c->mf)) < 0 || fsync(afd) < 0) {
 		int e = tar_errno_norm(errno);
-		return err_set(c->err, e, e == ENOSPC ? "insufficient_storage" : NULL,
-			       "cannot write checkpoint files: %s", strerror(e));
+		return err_set(c->err, e, NULL, "cannot write checkpoint files: %s", strerror(e));
 	}
 	return 0;
 }

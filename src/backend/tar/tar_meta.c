@@ -53,8 +53,7 @@ int tar_meta_write(struct tar_state *s, int dirfd, const struct chain *ch, ckpt_
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	int r = write_file_atomic(dirfd, META, text, strlen(text), 0600);
 	if (r < 0)
-		return err_set(err, tar_errno_norm(r), r == -ENOSPC || r == -EDQUOT ? "insufficient_storage" : NULL,
-			       "cannot write checkpoint metadata: %s", strerror(-r));
+		return err_set(err, tar_errno_norm(r), NULL, "cannot write checkpoint metadata: %s", strerror(-r));
 	return 0;
 }
 

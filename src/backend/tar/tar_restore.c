@@ -320,15 +320,13 @@ static struct tar_mentry *check_entry(struct rctx *c, struct archive_entry *ae, 
 static int disk_err(struct rctx *c, struct archive *w, const char *what, const char *path)
 {
 	int e = tar_errno_norm(archive_errno(w));
-	return err_set(c->err, e, e == ENOSPC ? "insufficient_storage" : NULL, "cannot %s '%s': %s", what, path,
-		       archive_error_string(w) ?: strerror(e));
+	return err_set(c->err, e, NULL, "cannot %s '%s': %s", what, path, archive_error_string(w) ?: strerror(e));
 }
 
 static int sys_err(struct rctx *c, int e, const char *what, const char *path)
 {
 	e = tar_errno_norm(e);
-	return err_set(c->err, e, e == ENOSPC ? "insufficient_storage" : NULL, "cannot %s '%s': %s", what, path,
-		       strerror(e));
+	return err_set(c->err, e, NULL, "cannot %s '%s': %s", what, path, strerror(e));
 }
 
 static int pwrite_all(int fd, const char *buf, size_t len, off_t off)

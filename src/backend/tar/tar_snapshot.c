@@ -152,8 +152,7 @@ static int snapshot(struct tar_state *s, const char *name, char *const *from, st
 	snprintf(tmp, sizeof(tmp), ".tmp-%s", name);
 	rm_rf_at(s->tar_fd, tmp);
 	if (mkdirat(s->tar_fd, tmp, 0700) < 0)
-		return err_set(err, tar_errno_norm(errno), errno == ENOSPC ? "insufficient_storage" : NULL,
-			       "cannot create '%s': %m", tmp);
+		return err_set(err, tar_errno_norm(errno), NULL, "cannot create '%s': %m", tmp);
 	_cleanup_close_ int dfd = openat(s->tar_fd, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	r = dfd < 0 ? err_set(err, errno, NULL, "cannot open '%s': %m", tmp) : 0;
 	if (r >= 0)
@@ -168,8 +167,6 @@ static int snapshot(struct tar_state *s, const char *name, char *const *from, st
 		rm_rf_at(s->tar_fd, tmp);
 		rm_rf_at(s->tar_fd, name);
 		fsync(s->tar_fd);
-		if (err && err->errnum == ENOSPC && !err->code)
-			err->code = "insufficient_storage";
 	}
 	return r;
 }
