@@ -269,8 +269,3 @@ const char *engine_backend_name(struct engine *e)
 {
 	return e->backend->name;
 }
-
-void engine_count_http(struct engine *e, int status)
-{
-	metrics_http(&e->metrics, status);
-}

@@ -89,7 +89,6 @@ char *engine_metrics(struct engine *e);
 int engine_sweep(struct engine *e);
 /* A short phrase naming the running operation (for sd_notify STATUS=). */
 void engine_status_line(struct engine *e, char *buf, size_t len);
-void engine_count_http(struct engine *e, int status);
 const char *engine_backend_name(struct engine *e);
 
 /* Idempotency keys (idempotency.c): the first answer to a mutating request
@@ -121,7 +120,8 @@ bool idem_key_valid(const char *key);
  * key was used for another request. Negative errno on failure. */
 int engine_idem_begin(struct engine *e, const char *key, const char *method, const char *path, const char *body_sha256,
 		      struct idem_ticket *t, struct idem_answer *ret);
-/* Remember the answer (body NULL: nothing to remember) and release the key. */
+/* Remember the answer (body NULL: nothing to remember; which answers are
+ * worth keeping is the HTTP layer's call) and release the key. */
 void engine_idem_finish(struct engine *e, struct idem_ticket *t, const char *key, int status, const char *body,
 			bool problem);
 /* Forget keys older than IDEM_TTL_SECS; returns how many. */

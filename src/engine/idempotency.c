@@ -145,19 +145,12 @@ out:
 	return state;
 }
 
-static bool idem_worth_keeping(int status)
-{
-	/* A 5xx, a conflict with another request or a busy answer says "not
-	 * done, try again": a retry with the same key must run again. */
-	return status >= 200 && status < 500 && status != 408 && status != 409 && status != 429;
-}
-
 void engine_idem_finish(struct engine *e, struct idem_ticket *t, const char *key, int status, const char *body,
 			bool problem)
 {
 	if (!t->active)
 		return;
-	if (body && idem_worth_keeping(status)) {
+	if (body) {
 		json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:b, s:s}", "key", key, "fingerprint", t->fingerprint,
 				      "created_ms", (json_int_t)now_ms(), "status", status, "problem", problem, "body",
 				      body);

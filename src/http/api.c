@@ -77,6 +77,14 @@ static void api_replay_current(void *app, struct http_response *resp)
 	http_json(resp, creating ? 202 : 200, cur);
 }
 
+/* Whether a key keeps this answer. A 5xx, a conflict with another request
+ * or a busy answer says "not done, try again": a retry with the same key
+ * must run again. */
+static bool api_idem_keeps(int status)
+{
+	return status >= 200 && status < 500 && status != 408 && status != 409 && status != 429;
+}
+
 /* Run handler under the request's Idempotency-Key, if it has one: a repeat
  * of a request already answered gets that answer again (with
  * Idempotent-Replayed: true), a repeat while it runs a 409, another request
@@ -100,7 +108,7 @@ static void api_idempotent(void *app, const struct http_request *req, struct htt
 	switch (r) {
 	case IDEM_FRESH: {
 		handler(app, req, resp);
-		char *body = resp->json ? json_dumps(resp->json, JSON_COMPACT) : NULL;
+		char *body = resp->json && api_idem_keeps(resp->status) ? json_dumps(resp->json, JSON_COMPACT) : NULL;
 		engine_idem_finish(app, &t, key, resp->status, body,
 				   resp->content_type && strstr(resp->content_type, "problem"));
 		free(body);
@@ -319,9 +327,10 @@ static void api_health(void *app, const struct http_request *req, struct http_re
 
 static void api_metrics(void *app, const struct http_request *req, struct http_response *resp)
 {
-	(void)req;
+	_cleanup_free_ char *engine = engine_metrics(app), *http = http_metrics(req);
 	resp->status = 200;
-	resp->text = engine_metrics(app);
+	if (engine && http && asprintf(&resp->text, "%s%s", engine, http) < 0)
+		resp->text = NULL;
 	resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
 	if (!resp->text)
 		http_fail(resp, ERR_INTERNAL, NULL, "cannot render metrics");
@@ -357,11 +366,6 @@ static const struct http_route routes[] = {
 	{ "GET", "/metrics", api_metrics, false, false },
 };
 
-static void api_count_status(void *app, int status)
-{
-	engine_count_http(app, status);
-}
-
 void api_server_opts(struct engine *e, const char *token, bool metrics_token_free, struct http_server_opts *ret)
 {
 	static struct http_route out[ARRAY_SIZE(routes)];
@@ -369,7 +373,5 @@ void api_server_opts(struct engine *e, const char *token, bool metrics_token_fre
 	for (size_t i = 0; i < ARRAY_SIZE(out); i++)
 		if (!strcmp(out[i].pattern, "/metrics"))
 			out[i].public_ = metrics_token_free;
-	*ret = (struct http_server_opts){
-		.routes = out, .n_routes = ARRAY_SIZE(out), .app = e, .token = token, .on_status = api_count_status
-	};
+	*ret = (struct http_server_opts){ .routes = out, .n_routes = ARRAY_SIZE(out), .app = e, .token = token };
 }

@@ -85,9 +85,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		http_problem(&resp, 413, NULL, "request body over %d bytes", HTTP_MAX_BODY);
 		return http_reply_now(conn, srv, &resp);
 	}
-	struct http_request req = {
-		.method = method, .path = url, .body = ctx->body, .body_len = ctx->len, .conn = conn, .body_fd = -1
-	};
+	struct http_request req = { .method = method,
+				    .path = url,
+				    .body = ctx->body,
+				    .body_len = ctx->len,
+				    .conn = conn,
+				    .body_fd = -1,
+				    .server = srv };
 	if (ctx->spool && ctx->spool_fd >= 0 && lseek(ctx->spool_fd, 0, SEEK_SET) == 0)
 		req.body_fd = ctx->spool_fd, req.body_len = ctx->spool_len;
 	uint8_t digest[SHA256_DIGEST_SIZE];

@@ -13,8 +13,9 @@ struct http_request {
 	const char *path; /* without the query */
 	const char *body; /* NUL-terminated, may be NULL */
 	size_t body_len;
-	void *conn;            /* opaque, for http_query / http_header */
-	const char *params[4]; /* {id}-style path parameters, in order */
+	void *conn;                 /* opaque, for http_query / http_header */
+	struct http_server *server; /* the server that answers, for http_metrics */
+	const char *params[4];      /* {id}-style path parameters, in order */
 	size_t n_params;
 	int body_fd; /* HTTP_BODY_SPOOL routes: the body in an unlinked file at offset 0 (body_len bytes); else -1 */
 	/* sha256 of the body in hex, taken as it was read whether kept in memory
@@ -62,14 +63,13 @@ struct http_server_opts {
 	const struct http_route *routes;
 	size_t n_routes;
 	void *app;
-	const char *token;                        /* NULL: no auth */
-	void (*on_status)(void *app, int status); /* counts responses, may be NULL */
-	unsigned conn_limit;                      /* per listener, default 1024 */
-	unsigned per_client_limit;                /* per client address, default 64 */
-	unsigned conn_timeout_s;                  /* idle, default 60 */
-	unsigned header_timeout_s;                /* to send a request's headers, default 10 */
-	const char *spool_dir;                    /* where spooled bodies go (unlinked files) */
-	uint64_t max_spool_bytes;                 /* larger spooled bodies answer 413 */
+	const char *token;         /* NULL: no auth */
+	unsigned conn_limit;       /* per listener, default 1024 */
+	unsigned per_client_limit; /* per client address, default 64 */
+	unsigned conn_timeout_s;   /* idle, default 60 */
+	unsigned header_timeout_s; /* to send a request's headers, default 10 */
+	const char *spool_dir;     /* where spooled bodies go (unlinked files) */
+	uint64_t max_spool_bytes;  /* larger spooled bodies answer 413 */
 };
 
 /* listen: "HOST:PORT", "unix:PATH", or "fd:N" (socket activation). */
@@ -80,6 +80,9 @@ void http_stop(struct http_server *s);
 void http_upgrade_close(void *handle);
 
 const char *http_query(const struct http_request *req, const char *key);
+/* The responses req's server sent, by status, in Prometheus text
+ * (ckptd_http_requests_total); caller frees, NULL when out of memory. */
+char *http_metrics(const struct http_request *req);
 const char *http_header(const struct http_request *req, const char *key);
 
 /* Fill resp with application/problem+json {type,title,status,detail,code}. */

@@ -6,7 +6,7 @@
  * requests never spool: their body is dropped and http_route_dispatch answers 401. */
 bool http_body_wants_spool(struct http_server *srv, struct MHD_Connection *conn, const char *url, const char *method)
 {
-	struct http_request req = { .method = method, .path = url, .conn = conn };
+	struct http_request req = { .method = method, .path = url, .conn = conn, .server = srv };
 	for (size_t i = 0; i < srv->opts.n_routes; i++) {
 		const struct http_route *r = &srv->opts.routes[i];
 		if (r->raw_body == HTTP_BODY_SPOOL && !strcmp(r->method, method) && http_route_match(r->pattern, url, &req))

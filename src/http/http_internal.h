@@ -6,6 +6,7 @@
  * http_problem.c (statuses, problem+json), never back. */
 #pragma once
 #include "http/http.h"
+#include "lib/metrics.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -50,6 +51,7 @@ struct http_server {
 	pthread_mutex_t lock; /* guards the list and the pending/since fields */
 	struct conn_track *conns;
 	unsigned n_conns, n_evicted;
+	struct metrics_statuses statuses; /* every response sent, by status */
 };
 
 struct req_ctx {

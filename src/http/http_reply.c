@@ -124,14 +124,19 @@ static enum MHD_Result send_stream(struct MHD_Connection *conn, struct http_resp
 	return ret;
 }
 
+char *http_metrics(const struct http_request *req)
+{
+	static const struct metrics_statuses none; /* a request no server read */
+	return metrics_status_render(req->server ? &req->server->statuses : &none);
+}
+
 static enum MHD_Result send_response(struct MHD_Connection *conn, struct http_server *srv, struct http_response *resp)
 {
 	enum MHD_Result ret;
 	char *body;
 	size_t len;
 
-	if (srv->opts.on_status)
-		srv->opts.on_status(srv->opts.app, resp->status);
+	metrics_status_count(&srv->statuses, resp->status);
 	if (resp->status == 101 && resp->upgrade)
 		return send_upgrade(conn, resp);
 	if (resp->stream_read)

@@ -41,13 +41,10 @@ void metrics_op(struct metrics *m, enum metrics_op op, bool ok, double seconds)
 	pthread_mutex_unlock(&m->lock);
 }
 
-void metrics_http(struct metrics *m, int status)
+void metrics_status_count(struct metrics_statuses *s, int status)
 {
-	if (status < 100 || status >= 600)
-		return;
-	pthread_mutex_lock(&m->lock);
-	m->http[status]++;
-	pthread_mutex_unlock(&m->lock);
+	if (status >= 100 && status < 600)
+		atomic_fetch_add(&s->by_status[status], 1);
 }
 
 static void render_hist(FILE *f, const char *name, const char *help, const struct metrics_hist *h)
@@ -68,12 +65,6 @@ static void render_counters(FILE *f, const struct metrics *m)
 		for (int r = 0; r < 2; r++)
 			fprintf(f, "ckptd_operations_total{op=\"%s\",result=\"%s\"} %llu\n", op_names[op],
 				r ? "error" : "success", (unsigned long long)m->ops[op][r]);
-	fputs("# HELP ckptd_http_requests_total HTTP responses by status code.\n"
-	      "# TYPE ckptd_http_requests_total counter\n",
-	      f);
-	for (int c = 100; c < 600; c++)
-		if (m->http[c])
-			fprintf(f, "ckptd_http_requests_total{code=\"%d\"} %llu\n", c, (unsigned long long)m->http[c]);
 }
 
 static uint64_t process_open_fds(void)
@@ -149,6 +140,25 @@ char *metrics_render(struct metrics *m, const struct metrics_gauges *g)
 		"ckptd_build_info{version=\"%s\",backend=\"%s\"} 1\n",
 		g->version, g->backend);
 	render_process(f);
+	fclose(f);
+	return buf;
+}
+
+char *metrics_status_render(const struct metrics_statuses *s)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return NULL;
+	fputs("# HELP ckptd_http_requests_total HTTP responses by status code.\n"
+	      "# TYPE ckptd_http_requests_total counter\n",
+	      f);
+	for (int c = 100; c < 600; c++) {
+		uint64_t n = atomic_load(&s->by_status[c]);
+		if (n)
+			fprintf(f, "ckptd_http_requests_total{code=\"%d\"} %llu\n", c, (unsigned long long)n);
+	}
 	fclose(f);
 	return buf;
 }

@@ -1,6 +1,7 @@
 /* metrics.h: counters and histograms, rendered in Prometheus text format 0.0.4. */
 #pragma once
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -23,7 +24,11 @@ struct metrics {
 	pthread_mutex_t lock;
 	struct metrics_hist create_s, restore_s;
 	uint64_t ops[OP_COUNT_][2]; /* [op][0 = success, 1 = error] */
-	uint64_t http[600];         /* by status code */
+};
+
+/* Responses by HTTP status code: the HTTP server keeps one (src/http). */
+struct metrics_statuses {
+	_Atomic uint64_t by_status[600];
 };
 
 /* What the engine knows at render time. */
@@ -37,5 +42,8 @@ struct metrics_gauges {
 void metrics_init(struct metrics *m);
 void metrics_destroy(struct metrics *m);
 void metrics_op(struct metrics *m, enum metrics_op op, bool ok, double seconds);
-void metrics_http(struct metrics *m, int status);
 char *metrics_render(struct metrics *m, const struct metrics_gauges *g);
+/* A status out of 100..599 is not counted. */
+void metrics_status_count(struct metrics_statuses *s, int status);
+/* The ckptd_http_requests_total family; caller frees, NULL when out of memory. */
+char *metrics_status_render(const struct metrics_statuses *s);
