@@ -39,9 +39,13 @@ struct busy_process {
 /* What a restore or reset did besides succeeding, as data: the API layer
  * writes it into the response. Fields a backend does not fill stay zero. */
 struct restore_details {
-	struct busy_process *busy; /* overlay: owned array; old mounts were detached lazily */
+	/* Processes that still held a root the restore swapped away (its old
+	 * mount was detached lazily); owned array. */
+	struct busy_process *busy;
 	size_t n_busy;
-	bool has_tar_stats; /* tar: the in-place restore's counts */
+	/* An in-place restore's counts, answered under this key (the backend's
+	 * name); NULL: the restore rewrote nothing in place. */
+	const char *counts_key;
 	uint64_t rewritten, removed, kept, bytes;
 };
 
@@ -51,6 +55,77 @@ static inline void restore_details_free(struct restore_details *d)
 	d->busy = NULL;
 	d->n_busy = 0;
 }
+
+/* Comparing checkpoints with each other and with the live roots. */
+struct backend_compare_ops {
+	/* After a restore: compare every root with checkpoint id (NULL: the base)
+	 * by its recorded contents, not by the shortcuts restore takes. Appends
+	 * up to max {"path", "reason"} objects to diffs; <0 only when the
+	 * comparison could not run. */
+	int (*verify)(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err);
+	/* Append to out one object per path that differs between checkpoint id
+	 * and checkpoint id2 (NULL: the live roots), sorted by path (see
+	 * backend_diff.h). */
+	int (*diff)(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out,
+		    ckpt_error *err);
+};
+
+/* Forks: a writable copy-on-write view of a checkpoint. */
+struct backend_fork_ops {
+	/* Mount a writable copy-on-write view of checkpoint id as fork fid,
+	 * root i's at dirs[i] (empty directories). *fdata is NULL for a new
+	 * fork (set it to the backend's JSON to record), or that JSON again to
+	 * mount it after a restart (no-op if mounted). */
+	int (*mount)(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs, json_t **fdata,
+		     ckpt_error *err);
+	/* Unmount fork fid and remove its private data; dirs stay, empty. */
+	int (*remove)(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err);
+};
+
+/* Export and import (engine_export.h explains the archive). */
+struct backend_xfer_ops {
+	/* For each root, an absolute directory showing checkpoint id (NULL: the
+	 * base) as a whole tree, made below the empty dir tmp, which the caller
+	 * removes after view_close. Nothing may write to it. */
+	int (*view_open)(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);
+	void (*view_close)(void *st, char **dirs);
+	/* Make checkpoint id from dirs[i], root i's whole tree (below the state
+	 * dir; the backend may move from it, the caller removes what is left). */
+	int (*import)(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size,
+		      ckpt_error *err);
+	/* The export's identity. Non-NULL when a checkpoint holds only what
+	 * changed over the base (layers): an export then names the base (this
+	 * kind and a digest of the base's tree), and an import of another
+	 * export by a backend of the same name is refused over another base.
+	 * NULL: a checkpoint is a whole tree, importable over any base. */
+	const char *base_kind;
+	/* Import filtering: whether the extended attribute name may cross in an
+	 * archive (export writes, import keeps only those). NULL: all may. */
+	bool (*xattr_portable)(const char *name);
+};
+
+/* overlayfs reads trusted.overlay.* (redirects into other paths, opaque
+ * dirs) on any layer it mounts, and any tree may become one: such an
+ * attribute never crosses in an archive, whichever backend exports or
+ * imports it. The xattr_portable both backends use. */
+static inline bool backend_xattr_portable(const char *name)
+{
+	return strncmp(name, "trusted.overlay.", 16) != 0;
+}
+
+/* Stop managing a root. */
+struct backend_release_ops {
+	/* Leave at root i's path a plain directory holding what it shows now
+	 * (the caller stopped the units using it). Checkpoints outlive it: they
+	 * restore once the root is adopted again. A kill at any point leaves
+	 * the managed root (open undoes the rest) or the released directory,
+	 * complete. A failure after the path holds the released directory sets
+	 * the code "release_incomplete": the root counts as released. */
+	int (*release)(void *st, size_t i, ckpt_error *err);
+	/* Whether release unmounts the root: the engine then refuses while a
+	 * process outside the units uses it, or a fork exists. */
+	bool unmounts;
+};
 
 struct backend_ops {
 	const char *name; /* "overlay" | "tar" */
@@ -95,31 +170,11 @@ struct backend_ops {
 	int (*restore)(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
 		       ckpt_error *err);
 
-	/* After a restore: compare every root with checkpoint id (NULL: the base)
-	 * by its recorded contents, not by the shortcuts restore takes. Appends
-	 * up to max {"path", "reason"} objects to diffs; <0 only when the
-	 * comparison could not run. NULL when the backend cannot verify. */
-	int (*verify)(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err);
-
 	/* Reset every root to its base (its contents when ckptd adopted it). */
 	int (*reset)(void *st, struct restore_details *details, ckpt_error *err);
 
 	/* Drop checkpoint id's data (the record is already gone or going). */
 	int (*remove)(void *st, const char *id, json_t *data, ckpt_error *err);
-
-	/* Forks (may be NULL: not supported). Mount a writable copy-on-write view
-	 * of checkpoint id as fork fid, root i's at dirs[i] (empty directories).
-	 * *fdata is NULL for a new fork (set it to the backend's JSON to record),
-	 * or that JSON again to mount it after a restart (no-op if mounted). */
-	int (*fork_mount)(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs,
-			  json_t **fdata, ckpt_error *err);
-	/* Unmount fork fid and remove its private data; dirs stay, empty. */
-	int (*fork_remove)(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err);
-	/* Append to out one object per path that differs between checkpoint id
-	 * and checkpoint id2 (NULL: the live roots), sorted by path (see
-	 * backend_diff.h). NULL when the backend cannot diff. */
-	int (*diff)(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out,
-		    ckpt_error *err);
 
 	/* Members for GET /v1/health (e.g. "backend_reason", mounts). */
 	void (*health)(void *st, json_t *out);
@@ -134,28 +189,13 @@ struct backend_ops {
 
 	void (*close)(void *st, bool unmount);
 
-	/* Export and import (backend_export.h explains; NULL: not supported).
-	 * view_open: for each root, an absolute directory showing checkpoint id
-	 * (NULL: the base) as a whole tree, made below the empty dir tmp, which
-	 * the caller removes after view_close. Nothing may write to it. */
-	int (*view_open)(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);
-	void (*view_close)(void *st, char **dirs);
-	/* Make checkpoint id from dirs[i], root i's whole tree (below the state
-	 * dir; the backend may move from it, the caller removes what is left). */
-	int (*import)(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size,
-		      ckpt_error *err);
-
-	/* Stop managing root i: leave at its path a plain directory holding what
-	 * it shows now (the caller stopped the units using it). Checkpoints
-	 * outlive it: they restore once the root is adopted again. A kill at
-	 * any point leaves the managed root (open undoes the rest) or the
-	 * released directory, complete. A failure after the path holds the
-	 * released directory sets the code "release_incomplete": the root
-	 * counts as released. NULL: not supported. */
-	int (*release)(void *st, size_t i, ckpt_error *err);
-	/* Whether release unmounts the root (overlay): the engine then refuses
-	 * while a process outside the units uses it, or a fork exists. */
-	bool release_unmounts;
+	/* The optional abilities, each present or absent as a whole (NULL:
+	 * the backend has none of it); the engine never asks which backend it
+	 * has. */
+	const struct backend_compare_ops *compare;
+	const struct backend_fork_ops *forks;
+	const struct backend_xfer_ops *xfer;
+	const struct backend_release_ops *release;
 };
 
 extern const struct backend_ops backend_tar_ops;

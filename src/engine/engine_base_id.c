@@ -70,7 +70,7 @@ int engine_base_identity(struct engine *e, char out[80], ckpt_error *err)
 	int q = engine_xfer_tmp(e, &tmp, err);
 	if (q < 0)
 		return q;
-	q = e->backend->view_open(e->bst, NULL, NULL, tmp, &dirs, err);
+	q = e->backend->xfer->view_open(e->bst, NULL, NULL, tmp, &dirs, err);
 	sha256_init(&b.h);
 	for (size_t i = 0; q == 0 && i < e->cfg->n_roots; i++) {
 		char hdr[32];
@@ -82,7 +82,7 @@ int engine_base_identity(struct engine *e, char out[80], ckpt_error *err)
 			err_set(err, -q, NULL, "list the base: %s", strerror(-q));
 	}
 	if (dirs)
-		e->backend->view_close(e->bst, dirs);
+		e->backend->xfer->view_close(e->bst, dirs);
 	rm_rf_at(e->state_fd, tmp + strlen(e->cfg->state_dir) + 1);
 	if (q < 0)
 		return q;

@@ -72,7 +72,7 @@ int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req 
 	if (req->page_token && !(after = diff_untoken(req->page_token)))
 		return err_set_kind(err, ERR_INVALID, EINVAL, "invalid_field",
 				    "page_token is not one this server gave");
-	if (!e->backend->diff)
+	if (!e->backend->compare)
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "not_supported", "the %s backend cannot diff",
 				    e->backend->name);
 	if (engine_check_not_creating(e, id_or_name, err) < 0 || engine_check_not_creating(e, req->against, err) < 0)
@@ -88,8 +88,8 @@ int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req 
 	else if (a->status != CKPT_ACTIVE || (b && b->status != CKPT_ACTIVE))
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "both checkpoints must be active");
 	else
-		r = e->backend->diff(e->bst, a->id, a->backend_data, b ? b->id : NULL, b ? b->backend_data : NULL, all,
-				     err);
+		r = e->backend->compare->diff(e->bst, a->id, a->backend_data, b ? b->id : NULL,
+					      b ? b->backend_data : NULL, all, err);
 	pthread_mutex_unlock(&e->op_lock);
 	if ((r = engine_err_classify(err, ENGINE_CTX_READ, r)) < 0)
 		return r;

@@ -102,12 +102,13 @@ static int export_manifest(struct engine_export *x, ckpt_error *err)
 	_cleanup_free_ char *p = path_join(x->tmp, "manifest.json");
 	int q = 0;
 
-	if (!strcmp(e->backend->name, "overlay") && (q = engine_base_identity(e, base, err)) < 0)
+	const char *base_kind = e->backend->xfer->base_kind;
+	if (base_kind && (q = engine_base_identity(e, base, err)) < 0)
 		return q;
 	json_auto_t *head =
 		json_pack("{s:s, s:i, s:s, s:O, s:o}", "format", FORMAT_NAME, "version", FORMAT_VERSION, "backend",
 			  e->backend->name, "checkpoint", x->rec, "base",
-			  base[0] ? json_pack("{s:s, s:s}", "identity", base, "kind", "overlay-base") : json_null());
+			  base[0] ? json_pack("{s:s, s:s}", "identity", base, "kind", base_kind) : json_null());
 	_cleanup_free_ char *hs = head ? json_dumps(head, JSON_COMPACT) : NULL;
 	if (!p || !hs || !(x->mf = fopen(p, "we")))
 		return err_set(err, p && hs ? errno : ENOMEM, NULL, "write the export manifest: %m");
@@ -172,7 +173,8 @@ static int ar_copy_fd(struct engine_export *x, int fd)
 	return k < 0 ? err_set(&x->err, errno, NULL, "read: %m") : 0;
 }
 
-static void ar_xattrs(struct archive_entry *ae, int dirfd, const char *name)
+/* The view's xattrs that may cross (the backend's import filter). */
+static void ar_xattrs(const struct engine *e, struct archive_entry *ae, int dirfd, const char *name)
 {
 	struct xattr_ref xr;
 	_cleanup_free_ char *list = malloc(XATTR_LIST_BUF), *val = malloc(XATTR_VALUE_BUF);
@@ -182,7 +184,7 @@ static void ar_xattrs(struct archive_entry *ae, int dirfd, const char *name)
 	ssize_t n = xattr_list(&xr, list, XATTR_LIST_BUF);
 	for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(list + off) + 1) {
 		const char *k = list + off;
-		if (!strncmp(k, "trusted.overlay.", 16))
+		if (e->backend->xfer->xattr_portable && !e->backend->xfer->xattr_portable(k))
 			continue;
 		ssize_t vl = xattr_get(&xr, k, val, XATTR_VALUE_BUF);
 		if (vl >= 0)
@@ -223,7 +225,7 @@ static int ar_entry(void *ctx, int dirfd, const char *name, const char *rel, con
 	}
 	if (!S_ISREG(st->st_mode) || link)
 		archive_entry_set_size(ae, 0);
-	ar_xattrs(ae, dirfd, rel ? name : NULL);
+	ar_xattrs(x->e, ae, dirfd, rel ? name : NULL);
 	if (archive_write_header(x->a, ae) != ARCHIVE_OK)
 		q = ar_fail(x, "write archive header");
 	if (q == 0 && S_ISREG(st->st_mode) && !link) {
@@ -295,7 +297,7 @@ static void *export_main(void *arg)
 static void export_cleanup(struct engine_export *x)
 {
 	if (x->dirs)
-		x->e->backend->view_close(x->e->bst, TAKE_PTR(x->dirs));
+		x->e->backend->xfer->view_close(x->e->bst, TAKE_PTR(x->dirs));
 	engine_xfer_rm(x->e, x->tmp);
 }
 
@@ -321,7 +323,7 @@ void engine_export_free(struct engine_export *x)
 int engine_export_open(struct engine *e, const char *id_or_name, struct engine_export **ret, ckpt_error *err)
 {
 	int sv[2];
-	if (!e->backend->view_open)
+	if (!e->backend->xfer)
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "unsupported", "the %s backend cannot export",
 				    e->backend->name);
 	const struct ckpt_record *rec = engine_resolve(e, id_or_name);
@@ -349,7 +351,7 @@ int engine_export_open(struct engine *e, const char *id_or_name, struct engine_e
 		/* The view is made under the operation lock: no restore or
 		 * delete changes the layers while it is being mounted. */
 		pthread_mutex_lock(&e->op_lock);
-		q = e->backend->view_open(e->bst, x->id, data, x->tmp, &x->dirs, err);
+		q = e->backend->xfer->view_open(e->bst, x->id, data, x->tmp, &x->dirs, err);
 		pthread_mutex_unlock(&e->op_lock);
 	}
 	json_decref(data);

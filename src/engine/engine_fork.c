@@ -157,7 +157,7 @@ int engine_fork(struct engine *e, const char *id_or_name, const char *path, json
 	char resolved[PATH_MAX], fid[32], created[40];
 	int r;
 
-	if (!e->backend->fork_mount)
+	if (!e->backend->forks)
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "not_supported", "the %s backend cannot fork",
 				    e->backend->name);
 	if (engine_check_not_creating(e, id_or_name, err) < 0)
@@ -214,7 +214,7 @@ int engine_fork(struct engine *e, const char *id_or_name, const char *path, json
 			    strerror(r < 0 ? -r : ENOMEM));
 		goto out;
 	}
-	if ((r = e->backend->fork_mount(e->bst, cid, rec->backend_data, fid, dv, &fdata, err)) < 0) {
+	if ((r = e->backend->forks->mount(e->bst, cid, rec->backend_data, fid, dv, &fdata, err)) < 0) {
 		fork_unsave(e, fid);
 		json_decref(f);
 		goto out;
@@ -224,7 +224,7 @@ int engine_fork(struct engine *e, const char *id_or_name, const char *path, json
 	json_object_set_new(f, "mounted", json_true());
 	if ((r = fork_save(e, f)) < 0) {
 		ckpt_error e2 = { 0 };
-		if (e->backend->fork_remove(e->bst, fid, json_object_get(f, "_backend"), dv, &e2) == 0)
+		if (e->backend->forks->remove(e->bst, fid, json_object_get(f, "_backend"), dv, &e2) == 0)
 			fork_unsave(e, fid);
 		json_decref(f);
 		r = err_set(err, -r, NULL, "cannot record the fork: %s", strerror(-r));
@@ -285,7 +285,7 @@ int engine_fork_delete(struct engine *e, const char *fid, ckpt_error *err)
 			    strerror(r < 0 ? -r : ENOMEM));
 		goto out;
 	}
-	if ((r = e->backend->fork_remove(e->bst, fid, json_object_get(f, "_backend"), dv, err)) < 0) {
+	if ((r = e->backend->forks->remove(e->bst, fid, json_object_get(f, "_backend"), dv, err)) < 0) {
 		fork_save(e, f); /* still whole: keep it as it was */
 		goto out;
 	}
@@ -312,7 +312,7 @@ static void fork_finish_intent(struct engine *e, const char *fid, json_t *f, con
 {
 	const char *intent = json_string_value(json_object_get(f, "intent"));
 	ckpt_error e2 = { 0 };
-	if (!dv || e->backend->fork_remove(e->bst, fid, json_object_get(f, "_backend"), dv, &e2) < 0) {
+	if (!dv || e->backend->forks->remove(e->bst, fid, json_object_get(f, "_backend"), dv, &e2) < 0) {
 		log_warn("fork \"%s\": the %s cut short by a crash cannot be undone yet: %s", fid, intent,
 			 dv ? e2.msg : "out of memory");
 		return;
@@ -344,7 +344,7 @@ int engine_forks_open(struct engine *e, ckpt_error *err)
 			continue;
 		json_t *f = json_loads(s, 0, NULL);
 		const char *fid = json_string_value(json_object_get(f, "fork_id"));
-		if (!fid || !fork_id_valid(fid) || !e->backend->fork_mount) {
+		if (!fid || !fork_id_valid(fid) || !e->backend->forks) {
 			json_decref(f);
 			continue;
 		}
@@ -357,8 +357,8 @@ int engine_forks_open(struct engine *e, ckpt_error *err)
 			continue;
 		}
 		bool ok = dv && fdata &&
-			e->backend->fork_mount(e->bst, json_string_value(json_object_get(f, "checkpoint_id")), NULL,
-					       fid, dv, &fdata, &e2) == 0;
+			e->backend->forks->mount(e->bst, json_string_value(json_object_get(f, "checkpoint_id")), NULL,
+						 fid, dv, &fdata, &e2) == 0;
 		json_object_set_new(f, "mounted", json_boolean(ok));
 		if (!ok) {
 			log_warn("fork \"%s\" cannot be mounted again: %s", fid, e2.msg);

@@ -176,17 +176,18 @@ static int import_manifest(struct import_ctx *c, struct archive *a, struct archi
 	return 0;
 }
 
-/* Overlay checkpoints are only taken where their base is. */
+/* A checkpoint of layers over a base (the backend has a base_kind) imports
+ * only where that base is; an export by a backend of the same name names it. */
 static int import_base_check(struct import_ctx *c)
 {
 	json_t *m = c->manifest;
 	const char *from = json_string_value(json_object_get(m, "backend"));
 	const char *need = json_string_value(json_object_get(json_object_get(m, "base"), "identity"));
 	char have[80];
-	if (!from || strcmp(from, "overlay") || strcmp(c->e->backend->name, "overlay"))
+	if (!c->e->backend->xfer->base_kind || !from || strcmp(from, c->e->backend->name))
 		return 0;
 	if (!need)
-		return bad(c, "an overlay export without a base identity");
+		return bad(c, "an %s export without a base identity", from);
 	int q = engine_base_identity(c->e, have, c->err);
 	if (q < 0)
 		return q;
@@ -199,8 +200,10 @@ static int import_base_check(struct import_ctx *c)
 	return 0;
 }
 
-static void strip_overlay_xattrs(struct archive_entry *ae)
+/* Drop the xattrs the backend does not let cross (xattr_portable). */
+static void import_xattr_filter(const struct import_ctx *c, struct archive_entry *ae)
 {
+	bool (*portable)(const char *name) = c->e->backend->xfer->xattr_portable;
 	const char *k;
 	const void *v;
 	size_t n;
@@ -210,9 +213,11 @@ static void strip_overlay_xattrs(struct archive_entry *ae)
 		size_t n;
 	} keep[64];
 	size_t nk = 0;
+	if (!portable)
+		return;
 	archive_entry_xattr_reset(ae);
 	while (archive_entry_xattr_next(ae, &k, &v, &n) == ARCHIVE_OK && nk < ARRAY_SIZE(keep)) {
-		if (!strncmp(k, "trusted.overlay.", 16))
+		if (!portable(k))
 			continue;
 		keep[nk].k = strdup(k);
 		keep[nk].v = malloc(n ? n : 1);
@@ -300,7 +305,7 @@ static int import_entry(struct import_ctx *c, struct archive *a, struct archive 
 	if (strcmp(got, "file") && size > 0)
 		archive_entry_set_size(ae, 0);
 	archive_entry_copy_pathname(ae, key);
-	strip_overlay_xattrs(ae);
+	import_xattr_filter(c, ae);
 	if (archive_write_header(w, ae) != ARCHIVE_OK)
 		return bad(c, "cannot extract '%.200s': %s", name, archive_error_string(w));
 	if (!strcmp(got, "file")) {
@@ -398,7 +403,7 @@ int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err
 	char id[32];
 	int q;
 
-	if (!e->backend->import)
+	if (!e->backend->xfer)
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "unsupported", "the %s backend cannot import",
 				    e->backend->name);
 	if ((q = engine_xfer_tmp(e, &c.tmp, err)) < 0)
@@ -438,7 +443,7 @@ int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err
 		if (q == 0)
 			q = engine_check_managed(e, err);
 		if (q == 0)
-			q = dirs ? e->backend->import(e->bst, id, dirs, &data, &size, err) : -ENOMEM;
+			q = dirs ? e->backend->xfer->import(e->bst, id, dirs, &data, &size, err) : -ENOMEM;
 		if (q == 0) {
 			json_decref(rec->backend_data);
 			rec->backend_data = data ? data : json_object();

@@ -88,7 +88,7 @@ static int release_run(struct engine *e, const size_t *idx, size_t n, json_t *ou
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "services_busy",
 				 "a unit that uses the roots could not be stopped: nothing released");
 	for (size_t k = 0; r == 0 && k < n; k++) {
-		r = engine_err_classify(err, ENGINE_CTX_RELEASE, e->backend->release(e->bst, idx[k], err));
+		r = engine_err_classify(err, ENGINE_CTX_RELEASE, e->backend->release->release(e->bst, idx[k], err));
 		/* "released, but" (the next start finishes it): released all the same */
 		if (r < 0 && !(err->code && !strcmp(err->code, "release_incomplete")))
 			break;
@@ -124,10 +124,10 @@ int engine_release(struct engine *e, const char *root, bool drop, json_t **ret, 
 		e->released = json_array();
 	pthread_mutex_unlock(&e->state_lock);
 	int r = release_roots(e, root, idx, &n, err);
-	if (r == 0 && n && e->forks && json_object_size(e->forks) && e->backend->release_unmounts)
+	if (r == 0 && n && e->forks && json_object_size(e->forks) && e->backend->release->unmounts)
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "forks_exist",
 				 "forks use the checkpoints' layers: delete them first (GET /v1/forks)");
-	if (r == 0 && n && e->backend->release_unmounts)
+	if (r == 0 && n && e->backend->release->unmounts)
 		r = release_check_users(e, idx, n, err);
 	if (r == 0 && n && drop)
 		r = release_drop_all(e, json_object_get(out, "dropped_checkpoints"), err);

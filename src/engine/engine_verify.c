@@ -11,10 +11,10 @@ int64_t engine_verify(struct engine *e, const char *id, json_t *data, json_t *ex
 	ckpt_error err = { 0 };
 	int r;
 
-	if (!e->backend->verify)
+	if (!e->backend->compare)
 		r = err_set(&err, EOPNOTSUPP, NULL, "the %s backend cannot verify", e->backend->name);
 	else
-		r = e->backend->verify(e->bst, id, data, diffs, VERIFY_MAX_DIFFS, &err);
+		r = e->backend->compare->verify(e->bst, id, data, diffs, VERIFY_MAX_DIFFS, &err);
 	bool ok = r >= 0 && json_array_size(diffs) == 0;
 	ms = mono_ms() - t0;
 	json_object_set_new(extra, "verified", json_boolean(ok));

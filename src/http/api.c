@@ -259,8 +259,8 @@ static json_t *api_restore_details(const struct restore_details *d, json_t *out)
 							d->busy[i].command));
 		json_object_set_new(out, "busy_processes", busy);
 	}
-	if (d->has_tar_stats)
-		json_object_set_new(out, "tar",
+	if (d->counts_key)
+		json_object_set_new(out, d->counts_key,
 				    json_pack("{s:I, s:I, s:I, s:I}", "rewritten", (json_int_t)d->rewritten, "removed",
 					      (json_int_t)d->removed, "kept", (json_int_t)d->kept, "bytes",
 					      (json_int_t)d->bytes));

@@ -317,7 +317,7 @@ static json_t *restore_cp(struct fx *f, const char *id)
 	if (r < 0)
 		fail_msg("restore: %s", err.msg);
 	assert_int_equal(atomic_load(&p.files_done), atomic_load(&p.files_total));
-	assert_true(d.has_tar_stats);
+	assert_string_equal(d.counts_key, "tar");
 	return json_pack("{s:{s:I, s:I, s:I, s:I}}", "tar", "rewritten", (json_int_t)d.rewritten, "removed",
 			 (json_int_t)d.removed, "kept", (json_int_t)d.kept, "bytes", (json_int_t)d.bytes);
 }
@@ -485,7 +485,7 @@ static void test_reset_to_base(void **state)
 	mutate(f->roots[0]);
 	struct restore_details details = { 0 };
 	assert_int_equal(backend_tar_ops.reset(f->st, &details, &err), 0);
-	assert_true(details.has_tar_stats);
+	assert_string_equal(details.counts_key, "tar");
 	char *after = snapshot(f->roots[0]);
 	assert_same_tree(before, after);
 	/* a restart keeps the base it recorded first */

@@ -589,6 +589,16 @@ static int ovl_probe(const struct backend_ctx *ctx, ckpt_error *err)
 	return q < 0 ? err_prefix(err, "overlayfs refused a test mount") : 0;
 }
 
+static const struct backend_compare_ops ovl_compare_ops = { .verify = ovl_verify, .diff = overlay_diff };
+static const struct backend_fork_ops ovl_fork_ops = { .mount = overlay_fork_mount, .remove = overlay_fork_remove };
+/* A checkpoint is layers over the base: an export names it. */
+static const struct backend_xfer_ops ovl_xfer_ops = { .view_open = overlay_view_open,
+						      .view_close = overlay_view_close,
+						      .import = overlay_import,
+						      .base_kind = "overlay-base",
+						      .xattr_portable = backend_xattr_portable };
+static const struct backend_release_ops ovl_release_ops = { .release = overlay_release, .unmounts = true };
+
 const struct backend_ops backend_overlay_ops = {
 	.name = "overlay",
 	.probe = ovl_probe,
@@ -598,19 +608,14 @@ const struct backend_ops backend_overlay_ops = {
 	.capture = overlay_capture,
 	.create = overlay_create,
 	.restore = ovl_restore,
-	.verify = ovl_verify,
 	.reset = ovl_reset,
 	.remove = ovl_remove,
-	.fork_mount = overlay_fork_mount,
-	.fork_remove = overlay_fork_remove,
-	.diff = overlay_diff,
 	.health = ovl_health,
 	.maintain = ovl_maintain,
 	.cleanup = ovl_cleanup,
 	.close = ovl_close,
-	.view_open = overlay_view_open,
-	.view_close = overlay_view_close,
-	.import = overlay_import,
-	.release = overlay_release,
-	.release_unmounts = true,
+	.compare = &ovl_compare_ops,
+	.forks = &ovl_fork_ops,
+	.xfer = &ovl_xfer_ops,
+	.release = &ovl_release_ops,
 };

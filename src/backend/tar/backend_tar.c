@@ -181,6 +181,15 @@ static int tar_release(void *st, size_t i, ckpt_error *err)
 	return 0;
 }
 
+static const struct backend_compare_ops tar_compare_ops = { .verify = tar_verify, .diff = tar_diff };
+static const struct backend_fork_ops tar_fork_ops = { .mount = tar_fork_mount, .remove = tar_fork_remove };
+/* A checkpoint is a whole tree: no base identity. */
+static const struct backend_xfer_ops tar_xfer_ops = { .view_open = tar_view_open,
+						      .view_close = tar_view_close,
+						      .import = tar_import,
+						      .xattr_portable = backend_xattr_portable };
+static const struct backend_release_ops tar_release_ops = { .release = tar_release };
+
 const struct backend_ops backend_tar_ops = {
 	.name = "tar",
 	.probe = tar_probe,
@@ -188,20 +197,16 @@ const struct backend_ops backend_tar_ops = {
 	.recover = tar_recover,
 	.create = tar_create,
 	.restore = tar_restore,
-	.verify = tar_verify,
 	.reset = tar_reset,
 	.remove = tar_remove,
-	.fork_mount = tar_fork_mount,
-	.fork_remove = tar_fork_remove,
-	.diff = tar_diff,
 	.health = tar_health,
 	.maintain = NULL,
 	.cleanup = tar_cleanup,
 	.precopy = tar_precopy,
 	.precopy_only_if_frozen = true,
 	.close = tar_close,
-	.view_open = tar_view_open,
-	.view_close = tar_view_close,
-	.import = tar_import,
-	.release = tar_release,
+	.compare = &tar_compare_ops,
+	.forks = &tar_fork_ops,
+	.xfer = &tar_xfer_ops,
+	.release = &tar_release_ops,
 };

@@ -100,7 +100,7 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	s->pending[0] = '\0';
 	pthread_mutex_unlock(&s->lock);
 	if (details)
-		*details = (struct restore_details){ .has_tar_stats = true,
+		*details = (struct restore_details){ .counts_key = "tar",
 						     .rewritten = sum.rewritten,
 						     .removed = sum.removed,
 						     .kept = sum.kept,
