@@ -93,6 +93,7 @@ CYCLES_ALLOW ?=
 layers: $(LIB_OBJS) $(CLI_OBJS)
 	@CYCLES_ALLOW="$(CYCLES_ALLOW)" sh tools/layers.sh --objects $(BUILD)/obj $(LAYERS)
 	@sh tools/sizes.sh 800
+	@sh tools/kinds.sh
 
 # Short sentences in README.md and docs/*.md (tools/prose.py says what counts).
 prose:
