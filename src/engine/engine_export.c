@@ -173,7 +173,7 @@ static int ar_copy_fd(struct engine_export *x, int fd)
 	return k < 0 ? err_set(&x->err, errno, NULL, "read: %m") : 0;
 }
 
-/* The view's xattrs that may cross (the backend's import filter). */
+/* The view's xattrs that may cross (the backend's xattr_portable). */
 static void ar_xattrs(const struct engine *e, struct archive_entry *ae, int dirfd, const char *name)
 {
 	struct xattr_ref xr;

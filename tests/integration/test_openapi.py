@@ -7,6 +7,7 @@ UNPROVOKABLE with the reason. The route table is checked both ways: each spec
 path answers 405 to a method it does not have with an Allow header naming
 exactly the spec's methods, and paths the spec does not have answer 404. Any
 drift between the spec and the code makes a test here fail."""
+import errno
 import json
 import os
 import re
@@ -378,6 +379,58 @@ def with_cp(df, method, path, **kw):
     return d.request(method, path.replace("{id}", cid), **kw)
 
 
+def full_state(df, forked=False):
+    """A daemon whose state filesystem (a small tmpfs) is full after one
+    checkpoint (and a fork of it); returns it and the checkpoint's id."""
+    d = df(start=False, config={"cleanup_interval_secs": 3600})
+    d.state_dir.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(d.state_dir)], check=True)
+    d.start()
+    (d.roots[0] / "a.txt").write_text("alpha\n")
+    cid = d.create("c")["checkpoint_id"]
+    if forked:
+        (d.base / "fork").mkdir()
+        r = d.request("POST", FORK.replace("{id}", cid), json={"path": str(d.base / "fork")})
+        assert r.status_code == 201, r.text
+    fd = os.open(d.state_dir / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\xff" * (1 << 16))
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, e
+    finally:
+        os.close(fd)
+    return d, cid
+
+
+def fork_no_space(df):
+    """The fork's record cannot be written: 507, and no fork is left."""
+    d, cid = full_state(df)
+    (d.base / "fork").mkdir()
+    r = d.request("POST", FORK.replace("{id}", cid), json={"path": str(d.base / "fork")})
+    assert r.json().get("code") == "insufficient_storage", r.text
+    assert d.request("GET", FORKS).json()["forks"] == []
+    return r
+
+
+def fork_delete_no_space(df):
+    """The fork's removal cannot be recorded: 507, and the fork stays whole."""
+    d, cid = full_state(df, forked=True)
+    fid = d.request("GET", FORKS).json()["forks"][0]["fork_id"]
+    r = d.request("DELETE", f"{FORKS}/{fid}")
+    assert r.json().get("code") == "insufficient_storage", r.text
+    assert [f["fork_id"] for f in d.request("GET", FORKS).json()["forks"]] == [fid]
+    return r
+
+
+def export_no_space(df):
+    """The export's view or manifest cannot be written: 507 before any byte."""
+    d, cid = full_state(df)
+    r = d.request("GET", EXPORT.replace("{id}", cid))
+    assert r.json().get("code") == "insufficient_storage", r.text
+    return r
+
+
 def async_create(df):
     d = seeded(df)
     r = d.request("POST", CP, json={"name": "bg", "async": True})
@@ -465,6 +518,7 @@ PROVOKE = {
     (RESTORE, "post", 413): lambda df: with_cp(df, "POST", RESTORE, data=BIG, headers={"Content-Type": "application/json"}),
     (RESTORE, "post", 415): lambda df: with_cp(df, "POST", RESTORE, data="{}", headers=TEXT),
     (FORK, "post", 201): lambda df: fork_in(df, lambda d, cid: cid),
+    (FORK, "post", 507): fork_no_space,
     (FORK, "post", 400): lambda df: fork_in(df, lambda d, cid: cid, path="/nonexistent/dir"),
     (FORK, "post", 401): lambda df: expect_unauthorized(df, "POST", FORK, json={"path": "/tmp"}),
     (FORK, "post", 404): lambda df: fork_in(df, lambda d, cid: FAKE_ID),
@@ -491,7 +545,9 @@ PROVOKE = {
         "DELETE", f"{FORKS}/{d.request('GET', FORKS).json()['forks'][0]['fork_id']}")),
     (ONE_FORK, "delete", 401): lambda df: expect_unauthorized(df, "DELETE", f"{FORKS}/fk_0"),
     (ONE_FORK, "delete", 404): lambda df: seeded(df).request("DELETE", f"{FORKS}/fk_000000000000000000000000"),
+    (ONE_FORK, "delete", 507): fork_delete_no_space,
     (EXPORT, "get", 200): lambda df: with_cp(df, "GET", EXPORT),
+    (EXPORT, "get", 507): export_no_space,
     (EXPORT, "get", 401): lambda df: expect_unauthorized(df, "GET", EXPORT),
     (EXPORT, "get", 404): lambda df: seeded(df).request("GET", f"{CP}/{FAKE_ID}/export"),
     (EXPORT, "get", 409): lambda df: while_creating(df, "GET", EXPORT),
@@ -531,6 +587,7 @@ UNPROVOKABLE = {
     (CP, "get", 500): "listing reads memory only; no outside trigger makes it fail",
     (ONE, "get", 500): "a get reads memory only; no outside trigger makes it fail",
     (ONE, "delete", 500): "needs an I/O error while removing checkpoint data",
+    (ONE, "delete", 507): "needs the backend's removal to run out of space (a full catalog is worked around)",
     (RESTORE, "post", 500): "needs an I/O error while swapping a root back",
     (RESTORE, "post", 507): "needs a root filesystem that fills up in the middle of a restore",
     (EXPORT, "get", 500): "needs an I/O error while reading the checkpoint",
@@ -541,6 +598,7 @@ UNPROVOKABLE = {
     (DIFF, "get", 500): "needs an I/O error while reading layers or manifests",
     (FORKS, "get", 500): "listing reads memory only",
     (RELEASE, "post", 500): "needs an I/O error while copying the root or swapping the copy in",
+    (RELEASE, "post", 507): "needs the root's filesystem to fill up while release copies the root",
     (ONE_FORK, "delete", 500): "needs an unmount to fail",
     ("/create", "get", 101): "starts a gVisor sandbox with runsc: covered by the host-mode tests",
     ("/create", "get", 500): "only when the session cannot be allocated",
