@@ -63,22 +63,23 @@ static inline void fclosep(FILE **f)
 /* What went wrong, in terms a client can act on. Only the API and the engine
  * choose a kind: lower layers leave it unset, and the engine classifies what
  * comes back from them at its boundary (engine_err.c); a kind still unset
- * answers 500. The HTTP layer maps kind to status in one table. */
+ * answers as internal. The HTTP layer maps kind to status in one table
+ * (http_problem.c). */
 enum ckpt_err_kind {
 	ERR_UNSET = 0,
-	ERR_INVALID,     /* the request is wrong: 400 */
-	ERR_NOT_FOUND,   /* 404 */
-	ERR_CONFLICT,    /* not now, in this state: 409 */
-	ERR_EXPIRED,     /* 410 */
-	ERR_LIMIT,       /* a configured limit reached: 403 */
-	ERR_NO_SPACE,    /* the disk or a byte budget is full: 507 */
-	ERR_UNAVAILABLE, /* 503 */
-	ERR_INTERNAL,    /* 500 */
+	ERR_INVALID,     /* the request is wrong */
+	ERR_NOT_FOUND,   /* no such thing */
+	ERR_CONFLICT,    /* not now, in this state */
+	ERR_EXPIRED,     /* it was there, and is past its time */
+	ERR_LIMIT,       /* a configured limit reached */
+	ERR_NO_SPACE,    /* the disk, a quota or a byte budget is full */
+	ERR_UNAVAILABLE, /* cannot serve now; try again */
+	ERR_INTERNAL,    /* a failure of ckptd's own */
 };
 
 /* An error travelling up: errnum (positive errno) says what failed and stays in
- * the message and the log; kind decides the HTTP status; code, when set with a
- * kind, is the stable machine code clients match on. */
+ * the message and the log; kind decides the answer; code is the stable machine
+ * code clients match on (below the engine, a reason engine_err.c knows). */
 typedef struct ckpt_error {
 	int errnum;
 	enum ckpt_err_kind kind;
@@ -86,7 +87,8 @@ typedef struct ckpt_error {
 	char msg[512];
 } ckpt_error;
 
-/* Fill err (may be NULL) with kind unset and return -errnum. */
+/* Fill err (may be NULL) with kind unset and return -errnum. What a layer
+ * below the engine uses (tools/kinds.sh checks). */
 int err_set(ckpt_error *err, int errnum, const char *code, const char *fmt, ...) _printf_(4, 5);
 /* The same, with a kind chosen by the caller (API and engine only). */
 int err_set_kind(ckpt_error *err, enum ckpt_err_kind kind, int errnum, const char *code, const char *fmt, ...)
