@@ -91,6 +91,8 @@ static int tar_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	r = state_init(s, ctx, err);
 	if (r >= 0) {
+		for (size_t i = 0; i < s->n_roots; i++)
+			tar_probe_ctime(s->tar_fd, s->roots[i], &s->blind[i]);
 		tar_meta_head_load(s);
 		tar_rollback_finish(s);
 		tar_track_arm(s); /* before the base: its capture is the first collect */

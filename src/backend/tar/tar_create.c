@@ -218,6 +218,13 @@ static bool same_content(struct cctx *c, int dirfd, const char *name, const unsi
 	return !memcmp(d, sha, TAR_SHA256_LEN);
 }
 
+/* Where a setxattr leaves ctime (gVisor), the file's xattrs are the
+ * entry's too. (One that cannot be read: no.) */
+static bool same_xattrs(struct cctx *c, int dirfd, const char *name, const struct tar_mentry *e)
+{
+	return !c->o->xattrs_blind || tar_xattrs_match(dirfd, name, e->xhash);
+}
+
 /* The parent's entry for a file that has not changed since it was captured:
  * any write moves ctime, and so do chmod, chown and xattr changes; the
  * caller's final tar_wait_past makes sure a change right after the capture
@@ -243,7 +250,7 @@ static const struct tar_mentry *reusable(struct cctx *c, int dirfd, const char *
 	/* unsure: changed while (or right before) the parent read it */
 	if (!ts_before(st->st_ctim, c->o->parent_started) && !same_content(c, dirfd, name, e->sha256))
 		return NULL;
-	return e;
+	return same_xattrs(c, dirfd, name, e) ? e : NULL;
 }
 
 /* A manifest line only: the data stays where the parent found it. me holds
@@ -314,6 +321,27 @@ static int take_one(struct cctx *c, const struct tar_mentry *pe)
 	return reuse_entry(c, pe, me);
 }
 
+/* A suspect, where a write through a mapping leaves ctime (gVisor): its
+ * data may differ from what an older capture read under the same (inode,
+ * ctime). A chmod to its own mode moves ctime and nothing else a checkpoint
+ * holds, so every older manifest's line stops matching it. (A later write
+ * through a mapping makes it a suspect again: mapped at a collect, or closed
+ * since.) *st is stat-ed again. */
+static int new_ctime(int fd, struct stat *st)
+{
+	struct timespec was = st->st_ctim;
+	for (int tries = 0; tries < 2; tries++) {
+		if (fchmod(fd, st->st_mode & 07777) < 0)
+			return errno == EROFS ? 0 : -errno; /* nothing writes it there */
+		if (fstat(fd, st) < 0)
+			return -errno;
+		if (!ts_eq(st->st_ctim, was))
+			return 0;
+		tar_wait_past(was); /* in the tick that stamped it: once more */
+	}
+	return -EAGAIN;
+}
+
 static int archive_one(struct cctx *c, int dirfd, const char *name, const char *path)
 {
 	_cleanup_entry_ struct archive_entry *ae = archive_entry_new();
@@ -336,6 +364,9 @@ static int archive_one(struct cctx *c, int dirfd, const char *name, const char *
 		return 0; /* removed since readdir */
 	if ((S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) && (fd < 0 || fstat(fd, &st) < 0))
 		return err_set(c->err, errno, NULL, "cannot open '%s': %m", path);
+	if (S_ISREG(st.st_mode) && c->o->mapped_blind && c->o->suspects && pathindex_has(c->o->suspects, path) &&
+	    (r = new_ctime(fd, &st)) < 0)
+		return err_set(c->err, -r, NULL, "cannot give '%s' a new ctime: %s", path, strerror(-r));
 	r = describe(c, dirfd, name, path, &st, fd, ae, &me);
 	if (r < 0)
 		return r;

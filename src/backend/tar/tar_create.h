@@ -34,6 +34,13 @@ struct tar_create_opts {
 	/* Files a process maps shared and writable (or NULL): a write through a
 	 * mapping may leave no new ctime, so they are archived, never reused. */
 	const struct pathindex *suspects;
+	/* What this filesystem changes without a new ctime (tar_probe.c):
+	 * xattrs_blind, a file is reused only when its xattrs are the parent's
+	 * too; mapped_blind, a suspect is given a new ctime (a chmod to its own
+	 * mode) before it is read, so that no older checkpoint's (inode, ctime)
+	 * names the data it holds now. */
+	bool xattrs_blind;
+	bool mapped_blind;
 	uint64_t dirs_read; /* out: directories read rather than taken */
 	uint64_t reused;    /* out: files whose data stayed in an older archive */
 	char **srcs;        /* out: the distinct checkpoints those are in */

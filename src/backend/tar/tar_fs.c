@@ -66,6 +66,17 @@ nomem:
 	return -ENOMEM;
 }
 
+bool tar_xattrs_match(int dirfd, const char *name, uint64_t xhash)
+{
+	struct tar_xattr *xa = NULL;
+	size_t n = 0;
+	if (tar_xattrs_read(dirfd, name, &xa, &n) < 0)
+		return false;
+	uint64_t h = tar_xattrs_hash(xa, n);
+	tar_xattrs_free(xa, n);
+	return h == xhash;
+}
+
 int tar_xattrs_apply_fd(int fd, const struct tar_xattr *xa, size_t n)
 {
 	char list[XATTR_LIST_BUF];

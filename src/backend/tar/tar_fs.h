@@ -8,6 +8,9 @@
 /* The xattrs of name below dirfd (not following symlinks), or of dirfd itself
  * when name is NULL. Sorted by name. */
 int tar_xattrs_read(int dirfd, const char *name, struct tar_xattr **ret, size_t *ret_n);
+/* The xattrs of name below dirfd (dirfd itself when NULL) hash to xhash
+ * (tar_xattrs_hash); false when they cannot be read. */
+bool tar_xattrs_match(int dirfd, const char *name, uint64_t xhash);
 /* Make fd's xattrs exactly xa[] (n may be 0: remove all). */
 int tar_xattrs_apply_fd(int fd, const struct tar_xattr *xa, size_t n);
 

@@ -5,7 +5,9 @@
  *   -> tar_snapshot.c (creates, precopies, imports, the base thread)
  *   -> tar_view.c (views, forks, diff, verify), tar_gc.c (delete, GC, compaction)
  *   -> tar_count.c (progress totals), tar_track.c (change tracking)
- *   -> tar_meta.c (meta.json, head, the restore intent), never back. */
+ *   -> tar_meta.c (meta.json, head, the restore intent), never back.
+ * tar_probe.c (what a root's filesystem changes without a new ctime) is
+ * called by backend_tar.c at open. */
 #pragma once
 #include "backend/backend.h"
 
@@ -30,6 +32,14 @@
 #define META "meta.json"
 #define HEAD "head"
 #define KEEP ".keep"
+
+/* What a root's filesystem changes without moving ctime (tar_probe.c):
+ * (inode, ctime, size) then does not name a file's xattrs, or its data. */
+struct tar_ctime_probe {
+	bool probed;       /* false: the probe failed, both count as blind */
+	bool xattrs_blind; /* a setxattr leaves ctime (gVisor): xattrs are compared */
+	bool mapped_blind; /* a store through a shared mapping leaves it (gVisor) */
+};
 
 struct tar_state {
 	const struct backend_ctx *ctx;
@@ -70,8 +80,9 @@ struct tar_state {
 		char reason[160];
 		uint64_t tracked, walked; /* creates and restores that read only what changed, or all */
 	} * tinfo;
-	char (*no_compact)[NAME_MAX + 1]; /* chains whose compaction found data unlike */
-	size_t n_no_compact;              /* its digests: left as they are (the sweeper's own) */
+	struct tar_ctime_probe blind[MAX_ROOTS]; /* per root, probed at open */
+	char (*no_compact)[NAME_MAX + 1];        /* chains whose compaction found data unlike */
+	size_t n_no_compact;                     /* its digests: left as they are (the sweeper's own) */
 };
 
 /* The chain a checkpoint heads: its parent (NULL: a full checkpoint), the
@@ -133,6 +144,9 @@ json_t *tar_track_health(struct tar_state *s);
 bool tar_track_changed_elsewhere(const struct chg_track *t, const struct tar_manifest *pm);
 void tar_track_scan_suspects(struct tar_state *s, struct pathindex **sus);
 void tar_track_journal_free(struct journal_bufs *j);
+
+/* tar_probe.c */
+void tar_probe_ctime(int tar_fd, const char *root, struct tar_ctime_probe *p);
 
 /* tar_count.c */
 void tar_count_raise(_Atomic uint64_t *total, uint64_t v);

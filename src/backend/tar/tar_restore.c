@@ -51,6 +51,14 @@ static bool unchanged(const struct tar_mentry *e, const struct stat *st)
 	return same && (e->type == 'd' || !S_ISREG(st->st_mode) || e->size == (uint64_t)st->st_size);
 }
 
+/* unchanged, and where a setxattr leaves ctime (gVisor), with the xattrs
+ * the checkpoint holds (name below dirfd, or dirfd itself when NULL). */
+static bool kept_as_is(const struct rctx *c, const struct tar_mentry *e, const struct stat *st, int dirfd,
+		       const char *name)
+{
+	return unchanged(e, st) && (!c->o->xattrs_blind || tar_xattrs_match(dirfd, name, e->xhash));
+}
+
 static void mark_parent(struct rctx *c, const char *path)
 {
 	struct tar_mentry *p = path ? tar_manifest_find(&c->m, path) : NULL;
@@ -95,7 +103,7 @@ static int live_entry(struct rctx *c, int dirfd, const char *name, const char *r
 		return 0;
 	}
 	e->seen = true;
-	if (c->o->trust_nothing || !unchanged(e, &st) || suspect(c, path))
+	if (c->o->trust_nothing || !kept_as_is(c, e, &st, dirfd, name) || suspect(c, path))
 		e->needed = true;
 	return S_ISDIR(st.st_mode) ? 1 : 0;
 }
@@ -172,7 +180,7 @@ static int journal_walk(struct rctx *c, int root_fd)
 			int pfd = parent_fd(c, root_fd, e->path, &leaf);
 			if (pfd < 0 || fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0 || !tar_type_matches(e, &st))
 				e->seen = false; /* gone or replaced: its directory changed too, and is read */
-			else if (c->o->trust_nothing || !unchanged(e, &st) || suspect(c, e->path))
+			else if (c->o->trust_nothing || !kept_as_is(c, e, &st, pfd, leaf) || suspect(c, e->path))
 				e->needed = true;
 		}
 	}
@@ -193,7 +201,7 @@ static int journal_walk(struct rctx *c, int root_fd)
 			continue; /* gone, or not the checkpoint's: its parent changed too, and is read */
 		if (de && fstat(dfd, &st) == 0) {
 			de->seen = true;
-			if (c->o->trust_nothing || !unchanged(de, &st))
+			if (c->o->trust_nothing || !kept_as_is(c, de, &st, dfd, NULL))
 				de->needed = true;
 		}
 		int r = live_walk(c, dfd, d->path[0] ? d->path : NULL, d->deep ? live_one : live_one_flat);

@@ -29,6 +29,9 @@ struct tar_restore_opts {
 	 * (NULL: none known): their data may have changed with no new ctime,
 	 * so they are rewritten, never trusted. */
 	const struct pathindex *suspects;
+	/* A setxattr leaves ctime on this filesystem (gVisor, tar_probe.c): an
+	 * entry is kept only when its xattrs are the checkpoint's too. */
+	bool xattrs_blind;
 	/* Inodes changed where no event of the root shows (change_track.h):
 	 * one the checkpoint holds makes the restore walk the whole root. */
 	const ino_t *outside_inos;

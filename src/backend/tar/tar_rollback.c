@@ -33,6 +33,7 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 		o.dirty = journal ? jb->dirty[i] : NULL;
 		o.n_dirty = journal ? jb->n_dirty[i] : 0;
 		o.suspects = jb->sus[i];
+		o.xattrs_blind = s->blind[i].xattrs_blind;
 		o.outside_inos = journal && s->trk ? s->trk[i].outside_inos : NULL;
 		o.n_outside_inos = journal && s->trk ? s->trk[i].n_outside_inos : 0;
 		int r = tar_restore_root(fd, cfd, arch, man, &o, &one, err);

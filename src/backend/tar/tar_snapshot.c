@@ -110,6 +110,8 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 		o.dirty = dirty[i];
 		o.n_dirty = n_dirty[i];
 		o.suspects = sus[i];
+		o.xattrs_blind = s->blind[i].xattrs_blind;
+		o.mapped_blind = s->blind[i].mapped_blind;
 		tar_meta_names(i, s->zstd, arch, man);
 		int r = tar_create_root(fd, dirfd, arch, man, &o, err);
 		if (r >= 0 && journal && getenv("CKPTD_TRACK_CHECK"))
