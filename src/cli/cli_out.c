@@ -273,6 +273,13 @@ void cli_out_status(json_t *h)
 		printf("warning: %s was released: a plain directory, not managed until ckptd restarts\n",
 		       json_string_value(u));
 	}
+	json_array_foreach(json_object_get(h, "tracking_roots"), i, u)
+	{
+		size_t k;
+		json_t *g;
+		json_array_foreach(json_object_get(u, "not_guaranteed"), k, g)
+			printf("warning: %s: not guaranteed: %s\n", cli_out_str(u, "path", "?"), json_string_value(g));
+	}
 	printf("%-16s%s, %s backend, %lld checkpoint(s)\n", "Status:", cli_out_str(h, "status", "-"),
 	       cli_out_str(h, "backend", "-"), (long long)json_integer_value(json_object_get(h, "checkpoints")));
 	cli_out_list("Roots:", json_object_get(h, "roots"));

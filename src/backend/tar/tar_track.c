@@ -27,15 +27,38 @@ void tar_track_count(struct tar_state *s, size_t i, bool tracked)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* What root i's filesystem changes without a new ctime (tar_probe.c), and
+ * what that leaves a create or restore unable to see: without tracking, a
+ * file mapped, written and unmapped between two operations (no close
+ * event, no /proc entry, no new ctime). */
+static json_t *trk_blind_json(const struct tar_ctime_probe *b, bool tracking, json_t **ret_unsure)
+{
+	json_t *a = json_array(), *u = json_array();
+	if (b->xattrs_blind)
+		json_array_append_new(a, json_string("xattrs"));
+	if (b->mapped_blind)
+		json_array_append_new(a, json_string("mapped_writes"));
+	if (b->mapped_blind && !tracking)
+		json_array_append_new(u,
+				      json_string("a write through a shared mapping that is mapped and unmapped "
+						  "between two creates or restores"));
+	*ret_unsure = u;
+	return a;
+}
+
 json_t *tar_track_health(struct tar_state *s)
 {
 	json_t *a = json_array();
-	for (size_t i = 0; s->tinfo && i < s->n_roots; i++)
+	for (size_t i = 0; s->tinfo && i < s->n_roots; i++) {
+		json_t *unsure;
+		json_t *blind = trk_blind_json(&s->blind[i], s->tinfo[i].method != CHG_TRACK_NONE, &unsure);
 		json_array_append_new(a,
-				      json_pack("{s:s, s:s, s:s, s:I, s:I}", "path", s->roots[i], "tracking",
+				      json_pack("{s:s, s:s, s:s, s:I, s:I, s:o, s:o}", "path", s->roots[i], "tracking",
 						chg_track_method_name(s->tinfo[i].method), "tracking_reason",
 						s->tinfo[i].reason, "tracked", (json_int_t)s->tinfo[i].tracked,
-						"walked", (json_int_t)s->tinfo[i].walked));
+						"walked", (json_int_t)s->tinfo[i].walked, "ctime_blind", blind,
+						"not_guaranteed", unsure));
+	}
 	return a;
 }
 
@@ -101,6 +124,18 @@ void tar_track_arm(struct tar_state *s)
 	}
 }
 
+/* Add the files of root i a process maps shared and writable now to *sus
+ * (made when NULL). A scan that fails is logged. */
+static void trk_scan_one(struct tar_state *s, size_t i, struct pathindex **sus)
+{
+	struct stat rst;
+	const char *why = "cannot stat the root";
+	if (stat(s->roots[i], &rst) < 0 || chg_scan_mapped(s->roots[i], rst.st_dev, true, sus, &why) < 0)
+		log_warn("tar: cannot tell which files of '%s' are mapped shared and writable (%s): a write through "
+			 "such a mapping may be missed",
+			 s->roots[i], why);
+}
+
 /* What changed in each root since the last collect, into dirty[i] (when
  * dirty is not NULL; else dropped); from now on the trackers count for the
  * checkpoint tar_track_mark names. 0 when every root could tell; a tracker that
@@ -125,6 +160,9 @@ static int trk_collect_locked(struct tar_state *s, struct pathindex_dirty **dirt
 				 "whole tree (logged once)",
 				 chg_track_method_name(s->trk[i].method), s->roots[i], why);
 		}
+		/* the files closed after a write that it did read stay suspects:
+		 * the walk trusts every other file's ctime */
+		_cleanup_(pathindex_freep) struct pathindex *kept = r < 0 ? TAKE_PTR(s->trk[i].suspects) : NULL;
 		if (r < 0) {
 			log_debug("tar: change tracking of '%s' cannot tell what changed (%s): this create reads "
 				  "the whole tree",
@@ -134,6 +172,11 @@ static int trk_collect_locked(struct tar_state *s, struct pathindex_dirty **dirt
 					 "tree",
 					 s->roots[i], s->trk[i].reason);
 				trk_stop(s, i);
+				if (sus) {
+					pathindex_free(sus[i]);
+					trk_scan_one(s, i, &kept);
+					sus[i] = TAKE_PTR(kept);
+				}
 				return -EAGAIN;
 			}
 			ret = -EAGAIN;
@@ -147,7 +190,7 @@ static int trk_collect_locked(struct tar_state *s, struct pathindex_dirty **dirt
 		if (sus) {
 			pathindex_free(sus[i]);
 			/* an empty set when the collect found none: known, not scanned again */
-			sus[i] = r < 0               ? NULL
+			sus[i] = r < 0               ? (trk_scan_one(s, i, &kept), TAKE_PTR(kept))
 				: s->trk[i].suspects ? TAKE_PTR(s->trk[i].suspects)
 						     : pathindex_new();
 		}
@@ -211,16 +254,9 @@ bool tar_track_changed_elsewhere(const struct chg_track *t, const struct tar_man
  * rewritten, never trusted. A scan that fails is logged. */
 void tar_track_scan_suspects(struct tar_state *s, struct pathindex **sus)
 {
-	for (size_t i = 0; i < s->n_roots; i++) {
-		struct stat rst;
-		const char *why = "cannot stat the root";
-		if (sus[i])
-			continue;
-		if (stat(s->roots[i], &rst) < 0 || chg_scan_mapped(s->roots[i], rst.st_dev, true, &sus[i], &why) < 0)
-			log_warn("tar: cannot tell which files of '%s' are mapped shared and writable (%s): a "
-				 "write through such a mapping may be missed",
-				 s->roots[i], why);
-	}
+	for (size_t i = 0; i < s->n_roots; i++)
+		if (!sus[i])
+			trk_scan_one(s, i, &sus[i]);
 }
 
 void tar_track_journal_free(struct journal_bufs *j)
