@@ -25,14 +25,6 @@ INOTIFY = "/proc/sys/fs/inotify"
 IN_GVISOR = os.environ.get("CKPTD_TEST_IN_GVISOR") == "1"
 WRAP = () if IN_GVISOR else NO_SYS_ADMIN
 REFUSED = "Function not implemented" if IN_GVISOR else "Operation not permitted"
-# Two gaps of the tar backend under runsc, with or without tracking
-# (CKPTD_TRACK_CHANGES=0 too), left to the backend's exactness suite: a
-# restore loses a file's user xattrs; and a write through a shared mapping
-# never changes the file's ctime or mtime there, so once the mapping is gone
-# a restore of an older checkpoint trusts the file's (inode, ctime, size).
-# The campaign there changes no xattrs and maps nothing; the mapping test
-# (restores while it is mapped, or right after its close) runs.
-GVISOR_GAPS = ["xattr", "mmap"] if IN_GVISOR else []
 
 
 def tracking(d):
@@ -208,10 +200,8 @@ class Campaign:
         files, dirs = self._all()
         rng = self.rng
         where = rng.choice(dirs + [str(self.root)])
-        op = rng.choice([op for op in ("write", "append", "truncate", "inplace", "unlink", "rename_file",
-                                       "rename_dir", "tree", "chmod", "xattr", "symlink", "rmtree",
-                                       "link_inside", "link_outside", "mmap", "newfile")
-                         if op not in GVISOR_GAPS])
+        op = rng.choice(["write", "append", "truncate", "inplace", "unlink", "rename_file", "rename_dir", "tree",
+                         "chmod", "xattr", "symlink", "rmtree", "link_inside", "link_outside", "mmap", "newfile"])
         if op in ("write", "append", "truncate", "inplace", "unlink", "rename_file", "chmod", "xattr",
                   "link_inside", "link_outside", "mmap") and not files:
             op = "newfile"

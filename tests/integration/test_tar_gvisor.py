@@ -1,0 +1,214 @@
+"""The tar backend where (inode, ctime, size) does not name a file's state:
+under gVisor (runsc 20221219: its root overlay, tmpfs and gofer mounts) a
+setxattr and a store through a shared mapping leave ctime and mtime as they
+were, even at msync or munmap. ckptd probes that per root when it starts
+(health's tracking_roots[].ctime_blind), compares xattrs there, and gives a
+file written through a mapping a new ctime when it captures it.
+
+Each test runs on the host and again inside `runsc --network=none do`
+(test_the_same_under_gvisor), with change tracking (inotify there) and
+without (CKPTD_TRACK_CHANGES=0). Without tracking, a file mapped, written
+and unmapped between two operations cannot be seen in gVisor: health says
+so (not_guaranteed), and the test of that case asserts the declaration.
+The exactness of every file type (owners, modes, hard links, sparse files,
+symlinks, fifos, devices) under runsc is checked here too."""
+import mmap
+import os
+import pathlib
+import re
+import stat
+import subprocess
+
+import pytest
+
+from conftest import assert_same_tree, make_full_tree, tree_state
+from test_tar_backend import add_backend_extras, mutate_everything
+
+IN_GVISOR = os.environ.get("CKPTD_TEST_IN_GVISOR") == "1"
+# what health declares under gVisor without tracking
+MAPPED_GAP = "a write through a shared mapping that is mapped and unmapped between two creates or restores"
+
+
+def start(daemon_factory, tracking, populate=None):
+    d = daemon_factory(backend="tar", start=False, env={"CKPTD_TRACK_CHANGES": "1" if tracking else "0"})
+    if populate:
+        populate(d.roots[0])
+    d.start()
+    return d
+
+
+def small_tree(root):
+    for i in range(3):
+        (root / f"d{i}").mkdir()
+        for j in range(5):
+            (root / f"d{i}" / f"f{j}").write_bytes(os.urandom(300 + j))
+    os.symlink("d0/f0", root / "link")
+
+
+def roots_health(d):
+    (t,) = d.health()["tracking_roots"]
+    return t
+
+
+def map_write(path, data, at=0):
+    """Open, map shared, close the fd, store, unmap: the close event comes
+    only at the unmap (the mapping holds the file)."""
+    with open(path, "r+b") as f:
+        m = mmap.mmap(f.fileno(), 0)
+    m[at:at + len(data)] = data
+    m.close()
+
+
+@pytest.mark.parametrize("tracking", [True, False], ids=["tracked", "untracked"])
+def test_health_says_what_ctime_misses(daemon_factory, tracking):
+    """The probe's answer per root: both blind under gVisor, neither on a
+    Linux filesystem; without tracking, gVisor's gap is declared."""
+    d = start(daemon_factory, tracking, small_tree)
+    t = roots_health(d)
+    if IN_GVISOR:
+        assert t["ctime_blind"] == ["xattrs", "mapped_writes"], t
+        assert t["not_guaranteed"] == ([] if tracking else [MAPPED_GAP]), t
+        assert "leave ctime as it was" in d.log()
+    else:
+        assert t["ctime_blind"] == [] and t["not_guaranteed"] == [], t
+    assert t["tracking"] == ("inotify" if IN_GVISOR else "fanotify") if tracking else t["tracking"] == "none"
+    r = subprocess.run([str(d.argv()[0]).replace("ckptd", "ckpt"), "--url", d.url, "status"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    warned = f"warning: {d.roots[0]}: not guaranteed: {MAPPED_GAP}"
+    assert (warned in r.stdout.splitlines()) == (IN_GVISOR and not tracking), r.stdout
+    # the probe left nothing behind, in the root or the state dir
+    assert not any(p.name.endswith("ctime-probe") for p in d.base.rglob("*")), list(d.base.rglob("*probe*"))
+
+
+@pytest.mark.parametrize("tracking", [True, False], ids=["tracked", "untracked"])
+def test_xattr_changes_alone_are_captured_and_restored(daemon_factory, tracking):
+    """A setxattr, a new value and a removal, with nothing else changed
+    (no new ctime under gVisor): the next create captures them, and a
+    restore of the checkpoint before puts the old ones back, on files,
+    directories and symlinks."""
+    d = start(daemon_factory, tracking, small_tree)
+    root = d.roots[0]
+    os.setxattr(root / "d0" / "f1", "user.keep", b"old")
+    os.setxattr(root / "d1", "user.dir", b"old")
+    want0 = tree_state(root)
+    c0 = d.create("before")["checkpoint_id"]
+    os.setxattr(root / "d0" / "f1", "user.keep", b"new value")
+    os.setxattr(root / "d0" / "f2", "user.added", b"\x00binary")
+    os.removexattr(root / "d1", "user.dir")
+    os.setxattr(root / "d2", "user.added", b"dir")
+    os.setxattr(root / "link", "trusted.sym", b"on the link", follow_symlinks=False)
+    want1 = tree_state(root)
+    assert want1 != want0
+    c1 = d.create("after")["checkpoint_id"]
+    assert d.restore(c0)["ok"] is True
+    assert_same_tree(want0, tree_state(root))
+    assert d.restore(c1)["ok"] is True
+    assert_same_tree(want1, tree_state(root))
+    # and with the head restored after a change of xattrs only
+    os.setxattr(root / "d2" / "f3", "user.late", b"x")
+    os.removexattr(root / "d0" / "f1", "user.keep")
+    assert d.restore(c1)["ok"] is True
+    assert_same_tree(want1, tree_state(root))
+    assert d.restore(c0, verify=True)["verify_differences"] == []
+    assert_same_tree(want0, tree_state(root))
+
+
+def test_mapped_writes_then_an_older_restore(daemon_factory):
+    """Stores through a shared mapping: one kept mapped across a create and
+    written again after it, one mapped and unmapped between two creates.
+    Each create captures what the file holds, and every checkpoint restores
+    exactly, the older ones too, though the files' ctimes never moved."""
+    d = start(daemon_factory, True, small_tree)
+    root = d.roots[0]
+    f, g = root / "d0" / "f2", root / "d1" / "f3"
+    want0 = tree_state(root)
+    c0 = d.create("start")["checkpoint_id"]
+    with open(f, "r+b") as h:
+        m = mmap.mmap(h.fileno(), 0)
+    m[0:6] = b"first!"
+    map_write(g, b"gee")
+    want1 = tree_state(root)
+    c1 = d.create("mapped")["checkpoint_id"]  # f mapped now, g closed since
+    m[6:12] = b"second"  # after the create, into the same pages
+    m.close()
+    want2 = tree_state(root)
+    c2 = d.create("unmapped")["checkpoint_id"]
+    map_write(g, b"GEE", 3)  # between two operations, then a restore
+    for cid, want in ((c0, want0), (c1, want1), (c2, want2), (c0, want0), (c2, want2), (c1, want1)):
+        assert d.restore(cid)["ok"] is True
+        assert_same_tree(want, tree_state(root))
+
+
+def test_mapped_writes_without_tracking(daemon_factory):
+    """Without tracking, the files mapped at a create or restore are found
+    in /proc: a mapping kept across operations is exact, older checkpoints
+    too. A file mapped and unmapped between two operations is the gap
+    health declares under gVisor."""
+    d = start(daemon_factory, False, small_tree)
+    root = d.roots[0]
+    f = root / "d2" / "f4"
+    want0 = tree_state(root)
+    c0 = d.create("start")["checkpoint_id"]
+    with open(f, "r+b") as h:
+        m = mmap.mmap(h.fileno(), 0)
+    m[0:5] = b"held!"
+    want1 = tree_state(root)
+    c1 = d.create("held")["checkpoint_id"]
+    m[5:10] = b"again"
+    want2 = tree_state(root)
+    c2 = d.create("held-again")["checkpoint_id"]
+    for cid, want in ((c0, want0), (c2, want2), (c1, want1)):
+        assert d.restore(cid)["ok"] is True
+        m[0:5] = b"dirty"  # mapped during every restore: rewritten
+        assert d.restore(cid)["ok"] is True
+        assert_same_tree(want, tree_state(root))
+    m.close()
+    assert d.restore(c0)["ok"] is True
+    assert_same_tree(want0, tree_state(root))
+    assert roots_health(d)["not_guaranteed"] == ([MAPPED_GAP] if IN_GVISOR else [])
+
+
+def test_every_file_type_round_trip(daemon_factory):
+    """Owners, modes, hard links, sparse files, symlinks, fifos and device
+    nodes, changed every way and restored; then an older checkpoint over a
+    newer one. A sparse file stays as sparse as the one captured (gVisor
+    reports every file's blocks as allocated, the original's too)."""
+    d = daemon_factory(backend="tar", start=False)
+    make_full_tree(d.roots[0])
+    add_backend_extras(d.roots[0])
+    d.start()
+    r = d.roots[0]
+    before = tree_state(r)
+    blocks = os.stat(r / "sparse.img").st_blocks
+    c0 = d.create("all-types")["checkpoint_id"]
+    mutate_everything(r)
+    after = tree_state(r)
+    c1 = d.create("mutated")["checkpoint_id"]
+    rep = d.restore(c0, verify=True)
+    assert rep["ok"] is True and rep["verify_differences"] == [], rep
+    assert_same_tree(before, tree_state(r))
+    assert os.stat(r / "file.txt").st_ino == os.stat(r / "dir/hardlink.txt").st_ino \
+        == os.stat(r / "dir/sub/third-link").st_ino
+    assert os.stat(r / "sparse.img").st_blocks <= blocks, "the sparse file was filled in"
+    assert stat.S_ISCHR(os.lstat(r / "chardev").st_mode) and os.lstat(r / "chardev").st_rdev == os.makedev(1, 3)
+    assert stat.S_ISFIFO(os.lstat(r / "fifo").st_mode)
+    assert stat.S_IMODE(os.stat(r).st_mode) == 0o751 and os.getxattr(r, "user.rootattr") == b"r"
+    assert d.restore(c1)["ok"] is True
+    assert_same_tree(after, tree_state(r))
+    assert d.restore(c0)["ok"] is True
+    assert_same_tree(before, tree_state(r))
+
+
+def test_the_same_under_gvisor():
+    """The tests above inside `runsc --network=none do`, in a pytest of
+    their own (the sandbox's files and loopback are its own)."""
+    if IN_GVISOR:
+        pytest.skip("already inside gVisor")
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run(["runsc", "--network=none", "do", "/usr/bin/env", "CKPTD_TEST_IN_GVISOR=1",
+                        f"BUILD={os.environ.get('BUILD', 'build')}", "/usr/bin/python3", "-m", "pytest", "-q", "-x",
+                        "-p", "no:cacheprovider", os.path.join(here, "test_tar_gvisor.py"), "-k", "not under_gvisor"],
+                       capture_output=True, text=True, timeout=1800, cwd=os.path.dirname(os.path.dirname(here)))
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    assert re.search(r"\b7 passed\b", r.stdout), r.stdout[-3000:]
