@@ -25,7 +25,8 @@ from conftest import assert_same_tree, make_full_tree, tree_state
 from test_tar_backend import add_backend_extras, mutate_everything
 
 IN_GVISOR = os.environ.get("CKPTD_TEST_IN_GVISOR") == "1"
-# what health declares under gVisor without tracking
+# what health declares under gVisor: always, and without tracking
+DOWN_GAP = "a write through a shared mapping while ckptd is not running"
 MAPPED_GAP = "a write through a shared mapping that is mapped and unmapped between two creates or restores"
 
 
@@ -67,7 +68,7 @@ def test_health_says_what_ctime_misses(daemon_factory, tracking):
     t = roots_health(d)
     if IN_GVISOR:
         assert t["ctime_blind"] == ["xattrs", "mapped_writes"], t
-        assert t["not_guaranteed"] == ([] if tracking else [MAPPED_GAP]), t
+        assert t["not_guaranteed"] == ([DOWN_GAP] if tracking else [DOWN_GAP, MAPPED_GAP]), t
         assert "leave ctime as it was" in d.log()
     else:
         assert t["ctime_blind"] == [] and t["not_guaranteed"] == [], t
@@ -75,8 +76,9 @@ def test_health_says_what_ctime_misses(daemon_factory, tracking):
     r = subprocess.run([str(d.argv()[0]).replace("ckptd", "ckpt"), "--url", d.url, "status"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    warned = f"warning: {d.roots[0]}: not guaranteed: {MAPPED_GAP}"
-    assert (warned in r.stdout.splitlines()) == (IN_GVISOR and not tracking), r.stdout
+    lines = r.stdout.splitlines()
+    assert (f"warning: {d.roots[0]}: not guaranteed: {DOWN_GAP}" in lines) == IN_GVISOR, r.stdout
+    assert (f"warning: {d.roots[0]}: not guaranteed: {MAPPED_GAP}" in lines) == (IN_GVISOR and not tracking), lines
     # the probe left nothing behind, in the root or the state dir
     assert not any(p.name.endswith("ctime-probe") for p in d.base.rglob("*")), list(d.base.rglob("*probe*"))
 
@@ -166,7 +168,26 @@ def test_mapped_writes_without_tracking(daemon_factory):
     m.close()
     assert d.restore(c0)["ok"] is True
     assert_same_tree(want0, tree_state(root))
-    assert roots_health(d)["not_guaranteed"] == ([MAPPED_GAP] if IN_GVISOR else [])
+    assert roots_health(d)["not_guaranteed"] == ([DOWN_GAP, MAPPED_GAP] if IN_GVISOR else [])
+
+
+@pytest.mark.xfail(IN_GVISOR, strict=True, reason="gVisor: a mapped write while ckptd is down leaves no trace")
+def test_mapped_write_while_ckptd_is_down(daemon_factory):
+    """The gap health declares under gVisor: a file mapped, written and
+    unmapped while ckptd is stopped keeps its (inode, ctime, size), and no
+    event or /proc entry is left for the restarted daemon, so the next
+    create reuses the old data. Exact on a Linux filesystem (ctime moves)."""
+    d = start(daemon_factory, True, small_tree)
+    root = d.roots[0]
+    d.create("before")
+    assert d.stop() == 0
+    map_write(root / "d1" / "f1", b"while down")
+    want = tree_state(root)
+    d.start()
+    cid = d.create("after-restart")["checkpoint_id"]
+    (root / "d1" / "f1").write_bytes(b"changed again")
+    assert d.restore(cid)["ok"] is True
+    assert_same_tree(want, tree_state(root))
 
 
 def test_every_file_type_round_trip(daemon_factory):
@@ -211,4 +232,4 @@ def test_the_same_under_gvisor():
                         "-p", "no:cacheprovider", os.path.join(here, "test_tar_gvisor.py"), "-k", "not under_gvisor"],
                        capture_output=True, text=True, timeout=1800, cwd=os.path.dirname(os.path.dirname(here)))
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
-    assert re.search(r"\b7 passed\b", r.stdout), r.stdout[-3000:]
+    assert re.search(r"\b7 passed, 1 xfailed\b", r.stdout), r.stdout[-3000:]

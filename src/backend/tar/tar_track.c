@@ -28,16 +28,18 @@ void tar_track_count(struct tar_state *s, size_t i, bool tracked)
 }
 
 /* What root i's filesystem changes without a new ctime (tar_probe.c), and
- * what that leaves a create or restore unable to see: without tracking, a
- * file mapped, written and unmapped between two operations (no close
- * event, no /proc entry, no new ctime). */
+ * what that leaves a create or restore unable to see: a file mapped,
+ * written and unmapped while ckptd is not running, or without tracking
+ * between two operations (no close event, no /proc entry, no new ctime). */
 static json_t *trk_blind_json(const struct tar_ctime_probe *b, bool tracking, json_t **ret_unsure)
 {
 	json_t *a = json_array(), *u = json_array();
 	if (b->xattrs_blind)
 		json_array_append_new(a, json_string("xattrs"));
-	if (b->mapped_blind)
+	if (b->mapped_blind) {
 		json_array_append_new(a, json_string("mapped_writes"));
+		json_array_append_new(u, json_string("a write through a shared mapping while ckptd is not running"));
+	}
 	if (b->mapped_blind && !tracking)
 		json_array_append_new(u,
 				      json_string("a write through a shared mapping that is mapped and unmapped "
