@@ -129,8 +129,12 @@ static int compact_one(struct tar_state *s, const char *name, ckpt_error *err)
 		err_set(err, -r, NULL, "cannot write '%s/" META "': %s", tmp, strerror(-r));
 	if (r >= 0 && fsync(ofd) < 0)
 		r = err_set(err, errno, NULL, "cannot sync '%s': %m", tmp);
-	if (r >= 0 && renameat2(s->tar_fd, tmp, s->tar_fd, name, RENAME_EXCHANGE) < 0)
+	if (r >= 0 && renameat2(s->tar_fd, tmp, s->tar_fd, name, RENAME_EXCHANGE) < 0) {
+		/* gVisor has no RENAME_EXCHANGE (EINVAL): no swap that readers
+		 * never see half done, so chains stay as they are from now on */
+		s->no_exchange = errno == EINVAL || errno == ENOSYS;
 		r = errno == ENOENT ? 0 : err_set(err, errno, NULL, "cannot put '%s' in place: %m", tmp);
+	}
 	if (r >= 0)
 		renameat(s->tar_fd, tmp, s->tar_fd, trash);
 	if (r < 0 || faccessat(s->tar_fd, tmp, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
@@ -148,7 +152,7 @@ int tar_cleanup(void *st)
 	int max = s->ctx->cfg ? s->ctx->cfg->tar_chain_max : 0;
 
 	tar_track_drain(s);
-	if (max <= 0 || walk_open(s->tar_fd, NULL, &d) < 0)
+	if (max <= 0 || s->no_exchange || walk_open(s->tar_fd, NULL, &d) < 0)
 		return 0;
 	while ((de = walk_next(d))) {
 		pthread_mutex_lock(&s->lock);
@@ -172,7 +176,12 @@ int tar_cleanup(void *st)
 			continue;
 		int r = compact_one(s, name, &err);
 		if (r < 0)
-			log_warn("tar: cannot compact '%s': %s", name, err.msg);
+			log_warn("tar: cannot compact '%s': %s%s", name, err.msg,
+				 s->no_exchange ? " (no RENAME_EXCHANGE here: chains are not compacted from now on, "
+						  "restores read more archives)"
+						: "");
+		if (s->no_exchange)
+			return 0;
 		if (r == -EBADMSG) { /* not again: each try would read the chain */
 			char(*n)[NAME_MAX + 1] = realloc(s->no_compact, (s->n_no_compact + 1) * sizeof(*n));
 			if (n) {

@@ -81,8 +81,9 @@ struct tar_state {
 		uint64_t tracked, walked; /* creates and restores that read only what changed, or all */
 	} * tinfo;
 	struct tar_ctime_probe blind[MAX_ROOTS]; /* per root, probed at open */
-	char (*no_compact)[NAME_MAX + 1];        /* chains whose compaction found data unlike */
-	size_t n_no_compact;                     /* its digests: left as they are (the sweeper's own) */
+	bool no_exchange; /* renameat2 has no RENAME_EXCHANGE (gVisor): no compaction (the sweeper's own) */
+	char (*no_compact)[NAME_MAX + 1]; /* chains whose compaction found data unlike */
+	size_t n_no_compact;              /* its digests: left as they are (the sweeper's own) */
 };
 
 /* The chain a checkpoint heads: its parent (NULL: a full checkpoint), the
