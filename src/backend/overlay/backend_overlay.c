@@ -150,6 +150,8 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 	if ((q = overlay_mountinfo_find(r->path, &mi)) < 0)
 		return err_set(err, -q, NULL, "mounts of '%s': %s", r->path, strerror(-q));
 	q = ovl_adopt_record(r, &mi, err);
+	if (q == 0 && o->intent && (q = overlay_intent_apply(o->intent, r)) < 0)
+		err_set(err, -q, NULL, "finish the interrupted restore: %s", strerror(-q));
 	if (q == 0)
 		q = ovl_ensure_base(r, &mi, err);
 	if (q == 0 && !ovl_is_our_upper(r, &mi, r->upper)) {
@@ -262,6 +264,8 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	o->cdir_fd = open(cdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	ovl_sweep_probes(o);
 	overlay_release_sweep_gone(o);
+	if ((q = overlay_intent_load(o, &o->intent)) < 0)
+		err_set(err, -q, NULL, "read '%s/restore.json': %s", o->odir, strerror(-q));
 	for (size_t i = 0; i < ctx->n_roots && q == 0; i++) {
 		struct ovl_root *r = &o->roots[o->n_roots++];
 		r->rdir_fd = -1;
@@ -273,6 +277,9 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 		if (q == 0 && ovl_new_upper(r, r->spare) < 0)
 			r->spare[0] = 0;
 	}
+	if (q == 0 && o->intent && (q = overlay_intent_clear(o)) < 0) /* every root is as it says */
+		err_set(err, -q, NULL, "remove '%s/restore.json': %s", o->odir, strerror(-q));
+	json_decref(TAKE_PTR(o->intent));
 	if (q < 0) {
 		ovl_free(o);
 		return q;
@@ -344,9 +351,49 @@ static void ovl_swap_undo(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
 	overlay_live_save(r);
 }
 
-/* Switch every root to chains[h] with a fresh upper. live.json (with the new
- * chain and upper) is written for all roots first: it is the intent a restart
- * finishes, so a crash leaves P before or after, never a mix. */
+/* Every root's live.json as it is in memory now (the new chains, or the old
+ * ones put back by an undo), after restore.json names them all. */
+static int ovl_switch_record(struct ovl *o, size_t n, ckpt_error *err)
+{
+	json_auto_t *intent = overlay_intent_new();
+	int q = intent ? 0 : -ENOMEM;
+	for (size_t i = 0; q == 0 && i < o->n_roots; i++)
+		q = overlay_intent_add(intent, &o->roots[i], o->roots[i].chain, o->roots[i].upper);
+	if (q == 0)
+		q = overlay_intent_write(o, intent);
+	for (size_t i = 0; q == 0 && i < n; i++)
+		q = overlay_live_save(&o->roots[i]);
+	return q < 0 ? err_set(err, -q, NULL, "record restore intent: %s", strerror(-q)) : 0;
+}
+
+/* Put every prepared root back: restore.json first names the old chains,
+ * so that a kill during the undo does not leave a mix either. */
+static void ovl_switch_undo(struct ovl *o, struct ovl_swap *sw, size_t prepared)
+{
+	json_auto_t *intent = overlay_intent_new();
+	int q = intent ? 0 : -ENOMEM;
+	for (size_t i = 0; q == 0 && i < o->n_roots; i++)
+		q = i < prepared && sw[i].old_chain
+			? overlay_intent_add(intent, &o->roots[i], sw[i].old_chain, sw[i].old_upper)
+			: overlay_intent_add(intent, &o->roots[i], o->roots[i].chain, o->roots[i].upper);
+	if (q == 0)
+		q = overlay_intent_write(o, intent);
+	if (q < 0)
+		log_warn("overlay: cannot record the undo of a failed restore: %s", strerror(-q));
+	for (size_t i = 0; i < prepared && i < o->n_roots; i++) {
+		if (sw[i].pin >= 0)
+			close(TAKE_FD(sw[i].pin));
+		if (sw[i].old_chain)
+			ovl_swap_undo(o, &o->roots[i], &sw[i]);
+	}
+	if (q == 0)
+		overlay_intent_clear(o);
+}
+
+/* Switch every root to chains[h] with a fresh upper. restore.json, then each
+ * root's live.json (with the new chain and upper) are written first: they
+ * are the intent a restart finishes, so a crash leaves the roots before or
+ * after, never a mix. */
 static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *details, ckpt_error *err)
 {
 	struct ovl_swap *sw = calloc(o->n_roots + 1, sizeof(*sw));
@@ -370,9 +417,9 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 		}
 		json_auto_t *none = json_array();
 		overlay_live_set(r, c ? c : none, c ? c : none);
-		if ((q = overlay_live_save(r)) < 0)
-			err_set(err, -q, NULL, "record restore intent: %s", strerror(-q));
 	}
+	if (q == 0)
+		q = ovl_switch_record(o, prepared, err);
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++, swapped++) {
 		struct ovl_root *r = &o->roots[i];
 		q = overlay_umount_pinned(r->path, details, &sw[i].pin, err);
@@ -380,12 +427,7 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 			q = ovl_mount_chain(o, r, r->chain, r->upper, err);
 	}
 	if (q < 0)
-		for (size_t i = 0; i < prepared && i < o->n_roots; i++) {
-			if (sw[i].pin >= 0)
-				close(TAKE_FD(sw[i].pin));
-			if (sw[i].old_chain)
-				ovl_swap_undo(o, &o->roots[i], &sw[i]);
-		}
+		ovl_switch_undo(o, sw, prepared);
 	for (size_t i = 0; i < o->n_roots && q == 0; i++) {
 		struct ovl_root *r = &o->roots[i];
 		pathindex_free(TAKE_PTR(r->ix)); /* the new upper is empty */
@@ -399,6 +441,11 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 	}
 	free(sw);
 	o->dirty_gc = true;
+	/* every root is switched; a failure is harmless: the next start finds
+	 * every root as restore.json names it */
+	int c = q == 0 ? overlay_intent_clear(o) : 0;
+	if (c < 0)
+		log_warn("overlay: cannot remove restore.json: %s", strerror(-c));
 	if (q == 0)
 		atomic_store(&o->last_swap_ms, mono_ms());
 	(void)swapped;

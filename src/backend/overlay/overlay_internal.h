@@ -139,6 +139,7 @@ struct ovl {
 	int *pins;
 	size_t n_pins;
 	_Atomic int64_t last_swap_ms; /* when a restore last swapped the mounts */
+	json_t *intent;               /* restore.json found at open (overlay_intent.c), or NULL */
 };
 
 /* A base layer (named "B" and 7 hex digits) holds a whole tree: a chain
@@ -184,6 +185,14 @@ int overlay_verify_root(struct ovl_root *r, json_t *chain, bool mounted_ok, json
  * the root's base dir (else on a base layer) */
 bool overlay_chain_on_base(json_t *chain);
 int overlay_live_save(struct ovl_root *r);
+/* overlay_intent.c: every root's chain and upper of a restore, durable
+ * before any root's live.json changes, so that a kill never leaves a mix */
+json_t *overlay_intent_new(void);
+int overlay_intent_add(json_t *intent, const struct ovl_root *r, json_t *chain, const char *upper);
+int overlay_intent_write(struct ovl *o, json_t *intent);
+int overlay_intent_clear(struct ovl *o);
+int overlay_intent_load(struct ovl *o, json_t **ret);
+int overlay_intent_apply(json_t *intent, struct ovl_root *r);
 int overlay_live_load(struct ovl_root *r);
 /* Set r's live chain and the chain its mount uses (references taken). */
 void overlay_live_set(struct ovl_root *r, json_t *chain, json_t *mounted);
