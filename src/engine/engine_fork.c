@@ -190,11 +190,6 @@ int engine_fork(struct engine *e, const char *id_or_name, const char *path, json
 		goto out;
 	}
 	dirs = fork_dirs(e, resolved);
-	for (size_t i = 0; e->cfg->n_roots > 1 && i < json_array_size(dirs); i++)
-		if (mkdir(json_string_value(json_array_get(dirs, i)), 0755) < 0 && errno != EEXIST) {
-			r = err_set(err, errno, NULL, "create '%s': %m", json_string_value(json_array_get(dirs, i)));
-			goto out;
-		}
 	dv = fork_dir_array(dirs);
 	if (!dv) {
 		r = err_set(err, ENOMEM, NULL, "out of memory");
@@ -214,6 +209,15 @@ int engine_fork(struct engine *e, const char *id_or_name, const char *path, json
 			    strerror(r < 0 ? -r : ENOMEM));
 		goto out;
 	}
+	/* With several roots, DIR/<root> after the intent: a crash between the
+	 * two used to leave them behind, recorded nowhere. */
+	for (size_t i = 0; e->cfg->n_roots > 1 && dv[i]; i++)
+		if (mkdir(dv[i], 0755) < 0 && errno != EEXIST) {
+			r = err_set(err, errno, NULL, "create '%s': %m", dv[i]);
+			fork_unsave(e, fid);
+			json_decref(f);
+			goto out;
+		}
 	if ((r = e->backend->forks->mount(e->bst, cid, rec->backend_data, fid, dv, &fdata, err)) < 0) {
 		fork_unsave(e, fid);
 		json_decref(f);
