@@ -264,9 +264,10 @@ int catalog_open(int state_fd, struct catalog **ret, ckpt_error *err)
 		return -ENOMEM;
 	c->dirfd = -1;
 	pthread_mutex_init(&c->lock, NULL);
-	if (mkdirat(state_fd, "catalog", 0700) < 0 && errno != EEXIST) {
+	int made = mkdirat_durable(state_fd, "catalog", 0700);
+	if (made < 0) {
 		catalog_close(c);
-		return err_set(err, errno, NULL, "cannot create catalog dir: %m");
+		return err_set(err, -made, NULL, "cannot create catalog dir: %s", strerror(-made));
 	}
 	c->dirfd = openat(state_fd, "catalog", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	int q = c->dirfd < 0 ? -errno : walk_open(c->dirfd, NULL, &d);

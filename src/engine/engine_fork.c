@@ -17,8 +17,9 @@
 
 static int engine_forks_fd(struct engine *e)
 {
-	if (mkdirat(e->state_fd, FORKS_DIR, 0700) < 0 && errno != EEXIST)
-		return -errno;
+	int made = mkdirat_durable(e->state_fd, FORKS_DIR, 0700);
+	if (made < 0)
+		return made;
 	int fd = openat(e->state_fd, FORKS_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	return fd < 0 ? -errno : fd;
 }

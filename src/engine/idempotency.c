@@ -47,8 +47,10 @@ static void sha256_hex(const void *parts[], const size_t lens[], size_t n, char 
 
 int engine_idem_open(struct engine *e, ckpt_error *err)
 {
-	if (mkdirat(e->state_fd, IDEM_DIR, 0700) < 0 && errno != EEXIST)
-		return err_set(err, errno, NULL, "cannot create %s/%s: %m", e->cfg->state_dir, IDEM_DIR);
+	int made = mkdirat_durable(e->state_fd, IDEM_DIR, 0700);
+	if (made < 0)
+		return err_set(err, -made, NULL, "cannot create %s/%s: %s", e->cfg->state_dir, IDEM_DIR,
+			       strerror(-made));
 	e->idem_fd = openat(e->state_fd, IDEM_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (e->idem_fd < 0)
 		return err_set(err, errno, NULL, "cannot open %s/%s: %m", e->cfg->state_dir, IDEM_DIR);

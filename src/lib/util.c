@@ -325,22 +325,45 @@ int read_file_at(int dirfd, const char *name, size_t max, char **ret, size_t *re
 	return 0;
 }
 
+int mkdirat_durable(int dirfd, const char *name, mode_t mode)
+{
+	if (mkdirat(dirfd, name, mode) < 0)
+		return errno == EEXIST ? 0 : -errno;
+	return fsync_dirfd(dirfd);
+}
+
+/* mkdir p (cut at its last '/' by the caller: parent, name) and, when it
+ * was made, fsync its parent. */
+static int mkdir_p_one(const char *p, char *last, mode_t mode)
+{
+	if (mkdir(p, mode) < 0)
+		return errno == EEXIST ? 0 : -errno;
+	char c = *last;
+	*last = '\0';
+	int r = fsync_path(last == p ? "/" : p);
+	*last = c;
+	if (r < 0)
+		errno = -r;
+	return r;
+}
+
 int mkdir_p(const char *path, mode_t mode)
 {
 	_cleanup_free_ char *p = strdup(path);
+	char *last = NULL;
+	int r;
 	if (!p)
 		return -ENOMEM;
 	for (char *s = p + 1; *s; s++) {
 		if (*s != '/')
 			continue;
 		*s = '\0';
-		if (mkdir(p, mode) < 0 && errno != EEXIST)
-			return -errno;
+		if ((r = mkdir_p_one(p, last ? last : p, mode)) < 0)
+			return r;
 		*s = '/';
+		last = s;
 	}
-	if (mkdir(p, mode) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
+	return mkdir_p_one(p, last ? last : p, mode);
 }
 
 /* Every child is tried; the first error is kept. */

@@ -148,8 +148,12 @@ int write_file_atomic_sweep(int dirfd);
 int read_file_at(int dirfd, const char *name, size_t max, char **ret, size_t *ret_len);
 int fsync_dirfd(int dirfd);
 int fsync_path(const char *path);
-/* mkdir -p of an absolute path (mode 0700 for created parts). */
+/* mkdir -p of an absolute path (mode 0700 for created parts); the parent of
+ * every directory it makes is fsynced, so that a power cut cannot lose it. */
 int mkdir_p(const char *path, mode_t mode);
+/* mkdirat, then (when it made the directory) fsync of dirfd; an existing
+ * directory is 0. */
+int mkdirat_durable(int dirfd, const char *name, mode_t mode);
 /* Remove name below dirfd recursively, not following symlinks, not crossing mounts. */
 int rm_rf_at(int dirfd, const char *name);
 /* Join a and b with one '/'. Returns malloc'd string or NULL. */

@@ -51,8 +51,9 @@ static int state_init(struct tar_state *s, const struct backend_ctx *ctx, ckpt_e
 		return err_set(err, errno, NULL, "cannot stat the state dir: %m");
 	s->state_dev = st.st_dev;
 	s->state_ino = st.st_ino;
-	if (mkdirat(ctx->state_fd, TAR_DIR, 0700) < 0 && errno != EEXIST)
-		return err_set(err, errno, NULL, "cannot create '%s/" TAR_DIR "': %m", ctx->state_dir);
+	int made = mkdirat_durable(ctx->state_fd, TAR_DIR, 0700);
+	if (made < 0)
+		return err_set(err, -made, NULL, "cannot create '%s/" TAR_DIR "': %s", ctx->state_dir, strerror(-made));
 	s->tar_fd = openat(ctx->state_fd, TAR_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (s->tar_fd < 0)
 		return err_set(err, errno, NULL, "cannot open '%s/" TAR_DIR "': %m", ctx->state_dir);

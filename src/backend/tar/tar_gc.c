@@ -63,8 +63,9 @@ int tar_gc_drop(struct tar_state *s, const char *name)
 	if (json_object_get(live, name)) {
 		if (fstatat(s->tar_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			return errno == ENOENT ? 0 : -errno; /* moved already: .keep/ holds it */
-		if (mkdirat(s->tar_fd, KEEP, 0700) < 0 && errno != EEXIST)
-			return -errno;
+		int made = mkdirat_durable(s->tar_fd, KEEP, 0700);
+		if (made < 0)
+			return made;
 		snprintf(keep, sizeof(keep), KEEP "/%s", name);
 		rm_rf_at(s->tar_fd, keep); /* a leftover of an older life of the name: none expected */
 		if (renameat(s->tar_fd, name, s->tar_fd, keep) < 0)
