@@ -155,10 +155,12 @@ SOAK_ROUNDS ?= 50
 check-host: deps all
 	CKPTD_SOAK_ROUNDS=$(SOAK_ROUNDS) $(PYTHON) -m pytest -q -rs -s tests/integration/test_host_locks.py -k soak
 
-# SIGKILL ckptd during create, restore, delete and import on both backends (tests/crash).
+# SIGKILL ckptd during create, restore, delete, import, fork and background work
+# on both backends (tests/crash). make check runs 100 kills per backend
+# (tests/integration/test_crash.py); both print the seed, and CRASH_SEED=N replays it.
 CRASH_KILLS ?= 300
 check-crash: deps all
-	$(PYTHON) tests/crash/crash.py --kills $(CRASH_KILLS)
+	$(PYTHON) tests/crash/crash.py --kills $(CRASH_KILLS) $(if $(CRASH_SEED),--seed $(CRASH_SEED))
 
 # libFuzzer targets (tests/fuzz/fuzz_*.c) over the library built with clang and
 # ASan+UBSan in $(FUZZ_BUILD); `make fuzz` runs each FUZZ_SECS seconds from its
@@ -186,13 +188,15 @@ SAN_BUILD ?= build-san
 check-sanitize: deps
 	@$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) SANITIZE=address,undefined all
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) SANITIZE=address,undefined unit integration \
+		CRASH_KILLS=$(SAN_CRASH_KILLS) $(MAKE) --no-print-directory BUILD=$(SAN_BUILD) SANITIZE=address,undefined unit integration \
 		PYTEST_ARGS="$(SAN_PYTEST_ARGS)"
 # Left out sanitized: fuzz targets (sanitized already), load figures, the 2,000-
 # connection flood and the export RSS bound (they would measure ASan, not ckptd),
 # host mode's stall soak (timing-bound; the unsanitized pass runs it), and the
 # client and example tests (Python, TypeScript and shell clients: they test the
 # clients, and the daemon paths they drive are test_api's; about 1.5 minutes).
+# The crash harness's kills per backend in the sanitized pass (100 unsanitized).
+SAN_CRASH_KILLS ?= 30
 SAN_PYTEST_ARGS ?= --ignore=tests/integration/test_fuzz.py --ignore=tests/integration/test_load.py \
 	--ignore=tests/integration/test_clients.py --ignore=tests/integration/test_examples.py \
 	--deselect tests/integration/test_hostile.py::test_flood_of_2000_connections_does_not_lock_out \

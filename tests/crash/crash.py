@@ -1,19 +1,28 @@
 #!/usr/bin/python3
 """Crash harness: SIGKILL ckptd at random points of create, restore, delete, import and fork,
-restart it, and check what it promised.
+and of the background work (compaction, flattening, the sweeper), restart it, and check what
+it promised.
 
     crash.py [--backend tar|overlay|both] [--kills N] [--seed S] [--dir DIR]
 
-Each round changes the managed root, starts one operation in a thread and kills
-the daemon after a delay drawn around that operation's measured duration (from
-before it starts to after it ends). After every restart:
+ckptd manages two roots. Each round changes them, starts one operation in a
+thread and kills the daemon after a delay drawn around that operation's
+measured duration (from before it starts to after it ends). Some rounds first
+make a few acknowledged creates, so that the killed create is a delta (overlay)
+or a tracked incremental one (tar), not the first after a start. Each restart
+picks one of two configurations: the quiet one (sweeper every hour, the default
+chain limits) or the busy one (sweeper every second, tar_chain_max 2,
+flatten_depth 3, some checkpoints with a TTL of 1-2 s), under which the
+"background" rounds make creates and kill ckptd while it compacts, flattens,
+sweeps and removes. After every restart:
 
 - every acknowledged checkpoint is listed, active, and its record unchanged; an
   acknowledged delete stays deleted;
 - a create that was killed is either complete (active, and restores to the tree
   it was made from) or absent; nothing stays "creating" or "deleting";
-- a killed restore leaves the root as it was before or as the checkpoint, never a
-  mix;
+- a killed restore leaves the roots as they were before or as the checkpoint,
+  never a mix (of files, or of roots: both roots come from one checkpoint);
+- a checkpoint made with a TTL is listed whole until it expires, then may go;
 - a killed delete leaves the checkpoint whole or gone;
 - a killed import is whole (active, and restores to the exported tree) or absent,
   and leaves nothing in the state dir's xfer/;
@@ -46,15 +55,24 @@ class Broken(Exception):
 
 
 class Harness:
+    QUIET = {"cleanup_interval_secs": 3600, "max_checkpoints": 1000, "default_ttl_secs": 0}
+    # Background work at every turn: the sweeper each second, compaction of
+    # tar chains longer than 2, flattening of overlay chains deeper than 3.
+    BUSY = {**QUIET, "cleanup_interval_secs": 1, "tar_chain_max": 2, "flatten_depth": 3}
+
     def __init__(self, base, backend, rng):
         self.rng = rng
-        self.d = Daemon(base, backend=backend, config={"cleanup_interval_secs": 3600, "max_checkpoints": 1000,
-                                                       "default_ttl_secs": 0})
-        self.root = self.d.roots[0]
-        self.acked = {}  # cid -> (name, tree)
+        # CKPTD_TRACK_CHANGES=1: overlay tracks every upper, not only from 2,000
+        # entries, so a create after a create is a delta (tar tracks by default).
+        self.d = Daemon(base, backend=backend, n_roots=2, config=dict(self.QUIET),
+                        env={"CKPTD_TRACK_CHANGES": "1"})
+        self.roots = self.d.roots
+        self.acked = {}  # cid -> (name, state of every root)
         self.records = {}  # cid -> record as acknowledged
         self.deleted = set()
-        self.durations = {"create": 0.05, "restore": 0.05, "delete": 0.02, "import": 0.1, "fork": 0.05, "fork-delete": 0.05}
+        self.ephemeral = {}  # cid -> (monotonic time it expires by, state): a TTL'd checkpoint
+        self.durations = {"create": 0.05, "restore": 0.05, "delete": 0.02, "import": 0.1, "fork": 0.05,
+                          "fork-delete": 0.05, "background": 1.0}
         self.exports = {}  # cid -> its export archive
         self.kills = 0
         self.checks = 0
@@ -68,32 +86,43 @@ class Harness:
         if not cond:
             raise Broken(what)
 
-    # ---- the managed tree ----
+    # ---- the managed trees ----
     def seed_tree(self):
         blob = os.urandom(64 << 10)
-        for i in range(120):
-            sub = self.root / f"d{i % 6}"
-            sub.mkdir(exist_ok=True)
-            (sub / f"f{i:03}.bin").write_bytes(blob[i * 97:] + blob[:i * 97])
-        (self.root / "notes.txt").write_text("start\n")
-        os.symlink("notes.txt", self.root / "link")
+        for k, root in enumerate(self.roots):
+            for i in range(120 if k == 0 else 40):
+                sub = root / f"d{i % 6}"
+                sub.mkdir(exist_ok=True)
+                (sub / f"f{i:03}.bin").write_bytes(blob[i * 97 + k:] + blob[:i * 97 + k])
+            (root / "notes.txt").write_text(f"root {k} start\n")
+            os.symlink("notes.txt", root / "link")
+
+    def state(self):
+        """The trees of all roots, in order: one value, so that a mix of two
+        checkpoints' roots matches neither."""
+        return tuple(tree_state(r) for r in self.roots)
 
     def mutate(self):
+        """Change one root or both (a root left alone makes a checkpoint whose
+        roots differ from the previous one's in one root only)."""
         self.gen += 1
         r = self.rng
-        files = [p for p in self.root.rglob("*.bin")]
-        for p in r.sample(files, min(len(files), r.randint(1, 6))):
-            with open(p, "r+b") as f:
-                f.seek(r.randrange(0, 60 << 10))
-                f.write(os.urandom(r.randint(1, 8192)))
-        for p in r.sample(files, min(len(files), r.randint(0, 2))):
-            if p.exists():
-                p.unlink()
-        new = self.root / f"d{r.randrange(6)}" / f"g{self.gen}.bin"
-        new.parent.mkdir(exist_ok=True)
-        new.write_bytes(os.urandom(r.randint(0, 200 << 10)))
-        with open(self.root / "notes.txt", "a") as f:
-            f.write(f"gen {self.gen}\n")
+        which = r.choice([[0], [1], [0, 1], [0, 1]])
+        for k in which:
+            root = self.roots[k]
+            files = [p for p in root.rglob("*.bin")]
+            for p in r.sample(files, min(len(files), r.randint(1, 6))):
+                with open(p, "r+b") as f:
+                    f.seek(r.randrange(0, 60 << 10))
+                    f.write(os.urandom(r.randint(1, 8192)))
+            for p in r.sample(files, min(len(files), r.randint(0, 2))):
+                if p.exists():
+                    p.unlink()
+            new = root / f"d{r.randrange(6)}" / f"g{self.gen}.bin"
+            new.parent.mkdir(exist_ok=True)
+            new.write_bytes(os.urandom(r.randint(0, 200 << 10)))
+            with open(root / "notes.txt", "a") as f:
+                f.write(f"gen {self.gen}\n")
 
     # ---- one killed operation ----
     def run_killed(self, op, fn):
@@ -124,6 +153,9 @@ class Harness:
         return r
 
     def restart(self):
+        """Start again, in the quiet or the busy configuration."""
+        self.busy = self.rng.random() < 0.4
+        self.d.config = dict(self.BUSY if self.busy else self.QUIET)
         self.d.start(timeout=60)
 
     # ---- invariants ----
@@ -153,52 +185,139 @@ class Harness:
             self.check(listed[cid]["status"] == "active", f"acknowledged {cid} is {listed[cid]['status']}")
             for k in ("name", "created_at", "size_bytes"):
                 self.check(listed[cid].get(k) == self.records[cid].get(k), f"{cid}: {k} changed")
+        for cid, (by, _) in list(self.ephemeral.items()):
+            if cid in listed:
+                self.check(listed[cid]["status"] == "active", f"{cid} (TTL) is {listed[cid]['status']}")
+                for k in ("name", "created_at", "size_bytes"):
+                    self.check(listed[cid].get(k) == self.records[cid].get(k), f"{cid}: {k} changed")
+            else:
+                self.check(time.monotonic() >= by, f"checkpoint {cid} gone before its TTL ran out")
+                del self.ephemeral[cid]
+                self.deleted.add(cid)
         for cid in self.deleted:
             self.check(cid not in listed, f"deleted checkpoint {cid} came back")
         return listed
 
+    def describe(self, now, **named):
+        """Which root matches which named state: says what a mix is made of."""
+        return "; ".join(f"root {k}: " + (", ".join(n for n, st in named.items() if st[k] == now[k]) or "none")
+                         for k in range(len(now)))
+
     def check_restores_to(self, cid, tree):
         r = self.d.request("POST", f"/v1/checkpoints/{cid}/restore", json={})
         self.check(r.status_code == 200 and r.json().get("ok") is True, f"restore of {cid}: {r.status_code} {r.text}")
-        self.check(tree_state(self.root) == tree, f"{cid} did not restore to the tree it was made from")
+        now = self.state()
+        self.check(now == tree, f"{cid} did not restore to the trees it was made from ("
+                   f"{self.describe(now, checkpoint=tree)})")
 
-    # ---- the rounds ----
-    def round_create(self):
-        self.mutate()
-        tree = tree_state(self.root)
-        name = f"c{self.kills}"
-        r = self.run_killed("create", lambda: self.d.request("POST", "/v1/checkpoints", json={"name": name}))
-        self.restart()
-        if r is not None and r.status_code == 201:
-            rec = r.json()
-            self.acked[rec["checkpoint_id"]] = (name, tree)
-            self.records[rec["checkpoint_id"]] = rec
-        listed = self.check_catalog()
-        self.check(tree_state(self.root) == tree, "a killed create changed the root")
+    def adopt_unacked(self, listed, name, tree):
+        """A create of `name` that was not acknowledged but is listed must be
+        complete: active, and holding the trees it was made from."""
         for cid, c in listed.items():
-            if c["name"] == name and cid not in self.acked:
-                # Not acknowledged but complete: it must hold the tree.
+            if c["name"] == name and cid not in self.acked and cid not in self.ephemeral:
                 self.check(c["status"] == "active", f"half-made checkpoint {cid} is listed")
                 self.acked[cid] = (name, tree)
                 self.records[cid] = c
                 self.check_restores_to(cid, tree)
 
+    # ---- the rounds ----
+    def create_acked(self, name, ttl=None):
+        """One create that is not killed; returns its tree."""
+        self.mutate()
+        tree = self.state()
+        body = {"name": name, **({"ttl_secs": ttl} if ttl else {})}
+        t0 = time.monotonic()
+        r = self.d.request("POST", "/v1/checkpoints", json=body)
+        self.check(r.status_code == 201, f"create {name}: {r.status_code} {r.text}")
+        self.note_created(r.json(), tree, t0, ttl)
+        return tree
+
+    def note_created(self, rec, tree, t0, ttl=None):
+        cid = rec["checkpoint_id"]
+        self.records[cid] = rec
+        if ttl:
+            # listed until t0 + ttl at least; gone (once swept) some time later
+            self.ephemeral[cid] = (t0 + ttl, tree)
+        else:
+            self.acked[cid] = (rec["name"], tree)
+
+    def round_create(self, before=0):
+        """before: acknowledged creates first, so that the killed one follows
+        a create of the same process (a delta, a tracked tar create)."""
+        for i in range(before):
+            self.create_acked(f"c{self.kills}-{i}")
+        self.mutate()
+        tree = self.state()
+        name = f"c{self.kills}"
+        r = self.run_killed("create", lambda: self.d.request("POST", "/v1/checkpoints", json={"name": name}))
+        self.restart()
+        if r is not None and r.status_code == 201:
+            self.note_created(r.json(), tree, 0)
+        listed = self.check_catalog()
+        self.check(self.state() == tree, "a killed create changed the roots")
+        self.adopt_unacked(listed, name, tree)
+
+    def round_series(self):
+        """Several creates, the last one killed: deltas and tracked creates."""
+        self.counts["series"] = self.counts.get("series", 0) + 1
+        self.round_create(before=self.rng.randint(1, 4))
+
+    def round_background(self):
+        """Creates (some with a TTL of 1-2 s) under the busy configuration, then
+        a kill during the last create or the background work it set off:
+        compaction, flattening, the sweeper's expiry and removals."""
+        if not self.busy:
+            return self.round_series()
+        for i in range(self.rng.randint(2, 5)):
+            self.create_acked(f"b{self.kills}-{i}", ttl=self.rng.choice([None, None, 1, 2]))
+        self.mutate()
+        tree = self.state()
+        name = f"b{self.kills}"
+        ttl = self.rng.choice([None, 1])
+        t0 = time.monotonic()
+        body = {"name": name, **({"ttl_secs": ttl} if ttl else {})}
+        linger = self.rng.choice([self.rng.uniform(0, 0.3), self.rng.uniform(0, 1.5)])  # drawn here: the thread must not draw (a seed replays)
+
+        def go():
+            r = self.d.request("POST", "/v1/checkpoints", json=body)
+            time.sleep(linger)  # the kill lands in the work it started
+            return r
+        r = self.run_killed("background", go)
+        self.restart()
+        if r is not None and r.status_code == 201:
+            self.note_created(r.json(), tree, t0, ttl)
+        listed = self.check_catalog()
+        self.check(self.state() == tree, "a kill during background work changed the roots")
+        if not ttl:
+            self.adopt_unacked(listed, name, tree)
+        # Compaction and flattening rewrite the newest checkpoints' data: they
+        # must still restore exactly.
+        newest = sorted(self.acked, key=lambda c: self.records[c]["created_at"])[-3:]
+        for cid in self.rng.sample(newest, min(len(newest), 2)):
+            self.check_restores_to(cid, self.acked[cid][1])
+
     def round_restore(self):
         if not self.acked:
             return self.round_create()
         cid = self.rng.choice(sorted(self.acked))
+        # At times a create first: the restore then follows a create of this
+        # process (tar: a tracked restore of the roots' own checkpoint).
+        if self.rng.random() < 0.3:
+            self.create_acked(f"r{self.kills}")
         self.mutate()
-        before = tree_state(self.root)
+        before = self.state()
         r = self.run_killed("restore",
                             lambda: self.d.request("POST", f"/v1/checkpoints/{cid}/restore", json={}))
         self.restart()
         self.check_catalog()
-        now = tree_state(self.root)
+        now = self.state()
         target = self.acked[cid][1]
         if r is not None and r.status_code == 200 and r.json().get("ok"):
-            self.check(now == target, f"acknowledged restore of {cid} not in place after a restart")
+            self.check(now == target, f"acknowledged restore of {cid} not in place after a restart "
+                       f"({self.describe(now, checkpoint=target)})")
         else:
-            self.check(now in (before, target), f"killed restore of {cid} left a mixed tree")
+            self.check(now in (before, target), f"killed restore of {cid} left a mix "
+                       f"({self.describe(now, before=before, checkpoint=target)})")
 
     def round_delete(self):
         if len(self.acked) < 3:
@@ -234,11 +353,15 @@ class Harness:
         xfer = self.d.state_dir / "xfer"
         self.check(not xfer.exists() or not any(xfer.iterdir()), "an interrupted import left files in xfer/")
         for cid, c in listed.items():
-            if c.get("import_of") == src and cid not in self.acked:
+            if c.get("import_of") == src and cid not in self.acked and cid not in self.ephemeral:
                 self.check(c["status"] == "active", f"half-imported checkpoint {cid} is listed")
                 self.acked[cid] = (c["name"], tree)
                 self.records[cid] = c
                 self.check_restores_to(cid, tree)
+
+    def fork_state(self, path):
+        """A fork holds each root's copy in DIR/<basename of the root>."""
+        return tuple(tree_state(pathlib.Path(path) / r.name) for r in self.roots)
 
     def is_mount(self, path):
         with open("/proc/self/mountinfo") as f:
@@ -253,18 +376,20 @@ class Harness:
             self.check(f.get("mounted") is True and "intent" not in f, f"fork {fid} listed half-made: {f}")
         for fid, (path, tree) in list(self.forks.items()):
             self.check(fid in listed, f"acknowledged fork {fid} lost")
-            self.check(tree_state(path) == tree, f"fork {fid} does not hold its checkpoint's tree")
+            self.check(self.fork_state(path) == tree, f"fork {fid} does not hold its checkpoint's tree")
         for fid, f in listed.items():
             if fid not in self.forks:  # finished before the kill, answer lost: must be whole
                 cid = f["checkpoint_id"]
                 self.check(cid in self.acked, f"fork {fid} of unknown checkpoint {cid}")
-                self.check(tree_state(f["path"]) == self.acked[cid][1], f"unacknowledged fork {fid} is not whole")
+                self.check(self.fork_state(f["path"]) == self.acked[cid][1], f"unacknowledged fork {fid} is not whole")
                 self.forks[fid] = (f["path"], self.acked[cid][1])
         known = {f["path"] for f in listed.values()}
         if maybe_dir is not None and str(maybe_dir) not in known:
             self.check(not self.is_mount(maybe_dir), f"a killed fork left a mount at {maybe_dir}")
             self.check(not any(pathlib.Path(maybe_dir).iterdir()), f"a killed fork left files in {maybe_dir}")
-        uppers = {p.name for p in self.d.state_dir.glob("**/f/fk_*")}
+        # os.walk, not glob: the sweeper may remove a temp dir meanwhile
+        uppers = {n for top, dirs, _ in os.walk(self.d.state_dir) if os.path.basename(top) == "f"
+                  for n in dirs if n.startswith("fk_")}
         self.check(uppers <= set(listed), f"fork uppers nobody lists: {sorted(uppers - set(listed))}")
 
     def round_fork(self):
@@ -311,7 +436,7 @@ class Harness:
         t0 = time.monotonic()
         rec = self.d.create("calibrate")
         self.durations["create"] = time.monotonic() - t0
-        self.acked[rec["checkpoint_id"]] = ("calibrate", tree_state(self.root))
+        self.acked[rec["checkpoint_id"]] = ("calibrate", self.state())
         self.records[rec["checkpoint_id"]] = rec
         self.mutate()
         t0 = time.monotonic()
@@ -333,12 +458,16 @@ class Harness:
 
     def run(self, kills):
         self.seed_tree()
+        self.busy = False
         self.d.start()
         self.calibrate()
-        rounds = [self.round_create] * 4 + [self.round_restore] * 4 + [self.round_delete] * 2 + \
-            [self.round_import] * 2 + [self.round_fork] * 2
+        rounds = [self.round_create] * 2 + [self.round_series] * 3 + [self.round_restore] * 4 + \
+            [self.round_delete] * 2 + [self.round_import] * 2 + [self.round_fork] * 2
         while self.kills < kills:
-            self.rng.choice(rounds)()
+            if self.busy and self.rng.random() < 0.5:
+                self.round_background()
+            else:
+                self.rng.choice(rounds)()
         # Every survivor holds its tree; a clean restart leaves no temp file.
         for cid, (_, tree) in sorted(self.acked.items()):
             self.check_restores_to(cid, tree)
