@@ -183,6 +183,8 @@ int engine_open(const struct config *cfg, const struct engine_deps *deps, struct
 		r = services_open(cfg, NULL, &e->services, err);
 	if (r == 0)
 		r = engine_open_state(e, deps, err);
+	if (r == 0) /* the roots are mounted: units a crash left stopped or frozen */
+		engine_svc_journal_recover(e);
 	if (r == 0)
 		r = engine_forks_open(e, err);
 	if (r == 0)

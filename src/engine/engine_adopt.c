@@ -103,6 +103,9 @@ void engine_adoption_finish(struct engine *e)
 			log_notice("adoption: started %s on the mounted root",
 				   json_string_value(json_array_get(rep.started, i)));
 		svc_report_free(&rep);
+		if (e->svc_journal_pending) /* an interrupted restore's units are started */
+			engine_svc_journal_clear(e);
+		e->svc_journal_pending = false;
 	}
 	rescan_unmanaged(e);
 	pthread_mutex_lock(&e->state_lock);

@@ -133,10 +133,13 @@ static int create_frozen(struct engine *e, const char *id, struct engine_op *op,
 		log_warn("create: first pass before the freeze failed, copying all while frozen: %s", perr.msg);
 	int64_t t0 = mono_ms();
 	bool split = e->backend->capture != NULL;
+	engine_svc_journal_save(e, "create", id, &plan); /* a crash while frozen: thawed at the next start */
 	services_freeze(e->services, &plan);
 	int r = split ? e->backend->capture(e->bst, &op->progress, err)
 		      : e->backend->create(e->bst, id, data, size, &op->progress, err);
 	services_thaw(e->services, &plan);
+	if (plan.n > 0)
+		engine_svc_journal_clear(e);
 	*freeze_ms = mono_ms() - t0;
 	/* the copy is taken: recording and syncing it need no freeze */
 	if (r == 0 && split)

@@ -52,6 +52,7 @@ struct engine {
 	json_t *unmanaged;     /* [{pid, command, hidden}] from the last scan */
 	int64_t unmanaged_ms;  /* mono_ms of that scan */
 	bool adoption_pending; /* units stopped, not started yet */
+	bool svc_journal_pending; /* plans holds an interrupted restore's units (engine_svcjournal.c) */
 
 	json_t *released; /* roots released (engine_release.c); guarded by state_lock */
 
@@ -77,6 +78,12 @@ bool record_expired(const struct ckpt_record *rec, int64_t now);
 int engine_sweeper_start(struct engine *e, ckpt_error *err);
 void engine_sweeper_stop(struct engine *e);
 void engine_kick_maintenance(struct engine *e);
+/* engine_svcjournal.c: the units a restore stopped or a create froze, durable
+ * until they are back, so that a start after a crash brings them back */
+struct svc_plan;
+int engine_svc_journal_save(struct engine *e, const char *op, const char *id, const struct svc_plan *p);
+void engine_svc_journal_clear(struct engine *e);
+void engine_svc_journal_recover(struct engine *e);
 /* A record reference dropped when the variable goes out of scope. */
 static inline void record_unrefp(const struct ckpt_record **r)
 {

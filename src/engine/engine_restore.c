@@ -76,7 +76,11 @@ static int restore_run(struct engine *e, const struct restore_plan *plan, bool v
 		return err_set(err, -r, NULL, "cannot list the services that use the roots: %s", strerror(-r));
 	}
 	rep->services_available = services_available(e->services);
+	size_t planned = units.n;
+	engine_svc_journal_save(e, "restore", plan->rec->id, &units); /* a crash now: started at the next start */
 	rep->swapped = services_stop(e->services, &units) == 0;
+	if (units.n > planned) /* units systemd stopped with them */
+		engine_svc_journal_save(e, "restore", plan->rec->id, &units);
 	t1 = mono_ms();
 	if (rep->swapped)
 		r = restore_swap(e, plan, &rep->details, op, err);
@@ -86,6 +90,8 @@ static int restore_run(struct engine *e, const struct restore_plan *plan, bool v
 	}
 	t2 = mono_ms();
 	services_start(e->services, &units); /* also after a failed swap */
+	if (units.n > 0)
+		engine_svc_journal_clear(e);
 	services_report(&units, &rep->services);
 	services_plan_free(&units);
 	if (!rep->services_available)

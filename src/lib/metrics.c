@@ -47,6 +47,13 @@ void metrics_status_count(struct metrics_statuses *s, int status)
 		atomic_fetch_add(&s->by_status[status], 1);
 }
 
+void metrics_interrupted(struct metrics *m, enum metrics_op op)
+{
+	pthread_mutex_lock(&m->lock);
+	m->interrupted[op]++;
+	pthread_mutex_unlock(&m->lock);
+}
+
 static void render_hist(FILE *f, const char *name, const char *help, const struct metrics_hist *h)
 {
 	fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
@@ -65,6 +72,13 @@ static void render_counters(FILE *f, const struct metrics *m)
 		for (int r = 0; r < 2; r++)
 			fprintf(f, "ckptd_operations_total{op=\"%s\",result=\"%s\"} %llu\n", op_names[op],
 				r ? "error" : "success", (unsigned long long)m->ops[op][r]);
+	fputs("# HELP ckptd_interrupted_operations_total Operations a crash cut short while units were stopped "
+	      "or frozen, found at start.\n"
+	      "# TYPE ckptd_interrupted_operations_total counter\n",
+	      f);
+	for (int op = OP_CREATE; op <= OP_RESTORE; op++)
+		fprintf(f, "ckptd_interrupted_operations_total{op=\"%s\"} %llu\n", op_names[op],
+			(unsigned long long)m->interrupted[op]);
 }
 
 static uint64_t process_open_fds(void)

@@ -23,7 +23,8 @@ struct metrics_hist {
 struct metrics {
 	pthread_mutex_t lock;
 	struct metrics_hist create_s, restore_s;
-	uint64_t ops[OP_COUNT_][2]; /* [op][0 = success, 1 = error] */
+	uint64_t ops[OP_COUNT_][2];      /* [op][0 = success, 1 = error] */
+	uint64_t interrupted[OP_COUNT_]; /* operations a crash cut short, found at start */
 };
 
 /* Responses by HTTP status code: the HTTP server keeps one (src/http). */
@@ -42,6 +43,8 @@ struct metrics_gauges {
 void metrics_init(struct metrics *m);
 void metrics_destroy(struct metrics *m);
 void metrics_op(struct metrics *m, enum metrics_op op, bool ok, double seconds);
+/* An operation that a crash cut short, found at start (its units brought back). */
+void metrics_interrupted(struct metrics *m, enum metrics_op op);
 char *metrics_render(struct metrics *m, const struct metrics_gauges *g);
 /* A status out of 100..599 is not counted. */
 void metrics_status_count(struct metrics_statuses *s, int status);

@@ -1,0 +1,104 @@
+/* engine_svcjournal.c: the units a restore stopped or a create froze, kept
+ * durable while they are down or frozen. A kill in that window used to leave
+ * them stopped or frozen for good: nothing remembered them. The next start
+ * reads <state>/services.json, logs and counts the interrupted operation,
+ * thaws the frozen units at once and starts the stopped ones after READY
+ * (with the units adoption stopped: a unit ordered After=ckptd.service would
+ * wait on ckptd's own start job otherwise). */
+#include "config.h"
+#include "engine/engine_internal.h"
+#include "services/services.h"
+
+#define SVC_JOURNAL "services.json"
+
+/* Before the units of p are stopped (op "restore") or frozen ("create"). No
+ * unit, no file: a sandbox without systemd pays nothing. */
+int engine_svc_journal_save(struct engine *e, const char *op, const char *id, const struct svc_plan *p)
+{
+	if (p->n == 0)
+		return 0;
+	json_auto_t *units = json_array();
+	for (size_t i = 0; units && i < p->n; i++)
+		json_array_append_new(units, json_string(p->units[i].name));
+	json_auto_t *j =
+		units ? json_pack("{s:s,s:s,s:O}", "op", op, "checkpoint_id", id ? id : "", "units", units) : NULL;
+	_cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	int r = s ? write_file_atomic(e->state_fd, SVC_JOURNAL, s, strlen(s), 0600) : -ENOMEM;
+	if (r < 0)
+		log_warn("services: cannot record the units of this %s (a crash now would leave them %s): %s", op,
+			 strcmp(op, "create") ? "stopped" : "frozen", strerror(-r));
+	return r;
+}
+
+/* The units are back (or were never touched). */
+void engine_svc_journal_clear(struct engine *e)
+{
+	if (unlinkat(e->state_fd, SVC_JOURNAL, 0) == 0)
+		fsync_dirfd(e->state_fd);
+}
+
+/* A plan whose units are all marked stopped (to start) or frozen (to thaw). */
+static int svc_journal_plan(json_t *units, bool frozen, struct svc_plan *p)
+{
+	*p = (struct svc_plan){ 0 };
+	p->units = calloc(json_array_size(units) + 1, sizeof(*p->units));
+	if (!p->units)
+		return -ENOMEM;
+	for (size_t i = 0; i < json_array_size(units); i++) {
+		const char *n = json_string_value(json_array_get(units, i));
+		if (!n || !(p->units[p->n].name = strdup(n)))
+			continue;
+		*(frozen ? &p->units[p->n].frozen : &p->units[p->n].stopped) = true;
+		p->n++;
+	}
+	return 0;
+}
+
+/* Hand the stopped units to the start after READY (engine_adoption_finish). */
+static void svc_journal_defer_start(struct engine *e, struct svc_plan *p)
+{
+	struct svc_plan *plans = realloc(e->plans, (e->n_plans + 1) * sizeof(*plans));
+	if (!plans) {
+		log_warn("services: out of memory: the units of the interrupted restore are not started");
+		services_plan_free(p);
+		return;
+	}
+	e->plans = plans;
+	e->plans[e->n_plans++] = *p;
+	pthread_mutex_lock(&e->state_lock);
+	e->adoption_pending = true;
+	e->svc_journal_pending = true;
+	pthread_mutex_unlock(&e->state_lock);
+}
+
+void engine_svc_journal_recover(struct engine *e)
+{
+	_cleanup_free_ char *s = NULL;
+	if (read_file_at(e->state_fd, SVC_JOURNAL, 1 << 20, &s, NULL) < 0)
+		return;
+	json_auto_t *j = json_loads(s, 0, NULL);
+	const char *op = json_string_value(json_object_get(j, "op"));
+	const char *id = json_string_value(json_object_get(j, "checkpoint_id"));
+	json_t *units = json_object_get(j, "units");
+	if (!op || !json_is_array(units)) {
+		log_warn("services: ignoring a damaged %s", SVC_JOURNAL);
+		engine_svc_journal_clear(e);
+		return;
+	}
+	bool create = !strcmp(op, "create");
+	_cleanup_free_ char *names = json_dumps(units, JSON_COMPACT);
+	log_event(LOG_WARN_, &(struct log_fields){ create ? "create" : "restore", id && *id ? id : NULL, NULL, -1 },
+		  "%s of \"%s\" was interrupted by a crash with units %s: %s them again", op, id ? id : "",
+		  names ? names : "?", create ? "thawing" : "starting");
+	metrics_interrupted(&e->metrics, create ? OP_CREATE : OP_RESTORE);
+	struct svc_plan p;
+	if (svc_journal_plan(units, create, &p) < 0)
+		return;
+	if (create) {
+		services_thaw(e->services, &p);
+		services_plan_free(&p);
+		engine_svc_journal_clear(e);
+		return;
+	}
+	svc_journal_defer_start(e, &p);
+}
