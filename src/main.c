@@ -1,5 +1,6 @@
 /* main.c: ckptd's main. Parses the configuration, recovers state, serves HTTP, and
  * talks to systemd (READY, STATUS, WATCHDOG, STOPPING, socket activation). */
+#include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -113,6 +114,14 @@ static int app_wait(struct app *a)
 	}
 }
 
+/* The units to start after READY, off the main thread: a unit that is slow
+ * to start (one still stopping, say) must not keep the watchdog unpetted. */
+static void *app_adoption_main(void *engine)
+{
+	engine_adoption_finish(engine);
+	return NULL;
+}
+
 static void app_block_signals(void)
 {
 	sigset_t set;
@@ -167,11 +176,16 @@ int main(int argc, char **argv)
 	log_notice("ckptd %s ready (%s mode%s%s)", CKPTD_VERSION, a.cfg.mode == MODE_HOST ? "host" : "sandbox",
 		   a.engine ? ", backend " : "", a.engine ? engine_backend_name(a.engine) : "");
 	sd_notify(0, "READY=1");
-	engine_adoption_finish(a.engine); /* units After=ckptd.service can start now */
+	pthread_t adopt; /* units After=ckptd.service can start now */
+	bool adopting = pthread_create(&adopt, NULL, app_adoption_main, a.engine) == 0;
+	if (!adopting)
+		engine_adoption_finish(a.engine);
 	app_notify_status(&a);
 	int sig = app_wait(&a);
 	log_notice("stopping on signal %d", sig);
 	sd_notify(0, "STOPPING=1");
+	if (adopting)
+		pthread_join(adopt, NULL);
 	app_stop(&a);
 	return 0;
 }

@@ -83,6 +83,8 @@ void engine_adoption_finish(struct engine *e)
 	e->adoption_pending = false;
 	pthread_mutex_unlock(&e->state_lock);
 	if (pending) {
+		/* a restore or create waits: it would stop or freeze units being started */
+		pthread_mutex_lock(&e->op_lock);
 		struct svc_report rep;
 		char at[32];
 		time_t now = time(NULL);
@@ -106,6 +108,7 @@ void engine_adoption_finish(struct engine *e)
 		if (e->svc_journal_pending) /* an interrupted restore's units are started */
 			engine_svc_journal_clear(e);
 		e->svc_journal_pending = false;
+		pthread_mutex_unlock(&e->op_lock);
 	}
 	rescan_unmanaged(e);
 	pthread_mutex_lock(&e->state_lock);
