@@ -188,15 +188,17 @@ SAN_BUILD ?= build-san
 check-sanitize: deps
 	@$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) SANITIZE=address,undefined all
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		CRASH_KILLS=$(SAN_CRASH_KILLS) $(MAKE) --no-print-directory BUILD=$(SAN_BUILD) SANITIZE=address,undefined unit integration \
+		CRASH_KILLS=$(SAN_CRASH_KILLS) POWERCUT_ROUNDS=$(SAN_POWERCUT_ROUNDS) $(MAKE) --no-print-directory BUILD=$(SAN_BUILD) SANITIZE=address,undefined unit integration \
 		PYTEST_ARGS="$(SAN_PYTEST_ARGS)"
 # Left out sanitized: fuzz targets (sanitized already), load figures, the 2,000-
 # connection flood and the export RSS bound (they would measure ASan, not ckptd),
 # host mode's stall soak (timing-bound; the unsanitized pass runs it), and the
 # client and example tests (Python, TypeScript and shell clients: they test the
 # clients, and the daemon paths they drive are test_api's; about 1.5 minutes).
-# The crash harness's kills per backend in the sanitized pass (100 unsanitized).
+# The crash harness's kills per backend and the power cuts per operation in
+# the sanitized pass (100 and 8 unsanitized).
 SAN_CRASH_KILLS ?= 30
+SAN_POWERCUT_ROUNDS ?= 3
 SAN_PYTEST_ARGS ?= --ignore=tests/integration/test_fuzz.py --ignore=tests/integration/test_load.py \
 	--ignore=tests/integration/test_clients.py --ignore=tests/integration/test_examples.py \
 	--deselect tests/integration/test_hostile.py::test_flood_of_2000_connections_does_not_lock_out \
