@@ -49,9 +49,9 @@ struct engine {
 	size_t n_plans;
 	struct procscan_target *hidden; /* what those mounts hide (path borrowed from cfg) */
 	size_t n_hidden;
-	json_t *unmanaged;     /* [{pid, command, hidden}] from the last scan */
-	int64_t unmanaged_ms;  /* mono_ms of that scan */
-	bool adoption_pending; /* units stopped, not started yet */
+	json_t *unmanaged;        /* [{pid, command, hidden}] from the last scan */
+	int64_t unmanaged_ms;     /* mono_ms of that scan */
+	bool adoption_pending;    /* units stopped, not started yet */
 	bool svc_journal_pending; /* plans holds an interrupted restore's units (engine_svcjournal.c) */
 
 	json_t *released; /* roots released (engine_release.c); guarded by state_lock */
