@@ -12,8 +12,10 @@ outside, not from ckptd's own report:
   interrupted create is logged and counted.
 
 One container for the module; the tests run in file order."""
+import os
 import pathlib
 import random
+import signal
 import re
 import sys
 import threading
@@ -87,6 +89,20 @@ def kill_ckptd(rig):
     return pid
 
 
+def host_pid(rig, pid):
+    """The host's pid of the process the container knows as pid."""
+    ns = os.readlink(f"/proc/{rig.pid}/ns/pid")
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and os.readlink(f"/proc/{d}/ns/pid") == ns:
+                for line in open(f"/proc/{d}/status"):
+                    if line.startswith("NSpid:") and line.split()[-1] == str(pid):
+                        return int(d)
+        except OSError:
+            continue
+    raise AssertionError(f"no host pid for container pid {pid}")
+
+
 def in_thread(fn):
     out = {}
 
@@ -135,22 +151,27 @@ def test_killed_while_units_are_stopped_they_run_again(rig):
 
 
 def test_killed_while_units_are_frozen_they_are_thawed(rig):
-    """Creates killed at random points until one kill lands in the freeze
-    (the record of the frozen units is then on disk); the seed is printed."""
+    """Creates killed until one kill is seen to leave the units frozen: the
+    kill comes from the host a random 0-15 ms after services.json (the record
+    of the units about to be frozen) appears in the state dir; the seed is
+    printed."""
     rig.systemctl("stop", "slowstop.service")  # only web and worker: a short create
     seed = random.randrange(1 << 30)
     print(f"rig crash: seed {seed}")
     rng = random.Random(seed)
-    t0 = time.monotonic()
-    cp = api(rig, "POST", "/v1/checkpoints", json={"name": "timing"})
+    cp = api(rig, "POST", "/v1/checkpoints", json={"name": "first"})
     assert cp.status_code == 201 and sorted(cp.json()["frozen_services"]) == ["web.service", "worker.service"]
-    took = time.monotonic() - t0
+    record = rig.dir / "state" / "services.json"  # the container's /var/lib/ckptd, seen from the host
     hits = 0
-    for attempt in range(60):
+    for attempt in range(30):
         old = main_pid(rig, "ckptd.service")
+        pid = host_pid(rig, old)
         t, out = in_thread(lambda: api(rig, "POST", "/v1/checkpoints", json={"name": f"k{attempt}"}))
-        time.sleep(rng.uniform(0, took))
-        kill_ckptd(rig)
+        deadline = time.monotonic() + 30
+        while not record.exists() and t.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        time.sleep(rng.uniform(0, 0.015))
+        os.kill(pid, signal.SIGKILL)
         t.join(60)
         hit = rig.sh("test", "-e", JOURNAL, check=False).returncode == 0
         seen = False
@@ -175,7 +196,7 @@ def test_killed_while_units_are_frozen_they_are_thawed(rig):
         if seen:
             break
     else:
-        pytest.fail(f"no kill of 60 was seen to leave the units frozen ({hits} hit the freeze; seed {seed})")
+        pytest.fail(f"no kill of 30 was seen to leave the units frozen ({hits} hit the freeze; seed {seed})")
     print(f"rig crash: {attempt + 1} kills, {hits} in the freeze, the last one observed frozen from outside")
     assert "was interrupted by a crash" in rig.journal("ckptd.service", lines=500)
     assert rig.sh("test", "-e", JOURNAL, check=False).returncode != 0
