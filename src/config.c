@@ -30,6 +30,7 @@ void config_defaults(struct config *cfg)
 	cfg->mode = MODE_SANDBOX;
 	cfg->flatten_depth = 64;
 	cfg->tar_chain_max = 8;
+	cfg->track_changes = TRACK_AUTO;
 	cfg->default_ttl_secs = 14 * 24 * 3600;
 	cfg->cleanup_interval_secs = 60;
 	cfg->max_checkpoints = 100;
@@ -111,6 +112,22 @@ static int parse_backend(struct config *cfg, const char *v, ckpt_error *err)
 	else
 		return err_set(err, EINVAL, NULL, "backend must be auto, overlay or tar, not '%s'", v);
 	return 0;
+}
+
+const char *track_mode_name(enum track_mode m)
+{
+	return m == TRACK_ALWAYS ? "always" : m == TRACK_NEVER ? "never" : "auto";
+}
+
+static int parse_track(struct config *cfg, json_t *v, ckpt_error *err)
+{
+	const char *s = json_string_value(v);
+	for (enum track_mode m = TRACK_AUTO; s && m <= TRACK_NEVER; m++)
+		if (!strcmp(s, track_mode_name(m))) {
+			cfg->track_changes = m;
+			return 0;
+		}
+	return err_set(err, EINVAL, NULL, "config: track_changes must be \"auto\", \"always\" or \"never\"");
 }
 
 static int parse_mode(struct config *cfg, const char *v, ckpt_error *err)
@@ -281,6 +298,8 @@ static int apply_json_strings(struct config *cfg, json_t *obj, ckpt_error *err)
 		else
 			cfg->lock_etcd = !strcmp(b, "etcd");
 	}
+	if (r == 0 && (v = json_object_get(obj, "track_changes")))
+		r = parse_track(cfg, v, err);
 	if (r == 0 && (v = json_object_get(obj, "backend")))
 		r = json_is_string(v) ? parse_backend(cfg, json_string_value(v), err)
 				      : err_set(err, EINVAL, NULL, "config: backend must be a string");
@@ -325,6 +344,8 @@ static const char *const known_keys[] = {
 	"unmount_on_exit",
 	"flatten_depth",
 	"tar_chain_max",
+	"track_changes",
+	"track_check",
 	"default_ttl_secs",
 	"cleanup_interval_secs",
 	"max_checkpoints",
@@ -412,7 +433,8 @@ int config_apply_json(struct config *cfg, json_t *obj, ckpt_error *err)
 		return r;
 	if ((r = json_bool(obj, "unmount_on_exit", &cfg->unmount_on_exit, err)) < 0 ||
 	    (r = json_bool(obj, "create_roots", &cfg->create_roots, err)) < 0 ||
-	    (r = json_bool(obj, "metrics_token_free", &cfg->metrics_token_free, err)) < 0)
+	    (r = json_bool(obj, "metrics_token_free", &cfg->metrics_token_free, err)) < 0 ||
+	    (r = json_bool(obj, "track_check", &cfg->track_check, err)) < 0)
 		return r;
 	if ((r = json_int(obj, "default_ttl_secs", 0, &cfg->default_ttl_secs, err)) < 0 ||
 	    (r = json_int(obj, "cleanup_interval_secs", 1, &cfg->cleanup_interval_secs, err)) < 0 ||

@@ -15,6 +15,13 @@ enum backend_kind {
 	BACKEND_OVERLAY,
 	BACKEND_TAR
 };
+/* Change tracking of a create (fanotify, change_track.h): "auto" tracks
+ * overlay uppers from 2,000 entries and every tar root. */
+enum track_mode {
+	TRACK_AUTO, /* the default: 0, so a zeroed backend_ctx has it */
+	TRACK_ALWAYS,
+	TRACK_NEVER
+};
 enum run_mode {
 	MODE_SANDBOX,
 	MODE_HOST
@@ -44,6 +51,12 @@ struct config {
 	bool unmount_on_exit; /* default off */
 	int flatten_depth;    /* flatten chains deeper than this (default 64) */
 	int tar_chain_max;    /* tar: compact chains longer than this (default 8) */
+
+	/* change tracking (default auto); track_check: compare each tracked
+	 * create with a full walk, read-only, and fail it on a difference (the
+	 * tests; default off) */
+	enum track_mode track_changes;
+	bool track_check;
 
 	/* lifecycle */
 	int64_t default_ttl_secs;      /* default 14 days, 0 = never */
@@ -87,3 +100,4 @@ void config_defaults(struct config *cfg);
 const char *config_nearest_key(const char *key);
 void config_free(struct config *cfg);
 const char *backend_kind_name(enum backend_kind k);
+const char *track_mode_name(enum track_mode m);

@@ -8,9 +8,8 @@
 #pragma once
 #include <jansson.h>
 #include <stdatomic.h>
+#include "config.h"
 #include "lib/util.h"
-
-struct config;
 
 struct backend_ctx {
 	const struct config *cfg;
@@ -18,6 +17,10 @@ struct backend_ctx {
 	int state_fd;          /* O_DIRECTORY fd of state_dir */
 	char *const *roots;    /* absolute canonical paths */
 	size_t n_roots;
+	/* config's track_changes and track_check (ckptd.json(5)): the create
+	 * paths read these, not the whole config */
+	enum track_mode track_changes;
+	bool track_check;
 	/* Called by open right before it mounts over a root (first adoption,
 	 * reboot, an interrupted restore), with what the mount is about to hide
 	 * still in place; may be NULL. */

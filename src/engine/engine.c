@@ -142,6 +142,8 @@ static int engine_open_state(struct engine *e, const struct engine_deps *deps, c
 					.state_fd = e->state_fd,
 					.roots = e->cfg->roots,
 					.n_roots = e->cfg->n_roots,
+					.track_changes = e->cfg->track_changes,
+					.track_check = e->cfg->track_check,
 					.before_mount = engine_adopt_before_mount,
 					.hook_ctx = e };
 	if ((r = engine_choose_backend(e, deps, err)) < 0)

@@ -232,6 +232,44 @@ static void test_check_only_creates_nothing(void **state)
 	config_free(&cfg);
 }
 
+/* Change tracking: "auto" by default, the three words, anything else refused;
+ * track_check a boolean, off by default. */
+static void test_tracking_keys(void **state)
+{
+	(void)state;
+	struct config cfg;
+	ckpt_error err = { 0 };
+	char text[512];
+	const char *words[] = { "auto", "always", "never" };
+
+	mkdir(tpath("exists"), 0755);
+	snprintf(text, sizeof(text), "{\"roots\": [\"%s\"]}", tpath("exists"));
+	assert_int_equal(parse_file(&cfg, &err, text), 0);
+	assert_int_equal(cfg.track_changes, TRACK_AUTO);
+	assert_false(cfg.track_check);
+	config_free(&cfg);
+	for (int m = TRACK_AUTO; m <= TRACK_NEVER; m++) {
+		snprintf(text, sizeof(text), "{\"roots\": [\"%s\"], \"track_changes\": \"%s\", \"track_check\": true}",
+			 tpath("exists"), words[m]);
+		assert_int_equal(parse_file(&cfg, &err, text), 0);
+		assert_int_equal(cfg.track_changes, m);
+		assert_string_equal(track_mode_name(cfg.track_changes), words[m]);
+		assert_true(cfg.track_check);
+		config_free(&cfg);
+	}
+	const char *bad[] = { "\"1\"", "\"yes\"", "true", "1" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		snprintf(text, sizeof(text), "{\"roots\": [\"%s\"], \"track_changes\": %s}", tpath("exists"), bad[i]);
+		assert_true(parse_file(&cfg, &err, text) < 0);
+		assert_non_null(strstr(err.msg, "track_changes must be"));
+		config_free(&cfg);
+	}
+	snprintf(text, sizeof(text), "{\"roots\": [\"%s\"], \"track_check\": \"1\"}", tpath("exists"));
+	assert_true(parse_file(&cfg, &err, text) < 0);
+	assert_non_null(strstr(err.msg, "track_check must be true or false"));
+	config_free(&cfg);
+}
+
 static void test_nearest_key(void **state)
 {
 	(void)state;
@@ -247,7 +285,7 @@ int main(void)
 		cmocka_unit_test(test_flags),       cmocka_unit_test(test_file_and_flags_win),
 		cmocka_unit_test(test_errors),      cmocka_unit_test(test_token),
 		cmocka_unit_test(test_strict_file), cmocka_unit_test(test_check_only_creates_nothing),
-		cmocka_unit_test(test_nearest_key),
+		cmocka_unit_test(test_nearest_key), cmocka_unit_test(test_tracking_keys),
 	};
 	return cmocka_run_group_tests_name("config", tests, setup, teardown);
 }
