@@ -490,3 +490,31 @@ void chg_track_drain_own(struct chg_track *t)
 {
 	drain(t, true);
 }
+
+/* rel lies at or below dir ("" is the top). */
+static bool chg_under(const char *rel, const char *dir)
+{
+	size_t n = strlen(dir);
+	return !n || (!strncmp(rel, dir, n) && (rel[n] == '/' || !rel[n]));
+}
+
+/* A change after the collect explains a difference at rel: an event in its
+ * directory or on itself (a directory), one made or moved deep above it, a
+ * file closed after a write; or the events cannot say (lost, unresolved). */
+bool chg_track_changed_at(struct chg_track *t, const char *rel)
+{
+	if (!chg_track_armed(t) || t->seen->why)
+		return true;
+	chg_track_drain(t);
+	if (t->seen->why || pathindex_has(t->seen->sus, rel))
+		return true;
+	const char *slash = strrchr(rel, '/');
+	size_t plen = slash ? (size_t)(slash - rel) : 0;
+	for (size_t i = 0; i < t->seen->s.n; i++) {
+		const struct pathindex_dirty *d = &t->seen->s.v[i];
+		bool parent = strlen(d->path) == plen && !strncmp(d->path, rel, plen);
+		if (parent || !strcmp(d->path, rel) || (d->deep && chg_under(rel, d->path)))
+			return true;
+	}
+	return false;
+}

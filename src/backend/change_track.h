@@ -141,3 +141,7 @@ int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struc
  * cannot be told): what makes a check of collect's answer inconclusive. The
  * events it reads stay for the next collect. */
 bool chg_track_changed_since(struct chg_track *t);
+/* Narrower, for a difference found at rel (relative to the upper): whether
+ * a change since the last collect explains it (the check of a tracked pass
+ * excuses that difference, and no other). The events stay, as above. */
+bool chg_track_changed_at(struct chg_track *t, const char *rel);

@@ -36,7 +36,6 @@ struct dl {
 	struct treecopy_stats *st;
 	ckpt_error *err;
 	char path[PATH_MAX]; /* the entry being looked at, relative */
-	const char *why;     /* overlay_delta_check: what differs there */
 	const struct pathindex_dirty *dirty;
 	size_t n_dirty;
 };
@@ -191,17 +190,12 @@ static int dl_whiteout(struct dl *t, int dfd, const char *name)
 	return 0;
 }
 
-struct dl_names {
-	char **v;
-	size_t n, cap;
-};
-
-static void dl_names_free(struct dl_names *ns)
+void overlay_delta_names_free(struct ovl_names *ns)
 {
 	for (size_t i = 0; i < ns->n; i++)
 		free(ns->v[i]);
 	free(ns->v);
-	*ns = (struct dl_names){ 0 };
+	*ns = (struct ovl_names){ 0 };
 }
 
 static int dl_names_cmp(const void *a, const void *b)
@@ -210,7 +204,7 @@ static int dl_names_cmp(const void *a, const void *b)
 }
 
 /* Add the names of directory fd (-1: none) to ns; sorted and unique after. */
-static int dl_names_read(int fd, struct dl_names *ns)
+int overlay_delta_names_read(int fd, struct ovl_names *ns)
 {
 	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
@@ -246,7 +240,7 @@ static int dl_names_read(int fd, struct dl_names *ns)
 	return 0;
 }
 
-static bool dl_names_has(const struct dl_names *ns, const char *name)
+bool overlay_delta_names_has(const struct ovl_names *ns, const char *name)
 {
 	return ns->n && bsearch(&name, ns->v, ns->n, sizeof(*ns->v), dl_names_cmp);
 }
@@ -280,7 +274,7 @@ static int dl_dir(struct dl *t, int dst, const char *rel)
 		return errno == ENOENT || errno == ENOTDIR ? -EAGAIN : dl_fail(t, -errno, "open");
 	int pfd[OVL_DELTA_MAX + 1];
 	size_t np = o->n_prev < ARRAY_SIZE(pfd) ? o->n_prev : ARRAY_SIZE(pfd);
-	struct dl_names un = { 0 }, pn = { 0 }, dn = { 0 };
+	struct ovl_names un = { 0 }, pn = { 0 }, dn = { 0 };
 	int r = 0;
 	bool held = false;
 	for (size_t j = 0; j < np; j++)
@@ -297,11 +291,11 @@ static int dl_dir(struct dl *t, int dst, const char *rel)
 	if (r == 0 && (r = dl_dir_meta(ufd, dfd)) < 0)
 		dl_fail(t, r, "directory metadata");
 	if (r == 0)
-		r = dl_names_read(ufd, &un);
+		r = overlay_delta_names_read(ufd, &un);
 	for (size_t j = 0; r == 0 && j < np; j++)
-		r = dl_names_read(pfd[j], &pn);
+		r = overlay_delta_names_read(pfd[j], &pn);
 	if (r == 0)
-		r = dl_names_read(dfd, &dn);
+		r = overlay_delta_names_read(dfd, &dn);
 	if (r < 0 && r != -EAGAIN)
 		dl_fail(t, r, "read directory");
 	for (size_t i = 0; r == 0 && i < un.n; i++) {
@@ -363,7 +357,7 @@ static int dl_dir(struct dl *t, int dst, const char *rel)
 	/* names gone from the upper: hidden, unless the previous layers do */
 	for (size_t i = 0; r == 0 && i < pn.n; i++) {
 		struct stat ps;
-		if (dl_names_has(&un, pn.v[i]) || (r = dl_push(t, rel, pn.v[i])) < 0)
+		if (overlay_delta_names_has(&un, pn.v[i]) || (r = dl_push(t, rel, pn.v[i])) < 0)
 			continue;
 		if (dl_prev(pfd, np, pn.v[i], &ps) < 0)
 			continue;
@@ -374,11 +368,12 @@ static int dl_dir(struct dl *t, int dst, const char *rel)
 	}
 	/* what an earlier pass put in the delta for names gone since */
 	for (size_t i = 0; r == 0 && i < dn.n; i++)
-		if (!dl_names_has(&un, dn.v[i]) && !dl_names_has(&pn, dn.v[i]) && (r = dl_remove(dfd, dn.v[i])) < 0)
+		if (!overlay_delta_names_has(&un, dn.v[i]) && !overlay_delta_names_has(&pn, dn.v[i]) &&
+		    (r = dl_remove(dfd, dn.v[i])) < 0)
 			dl_fail(t, r, "remove");
-	dl_names_free(&un);
-	dl_names_free(&pn);
-	dl_names_free(&dn);
+	overlay_delta_names_free(&un);
+	overlay_delta_names_free(&pn);
+	overlay_delta_names_free(&dn);
 	for (size_t j = 0; j < np; j++)
 		if (pfd[j] >= 0)
 			close(pfd[j]);
@@ -624,107 +619,4 @@ bool overlay_delta_ready(struct ovl_root *r)
 {
 	size_t n = json_array_size(r->stack);
 	return n && n <= OVL_DELTA_MAX && r->dix && r->ix && r->ddirs.n && chg_track_armed(&r->trk);
-}
-
-/* CKPTD_TRACK_CHECK: two trees compared entry by entry (type, mode, owner;
- * size, mtime and the data of files up to 1 MiB; link targets). 1 with the
- * first difference's path in t->path, 0 when the same. */
-#define DC_DATA_MAX (1 << 20)
-static bool dc_same_data(int a, int b, const char *name)
-{
-	_cleanup_close_ int fa = openat(a, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	_cleanup_close_ int fb = openat(b, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	static __thread char ba[65536], bb[65536];
-	if (fa < 0 || fb < 0)
-		return false;
-	for (;;) {
-		ssize_t na = read(fa, ba, sizeof(ba)), nb = read(fb, bb, sizeof(bb));
-		if (na != nb || na < 0)
-			return false;
-		if (na == 0)
-			return true;
-		if (memcmp(ba, bb, (size_t)na))
-			return false;
-	}
-}
-
-static int dc_dir(struct dl *t, int a, int b, const char *rel, int depth)
-{
-	struct dl_names na = { 0 }, nb = { 0 };
-	int r = depth > 4096 ? -ELOOP : dl_names_read(a, &na);
-	if (r == 0)
-		r = dl_names_read(b, &nb);
-	for (size_t i = 0; r == 0 && i < na.n + nb.n; i++) {
-		const char *name = i < na.n ? na.v[i] : nb.v[i - na.n];
-		struct stat sa, sb;
-		if (i >= na.n && dl_names_has(&na, name))
-			continue;
-		if (dl_push(t, rel, name) < 0)
-			continue;
-		bool ia = fstatat(a, name, &sa, AT_SYMLINK_NOFOLLOW) == 0,
-		     ib = fstatat(b, name, &sb, AT_SYMLINK_NOFOLLOW) == 0;
-		t->why = !ia ? "missing from the checkpoint" : !ib ? "not in the root" : NULL;
-		if (!t->why && sa.st_mode != sb.st_mode)
-			t->why = "mode or type";
-		else if (!t->why && (sa.st_uid != sb.st_uid || sa.st_gid != sb.st_gid))
-			t->why = "owner";
-		else if (!t->why &&
-			 (sa.st_mtim.tv_sec != sb.st_mtim.tv_sec || sa.st_mtim.tv_nsec != sb.st_mtim.tv_nsec))
-			t->why = "mtime";
-		else if (!t->why && !S_ISDIR(sa.st_mode) && sa.st_size != sb.st_size)
-			t->why = "size";
-		else if (!t->why && S_ISREG(sa.st_mode) && sa.st_size <= DC_DATA_MAX && !dc_same_data(a, b, name))
-			t->why = "data";
-		if (t->why) {
-			r = 1;
-			break;
-		}
-		if (S_ISLNK(sa.st_mode)) {
-			char la[PATH_MAX], lb[PATH_MAX];
-			ssize_t ka = readlinkat(a, name, la, sizeof(la)), kb = readlinkat(b, name, lb, sizeof(lb));
-			if (ka != kb || ka < 0 || memcmp(la, lb, (size_t)ka)) {
-				t->why = "link target";
-				r = 1;
-				break;
-			}
-		}
-		if (S_ISDIR(sa.st_mode)) {
-			char sub[PATH_MAX];
-			snprintf(sub, sizeof(sub), "%s", t->path);
-			_cleanup_close_ int ca = openat(a, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			_cleanup_close_ int cb = openat(b, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			r = ca < 0 || cb < 0 ? 1 : dc_dir(t, ca, cb, sub, depth + 1);
-		}
-	}
-	dl_names_free(&na);
-	dl_names_free(&nb);
-	return r;
-}
-
-int overlay_delta_check(struct ovl_root *r, const char *tmp, ckpt_error *err)
-{
-	char name[OVL_NAME_LEN + 1];
-	struct treecopy_stats st = { 0 };
-	struct dl t = { .st = &st, .err = err };
-	json_auto_t *chain = json_pack("[s]", tmp);
-	json_array_extend(chain, r->stack);
-	json_array_extend(chain, r->chain);
-	int vfd = overlay_chain_view(r, chain, name, err);
-	_cleanup_close_ int live = open(r->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int q = vfd < 0 ? vfd : live < 0 ? err_set(err, errno, NULL, "delta check: open '%s': %m", r->path) : 0;
-	if (q == 0) {
-		int d = dc_dir(&t, vfd, live, "", 0);
-		if (d < 0)
-			q = err_set(err, -d, NULL, "delta check: %s", strerror(-d));
-		else if (d > 0 && chg_track_changed_since(&r->trk))
-			log_debug("create: delta check of '%s' inconclusive: the upper changed meanwhile", r->path);
-		else if (d > 0)
-			q = err_set(err, EIO, NULL,
-				    "the delta layer of '%s' differs from the upper at '%s' (%s; CKPTD_TRACK_CHECK)",
-				    r->path, t.path, t.why);
-	}
-	if (vfd >= 0)
-		close(vfd);
-	overlay_chain_view_drop(r, name);
-	return q;
 }

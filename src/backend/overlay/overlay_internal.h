@@ -75,9 +75,25 @@ struct ovl_root;
 void overlay_delta_reset(struct ovl_root *r);
 /* Whether r's next create can be a delta. */
 bool overlay_delta_ready(struct ovl_root *r);
-/* CKPTD_TRACK_CHECK: the checkpoint of delta l/<tmp> (over r->stack and the
- * live chain), mounted, shows what the root shows; else an error. */
-int overlay_delta_check(struct ovl_root *r, const char *tmp, ckpt_error *err);
+/* The names of a directory, sorted and unique (overlay_delta.c). */
+struct ovl_names {
+	char **v;
+	size_t n, cap;
+};
+/* Add the names of directory fd (-1: none) to ns. */
+int overlay_delta_names_read(int fd, struct ovl_names *ns);
+bool overlay_delta_names_has(const struct ovl_names *ns, const char *name);
+void overlay_delta_names_free(struct ovl_names *ns);
+
+/* overlay_check.c, track_check (ckptd.json(5)): read-only checks that a
+ * tracked create's layer shows what the upper shows. A difference a change
+ * since the tracker's collect explains is excused; any other fails the
+ * create (-EIO, the path named). Neither changes a layer. */
+/* A full layer made by a tracked frozen pass (dst) against the upper. */
+int overlay_check_layer(struct ovl_root *r, int up, int dst, ckpt_error *err);
+/* The checkpoint of delta l/<tmp> (over r->stack and the live chain),
+ * mounted read-only, against the root. */
+int overlay_check_delta(struct ovl_root *r, const char *tmp, ckpt_error *err);
 
 struct ovl_root {
 	char *path; /* the managed root P */
@@ -118,6 +134,9 @@ struct ovl_root {
 	bool cap_tracked; /* a full capture whose frozen pass the tracker answered */
 	bool trk_said;    /* that tracking is not possible here was logged */
 	bool released;    /* by overlay_release: no longer ours, r/<h> is gone */
+	/* backend_ctx's track_changes and track_check (ckptd.json(5)) */
+	enum track_mode track;
+	bool track_check;
 };
 
 struct ovl {

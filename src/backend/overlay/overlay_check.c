@@ -1,0 +1,162 @@
+/* overlay_check.c: the check of change tracking that track_check turns on
+ * (ckptd.json(5); the integration tests set it). A tracked create copies
+ * only what the tracker names; this check walks the whole tree afterwards
+ * and compares, entry by entry, what the new layer shows with what the
+ * upper (or the mounted root) shows: type, mode, owner, mtime, size, the
+ * data of files up to 1 MiB, link targets.
+ *
+ * It reads and never writes: no layer, index or timing rule differs from a
+ * create without it, so the tests run the path that ships. A writer that is
+ * not frozen may change the tree after the tracked pass read it; such a
+ * difference is excused only where the tracker saw a change after its
+ * collect (chg_track_changed_at). Any other fails the create with EIO. */
+#include "backend/overlay/overlay_internal.h"
+#include "lib/walk.h"
+
+#include <sys/stat.h>
+
+#define OC_DATA_MAX (1 << 20)
+
+struct oc {
+	struct chg_track *trk;
+	char path[PATH_MAX]; /* the entry being looked at, relative */
+	const char *why;     /* what differs there */
+	uint64_t excused;    /* differences a later change explains */
+};
+
+static bool overlay_check_same_data(int a, int b, const char *name)
+{
+	_cleanup_close_ int fa = openat(a, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	_cleanup_close_ int fb = openat(b, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	static __thread char ba[65536], bb[65536];
+	if (fa < 0 || fb < 0)
+		return false;
+	for (;;) {
+		ssize_t na = read(fa, ba, sizeof(ba)), nb = read(fb, bb, sizeof(bb));
+		if (na != nb || na < 0)
+			return false;
+		if (na == 0)
+			return true;
+		if (memcmp(ba, bb, (size_t)na))
+			return false;
+	}
+}
+
+static bool overlay_check_same_link(int a, int b, const char *name)
+{
+	char la[PATH_MAX], lb[PATH_MAX];
+	ssize_t ka = readlinkat(a, name, la, sizeof(la)), kb = readlinkat(b, name, lb, sizeof(lb));
+	return ka == kb && ka >= 0 && !memcmp(la, lb, (size_t)ka);
+}
+
+/* What differs between name in a (the layer's side) and in b (the live
+ * side), or NULL. */
+static const char *overlay_check_entry(int a, int b, const char *name)
+{
+	struct stat sa, sb;
+	bool ia = fstatat(a, name, &sa, AT_SYMLINK_NOFOLLOW) == 0, ib = fstatat(b, name, &sb, AT_SYMLINK_NOFOLLOW) == 0;
+	if (!ia || !ib)
+		return !ia ? "missing from the checkpoint" : "not in the root";
+	if (sa.st_mode != sb.st_mode)
+		return "mode or type";
+	if (sa.st_uid != sb.st_uid || sa.st_gid != sb.st_gid)
+		return "owner";
+	if (sa.st_mtim.tv_sec != sb.st_mtim.tv_sec || sa.st_mtim.tv_nsec != sb.st_mtim.tv_nsec)
+		return "mtime";
+	if (!S_ISDIR(sa.st_mode) && sa.st_size != sb.st_size)
+		return "size";
+	if ((S_ISCHR(sa.st_mode) || S_ISBLK(sa.st_mode)) && sa.st_rdev != sb.st_rdev)
+		return "device number";
+	if (S_ISREG(sa.st_mode) && sa.st_size <= OC_DATA_MAX && !overlay_check_same_data(a, b, name))
+		return "data";
+	if (S_ISLNK(sa.st_mode) && !overlay_check_same_link(a, b, name))
+		return "link target";
+	return NULL;
+}
+
+static int overlay_check_dir(struct oc *c, int a, int b, const char *rel, int depth);
+
+/* name, in both a and b: 1 with c->path and c->why at a difference no
+ * later change explains, 0 when none, < 0 on error. */
+static int overlay_check_name(struct oc *c, int a, int b, const char *rel, const char *name, int depth)
+{
+	int n = snprintf(c->path, sizeof(c->path), "%s%s%s", rel, *rel ? "/" : "", name);
+	if (n < 0 || (size_t)n >= sizeof(c->path))
+		return -ENAMETOOLONG;
+	const char *why = overlay_check_entry(a, b, name);
+	if (why && chg_track_changed_at(c->trk, c->path)) {
+		log_info("create: track check: '%s' differs (%s) after a later change there", c->path, why);
+		c->excused++;
+		return 0;
+	}
+	if (why) {
+		c->why = why;
+		return 1;
+	}
+	struct stat st;
+	if (fstatat(a, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
+		return 0;
+	char sub[PATH_MAX];
+	memcpy(sub, c->path, (size_t)n + 1);
+	_cleanup_close_ int ca = openat(a, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	_cleanup_close_ int cb = openat(b, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (ca < 0 || cb < 0) {
+		c->why = "cannot open the directory";
+		return chg_track_changed_at(c->trk, sub) ? 0 : 1;
+	}
+	return overlay_check_dir(c, ca, cb, sub, depth + 1);
+}
+
+static int overlay_check_dir(struct oc *c, int a, int b, const char *rel, int depth)
+{
+	struct ovl_names na = { 0 }, nb = { 0 };
+	int r = depth > 4096 ? -ELOOP : overlay_delta_names_read(a, &na);
+	if (r == 0)
+		r = overlay_delta_names_read(b, &nb);
+	for (size_t i = 0; r == 0 && i < na.n + nb.n; i++) {
+		const char *name = i < na.n ? na.v[i] : nb.v[i - na.n];
+		if (i >= na.n && overlay_delta_names_has(&na, name))
+			continue;
+		r = overlay_check_name(c, a, b, rel, name, depth);
+	}
+	overlay_delta_names_free(&na);
+	overlay_delta_names_free(&nb);
+	return r;
+}
+
+/* Compare trees a (the checkpoint's) and b (live); what the create answers. */
+static int overlay_check_trees(struct ovl_root *r, int a, int b, const char *what, ckpt_error *err)
+{
+	struct oc c = { .trk = &r->trk };
+	int d = overlay_check_dir(&c, a, b, "", 0);
+	if (d < 0)
+		return err_set(err, -d, NULL, "track check of '%s': %s", r->path, strerror(-d));
+	if (d > 0)
+		return err_set(err, EIO, NULL, "change tracking missed a change: the %s of '%s' differs at '%s' (%s)",
+			       what, r->path, c.path, c.why);
+	log_debug("create: track check of '%s': the %s matches (%llu differences a later change explains)", r->path,
+		  what, (unsigned long long)c.excused);
+	return 0;
+}
+
+int overlay_check_layer(struct ovl_root *r, int up, int dst, ckpt_error *err)
+{
+	return overlay_check_trees(r, dst, up, "layer", err);
+}
+
+int overlay_check_delta(struct ovl_root *r, const char *tmp, ckpt_error *err)
+{
+	char name[OVL_NAME_LEN + 1];
+	json_auto_t *chain = json_pack("[s]", tmp);
+	if (!chain || json_array_extend(chain, r->stack) < 0 || json_array_extend(chain, r->chain) < 0)
+		return err_set(err, ENOMEM, NULL, "track check: out of memory");
+	int vfd = overlay_chain_view(r, chain, name, err);
+	_cleanup_close_ int live = open(r->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int q = vfd < 0    ? vfd
+		: live < 0 ? err_set(err, errno, NULL, "track check: open '%s': %m", r->path)
+			   : overlay_check_trees(r, vfd, live, "delta layer", err);
+	if (vfd >= 0)
+		close(vfd);
+	overlay_chain_view_drop(r, name); /* as the view left it, made or not */
+	return q;
+}
