@@ -1024,7 +1024,7 @@ static void test_restore_enters_archives(void **state)
 }
 
 /* The sweeper drains the trackers between creates (cleanup): what it read
- * still counts for the next create, which CKPTD_TRACK_CHECK checks against
+ * still counts for the next create, which track_check checks against
  * the whole tree; every checkpoint then restores to what it captured. */
 static void test_tracked_create_after_drains(void **state)
 {
@@ -1032,7 +1032,7 @@ static void test_tracked_create_after_drains(void **state)
 	char id[3][32], name[64];
 	char *trees[3];
 
-	setenv("CKPTD_TRACK_CHECK", "1", 1);
+	f->ctx.track_check = true; /* read by the creates of this state */
 	for (int d = 0; d < 4; d++) {
 		snprintf(name, sizeof(name), "d%d", d);
 		mk(f->roots[0], name, 0755);
@@ -1060,7 +1060,6 @@ static void test_tracked_create_after_drains(void **state)
 		free(now);
 		free(trees[k]);
 	}
-	unsetenv("CKPTD_TRACK_CHECK");
 }
 
 /* precopy before the freeze: the create then archives only what changed

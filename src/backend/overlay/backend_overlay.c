@@ -270,6 +270,8 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 		struct ovl_root *r = &o->roots[o->n_roots++];
 		r->rdir_fd = -1;
 		r->trk = (struct chg_track)CHG_TRACK_INIT;
+		r->track = ctx->track_changes;
+		r->track_check = ctx->track_check;
 		r->stack = json_array();
 		r->path = strdup(ctx->roots[i]);
 		ovl_hash_path(ctx->roots[i], r->h);

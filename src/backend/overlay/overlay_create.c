@@ -15,7 +15,8 @@
 /* Change tracking for the frozen pass starts at this many entries of the
  * upper (ovl_track_wanted). */
 #define OVL_TRACK_MIN_ENTRIES 2000
-/* A first pass that took this long is followed by a second (ovl_catch_up_ms). */
+/* A first pass that took this long is followed by a second one, not frozen
+ * either (ovl_catch_up). */
 #define OVL_CATCH_UP_MS 50
 
 static int ovl_open_dir(int dfd, const char *a, const char *b)
@@ -53,20 +54,13 @@ static void ovl_drop_pre(struct ovl_root *r, int l)
 }
 
 /* Change tracking for the frozen pass (docs/overlay-create.md), for an upper
- * of that many entries. CKPTD_TRACK_CHANGES=0: never; =1: always; unset:
- * from OVL_TRACK_MIN_ENTRIES on. Below it the frozen walk costs less than
- * the tracker's fixed part (the /proc scan, reading events, copying the
+ * of that many entries. track_changes "never": never; "always": always;
+ * "auto": from OVL_TRACK_MIN_ENTRIES on. Below it the frozen walk costs less
+ * than the tracker's fixed part (the /proc scan, reading events, copying the
  * index: about 5-10 ms a create, measured). */
-static bool ovl_track_wanted(uint64_t entries)
+static bool ovl_track_wanted(const struct ovl_root *r, uint64_t entries)
 {
-	static atomic_bool said;
-	const char *v = getenv("CKPTD_TRACK_CHANGES");
-	if (v && !strcmp(v, "0"))
-		return false;
-	if (v && *v && strcmp(v, "1") && !atomic_exchange(&said, true))
-		log_warn("CKPTD_TRACK_CHANGES='%s' is neither 0 nor 1: the default applies (tracking from %d entries)",
-			 v, OVL_TRACK_MIN_ENTRIES);
-	return (v && !strcmp(v, "1")) || entries >= OVL_TRACK_MIN_ENTRIES;
+	return r->track == TRACK_ALWAYS || (r->track == TRACK_AUTO && entries >= OVL_TRACK_MIN_ENTRIES);
 }
 
 /* The suspects of a pass that tracking does not name (change_track.h): the
@@ -80,14 +74,6 @@ static void ovl_scan_suspects(struct ovl_root *r, struct pathindex **sus)
 		log_warn("create: cannot tell which files of '%s' are mapped shared and writable (%s): a write "
 			 "through such a mapping during the copy may be missed",
 			 r->path, why);
-}
-
-/* A first pass that took this long is followed by a second one, not frozen
- * either (ovl_catch_up); after every first pass under CKPTD_TRACK_CHECK,
- * so that the tests' creates check it too. */
-static int64_t ovl_catch_up_ms(void)
-{
-	return getenv("CKPTD_TRACK_CHECK") ? 0 : OVL_CATCH_UP_MS;
 }
 
 /* The second pass: what changed during a long first pass (the tracker's
@@ -276,7 +262,7 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 		atomic_fetch_add(&p->bytes_total, bytes);
 	}
 	/* armed before the copy, so that what changes during it is seen */
-	int t = ovl_track_wanted(m == 0 ? files : UINT64_MAX) ? chg_track_arm(&r->trk, up) : 0;
+	int t = ovl_track_wanted(r, m == 0 ? files : UINT64_MAX) ? chg_track_arm(&r->trk, up) : 0;
 	if (t < 0 && !r->trk_said)
 		log_notice("create: no change tracking for '%s' (%s): the frozen pass walks the upper", r->path,
 			   strerror(-t));
@@ -301,7 +287,7 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 	 * that a write through a mapping faults again and changes the file's
 	 * ctime, which the next pass compares (syncfs reaches the upper too: the
 	 * layer store is on its filesystem) */
-	bool second = q == 0 && chg_track_armed(&r->trk) && mono_ms() - t0 >= ovl_catch_up_ms();
+	bool second = q == 0 && chg_track_armed(&r->trk) && mono_ms() - t0 >= OVL_CATCH_UP_MS;
 	if (q == 0 && syncfs(dst) < 0)
 		q = err_set(err, errno, NULL, "sync first pass: %m");
 	if (q == 0 && second && (q = ovl_catch_up(r, up, dst, &ix, &again, err)) == 0 && syncfs(dst) < 0)
@@ -336,25 +322,6 @@ int overlay_precopy(void *st, struct progress *p, ckpt_error *err)
 	return 0;
 }
 
-/* CKPTD_TRACK_CHECK (the tests set it): after a tracked frozen pass, the
- * full one must find nothing left to do, unless the upper changed since the
- * tracked pass (a writer that is not frozen). */
-static int ovl_track_check(struct ovl_root *r, int up, int dst, const struct pathindex *ix, ckpt_error *err)
-{
-	_cleanup_(pathindex_freep) struct pathindex *scratch = pathindex_new();
-	struct treecopy_opts co = { .prev_fd = -1, .prev_ix = ix, .new_ix = scratch };
-	struct treecopy_stats cs = { 0 };
-	int q = scratch ? treecopy_update(up, dst, &co, &cs, err) : err_set(err, ENOMEM, NULL, "out of memory");
-	if (q == 0 && cs.replaced && chg_track_changed_since(&r->trk)) {
-		log_debug("create: tracking check of '%s' inconclusive: the upper changed meanwhile", r->path);
-		return 0;
-	}
-	if (q == 0 && cs.replaced)
-		q = err_set(err, EIO, NULL, "change tracking missed %llu entries of '%s' (CKPTD_TRACK_CHECK)",
-			    (unsigned long long)cs.replaced, r->path);
-	return q;
-}
-
 /* The frozen pass: the first pass brought up to date. Only the directories
  * that changed since it began, when the tracker can tell which; else the
  * whole upper is compared. On success *ix is the upper's new index. */
@@ -380,8 +347,8 @@ static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_
 		to.suspects = r->trk.suspects;
 		q = tix ? treecopy_update_dirs(up, dst, dirty, n, &to, stats, err)
 			: err_set(err, ENOMEM, NULL, "out of memory");
-		if (q == 0 && getenv("CKPTD_TRACK_CHECK"))
-			q = ovl_track_check(r, up, dst, tix, err);
+		if (q == 0 && r->track_check) /* reads only: the layer stays as tracked */
+			q = overlay_check_layer(r, up, dst, err);
 		if (q == 0) {
 			log_info("create: frozen pass of '%s' compared %zu changed directories in %lld ms "
 				 "(events and /proc %lld ms): %llu entries replaced, %llu of them files "
@@ -439,8 +406,8 @@ static int ovl_capture_delta(struct ovl_root *r, int l, int up, const char *name
 		q = err_set(err, errno, NULL, "open layer: %m");
 	if (q == 0)
 		q = ovl_delta_pass(r, l, up, dst, true, &stats, err);
-	if (q == 0 && getenv("CKPTD_TRACK_CHECK"))
-		q = overlay_delta_check(r, tmp, err);
+	if (q == 0 && r->track_check)
+		q = overlay_check_delta(r, tmp, err);
 	if (q < 0) {
 		rm_rf_at(l, tmp);
 		ovl_drop_pre(r, l);

@@ -499,7 +499,7 @@ static int jcheck_one(void *ctx, int dirfd, const char *name, const char *rel, c
 	     (!S_ISDIR(st.st_mode) &&
 	      (e->ino != (uint64_t)st.st_ino || !ts_eq(e->ctime, st.st_ctim) ||
 	       (S_ISREG(st.st_mode) && e->size != (uint64_t)st.st_size)))))
-		return err_set(j->err, EIO, NULL, "change tracking missed '%s' (CKPTD_TRACK_CHECK)", path);
+		return err_set(j->err, EIO, NULL, "change tracking missed '%s' (track_check)", path);
 	if (!S_ISDIR(st.st_mode))
 		return 0;
 	_cleanup_close_ int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

@@ -59,7 +59,7 @@ int tar_create_root(int root_fd, int out_dirfd, const char *archive, const char 
  * moved: only a walk can count that. */
 bool tar_create_count_journal(int root_fd, const struct tar_create_opts *o, uint64_t *files, uint64_t *bytes);
 
-/* CKPTD_TRACK_CHECK (the tests): every entry of the live tree that has not
+/* track_check (ckptd.json(5), the tests): every entry of the live tree that has not
  * changed since `since` (the create's start) is in the manifest just
  * written, as the same inode with the same ctime: -EIO names the first one
  * the journal missed. */

@@ -114,7 +114,7 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 		o.mapped_blind = s->blind[i].mapped_blind;
 		tar_meta_names(i, s->zstd, arch, man);
 		int r = tar_create_root(fd, dirfd, arch, man, &o, err);
-		if (r >= 0 && journal && getenv("CKPTD_TRACK_CHECK"))
+		if (r >= 0 && journal && s->ctx->track_check) /* reads only */
 			r = tar_create_check(fd, dirfd, man, &o, ch.started, err);
 		if (r < 0) {
 			srcs_free(&o);

@@ -100,16 +100,17 @@ static void trk_stop(struct tar_state *s, size_t failed)
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* Change tracking: CKPTD_TRACK_CHANGES=0 turns it off (as on overlay). */
+/* Change tracking: on unless track_changes is "never" (a tar root has no
+ * size threshold: a create without it reads every directory). */
 void tar_track_arm(struct tar_state *s)
 {
-	const char *v = getenv("CKPTD_TRACK_CHANGES");
+	bool off = s->ctx->track_changes == TRACK_NEVER;
 	if (!(s->tinfo = calloc(s->n_roots, sizeof(*s->tinfo))))
 		return;
 	for (size_t i = 0; i < s->n_roots; i++)
 		snprintf(s->tinfo[i].reason, sizeof(s->tinfo[i].reason), "%s",
-			 v && !strcmp(v, "0") ? "turned off (CKPTD_TRACK_CHANGES=0)" : "out of memory");
-	if ((v && !strcmp(v, "0")) || !(s->trk = calloc(s->n_roots, sizeof(*s->trk))))
+			 off ? "turned off (track_changes \"never\")" : "out of memory");
+	if (off || !(s->trk = calloc(s->n_roots, sizeof(*s->trk))))
 		return;
 	for (size_t i = 0; i < s->n_roots; i++) {
 		s->trk[i] = (struct chg_track)CHG_TRACK_INIT;
