@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import signal
 import socket
 import stat
@@ -19,6 +20,19 @@ if not BUILD.is_absolute():
     BUILD = TOP / BUILD
 CKPTD = str(BUILD / "ckptd")
 CKPT = str(BUILD / "ckpt")
+
+
+# What ASan, LSan and UBSan print when they find something (the sanitized
+# pass); found in a daemon's log, it fails the test that ran the daemon.
+SANITIZER_REPORT = re.compile(r"ERROR: AddressSanitizer|AddressSanitizer:DEADLYSIGNAL|ERROR: LeakSanitizer"
+                              r"|: runtime error: |SUMMARY: UndefinedBehaviorSanitizer")
+
+
+def sanitizer_reports(text):
+    """The lines of a daemon's log where a sanitizer reported, with context."""
+    lines = text.splitlines()
+    hits = [i for i, ln in enumerate(lines) if SANITIZER_REPORT.search(ln)]
+    return ["\n".join(lines[max(0, i - 2):i + 30]) for i in hits[:3]]
 
 
 def free_port():
@@ -84,22 +98,24 @@ class Daemon:
             args += ["--root", str(r)]
         if self.backend:
             args += ["--backend", self.backend]
-        if self.config is not None:
-            cfg = self.base / "config.json"
-            cfg.write_text(json.dumps(self.config))
-            args += ["--config", str(cfg)]
+        cfg = self.base / "config.json"
+        cfg.write_text(json.dumps(self.config_json()))
+        args += ["--config", str(cfg)]
         if self.token:
             args += ["--token-file", str(self.base / "token")]
         return args + self.extra_args
 
+    def config_json(self):
+        """The test's config, plus the change tracker's check: it compares
+        each tracked create with a full walk, reads only, and fails the
+        create on a difference (ckptd.json(5)). Production defaults
+        otherwise: the test decides on track_changes itself."""
+        if not isinstance(self.config, dict):
+            return self.config if self.config is not None else {"track_check": True}
+        return {"track_check": True, **self.config}
+
     def start(self, wait=True, timeout=20):
         env = dict(os.environ)
-        # every overlay create's frozen pass is tracked (the daemon tracks
-        # only uppers of 2,000 entries or more by itself; test roots are
-        # smaller) and checked against the full walk: a change the tracker
-        # misses fails the create
-        env.setdefault("CKPTD_TRACK_CHANGES", "1")
-        env.setdefault("CKPTD_TRACK_CHECK", "1")
         env.update(self.env or {})
         self.log_fh = open(self.logfile, "ab")
         self.proc = subprocess.Popen(self.wrap + self.argv(), stdout=self.log_fh, stderr=subprocess.STDOUT, env=env)
@@ -160,6 +176,10 @@ class Daemon:
         return self.request("GET", "/v1/health").json()
 
     def stop(self, timeout=30):
+        """SIGTERM, and the exit status it must give: 0. A daemon that will
+        not stop, or exits otherwise (a leak at exit is status 23 under
+        LeakSanitizer), fails the test. One that exited by itself before
+        (a test that expected it to) is left to that test."""
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -167,23 +187,48 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-                raise AssertionError("ckptd did not stop on SIGTERM")
+                self.proc = None
+                raise AssertionError(f"ckptd did not stop on SIGTERM within {timeout}s:\n{self.log()[-4000:]}")
+            if self.proc.returncode != 0:
+                rc, self.proc = self.proc.returncode, None
+                raise AssertionError(f"ckptd exited with {rc} on SIGTERM:\n{self.log()[-4000:]}")
         rc = self.proc.returncode if self.proc else None
+        if rc is not None and rc < 0 and self.proc:  # a signal the test did not send
+            self.proc = None
+            raise AssertionError(f"ckptd died of signal {-rc}:\n{self.log()[-4000:]}")
         self.proc = None
         return rc
 
     def kill9(self):
+        """The one expected death: SIGKILL, sent by the test."""
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
 
+    def check_log(self):
+        """Every run of this daemon logged here: no sanitizer report."""
+        found = sanitizer_reports(self.log())
+        if found:
+            raise AssertionError(f"sanitizer report in {self.logfile}:\n" + "\n---\n".join(found))
+
     def cleanup(self):
+        """Stop, unmount, scan the log; what went wrong is raised after the
+        unmount, so that the test fails and leaves nothing mounted."""
+        problems = []
         try:
             self.stop()
-        except AssertionError:
-            pass
+        except AssertionError as e:
+            problems.append(str(e))
         unmount_all(self.base)
+        try:
+            self.check_log()
+        except AssertionError as e:
+            problems.append(str(e))
+        if getattr(self, "log_fh", None):
+            self.log_fh.close()
+        if problems:
+            raise AssertionError("\n\n".join(problems))
 
 
 @pytest.fixture
@@ -198,8 +243,14 @@ def daemon_factory(tmp_path):
         return d
 
     yield make
-    for d in made:
-        d.cleanup()
+    problems = []
+    for d in made:  # every daemon is cleaned up, then the first problem is raised
+        try:
+            d.cleanup()
+        except AssertionError as e:
+            problems.append(f"{d.base.name}: {e}")
+    if problems:
+        raise AssertionError("\n\n".join(problems))
 
 
 def _xattrs(p):
