@@ -149,17 +149,17 @@ def test_overlay_create_reports_totals(daemon_factory):
 
 
 def test_tracked_frozen_pass_keeps_every_change(daemon_factory):
-    """Change tracking (CKPTD_TRACK_CHANGES=1: this root is below the size
+    """Change tracking (track_changes "always": this root is below the size
     tracked by default): the frozen pass compares only the
     directories fanotify and /proc name. With a writer appending, files
     renamed, removed (whiteouts), chmod'ed and written through a shared
     mapping held across the create, every checkpoint restores to exactly what
-    the root held; CKPTD_TRACK_CHECK (set for every test daemon) fails a
-    create whose tracked pass missed an entry the full walk finds."""
+    the root held; track_check (set for every test daemon) fails a create
+    whose tracked layer differs from the tree, read-only."""
     import mmap
     import threading
     from conftest import assert_same_tree, tree_state
-    d = overlay_daemon(daemon_factory, env={"CKPTD_TRACK_CHANGES": "1"})
+    d = overlay_daemon(daemon_factory, config={"track_changes": "always"})
     root = d.roots[0]
     for i in range(200):
         (root / f"t{i % 10}").mkdir(exist_ok=True)

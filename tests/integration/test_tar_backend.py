@@ -8,6 +8,7 @@ import subprocess
 import threading
 import time
 
+import pytest
 import requests
 
 from conftest import assert_same_tree, make_full_tree, tree_state
@@ -464,17 +465,30 @@ def test_compacted_chains_restore_what_was_captured(daemon_factory):
         assert_same_tree(want, tree_state(root))
 
 
-def test_change_tracking_sees_what_programs_do(daemon_factory, tmp_path):
+# Tar roots are tracked by default ("auto"); "never" runs the same
+# workload with every create and restore reading the whole tree.
+TRACKING = ["auto", "never"]
+
+
+def assert_tracking_used(log, track, tracked_text):
+    if track == "auto":
+        assert tracked_text in log, "no create or restore used change tracking"
+    else:
+        assert "change tracking)" not in log, "tracking was used although track_changes is never"
+
+
+@pytest.mark.parametrize("track", TRACKING)
+def test_change_tracking_sees_what_programs_do(daemon_factory, tmp_path, track):
     """Tar creates read only the directories that changed since the head
     (fanotify, as on overlay); what programs do that makes no event in the
     directory or none at all must still be captured: a directory renamed
     with its contents, a tree made at once, metadata changes, a write
     through a hard link outside the root, a write through a shared mapping
-    held across the create. The daemon runs with CKPTD_TRACK_CHECK, which
-    fails a create whose journal missed an entry; every checkpoint is then
-    restored and compared."""
+    held across the create. The daemon runs with track_check, which fails
+    a create whose journal missed an entry (read-only); every checkpoint is
+    then restored and compared."""
     import mmap
-    d = daemon_factory(backend="tar", start=False, extra_args=("-v",))
+    d = daemon_factory(backend="tar", start=False, extra_args=("-v",), config={"track_changes": track})
     root = d.roots[0]
     for i in range(6):
         (root / f"d{i}").mkdir()
@@ -514,8 +528,7 @@ def test_change_tracking_sees_what_programs_do(daemon_factory, tmp_path):
         want = tree_state(root)
         acked[d.create("mapped-again")["checkpoint_id"]] = want
         m.close()
-    log = d.log()
-    assert "(the changed ones: change tracking)" in log, "no create used the journal"
+    assert_tracking_used(d.log(), track, "(the changed ones: change tracking)")
     for cid, want in acked.items():
         assert d.restore(cid)["ok"] is True
         assert_same_tree(want, tree_state(root))
@@ -528,12 +541,13 @@ def test_change_tracking_sees_what_programs_do(daemon_factory, tmp_path):
     assert_same_tree(want, tree_state(root))
 
 
-def test_restore_of_the_head_reads_only_what_changed(daemon_factory):
+@pytest.mark.parametrize("track", TRACKING)
+def test_restore_of_the_head_reads_only_what_changed(daemon_factory, track):
     """Restoring the checkpoint the roots were last made or restored as (a
     retry loop) reads only the directories change tracking names; whatever
     a program did since, the restore must put back exactly that checkpoint."""
     import mmap
-    d = daemon_factory(backend="tar", start=False, extra_args=("-v",))
+    d = daemon_factory(backend="tar", start=False, extra_args=("-v",), config={"track_changes": track})
     root = d.roots[0]
     for i in range(5):
         (root / f"d{i}" / "sub").mkdir(parents=True)
@@ -572,19 +586,23 @@ def test_restore_of_the_head_reads_only_what_changed(daemon_factory):
         m.close()
     assert_same_tree(want, tree_state(root))
     log = d.log()
-    assert log.count("read the directories that changed (change tracking)") >= len(attempts)
+    if track == "auto":
+        assert log.count("read the directories that changed (change tracking)") >= len(attempts)
+    assert_tracking_used(log, track, "read the directories that changed (change tracking)")
 
 
-def test_programs_at_work_with_change_tracking(daemon_factory, tmp_path):
+@pytest.mark.parametrize("track", TRACKING)
+def test_programs_at_work_with_change_tracking(daemon_factory, tmp_path, track):
     """Programs nobody here wrote, in a tar root with change tracking (and
-    CKPTD_TRACK_CHECK, which fails a create whose journal missed an entry):
+    track_check, which fails a create whose journal missed an entry), and
+    the same without tracking:
     git committing, branching and repacking, Python compiling, SQLite in WAL
     mode with its connection (and the -shm mapping) open across creates, cp -al
     and rsync. After each step a create; then each checkpoint restored, the
     checkpoint before it restored, and it again (a restore of the head, which
     reads only what changed), each compared with what the step left."""
     import sqlite3
-    d = daemon_factory(backend="tar", start=False, extra_args=("-v",))
+    d = daemon_factory(backend="tar", start=False, extra_args=("-v",), config={"track_changes": track})
     root = d.roots[0]
     (root / "src").mkdir()
     for i in range(20):
@@ -616,7 +634,7 @@ def test_programs_at_work_with_change_tracking(daemon_factory, tmp_path):
     for step in steps:
         step()
         acked.append((d.create(f"step")["checkpoint_id"], tree_state(root)))
-    assert "(the changed ones: change tracking)" in d.log(), "no create used the journal"
+    assert_tracking_used(d.log(), track, "(the changed ones: change tracking)")
     for i, (cid, want) in enumerate(acked):
         assert d.restore(cid)["ok"] is True
         assert_same_tree(want, tree_state(root))
