@@ -74,6 +74,8 @@ static void *engine_sweeper_main(void *arg)
 		if ((maintain || (next_cleanup && mono_ms() >= next_cleanup)) && e->backend->cleanup)
 			/* slow deletions: the requests go on meanwhile */
 			next_cleanup = e->backend->cleanup(e->bst) > 0 ? mono_ms() + 1000 : 0;
+		if (maintain) /* what a test waits for, rather than sleeping */
+			log_debug("sweeper: maintenance done");
 		pthread_mutex_lock(&e->state_lock);
 	}
 	pthread_mutex_unlock(&e->state_lock);

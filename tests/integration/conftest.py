@@ -144,6 +144,18 @@ class Daemon:
         except FileNotFoundError:
             return ""
 
+    def wait_log(self, text, count, timeout=60):
+        """Until the log holds text count times (the daemon's own word that
+        something happened), else fail: a wait on the event, not a sleep."""
+        deadline = time.monotonic() + timeout
+        while self.log().count(text) < count:
+            assert time.monotonic() < deadline, f"{text!r} not logged {count} times in {timeout}s:\n{self.log()[-3000:]}"
+            time.sleep(0.05)
+
+    def maintenance_runs(self):
+        """Backend maintenance runs done so far (GC, flattening): logged with -v."""
+        return self.log().count("sweeper: maintenance done")
+
     def request(self, method, path, **kw):
         kw.setdefault("timeout", 120)
         return self.session.request(method, self.url + path, **kw)

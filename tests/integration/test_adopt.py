@@ -9,6 +9,18 @@ from conftest import CKPT
 from test_overlay import overlay_daemon
 
 
+def wait_users(d, cond, timeout=60):
+    """health's unmanaged_users (pid -> entry) once cond holds of them: health
+    rescans the processes when its cache expires, a few seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        users = {u["pid"]: u for u in d.health()["unmanaged_users"]}
+        if cond(users):
+            return users
+        assert time.monotonic() < deadline, users
+        time.sleep(0.2)
+
+
 def test_process_started_before_ckptd_is_reported(daemon_factory):
     d = daemon_factory(backend="overlay", start=False)
     root = d.roots[0]
@@ -34,8 +46,7 @@ def test_process_started_before_ckptd_is_reported(daemon_factory):
         # started now is inside the managed root, not on the hidden one.
         q = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], cwd=root / "sub")
         try:
-            time.sleep(6)  # health rescans after its cache expires
-            users = {u["pid"]: u for u in d.health()["unmanaged_users"]}
+            users = wait_users(d, lambda users: q.pid in users)  # once health's cache expires
             assert users[q.pid]["hidden"] is False
             assert users[p.pid]["hidden"] is True
         finally:
@@ -44,8 +55,7 @@ def test_process_started_before_ckptd_is_reported(daemon_factory):
     finally:
         p.kill()
         p.wait()
-    time.sleep(6)
-    assert p.pid not in {u["pid"] for u in d.health()["unmanaged_users"]}
+    wait_users(d, lambda users: p.pid not in users)
 
 
 def test_no_users_no_warning(daemon_factory):

@@ -235,6 +235,9 @@ def test_second_daemon_on_same_state_refused(daemon_factory):
 def test_kill9_mid_run(daemon_factory, backend):
     """kill -9 while clients create, restore and delete; after restart the
     daemon lists exactly what it acknowledged and leaves no half-made data."""
+    seed = random.randrange(1 << 30)
+    print(f"kill9_mid_run seed {seed}")  # shown with a failure: the sizes and the kill time replay
+    rng = random.Random(seed)
     d = daemon_factory(backend=backend)
     root = d.roots[0]
     make_full_tree(root)
@@ -245,7 +248,7 @@ def test_kill9_mid_run(daemon_factory, backend):
         i = 0
         while not stop.is_set():
             i += 1
-            (root / f"gen{i}").write_bytes(os.urandom(random.randint(1, 300_000)))
+            (root / f"gen{i}").write_bytes(os.urandom(rng.randint(1, 300_000)))
             try:
                 in_flight.append(i)
                 r = d.request("POST", "/v1/checkpoints", json={"name": f"gen{i}"}, timeout=10)
@@ -264,7 +267,7 @@ def test_kill9_mid_run(daemon_factory, backend):
 
     t = threading.Thread(target=client)
     t.start()
-    time.sleep(random.uniform(1.0, 2.0))
+    time.sleep(rng.uniform(1.0, 2.0))  # when to kill, not a wait for a condition
     d.kill9()
     stop.set()
     t.join(30)

@@ -109,7 +109,13 @@ def test_expired_forked_checkpoint_is_kept(daemon_factory, tmp_path):
     cp = d.create("short", ttl_secs=1)
     p = place(d, "f")
     f = fork(d, cp["checkpoint_id"], p)
-    time.sleep(3)
+    # a witness expiring after it: once the sweeper has removed the witness,
+    # it has looked at the forked checkpoint too
+    witness = d.create("witness", ttl_secs=1)["checkpoint_id"]
+    deadline = time.monotonic() + 60
+    while d.request("GET", f"/v1/checkpoints/{witness}").status_code != 404:
+        assert time.monotonic() < deadline, "the sweeper never removed the expired witness"
+        time.sleep(0.1)
     assert d.request("GET", f"/v1/checkpoints/{cp['checkpoint_id']}").status_code == 200
     assert (p / "file.txt").read_text() == "hello\n"
     assert d.request("DELETE", f"/v1/forks/{f['fork_id']}").status_code == 204
@@ -117,7 +123,7 @@ def test_expired_forked_checkpoint_is_kept(daemon_factory, tmp_path):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_fork_survives_restart(daemon_factory, tmp_path, backend):
-    d = start(daemon_factory, backend)
+    d = start(daemon_factory, backend, extra_args=("-v",))
     cp = d.create("base")
     p = place(d, "f")
     f = fork(d, cp["checkpoint_id"], p)
@@ -135,8 +141,10 @@ def test_fork_survives_restart(daemon_factory, tmp_path, backend):
     assert (p / "written").read_text() == "before restart\n"
     assert (p / "file.txt").read_text() == "hello\n"
     # its layers were not collected: a create + delete runs GC
-    d.delete(d.create("other")["checkpoint_id"])
-    time.sleep(0.5)
+    other = d.create("other")["checkpoint_id"]
+    runs = d.maintenance_runs()
+    d.delete(other)
+    d.wait_log("sweeper: maintenance done", runs + 1)
     assert (p / "dir" / "sub" / "deeper" / "note").read_text() == "deep\n"
     assert d.request("DELETE", f"/v1/checkpoints/{cp['checkpoint_id']}").status_code == 409
 
@@ -250,7 +258,7 @@ def test_fork_layers_survive_flattening_and_gc(daemon_factory):
     removes the old ones: not those a fork is mounted on, before or after a
     restart (whose recovery collects garbage before forks are remounted)."""
     import json
-    d = daemon_factory(backend="overlay", start=False)
+    d = daemon_factory(backend="overlay", start=False, extra_args=("-v",))
     make_full_tree(d.roots[0])
     d.start()
     root = d.roots[0]
@@ -285,15 +293,20 @@ def test_fork_layers_survive_flattening_and_gc(daemon_factory):
         time.sleep(0.3)
     only_fork = fork_layers - held_by_others()
     assert only_fork, "flattening left every fork layer in some checkpoint's chain: nothing tested"
-    d.delete(d.create("gc")["checkpoint_id"])
-    time.sleep(1)
+    gc = d.create("gc")["checkpoint_id"]
+    runs = d.maintenance_runs()
+    d.delete(gc)
+    d.wait_log("sweeper: maintenance done", runs + 1)
     for h, name in only_fork:
         assert (ovl / "r" / h / "l" / name).is_dir(), f"GC removed layer {name} the fork uses"
     assert [(p / f"step{i}").read_text() for i in range(5)] == ["0\n", "1\n", "2\n", "3\n", "4\n"]
     d.kill9()
     os.system(f"umount -l {p}")
-    d.start()
-    time.sleep(0.5)
+    d.start()  # its open collects garbage before it answers
+    gc = d.create("gc-after-start")["checkpoint_id"]
+    runs = d.maintenance_runs()
+    d.delete(gc)  # and the maintenance a delete kicks
+    d.wait_log("sweeper: maintenance done", runs + 1)
     for h, name in only_fork:
         assert (ovl / "r" / h / "l" / name).is_dir(), f"GC at start removed layer {name} the fork uses"
     assert is_overlay_mount(p)

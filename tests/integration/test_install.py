@@ -141,10 +141,10 @@ def test_make_run_on_a_busy_port_says_so(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        t0 = time.monotonic()
+        # refused without waiting for anything: a run that waited would
+        # outlast the timeout (a deadline, not a measured limit)
         r = make("run", f"PORT={port}", f"WORKSPACE={tmp_path}/ws", f"STATE={tmp_path}/state", timeout=60)
     assert r.returncode != 0
     assert f"port {port} is already in use" in r.stderr
     assert f"make run PORT={port + 1}" in r.stderr
-    assert time.monotonic() - t0 < 30
     assert not (tmp_path / "ws").exists(), "a refused run created the workspace"

@@ -179,9 +179,8 @@ def test_busy_mount_lists_holders(daemon_factory):
     (root / "a").write_text("1")
     cp = d.create("one")["checkpoint_id"]
     (root / "a").write_text("2")
-    holder = subprocess.Popen(["sleep", "60"], cwd=root)
+    holder = subprocess.Popen(["sleep", "60"], cwd=root)  # returns once it runs there
     try:
-        time.sleep(0.2)
         rep = d.restore(cp)
         pids = [p["pid"] for p in rep.get("busy_processes", [])]
         assert holder.pid in pids

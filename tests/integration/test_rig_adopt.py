@@ -84,12 +84,23 @@ def test_units_running_before_ckptd_are_restarted_on_the_mount(rig):
     assert h["unmanaged_users"] == [], h["unmanaged_users"]
 
 
+def log_lines(rig):
+    return int(rig.sh("wc", "-l", "/srv/app/worker.log").stdout.split()[0])
+
+
+def wait_log_grows(rig, n0, why, timeout=30):
+    """The worker's log grows past n0 lines (it writes every few tenths of a
+    second): waited for with a deadline, not slept on."""
+    deadline = time.monotonic() + timeout
+    while log_lines(rig) <= n0:
+        assert time.monotonic() < deadline, why
+        time.sleep(0.1)
+
+
 def test_checkpoint_captures_the_restarted_units_writes(rig):
     hidden = hidden_log(rig)
-    n0 = rig.sh("wc", "-l", "/srv/app/worker.log").stdout.split()[0]
-    time.sleep(1.5)
-    n1 = rig.sh("wc", "-l", "/srv/app/worker.log").stdout.split()[0]
-    assert int(n1) > int(n0), "the worker does not write into the mounted root"
+    n0 = log_lines(rig)
+    wait_log_grows(rig, n0, "the worker does not write into the mounted root")
     assert hidden_log(rig) == hidden, "the worker still writes to the hidden directory"
     cp = api(rig, "POST", "/v1/checkpoints", json={"name": "adopted"})
     assert cp.status_code == 201, cp.text
@@ -131,9 +142,7 @@ def test_release_restarts_the_units_on_the_plain_directory(rig):
     for u in ("web.service", "late.service"):  # the worker only holds its log open: checked below
         assert dev_of(rig, f"/proc/{main_pid(rig, u)}/cwd") == plain, u
     assert web_get(rig, "/index.html").text == "v3\n"
-    n0 = int(rig.sh("wc", "-l", "/srv/app/worker.log").stdout.split()[0])
-    time.sleep(1.5)
-    assert int(rig.sh("wc", "-l", "/srv/app/worker.log").stdout.split()[0]) > n0
+    wait_log_grows(rig, log_lines(rig), "the worker stopped writing into the released root")
     assert api(rig, "GET", "/v1/health").json()["released_roots"] == ["/srv/app"]
 
 

@@ -115,8 +115,9 @@ def test_unit_surviving_sigkill_fails_the_restore(rig):
         assert rep["failed_services"] == ["stubborn.service"], rep
         assert "SIGKILL" in rep["failures"]["stubborn.service"], rep
         assert list(rep["failures"]) == ["stubborn.service"], rep
-        # service_timeout_secs 2, then SIGKILL and a grace period.
-        assert 2000 <= rep["phases"]["stop_ms"] < 15000, rep
+        # service_timeout_secs 2, then SIGKILL and a grace period: at least
+        # the timeout, and ended by ckptd, not by systemd's TimeoutStopSec=300
+        assert 2000 <= rep["phases"]["stop_ms"] < 300_000, rep
         assert sorted(rep["stopped_services"]) == ["bound.service", "web.service", "worker.service"], rep
         assert sorted(rep["started_services"]) == ["bound.service", "web.service", "worker.service"], rep
         for u, pid in pids.items():
