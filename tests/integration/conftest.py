@@ -117,6 +117,8 @@ class Daemon:
     def start(self, wait=True, timeout=20):
         env = dict(os.environ)
         env.update(self.env or {})
+        if getattr(self, "log_fh", None):
+            self.log_fh.close()  # the last run's: this one appends to the same log
         self.log_fh = open(self.logfile, "ab")
         self.proc = subprocess.Popen(self.wrap + self.argv(), stdout=self.log_fh, stderr=subprocess.STDOUT, env=env)
         if wait:
