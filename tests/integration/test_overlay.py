@@ -70,6 +70,26 @@ def test_untracked_creates_and_a_bad_tracking_setting(daemon_factory):
     assert "second pass of" not in log
 
 
+def test_default_tracks_an_upper_of_2000_entries(daemon_factory):
+    """By default ("auto") tracking starts at 2,000 entries in the upper: a
+    create of such an upper has a tracked frozen pass, and a delta follows
+    (track_check compares both with the tree, read-only)."""
+    d = daemon_factory(backend="overlay")
+    root = d.roots[0]
+    for i in range(2100):
+        (root / f"d{i % 20}").mkdir(exist_ok=True)
+        (root / f"d{i % 20}" / f"f{i}").write_text(f"{i}\n")
+    d.create("full")
+    (root / "d3" / "f3").write_text("changed\n")
+    want = tree_state(root)
+    cid = d.create("delta")["checkpoint_id"]
+    log = d.log()
+    assert "frozen pass of" in log and "delta pass of" in log, log
+    (root / "d3" / "f3").write_text("again\n")
+    d.restore(cid)
+    assert_same_tree(want, tree_state(root))
+
+
 def test_restore_deleted_replaced_renamed(daemon_factory):
     d = overlay_daemon(daemon_factory)
     root = d.roots[0]
