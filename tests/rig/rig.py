@@ -14,6 +14,7 @@ overlayfs upper dir.
 import json
 import os
 import pathlib
+import re
 import secrets
 import shutil
 import signal
@@ -29,6 +30,11 @@ IN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 class RigError(RuntimeError):
     pass
+
+
+# What ASan and UBSan print (LSan is off in the rig: see _install_sanitizer_runtime).
+SANITIZER_REPORT = re.compile(r"ERROR: AddressSanitizer|AddressSanitizer:DEADLYSIGNAL|ERROR: LeakSanitizer"
+                              r"|: runtime error: |SUMMARY: UndefinedBehaviorSanitizer")
 
 
 def free_port():
@@ -95,7 +101,7 @@ class Rig:
         try:
             self.start()
         except BaseException:
-            self.close()
+            self._teardown()  # the boot's error is the one to see
             raise
         return self
 
@@ -246,7 +252,27 @@ class Rig:
         return self.sh("journalctl", "--no-pager", "-u", unit, "-n", str(lines), check=False).stdout
 
     # -- teardown ------------------------------------------------------------
+    def sanitizer_reports(self):
+        """ckptd stopped (what it reports at exit is logged then), and the
+        lines of its journal where a sanitizer reported."""
+        self.sh("systemctl", "stop", "ckptd.socket", "ckptd.service", check=False, timeout=120)
+        text = self.sh("journalctl", "--no-pager", "-o", "cat", "-u", "ckptd.service", check=False).stdout
+        return [ln for ln in text.splitlines() if SANITIZER_REPORT.search(ln)]
+
     def close(self):
+        """Power off and remove the rig; a sanitizer report in ckptd's journal
+        then fails the tests that used it (after everything is removed)."""
+        found = []
+        if self.proc and self.proc.poll() is None and self.pid:
+            try:
+                found = self.sanitizer_reports()
+            except (RigError, subprocess.SubprocessError) as e:
+                found = [f"cannot read ckptd's journal: {e}"]
+        self._teardown()
+        if found:
+            raise RigError("sanitizer report in ckptd's journal:\n" + "\n".join(found[:40]))
+
+    def _teardown(self):
         if self.proc and self.proc.poll() is None:
             # nspawn turns SIGTERM into an orderly poweroff of the container.
             self.proc.send_signal(signal.SIGTERM)
