@@ -3,7 +3,8 @@
  * only what the tracker names; this check walks the whole tree afterwards
  * and compares, entry by entry, what the new layer shows with what the
  * upper (or the mounted root) shows: type, mode, owner, mtime, size, the
- * data of files up to 1 MiB, link targets.
+ * data of files up to 1 MiB, link targets, xattrs (overlayfs's own
+ * trusted.overlay.* left out: the upper keeps marks a layer need not).
  *
  * It reads and never writes: no layer, index or timing rule differs from a
  * create without it, so the tests run the path that ships. A writer that is
@@ -12,6 +13,7 @@
  * collect (chg_track_changed_at). Any other fails the create with EIO. */
 #include "backend/overlay/overlay_internal.h"
 #include "lib/walk.h"
+#include "lib/xattr.h"
 
 #include <sys/stat.h>
 
@@ -22,6 +24,7 @@ struct oc {
 	char path[PATH_MAX]; /* the entry being looked at, relative */
 	const char *why;     /* what differs there */
 	uint64_t excused;    /* differences a later change explains */
+	char *buf;           /* xattr lists and values: 4 buffers of 64 KiB */
 };
 
 static bool overlay_check_same_data(int a, int b, const char *name)
@@ -40,6 +43,41 @@ static bool overlay_check_same_data(int a, int b, const char *name)
 		if (memcmp(ba, bb, (size_t)na))
 			return false;
 	}
+}
+
+static bool overlay_check_own_key(const char *k)
+{
+	return !strncmp(k, "trusted.overlay.", 16);
+}
+
+/* The keys of list l (n bytes) other than overlayfs's own. */
+static size_t overlay_check_keys(const char *l, ssize_t n)
+{
+	size_t k = 0;
+	for (const char *p = l; n > 0 && p < l + n; p += strlen(p) + 1)
+		k += !overlay_check_own_key(p);
+	return k;
+}
+
+static bool overlay_check_same_xattrs(struct oc *c, int a, int b, const char *name)
+{
+	char *la = c->buf, *lb = la + XATTR_LIST_BUF, *va = lb + XATTR_LIST_BUF, *vb = va + XATTR_VALUE_BUF;
+	struct xattr_ref xa, xb;
+	xattr_ref_init(&xa, -1, a, name);
+	xattr_ref_init(&xb, -1, b, name);
+	ssize_t na = xattr_list(&xa, la, XATTR_LIST_BUF), nb = xattr_list(&xb, lb, XATTR_LIST_BUF);
+	if (na < 0 || nb < 0) /* no xattrs on either side (ENOTSUP) is the same */
+		return na < 0 && nb < 0;
+	if (overlay_check_keys(la, na) != overlay_check_keys(lb, nb))
+		return false;
+	for (const char *k = la; k < la + na; k += strlen(k) + 1) {
+		if (overlay_check_own_key(k))
+			continue;
+		ssize_t ka = xattr_get(&xa, k, va, XATTR_VALUE_BUF), kb = xattr_get(&xb, k, vb, XATTR_VALUE_BUF);
+		if (ka != kb || ka < 0 || memcmp(va, vb, (size_t)ka))
+			return false;
+	}
+	return true;
 }
 
 static bool overlay_check_same_link(int a, int b, const char *name)
@@ -84,6 +122,8 @@ static int overlay_check_name(struct oc *c, int a, int b, const char *rel, const
 	if (n < 0 || (size_t)n >= sizeof(c->path))
 		return -ENAMETOOLONG;
 	const char *why = overlay_check_entry(a, b, name);
+	if (!why && !overlay_check_same_xattrs(c, a, b, name))
+		why = "xattrs";
 	if (why && chg_track_changed_at(c->trk, c->path)) {
 		log_info("create: track check: '%s' differs (%s) after a later change there", c->path, why);
 		c->excused++;
@@ -127,8 +167,9 @@ static int overlay_check_dir(struct oc *c, int a, int b, const char *rel, int de
 /* Compare trees a (the checkpoint's) and b (live); what the create answers. */
 static int overlay_check_trees(struct ovl_root *r, int a, int b, const char *what, ckpt_error *err)
 {
-	struct oc c = { .trk = &r->trk };
-	int d = overlay_check_dir(&c, a, b, "", 0);
+	_cleanup_free_ char *buf = malloc(2 * (XATTR_LIST_BUF + XATTR_VALUE_BUF));
+	struct oc c = { .trk = &r->trk, .buf = buf };
+	int d = buf ? overlay_check_dir(&c, a, b, "", 0) : -ENOMEM;
 	if (d < 0)
 		return err_set(err, -d, NULL, "track check of '%s': %s", r->path, strerror(-d));
 	if (d > 0)
