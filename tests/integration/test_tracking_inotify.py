@@ -2,7 +2,7 @@
 root with CAP_SYS_ADMIN dropped (Docker's default; the tar backend is chosen
 there), so fanotify_init answers EPERM and the tracker watches with inotify.
 
-Every create runs with CKPTD_TRACK_CHECK (conftest), which fails a create
+Every create runs with track_check (conftest), which fails a create
 whose journal missed an entry of the live tree; every checkpoint is also
 restored and compared with the tree it was made of. Health's tracking_roots
 counts the creates and restores that read only what changed ("tracked") or
@@ -124,7 +124,7 @@ def test_hard_link_made_outside_the_root(daemon_factory, tmp_path):
         f.write(b"written through the name outside")
     want1 = tree_state(root)
     assert want1 != want0
-    c1 = d.create("after")["checkpoint_id"]  # CKPTD_TRACK_CHECK fails it if missed
+    c1 = d.create("after")["checkpoint_id"]  # track_check fails it if missed
     # written again through the outside name, then a restore of the head
     with open(outside / "other-name", "r+b") as f:
         f.write(b"and again, with no create")
@@ -293,7 +293,7 @@ def test_random_campaign(daemon_factory, tmp_path, seed):
     of files and directories, trees made at once, chmod, xattrs, symlinks,
     hard links inside and from outside the root, shared mappings), a create
     after each; now and then changes and a restore of the head. Every create
-    is checked by CKPTD_TRACK_CHECK, every checkpoint restored and compared."""
+    is checked by track_check, every checkpoint restored and compared."""
     rng = random.Random(seed)
     d = start(daemon_factory, populate=small_tree)
     root = d.roots[0]
