@@ -470,11 +470,15 @@ def test_compacted_chains_restore_what_was_captured(daemon_factory):
 TRACKING = ["auto", "never"]
 
 
-def assert_tracking_used(log, track, tracked_text):
+def assert_tracking_used(d, track, tracked_text):
+    log, (t,) = d.log(), d.health()["tracking_roots"]
     if track == "auto":
         assert tracked_text in log, "no create or restore used change tracking"
+        assert t["tracking"] != "none" and t["tracked"] > 0, t
     else:
         assert "change tracking)" not in log, "tracking was used although track_changes is never"
+        assert t["tracking"] == "none" and t["tracked"] == 0, t
+        assert t["tracking_reason"] == 'turned off (track_changes "never")', t
 
 
 @pytest.mark.parametrize("track", TRACKING)
@@ -528,7 +532,7 @@ def test_change_tracking_sees_what_programs_do(daemon_factory, tmp_path, track):
         want = tree_state(root)
         acked[d.create("mapped-again")["checkpoint_id"]] = want
         m.close()
-    assert_tracking_used(d.log(), track, "(the changed ones: change tracking)")
+    assert_tracking_used(d, track, "(the changed ones: change tracking)")
     for cid, want in acked.items():
         assert d.restore(cid)["ok"] is True
         assert_same_tree(want, tree_state(root))
@@ -588,7 +592,7 @@ def test_restore_of_the_head_reads_only_what_changed(daemon_factory, track):
     log = d.log()
     if track == "auto":
         assert log.count("read the directories that changed (change tracking)") >= len(attempts)
-    assert_tracking_used(log, track, "read the directories that changed (change tracking)")
+    assert_tracking_used(d, track, "read the directories that changed (change tracking)")
 
 
 @pytest.mark.parametrize("track", TRACKING)
@@ -634,7 +638,7 @@ def test_programs_at_work_with_change_tracking(daemon_factory, tmp_path, track):
     for step in steps:
         step()
         acked.append((d.create(f"step")["checkpoint_id"], tree_state(root)))
-    assert_tracking_used(d.log(), track, "(the changed ones: change tracking)")
+    assert_tracking_used(d, track, "(the changed ones: change tracking)")
     for i, (cid, want) in enumerate(acked):
         assert d.restore(cid)["ok"] is True
         assert_same_tree(want, tree_state(root))
