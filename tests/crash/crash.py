@@ -55,17 +55,17 @@ class Broken(Exception):
 
 
 class Harness:
-    QUIET = {"cleanup_interval_secs": 3600, "max_checkpoints": 1000, "default_ttl_secs": 0}
+    # track_changes "always": overlay tracks every upper, not only from 2,000
+    # entries, so a create after a create is a delta (tar tracks by default).
+    QUIET = {"cleanup_interval_secs": 3600, "max_checkpoints": 1000, "default_ttl_secs": 0,
+             "track_changes": "always"}
     # Background work at every turn: the sweeper each second, compaction of
     # tar chains longer than 2, flattening of overlay chains deeper than 3.
     BUSY = {**QUIET, "cleanup_interval_secs": 1, "tar_chain_max": 2, "flatten_depth": 3}
 
     def __init__(self, base, backend, rng):
         self.rng = rng
-        # CKPTD_TRACK_CHANGES=1: overlay tracks every upper, not only from 2,000
-        # entries, so a create after a create is a delta (tar tracks by default).
-        self.d = Daemon(base, backend=backend, n_roots=2, config=dict(self.QUIET),
-                        env={"CKPTD_TRACK_CHANGES": "1"})
+        self.d = Daemon(base, backend=backend, n_roots=2, config=dict(self.QUIET))
         self.roots = self.d.roots
         self.acked = {}  # cid -> (name, state of every root)
         self.records = {}  # cid -> record as acknowledged

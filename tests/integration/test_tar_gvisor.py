@@ -7,7 +7,7 @@ file written through a mapping a new ctime when it captures it.
 
 Each test runs on the host and again inside `runsc --network=none do`
 (test_the_same_under_gvisor), with change tracking (inotify there) and
-without (CKPTD_TRACK_CHANGES=0). Without tracking, a file mapped, written
+without (track_changes "never"). Without tracking, a file mapped, written
 and unmapped between two operations cannot be seen in gVisor: health says
 so (not_guaranteed), and the test of that case asserts the declaration.
 The exactness of every file type (owners, modes, hard links, sparse files,
@@ -32,7 +32,7 @@ MAPPED_GAP = "a write through a shared mapping that is mapped and unmapped betwe
 
 
 def start(daemon_factory, tracking, populate=None):
-    d = daemon_factory(backend="tar", start=False, env={"CKPTD_TRACK_CHANGES": "1" if tracking else "0"})
+    d = daemon_factory(backend="tar", start=False, config={"track_changes": "always" if tracking else "never"})
     if populate:
         populate(d.roots[0])
     d.start()
