@@ -63,23 +63,29 @@ def test_retry_loop_restores_stay_fast(daemon_factory):
 def test_discarded_upper_is_not_written_back(daemon_factory):
     """The bytes written to the state dir's disk while a 200 MB attempt is
     rolled back and cleaned up stay far below 200 MB (a plain unmount syncs
-    them all). Measured on the block device under the state dir."""
+    them all). Measured on the block device under the state dir.
+    The device is shared: another process's sync(2) between the write and
+    the discard writes the 200 MB too. A ckptd that writes them back does
+    so every time, so three attempts are made and one must stay below."""
     d = overlay_daemon(daemon_factory, tree=False)
     root = d.roots[0]
     base = d.create("base")["checkpoint_id"]
     dev = _block_dev(d.state_dir)
-    _write(root / "big.bin", 200 * MB)
-    before = _sectors_written(dev)
-    d.restore(base)
-    deadline = time.monotonic() + 60
-    while _trash(d) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _trash(d)
-    os.sync()  # whatever would still be written by the unmount
-    written = (_sectors_written(dev) - before) * 512
-    print(f"written during restore + cleanup: {written / MB:.1f} MB of 200 MB discarded")
-    # Other agents share the disk: allow noise, not the 200 MB.
-    assert written < 120 * MB, written
+    seen = []
+    for _ in range(3):
+        _write(root / "big.bin", 200 * MB)
+        before = _sectors_written(dev)
+        d.restore(base)
+        deadline = time.monotonic() + 60
+        while _trash(d) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _trash(d)
+        os.sync()  # whatever would still be written by the unmount
+        seen.append((_sectors_written(dev) - before) * 512)
+        print(f"written during restore + cleanup: {seen[-1] / MB:.1f} MB of 200 MB discarded")
+        if seen[-1] < 120 * MB:  # other agents share the disk: allow noise, not the 200 MB
+            break
+    assert min(seen) < 120 * MB, seen
 
 
 def _block_dev(path):
