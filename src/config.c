@@ -70,6 +70,8 @@ void config_free(struct config *cfg)
 	free(cfg->etcd_cert_file);
 	free(cfg->etcd_key_file);
 	free(cfg->etcd_user);
+	free(cfg->checkpoint_bucket);
+	free(cfg->checkpoint_mount);
 	if (cfg->etcd_password)
 		explicit_bzero(cfg->etcd_password, strlen(cfg->etcd_password));
 	free(cfg->etcd_password);
@@ -639,6 +641,19 @@ static int apply_flag(struct config *cfg, int c, const char *arg, bool *listen_s
 	}
 }
 
+/* Host mode's checkpoint volume comes from the environment, not the file:
+ * the sandbox API defines these two variables and its clients set them. */
+static int config_env(struct config *cfg)
+{
+	const char *bucket = getenv("SANDBOX_CHECKPOINT_BUCKET");
+	const char *mount = getenv("SANDBOX_CHECKPOINT_MOUNT_PATH");
+	if (bucket && set_str(&cfg->checkpoint_bucket, bucket) < 0)
+		return -ENOMEM;
+	if (mount && set_str(&cfg->checkpoint_mount, mount) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
 int config_parse(struct config *cfg, int argc, char **argv, ckpt_error *err)
 {
 	bool listen_seen = false, roots_seen = false;
@@ -670,5 +685,7 @@ int config_parse(struct config *cfg, int argc, char **argv, ckpt_error *err)
 	while ((c = getopt_long(argc, argv, "vhV", long_opts, NULL)) != -1)
 		if ((r = apply_flag(cfg, c, optarg, &listen_seen, &roots_seen, err)) < 0)
 			return r;
+	if (config_env(cfg) < 0)
+		return err_set(err, ENOMEM, NULL, "out of memory");
 	return config_validate(cfg, err);
 }

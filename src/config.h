@@ -88,6 +88,11 @@ struct config {
 	char *etcd_user;                   /* etcd's user authentication, with etcd_password */
 	char *etcd_password;               /* read from etcd_password_file; never logged */
 	int64_t default_idle_timeout_secs; /* default 300 */
+	/* checkpoint volume, from the environment (SANDBOX_CHECKPOINT_BUCKET and
+	 * SANDBOX_CHECKPOINT_MOUNT_PATH, as the sandbox API's clients set them);
+	 * NULL or empty: checkpointing off */
+	char *checkpoint_bucket;
+	char *checkpoint_mount;
 };
 
 /* Parse argv (and the --config file it names). On --help/--version prints and

@@ -427,8 +427,8 @@ static int check_volume_access(struct host *h)
 
 static int open_checkpoint_volume(struct host *h, const struct config *cfg, ckpt_error *err)
 {
-	const char *bucket = getenv("SANDBOX_CHECKPOINT_BUCKET");
-	const char *mount = getenv("SANDBOX_CHECKPOINT_MOUNT_PATH");
+	const char *bucket = cfg->checkpoint_bucket;
+	const char *mount = cfg->checkpoint_mount;
 	_cleanup_free_ char *locks = NULL;
 
 	if (!bucket || !*bucket || !mount || !*mount)
