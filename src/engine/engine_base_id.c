@@ -1,6 +1,6 @@
 /* engine_base_id.c: the base identity of this daemon, a digest of what the
  * roots held when ckptd adopted them: an overlay checkpoint imports only
- * over the same base. Computed once, then cached. */
+ * over the same base. Computed once, then kept in the engine. */
 #include "engine/engine_export.h"
 
 #include <archive.h>
@@ -22,10 +22,6 @@
 struct base_ctx {
 	struct sha256_ctx h;
 };
-
-static pthread_mutex_t base_lock = PTHREAD_MUTEX_INITIALIZER;
-static const struct engine *base_engine;
-static char base_cached[80];
 
 static int base_line(void *ctx, int dirfd, const char *name, const char *rel, const struct stat *st)
 {
@@ -56,11 +52,11 @@ static int base_line(void *ctx, int dirfd, const char *name, const char *rel, co
  * while ckptd manages it, so it is computed once per daemon. */
 int engine_base_identity(struct engine *e, char out[80], ckpt_error *err)
 {
-	pthread_mutex_lock(&base_lock);
-	bool have = base_engine == e && base_cached[0];
+	pthread_mutex_lock(&e->state_lock);
+	bool have = e->base_id[0];
 	if (have)
-		snprintf(out, 80, "%s", base_cached);
-	pthread_mutex_unlock(&base_lock);
+		snprintf(out, 80, "%s", e->base_id);
+	pthread_mutex_unlock(&e->state_lock);
 	if (have)
 		return 0;
 	_cleanup_free_ char *tmp = NULL;
@@ -89,9 +85,8 @@ int engine_base_identity(struct engine *e, char out[80], ckpt_error *err)
 	sha256_digest(&b.h, sizeof(d), d);
 	strcpy(out, "sha256:");
 	engine_xfer_hex(d, sizeof(d), out + 7);
-	pthread_mutex_lock(&base_lock);
-	base_engine = e;
-	snprintf(base_cached, sizeof(base_cached), "%s", out);
-	pthread_mutex_unlock(&base_lock);
+	pthread_mutex_lock(&e->state_lock);
+	snprintf(e->base_id, sizeof(e->base_id), "%s", out);
+	pthread_mutex_unlock(&e->state_lock);
 	return 0;
 }

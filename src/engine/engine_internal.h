@@ -56,6 +56,10 @@ struct engine {
 
 	json_t *released; /* roots released (engine_release.c); guarded by state_lock */
 
+	/* The base identity (engine_base_id.c), computed on first use, "" until
+	 * then; guarded by state_lock. */
+	char base_id[80];
+
 	pthread_t sweeper;
 	bool sweeper_running, stopping, maintenance_due;
 	pthread_cond_t sweep_cond;
