@@ -88,12 +88,14 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libckptd.a
 # Includes from the sources; calls between files from the objects (no upward
 # call, no cycle within a folder). CYCLES_ALLOW names folders whose cycles only warn.
 # Then the files' shape (tools/sizes.sh): none over 800 lines, each opening
-# with its name and purpose.
+# with its name and purpose; who picks error kinds (tools/kinds.sh) and who
+# reads the environment (tools/getenv.sh).
 CYCLES_ALLOW ?=
 layers: $(LIB_OBJS) $(CLI_OBJS)
 	@CYCLES_ALLOW="$(CYCLES_ALLOW)" sh tools/layers.sh --objects $(BUILD)/obj $(LAYERS)
 	@sh tools/sizes.sh 800
 	@sh tools/kinds.sh
+	@sh tools/getenv.sh
 
 # Short sentences in README.md and docs/*.md (tools/prose.py says what counts).
 prose:
