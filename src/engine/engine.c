@@ -137,7 +137,8 @@ static int engine_open_state(struct engine *e, const struct engine_deps *deps, c
 		return err_set(err, errno, NULL, "cannot open state dir '%s': %m", e->cfg->state_dir);
 	if ((r = engine_lock_state(e, err)) < 0)
 		return r;
-	e->bctx = (struct backend_ctx){ .cfg = e->cfg,
+	e->bctx = (struct backend_ctx){ .flatten_depth = e->cfg->flatten_depth,
+					.tar_chain_max = e->cfg->tar_chain_max,
 					.state_dir = e->cfg->state_dir,
 					.state_fd = e->state_fd,
 					.roots = e->cfg->roots,

@@ -264,7 +264,7 @@ static int fx_setup_n(void **state, size_t n_roots)
 	}
 	f->n_roots = n_roots;
 	config_defaults(&f->cfg);
-	f->ctx.cfg = &f->cfg;
+	f->ctx.tar_chain_max = f->cfg.tar_chain_max; /* the defaults engine_open would copy */
 	f->ctx.state_dir = f->state;
 	f->ctx.state_fd = open(f->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	f->ctx.roots = f->roots;
@@ -786,7 +786,7 @@ static void test_compaction(void **state)
 	char *trees[5];
 	int own, elsewhere;
 
-	f->cfg.tar_chain_max = 2;
+	f->ctx.tar_chain_max = 2;
 	for (int i = 0; i < 10; i++) {
 		snprintf(name, sizeof(name), "f%d", i);
 		put(f->roots[0], name, name, 0644);
@@ -866,7 +866,7 @@ static void test_compaction_sparse(void **state)
 	char *trees[4];
 	char p[PATH_MAX];
 
-	f->cfg.tar_chain_max = 1;
+	f->ctx.tar_chain_max = 1;
 	pwrite_at(f->roots[0], "sparse", "head", 0);
 	pwrite_at(f->roots[0], "sparse", "middle", 1 << 20);
 	snprintf(p, sizeof(p), "%s/sparse", f->roots[0]);
@@ -902,7 +902,7 @@ static void test_compaction_checks_digests(void **state)
 	struct fx *f = *state;
 	char id[3][32], p[PATH_MAX];
 
-	f->cfg.tar_chain_max = 1;
+	f->ctx.tar_chain_max = 1;
 	put(f->roots[0], "kept", "same all along", 0644);
 	fx_open(f);
 	for (int i = 0; i < 3; i++) {

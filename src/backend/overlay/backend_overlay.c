@@ -6,7 +6,6 @@
  * references and flattening in overlay_layers.c, a root's live state
  * (live.json) in overlay_root.c. */
 #include "backend/backend.h"
-#include "config.h"
 #include "backend/overlay/overlay_internal.h"
 #include "backend/overlay/overlay_mount.h"
 #include "backend/overlay/treecopy.h"
@@ -245,7 +244,7 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	if (!o)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	o->odir_fd = o->cdir_fd = -1;
-	o->cfg = ctx->cfg;
+	o->flatten_depth = ctx->flatten_depth;
 	pthread_mutex_init(&o->trash_lock, NULL);
 	o->before_mount = ctx->before_mount;
 	o->hook_ctx = ctx->hook_ctx;
@@ -542,7 +541,7 @@ static void ovl_maintain(void *st)
 {
 	struct ovl *o = st;
 	ckpt_error e = { 0 };
-	int depth = o->cfg && o->cfg->flatten_depth > 0 ? o->cfg->flatten_depth : 64;
+	int depth = o->flatten_depth > 0 ? o->flatten_depth : 64;
 	if (depth > OVERLAY_MAX_LOWERS - 2)
 		depth = OVERLAY_MAX_LOWERS - 2;
 	if (overlay_layers_flatten(o, depth, &e) < 0)

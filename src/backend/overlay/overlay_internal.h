@@ -140,7 +140,7 @@ struct ovl_root {
 };
 
 struct ovl {
-	const struct config *cfg;
+	int flatten_depth; /* backend_ctx's */
 	char *odir; /* <state>/overlay */
 	int odir_fd, cdir_fd;
 	struct ovl_root *roots;

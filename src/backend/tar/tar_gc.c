@@ -150,7 +150,7 @@ int tar_cleanup(void *st)
 	struct tar_state *s = st;
 	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
-	int max = s->ctx->cfg ? s->ctx->cfg->tar_chain_max : 0;
+	int max = s->ctx->tar_chain_max;
 
 	tar_track_drain(s);
 	if (max <= 0 || s->no_exchange || walk_open(s->tar_fd, NULL, &d) < 0)
