@@ -226,7 +226,6 @@ void engine_close(struct engine *e)
 		close(e->state_fd);
 	metrics_destroy(&e->metrics);
 	json_decref(e->forks);
-	json_decref(e->released);
 	pthread_mutex_destroy(&e->op_lock);
 	pthread_mutex_destroy(&e->state_lock);
 	pthread_cond_destroy(&e->sweep_cond);

@@ -3,6 +3,7 @@
 #pragma once
 #include <jansson.h>
 #include "backend/backend.h"
+#include "config.h"
 #include "lib/util.h"
 #include "services/services.h"
 
@@ -78,11 +79,24 @@ int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req 
  * After=ckptd.service could not start before), and look for processes that
  * no unit covers. Health says what happened. */
 void engine_adoption_finish(struct engine *e);
+/* What a release did, as data; the API layer writes the JSON. */
+struct release_report {
+	const char *released[MAX_ROOTS]; /* roots released by this call (borrowed from the config) */
+	size_t n_released;
+	char (*dropped)[32]; /* ids of the checkpoints dropped (owned) */
+	size_t n_dropped;
+	bool checkpoints_kept;      /* checkpoints remain, to restore once the roots are adopted again */
+	bool units_ran;             /* the units were stopped and started: services holds them */
+	struct svc_report services; /* stopped and started (owned when units_ran) */
+	int64_t duration_ms;
+};
+void release_report_free(struct release_report *r);
 /* Stop managing root (NULL: every root) and leave a plain directory holding
  * what it showed (engine_release.c). drop: drop the checkpoints (required
- * when the backend cannot keep them). ret: {released, dropped_checkpoints,
- * checkpoints_kept, stopped_units, started_units, duration_ms}. */
-int engine_release(struct engine *e, const char *root, bool drop, json_t **ret, ckpt_error *err);
+ * when the backend cannot keep them). On success fills ret_report, which
+ * the caller frees. */
+int engine_release(struct engine *e, const char *root, bool drop, struct release_report *ret_report,
+		   ckpt_error *err);
 /* Prometheus text exposition; caller frees. */
 char *engine_metrics(struct engine *e);
 /* Delete expired checkpoints (the sweeper calls this). Returns how many. */

@@ -10,7 +10,7 @@
 int engine_check_managed(struct engine *e, ckpt_error *err)
 {
 	pthread_mutex_lock(&e->state_lock);
-	const char *root = json_array_size(e->released) ? json_string_value(json_array_get(e->released, 0)) : NULL;
+	const char *root = e->n_released ? e->released[0] : NULL;
 	int r = root
 		? err_set_kind(err, ERR_CONFLICT, EBUSY, "root_released",
 			       "'%s' was released and is not managed until ckptd restarts and adopts it again", root)

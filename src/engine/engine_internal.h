@@ -54,7 +54,10 @@ struct engine {
 	bool adoption_pending;    /* units stopped, not started yet */
 	bool svc_journal_pending; /* plans holds an interrupted restore's units (engine_svcjournal.c) */
 
-	json_t *released; /* roots released (engine_release.c); guarded by state_lock */
+	/* Roots released (engine_release.c), borrowed from the config; guarded
+	 * by state_lock. */
+	const char *released[MAX_ROOTS];
+	size_t n_released;
 
 	/* The base identity (engine_base_id.c), computed on first use, "" until
 	 * then; guarded by state_lock. */

@@ -97,7 +97,10 @@ json_t *engine_health(struct engine *e)
 		e->backend->health(e->bst, h);
 	engine_adoption_health(e, h);
 	pthread_mutex_lock(&e->state_lock); /* engine_release.c fills it */
-	json_object_set_new(h, "released_roots", e->released ? json_deep_copy(e->released) : json_array());
+	json_t *released = json_array();
+	for (size_t i = 0; i < e->n_released; i++)
+		json_array_append_new(released, json_string(e->released[i]));
+	json_object_set_new(h, "released_roots", released);
 	pthread_mutex_unlock(&e->state_lock);
 	json_object_set_new(h, "backend_reason", json_string(e->backend_reason));
 	return h;

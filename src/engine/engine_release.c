@@ -7,25 +7,35 @@
 #include "engine/engine_internal.h"
 #include "services/services.h"
 
+void release_report_free(struct release_report *r)
+{
+	free(r->dropped);
+	if (r->units_ran)
+		svc_report_free(&r->services);
+	memset(r, 0, sizeof(*r));
+}
+
 static bool is_released(struct engine *e, const char *root)
 {
-	size_t i;
-	json_t *v;
-	json_array_foreach(e->released, i, v) if (!strcmp(json_string_value(v), root)) return true;
+	for (size_t i = 0; i < e->n_released; i++)
+		if (!strcmp(e->released[i], root))
+			return true;
 	return false;
 }
 
 /* Drop every checkpoint (asked: drop_checkpoints). */
-static int release_drop_all(struct engine *e, json_t *dropped, ckpt_error *err)
+static int release_drop_all(struct engine *e, struct release_report *out, ckpt_error *err)
 {
 	struct catalog_list l = { 0 };
 	int r = catalog_list(e->catalog, NULL, &l);
+	if (r == 0 && l.n && !(out->dropped = calloc(l.n, sizeof(*out->dropped))))
+		r = err_set(err, ENOMEM, NULL, "out of memory");
 	for (size_t k = 0; r == 0 && k < l.n; k++) {
 		if (l.v[k]->status == CKPT_CREATING)
 			r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is still being created",
 					 l.v[k]->id);
 		else if ((r = engine_err_classify(err, ENGINE_CTX_DELETE, engine_drop(e, l.v[k], err))) == 0)
-			json_array_append_new(dropped, json_string(l.v[k]->id));
+			snprintf(out->dropped[out->n_dropped++], sizeof(*out->dropped), "%s", l.v[k]->id);
 	}
 	catalog_list_free(&l);
 	return r;
@@ -71,10 +81,10 @@ static int release_check_users(struct engine *e, const size_t *idx, size_t n, ck
 }
 
 /* Stop the units, release, start them: like a restore's swap. */
-static int release_run(struct engine *e, const size_t *idx, size_t n, json_t *out, ckpt_error *err)
+static int release_run(struct engine *e, const size_t *idx, size_t n, struct release_report *out,
+		       ckpt_error *err)
 {
 	struct svc_plan units;
-	struct svc_report rep;
 	char *roots[n ? n : 1];
 	for (size_t k = 0; k < n; k++)
 		roots[k] = e->cfg->roots[idx[k]];
@@ -83,7 +93,8 @@ static int release_run(struct engine *e, const size_t *idx, size_t n, json_t *ou
 		services_plan_free(&units);
 		return err_set(err, -r, NULL, "cannot list the services that use the roots: %s", strerror(-r));
 	}
-	svc_report_init(&rep);
+	svc_report_init(&out->services);
+	out->units_ran = true;
 	if (services_stop(e->services, &units) < 0)
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "services_busy",
 				 "a unit that uses the roots could not be stopped: nothing released");
@@ -93,36 +104,28 @@ static int release_run(struct engine *e, const size_t *idx, size_t n, json_t *ou
 		if (r < 0 && !(err->code && !strcmp(err->code, "release_incomplete")))
 			break;
 		pthread_mutex_lock(&e->state_lock);
-		json_array_append_new(e->released, json_string(roots[k]));
+		e->released[e->n_released++] = roots[k];
 		pthread_mutex_unlock(&e->state_lock);
-		json_array_append_new(json_object_get(out, "released"), json_string(roots[k]));
+		out->released[out->n_released++] = roots[k];
 		log_notice("released '%s': a plain directory now, not managed until ckptd restarts", roots[k]);
 	}
 	services_start(e->services, &units);
-	services_report(&units, &rep);
+	services_report(&units, &out->services);
 	services_plan_free(&units);
-	json_object_set(out, "stopped_units", rep.stopped);
-	json_object_set(out, "started_units", rep.started);
-	svc_report_free(&rep);
 	return r;
 }
 
-int engine_release(struct engine *e, const char *root, bool drop, json_t **ret, ckpt_error *err)
+int engine_release(struct engine *e, const char *root, bool drop, struct release_report *ret_report,
+		   ckpt_error *err)
 {
 	size_t idx[e->cfg->n_roots ? e->cfg->n_roots : 1], n = 0;
 	int64_t t0 = mono_ms();
 	if (!e->backend->release)
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "not_supported", "the %s backend cannot release",
 				    e->backend->name);
-	json_t *out = json_pack("{s:[],s:[],s:b}", "released", "dropped_checkpoints", "checkpoints_kept", false);
-	if (!out)
-		return err_set(err, ENOMEM, NULL, "out of memory");
+	struct release_report out = { 0 };
 	pthread_mutex_lock(&e->op_lock);
 	engine_set_status(e, "releasing", root ? root : "the roots");
-	pthread_mutex_lock(&e->state_lock);
-	if (!e->released)
-		e->released = json_array();
-	pthread_mutex_unlock(&e->state_lock);
 	int r = release_roots(e, root, idx, &n, err);
 	if (r == 0 && n && e->forks && json_object_size(e->forks) && e->backend->release->unmounts)
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "forks_exist",
@@ -130,18 +133,18 @@ int engine_release(struct engine *e, const char *root, bool drop, json_t **ret, 
 	if (r == 0 && n && e->backend->release->unmounts)
 		r = release_check_users(e, idx, n, err);
 	if (r == 0 && n && drop)
-		r = release_drop_all(e, json_object_get(out, "dropped_checkpoints"), err);
+		r = release_drop_all(e, &out, err);
 	if (r == 0 && n)
-		r = release_run(e, idx, n, out, err);
-	json_object_set_new(out, "checkpoints_kept", json_boolean(!drop && catalog_count(e->catalog) > 0));
-	json_object_set_new(out, "duration_ms", json_integer(mono_ms() - t0));
+		r = release_run(e, idx, n, &out, err);
+	out.checkpoints_kept = !drop && catalog_count(e->catalog) > 0;
+	out.duration_ms = mono_ms() - t0;
 	engine_set_status(e, NULL, NULL);
 	pthread_mutex_unlock(&e->op_lock);
 	engine_kick_maintenance(e);
 	if (r < 0) {
-		json_decref(out);
+		release_report_free(&out);
 		return r;
 	}
-	*ret = out;
+	*ret_report = out;
 	return 0;
 }

@@ -89,17 +89,43 @@ static bool release_body_ok(json_t *obj, struct http_response *resp)
 	return true;
 }
 
+/* {released, dropped_checkpoints, checkpoints_kept[, stopped_units,
+ * started_units], duration_ms}: the units only when they were stopped. */
+static json_t *api_release_json(const struct release_report *rep)
+{
+	json_t *released = json_array(), *dropped = json_array();
+	for (size_t i = 0; i < rep->n_released; i++)
+		json_array_append_new(released, json_string(rep->released[i]));
+	for (size_t i = 0; i < rep->n_dropped; i++)
+		json_array_append_new(dropped, json_string(rep->dropped[i]));
+	json_t *out = json_pack("{s:o,s:o,s:b}", "released", released, "dropped_checkpoints", dropped,
+				"checkpoints_kept", rep->checkpoints_kept);
+	if (out && rep->units_ran) {
+		json_object_set(out, "stopped_units", rep->services.stopped);
+		json_object_set(out, "started_units", rep->services.started);
+	}
+	if (out)
+		json_object_set_new(out, "duration_ms", json_integer(rep->duration_ms));
+	return out;
+}
+
 void api_release(void *app, const struct http_request *req, struct http_response *resp)
 {
 	json_auto_t *obj = api_parse_object(req, false, resp);
 	if (!obj || !release_body_ok(obj, resp)) /* an empty body: every root */
 		return;
 	ckpt_error err = { 0 };
-	json_t *out = NULL;
+	struct release_report rep;
 	const char *root = json_string_value(json_object_get(obj, "root"));
 	if (engine_release(app, root && *root ? root : NULL, json_is_true(json_object_get(obj, "drop_checkpoints")),
-			   &out, &err) < 0)
+			   &rep, &err) < 0) {
 		http_error(resp, &err);
-	else
+		return;
+	}
+	json_t *out = api_release_json(&rep);
+	release_report_free(&rep);
+	if (out)
 		http_json(resp, 200, out);
+	else
+		http_fail(resp, ERR_INTERNAL, NULL, "out of memory");
 }
