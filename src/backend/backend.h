@@ -14,8 +14,8 @@
 struct backend_ctx {
 	/* The config's settings a backend reads, copied by engine_open: a
 	 * backend never sees the whole config (host mode's fields, the token). */
-	int flatten_depth; /* overlay: flatten chains deeper than this (0: 64) */
-	int tar_chain_max; /* tar: compact chains longer than this (0: never) */
+	int flatten_depth;     /* overlay: flatten chains deeper than this (0: 64) */
+	int tar_chain_max;     /* tar: compact chains longer than this (0: never) */
 	const char *state_dir; /* absolute */
 	int state_fd;          /* O_DIRECTORY fd of state_dir */
 	char *const *roots;    /* absolute canonical paths */

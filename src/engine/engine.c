@@ -225,7 +225,7 @@ void engine_close(struct engine *e)
 	if (e->state_fd >= 0)
 		close(e->state_fd);
 	metrics_destroy(&e->metrics);
-	json_decref(e->forks);
+	engine_forks_free(e);
 	pthread_mutex_destroy(&e->op_lock);
 	pthread_mutex_destroy(&e->state_lock);
 	pthread_cond_destroy(&e->sweep_cond);

@@ -64,8 +64,28 @@ json_t *engine_health(struct engine *e);
 
 /* Forks (engine_fork.c): a writable copy-on-write view of a checkpoint
  * mounted at path (an existing empty dir outside the roots and state dir). */
-int engine_fork(struct engine *e, const char *id_or_name, const char *path, json_t **ret, ckpt_error *err);
-json_t *engine_fork_list(struct engine *e);
+/* A fork, as data; the API layer writes the JSON. */
+struct fork_info {
+	char fork_id[32];
+	char checkpoint_id[32];
+	char *path;   /* resolved; NULL if its record lacked it */
+	char **paths; /* where each root's view is (owned) */
+	size_t n_paths;
+	char created_at[40];
+	bool mounted;
+	char *error;     /* why it could not be mounted again at start, or NULL */
+	int64_t fork_ms; /* how long the fork took; -1: mounted again at start */
+};
+void fork_info_free(struct fork_info *f);
+struct fork_list {
+	struct fork_info *v;
+	size_t n;
+};
+void fork_list_free(struct fork_list *l);
+/* On success fills ret (the caller frees it). */
+int engine_fork(struct engine *e, const char *id_or_name, const char *path, struct fork_info *ret, ckpt_error *err);
+/* A copy of every fork, in the order made (or found at start). */
+int engine_fork_list(struct engine *e, struct fork_list *ret, ckpt_error *err);
 int engine_fork_delete(struct engine *e, const char *fork_id, ckpt_error *err);
 /* Diffs (engine_diff.c): what changed from checkpoint id_or_name to against
  * (NULL: the live roots). */
@@ -95,8 +115,7 @@ void release_report_free(struct release_report *r);
  * what it showed (engine_release.c). drop: drop the checkpoints (required
  * when the backend cannot keep them). On success fills ret_report, which
  * the caller frees. */
-int engine_release(struct engine *e, const char *root, bool drop, struct release_report *ret_report,
-		   ckpt_error *err);
+int engine_release(struct engine *e, const char *root, bool drop, struct release_report *ret_report, ckpt_error *err);
 /* Prometheus text exposition; caller frees. */
 char *engine_metrics(struct engine *e);
 /* Delete expired checkpoints (the sweeper calls this). Returns how many. */

@@ -35,11 +35,9 @@ int engine_check_not_creating(struct engine *e, const char *id_or_name, ckpt_err
 bool engine_check_forked(struct engine *e, const char *id)
 {
 	bool used = false;
-	const char *fid;
-	json_t *f;
 	pthread_mutex_lock(&e->state_lock);
-	json_object_foreach(e->forks, fid, f) used |=
-		!strcmp(json_string_value(json_object_get(f, "checkpoint_id")), id);
+	for (const struct engine_fork *f = e->forks; f; f = f->next)
+		used |= !strcmp(f->info.checkpoint_id, id);
 	pthread_mutex_unlock(&e->state_lock);
 	return used;
 }

@@ -34,14 +34,83 @@ static bool fork_id_valid(const char *s)
 	return true;
 }
 
+void fork_info_free(struct fork_info *f)
+{
+	for (size_t i = 0; i < f->n_paths; i++)
+		free(f->paths[i]);
+	free(f->paths);
+	free(f->path);
+	free(f->error);
+	memset(f, 0, sizeof(*f));
+}
+
+void fork_list_free(struct fork_list *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		fork_info_free(&l->v[i]);
+	free(l->v);
+	l->v = NULL;
+	l->n = 0;
+}
+
+static void fork_free(struct engine_fork *f)
+{
+	if (!f)
+		return;
+	fork_info_free(&f->info);
+	json_decref(f->backend);
+	free(f);
+}
+
+void engine_forks_free(struct engine *e)
+{
+	while (e->forks) {
+		struct engine_fork *f = e->forks;
+		e->forks = f->next;
+		fork_free(f);
+	}
+}
+
+static int fork_info_copy(const struct fork_info *f, struct fork_info *ret)
+{
+	*ret = *f;
+	ret->path = NULL, ret->paths = NULL, ret->error = NULL, ret->n_paths = 0;
+	if ((f->path && !(ret->path = strdup(f->path))) || (f->error && !(ret->error = strdup(f->error))) ||
+	    !(ret->paths = calloc(f->n_paths + 1, sizeof(*ret->paths))))
+		return -ENOMEM;
+	for (; ret->n_paths < f->n_paths; ret->n_paths++)
+		if (!(ret->paths[ret->n_paths] = strdup(f->paths[ret->n_paths])))
+			return -ENOMEM;
+	return 0;
+}
+
+/* Append f at the end (forks list in the order made). Under state_lock. */
+static void fork_link(struct engine *e, struct engine_fork *f)
+{
+	struct engine_fork **p = &e->forks;
+	while (*p)
+		p = &(*p)->next;
+	f->next = NULL;
+	*p = f;
+}
+
+static struct engine_fork *fork_find(struct engine *e, const char *fid)
+{
+	for (struct engine_fork *f = e->forks; f; f = f->next)
+		if (!strcmp(f->info.fork_id, fid))
+			return f;
+	return NULL;
+}
+
 /* The dirs root i of a fork mounts on: path itself for one root, else
  * path/<basename of the root> (with -<i> when two names collide). */
-static json_t *fork_dirs(struct engine *e, const char *path)
+static int fork_dirs(struct engine *e, const char *path, struct fork_info *f)
 {
-	json_t *dirs = json_array();
+	if (!(f->paths = calloc(e->cfg->n_roots + 1, sizeof(*f->paths))))
+		return -ENOMEM;
 	for (size_t i = 0; i < e->cfg->n_roots; i++) {
 		if (e->cfg->n_roots == 1) {
-			json_array_append_new(dirs, json_string(path));
+			f->paths[f->n_paths++] = strdup(path);
 			break;
 		}
 		const char *base = strrchr(e->cfg->roots[i], '/');
@@ -51,19 +120,15 @@ static json_t *fork_dirs(struct engine *e, const char *path)
 			const char *o = strrchr(e->cfg->roots[k], '/');
 			dup |= o && !strcmp(o + 1, base);
 		}
-		json_array_append_new(
-			dirs, dup ? json_sprintf("%s/%s-%zu", path, base, i) : json_sprintf("%s/%s", path, base));
+		if ((dup ? asprintf(&f->paths[i], "%s/%s-%zu", path, base, i)
+			 : asprintf(&f->paths[i], "%s/%s", path, base)) < 0)
+			f->paths[i] = NULL;
+		f->n_paths++;
 	}
-	return dirs;
-}
-
-static const char **fork_dir_array(json_t *dirs)
-{
-	size_t n = json_array_size(dirs);
-	const char **v = calloc(n + 1, sizeof(*v));
-	for (size_t i = 0; v && i < n; i++)
-		v[i] = json_string_value(json_array_get(dirs, i));
-	return v;
+	for (size_t i = 0; i < f->n_paths; i++)
+		if (!f->paths[i])
+			return -ENOMEM;
+	return 0;
 }
 
 static bool path_within(const char *p, const char *top)
@@ -105,11 +170,8 @@ static int fork_check_dir(struct engine *e, const char *path, char resolved[PATH
 	char state[PATH_MAX];
 	if (realpath(e->cfg->state_dir, state) && (path_within(resolved, state) || path_within(state, resolved)))
 		return fork_bad_dir(err, path, "is inside (or holds) the state dir");
-	const char *fid;
-	json_t *f;
-	json_object_foreach(e->forks, fid, f)
-	{
-		const char *fp = json_string_value(json_object_get(f, "path"));
+	for (const struct engine_fork *f = e->forks; f; f = f->next) {
+		const char *fp = f->info.path;
 		if (fp && (path_within(resolved, fp) || path_within(fp, resolved)))
 			return fork_bad_dir(err, path, "is inside (or holds) another fork");
 	}
@@ -124,13 +186,6 @@ static int fork_check_dir(struct engine *e, const char *path, char resolved[PATH
 	return 0;
 }
 
-static json_t *fork_public(json_t *f)
-{
-	json_t *o = json_deep_copy(f);
-	json_object_del(o, "_backend");
-	return o;
-}
-
 static void fork_unsave(struct engine *e, const char *fid)
 {
 	char name[64];
@@ -140,24 +195,143 @@ static void fork_unsave(struct engine *e, const char *fid)
 		fsync_dirfd(fd);
 }
 
-static int fork_save(struct engine *e, json_t *f)
+/* The record on disk, <state>/forks/<fork_id>.json: {fork_id,
+ * checkpoint_id, path, paths, created_at[, intent][, _backend, mounted]}.
+ * This and fork_from_json are its one writer and reader. */
+static json_t *fork_to_json(const struct engine_fork *f, const char *intent)
+{
+	json_t *paths = json_array();
+	for (size_t i = 0; i < f->info.n_paths; i++)
+		json_array_append_new(paths, json_string(f->info.paths[i]));
+	json_t *o = json_pack("{s:s, s:s}", "fork_id", f->info.fork_id, "checkpoint_id", f->info.checkpoint_id);
+	if (!o || !paths) {
+		json_decref(o);
+		json_decref(paths);
+		return NULL;
+	}
+	if (f->info.path)
+		json_object_set_new(o, "path", json_string(f->info.path));
+	json_object_set_new(o, "paths", paths);
+	json_object_set_new(o, "created_at", json_string(f->info.created_at));
+	if (intent)
+		json_object_set_new(o, "intent", json_string(intent));
+	if (f->backend) {
+		json_object_set(o, "_backend", f->backend);
+		json_object_set_new(o, "mounted", json_boolean(f->info.mounted));
+	}
+	return o;
+}
+
+static int fork_save(struct engine *e, const struct engine_fork *f, const char *intent)
 {
 	char name[64];
 	_cleanup_close_ int fd = engine_forks_fd(e);
 	if (fd < 0)
 		return fd;
-	_cleanup_free_ char *s = json_dumps(f, JSON_COMPACT);
+	json_auto_t *o = fork_to_json(f, intent);
+	_cleanup_free_ char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	if (!s)
 		return -ENOMEM;
-	snprintf(name, sizeof(name), "%s.json", json_string_value(json_object_get(f, "fork_id")));
+	snprintf(name, sizeof(name), "%s.json", f->info.fork_id);
 	return write_file_atomic(fd, name, s, strlen(s), 0600);
 }
 
-int engine_fork(struct engine *e, const char *id_or_name, const char *path, json_t **ret, ckpt_error *err)
+/* A fork from its record; NULL when it is not one (or out of memory). */
+static struct engine_fork *fork_from_json(json_t *j)
 {
-	char resolved[PATH_MAX], fid[32], created[40];
-	int r;
+	const char *fid = json_string_value(json_object_get(j, "fork_id"));
+	const char *cid = json_string_value(json_object_get(j, "checkpoint_id"));
+	const char *path = json_string_value(json_object_get(j, "path"));
+	const char *created = json_string_value(json_object_get(j, "created_at"));
+	json_t *paths = json_object_get(j, "paths");
+	struct engine_fork *f = calloc(1, sizeof(*f));
+	if (!f || !fid || !fork_id_valid(fid) || !cid ||
+	    !(f->info.paths = calloc(json_array_size(paths) + 1, sizeof(char *))))
+		goto bad;
+	snprintf(f->info.fork_id, sizeof(f->info.fork_id), "%s", fid);
+	snprintf(f->info.checkpoint_id, sizeof(f->info.checkpoint_id), "%s", cid);
+	snprintf(f->info.created_at, sizeof(f->info.created_at), "%s", created ? created : "");
+	if (path && !(f->info.path = strdup(path)))
+		goto bad;
+	for (size_t i = 0; i < json_array_size(paths); i++) {
+		const char *p = json_string_value(json_array_get(paths, i));
+		if (!p || !(f->info.paths[f->info.n_paths++] = strdup(p)))
+			goto bad;
+	}
+	f->backend = json_incref(json_object_get(j, "_backend"));
+	f->info.fork_ms = -1;
+	return f;
+bad:
+	fork_free(f);
+	return NULL;
+}
 
+/* Check the checkpoint and the dir, then make the fork's record (not yet
+ * saved, its dirs not yet made). */
+static int fork_prepare(struct engine *e, const struct ckpt_record *rec, const char *id_or_name, const char *path,
+			struct engine_fork *f, ckpt_error *err)
+{
+	char resolved[PATH_MAX];
+	int r;
+	if ((r = engine_check_managed(e, err)) < 0)
+		return r;
+	if (!rec)
+		return err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
+				    id_or_name);
+	if (rec->status != CKPT_ACTIVE)
+		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is not active", id_or_name);
+	pthread_mutex_lock(&e->state_lock);
+	r = fork_check_dir(e, path, resolved, err);
+	pthread_mutex_unlock(&e->state_lock);
+	if (r < 0)
+		return r;
+	strcpy(f->info.fork_id, "fk_");
+	if (random_hex(f->info.fork_id + 3, 12) < 0)
+		return err_set(err, EIO, NULL, "no randomness for a fork id");
+	snprintf(f->info.checkpoint_id, sizeof(f->info.checkpoint_id), "%s", rec->id);
+	fmt_rfc3339_ms(now_ms(), f->info.created_at, sizeof(f->info.created_at));
+	if (!(f->info.path = strdup(resolved)) || fork_dirs(e, resolved, &f->info) < 0)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	return 0;
+}
+
+/* Record the intent, mount, record the fork. */
+static int fork_make(struct engine *e, const struct ckpt_record *rec, struct engine_fork *f, ckpt_error *err)
+{
+	const char *const *dv = (const char *const *)f->info.paths;
+	const char *fid = f->info.fork_id;
+	/* The intent is durable before anything is mounted or extracted: a crash
+	 * from here on leaves a record that the next start removes whole
+	 * (engine_forks_open), never a stray mount or a half-filled DIR. */
+	int r = fork_save(e, f, "create");
+	if (r < 0) {
+		fork_unsave(e, fid);
+		return err_set(err, -r, NULL, "cannot record the fork: %s", strerror(-r));
+	}
+	/* With several roots, DIR/<root> after the intent: a crash between the
+	 * two used to leave them behind, recorded nowhere. */
+	for (size_t i = 0; e->cfg->n_roots > 1 && dv[i]; i++)
+		if (mkdir(dv[i], 0755) < 0 && errno != EEXIST) {
+			r = err_set(err, errno, NULL, "create '%s': %m", dv[i]);
+			fork_unsave(e, fid);
+			return r;
+		}
+	if ((r = e->backend->forks->mount(e->bst, rec->id, rec->backend_data, fid, dv, &f->backend, err)) < 0) {
+		fork_unsave(e, fid);
+		return r;
+	}
+	f->info.mounted = true;
+	if ((r = fork_save(e, f, NULL)) < 0) {
+		ckpt_error e2 = { 0 };
+		if (e->backend->forks->remove(e->bst, fid, f->backend, dv, &e2) == 0)
+			fork_unsave(e, fid);
+		return err_set(err, -r, NULL, "cannot record the fork: %s", strerror(-r));
+	}
+	return 0;
+}
+
+int engine_fork(struct engine *e, const char *id_or_name, const char *path, struct fork_info *ret, ckpt_error *err)
+{
 	if (!e->backend->forks)
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "not_supported", "the %s backend cannot fork",
 				    e->backend->name);
@@ -166,144 +340,96 @@ int engine_fork(struct engine *e, const char *id_or_name, const char *path, json
 	pthread_mutex_lock(&e->op_lock);
 	int64_t t0 = mono_ms();
 	_cleanup_record_ const struct ckpt_record *rec = engine_resolve(e, id_or_name);
-	json_auto_t *dirs = NULL;
-	json_t *fdata = NULL;
-	_cleanup_free_ const char **dv = NULL;
-	if ((r = engine_check_managed(e, err)) < 0)
-		goto out;
-	if (!rec) {
-		r = err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
-				 id_or_name);
-		goto out;
-	}
-	if (rec->status != CKPT_ACTIVE) {
-		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is not active", id_or_name);
-		goto out;
-	}
-	pthread_mutex_lock(&e->state_lock);
-	r = fork_check_dir(e, path, resolved, err);
-	pthread_mutex_unlock(&e->state_lock);
-	if (r < 0)
-		goto out;
-	strcpy(fid, "fk_");
-	if ((r = random_hex(fid + 3, 12)) < 0) {
-		err_set(err, EIO, NULL, "no randomness for a fork id");
-		goto out;
-	}
-	dirs = fork_dirs(e, resolved);
-	dv = fork_dir_array(dirs);
-	if (!dv) {
-		r = err_set(err, ENOMEM, NULL, "out of memory");
-		goto out;
-	}
-	const char *cid = rec->id;
-	/* The intent is durable before anything is mounted or extracted: a crash
-	 * from here on leaves a record that the next start removes whole
-	 * (engine_forks_open), never a stray mount or a half-filled DIR. */
-	json_t *f = json_pack("{s:s, s:s, s:s, s:O, s:s, s:s}", "fork_id", fid, "checkpoint_id", cid, "path", resolved,
-			      "paths", dirs, "created_at", fmt_rfc3339_ms(now_ms(), created, sizeof(created)), "intent",
-			      "create");
-	if (!f || (r = fork_save(e, f)) < 0) {
-		fork_unsave(e, fid);
-		json_decref(f);
-		r = err_set(err, r < 0 ? -r : ENOMEM, NULL, "cannot record the fork: %s",
-			    strerror(r < 0 ? -r : ENOMEM));
-		goto out;
-	}
-	/* With several roots, DIR/<root> after the intent: a crash between the
-	 * two used to leave them behind, recorded nowhere. */
-	for (size_t i = 0; e->cfg->n_roots > 1 && dv[i]; i++)
-		if (mkdir(dv[i], 0755) < 0 && errno != EEXIST) {
-			r = err_set(err, errno, NULL, "create '%s': %m", dv[i]);
-			fork_unsave(e, fid);
-			json_decref(f);
-			goto out;
+	struct engine_fork *f = calloc(1, sizeof(*f));
+	int r = f ? fork_prepare(e, rec, id_or_name, path, f, err) : err_set(err, ENOMEM, NULL, "out of memory");
+	if (r == 0)
+		r = fork_make(e, rec, f, err);
+	if (r == 0) {
+		f->info.fork_ms = mono_ms() - t0;
+		if (fork_info_copy(&f->info, ret) < 0) { /* the fork is made and recorded: list it all the same */
+			fork_info_free(ret);
+			r = err_set(err, ENOMEM, NULL, "out of memory");
 		}
-	if ((r = e->backend->forks->mount(e->bst, cid, rec->backend_data, fid, dv, &fdata, err)) < 0) {
-		fork_unsave(e, fid);
-		json_decref(f);
-		goto out;
+		pthread_mutex_lock(&e->state_lock);
+		fork_link(e, f);
+		pthread_mutex_unlock(&e->state_lock);
+		log_event(LOG_INFO_, &(struct log_fields){ "fork", rec->id, NULL, mono_ms() - t0 },
+			  "forked checkpoint \"%s\" at %s", rec->id, f->info.path);
+		f = NULL;
 	}
-	json_object_del(f, "intent");
-	json_object_set_new(f, "_backend", fdata);
-	json_object_set_new(f, "mounted", json_true());
-	if ((r = fork_save(e, f)) < 0) {
-		ckpt_error e2 = { 0 };
-		if (e->backend->forks->remove(e->bst, fid, json_object_get(f, "_backend"), dv, &e2) == 0)
-			fork_unsave(e, fid);
-		json_decref(f);
-		r = err_set(err, -r, NULL, "cannot record the fork: %s", strerror(-r));
-		goto out;
-	}
-	json_object_set_new(f, "fork_ms", json_integer(mono_ms() - t0));
-	pthread_mutex_lock(&e->state_lock);
-	json_object_set(e->forks, fid, f);
-	pthread_mutex_unlock(&e->state_lock);
-	log_event(LOG_INFO_, &(struct log_fields){ "fork", cid, NULL, mono_ms() - t0 },
-		  "forked checkpoint \"%s\" at %s", cid, resolved);
-	*ret = fork_public(f);
-	json_decref(f);
-out:
 	r = engine_err_classify(err, ENGINE_CTX_READ, r);
-	for (size_t i = 0; r < 0 && e->cfg->n_roots > 1 && i < json_array_size(dirs); i++)
-		rmdir(json_string_value(json_array_get(dirs, i))); /* a refused fork leaves DIR as it was */
+	for (size_t i = 0; r < 0 && f && e->cfg->n_roots > 1 && i < f->info.n_paths; i++)
+		rmdir(f->info.paths[i]); /* a refused fork leaves DIR as it was */
+	fork_free(f);
 	pthread_mutex_unlock(&e->op_lock);
 	return r;
 }
 
-json_t *engine_fork_list(struct engine *e)
+int engine_fork_list(struct engine *e, struct fork_list *ret, ckpt_error *err)
 {
-	json_t *out = json_array();
-	const char *fid;
-	json_t *f;
+	int r = 0;
+	*ret = (struct fork_list){ 0 };
 	pthread_mutex_lock(&e->state_lock);
-	json_object_foreach(e->forks, fid, f) json_array_append_new(out, fork_public(f));
+	size_t n = 0;
+	for (const struct engine_fork *f = e->forks; f; f = f->next)
+		n++;
+	if (n && !(ret->v = calloc(n, sizeof(*ret->v))))
+		r = -ENOMEM;
+	for (const struct engine_fork *f = e->forks; r == 0 && f; f = f->next)
+		r = fork_info_copy(&f->info, &ret->v[ret->n++]);
 	pthread_mutex_unlock(&e->state_lock);
-	return out;
+	if (r < 0) {
+		fork_list_free(ret);
+		return err_set_kind(err, ERR_INTERNAL, ENOMEM, NULL, "out of memory listing forks");
+	}
+	return 0;
+}
+
+/* Unlink f from the list. Under state_lock. */
+static void fork_unlink(struct engine *e, struct engine_fork *f)
+{
+	for (struct engine_fork **p = &e->forks; *p; p = &(*p)->next)
+		if (*p == f) {
+			*p = f->next;
+			return;
+		}
 }
 
 int engine_fork_delete(struct engine *e, const char *fid, ckpt_error *err)
 {
 	int r = 0;
-	_cleanup_free_ const char **dv = NULL;
-	json_auto_t *marked = NULL;
 	pthread_mutex_lock(&e->op_lock);
+	/* Only the op_lock holder changes the list or a fork's record; the
+	 * state_lock keeps readers out while it does. */
 	pthread_mutex_lock(&e->state_lock);
-	json_t *f = fork_id_valid(fid) ? json_incref(json_object_get(e->forks, fid)) : NULL;
+	struct engine_fork *f = fork_id_valid(fid) ? fork_find(e, fid) : NULL;
 	pthread_mutex_unlock(&e->state_lock);
 	if (!f) {
 		r = err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no fork with id '%s'", fid);
 		goto out;
 	}
-	dv = fork_dir_array(json_object_get(f, "paths"));
-	if (!dv) {
-		r = err_set(err, ENOMEM, NULL, "out of memory");
-		goto out;
-	}
+	const char *const *dv = (const char *const *)f->info.paths;
 	/* Durable before anything is removed: a crash halfway through finishes
 	 * the removal at the next start instead of mounting a fork whose upper
 	 * is half gone. */
-	marked = json_deep_copy(f);
-	if (!marked || json_object_set_new(marked, "intent", json_string("delete")) < 0 ||
-	    (r = fork_save(e, marked)) < 0) {
-		r = err_set(err, r < 0 ? -r : ENOMEM, NULL, "cannot record the fork's removal: %s",
-			    strerror(r < 0 ? -r : ENOMEM));
+	if ((r = fork_save(e, f, "delete")) < 0) {
+		r = err_set(err, -r, NULL, "cannot record the fork's removal: %s", strerror(-r));
 		goto out;
 	}
-	if ((r = e->backend->forks->remove(e->bst, fid, json_object_get(f, "_backend"), dv, err)) < 0) {
-		fork_save(e, f); /* still whole: keep it as it was */
+	if ((r = e->backend->forks->remove(e->bst, fid, f->backend, dv, err)) < 0) {
+		fork_save(e, f, NULL); /* still whole: keep it as it was */
 		goto out;
 	}
 	for (size_t i = 0; e->cfg->n_roots > 1 && dv[i]; i++)
 		rmdir(dv[i]);
 	fork_unsave(e, fid);
-	pthread_mutex_lock(&e->state_lock);
-	json_object_del(e->forks, fid);
-	pthread_mutex_unlock(&e->state_lock);
 	log_event(LOG_INFO_, &(struct log_fields){ "fork-delete", fid, NULL, -1 }, "deleted fork \"%s\"", fid);
+	pthread_mutex_lock(&e->state_lock);
+	fork_unlink(e, f);
+	pthread_mutex_unlock(&e->state_lock);
+	fork_free(f);
 out:
 	r = engine_err_classify(err, ENGINE_CTX_DELETE, r);
-	json_decref(f);
 	pthread_mutex_unlock(&e->op_lock);
 	if (r == 0)
 		engine_kick_maintenance(e);
@@ -313,13 +439,13 @@ out:
 /* A fork whose create or delete was cut short by a crash: remove what there
  * is of it (its mount, its upper or extracted files, its layers' refs), then
  * its record. If that fails the record stays, to be tried at the next start. */
-static void fork_finish_intent(struct engine *e, const char *fid, json_t *f, const char *const *dv)
+static void fork_finish_intent(struct engine *e, const struct engine_fork *f, const char *intent)
 {
-	const char *intent = json_string_value(json_object_get(f, "intent"));
+	const char *fid = f->info.fork_id;
+	const char *const *dv = (const char *const *)f->info.paths;
 	ckpt_error e2 = { 0 };
-	if (!dv || e->backend->forks->remove(e->bst, fid, json_object_get(f, "_backend"), dv, &e2) < 0) {
-		log_warn("fork \"%s\": the %s cut short by a crash cannot be undone yet: %s", fid, intent,
-			 dv ? e2.msg : "out of memory");
+	if (e->backend->forks->remove(e->bst, fid, f->backend, dv, &e2) < 0) {
+		log_warn("fork \"%s\": the %s cut short by a crash cannot be undone yet: %s", fid, intent, e2.msg);
 		return;
 	}
 	for (size_t i = 0; e->cfg->n_roots > 1 && dv[i]; i++)
@@ -328,13 +454,33 @@ static void fork_finish_intent(struct engine *e, const char *fid, json_t *f, con
 	log_info("fork \"%s\": removed what a %s cut short by a crash left", fid, intent);
 }
 
+/* One record at start: finish an intent, or mount the fork again. */
+static void fork_open_one(struct engine *e, json_t *j)
+{
+	struct engine_fork *f = e->backend->forks ? fork_from_json(j) : NULL;
+	const char *intent = json_string_value(json_object_get(j, "intent"));
+	ckpt_error e2 = { 0 };
+	if (!f)
+		return;
+	if (json_object_get(j, "intent")) {
+		fork_finish_intent(e, f, intent ? intent : "(unknown)");
+		fork_free(f);
+		return;
+	}
+	f->info.mounted = f->backend &&
+		e->backend->forks->mount(e->bst, f->info.checkpoint_id, NULL, f->info.fork_id,
+					 (const char *const *)f->info.paths, &f->backend, &e2) == 0;
+	if (!f->info.mounted) {
+		log_warn("fork \"%s\" cannot be mounted again: %s", f->info.fork_id, e2.msg);
+		f->info.error = strdup(e2.msg);
+	}
+	fork_link(e, f);
+}
+
 /* At start: load every fork record and mount what is not mounted. A fork that
  * cannot be mounted stays listed with "mounted": false and its error. */
 int engine_forks_open(struct engine *e, ckpt_error *err)
 {
-	e->forks = json_object();
-	if (!e->forks)
-		return err_set(err, ENOMEM, NULL, "out of memory");
 	_cleanup_close_ int fd = engine_forks_fd(e);
 	if (fd < 0)
 		return err_set(err, -fd, NULL, "cannot open the forks dir: %s", strerror(-fd));
@@ -347,29 +493,8 @@ int engine_forks_open(struct engine *e, ckpt_error *err)
 		_cleanup_free_ char *s = NULL;
 		if (read_file_at(fd, de->d_name, 1 << 20, &s, NULL) < 0)
 			continue;
-		json_t *f = json_loads(s, 0, NULL);
-		const char *fid = json_string_value(json_object_get(f, "fork_id"));
-		if (!fid || !fork_id_valid(fid) || !e->backend->forks) {
-			json_decref(f);
-			continue;
-		}
-		_cleanup_free_ const char **dv = fork_dir_array(json_object_get(f, "paths"));
-		json_t *fdata = json_object_get(f, "_backend");
-		ckpt_error e2 = { 0 };
-		if (json_object_get(f, "intent")) {
-			fork_finish_intent(e, fid, f, dv);
-			json_decref(f);
-			continue;
-		}
-		bool ok = dv && fdata &&
-			e->backend->forks->mount(e->bst, json_string_value(json_object_get(f, "checkpoint_id")), NULL,
-						 fid, dv, &fdata, &e2) == 0;
-		json_object_set_new(f, "mounted", json_boolean(ok));
-		if (!ok) {
-			log_warn("fork \"%s\" cannot be mounted again: %s", fid, e2.msg);
-			json_object_set_new(f, "error", json_string(e2.msg));
-		}
-		json_object_set_new(e->forks, fid, f);
+		json_auto_t *j = json_loads(s, 0, NULL);
+		fork_open_one(e, j);
 	}
 	closedir(d);
 	return 0;

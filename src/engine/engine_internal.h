@@ -40,7 +40,7 @@ struct engine {
 	unsigned pending_async;
 	char status[160];
 
-	json_t *forks; /* fork id -> record (engine_fork.c); guarded by state_lock */
+	struct engine_fork *forks; /* engine_fork.c, in the order made; guarded by state_lock */
 
 	/* Adoption (engine_adopt.c): units stopped before a mount at start,
 	 * started again by engine_adoption_finish; guarded by state_lock. */
@@ -105,7 +105,13 @@ int engine_check_managed(struct engine *e, ckpt_error *err);
 int engine_check_not_creating(struct engine *e, const char *id_or_name, ckpt_error *err);
 bool engine_check_forked(struct engine *e, const char *id);
 /* engine_fork.c */
+struct engine_fork {
+	struct fork_info info;
+	json_t *backend; /* the backend's own record of it (opaque) */
+	struct engine_fork *next;
+};
 int engine_forks_open(struct engine *e, ckpt_error *err);
+void engine_forks_free(struct engine *e);
 /* engine_verify.c: compare the roots with checkpoint id (NULL: the base) and
  * add verified, verify_ms, verify_differences (and ok: false) to extra.
  * Returns its ms. */

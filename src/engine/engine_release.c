@@ -81,8 +81,7 @@ static int release_check_users(struct engine *e, const size_t *idx, size_t n, ck
 }
 
 /* Stop the units, release, start them: like a restore's swap. */
-static int release_run(struct engine *e, const size_t *idx, size_t n, struct release_report *out,
-		       ckpt_error *err)
+static int release_run(struct engine *e, const size_t *idx, size_t n, struct release_report *out, ckpt_error *err)
 {
 	struct svc_plan units;
 	char *roots[n ? n : 1];
@@ -115,8 +114,7 @@ static int release_run(struct engine *e, const size_t *idx, size_t n, struct rel
 	return r;
 }
 
-int engine_release(struct engine *e, const char *root, bool drop, struct release_report *ret_report,
-		   ckpt_error *err)
+int engine_release(struct engine *e, const char *root, bool drop, struct release_report *ret_report, ckpt_error *err)
 {
 	size_t idx[e->cfg->n_roots ? e->cfg->n_roots : 1], n = 0;
 	int64_t t0 = mono_ms();
@@ -127,7 +125,7 @@ int engine_release(struct engine *e, const char *root, bool drop, struct release
 	pthread_mutex_lock(&e->op_lock);
 	engine_set_status(e, "releasing", root ? root : "the roots");
 	int r = release_roots(e, root, idx, &n, err);
-	if (r == 0 && n && e->forks && json_object_size(e->forks) && e->backend->release->unmounts)
+	if (r == 0 && n && e->forks && e->backend->release->unmounts)
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "forks_exist",
 				 "forks use the checkpoints' layers: delete them first (GET /v1/forks)");
 	if (r == 0 && n && e->backend->release->unmounts)

@@ -6,10 +6,34 @@
 #include "engine/engine.h"
 #include "http/api.h"
 
+/* {fork_id, checkpoint_id, path, paths, created_at, mounted[, error][, fork_ms]} */
+static json_t *api_fork_json(const struct fork_info *f)
+{
+	json_t *paths = json_array();
+	for (size_t i = 0; paths && i < f->n_paths; i++)
+		json_array_append_new(paths, json_string(f->paths[i]));
+	json_t *o = json_pack("{s:s, s:s}", "fork_id", f->fork_id, "checkpoint_id", f->checkpoint_id);
+	if (!o || !paths) {
+		json_decref(o);
+		json_decref(paths);
+		return NULL;
+	}
+	if (f->path)
+		json_object_set_new(o, "path", json_string(f->path));
+	json_object_set_new(o, "paths", paths);
+	json_object_set_new(o, "created_at", json_string(f->created_at));
+	json_object_set_new(o, "mounted", json_boolean(f->mounted));
+	if (f->error)
+		json_object_set_new(o, "error", json_string(f->error));
+	if (f->fork_ms >= 0)
+		json_object_set_new(o, "fork_ms", json_integer(f->fork_ms));
+	return o;
+}
+
 void api_fork_create(void *app, const struct http_request *req, struct http_response *resp)
 {
 	ckpt_error err = { 0 };
-	json_t *out = NULL;
+	struct fork_info f;
 	json_auto_t *obj = api_parse_object(req, true, resp);
 	if (!obj)
 		return;
@@ -25,16 +49,32 @@ void api_fork_create(void *app, const struct http_request *req, struct http_resp
 		http_fail(resp, ERR_INVALID, "invalid_field", "path is required: an existing empty directory");
 		return;
 	}
-	if (engine_fork(app, req->params[0], path, &out, &err) < 0)
+	if (engine_fork(app, req->params[0], path, &f, &err) < 0) {
 		http_error(resp, &err);
-	else
+		return;
+	}
+	json_t *out = api_fork_json(&f);
+	fork_info_free(&f);
+	if (out)
 		http_json(resp, 201, out);
+	else
+		http_fail(resp, ERR_INTERNAL, NULL, "out of memory");
 }
 
 void api_fork_list(void *app, const struct http_request *req, struct http_response *resp)
 {
 	(void)req;
-	json_t *out = json_pack("{s:o}", "forks", engine_fork_list(app));
+	ckpt_error err = { 0 };
+	struct fork_list l;
+	if (engine_fork_list(app, &l, &err) < 0) {
+		http_error(resp, &err);
+		return;
+	}
+	json_t *forks = json_array();
+	for (size_t i = 0; forks && i < l.n; i++)
+		json_array_append_new(forks, api_fork_json(&l.v[i]));
+	fork_list_free(&l);
+	json_t *out = forks ? json_pack("{s:o}", "forks", forks) : NULL;
 	if (out)
 		http_json(resp, 200, out);
 	else

@@ -28,7 +28,9 @@ static int setup(void **st)
 	mkdir(state, 0700);
 	config_defaults(&cfg);
 	roots[0] = root;
-	ctx = (struct backend_ctx){ .flatten_depth = cfg.flatten_depth, .state_dir = state, .roots = roots, .n_roots = 1 };
+	ctx = (struct backend_ctx){
+		.flatten_depth = cfg.flatten_depth, .state_dir = state, .roots = roots, .n_roots = 1
+	};
 	ctx.state_fd = open(state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	return 0;
 }

@@ -29,8 +29,7 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 	char head[64];
 	snprintf(head, sizeof(head), "%s", s->head);
 	pthread_mutex_unlock(&s->lock);
-	if (!from && head[0] && s->ctx->tar_chain_max > 0 &&
-	    fstatat(s->tar_fd, INTENT, &ist, AT_SYMLINK_NOFOLLOW) < 0)
+	if (!from && head[0] && s->ctx->tar_chain_max > 0 && fstatat(s->tar_fd, INTENT, &ist, AT_SYMLINK_NOFOLLOW) < 0)
 		pfd = openat(s->tar_fd, head, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	pmeta = pfd >= 0 ? tar_meta_load(pfd) : NULL;
 	if (pmeta) {
