@@ -53,7 +53,18 @@ void restore_report_free(struct restore_report *r);
 int engine_restore(struct engine *e, const char *id_or_name, const struct restore_req *req,
 		   struct restore_report *ret_report, ckpt_error *err);
 int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err);
-int engine_get(struct engine *e, const char *id_or_name, json_t **ret_record, ckpt_error *err);
+/* A checkpoint as a client sees it, as data; the API layer writes the JSON
+ * (the record's public members and, while an operation runs on it, its
+ * progress). */
+struct ckpt_record;
+struct ckpt_view {
+	const struct ckpt_record *rec; /* a reference; ckpt_view_free drops it */
+	bool has_progress;
+	uint64_t bytes_done, bytes_total, files_done, files_total;
+};
+void ckpt_view_free(struct ckpt_view *v);
+/* On success fills ret, which the caller frees. */
+int engine_get(struct engine *e, const char *id_or_name, struct ckpt_view *ret, ckpt_error *err);
 /* NULL when out of memory. */
 json_t *engine_list(struct engine *e, const char *name);
 /* At most limit records after page_token (NULL: from the newest); *ret_next

@@ -77,6 +77,8 @@ const struct ckpt_record *engine_resolve(struct engine *e, const char *id_or_nam
 int engine_drop(struct engine *e, const struct ckpt_record *rec, ckpt_error *err);
 /* engine_life.c */
 json_t *engine_public(struct engine *e, const struct ckpt_record *rec);
+/* The same as data: takes a reference to rec. */
+void engine_view(struct engine *e, const struct ckpt_record *rec, struct ckpt_view *ret);
 void engine_set_status(struct engine *e, const char *op, const char *what);
 struct engine_op *engine_op_begin(struct engine *e, const char *id);
 void engine_op_end(struct engine *e, struct engine_op *op);

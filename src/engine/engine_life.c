@@ -60,6 +60,29 @@ json_t *engine_public(struct engine *e, const struct ckpt_record *rec)
 	return pub;
 }
 
+void engine_view(struct engine *e, const struct ckpt_record *rec, struct ckpt_view *ret)
+{
+	*ret = (struct ckpt_view){ .rec = record_ref(rec) };
+	pthread_mutex_lock(&e->state_lock);
+	for (struct engine_op *op = e->ops; op; op = op->next)
+		if (!strcmp(op->id, rec->id)) {
+			struct progress *p = &op->progress;
+			ret->has_progress = true;
+			ret->bytes_done = atomic_load(&p->bytes_done);
+			ret->bytes_total = atomic_load(&p->bytes_total);
+			ret->files_done = atomic_load(&p->files_done);
+			ret->files_total = atomic_load(&p->files_total);
+		}
+	pthread_mutex_unlock(&e->state_lock);
+}
+
+void ckpt_view_free(struct ckpt_view *v)
+{
+	if (v->rec)
+		record_unref(v->rec);
+	v->rec = NULL;
+}
+
 void engine_set_status(struct engine *e, const char *op, const char *what)
 {
 	pthread_mutex_lock(&e->state_lock);

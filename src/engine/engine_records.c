@@ -11,13 +11,13 @@ const struct ckpt_record *engine_resolve(struct engine *e, const char *id_or_nam
 	return r ? r : catalog_find_name(e->catalog, id_or_name);
 }
 
-int engine_get(struct engine *e, const char *id_or_name, json_t **ret_record, ckpt_error *err)
+int engine_get(struct engine *e, const char *id_or_name, struct ckpt_view *ret, ckpt_error *err)
 {
 	const struct ckpt_record *r = engine_resolve(e, id_or_name);
 	if (!r)
 		return err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
 				    id_or_name);
-	*ret_record = engine_public(e, r);
+	engine_view(e, r, ret);
 	record_unref(r);
 	return 0;
 }

@@ -3,6 +3,7 @@
 #include "http/api.h"
 
 #include "config.h"
+#include "engine/catalog.h"
 #include "engine/engine.h"
 #include "http/api_fork.h"
 
@@ -62,6 +63,27 @@ bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response 
 	return true;
 }
 
+json_t *api_record_json(const struct ckpt_view *v)
+{
+	json_t *o = record_json(v->rec, false);
+	if (o && v->has_progress)
+		json_object_set_new(o, "progress",
+				    json_pack("{s:I, s:I, s:I, s:I}", "bytes_done", (json_int_t)v->bytes_done,
+					      "bytes_total", (json_int_t)v->bytes_total, "files_done",
+					      (json_int_t)v->files_done, "files_total", (json_int_t)v->files_total));
+	return o;
+}
+
+/* Answer status with v's JSON. */
+static void api_record_reply(struct http_response *resp, int status, const struct ckpt_view *v)
+{
+	json_t *o = api_record_json(v);
+	if (o)
+		http_json(resp, status, o);
+	else
+		http_fail(resp, ERR_INTERNAL, NULL, "out of memory");
+}
+
 /* A replayed 202 (an async create) answers what became of the checkpoint:
  * 202 with its progress while it is created, 200 with the record once it is
  * done (or failed). A checkpoint gone since keeps the first answer. */
@@ -69,12 +91,12 @@ static void api_replay_current(void *app, struct http_response *resp)
 {
 	const char *id = json_string_value(json_object_get(resp->json, "checkpoint_id"));
 	ckpt_error err = { 0 };
-	json_t *cur = NULL;
+	struct ckpt_view cur;
 
 	if (!id || engine_get(app, id, &cur, &err) < 0)
 		return;
-	bool creating = !strcmp(json_string_value(json_object_get(cur, "status")) ?: "", "creating");
-	http_json(resp, creating ? 202 : 200, cur);
+	api_record_reply(resp, cur.rec->status == CKPT_CREATING ? 202 : 200, &cur);
+	ckpt_view_free(&cur);
 }
 
 /* Whether a key keeps this answer. A 5xx, a conflict with another request
@@ -204,11 +226,13 @@ static void api_list(void *app, const struct http_request *req, struct http_resp
 static void api_get(void *app, const struct http_request *req, struct http_response *resp)
 {
 	ckpt_error err = { 0 };
-	json_t *rec;
-	if (engine_get(app, req->params[0], &rec, &err) < 0)
+	struct ckpt_view v;
+	if (engine_get(app, req->params[0], &v, &err) < 0) {
 		http_error(resp, &err);
-	else
-		http_json(resp, 200, rec);
+		return;
+	}
+	api_record_reply(resp, 200, &v);
+	ckpt_view_free(&v);
 }
 
 static void api_delete(void *app, const struct http_request *req, struct http_response *resp)

@@ -14,6 +14,10 @@ bool api_decode_restore(json_t *obj, struct restore_req *rr, struct http_respons
 /* The restore report as the response's JSON (exposed for unit tests). */
 struct restore_report;
 json_t *api_restore_json(const struct restore_report *rep);
+/* A checkpoint as the response's JSON: its public record, with progress
+ * while an operation runs (exposed for unit tests). */
+struct ckpt_view;
+json_t *api_record_json(const struct ckpt_view *v);
 
 /* Server options of sandbox mode: its routes over engine e, and every answer
  * counted in e's metrics. With metrics_token_free, GET /metrics needs no

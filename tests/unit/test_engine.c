@@ -184,12 +184,24 @@ static int restore(const char *id, bool force, const char *if_expired, json_t **
 	return r;
 }
 
+/* engine_get, answered as the API writes it. */
+static int get_json(const char *id, json_t **ret, ckpt_error *err)
+{
+	struct ckpt_view v;
+	int r = engine_get(eng, id, &v, err);
+	if (r == 0) {
+		*ret = api_record_json(&v);
+		ckpt_view_free(&v);
+	}
+	return r;
+}
+
 static json_t *wait_status(const char *id, const char *want)
 {
 	int64_t deadline = mono_ms() + 5000;
 	while (mono_ms() < deadline) {
 		json_t *rec = NULL;
-		assert_int_equal(engine_get(eng, id, &rec, NULL), 0);
+		assert_int_equal(get_json(id, &rec, NULL), 0);
 		if (!strcmp(str_of(rec, "status"), want))
 			return rec;
 		json_decref(rec);
@@ -223,10 +235,10 @@ static void test_create_get_list_delete(void **state_)
 	assert_null(json_object_get(rec, "_backend")); /* internal members stay inside */
 	assert_true(record_file_exists(id));
 
-	assert_int_equal(engine_get(eng, id, &got, &err), 0);
+	assert_int_equal(get_json(id, &got, &err), 0);
 	assert_string_equal(str_of(got, "name"), "first");
 	json_decref(got);
-	assert_int_equal(engine_get(eng, "first", &got, &err), 0); /* by name */
+	assert_int_equal(get_json("first", &got, &err), 0); /* by name */
 	assert_string_equal(str_of(got, "checkpoint_id"), id);
 	json_decref(got);
 
@@ -242,7 +254,7 @@ static void test_create_get_list_delete(void **state_)
 	assert_int_equal(engine_delete(eng, id, &err), 0);
 	assert_false(record_file_exists(id));
 	assert_null(json_object_get(fake.store, id));
-	assert_int_equal(engine_get(eng, id, &got, &err), -ENOENT);
+	assert_int_equal(get_json(id, &got, &err), -ENOENT);
 	assert_string_equal(err.code, "not_found");
 	assert_int_equal(engine_delete(eng, id, &err), -ENOENT);
 	free(id2);
@@ -382,7 +394,7 @@ static void test_restore_fails_keeps_record(void **state_)
 	put_root("v2");
 	fake.fail_restore = EIO;
 	assert_int_equal(restore(id, false, NULL, NULL, &err), -EIO);
-	assert_int_equal(engine_get(eng, id, &got, &err), 0);
+	assert_int_equal(get_json(id, &got, &err), 0);
 	assert_string_equal(str_of(got, "status"), "active");
 	assert_true(json_is_null(json_object_get(got, "last_used_at")));
 	json_decref(got);
@@ -444,11 +456,11 @@ static void test_restore_updates_last_used(void **state_)
 	assert_string_equal(str_of(rep, "services"), "unavailable");
 	json_decref(rep);
 	assert_root("v1");
-	assert_int_equal(engine_get(eng, id, &got, &err), 0);
+	assert_int_equal(get_json(id, &got, &err), 0);
 	assert_true(json_is_string(json_object_get(got, "last_used_at")));
 	json_decref(got);
 	reopen_engine(); /* durable */
-	assert_int_equal(engine_get(eng, id, &got, &err), 0);
+	assert_int_equal(get_json(id, &got, &err), 0);
 	assert_true(json_is_string(json_object_get(got, "last_used_at")));
 	json_decref(got);
 	free(id);
@@ -470,7 +482,7 @@ static void test_expired_restore(void **state_)
 	assert_int_equal(restore(id, false, "fail", NULL, &err), -EKEYEXPIRED);
 	assert_root("v2"); /* nothing changed */
 	assert_int_equal(fake.n_restore + fake.n_reset, 0);
-	assert_int_equal(engine_get(eng, id, &got, &err), 0);
+	assert_int_equal(get_json(id, &got, &err), 0);
 	assert_true(json_is_null(json_object_get(got, "last_used_at")));
 	json_decref(got);
 
@@ -497,10 +509,10 @@ static void test_sweep(void **state_)
 
 	expire(old);
 	assert_int_equal(engine_sweep(eng), 1);
-	assert_int_equal(engine_get(eng, old, &got, NULL), -ENOENT);
+	assert_int_equal(get_json(old, &got, NULL), -ENOENT);
 	assert_false(record_file_exists(old));
 	assert_null(json_object_get(fake.store, old));
-	assert_int_equal(engine_get(eng, keep, &got, NULL), 0);
+	assert_int_equal(get_json(keep, &got, NULL), 0);
 	json_decref(got);
 	assert_int_equal(engine_sweep(eng), 0);
 	free(old);
@@ -518,11 +530,11 @@ static void test_sweeper_thread(void **state_)
 	open_engine();
 	int64_t deadline = mono_ms() + 5000;
 	json_t *got = NULL;
-	while (engine_get(eng, old, &got, NULL) == 0 && mono_ms() < deadline) {
+	while (get_json(old, &got, NULL) == 0 && mono_ms() < deadline) {
 		json_decref(got);
 		usleep(20000);
 	}
-	assert_int_equal(engine_get(eng, old, &got, NULL), -ENOENT);
+	assert_int_equal(get_json(old, &got, NULL), -ENOENT);
 	assert_null(json_object_get(fake.store, old));
 	free(old);
 }
@@ -536,12 +548,12 @@ static void test_delete_fails_then_reopen(void **state_)
 
 	fake.fail_remove = EIO;
 	assert_int_equal(engine_delete(eng, id, &err), -EIO);
-	assert_int_equal(engine_get(eng, id, &got, &err), 0);
+	assert_int_equal(get_json(id, &got, &err), 0);
 	assert_string_equal(str_of(got, "status"), "deleting");
 	json_decref(got);
 	fake.fail_remove = 0;
 	reopen_engine();
-	assert_int_equal(engine_get(eng, id, &got, &err), -ENOENT);
+	assert_int_equal(get_json(id, &got, &err), -ENOENT);
 	assert_null(json_object_get(fake.store, id));
 	free(id);
 }
@@ -553,10 +565,10 @@ static void test_crash_while_deleting(void **state_)
 	char *id = create_id("x", -1), *other = create_id("y", -1);
 
 	edit_record(id, "status", json_string("deleting")); /* as if killed mid-delete */
-	assert_int_equal(engine_get(eng, id, &got, NULL), -ENOENT);
+	assert_int_equal(get_json(id, &got, NULL), -ENOENT);
 	assert_false(record_file_exists(id));
 	assert_null(json_object_get(fake.store, id));
-	assert_int_equal(engine_get(eng, other, &got, NULL), 0);
+	assert_int_equal(get_json(other, &got, NULL), 0);
 	json_decref(got);
 	assert_non_null(json_object_get(fake.store, other));
 	free(id);
@@ -575,9 +587,9 @@ static void test_record_without_status(void **state_)
 
 	edit_record(bad, "status", json_null());
 	edit_record(odd, "status", json_string("zombie"));
-	assert_int_equal(engine_get(eng, bad, &got, NULL), -ENOENT);
-	assert_int_equal(engine_get(eng, odd, &got, NULL), -ENOENT);
-	assert_int_equal(engine_get(eng, "n", &got, &err), 0);
+	assert_int_equal(get_json(bad, &got, NULL), -ENOENT);
+	assert_int_equal(get_json(odd, &got, NULL), -ENOENT);
+	assert_int_equal(get_json("n", &got, &err), 0);
 	assert_string_equal(str_of(got, "checkpoint_id"), good);
 	json_decref(got);
 	assert_listed(1);
@@ -607,7 +619,7 @@ static void test_async_create(void **state_)
 	assert_string_equal(str_of(rec, "status"), "creating");
 	const char *id = str_of(rec, "checkpoint_id");
 	fake_wait_in_create();
-	assert_int_equal(engine_get(eng, id, &got, &err), 0);
+	assert_int_equal(get_json(id, &got, &err), 0);
 	assert_string_equal(str_of(got, "status"), "creating");
 	json_t *p = json_object_get(got, "progress");
 	assert_non_null(p);
@@ -626,7 +638,7 @@ static void test_async_create(void **state_)
 	/* the progress goes with the operation, a moment after the state changes */
 	int64_t deadline = mono_ms() + 5000;
 	do {
-		assert_int_equal(engine_get(eng, id, &got, &err), 0);
+		assert_int_equal(get_json(id, &got, &err), 0);
 		bool gone = !json_object_get(got, "progress");
 		json_decref(got);
 		if (gone)
@@ -687,7 +699,7 @@ static void test_async_create_fails(void **state_)
 	assert_non_null(strstr(text, "ckptd_operations_total{op=\"create\",result=\"error\"} 1\n"));
 	free(text);
 	assert_int_equal(engine_delete(eng, id, &err), 0); /* and can be dismissed */
-	assert_int_equal(engine_get(eng, id, &got, &err), -ENOENT);
+	assert_int_equal(get_json(id, &got, &err), -ENOENT);
 	json_decref(rec);
 }
 
@@ -707,7 +719,7 @@ static void test_failed_create_expires(void **state_)
 	int64_t deadline = mono_ms() + 3000;
 	while (engine_sweep(eng) == 0 && mono_ms() < deadline)
 		usleep(20000);
-	assert_int_equal(engine_get(eng, id, &got, &err), -ENOENT);
+	assert_int_equal(get_json(id, &got, &err), -ENOENT);
 	json_decref(rec);
 }
 
@@ -844,7 +856,7 @@ static void test_svc_stop_fails(void **state_)
 	assert_non_null(strstr(why, "deactivating"));
 	assert_string_equal(svc_unit("a.service")->state, "active");
 	/* Not restored: its last use is not recorded. */
-	assert_int_equal(engine_get(eng, id, &got, NULL), 0);
+	assert_int_equal(get_json(id, &got, NULL), 0);
 	assert_true(json_is_null(json_object_get(got, "last_used_at")));
 	json_decref(got);
 	json_decref(rep);
@@ -1021,7 +1033,7 @@ static void test_svc_freeze_thaw(void **state_)
 	assert_string_equal(names(rec, "frozen_services"), "a.service");
 	json_decref(rec);
 	json_t *got = NULL;
-	assert_int_equal(engine_get(eng, "frozen", &got, NULL), 0);
+	assert_int_equal(get_json("frozen", &got, NULL), 0);
 	assert_non_null(strstr(str_of(json_object_get(got, "freeze_failures"), "b.service"), "not frozen"));
 	json_decref(got);
 }
