@@ -65,12 +65,16 @@ struct ckpt_view {
 void ckpt_view_free(struct ckpt_view *v);
 /* On success fills ret, which the caller frees. */
 int engine_get(struct engine *e, const char *id_or_name, struct ckpt_view *ret, ckpt_error *err);
-/* NULL when out of memory. */
-json_t *engine_list(struct engine *e, const char *name);
-/* At most limit records after page_token (NULL: from the newest); *ret_next
- * is the token of the next page (caller frees), NULL on the last page. */
-int engine_list_page(struct engine *e, const char *name, size_t limit, const char *page_token, json_t **ret_list,
-		     char **ret_next, ckpt_error *err);
+struct ckpt_view_list {
+	struct ckpt_view *v;
+	size_t n;
+};
+void ckpt_view_list_free(struct ckpt_view_list *l);
+/* At most limit checkpoints (SIZE_MAX: all) named name (NULL: any), newest
+ * first, after page_token (NULL: from the newest); *ret_next is the token
+ * of the next page (caller frees), NULL on the last page. */
+int engine_list_page(struct engine *e, const char *name, size_t limit, const char *page_token,
+		     struct ckpt_view_list *ret, char **ret_next, ckpt_error *err);
 json_t *engine_health(struct engine *e);
 
 /* Forks (engine_fork.c): a writable copy-on-write view of a checkpoint

@@ -22,17 +22,13 @@ int engine_get(struct engine *e, const char *id_or_name, struct ckpt_view *ret, 
 	return 0;
 }
 
-json_t *engine_list(struct engine *e, const char *name)
+void ckpt_view_list_free(struct ckpt_view_list *l)
 {
-	struct catalog_list all;
-	json_t *out = json_array();
-
-	if (!out || catalog_list(e->catalog, name, &all) < 0)
-		return out;
-	for (size_t i = 0; i < all.n; i++)
-		json_array_append_new(out, engine_public(e, all.v[i]));
-	catalog_list_free(&all);
-	return out;
+	for (size_t i = 0; i < l->n; i++)
+		ckpt_view_free(&l->v[i]);
+	free(l->v);
+	l->v = NULL;
+	l->n = 0;
 }
 
 /* Page tokens are "<created ms>.<id>" of the last record of a page: a
@@ -56,8 +52,8 @@ static bool list_after(const struct ckpt_record *r, int64_t ms, const char *id)
 	return r->created_ms < ms || (r->created_ms == ms && strcmp(r->id, id) < 0);
 }
 
-int engine_list_page(struct engine *e, const char *name, size_t limit, const char *page_token, json_t **ret_list,
-		     char **ret_next, ckpt_error *err)
+int engine_list_page(struct engine *e, const char *name, size_t limit, const char *page_token,
+		     struct ckpt_view_list *ret, char **ret_next, ckpt_error *err)
 {
 	int64_t after_ms = 0;
 	const char *after_id = NULL;
@@ -68,24 +64,27 @@ int engine_list_page(struct engine *e, const char *name, size_t limit, const cha
 	*ret_next = NULL;
 	if (page_token && (r = list_token_parse(page_token, &after_ms, &after_id, err)) < 0)
 		return r;
-	json_t *out = json_array();
-	if (!out || catalog_list(e->catalog, name, &all) < 0) {
-		json_decref(out);
+	struct ckpt_view_list out = { 0 };
+	if (catalog_list(e->catalog, name, &all) < 0)
+		return err_set_kind(err, ERR_INTERNAL, ENOMEM, NULL, "out of memory listing checkpoints");
+	size_t cap = all.n < limit ? all.n : limit;
+	if (!(out.v = calloc(cap ? cap : 1, sizeof(*out.v)))) {
+		catalog_list_free(&all);
 		return err_set_kind(err, ERR_INTERNAL, ENOMEM, NULL, "out of memory listing checkpoints");
 	}
 	for (size_t i = 0; i < all.n; i++) {
 		if (after_id && !list_after(all.v[i], after_ms, after_id))
 			continue;
-		if (json_array_size(out) == limit) {
+		if (out.n == limit) {
 			if (asprintf(ret_next, "%lld.%s", (long long)last->created_ms, last->id) < 0)
 				*ret_next = NULL;
 			break;
 		}
-		json_array_append_new(out, engine_public(e, all.v[i]));
+		engine_view(e, all.v[i], &out.v[out.n++]);
 		last = all.v[i];
 	}
 	catalog_list_free(&all);
-	*ret_list = out;
+	*ret = out;
 	return 0;
 }
 

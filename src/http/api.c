@@ -201,7 +201,7 @@ static void api_list(void *app, const struct http_request *req, struct http_resp
 	const char *name = http_query(req, "name");
 	_cleanup_free_ char *next = NULL;
 	ckpt_error err = { 0 };
-	json_t *list;
+	struct ckpt_view_list l;
 	size_t limit;
 
 	if (name && !name_valid(name)) {
@@ -210,11 +210,15 @@ static void api_list(void *app, const struct http_request *req, struct http_resp
 	}
 	if (!api_list_limit(req, &limit, resp))
 		return;
-	if (engine_list_page(app, name, limit, http_query(req, "page_token"), &list, &next, &err) < 0) {
+	if (engine_list_page(app, name, limit, http_query(req, "page_token"), &l, &next, &err) < 0) {
 		http_error(resp, &err);
 		return;
 	}
-	json_t *body = json_pack("{s:o}", "checkpoints", list);
+	json_t *list = json_array();
+	for (size_t i = 0; list && i < l.n; i++)
+		json_array_append_new(list, api_record_json(&l.v[i]));
+	ckpt_view_list_free(&l);
+	json_t *body = list ? json_pack("{s:o}", "checkpoints", list) : NULL;
 	if (body && next)
 		json_object_set_new(body, "next_page_token", json_string(next));
 	if (body)
