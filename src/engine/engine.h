@@ -27,8 +27,10 @@ struct create_req {
 	json_t *labels; /* object or NULL (borrowed) */
 	bool async;
 };
-/* ret_record: public record. With async, returns at once in state creating. */
-int engine_create(struct engine *e, const struct create_req *req, json_t **ret_record, ckpt_error *err);
+/* On success fills ret (the new checkpoint; the caller frees it). With
+ * async, returns at once in state creating, with its progress. */
+struct ckpt_view;
+int engine_create(struct engine *e, const struct create_req *req, struct ckpt_view *ret, ckpt_error *err);
 
 struct restore_req {
 	bool force;

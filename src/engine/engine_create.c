@@ -296,7 +296,7 @@ static int create_start_async(struct engine *e, const struct ckpt_record *rec, c
 	return 0;
 }
 
-int engine_create(struct engine *e, const struct create_req *req, json_t **ret_record, ckpt_error *err)
+int engine_create(struct engine *e, const struct create_req *req, struct ckpt_view *ret, ckpt_error *err)
 {
 	char id[32];
 	int r;
@@ -314,11 +314,11 @@ int engine_create(struct engine *e, const struct create_req *req, json_t **ret_r
 		if ((r = create_start_async(e, rec, err)) < 0)
 			catalog_remove(e->catalog, id, NULL);
 		else /* with its progress, registered before the worker runs */
-			*ret_record = engine_public(e, rec);
+			engine_view(e, rec, ret);
 		goto out;
 	}
 	if ((r = create_run(e, rec, NULL, false, err)) == 0)
-		*ret_record = engine_public(e, rec);
+		engine_view(e, rec, ret);
 out:
 	record_unref(rec);
 	return r;

@@ -165,15 +165,17 @@ static void api_create_run(void *app, const struct http_request *req, struct htt
 {
 	struct create_req cr = { 0 };
 	ckpt_error err = { 0 };
-	json_t *rec = NULL;
+	struct ckpt_view v;
 	json_auto_t *obj = api_parse_object(req, true, resp);
 
 	if (!obj || !api_decode_create(obj, &cr, resp))
 		return;
-	if (engine_create(app, &cr, &rec, &err) < 0)
+	if (engine_create(app, &cr, &v, &err) < 0) {
 		http_error(resp, &err);
-	else
-		http_json(resp, cr.async ? 202 : 201, rec);
+		return;
+	}
+	api_record_reply(resp, cr.async ? 202 : 201, &v);
+	ckpt_view_free(&v);
 }
 
 #define API_LIST_DEFAULT 100

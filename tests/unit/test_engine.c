@@ -109,12 +109,24 @@ static int teardown(void **state_)
 
 /* ---- helpers ---- */
 
+/* engine_create, answered as the API writes it. */
+static int create_json(const struct create_req *req, json_t **ret, ckpt_error *err)
+{
+	struct ckpt_view v;
+	int r = engine_create(eng, req, &v, err);
+	if (r == 0) {
+		*ret = api_record_json(&v);
+		ckpt_view_free(&v);
+	}
+	return r;
+}
+
 static json_t *create_ok(const char *name, int64_t ttl)
 {
 	ckpt_error err = { 0 };
 	json_t *rec = NULL;
 	struct create_req req = { .name = name, .has_ttl = ttl >= 0, .ttl_secs = ttl };
-	int r = engine_create(eng, &req, &rec, &err);
+	int r = create_json(&req, &rec, &err);
 	if (r < 0)
 		fail_msg("create '%s': %s", name, err.msg);
 	return rec;
@@ -310,10 +322,10 @@ static void test_invalid_input(void **state_)
 	struct create_req bad_name = { .name = "" };
 	struct create_req bad_labels = { .name = "x", .labels = labels };
 
-	assert_int_equal(engine_create(eng, &bad_ttl, &rec, &err), -EINVAL);
+	assert_int_equal(create_json(&bad_ttl, &rec, &err), -EINVAL);
 	assert_string_equal(err.code, "invalid_field");
-	assert_int_equal(engine_create(eng, &bad_name, &rec, &err), -EINVAL);
-	assert_int_equal(engine_create(eng, &bad_labels, &rec, &err), -EINVAL);
+	assert_int_equal(create_json(&bad_name, &rec, &err), -EINVAL);
+	assert_int_equal(create_json(&bad_labels, &rec, &err), -EINVAL);
 	json_decref(labels);
 	assert_listed(0); /* bad input changes nothing */
 	assert_int_equal(fake.n_create, 0);
@@ -328,7 +340,7 @@ static void test_max_checkpoints(void **state_)
 
 	cfg.max_checkpoints = 2;
 	char *a = create_id("a", -1), *b = create_id("b", -1);
-	assert_int_equal(engine_create(eng, &req, &rec, &err), -EDQUOT);
+	assert_int_equal(create_json(&req, &rec, &err), -EDQUOT);
 	assert_string_equal(err.code, "checkpoint_limit");
 	assert_int_equal(fake.n_create, 2); /* refused before the backend ran */
 	assert_listed(2);
@@ -351,7 +363,7 @@ static void test_max_state_bytes_after_create(void **state_)
 	cfg.max_state_bytes = 250;
 	free(create_id("a", -1));
 	free(create_id("b", -1)); /* 200 of 250 */
-	assert_int_equal(engine_create(eng, &req, &rec, &err), -ENOSPC);
+	assert_int_equal(create_json(&req, &rec, &err), -ENOSPC);
 	assert_string_equal(err.code, "insufficient_storage");
 	assert_int_equal(fake.n_create, 3);
 	assert_int_equal(fake.n_remove, 1); /* its data went */
@@ -370,7 +382,7 @@ static void test_max_state_bytes_full(void **state_)
 
 	cfg.max_state_bytes = 100;
 	free(create_id("a", -1)); /* exactly at the budget */
-	assert_int_equal(engine_create(eng, &req, &rec, &err), -ENOSPC);
+	assert_int_equal(create_json(&req, &rec, &err), -ENOSPC);
 	assert_string_equal(err.code, "insufficient_storage");
 	assert_int_equal(fake.n_create, 1); /* refused up front */
 }
@@ -384,10 +396,10 @@ static void test_create_fails(void **state_)
 
 	put_root("live");
 	fake.fail_create = ENOSPC;
-	assert_int_equal(engine_create(eng, &req, &rec, &err), -ENOSPC);
+	assert_int_equal(create_json(&req, &rec, &err), -ENOSPC);
 	assert_string_equal(err.code, "insufficient_storage");
 	fake.fail_create = EIO;
-	assert_int_equal(engine_create(eng, &req, &rec, &err), -EIO);
+	assert_int_equal(create_json(&req, &rec, &err), -EIO);
 	assert_listed(0);
 	assert_root("live");
 	reopen_engine();
@@ -444,10 +456,10 @@ static void test_backend_error_kinds(void **state_)
 	fake.fail_create = EACCES;
 	json_t *rec = NULL;
 	struct create_req cr = { .name = "denied" };
-	assert_int_equal(engine_create(eng, &cr, &rec, &err), -EACCES);
+	assert_int_equal(create_json(&cr, &rec, &err), -EACCES);
 	assert_int_equal(http_status_of(&err, NULL), 500);
 	fake.fail_create = ENOSPC;
-	assert_int_equal(engine_create(eng, &cr, &rec, &err), -ENOSPC);
+	assert_int_equal(create_json(&cr, &rec, &err), -ENOSPC);
 	assert_int_equal(err.kind, ERR_NO_SPACE);
 	assert_string_equal(err.code, "insufficient_storage");
 	fake.fail_create = 0;
@@ -629,7 +641,7 @@ static void test_async_create(void **state_)
 	struct create_req req = { .name = "bg", .async = true };
 
 	fake.block_create = true;
-	assert_int_equal(engine_create(eng, &req, &rec, &err), 0);
+	assert_int_equal(create_json(&req, &rec, &err), 0);
 	assert_string_equal(str_of(rec, "status"), "creating");
 	const char *id = str_of(rec, "checkpoint_id");
 	fake_wait_in_create();
@@ -674,9 +686,9 @@ static void test_async_limit(void **state_)
 
 	cfg.max_checkpoints = 2;
 	fake.block_create = true;
-	assert_int_equal(engine_create(eng, &req, &a, &err), 0);
-	assert_int_equal(engine_create(eng, &req, &b, &err), 0);
-	assert_int_equal(engine_create(eng, &req, &c, &err), -EDQUOT);
+	assert_int_equal(create_json(&req, &a, &err), 0);
+	assert_int_equal(create_json(&req, &b, &err), 0);
+	assert_int_equal(create_json(&req, &c, &err), -EDQUOT);
 	assert_string_equal(err.code, "checkpoint_limit");
 	char *text = engine_metrics(eng);
 	assert_non_null(strstr(text, "ckptd_checkpoints{state=\"creating\"} 2\n"));
@@ -697,7 +709,7 @@ static void test_async_create_fails(void **state_)
 
 	cfg.max_checkpoints = 1;
 	fake.fail_create = ENOSPC;
-	assert_int_equal(engine_create(eng, &req, &rec, &err), 0);
+	assert_int_equal(create_json(&req, &rec, &err), 0);
 	const char *id = str_of(rec, "checkpoint_id");
 	got = wait_status(id, "failed");
 	json_t *e = json_object_get(got, "error");
@@ -727,7 +739,7 @@ static void test_failed_create_expires(void **state_)
 	struct create_req req = { .name = "bg", .async = true, .has_ttl = true, .ttl_secs = 1 };
 
 	fake.fail_create = EIO;
-	assert_int_equal(engine_create(eng, &req, &rec, &err), 0);
+	assert_int_equal(create_json(&req, &rec, &err), 0);
 	const char *id = str_of(rec, "checkpoint_id");
 	json_decref(wait_status(id, "failed"));
 	int64_t deadline = mono_ms() + 3000;
