@@ -111,7 +111,24 @@ struct diff_req {
 	size_t limit;           /* 0: default */
 	const char *page_token; /* NULL: first page */
 };
-int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req *req, json_t **ret, ckpt_error *err);
+/* A page of a diff, as data; the API layer writes the JSON. */
+struct diff_report {
+	char checkpoint_id[32];
+	char against[32]; /* a checkpoint id, or "live" */
+	json_t *changes;  /* this page: the backend's change objects (backend_diff.h), owned */
+	size_t total;     /* changes on every page */
+	int64_t diff_ms;
+	char *next_page_token; /* NULL on the last page (owned) */
+	/* Against the live roots: the units a restore would stop and start. */
+	bool live;
+	char **services; /* owned */
+	size_t n_services;
+	bool services_available;
+};
+void diff_report_free(struct diff_report *r);
+/* On success fills ret, which the caller frees. */
+int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req *req, struct diff_report *ret,
+		ckpt_error *err);
 /* After READY: start the units stopped for a mount at start (units ordered
  * After=ckptd.service could not start before), and look for processes that
  * no unit covers. Health says what happened. */

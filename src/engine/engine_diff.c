@@ -43,26 +43,35 @@ static char *diff_untoken(const char *t)
  * the units that restore would stop and start again: the services plan, as
  * the restore makes it, computed and not executed. A manager that cannot be
  * reached puts every managed unit in the plan, failed: listed too. */
-static int diff_services(struct engine *e, json_t *out, ckpt_error *err)
+static int diff_services(struct engine *e, struct diff_report *out, ckpt_error *err)
 {
 	struct svc_plan units;
 	int r = services_plan(e->services, e->cfg->roots, e->cfg->n_roots, &units);
-	json_t *names = json_array();
-	for (size_t i = 0; r == 0 && names && i < units.n; i++)
-		if (json_array_append_new(names, json_string(units.units[i].name)) < 0)
+	if (r == 0 && !(out->services = calloc(units.n + 1, sizeof(*out->services))))
+		r = -ENOMEM;
+	for (size_t i = 0; r == 0 && i < units.n; i++)
+		if (!(out->services[out->n_services++] = strdup(units.units[i].name)))
 			r = -ENOMEM;
 	services_plan_free(&units);
-	if (r < 0 || !names) {
-		json_decref(names);
-		return err_set(err, r < 0 ? -r : ENOMEM, NULL, "cannot list the services that use the roots: %s",
-			       strerror(r < 0 ? -r : ENOMEM));
-	}
-	json_object_set_new(out, "services", names);
-	json_object_set_new(out, "services_available", json_boolean(services_available(e->services)));
+	if (r < 0)
+		return err_set(err, -r, NULL, "cannot list the services that use the roots: %s", strerror(-r));
+	out->live = true;
+	out->services_available = services_available(e->services);
 	return 0;
 }
 
-int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req *req, json_t **ret, ckpt_error *err)
+void diff_report_free(struct diff_report *r)
+{
+	json_decref(r->changes);
+	free(r->next_page_token);
+	for (size_t i = 0; i < r->n_services; i++)
+		free(r->services[i]);
+	free(r->services);
+	memset(r, 0, sizeof(*r));
+}
+
+int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req *req, struct diff_report *ret,
+		ckpt_error *err)
 {
 	int r = 0;
 	size_t limit = req->limit ? req->limit : DIFF_LIMIT_DEFAULT;
@@ -107,17 +116,21 @@ int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req 
 		}
 		json_array_append(page, c);
 	}
-	json_t *out = json_pack("{s:s, s:s?, s:o, s:I, s:I}", "checkpoint_id", a->id, "against", b ? b->id : "live",
-				"changes", page, "total", (json_int_t)total, "diff_ms", (json_int_t)(mono_ms() - t0));
-	if (out && more) {
-		_cleanup_free_ char *t =
-			diff_token(json_string_value(json_object_get(json_array_get(page, limit - 1), "path")));
-		json_object_set_new(out, "next_page_token", json_string(t));
-	}
-	if (out && !b && (r = diff_services(e, out, err)) < 0) {
-		json_decref(out);
+	struct diff_report out = { .changes = page, .total = total, .diff_ms = mono_ms() - t0 };
+	snprintf(out.checkpoint_id, sizeof(out.checkpoint_id), "%s", a->id);
+	snprintf(out.against, sizeof(out.against), "%s", b ? b->id : "live");
+	if (!page)
+		r = err_set(err, ENOMEM, NULL, "out of memory");
+	if (r == 0 && more &&
+	    !(out.next_page_token =
+		      diff_token(json_string_value(json_object_get(json_array_get(page, limit - 1), "path")))))
+		r = err_set(err, ENOMEM, NULL, "out of memory");
+	if (r == 0 && !b)
+		r = diff_services(e, &out, err);
+	if (r < 0) {
+		diff_report_free(&out);
 		return r;
 	}
 	*ret = out;
-	return out ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
+	return 0;
 }

@@ -90,12 +90,31 @@ void api_fork_delete(void *app, const struct http_request *req, struct http_resp
 		resp->status = 204;
 }
 
+/* {checkpoint_id, against, changes, total, diff_ms[, next_page_token]
+ * [, services, services_available]}: the units only against the live roots. */
+static json_t *api_diff_json(const struct diff_report *rep)
+{
+	json_t *out = json_pack("{s:s, s:s, s:O, s:I, s:I}", "checkpoint_id", rep->checkpoint_id, "against",
+				rep->against, "changes", rep->changes, "total", (json_int_t)rep->total, "diff_ms",
+				(json_int_t)rep->diff_ms);
+	if (out && rep->next_page_token)
+		json_object_set_new(out, "next_page_token", json_string(rep->next_page_token));
+	if (out && rep->live) {
+		json_t *names = json_array();
+		for (size_t i = 0; names && i < rep->n_services; i++)
+			json_array_append_new(names, json_string(rep->services[i]));
+		json_object_set_new(out, "services", names);
+		json_object_set_new(out, "services_available", json_boolean(rep->services_available));
+	}
+	return out;
+}
+
 void api_diff(void *app, const struct http_request *req, struct http_response *resp)
 {
 	ckpt_error err = { 0 };
 	struct diff_req dr = { .against = http_query(req, "against"), .page_token = http_query(req, "page_token") };
 	const char *limit = http_query(req, "limit");
-	json_t *out = NULL;
+	struct diff_report rep;
 	if (limit) {
 		char *end;
 		long n = strtol(limit, &end, 10);
@@ -107,10 +126,16 @@ void api_diff(void *app, const struct http_request *req, struct http_response *r
 	}
 	if (dr.against && !*dr.against)
 		dr.against = NULL;
-	if (engine_diff(app, req->params[0], &dr, &out, &err) < 0)
+	if (engine_diff(app, req->params[0], &dr, &rep, &err) < 0) {
 		http_error(resp, &err);
-	else
+		return;
+	}
+	json_t *out = api_diff_json(&rep);
+	diff_report_free(&rep);
+	if (out)
 		http_json(resp, 200, out);
+	else
+		http_fail(resp, ERR_INTERNAL, NULL, "out of memory");
 }
 
 /* root: a string, drop_checkpoints: a boolean, nothing else. */
