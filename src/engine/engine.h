@@ -77,7 +77,26 @@ void ckpt_view_list_free(struct ckpt_view_list *l);
  * of the next page (caller frees), NULL on the last page. */
 int engine_list_page(struct engine *e, const char *name, size_t limit, const char *page_token,
 		     struct ckpt_view_list *ret, char **ret_next, ckpt_error *err);
-json_t *engine_health(struct engine *e);
+/* Health, as data; the API layer writes the JSON. */
+struct health_report {
+	const char *version, *mode, *backend;
+	char *const *roots; /* the config's */
+	size_t n_roots;
+	const char *backend_reason; /* the engine's; lives as long as it */
+	size_t checkpoints;
+	int64_t uptime_secs;
+	bool services_available;
+	const char *services_reason; /* NULL, or lives as long as the engine */
+	/* The members the backend's health and the adoption add at the top
+	 * level, in that order (a backend may set "status": "preparing"). They
+	 * stay a JSON fragment, owned, while those parts report JSON. */
+	json_t *sections;
+	const char *released[MAX_ROOTS]; /* roots released (the config's) */
+	size_t n_released;
+};
+void health_report_free(struct health_report *h);
+/* Fills ret, which the caller frees. */
+void engine_health(struct engine *e, struct health_report *ret);
 
 /* Forks (engine_fork.c): a writable copy-on-write view of a checkpoint
  * mounted at path (an existing empty dir outside the roots and state dir). */

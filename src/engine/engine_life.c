@@ -103,30 +103,34 @@ void engine_status_line(struct engine *e, char *buf, size_t len)
 	pthread_mutex_unlock(&e->state_lock);
 }
 
-json_t *engine_health(struct engine *e)
+void health_report_free(struct health_report *h)
 {
-	json_t *roots = json_array();
-	for (size_t i = 0; i < e->cfg->n_roots; i++)
-		json_array_append_new(roots, json_string(e->cfg->roots[i]));
-	json_t *h = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:I}", "status", "ok", "version", CKPTD_VERSION,
-			      "mode", "sandbox", "backend", e->backend->name, "roots", roots, "backend_reason",
-			      e->backend_reason, "checkpoints", (json_int_t)catalog_count(e->catalog), "uptime_secs",
-			      (json_int_t)((mono_ms() - e->started_ms) / 1000));
-	bool avail = services_available(e->services);
-	json_object_set_new(h, "services", json_string(avail ? "available" : "unavailable"));
-	if (!avail && services_unavailable_reason(e->services))
-		json_object_set_new(h, "services_reason", json_string(services_unavailable_reason(e->services)));
-	if (e->backend->health)
-		e->backend->health(e->bst, h);
-	engine_adoption_health(e, h);
+	json_decref(h->sections);
+	h->sections = NULL;
+}
+
+void engine_health(struct engine *e, struct health_report *ret)
+{
+	*ret = (struct health_report){ .version = CKPTD_VERSION,
+				       .mode = "sandbox",
+				       .backend = e->backend->name,
+				       .roots = e->cfg->roots,
+				       .n_roots = e->cfg->n_roots,
+				       .backend_reason = e->backend_reason,
+				       .checkpoints = catalog_count(e->catalog),
+				       .uptime_secs = (mono_ms() - e->started_ms) / 1000,
+				       .services_available = services_available(e->services),
+				       .sections = json_object() };
+	if (!ret->services_available)
+		ret->services_reason = services_unavailable_reason(e->services);
+	if (ret->sections && e->backend->health)
+		e->backend->health(e->bst, ret->sections);
+	if (ret->sections)
+		engine_adoption_health(e, ret->sections);
 	pthread_mutex_lock(&e->state_lock); /* engine_release.c fills it */
-	json_t *released = json_array();
 	for (size_t i = 0; i < e->n_released; i++)
-		json_array_append_new(released, json_string(e->released[i]));
-	json_object_set_new(h, "released_roots", released);
+		ret->released[ret->n_released++] = e->released[i];
 	pthread_mutex_unlock(&e->state_lock);
-	json_object_set_new(h, "backend_reason", json_string(e->backend_reason));
-	return h;
 }
 
 char *engine_metrics(struct engine *e)
