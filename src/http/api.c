@@ -359,11 +359,11 @@ static json_t *api_health_json(const struct health_report *h)
 		json_array_append_new(roots, json_string(h->roots[i]));
 	for (size_t i = 0; released && i < h->n_released; i++)
 		json_array_append_new(released, json_string(h->released[i]));
-	json_t *out = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:I, s:s}", "status", "ok", "version",
-				h->version, "mode", h->mode, "backend", h->backend, "roots", roots, "backend_reason",
-				h->backend_reason, "checkpoints", (json_int_t)h->checkpoints, "uptime_secs",
-				(json_int_t)h->uptime_secs, "services",
-				h->services_available ? "available" : "unavailable");
+	json_t *out =
+		json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:I, s:s}", "status", "ok", "version", h->version,
+			  "mode", h->mode, "backend", h->backend, "roots", roots, "backend_reason", h->backend_reason,
+			  "checkpoints", (json_int_t)h->checkpoints, "uptime_secs", (json_int_t)h->uptime_secs,
+			  "services", h->services_available ? "available" : "unavailable");
 	if (!out) {
 		json_decref(released);
 		return NULL;
