@@ -713,6 +713,10 @@ export interface components {
                 tracked?: number;
                 /** @description tar backend only; creates and restores that read the whole tree (the first create, a restore of another checkpoint, lost events). */
                 walked?: number;
+                /** @description tar backend only; what the root's filesystem changes without a new ctime, probed when ckptd starts (gVisor: both). ckptd then compares xattrs itself, and gives a file written through a shared mapping a new ctime when it captures it. */
+                ctime_blind?: ("xattrs" | "mapped_writes")[];
+                /** @description tar backend only; changes a create or restore of this root may miss here, empty where none. Under gVisor: a write through a shared mapping while ckptd is not running, and without change tracking one mapped and unmapped between two operations. */
+                not_guaranteed?: string[];
             }[];
         };
         /** @description What a tar restore did (tar backend). */
@@ -1115,6 +1119,7 @@ export interface operations {
             405: components["responses"]["MethodNotAllowed"];
             409: components["responses"]["Conflict"];
             500: components["responses"]["Internal"];
+            507: components["responses"]["InsufficientStorage"];
         };
     };
     restoreCheckpoint: {
@@ -1244,6 +1249,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["IdempotencyKeyReused"];
             500: components["responses"]["Internal"];
+            507: components["responses"]["InsufficientStorage"];
         };
     };
     diffCheckpoint: {
@@ -1327,6 +1333,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["Internal"];
+            507: components["responses"]["InsufficientStorage"];
         };
     };
     exportCheckpoint: {
@@ -1354,6 +1361,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             500: components["responses"]["Internal"];
+            507: components["responses"]["InsufficientStorage"];
         };
     };
     importCheckpoint: {
@@ -1497,6 +1505,7 @@ export interface operations {
             413: components["responses"]["TooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
+            507: components["responses"]["InsufficientStorage"];
         };
     };
     health: {
@@ -1535,7 +1544,9 @@ export interface operations {
              *     ckptd_checkpoint_restore_duration_seconds (histograms),
              *     ckptd_checkpoints{state}, ckptd_checkpoint_bytes,
              *     ckptd_operations_total{op,result} (a refused or failed operation is
-             *     an `error` whatever its status), ckptd_http_requests_total{code},
+             *     an `error` whatever its status), ckptd_interrupted_operations_total{op}
+             *     (restores and creates a crash cut short while units were stopped or
+             *     frozen, found at this start), ckptd_http_requests_total{code},
              *     ckptd_build_info, and the process metrics
              *     process_cpu_seconds_total, process_resident_memory_bytes,
              *     process_virtual_memory_bytes, process_open_fds, process_max_fds.
