@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "backend/overlay/overlay_internal.h"
 #include "backend/overlay/overlay_mount.h"
+#include "backend/overlay/overlay_probe.h"
 #include "backend/overlay/treecopy.h"
 #include "lib/hash.h"
 
@@ -44,18 +45,57 @@ static int ovl_new_upper(struct ovl_root *r, char name[OVL_NAME_LEN + 1])
 	return 0;
 }
 
+/* gVisor's mountinfo names no upperdir: record which upper the mount now
+ * at P (by its id) has. Durable before the operation answers. */
+static int ovl_record_mount(struct ovl_root *r, const char *upper, ckpt_error *err)
+{
+	struct overlay_mountinfo mi;
+	int q = overlay_mountinfo_find(r->path, &mi);
+	bool found = q == 0 && mi.found;
+	json_auto_t *j = found ? json_pack("{s:i,s:s}", "id", mi.id, "upper", upper) : NULL;
+	overlay_mountinfo_clear(&mi);
+	_cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	q = !found ? (q < 0 ? q : -ENOENT) : s ? write_file_atomic(r->rdir_fd, "mnt.json", s, strlen(s), 0600) : -ENOMEM;
+	return q < 0 ? err_set(err, -q, NULL, "record the mount at '%s': %s", r->path, strerror(-q)) : 0;
+}
+
 static int ovl_mount_chain(struct ovl *o, struct ovl_root *r, json_t *chain, const char *upper, ckpt_error *err)
 {
 	char up[32], wk[32];
 	snprintf(up, sizeof(up), "u/%s", upper);
 	snprintf(wk, sizeof(wk), "w/%s", upper);
-	(void)o;
-	return overlay_mount_layers(r, chain, r->path, up, wk, err);
+	int q = overlay_mount_layers(r, chain, r->path, up, wk, err);
+	if (q == 0 && o->opts.kind == OVERLAY_GVISOR)
+		q = ovl_record_mount(r, upper, err);
+	return q;
+}
+
+/* gVisor: the upper of the overlay at P, by mnt.json. A mount whose id it
+ * does not record came after live.json's intent: live.json's upper. */
+static bool ovl_gvisor_upper(struct ovl_root *r, const struct overlay_mountinfo *mi, char out[OVL_NAME_LEN + 1])
+{
+	_cleanup_free_ char *s = NULL;
+	if (!r->upper[0])
+		return false;
+	snprintf(out, OVL_NAME_LEN + 1, "%s", r->upper);
+	if (read_file_at(r->rdir_fd, "mnt.json", 4096, &s, NULL) < 0)
+		return true;
+	json_auto_t *j = json_loads(s, 0, NULL);
+	const char *u = json_string_value(json_object_get(j, "upper"));
+	if (u && strlen(u) == OVL_NAME_LEN && json_integer_value(json_object_get(j, "id")) == mi->id)
+		snprintf(out, OVL_NAME_LEN + 1, "%s", u);
+	return true;
 }
 
 static bool ovl_is_our_upper(struct ovl_root *r, const struct overlay_mountinfo *mi, const char *name)
 {
-	if (!mi->found || strcmp(mi->fstype, "overlay") != 0 || !mi->upperdir)
+	if (!mi->found || strcmp(mi->fstype, "overlay") != 0)
+		return false;
+	if (!mi->upperdir && r->opts->kind == OVERLAY_GVISOR) {
+		char up[OVL_NAME_LEN + 1];
+		return ovl_gvisor_upper(r, mi, up) && (!name || !strcmp(up, name));
+	}
+	if (!mi->upperdir)
 		return false;
 	_cleanup_free_ char *pre = NULL;
 	if (asprintf(&pre, "%s/u/", r->rdir) < 0)
@@ -112,7 +152,7 @@ static int ovl_ensure_base(struct ovl_root *r, const struct overlay_mountinfo *m
 		return overlay_mount_private(base) < 0 ? err_set(err, errno, NULL, "make '%s' private: %m", base) : 0;
 	if (ovl_is_our_upper(r, mi, NULL))
 		return err_set(err, ENOENT, NULL, "base of '%s' is not mounted under its overlay", r->path);
-	return overlay_mount_bind_ro(r->path, base, err);
+	return overlay_mount_bind_ro(r->path, base, r->opts->kind == OVERLAY_GVISOR, err);
 }
 
 /* live.json names an upper that must exist (a lost one restarts empty). */
@@ -246,6 +286,12 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	o->odir_fd = o->cdir_fd = -1;
 	o->flatten_depth = ctx->flatten_depth;
 	pthread_mutex_init(&o->trash_lock, NULL);
+	int q = overlay_probe(ctx->state_dir, &o->opts, err);
+	if (q < 0) {
+		pthread_mutex_destroy(&o->trash_lock);
+		free(o);
+		return q;
+	}
 	o->before_mount = ctx->before_mount;
 	o->hook_ctx = ctx->hook_ctx;
 	o->refs = json_object();
@@ -253,7 +299,6 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	o->chains = json_object();
 	o->roots = calloc(ctx->n_roots ? ctx->n_roots : 1, sizeof(*o->roots));
 	_cleanup_free_ char *cdir = NULL;
-	int q = 0;
 	if (!o->roots || asprintf(&o->odir, "%s/overlay", ctx->state_dir) < 0 || asprintf(&cdir, "%s/c", o->odir) < 0 ||
 	    (q = mkdir_p(cdir, 0700)) < 0) {
 		ovl_free(o);
@@ -268,6 +313,7 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	for (size_t i = 0; i < ctx->n_roots && q == 0; i++) {
 		struct ovl_root *r = &o->roots[o->n_roots++];
 		r->rdir_fd = -1;
+		r->opts = &o->opts;
 		r->trk = (struct chg_track)CHG_TRACK_INIT;
 		r->track = ctx->track_changes;
 		r->track_check = ctx->track_check;
@@ -535,6 +581,9 @@ static void ovl_health(void *st, json_t *out)
 		json_string("overlayfs mounts work here: restore swaps a layer chain, create copies only the upper"));
 	json_object_set_new(out, "overlay_roots", roots);
 	json_object_set_new(out, "tracking_roots", ovl_track_health(o));
+	json_object_set_new(out, "overlay",
+			    json_pack("{s:s,s:b,s:b}", "kind", overlay_kind_name(o->opts.kind), "redirect_dir",
+				      o->opts.redirect_dir, "userxattr", o->opts.userxattr));
 }
 
 static void ovl_maintain(void *st)
@@ -606,35 +655,11 @@ static void ovl_close(void *st, bool unmount)
 	ovl_free(o);
 }
 
-/* A real tiny overlay mount in the state dir: the kernel's answer is the reason. */
+/* Real test mounts in the state dir, option by option (overlay_probe.c). */
 static int ovl_probe(const struct backend_ctx *ctx, ckpt_error *err)
 {
-	static const char *const sub[] = { "l", "u", "w", "m" };
-	char rnd[9];
-	_cleanup_free_ char *dir = NULL;
-	random_hex(rnd, 4);
-	if (asprintf(&dir, "%s/overlay/.probe-%s", ctx->state_dir, rnd) < 0)
-		return err_set(err, ENOMEM, NULL, "out of memory");
-	for (size_t i = 0; i < ARRAY_SIZE(sub); i++) {
-		_cleanup_free_ char *p = path_join(dir, sub[i]);
-		int q = mkdir_p(p, 0700);
-		if (q < 0)
-			return err_set(err, -q, NULL, "overlay probe: create '%s': %s", p, strerror(-q));
-	}
-	_cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	_cleanup_free_ char *m = path_join(dir, "m");
-	const char *lowers[] = { "l" };
-	struct overlay_spec s = {
-		.target = m, .dir = dir, .dir_fd = fd, .lowers = lowers, .n_lowers = 1, .upper = "u", .work = "w"
-	};
-	int q = overlay_mount(&s, err);
-	if (q == 0)
-		overlay_umount(m, NULL, err);
-	_cleanup_free_ char *parent = path_join(ctx->state_dir, "overlay");
-	_cleanup_close_ int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (pfd >= 0)
-		rm_rf_at(pfd, strrchr(dir, '/') + 1);
-	return q < 0 ? err_prefix(err, "overlayfs refused a test mount") : 0;
+	struct overlay_opts opts;
+	return overlay_probe(ctx->state_dir, &opts, err);
 }
 
 static const struct backend_compare_ops ovl_compare_ops = { .verify = ovl_verify, .diff = overlay_diff };

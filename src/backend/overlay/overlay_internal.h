@@ -17,6 +17,8 @@
  *                     onto the kept base layer l/<base>
  *     live.json       {path, chain, mounted, upper}: the adoption record and
  *                     the intent of a restore (written before the swap)
+ *     mnt.json        {id, upper}: gVisor only (its mountinfo names no
+ *                     upperdir): the mount id the last mount at P got
  *     f/<fork>/u, f/<fork>/w   a fork's upper and work dirs (overlay_fork.c)
  *     dv/<name>/  a checkpoint's view mounted for a diff, while it runs
  *   fk/<fork>.json  each fork's chains {h: [layers]} (overlay_fork.c)
@@ -27,6 +29,7 @@
 #include <pthread.h>
 #include "backend/backend.h"
 #include "backend/change_track.h"
+#include "backend/overlay/overlay_mount.h"
 #include "backend/overlay/treecopy.h"
 
 #define OVL_NAME_LEN 8
@@ -97,6 +100,7 @@ int overlay_check_delta(struct ovl_root *r, const char *tmp, ckpt_error *err);
 
 struct ovl_root {
 	char *path; /* the managed root P */
+	const struct overlay_opts *opts; /* the backend's (struct ovl) */
 	char h[OVL_NAME_LEN + 1];
 	char *rdir; /* <state>/overlay/r/<h> */
 	int rdir_fd;
@@ -141,6 +145,7 @@ struct ovl_root {
 
 struct ovl {
 	int flatten_depth; /* backend_ctx's */
+	struct overlay_opts opts; /* what overlay_probe found at open */
 	char *odir; /* <state>/overlay */
 	int odir_fd, cdir_fd;
 	struct ovl_root *roots;

@@ -8,7 +8,24 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#define OVL_FIXED_OPTS "index=off,redirect_dir=on,metacopy=off,xino=off"
+const struct overlay_opts overlay_opts_kernel = { .kind = OVERLAY_KERNEL, .redirect_dir = true };
+
+const char *overlay_kind_name(enum overlay_kind k)
+{
+	return k == OVERLAY_GVISOR ? "gvisor" : "kernel";
+}
+
+/* The options beyond the dirs, ",opt=val..." or "" (gVisor refuses any). */
+static const char *ovl_fixed_opts(const struct overlay_spec *s)
+{
+	const struct overlay_opts *o = s->opts ? s->opts : &overlay_opts_kernel;
+	if (o->kind == OVERLAY_GVISOR)
+		return "";
+	if (o->userxattr)
+		return ",userxattr,index=off,metacopy=off,xino=off";
+	return o->redirect_dir ? ",index=off,redirect_dir=on,metacopy=off,xino=off"
+			       : ",index=off,redirect_dir=off,metacopy=off,xino=off";
+}
 
 char *overlay_mount_escape(const char *s)
 {
@@ -39,18 +56,27 @@ static void ovl_layer_path(const struct overlay_spec *s, const char *name, char 
 		snprintf(buf, len, "/proc/self/fd/%d/%s", s->dir_fd, name);
 }
 
+static int ovl_mount_new_opts(int fs, const struct overlay_opts *o, ckpt_error *err)
+{
+	if (o->userxattr && fsconfig(fs, FSCONFIG_SET_FLAG, "userxattr", NULL, 0) < 0)
+		return err_set(err, errno, NULL, "overlay option userxattr: %m");
+	if (!o->userxattr && ovl_cfg(fs, "redirect_dir", o->redirect_dir ? "on" : "off", err) < 0)
+		return -err->errnum;
+	static const char *const off[] = { "index", "metacopy", "xino" };
+	for (size_t i = 0; i < ARRAY_SIZE(off); i++)
+		if (ovl_cfg(fs, off[i], "off", err) < 0)
+			return -err->errnum;
+	return 0;
+}
+
 static int ovl_mount_new_api(const struct overlay_spec *s, ckpt_error *err)
 {
 	char p[PATH_MAX * 2];
 	_cleanup_close_ int fs = fsopen("overlay", FSOPEN_CLOEXEC);
 	if (fs < 0)
 		return err_set(err, errno, NULL, "fsopen overlay: %m");
-	static const char *const fixed[][2] = {
-		{ "index", "off" }, { "redirect_dir", "on" }, { "metacopy", "off" }, { "xino", "off" }
-	};
-	for (size_t i = 0; i < ARRAY_SIZE(fixed); i++)
-		if (ovl_cfg(fs, fixed[i][0], fixed[i][1], err) < 0)
-			return -err->errnum;
+	if (ovl_mount_new_opts(fs, s->opts ? s->opts : &overlay_opts_kernel, err) < 0)
+		return -err->errnum;
 	for (size_t i = 0; i < s->n_lowers; i++) {
 		ovl_layer_path(s, s->lowers[i], p, sizeof(p));
 		if (ovl_cfg(fs, "lowerdir+", p, err) < 0)
@@ -104,7 +130,7 @@ static char *ovl_legacy_opts(const struct overlay_spec *s, const char *prefix)
 	_cleanup_free_ char *ue = ovl_legacy_value(prefix, s->upper), *we = ovl_legacy_value(prefix, s->work);
 	if (!ue || !we)
 		return NULL;
-	snprintf(o + n, cap - n, ",upperdir=%s,workdir=%s," OVL_FIXED_OPTS, ue, we);
+	snprintf(o + n, cap - n, ",upperdir=%s,workdir=%s%s", ue, we, ovl_fixed_opts(s));
 	return TAKE_PTR(o);
 }
 
@@ -146,6 +172,8 @@ int overlay_mount(const struct overlay_spec *s, ckpt_error *err)
 	if (s->n_lowers > OVERLAY_MAX_LOWERS)
 		return err_set(err, E2BIG, NULL, "%zu lower layers exceed overlayfs' %d", s->n_lowers,
 			       OVERLAY_MAX_LOWERS);
+	if (s->opts && s->opts->kind == OVERLAY_GVISOR) /* it has no fsopen */
+		return overlay_mount_legacy(s, err);
 	int r = ovl_mount_new_api(s, err);
 	/* ENOSYS: no new mount API; EINVAL on "lowerdir+": a kernel before 6.8. */
 	if (r == -ENOSYS || r == -EINVAL || r == -EPERM)
@@ -156,7 +184,7 @@ int overlay_mount(const struct overlay_spec *s, ckpt_error *err)
 /* Private once attached (attaching under a shared parent makes it shared): a
  * mount made later on or under src must not propagate onto base, which is
  * meant to show src's original contents. */
-int overlay_mount_bind_ro(const char *src, const char *dst, ckpt_error *err)
+int overlay_mount_bind_ro(const char *src, const char *dst, bool rw_ok, ckpt_error *err)
 {
 	bool attached = false;
 	_cleanup_close_ int t = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
@@ -167,8 +195,11 @@ int overlay_mount_bind_ro(const char *src, const char *dst, ckpt_error *err)
 	}
 	if (!attached && mount(src, dst, NULL, MS_BIND, NULL) < 0)
 		return err_set(err, errno, NULL, "bind '%s' on '%s': %m", src, dst);
-	if ((!attached && mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) < 0) ||
-	    mount(NULL, dst, NULL, MS_PRIVATE, NULL) < 0) {
+	/* gVisor (2022) refuses to make a bind read-only (EINVAL): there base
+	 * stays writable, and only its overlay writes into the roots' state. */
+	bool ro = attached || mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) == 0 ||
+		  (errno == EINVAL && rw_ok);
+	if (!ro || mount(NULL, dst, NULL, MS_PRIVATE, NULL) < 0) {
 		int e = errno;
 		umount2(dst, MNT_DETACH);
 		return err_set(err, e, NULL, "make '%s' read-only and private: %s", dst, strerror(e));
@@ -258,6 +289,7 @@ static int ovl_parse_line(char *line, const char *path, struct overlay_mountinfo
 	char *opts = strtok_r(NULL, " \n", &save);
 	overlay_mountinfo_clear(ret);
 	ret->found = true;
+	ret->id = atoi(f[0]);
 	snprintf(ret->fstype, sizeof(ret->fstype), "%s", fstype ? fstype : "");
 	ret->source = source ? strdup(source) : NULL;
 	if (source && !ret->source)

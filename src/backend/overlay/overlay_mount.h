@@ -8,7 +8,22 @@
 /* Most lower layers overlayfs accepts (base included). */
 #define OVERLAY_MAX_LOWERS 500
 
+/* Which overlay runs here and with which options (overlay_probe.c finds
+ * them). The kernel's keeps renamed directories with redirect_dir=on;
+ * gVisor's takes no option beyond the dirs and copies a renamed directory
+ * up whole; userxattr is the kernel's in a user namespace (probed, never
+ * used: it refuses redirect_dir=on, so directory renames give EXDEV). */
+enum overlay_kind { OVERLAY_KERNEL, OVERLAY_GVISOR };
+struct overlay_opts {
+	enum overlay_kind kind;
+	bool redirect_dir;
+	bool userxattr;
+};
+extern const struct overlay_opts overlay_opts_kernel;
+const char *overlay_kind_name(enum overlay_kind k);
+
 struct overlay_spec {
+	const struct overlay_opts *opts; /* NULL: overlay_opts_kernel */
 	const char *target;        /* absolute mount point */
 	const char *dir;           /* absolute dir the names below are relative to */
 	int dir_fd;                /* fd of dir */
@@ -26,8 +41,9 @@ int overlay_mount_legacy(const struct overlay_spec *s, ckpt_error *err);
 /* Escape '\\', ',' and ':' for a legacy option value. Returns malloc'd. */
 char *overlay_mount_escape(const char *s);
 
-/* Bind src (not recursively) read-only and private onto dst. */
-int overlay_mount_bind_ro(const char *src, const char *dst, ckpt_error *err);
+/* Bind src (not recursively) read-only and private onto dst; rw_ok: a
+ * writable bind where the system refuses read-only ones (gVisor). */
+int overlay_mount_bind_ro(const char *src, const char *dst, bool rw_ok, ckpt_error *err);
 /* Detach whatever is mounted on path, if anything (best effort). */
 void overlay_umount_detach(const char *path);
 /* Stop propagation to and from the mount at path. */
@@ -36,7 +52,8 @@ int overlay_mount_private(const char *path);
 struct overlay_mountinfo {
 	bool found;
 	char fstype[32];
-	char *upperdir; /* overlay only, unescaped; malloc'd or NULL */
+	int id;         /* the mount's id (first field) */
+	char *upperdir; /* overlay only, unescaped; malloc'd or NULL (gVisor shows none) */
 	char *source;
 };
 void overlay_mountinfo_clear(struct overlay_mountinfo *m);

@@ -93,7 +93,8 @@ int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, 
 		lowers[i] = names[i];
 	}
 	lowers[n] = "base"; /* unless the chain ends with a base layer */
-	struct overlay_spec s = { .target = target,
+	struct overlay_spec s = { .opts = r->opts,
+				  .target = target,
 				  .dir = r->rdir,
 				  .dir_fd = r->rdir_fd,
 				  .lowers = lowers,
