@@ -52,6 +52,23 @@ static int treecopy_range(int in, int out, off_t off, off_t end)
 	return 0;
 }
 
+/* No SEEK_DATA (gVisor: EINVAL): copy it all, leaving zero blocks as holes. */
+static int treecopy_range_zeros(int in, int out, off_t size, uint64_t *ret_copied)
+{
+	static __thread char b[1 << 16];
+	static const char zero[1 << 16];
+	for (off_t off = 0; off < size;) {
+		ssize_t n = pread(in, b, sizeof(b), off);
+		if (n <= 0)
+			return n < 0 ? -errno : 0; /* 0: it shrank under us */
+		if (memcmp(b, zero, n) != 0 && pwrite(out, b, n, off) != n)
+			return -errno ? -errno : -EIO;
+		*ret_copied += n;
+		off += n;
+	}
+	return 0;
+}
+
 int treecopy_file_data(int in, int out, off_t size, uint64_t *ret_copied)
 {
 	*ret_copied = 0;
@@ -64,6 +81,8 @@ int treecopy_file_data(int in, int out, off_t size, uint64_t *ret_copied)
 	off_t off = 0;
 	while (off < size) {
 		off_t data = lseek(in, off, SEEK_DATA);
+		if (data < 0 && errno == EINVAL && off == 0)
+			return treecopy_range_zeros(in, out, size, ret_copied);
 		if (data < 0)
 			return errno == ENXIO ? 0 : -errno;
 		off_t hole = lseek(in, data, SEEK_HOLE);
