@@ -256,6 +256,23 @@ void cli_out_health(json_t *h)
 	}
 }
 
+/* Per root: its backend and why, and the overlay's options where it runs. */
+static void cli_out_root_details(json_t *details)
+{
+	size_t i;
+	json_t *d;
+	json_array_foreach(details, i, d)
+	{
+		json_t *o = json_object_get(d, "overlay");
+		printf("%-16s%s: %s (%s)\n", "Backend:", cli_out_str(d, "path", "?"), cli_out_str(d, "backend", "-"),
+		       cli_out_str(d, "backend_reason", "-"));
+		if (o)
+			printf("%-16s%s overlay, redirect_dir %s, userxattr %s\n", "Overlay:", cli_out_str(o, "kind", "?"),
+			       json_is_true(json_object_get(o, "redirect_dir")) ? "on" : "off",
+			       json_is_true(json_object_get(o, "userxattr")) ? "on" : "off");
+	}
+}
+
 /* ckpt status: a few lines from health, and the warnings first. */
 void cli_out_status(json_t *h)
 {
@@ -288,6 +305,7 @@ void cli_out_status(json_t *h)
 		printf("%-16s%s: %s (%s)\n", i ? "" : "Tracking:", cli_out_str(u, "path", "?"),
 		       cli_out_str(u, "tracking", "?"), cli_out_str(u, "tracking_reason", "?"));
 	}
+	cli_out_root_details(json_object_get(h, "root_details"));
 	if (json_is_string(json_object_get(h, "services")))
 		printf("%-16s%s\n", "Services:", cli_out_str(h, "services", "-"));
 	if (a) {

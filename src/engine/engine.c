@@ -33,8 +33,10 @@ static int engine_choose_backend(struct engine *e, const struct engine_deps *dep
 	if (backend_overlay_ops.probe && backend_overlay_ops.probe(&e->bctx, &perr) == 0) {
 		e->backend = &backend_overlay_ops;
 		snprintf(e->backend_reason, sizeof(e->backend_reason), "%s",
-			 cfg->backend == BACKEND_OVERLAY ? "overlay backend chosen by configuration"
-							 : "auto: overlayfs mounts work here");
+			 cfg->backend == BACKEND_OVERLAY
+				 ? "overlay backend chosen by configuration"
+				 : "auto: overlayfs mounts here, and a test mount kept a renamed base directory and a "
+				   "deleted base file (a restore swaps a layer chain, a create copies only the upper)");
 		return 0;
 	}
 	if (cfg->backend == BACKEND_OVERLAY)

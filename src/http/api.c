@@ -349,6 +349,21 @@ static void api_restore(void *app, const struct http_request *req, struct http_r
 	api_idempotent(app, req, resp, api_restore_run);
 }
 
+/* Per root: its backend, why, and the overlay options the backend's
+ * health gave ("overlay"), the same for every root of one daemon. */
+static json_t *api_root_details(const struct health_report *h, json_t *out)
+{
+	json_t *list = json_array(), *ovl = json_object_get(out, "overlay");
+	for (size_t i = 0; list && i < h->n_roots; i++) {
+		json_t *d = json_pack("{s:s,s:s,s:s}", "path", h->roots[i], "backend", h->backend, "backend_reason",
+				      h->backend_reason);
+		if (d && ovl)
+			json_object_set(d, "overlay", ovl);
+		json_array_append_new(list, d);
+	}
+	return list;
+}
+
 /* The engine's members, then what the backend and the adoption add (which
  * may replace one, as "status": "preparing"), then released_roots; the
  * engine's backend_reason is the last word. */
@@ -374,6 +389,7 @@ static json_t *api_health_json(const struct health_report *h)
 		json_object_update(out, h->sections);
 	json_object_set_new(out, "released_roots", released);
 	json_object_set_new(out, "backend_reason", json_string(h->backend_reason));
+	json_object_set_new(out, "root_details", api_root_details(h, out));
 	return out;
 }
 

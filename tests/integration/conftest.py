@@ -323,9 +323,11 @@ def tree_state(root, mtimes=True):
     return {k: v if v[-1] is None or members[v[-1]] > 1 else v[:-1] + (None,) for k, v in out.items()}
 
 
-def make_full_tree(root):
+def make_full_tree(root, owner=(1234, 5678), xattrs=True):
     """Every file type ckptd must keep: files, dirs, symlinks, hardlinks, a fifo,
-    xattrs, odd modes and owners, a sparse file, nesting."""
+    xattrs, odd modes and owners, a sparse file, nesting. owner None: keep the
+    caller's (a user namespace maps no other id); xattrs False: where the
+    filesystem has no user.* attributes."""
     root = pathlib.Path(root)
     (root / "dir/sub/deeper").mkdir(parents=True, exist_ok=True)
     (root / "empty-dir").mkdir(exist_ok=True)
@@ -338,13 +340,15 @@ def make_full_tree(root):
     os.chmod(root / "secret", 0o600)
     (root / "setgid-dir").mkdir(exist_ok=True)
     os.chmod(root / "setgid-dir", 0o2775)
-    os.chown(root / "secret", 1234, 5678)
+    if owner:
+        os.chown(root / "secret", *owner)
     os.symlink("file.txt", root / "link-rel")
     os.symlink("/nonexistent/target", root / "link-dangling")
     os.link(root / "file.txt", root / "dir/hardlink.txt")
     os.mkfifo(root / "fifo")
-    os.setxattr(root / "file.txt", "user.color", b"blue")
-    os.setxattr(root / "dir", "user.kind", b"directory")
+    if xattrs:
+        os.setxattr(root / "file.txt", "user.color", b"blue")
+        os.setxattr(root / "dir", "user.kind", b"directory")
     with open(root / "sparse.img", "wb") as f:
         f.seek(8 << 20)
         f.write(b"end")

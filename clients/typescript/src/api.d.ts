@@ -642,8 +642,18 @@ export interface components {
             mode: "sandbox";
             /** @enum {string} */
             backend: "tar" | "overlay";
-            /** @description why this backend was chosen. */
+            /** @description why this backend was chosen. With `auto`, overlay runs only where a test mount keeps a renamed base directory and a deleted base file; otherwise the reason names what the overlay lacked there (a user namespace's EXDEV on directory renames, gVisor's whiteouts on its gofer root, no mounts without CAP_SYS_ADMIN). */
             backend_reason: string;
+            overlay?: components["schemas"]["OverlayOptions"];
+            /** @description one entry per managed root, in the order of `roots`. */
+            root_details?: {
+                path: string;
+                /** @enum {string} */
+                backend: "tar" | "overlay";
+                /** @description why this backend serves the root. */
+                backend_reason: string;
+                overlay?: components["schemas"]["OverlayOptions"];
+            }[];
             roots: string[];
             checkpoints: number;
             uptime_secs: number;
@@ -718,6 +728,14 @@ export interface components {
                 /** @description tar backend only; changes a create or restore of this root may miss here, empty where none. Under gVisor: a write through a shared mapping while ckptd is not running, and without change tracking one mapped and unmapped between two operations. */
                 not_guaranteed?: string[];
             }[];
+        };
+        /** @description overlay backend only: the overlay in use and its options. `kernel`: Linux overlayfs with redirect_dir=on (renamed directories keep a redirect). `gvisor`: gVisor's own overlay, which takes no options and copies a renamed directory up whole; its upper and layers need a filesystem of the sandbox's own (a tmpfs) for whiteouts. */
+        OverlayOptions: {
+            /** @enum {string} */
+            kind: "kernel" | "gvisor";
+            redirect_dir: boolean;
+            /** @description always false; with it the kernel refuses redirect_dir=on. */
+            userxattr: boolean;
         };
         /** @description What a tar restore did (tar backend). */
         TarRestoreStats: {
