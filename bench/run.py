@@ -11,9 +11,11 @@ Host mode: handoff overhead over raw runsc, volume and etcd locks (bench/host.py
 Charts (bench/chart.py, --cases chart): create and restore time against tree
 size for both backends beside btrfs, `rsync -a --delete` and `tar -x`, at the
 --chart-sizes, drawn by gnuplot into docs/bench/*.svg.
+Environments (--cases env): the backend auto picks on the host, under runsc do,
+in unshare -Urm and without CAP_SYS_ADMIN, beside rsync there (bench/envbench.py).
 
 Usage: bench/run.py [--sizes small,large] [--runs N] [--load-secs S] [--out bench/results.md]
-                    [--cases all|retry|freeze|diff|tarinc|track|host|chart]  (one case: printed only)
+                    [--cases all|retry|freeze|diff|tarinc|track|host|chart|env]  (one case: printed only)
                     [--chart-sizes 1000:10,small,large]
 (--sizes "" --load-secs 5 runs only a short load section; a size may also be
 FILES:MB, e.g. --sizes 20000:200 --cases track for a quick run.)
@@ -36,6 +38,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import load  # noqa: E402
 import chart  # noqa: E402
 import host  # noqa: E402
+import envbench  # noqa: E402
 
 TOP = pathlib.Path(__file__).resolve().parents[1]
 BUILD = pathlib.Path(os.environ.get("BUILD", TOP / "build"))
@@ -529,14 +532,14 @@ def main():
     ap.add_argument("--load-secs", type=int, default=30, help="wrk duration of the load section (0: skip)")
     ap.add_argument("--out", default=str(TOP / "bench/results.md"))
     ap.add_argument("--cases", default="all",
-                    choices=["all", "retry", "freeze", "diff", "tarinc", "track", "host", "chart"],
+                    choices=["all", "retry", "freeze", "diff", "tarinc", "track", "host", "chart", "env"],
                     help="all, or one case alone (printed, results.md untouched; chart still draws the SVGs)")
     ap.add_argument("--chart-sizes", default="1000:10,small,large",
                     help="tree sizes of the charts; those not in --sizes run the chart case alone")
     a = ap.parse_args()
     if not os.path.exists(CKPTD):
         sys.exit(f"{CKPTD} missing: run make first")
-    sizes = [s for s in a.sizes.split(",") if s] if a.cases not in ("host", "chart") else []
+    sizes = [s for s in a.sizes.split(",") if s] if a.cases not in ("host", "chart", "env") else []
     results = {s: one_size(s, a.runs, a.cases) for s in sizes}
     md = "# ckptd benchmarks\n\n" + (table(results, a.runs) if results else "")
     if a.cases in ("all", "chart"):
@@ -545,6 +548,9 @@ def main():
             r = results[s] if s in results else one_size(s, a.runs, "chart")
             points.append((size_of(s)[0], size_of(s)[1] >> 20, r["chart"]))
         md += ("\n" if results else "") + chart_section(chart.chart_write(points))
+    if a.cases in ("all", "env"):
+        env = {s: envbench.env_case(*size_of(s), min(a.runs, 7), log) for s in a.sizes.split(",") if s}
+        md += ("\n" if results or a.cases == "all" else "") + envbench.env_table(env)
     load = a.load_secs > 0 and a.cases == "all"  # one case alone: no load section
     if load and not shutil.which("wrk"):
         log("[load] skipped: wrk is not installed (make deps installs it)")
