@@ -122,3 +122,23 @@ def test_ckpt_status_prints_backend_reason_and_overlay(daemon_factory):
     assert out.returncode == 0, out.stderr
     assert f"Backend:        {d.roots[0]}: overlay (auto: overlayfs mounts here" in out.stdout, out.stdout
     assert "Overlay:        kernel overlay, redirect_dir on, userxattr off" in out.stdout, out.stdout
+
+
+def test_fuse_overlayfs_refuses_renames_of_lower_directories(tmp_path):
+    """Why a user namespace runs tar and not fuse-overlayfs (docs/environments.md):
+    fuse-overlayfs (Debian's 1.10) gives EXDEV on rename(2) of any directory of a
+    lower, as the kernel's userxattr overlay does. If this fails, fuse-overlayfs
+    learned it: measure it again (bench/fuseovl.py)."""
+    for n in ("base/dir", "u", "w", "m"):
+        (tmp_path / n).mkdir(parents=True)
+    (tmp_path / "base/dir/f").write_text("x")
+    m = tmp_path / "m"
+    subprocess.run(["fuse-overlayfs", "-o", f"lowerdir={tmp_path / 'base'},upperdir={tmp_path / 'u'},"
+                    f"workdir={tmp_path / 'w'}", str(m)], check=True, capture_output=True)
+    try:
+        with pytest.raises(OSError) as e:
+            os.rename(m / "dir", m / "dir-moved")
+        assert e.value.errno == 18  # EXDEV
+        assert (m / "dir/f").read_text() == "x"
+    finally:
+        subprocess.run(["umount", str(m)], check=True)
