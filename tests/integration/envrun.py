@@ -8,7 +8,7 @@ started here, driven over this environment's loopback.
     envrun.py start --dir D --backend B [--tmpfs-state]
 
 exact: every file type, a rename of base directories before and after
-restores, restore after a restart. crash: SIGKILL during creates and restores
+restores, restore after a restart, a fork. crash: SIGKILL during creates and restores
 (tests/crash/crash.py's harness and invariants). start: start, report, stop.
 Each prints one line `RESULT {json}` (health's backend fields, what ran) and
 exits 1 on the first broken promise."""
@@ -71,6 +71,18 @@ def change_tree(root, n):
         f.write(b"middle")
 
 
+def check_fork(d, cid, want):
+    """A fork shows the checkpoint; deleting it leaves its directory empty."""
+    path = d.base / "fork"
+    path.mkdir()
+    r = d.request("POST", f"/v1/checkpoints/{cid}/fork", json={"path": str(path)})
+    assert r.status_code == 201, r.text
+    assert_same_tree(want, tree_state(path))
+    r = d.request("DELETE", f"/v1/forks/{r.json()['fork_id']}")
+    assert r.status_code == 204, r.text
+    assert not any(path.iterdir()), "a deleted fork left files"
+
+
 def run_exact(a, d):
     root = d.roots[0]
     xattrs = xattrs_allowed(root)
@@ -98,8 +110,9 @@ def run_exact(a, d):
     for cid, want in ((c1, s1), (c2, s2), (c3, s3), (c1, s1)):
         d.restore(cid)
         assert_same_tree(want, tree_state(root))
+    check_fork(d, c2, s2)
     d.stop()
-    out["checked"] = ["types", "renames", "restart"]
+    out["checked"] = ["types", "renames", "restart", "fork"]
     return out
 
 

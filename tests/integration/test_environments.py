@@ -75,7 +75,7 @@ def test_exact_in_environment(env, backend, opts, runs, kind, envdir):
     out = run_in(env, "exact", envdir, backend, *opts)
     check_choice(out, runs, kind)
     assert out["after_restart"] == runs
-    assert out["checked"] == ["types", "renames", "restart"]
+    assert out["checked"] == ["types", "renames", "restart", "fork"]
     assert out["xattrs"], "user.* xattrs work in each of these environments here"
 
 

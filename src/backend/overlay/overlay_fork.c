@@ -57,8 +57,9 @@ static bool ovl_fork_mounted(struct ovl_root *r, const char *fid, const char *di
 	char rel[96];
 	snprintf(rel, sizeof(rel), "f/%s/u", fid);
 	want = path_join(r->rdir, rel);
-	bool ok = overlay_mountinfo_find(dir, &mi) == 0 && mi.found && !strcmp(mi.fstype, "overlay") && mi.upperdir &&
-		want && !strcmp(mi.upperdir, want);
+	/* gVisor's mountinfo names no upperdir: an overlay at dir is taken as the fork's */
+	bool ok = overlay_mountinfo_find(dir, &mi) == 0 && mi.found && !strcmp(mi.fstype, "overlay") && want &&
+		(mi.upperdir ? !strcmp(mi.upperdir, want) : r->opts->kind == OVERLAY_GVISOR);
 	overlay_mountinfo_clear(&mi);
 	return ok;
 }
