@@ -363,6 +363,10 @@ int overlay_umount_pinned(const char *path, struct restore_details *busy, int *r
 	 * when held; a mark left from an earlier call would unmount (synced). */
 	if (umount2(path, MNT_EXPIRE | UMOUNT_NOFOLLOW) == 0)
 		return 0;
+	/* gVisor has no MNT_EXPIRE (EINVAL): a plain unmount tells busy (EBUSY)
+	 * from not; its upper is a tmpfs, with nothing to write back. */
+	if (errno == EINVAL && umount2(path, UMOUNT_NOFOLLOW) == 0)
+		return 0;
 	if (errno == EBUSY && busy && overlay_busy_processes(path, busy) < 0)
 		log_debug("cannot list the processes holding '%s'", path);
 	int pin = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
