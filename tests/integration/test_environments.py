@@ -142,3 +142,18 @@ def test_fuse_overlayfs_refuses_renames_of_lower_directories(tmp_path):
         assert (m / "dir/f").read_text() == "x"
     finally:
         subprocess.run(["umount", str(m)], check=True)
+
+
+def test_overlay_suites_pass_under_gvisor():
+    """The kernel overlay's own tests (renames through layer generations and
+    flattening, restarts, kills, mappings, busy mounts), forks and diffs, run
+    inside runsc do on gVisor's overlay. /tmp there is a tmpfs of the sandbox,
+    so state dirs take the overlay backend. CKPTD_TEST_ENV tells the rename
+    tests that a plain directory here is one of gVisor's overlay."""
+    files = ["tests/integration/test_overlay.py", "tests/integration/test_fork.py", "tests/integration/test_diff.py"]
+    inner = (f"mount -t tmpfs tmpfs /tmp && cd {shlex.quote(str(TOP))} && CKPTD_TEST_ENV=gvisor "
+             f"{sys.executable} -m pytest -q -p no:cacheprovider --basetemp=/tmp/pt -rs " + " ".join(files))
+    p = subprocess.run(wrap("gvisor", ["/bin/sh", "-c", inner]), capture_output=True, text=True, timeout=1200)
+    tail = p.stdout[-3000:] + p.stderr[-2000:]
+    assert p.returncode == 0, tail
+    assert " passed" in p.stdout and "skipped" not in p.stdout and "failed" not in p.stdout, tail
