@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "config.h"
 #include "backend/overlay/overlay_mount.h"
+#include "backend/overlay/overlay_probe.h"
 #include "testlib.h"
 
 static char dir[TESTLIB_DIR_LEN], root[96], state[96];
@@ -293,10 +294,65 @@ static void test_legacy_many_layers(void **s)
 	close(fd);
 }
 
+/* As root on this kernel: redirect_dir=on, and the test tree is gone. */
+static void test_probe_picks_kernel_redirect_dir(void **s)
+{
+	(void)s;
+	struct overlay_opts o = { .kind = OVERLAY_GVISOR };
+	ckpt_error err = { 0 };
+	if (overlay_probe(state, &o, &err) < 0)
+		fail_msg("probe: %s", err.msg);
+	assert_int_equal(o.kind, OVERLAY_KERNEL);
+	assert_true(o.redirect_dir);
+	assert_false(o.userxattr);
+	char p[128];
+	snprintf(p, sizeof(p), "%s/overlay", state);
+	DIR *d = opendir(p);
+	assert_non_null(d);
+	for (struct dirent *de; (de = readdir(d));)
+		assert_true(strncmp(de->d_name, ".probe-", 7) != 0);
+	closedir(d);
+}
+
+/* Why userxattr is never chosen: the kernel refuses redirect_dir=on with
+ * it, and a directory of the lower then cannot be renamed. */
+static void test_userxattr_renames_give_exdev(void **s)
+{
+	(void)s;
+	char p[256], m[300], a[320], b[320];
+	snprintf(p, sizeof(p), "%s/ux", state);
+	mkdir(p, 0700);
+	int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	mkdirat(fd, "l", 0755);
+	mkdirat(fd, "l/d", 0755);
+	mkdirat(fd, "u", 0755);
+	mkdirat(fd, "w", 0700);
+	const char *lowers[] = { "l" };
+	struct overlay_opts ux = { .kind = OVERLAY_KERNEL, .userxattr = true };
+	struct overlay_spec sp = { .opts = &ux, .target = root, .dir = p, .dir_fd = fd, .lowers = lowers,
+				   .n_lowers = 1, .upper = "u", .work = "w" };
+	ckpt_error err = { 0 };
+	char both[1024];
+	snprintf(both, sizeof(both), "lowerdir=%s/l,upperdir=%s/u,workdir=%s/w,userxattr,redirect_dir=on", p, p, p);
+	assert_int_equal(mount("overlay", root, "overlay", 0, both), -1);
+	assert_int_equal(errno, EINVAL);
+	if (overlay_mount(&sp, &err) < 0)
+		fail_msg("userxattr mount: %s", err.msg);
+	snprintf(m, sizeof(m), "%s", root);
+	snprintf(a, sizeof(a), "%s/d", m);
+	snprintf(b, sizeof(b), "%s/e", m);
+	assert_int_equal(rename(a, b), -1);
+	assert_int_equal(errno, EXDEV);
+	assert_int_equal(umount2(root, 0), 0);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_escape),
+		cmocka_unit_test_setup_teardown(test_probe_picks_kernel_redirect_dir, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_userxattr_renames_give_exdev, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restore_changes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_adopt_restart_and_reboot, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_remove_gc, setup, teardown),
