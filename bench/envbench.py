@@ -43,7 +43,6 @@ def daemon_figures(work, src, n_files, runs):
     from run import Daemon, rewrite_all, touch_10
     d = Daemon("auto", src, work / "state")
     try:
-        h = d.s.get(d.url + "/v1/health", timeout=10).json()
         rewrite_all(src, n_files)
         full, full_wall = d.create("full")
         touch_10(src, n_files, "c")
@@ -55,8 +54,9 @@ def daemon_figures(work, src, n_files, runs):
         for i in range(runs):
             touch_10(src, n_files, f"y{i}", off=2 + i % 7)
             restores.append(d.restore(c10["checkpoint_id"])[1])
+        h = d.s.get(d.url + "/v1/health", timeout=10).json()  # tracking is armed by now
         return {"backend": h["backend"], "backend_reason": h["backend_reason"], "overlay": h.get("overlay"),
-                "root_details": h.get("root_details"),
+                "root_details": h.get("root_details"), "tracking_roots": h.get("tracking_roots"),
                 "create_full": full_wall, "create10_first": c10_wall, "create10": statistics.median(creates),
                 "restore10": statistics.median(restores)}
     finally:
@@ -98,10 +98,16 @@ def env_case(n_files, total, runs, log):
     return out
 
 
+def _tracking(r):
+    return (r.get("tracking_roots") or [{}])[0]
+
+
 def _why_create(r):
-    """Why a create misses its target: the tracking health gives, else the walk."""
-    d = (r.get("root_details") or [{}])[0]
-    return d.get("tracking_reason") or "no change tracking here: the create walks every file"
+    """Why a create misses its target: how health says changes are tracked."""
+    t = _tracking(r)
+    if t.get("tracking") in (None, "none"):
+        return "no change tracking here (%s): the create walks every file" % t.get("tracking_reason", "?")
+    return "tracked with %s, yet the create still reads more than the changes" % t["tracking"]
 
 
 def _why_restore(r):
@@ -120,7 +126,7 @@ def env_table(results):
     lines = ["Where ckptd runs: the backend `auto` picks in each environment, medians of wall times in ms.",
              "Targets: restore after 10 changes ≤ 0.25x `rsync -a --delete` from a pristine copy there; create",
              "after 10 changes ≤ 10 % of a full create (every file changed); an overlay restore ≤ 20 ms.", "",
-             "| size | environment | backend | restore after 10 changes / rsync / ratio | "
+             "| size | environment | backend, tracking | restore after 10 changes / rsync / ratio | "
              "create after 10 changes / full create / ratio | overlay restore |",
              "| --- | --- | --- | --- | --- | --- |"]
     why = {}  # each environment's backend_reason, below the table
@@ -130,6 +136,7 @@ def env_table(results):
                 lines.append(f"| {size} | {env} | - | failed: {r['error'].strip().splitlines()[-1][:150]} | | |")
                 continue
             kind = f" ({r['overlay']['kind']})" if r.get("overlay") else ""
+            kind += f", {_tracking(r)['tracking']}" if _tracking(r).get("tracking") else ""
             rr = r["restore10"] / r["rsync"]
             cr = r["create10"] / r["create_full"]
             restore = (f"{r['restore10']:.1f} / {r['rsync']:.0f} / "

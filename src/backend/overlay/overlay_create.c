@@ -63,21 +63,6 @@ static bool ovl_track_wanted(const struct ovl_root *r, uint64_t entries)
 	return r->track == TRACK_ALWAYS || (r->track == TRACK_AUTO && entries >= OVL_TRACK_MIN_ENTRIES);
 }
 
-/* The root's identity for the /proc scans: its device is the overlay's on
- * the kernel; gVisor's overlay shows a file's own filesystem instead, and a
- * file written through a mapping is in the upper, so there the upper's. */
-static int ovl_root_stat(struct ovl_root *r, struct stat *st)
-{
-	struct stat up;
-	char u[32];
-	if (stat(r->path, st) < 0)
-		return -1;
-	snprintf(u, sizeof(u), "u/%s", r->upper);
-	if (r->opts->kind == OVERLAY_GVISOR && fstatat(r->rdir_fd, u, &up, 0) == 0)
-		st->st_dev = up.st_dev;
-	return 0;
-}
-
 /* The suspects of a pass that tracking does not name (change_track.h): the
  * files of r mapped shared and writable now, added to *sus. A scan that fails
  * is logged; the pass then trusts those files' ctimes, as it did before. */
@@ -85,7 +70,7 @@ static void ovl_scan_suspects(struct ovl_root *r, struct pathindex **sus)
 {
 	struct stat rst;
 	const char *why = "cannot stat the root";
-	if (ovl_root_stat(r, &rst) < 0 || chg_scan_mapped(r->path, rst.st_dev, false, sus, &why) < 0)
+	if (stat(r->path, &rst) < 0 || chg_scan_mapped(r->path, rst.st_dev, false, sus, &why) < 0)
 		log_warn("create: cannot tell which files of '%s' are mapped shared and writable (%s): a write "
 			 "through such a mapping during the copy may be missed",
 			 r->path, why);
@@ -105,7 +90,7 @@ static int ovl_catch_up(struct ovl_root *r, int up, int dst, struct pathindex **
 	const char *why = "cannot stat the root";
 	struct stat rst;
 	int64_t t0 = mono_ms();
-	int q = ovl_root_stat(r, &rst) < 0 ? -EAGAIN : chg_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
+	int q = stat(r->path, &rst) < 0 ? -EAGAIN : chg_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
 	struct pathindex *nix = pathindex_copy(*ix);
 	struct treecopy_opts o = {
 		.prev_fd = -1, .prev_ix = *ix, .new_ix = nix, .dirs = r->pre_dirs.n ? &r->pre_dirs : NULL
@@ -179,7 +164,7 @@ static int ovl_delta_pass(struct ovl_root *r, int l, int up, int dst, bool froze
 	 * names the files in use and mapped, and those are copied then */
 	int q = np < 0                    ? (why = "a previous layer is gone", -EAGAIN)
 		: !frozen                 ? chg_track_collect_events(&r->trk, &dirty, &n, &why)
-		: ovl_root_stat(r, &rst) < 0 ? -EAGAIN
+		: stat(r->path, &rst) < 0 ? -EAGAIN
 					  : chg_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
 	struct ovl_delta_opts o = { .up = up,
 				    .prev = pfd,
@@ -350,7 +335,7 @@ static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_
 	int q = -EAGAIN;
 	int64_t t0 = mono_ms();
 	if (chg_track_armed(&r->trk))
-		q = ovl_root_stat(r, &rst) < 0 ? (why = "cannot stat the root", -EAGAIN)
+		q = stat(r->path, &rst) < 0 ? (why = "cannot stat the root", -EAGAIN)
 					    : chg_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
 	int64_t t1 = mono_ms();
 	if (q == 0) {
