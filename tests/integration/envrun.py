@@ -49,9 +49,10 @@ def xattrs_allowed(root):
         probe.unlink()
 
 
-def change_tree(root, n):
+def change_tree(root, n, xattrs):
     """Renames of base directories (nested too), edits through a hard link,
-    a mode, a deletion, new files of every kind."""
+    a mode, a deletion, new files of every kind, an xattr alone (gVisor
+    keeps ctime then)."""
     moved = root / f"dir-moved{n}"
     os.rename(sorted(root.glob("dir*"))[0], moved)
     os.rename(sorted(moved.glob("sub*"))[0], moved / f"sub-moved{n}")
@@ -69,6 +70,9 @@ def change_tree(root, n):
     with open(root / "sparse.img", "r+b") as f:
         f.seek(n << 20)
         f.write(b"middle")
+    if xattrs:
+        os.setxattr(root / "new1" / "f", "user.round", str(n).encode())
+        os.setxattr(root / "exec.sh", "user.round", str(n).encode())
 
 
 def check_fork(d, cid, want):
@@ -88,26 +92,33 @@ def run_exact(a, d):
     xattrs = xattrs_allowed(root)
     make_full_tree(root, owner=(1234, 5678) if a.owner_ids == "any" else None, xattrs=xattrs)
     d.start()
-    out = dict(backend_fields(d), xattrs=xattrs)
+    out = dict(backend_fields(d), xattrs=xattrs, xattr_only=xattrs and a.xattr_only)
     c1 = d.create("c1")["checkpoint_id"]
     s1 = tree_state(root)
-    change_tree(root, 1)
+    change_tree(root, 1, xattrs)
     c2 = d.create("c2")["checkpoint_id"]
     s2 = tree_state(root)
-    change_tree(root, 2)  # base directories renamed again, now over the c2 layer
+    change_tree(root, 2, xattrs)  # base directories renamed again, now over the c2 layer
     d.restore(c1)
     assert_same_tree(s1, tree_state(root))
     d.restore(c2)
     assert_same_tree(s2, tree_state(root))
     os.rename(root / "dir-moved1", root / "after-restore")
     os.rename(root / "after-restore" / "sub-moved1", root / "sub-out")  # a base directory, after a restore
+    (root / "in-upper").write_text("u\n")  # after the restore: in the upper at c3 and c4
     c3 = d.create("c3")["checkpoint_id"]
     s3 = tree_state(root)
+    xattr_only = xattrs and a.xattr_only
+    if xattr_only:  # an xattr alone, on files c3 holds: gVisor moves no ctime then
+        os.setxattr(root / "in-upper", "user.round", b"only")
+        os.setxattr(root / "exec.sh", "user.round", b"only")
+    c4 = d.create("c4")["checkpoint_id"]
+    s4 = tree_state(root)
     d.stop()
     d.start()
-    assert_same_tree(s3, tree_state(root))
+    assert_same_tree(s4, tree_state(root))
     out["after_restart"] = backend_fields(d)["backend"]
-    for cid, want in ((c1, s1), (c2, s2), (c3, s3), (c1, s1)):
+    for cid, want in ((c1, s1), (c2, s2), (c3, s3), (c4, s4), (c1, s1), (c4, s4)):
         d.restore(cid)
         assert_same_tree(want, tree_state(root))
     check_fork(d, c2, s2)
@@ -147,6 +158,8 @@ def main():
     ap.add_argument("--tmpfs-state", action="store_true")
     ap.add_argument("--owner-ids", choices=["mapped", "any"], default="any")
     ap.add_argument("--kills", type=int, default=6)
+    ap.add_argument("--no-xattr-only", dest="xattr_only", action="store_false",
+                    help="leave out the change of an xattr alone (a known gap, see test_environments.py)")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     base = pathlib.Path(a.dir)

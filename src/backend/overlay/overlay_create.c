@@ -93,7 +93,8 @@ static int ovl_catch_up(struct ovl_root *r, int up, int dst, struct pathindex **
 	int q = stat(r->path, &rst) < 0 ? -EAGAIN : chg_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
 	struct pathindex *nix = pathindex_copy(*ix);
 	struct treecopy_opts o = {
-		.prev_fd = -1, .prev_ix = *ix, .new_ix = nix, .dirs = r->pre_dirs.n ? &r->pre_dirs : NULL
+		.prev_fd = -1, .prev_ix = *ix, .new_ix = nix, .dirs = r->pre_dirs.n ? &r->pre_dirs : NULL,
+		.xattrs_keep_ctime = r->opts->kind == OVERLAY_GVISOR
 	};
 	if (q == 0) {
 		o.suspects = r->trk.suspects;
@@ -172,7 +173,8 @@ static int ovl_delta_pass(struct ovl_root *r, int l, int up, int dst, bool froze
 				    .ix = r->ix,
 				    .dix = r->dix,
 				    .suspects = r->trk.suspects,
-				    .dirs = &r->ddirs };
+				    .dirs = &r->ddirs,
+				    .xattrs_keep_ctime = r->opts->kind == OVERLAY_GVISOR };
 	if (q == 0) {
 		why = "a directory moved or made over another entry, or a changed file of several names";
 		q = overlay_delta_dirs(&o, dst, dirty, n, stats, err);
@@ -273,7 +275,8 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 				      .new_ix = ix,
 				      .progress = p,
 				      /* what a tracked frozen pass checks directory metadata of */
-				      .dirs = chg_track_armed(&r->trk) ? &r->pre_dirs : NULL };
+				      .dirs = chg_track_armed(&r->trk) ? &r->pre_dirs : NULL,
+				      .xattrs_keep_ctime = r->opts->kind == OVERLAY_GVISOR };
 	struct treecopy_stats stats = { 0 }, again = { 0 };
 	/* with tracking, the frozen pass's collect names the suspects */
 	_cleanup_(pathindex_freep) struct pathindex *sus = NULL;
@@ -460,6 +463,7 @@ static int ovl_capture_layer(struct ovl_root *r, struct progress *p, ckpt_error 
 		.prev_ix = update ? r->pre_ix : r->ix,
 		.new_ix = ix,
 		.progress = update ? NULL : p, /* the bar follows the first pass, which has the totals */
+		.xattrs_keep_ctime = r->opts->kind == OVERLAY_GVISOR,
 	};
 	struct treecopy_stats stats = { 0 };
 	uint64_t pre_bytes = r->pre_bytes;

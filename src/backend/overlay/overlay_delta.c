@@ -263,6 +263,16 @@ static int dl_prev(const int *pfd, size_t n, const char *name, struct stat *st)
 
 static int dl_new_dir(struct dl *t, int dst, const char *rel);
 
+/* gVisor: the newest previous layer's copy of path has the xattrs the
+ * upper's name has (an xattr change there moves no ctime). */
+static bool dl_prev_same_xattrs(const struct ovl_delta_opts *o, int ufd, const char *name, const char *path)
+{
+	for (size_t i = 0; i < o->n_prev; i++)
+		if (o->prev[i] >= 0 && faccessat(o->prev[i], path, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+			return treecopy_same_xattrs(ufd, name, o->prev[i], path);
+	return false;
+}
+
 /* One dirty directory rel: the delta's copy of it made what the upper's is,
  * relative to the previous layers. */
 static int dl_dir(struct dl *t, int dst, const char *rel)
@@ -341,7 +351,8 @@ static int dl_dir(struct dl *t, int dst, const char *rel)
 			bool sus = pathindex_has(o->suspects, t->path);
 			bool same = !sus &&
 				(pathindex_has(o->dix, t->path) ? pathindex_match(o->dix, t->path, &st)
-								     : pathindex_match(o->ix, t->path, &st));
+								     : pathindex_match(o->ix, t->path, &st)) &&
+				(!o->xattrs_keep_ctime || dl_prev_same_xattrs(o, ufd, name, t->path));
 			if (same)
 				continue;
 			if ((r = dl_copy(t, ufd, dfd, name, &st)) < 0)

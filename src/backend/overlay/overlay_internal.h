@@ -57,6 +57,7 @@ struct ovl_delta_opts {
 	struct pathindex *dix; /* the files the deltas copied: this one's added */
 	const struct pathindex *suspects;
 	struct ovl_delta_dirs *dirs; /* every directory of the upper: new ones added */
+	bool xattrs_keep_ctime;      /* gVisor: treecopy_opts' */
 };
 /* Make the delta dst hold what the dirty directories of the upper hold,
  * relative to the previous layers. -EAGAIN: a change a delta does not

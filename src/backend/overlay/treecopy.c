@@ -82,7 +82,8 @@ static int treecopy_try_link(struct tc *t, int sfd, int dfd, const char *name, c
 	else if (t->o->link_sources && !S_ISDIR(st->st_mode))
 		r = linkat(sfd, name, dfd, name, 0);
 	else if (S_ISREG(st->st_mode) && t->o->prev_fd >= 0 && pathindex_match(t->o->prev_ix, t->path, st) &&
-		 !pathindex_has(t->o->suspects, t->path)) {
+		 !pathindex_has(t->o->suspects, t->path) &&
+		 (!t->o->xattrs_keep_ctime || treecopy_same_xattrs(sfd, name, t->o->prev_fd, t->path))) {
 		r = linkat(t->o->prev_fd, t->path, dfd, name, 0);
 		if (r == 0 && st->st_nlink > 1 && devino_put(&t->links, st->st_dev, st->st_ino, t->path) < 0)
 			return -ENOMEM;
@@ -416,7 +417,8 @@ static int treecopy_update_entry(struct tc *t, int sfd, int dfd, const char *nam
 	/* a suspect, or a file recorded untrusted, keeps its copy when its
 	 * metadata is unchanged and its data compares equal */
 	bool match = have && !linked && S_ISREG(st.st_mode) && S_ISREG(dtype) &&
-		pathindex_match(t->o->prev_ix, t->path, &st);
+		pathindex_match(t->o->prev_ix, t->path, &st) &&
+		(!t->o->xattrs_keep_ctime || treecopy_same_xattrs(sfd, name, dfd, name));
 	bool untrusted = have && !linked && S_ISREG(st.st_mode) && S_ISREG(dtype) && !match &&
 		pathindex_match_untrusted(t->o->prev_ix, t->path, &st);
 	if ((match && !pathindex_has(t->o->suspects, t->path)) ||

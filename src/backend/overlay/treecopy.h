@@ -38,6 +38,9 @@ struct treecopy_opts {
 	 * kept by update unless their data is compared equal; recorded in
 	 * new_ix untrusted */
 	const struct pathindex *suspects;
+	/* gVisor: an xattr change moves no ctime, so a file its index matches
+	 * keeps its copy only when their xattrs are the same too */
+	bool xattrs_keep_ctime;
 };
 
 struct treecopy_stats {
@@ -88,3 +91,6 @@ bool treecopy_is_whiteout(const struct stat *st);
 /* Owner, mode, xattrs, then times of a created inode, from st and the source:
  * through fds (sfd_entry, dfd_entry >= 0) or by (sfd|dfd, name). */
 int treecopy_copy_meta(int sfd, int dfd, const char *name, int sfd_entry, int dfd_entry, const struct stat *st);
+
+/* The same xattr names and values on (afd, a) and (bfd, b) (treecopy_data.c). */
+bool treecopy_same_xattrs(int afd, const char *a, int bfd, const char *b);

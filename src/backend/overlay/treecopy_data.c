@@ -268,3 +268,21 @@ bool treecopy_same_data(int sfd, int dfd, const char *name, const struct stat *s
 		return true;
 	return out >= 0 && treecopy_refresh_data(in, out, st->st_size, false, &differ) == 0 && differ == 0;
 }
+
+/* The same xattr names and values on (afd, a) and (bfd, b). */
+bool treecopy_same_xattrs(int afd, const char *a, int bfd, const char *b)
+{
+	static __thread char la[XATTR_LIST_BUF], lb[XATTR_LIST_BUF], va[XATTR_VALUE_BUF], vb[XATTR_VALUE_BUF];
+	struct xattr_ref xa, xb;
+	xattr_ref_init(&xa, -1, afd, a);
+	xattr_ref_init(&xb, -1, bfd, b);
+	ssize_t na = xattr_list(&xa, la, sizeof(la)), nb = xattr_list(&xb, lb, sizeof(lb));
+	if (na < 0 || nb < 0 || na != nb)
+		return na < 0 && nb < 0; /* no xattrs on this filesystem */
+	for (char *k = la; k < la + na; k += strlen(k) + 1) {
+		ssize_t x = xattr_get(&xa, k, va, sizeof(va)), y = xattr_get(&xb, k, vb, sizeof(vb));
+		if (x < 0 || x != y || memcmp(va, vb, x) != 0)
+			return false;
+	}
+	return true;
+}
