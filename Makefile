@@ -16,6 +16,7 @@ CC        ?= cc
 PYTHON    ?= /usr/bin/python3
 BUILD     ?= build
 SANITIZE  ?=
+FAILPOINTS ?=
 PYTEST_ARGS ?=
 
 PKGS      := libmicrohttpd jansson libarchive libsystemd nettle libcurl libzstd
@@ -25,6 +26,10 @@ VERSION   := 0.1.0
 
 CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -O2 -g -D_GNU_SOURCE -pthread \
 	-fstack-protector-strong -D_FORTIFY_SOURCE=2 -Isrc -DCKPTD_VERSION='"$(VERSION)"'
+# The test build's crash points (docs/failpoints.md): make FAILPOINTS=1 BUILD=build-fp.
+ifneq ($(FAILPOINTS),)
+CFLAGS_BASE += -DCKPTD_FAILPOINTS
+endif
 ifneq ($(SANITIZE),)
 CFLAGS_BASE += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -O1
 LDFLAGS_SAN := -fsanitize=$(SANITIZE)
