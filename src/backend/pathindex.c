@@ -9,6 +9,7 @@
 #include <limits.h>
 
 #include <sys/stat.h>
+#include "lib/failpoint.h"
 
 struct ix_entry {
 	char *path;
@@ -159,7 +160,7 @@ int pathindex_save(const struct pathindex *ix, const char *tag, int dirfd, const
 		unlinkat(dirfd, tmp, 0);
 		return -EIO;
 	}
-	return renameat(dirfd, tmp, dirfd, name) < 0 ? -errno : 0;
+	return FAILPOINT_AROUND("pathindex.save.rename", renameat(dirfd, tmp, dirfd, name)) < 0 ? -errno : 0;
 }
 
 static int pathindex_parse(FILE *f, struct pathindex *ix, char **ret_tag)
