@@ -138,7 +138,10 @@ bool pathindex_match(const struct pathindex *ix, const char *relpath, const stru
 int pathindex_save(const struct pathindex *ix, const char *tag, int dirfd, const char *name)
 {
 	char tmp[256];
-	snprintf(tmp, sizeof(tmp), ".%s.tmp", name);
+	/* the temp file beside name: "idx/index" writes "idx/.index.tmp" */
+	const char *slash = strrchr(name, '/');
+	int dir_len = slash ? (int)(slash - name + 1) : 0;
+	snprintf(tmp, sizeof(tmp), "%.*s.%s.tmp", dir_len, name, name + dir_len);
 	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return -errno;
