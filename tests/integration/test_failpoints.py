@@ -19,7 +19,6 @@ import pathlib
 import subprocess
 import time
 
-import pytest
 import requests
 
 from conftest import TOP, Daemon, free_port, mounts_under, tree_state, unmount_all
@@ -30,9 +29,6 @@ if not FP_BUILD.is_absolute():
 FP_CKPTD = str(FP_BUILD / "ckptd")
 CONFIG = {"cleanup_interval_secs": 1, "flatten_depth": 2, "tar_chain_max": 2, "default_ttl_secs": 0,
           "max_checkpoints": 1000}
-# The test switches conftest sets for every daemon change the path under test:
-# these daemons run with production defaults.
-TEST_SWITCHES = ("CKPTD_TRACK_CHANGES", "CKPTD_TRACK_CHECK", "CKPTD_FAILPOINT", "CKPTD_FAILPOINT_TRACE")
 
 
 class Died(Exception):
@@ -46,15 +42,6 @@ class Broken(AssertionError):
 class FPDaemon(Daemon):
     def argv(self):
         return [FP_CKPTD] + super().argv()[1:]
-
-    def start(self, wait=True, timeout=30):
-        env = {k: v for k, v in os.environ.items() if k not in TEST_SWITCHES}
-        env.update(self.env or {})
-        self.log_fh = open(self.logfile, "ab")
-        self.proc = subprocess.Popen(self.argv(), stdout=self.log_fh, stderr=subprocess.STDOUT, env=env)
-        if wait:
-            self.wait_ready(timeout)
-        return self
 
     def dead(self):
         return self.proc is None or self.proc.poll() is not None
@@ -78,11 +65,10 @@ class Run:
 
     def __init__(self, base, backend, env):
         # Overlay tracks changes from 2,000 entries on, and only a tracked
-        # create makes delta layers: CKPTD_TRACK_CHANGES=1 (a setting of
-        # ckptd(8), not a test switch) tracks these small roots too.
-        env = {**env, "CKPTD_TRACK_CHANGES": "1"} if backend == "overlay" else env
-        self.base_env = {"CKPTD_TRACK_CHANGES": "1"} if backend == "overlay" else {}
-        self.d = FPDaemon(base, backend=backend, n_roots=2, config=CONFIG, env=env)
+        # create makes delta layers: track_changes "always" (ckptd.json(5))
+        # tracks these small roots too.
+        config = {**CONFIG, "track_changes": "always"} if backend == "overlay" else CONFIG
+        self.d = FPDaemon(base, backend=backend, n_roots=2, config=config, env=env)
         self.backend = backend
         self.acked = {}  # cid -> trees of both roots
         self.deleted = set()
@@ -286,7 +272,7 @@ class Run:
         during recovery), after which a clean start follows. Returns the
         points this start reached before it was ready."""
         self.d.proc = None
-        self.d.env = {**self.base_env, **({"CKPTD_FAILPOINT": then} if then else {"CKPTD_FAILPOINT_TRACE": "1"})}
+        self.d.env = {"CKPTD_FAILPOINT": then} if then else {"CKPTD_FAILPOINT_TRACE": "1"}
         mark = len(self.d.log())
         try:
             self.step_start()
@@ -302,7 +288,7 @@ class Run:
                 raise Broken(f"the start after the kill did not reach {then}")
             self.d.proc.wait(30)
             self.d.proc = None
-            self.d.env = dict(self.base_env)
+            self.d.env = {}
             self.start_checked()
         return {line.split()[2] for line in log.splitlines() if line.startswith("failpoint hit ")}
 
@@ -503,5 +489,5 @@ def test_every_failpoint_is_crash_safe(tmp_path):
 if __name__ == "__main__":  # one point by hand: test_failpoints.py BACKEND POINT DIR [THEN]
     import sys
     fp_build()
-    hits = crash_at(pathlib.Path(sys.argv[3]), sys.argv[1], sys.argv[2], (sys.argv[4:] or [None])[0])
-    print("ok; the restart reached:", " ".join(sorted(hits)))
+    reached = crash_at(pathlib.Path(sys.argv[3]), sys.argv[1], sys.argv[2], (sys.argv[4:] or [None])[0])
+    print("ok; the restart reached:", " ".join(sorted(reached)))
