@@ -16,6 +16,7 @@ CC        ?= cc
 PYTHON    ?= /usr/bin/python3
 BUILD     ?= build
 SANITIZE  ?=
+FAILPOINTS ?=
 PYTEST_ARGS ?=
 
 PKGS      := libmicrohttpd jansson libarchive libsystemd nettle libcurl libzstd
@@ -25,6 +26,10 @@ VERSION   := 0.1.0
 
 CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -O2 -g -D_GNU_SOURCE -pthread \
 	-fstack-protector-strong -D_FORTIFY_SOURCE=2 -Isrc -DCKPTD_VERSION='"$(VERSION)"'
+# The test build's crash points (docs/failpoints.md): make FAILPOINTS=1 BUILD=build-fp.
+ifneq ($(FAILPOINTS),)
+CFLAGS_BASE += -DCKPTD_FAILPOINTS
+endif
 ifneq ($(SANITIZE),)
 CFLAGS_BASE += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -O1
 LDFLAGS_SAN := -fsanitize=$(SANITIZE)
@@ -47,7 +52,7 @@ CLI_OBJS  := $(CLI_SRCS:src/%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run check check-host check-crash check-sanitize fuzz fuzz-build unit valgrind integration bench deps deps-build install \
+.PHONY: all run check check-host check-crash check-failpoints check-sanitize fuzz fuzz-build unit valgrind integration bench deps deps-build install \
 	clean fmt layers lint prose docs
 
 MAN_SRCS  := $(wildcard docs/man/*.scd)
@@ -140,8 +145,9 @@ VALGRIND := valgrind -q --leak-check=full --error-exitcode=1 --child-silent-afte
 valgrind: $(UNIT_BINS)
 	@fail=0; for t in $(UNIT_BINS); do echo "== $$t"; $(VALGRIND) $$t || fail=1; done; exit $$fail
 
+# test_failpoints.py needs the failpoint build: check-failpoints runs it.
 integration: all
-	$(PYTHON) -m pytest -q -rs tests/integration $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q -rs tests/integration --ignore=tests/integration/test_failpoints.py $(PYTEST_ARGS)
 
 check: deps all
 	@$(MAKE) --no-print-directory prose
@@ -149,7 +155,18 @@ check: deps all
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory integration
+	@$(MAKE) --no-print-directory check-failpoints
 	@$(MAKE) --no-print-directory check-sanitize
+
+# Kill ckptd at each failpoint on both backends, restart, check every promise
+# (docs/failpoints.md); the points live in the failpoint build, $(FP_BUILD).
+# FP_EVERY_STEP=1 also crashes each later operation at the points it shares.
+FP_BUILD ?= build-fp
+FP_EVERY_STEP ?=
+check-failpoints: deps
+	@$(MAKE) --no-print-directory BUILD=$(FP_BUILD) FAILPOINTS=1 all
+	CKPTD_FP_BUILD=$(FP_BUILD) CKPTD_FP_EVERY_STEP=$(FP_EVERY_STEP) \
+		$(PYTHON) -m pytest -q -rs -s tests/integration/test_failpoints.py
 
 # Host mode's soak: racing rounds of stalls (frozen volume, frozen etcd link)
 # and kill -9 between two instances, for volume and etcd locks (make check runs 3).

@@ -10,6 +10,7 @@
 #include "config.h"
 #include "engine/engine.h"
 #include "host/host.h"
+#include "lib/failpoint.h"
 
 struct app {
 	struct config cfg;
@@ -140,11 +141,38 @@ static void app_stop(struct app *a)
 	config_free(&a->cfg);
 }
 
+#ifdef CKPTD_FAILPOINTS
+/* The test build: --list-failpoints prints every crash point; CKPTD_FAILPOINT
+ * ("name" or "name:N") arms one, CKPTD_FAILPOINT_TRACE=1 prints each hit. */
+static int app_failpoints(int argc, char **argv)
+{
+	if (argc == 2 && !strcmp(argv[1], "--list-failpoints")) {
+		failpoint_list(stdout);
+		return 1;
+	}
+	const char *trace = getenv("CKPTD_FAILPOINT_TRACE");
+	if (failpoint_arm(getenv("CKPTD_FAILPOINT"), trace && *trace == '1') < 0) {
+		fprintf(stderr, "ckptd: CKPTD_FAILPOINT: expected NAME or NAME:N\n");
+		return -1;
+	}
+	return 0;
+}
+#else
+static int app_failpoints(_unused_ int argc, _unused_ char **argv)
+{
+	return 0;
+}
+#endif
+
 int main(int argc, char **argv)
 {
 	static struct app a;
 	ckpt_error err = { 0 };
-	int r = config_parse(&a.cfg, argc, argv, &err);
+	int r = app_failpoints(argc, argv);
+
+	if (r != 0)
+		return r > 0 ? 0 : 2;
+	r = config_parse(&a.cfg, argc, argv, &err);
 
 	if (r > 0)
 		return 0;

@@ -9,6 +9,7 @@
 #include <limits.h>
 
 #include <sys/stat.h>
+#include "lib/failpoint.h"
 
 struct ix_entry {
 	char *path;
@@ -137,7 +138,10 @@ bool pathindex_match(const struct pathindex *ix, const char *relpath, const stru
 int pathindex_save(const struct pathindex *ix, const char *tag, int dirfd, const char *name)
 {
 	char tmp[256];
-	snprintf(tmp, sizeof(tmp), ".%s.tmp", name);
+	/* the temp file beside name: "idx/index" writes "idx/.index.tmp" */
+	const char *slash = strrchr(name, '/');
+	int dir_len = slash ? (int)(slash - name + 1) : 0;
+	snprintf(tmp, sizeof(tmp), "%.*s.%s.tmp", dir_len, name, name + dir_len);
 	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return -errno;
@@ -159,7 +163,7 @@ int pathindex_save(const struct pathindex *ix, const char *tag, int dirfd, const
 		unlinkat(dirfd, tmp, 0);
 		return -EIO;
 	}
-	return renameat(dirfd, tmp, dirfd, name) < 0 ? -errno : 0;
+	return FAILPOINT_AROUND("pathindex.save.rename", renameat(dirfd, tmp, dirfd, name)) < 0 ? -errno : 0;
 }
 
 static int pathindex_parse(FILE *f, struct pathindex *ix, char **ret_tag)

@@ -6,6 +6,7 @@
 #include "lib/walk.h"
 
 #include <sys/stat.h>
+#include "lib/failpoint.h"
 
 #define RECORD_MAX (256 * 1024)
 
@@ -307,7 +308,7 @@ int catalog_put(struct catalog *c, const struct ckpt_record *r, ckpt_error *err)
 	if (!text)
 		return -ENOMEM;
 	snprintf(file, sizeof(file), "%s.json", r->id);
-	ret = write_file_atomic(c->dirfd, file, text, strlen(text), 0600);
+	ret = FAILPOINT_AROUND("catalog.put.write", write_file_atomic(c->dirfd, file, text, strlen(text), 0600));
 	if (ret < 0)
 		return err_set(err, -ret, NULL, "cannot write checkpoint record: %s", strerror(-ret));
 	return catalog_put_volatile(c, r);
@@ -331,9 +332,9 @@ int catalog_remove(struct catalog *c, const char *id, ckpt_error *err)
 	if (!id_valid(id))
 		return err_set(err, EINVAL, NULL, "invalid checkpoint id");
 	snprintf(file, sizeof(file), "%s.json", id);
-	if (unlinkat(c->dirfd, file, 0) < 0 && errno != ENOENT)
+	if (FAILPOINT_AROUND("catalog.remove.unlink", unlinkat(c->dirfd, file, 0)) < 0 && errno != ENOENT)
 		return err_set(err, errno, NULL, "cannot remove checkpoint record: %m");
-	fsync_dirfd(c->dirfd);
+	FAILPOINT_AROUND("catalog.remove.fsync", fsync_dirfd(c->dirfd));
 	pthread_mutex_lock(&c->lock);
 	catalog_index_remove(&c->ix, id);
 	pthread_mutex_unlock(&c->lock);

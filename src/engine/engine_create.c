@@ -4,6 +4,7 @@
 #include "config.h"
 #include "engine/engine_internal.h"
 #include "services/services.h"
+#include "lib/failpoint.h"
 
 #define TTL_MAX_SECS (10LL * 365 * 24 * 3600)
 #define LABELS_MAX 64
@@ -188,7 +189,7 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	catalog_put_volatile(e->catalog, rec);
 	if ((r = create_over_budget(e, err)) == 0) {
 		rec->status = CKPT_ACTIVE;
-		r = catalog_put(e->catalog, rec, err);
+		r = FAILPOINT_AROUND("create.record.write", catalog_put(e->catalog, rec, err));
 	}
 	if (r < 0) {
 		rec->status = CKPT_CREATING;

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "engine/engine_internal.h"
 #include "lib/walk.h"
+#include "lib/failpoint.h"
 
 #define FORKS_DIR "forks"
 
@@ -191,7 +192,7 @@ static void fork_unsave(struct engine *e, const char *fid)
 	char name[64];
 	_cleanup_close_ int fd = engine_forks_fd(e);
 	snprintf(name, sizeof(name), "%s.json", fid);
-	if (fd >= 0 && unlinkat(fd, name, 0) == 0)
+	if (fd >= 0 && FAILPOINT_AROUND("fork.record.unlink", unlinkat(fd, name, 0)) == 0)
 		fsync_dirfd(fd);
 }
 
@@ -233,7 +234,7 @@ static int fork_save(struct engine *e, const struct engine_fork *f, const char *
 	if (!s)
 		return -ENOMEM;
 	snprintf(name, sizeof(name), "%s.json", f->info.fork_id);
-	return write_file_atomic(fd, name, s, strlen(s), 0600);
+	return FAILPOINT_AROUND("fork.record.write", write_file_atomic(fd, name, s, strlen(s), 0600));
 }
 
 /* A fork from its record; NULL when it is not one (or out of memory). */
@@ -316,7 +317,9 @@ static int fork_make(struct engine *e, const struct ckpt_record *rec, struct eng
 			fork_unsave(e, fid);
 			return r;
 		}
-	if ((r = e->backend->forks->mount(e->bst, rec->id, rec->backend_data, fid, dv, &f->backend, err)) < 0) {
+	if ((r = FAILPOINT_AROUND(
+		     "fork.create.mount",
+		     e->backend->forks->mount(e->bst, rec->id, rec->backend_data, fid, dv, &f->backend, err))) < 0) {
 		fork_unsave(e, fid);
 		return r;
 	}
@@ -416,7 +419,8 @@ int engine_fork_delete(struct engine *e, const char *fid, ckpt_error *err)
 		r = err_set(err, -r, NULL, "cannot record the fork's removal: %s", strerror(-r));
 		goto out;
 	}
-	if ((r = e->backend->forks->remove(e->bst, fid, f->backend, dv, err)) < 0) {
+	if ((r = FAILPOINT_AROUND("fork.delete.remove", e->backend->forks->remove(e->bst, fid, f->backend, dv, err))) <
+	    0) {
 		fork_save(e, f, NULL); /* still whole: keep it as it was */
 		goto out;
 	}

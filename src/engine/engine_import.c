@@ -20,6 +20,7 @@
 #include "engine/engine_xfer.h"
 #include "lib/walk.h"
 #include "lib/xattr.h"
+#include "lib/failpoint.h"
 
 struct import_ctx {
 	struct engine *e;
@@ -450,7 +451,7 @@ int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err
 			rec->size_bytes = (int64_t)size;
 			rec->duration_ms = mono_ms() - t0;
 			rec->status = CKPT_ACTIVE;
-			if ((q = catalog_put(e->catalog, rec, err)) < 0)
+			if ((q = FAILPOINT_AROUND("import.record.write", catalog_put(e->catalog, rec, err))) < 0)
 				e->backend->remove(e->bst, id, rec->backend_data, NULL);
 		}
 		if (q < 0 && admitted)

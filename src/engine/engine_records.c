@@ -1,6 +1,7 @@
 /* engine_records.c: finding records (resolve, get, list) and dropping one
  * with its data. Calls only the catalog, the backend and engine_life.c. */
 #include "engine/engine_internal.h"
+#include "lib/failpoint.h"
 
 /* An id, or a name meaning the newest usable checkpoint with that name: an
  * active one when there is one, so a failed or still-running create does not
@@ -100,7 +101,7 @@ int engine_drop(struct engine *e, const struct ckpt_record *rec, ckpt_error *err
 	if (!d)
 		return -ENOMEM;
 	d->status = CKPT_DELETING;
-	r = catalog_put(e->catalog, d, err);
+	r = FAILPOINT_AROUND("delete.record.mark", catalog_put(e->catalog, d, err));
 	record_unref(d);
 	if (r == -ENOSPC || r == -EDQUOT) {
 		/* A full disk must not block the delete that frees it: drop the record
@@ -113,7 +114,8 @@ int engine_drop(struct engine *e, const struct ckpt_record *rec, ckpt_error *err
 	}
 	if (r < 0)
 		return r;
-	if (e->backend->remove && (r = e->backend->remove(e->bst, id, rec->backend_data, err)) < 0)
+	if (e->backend->remove &&
+	    (r = FAILPOINT_AROUND("delete.data.remove", e->backend->remove(e->bst, id, rec->backend_data, err))) < 0)
 		return err_prefix(err, "cannot remove data of '%s'", id);
-	return catalog_remove(e->catalog, id, err);
+	return FAILPOINT_AROUND("delete.record.remove", catalog_remove(e->catalog, id, err));
 }

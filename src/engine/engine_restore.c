@@ -2,6 +2,7 @@
 #include "config.h"
 #include "engine/engine_internal.h"
 #include "services/services.h"
+#include "lib/failpoint.h"
 
 struct restore_plan {
 	const struct ckpt_record *rec; /* a reference */
@@ -41,7 +42,7 @@ static void restore_touch(struct engine *e, const struct ckpt_record *rec)
 	if (!d)
 		return;
 	fmt_rfc3339_ms(now_ms(), d->last_used_at, sizeof(d->last_used_at));
-	if (catalog_put(e->catalog, d, &err) < 0)
+	if (FAILPOINT_AROUND("restore.record.touch", catalog_put(e->catalog, d, &err)) < 0)
 		log_warn("cannot record last use of \"%s\": %s", rec->id, err.msg);
 	record_unref(d);
 }

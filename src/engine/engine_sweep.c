@@ -5,6 +5,7 @@
 
 #include "config.h"
 #include "engine/engine_internal.h"
+#include "lib/failpoint.h"
 
 int engine_sweep(struct engine *e)
 {
@@ -22,8 +23,9 @@ int engine_sweep(struct engine *e)
 		ckpt_error err = { 0 };
 		pthread_mutex_lock(&e->op_lock);
 		const struct ckpt_record *cur = catalog_get(e->catalog, rec->id); /* may have gone meanwhile */
-		int r = cur && record_expired(cur, now) && !engine_check_forked(e, cur->id) ? engine_drop(e, cur, &err)
-											 : 1; /* a forked one waits */
+		int r = cur && record_expired(cur, now) && !engine_check_forked(e, cur->id)
+			? FAILPOINT_AROUND("sweep.expire.drop", engine_drop(e, cur, &err))
+			: 1; /* a forked one waits */
 		pthread_mutex_unlock(&e->op_lock);
 		record_unref(cur);
 		if (r == 0) {

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
+#include "lib/failpoint.h"
 
 static int err_vset(ckpt_error *err, enum ckpt_err_kind kind, int errnum, const char *code, const char *fmt, va_list ap)
 {
@@ -253,12 +254,15 @@ int write_file_atomic(int dirfd, const char *name, const void *data, size_t len,
 	r = write_all(fd, data, len);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
+	if (r == 0)
+		FAILPOINT("file.atomic.synced"); /* the temp file whole, not yet renamed */
 	if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
 		r = -errno;
 	if (r < 0) {
 		unlinkat(dirfd, tmp, 0);
 		return r;
 	}
+	FAILPOINT("file.atomic.renamed"); /* renamed, the directory not yet synced */
 	return fsync_dirfd(dirfd);
 }
 

@@ -563,3 +563,26 @@ def test_sqlite_in_wal_mode_open_across_creates(daemon_factory, track):
         assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert check.execute("SELECT count(*), sum(length(v)) FROM t").fetchone() == rows
         check.close()
+
+
+def test_upper_index_outlives_a_restart(daemon_factory):
+    """The upper's index (idx/index) is written after each full create and
+    read at the next start: the first create after a restart links the
+    files unchanged since the last one instead of copying them. (It was
+    written to a temp path in a directory that does not exist, so every
+    restart lost it.)"""
+    d = daemon_factory(backend="overlay")
+    root = d.roots[0]
+    (root / "big.bin").write_bytes(os.urandom(1 << 20))
+    d.create("one")
+    rdir = next((d.state_dir / "overlay/r").iterdir())
+    assert (rdir / "idx/index").is_file(), sorted(p.name for p in (rdir / "idx").iterdir())
+    before = {p.parent.name for p in (rdir / "l").glob("*/big.bin")}
+    d.stop()
+    d.start()
+    (root / "small.txt").write_text("after the restart\n")
+    d.create("two")
+    layers = {p.parent.name: p.stat() for p in (rdir / "l").glob("*/big.bin")}
+    new = [n for n in layers if n not in before]
+    assert len(before) == 1 and len(new) == 1, (before, layers)
+    assert layers[new[0]].st_ino == layers[before.pop()].st_ino  # linked, not copied

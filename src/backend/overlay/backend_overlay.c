@@ -14,6 +14,7 @@
 
 #include <limits.h>
 #include <sys/stat.h>
+#include "lib/failpoint.h"
 
 static const char *const ovl_subdirs[] = { "l", "u", "w", "idx", "base", "rec", "t" };
 
@@ -40,7 +41,7 @@ static int ovl_new_upper(struct ovl_root *r, char name[OVL_NAME_LEN + 1])
 		if (fchownat(u, name, st.st_uid, st.st_gid, 0) < 0 || fchmodat(u, name, st.st_mode & 07777, 0) < 0)
 			return -errno;
 	}
-	if (fsync_dirfd(u) < 0 || fsync_dirfd(w) < 0)
+	if (FAILPOINT_AROUND("overlay.upper.new.fsync", fsync_dirfd(u) < 0 || fsync_dirfd(w) < 0))
 		return -errno;
 	return 0;
 }
@@ -199,13 +200,13 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 		if (o->before_mount)
 			o->before_mount(o->hook_ctx, r->path);
 		if (ovl_is_our_upper(r, &mi, NULL))
-			q = overlay_umount(r->path, NULL, err);
+			q = FAILPOINT_AROUND("overlay.open.umount", overlay_umount(r->path, NULL, err));
 		q = q == 0 ? ovl_ensure_upper(r, err) : q;
 		if (q == 0)
-			q = ovl_mount_chain(o, r, r->chain, r->upper, err);
+			q = FAILPOINT_AROUND("overlay.open.mount", ovl_mount_chain(o, r, r->chain, r->upper, err));
 		if (q == 0) {
 			overlay_live_set(r, r->chain, r->chain);
-			q = overlay_live_save(r);
+			q = FAILPOINT_AROUND("overlay.open.live.write", overlay_live_save(r));
 		}
 	}
 	overlay_mountinfo_clear(&mi);
@@ -409,7 +410,7 @@ static int ovl_switch_record(struct ovl *o, size_t n, ckpt_error *err)
 	if (q == 0)
 		q = overlay_intent_write(o, intent);
 	for (size_t i = 0; q == 0 && i < n; i++)
-		q = overlay_live_save(&o->roots[i]);
+		q = FAILPOINT_AROUND("overlay.restore.live.write", overlay_live_save(&o->roots[i]));
 	return q < 0 ? err_set(err, -q, NULL, "record restore intent: %s", strerror(-q)) : 0;
 }
 
@@ -469,9 +470,10 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 		q = ovl_switch_record(o, prepared, err);
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++, swapped++) {
 		struct ovl_root *r = &o->roots[i];
-		q = overlay_umount_pinned(r->path, details, &sw[i].pin, err);
+		q = FAILPOINT_AROUND("overlay.restore.umount",
+				     overlay_umount_pinned(r->path, details, &sw[i].pin, err));
 		if (q == 0)
-			q = ovl_mount_chain(o, r, r->chain, r->upper, err);
+			q = FAILPOINT_AROUND("overlay.restore.mount", ovl_mount_chain(o, r, r->chain, r->upper, err));
 	}
 	if (q < 0)
 		ovl_switch_undo(o, sw, prepared);
@@ -479,7 +481,7 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 		struct ovl_root *r = &o->roots[i];
 		pathindex_free(TAKE_PTR(r->ix)); /* the new upper is empty */
 		r->ix_layer[0] = 0;
-		unlinkat(r->rdir_fd, "idx/index", 0);
+		FAILPOINT_AROUND("overlay.restore.index.unlink", unlinkat(r->rdir_fd, "idx/index", 0));
 		ovl_discard_upper(o, r, &sw[i]);
 	}
 	for (size_t i = 0; sw && i < o->n_roots; i++) {

@@ -11,6 +11,7 @@
 
 #include <limits.h>
 #include <sys/stat.h>
+#include "lib/failpoint.h"
 
 /* Change tracking for the frozen pass starts at this many entries of the
  * upper (ovl_track_wanted). */
@@ -291,7 +292,7 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 	 * ctime, which the next pass compares (syncfs reaches the upper too: the
 	 * layer store is on its filesystem) */
 	bool second = q == 0 && chg_track_armed(&r->trk) && mono_ms() - t0 >= OVL_CATCH_UP_MS;
-	if (q == 0 && syncfs(dst) < 0)
+	if (q == 0 && FAILPOINT_AROUND("overlay.precopy.syncfs", syncfs(dst)) < 0)
 		q = err_set(err, errno, NULL, "sync first pass: %m");
 	if (q == 0 && second && (q = ovl_catch_up(r, up, dst, &ix, &again, err)) == 0 && syncfs(dst) < 0)
 		q = err_set(err, errno, NULL, "sync second pass: %m");
@@ -399,7 +400,9 @@ static void ovl_drop_capture(struct ovl_root *r, int l)
 static int ovl_capture_delta(struct ovl_root *r, int l, int up, const char *name, const char *tmp, ckpt_error *err)
 {
 	struct treecopy_stats stats = { 0 };
-	int q = renameat(l, r->pre, l, tmp) < 0 ? err_set(err, errno, NULL, "create layer: %m") : 0;
+	int q = FAILPOINT_AROUND("overlay.create.delta.rename", renameat(l, r->pre, l, tmp)) < 0
+		? err_set(err, errno, NULL, "create layer: %m")
+		: 0;
 	if (q == 0) {
 		r->pre[0] = 0; /* now tmp */
 		r->pre_delta = false;
@@ -449,7 +452,8 @@ static int ovl_capture_layer(struct ovl_root *r, struct progress *p, ckpt_error 
 		/* a change a delta cannot say: the full copy, frozen (rare) */
 	}
 	bool update = r->pre_ix != NULL; /* the first pass becomes the layer */
-	if (update ? renameat(l, r->pre, l, tmp) < 0 : mkdirat(l, tmp, 0700) < 0)
+	if (update ? FAILPOINT_AROUND("overlay.create.full.rename", renameat(l, r->pre, l, tmp)) < 0
+		   : mkdirat(l, tmp, 0700) < 0)
 		return err_set(err, errno, NULL, "create layer: %m");
 	if (update)
 		r->pre[0] = 0; /* now tmp */
@@ -605,7 +609,8 @@ int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_si
 		json_array_append_new(json_object_get(data, "roots"),
 				      json_pack("{s:s,s:O}", "path", o->roots[i].path, "layers", c));
 	}
-	if (q == 0 && (q = overlay_layers_chain_save(o, id, chains)) < 0)
+	if (q == 0 &&
+	    (q = FAILPOINT_AROUND("overlay.create.chain.write", overlay_layers_chain_save(o, id, chains))) < 0)
 		err_set(err, -q, NULL, "record layer chain: %s", strerror(-q));
 	if (q < 0)
 		ovl_discard_layers(o, names, done);
@@ -618,7 +623,8 @@ int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_si
 		if (q == 0 && !delta[i]) { /* a delta leaves the index of the full layer below it */
 			char tag[2 * OVL_NAME_LEN + 2];
 			snprintf(tag, sizeof(tag), "%s:%s", r->upper, names[i]);
-			pathindex_save(ixs[i], tag, r->rdir_fd, "idx/index");
+			FAILPOINT_AROUND("overlay.create.index.write",
+					 pathindex_save(ixs[i], tag, r->rdir_fd, "idx/index"));
 			pathindex_free(r->ix);
 			r->ix = TAKE_PTR(ixs[i]);
 			snprintf(r->ix_layer, sizeof(r->ix_layer), "%s", names[i]);

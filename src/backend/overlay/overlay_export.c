@@ -15,6 +15,7 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
+#include "lib/failpoint.h"
 
 static int ovx_cfg(int fs, const char *key, const char *val, ckpt_error *err)
 {
@@ -124,7 +125,7 @@ static int ovx_import_root(struct ovl_root *r, const char *dir, char name[OVL_NA
 	if (q < 0)
 		return q;
 	snprintf(tmp, sizeof(tmp), ".tmp-%s", name);
-	if (renameat(AT_FDCWD, dir, l, tmp) < 0)
+	if (FAILPOINT_AROUND("overlay.import.rename", renameat(AT_FDCWD, dir, l, tmp)) < 0)
 		return err_set(err, errno, NULL, "move the imported tree into the layer store: %m");
 	_cleanup_close_ int dst = openat(l, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	q = dst < 0 ? err_set(err, errno, NULL, "open imported layer: %m") : 0;
@@ -146,7 +147,8 @@ int overlay_import(void *st, const char *id, char *const *dirs, json_t **ret_dat
 		json_array_append_new(json_object_get(data, "roots"),
 				      json_pack("{s:s,s:[s]}", "path", o->roots[i].path, "layers", names[i]));
 	}
-	if (q == 0 && (q = overlay_layers_chain_save(o, id, chains)) < 0)
+	if (q == 0 &&
+	    (q = FAILPOINT_AROUND("overlay.import.chain.write", overlay_layers_chain_save(o, id, chains))) < 0)
 		err_set(err, -q, NULL, "record layer chain: %s", strerror(-q));
 	if (q < 0) {
 		for (size_t i = 0; names && i < done; i++) {

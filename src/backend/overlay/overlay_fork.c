@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "lib/walk.h"
+#include "lib/failpoint.h"
 
 static bool ovl_fork_id_ok(const char *fid)
 {
@@ -68,7 +69,7 @@ static void ovl_fork_drop_dirs(struct ovl_root *r, const char *fid)
 {
 	char p[96];
 	snprintf(p, sizeof(p), "f/%s", fid);
-	rm_rf_at(r->rdir_fd, p);
+	FAILPOINT_AROUND("overlay.fork.upper.remove", rm_rf_at(r->rdir_fd, p));
 	_cleanup_close_ int f = openat(r->rdir_fd, "f", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (f >= 0)
 		fsync_dirfd(f);
@@ -97,7 +98,7 @@ static int ovl_fork_chain_write(struct ovl *o, const char *fid, json_t *chains)
 	if (!s)
 		return -ENOMEM;
 	snprintf(name, sizeof(name), "%s.json", fid);
-	return write_file_atomic(fd, name, s, strlen(s), 0600);
+	return FAILPOINT_AROUND("overlay.fork.chain.write", write_file_atomic(fd, name, s, strlen(s), 0600));
 }
 
 static void ovl_fork_chain_drop(struct ovl *o, const char *fid)
@@ -105,7 +106,7 @@ static void ovl_fork_chain_drop(struct ovl *o, const char *fid)
 	char name[64];
 	_cleanup_close_ int fd = ovl_fork_dir_fd(o);
 	snprintf(name, sizeof(name), "%s.json", fid);
-	if (fd >= 0 && unlinkat(fd, name, 0) == 0)
+	if (fd >= 0 && FAILPOINT_AROUND("overlay.fork.chain.unlink", unlinkat(fd, name, 0)) == 0)
 		fsync_dirfd(fd);
 }
 
@@ -174,7 +175,8 @@ int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, 
 		}
 		snprintf(up, sizeof(up), "f/%s/u", fid);
 		snprintf(wk, sizeof(wk), "f/%s/w", fid);
-		if ((q = overlay_mount_layers(r, chain, dirs[done], up, wk, err)) < 0)
+		if ((q = FAILPOINT_AROUND("overlay.fork.mount",
+					  overlay_mount_layers(r, chain, dirs[done], up, wk, err))) < 0)
 			err_prefix(err, "mount fork at '%s'", dirs[done]);
 	}
 	if (q < 0) {
@@ -202,7 +204,8 @@ int overlay_fork_remove(void *st, const char *fid, json_t *fdata, const char *co
 		return err_set(err, EINVAL, NULL, "invalid fork id '%s'", fid);
 	for (size_t i = 0; i < o->n_roots; i++) {
 		struct ovl_root *r = &o->roots[i];
-		if (ovl_fork_mounted(r, fid, dirs[i]) && overlay_umount(dirs[i], NULL, err) < 0)
+		if (ovl_fork_mounted(r, fid, dirs[i]) &&
+		    FAILPOINT_AROUND("overlay.fork.umount", overlay_umount(dirs[i], NULL, err)) < 0)
 			return err_prefix(err, "unmount fork at '%s'", dirs[i]);
 		ovl_fork_drop_dirs(r, fid);
 	}

@@ -6,6 +6,7 @@
  * finds it brings each root's live.json to what it names before mounting,
  * and removes it once every root is open. */
 #include "backend/overlay/overlay_internal.h"
+#include "lib/failpoint.h"
 
 #define OVL_INTENT "restore.json"
 
@@ -23,13 +24,15 @@ int overlay_intent_add(json_t *intent, const struct ovl_root *r, json_t *chain, 
 int overlay_intent_write(struct ovl *o, json_t *intent)
 {
 	_cleanup_free_ char *s = json_dumps(intent, JSON_COMPACT);
-	return s ? write_file_atomic(o->odir_fd, OVL_INTENT, s, strlen(s), 0600) : -ENOMEM;
+	return s ? FAILPOINT_AROUND("overlay.restore.intent.write",
+				    write_file_atomic(o->odir_fd, OVL_INTENT, s, strlen(s), 0600))
+		 : -ENOMEM;
 }
 
 /* Once every live.json agrees with the mounts, the intent says nothing more. */
 int overlay_intent_clear(struct ovl *o)
 {
-	if (unlinkat(o->odir_fd, OVL_INTENT, 0) < 0)
+	if (FAILPOINT_AROUND("overlay.restore.intent.unlink", unlinkat(o->odir_fd, OVL_INTENT, 0)) < 0)
 		return errno == ENOENT ? 0 : -errno;
 	return fsync_dirfd(o->odir_fd);
 }

@@ -6,6 +6,7 @@
 #include "lib/walk.h"
 
 #include <sys/stat.h>
+#include "lib/failpoint.h"
 
 void overlay_layers_ref(struct ovl *o, const char *h, json_t *layers, int delta)
 {
@@ -37,7 +38,7 @@ static int overlay_layers_chain_write(struct ovl *o, const char *id, json_t *cha
 	if (!s)
 		return -ENOMEM;
 	snprintf(name, sizeof(name), "%s.json", id);
-	return write_file_atomic(o->cdir_fd, name, s, strlen(s), 0600);
+	return FAILPOINT_AROUND("overlay.chain.write", write_file_atomic(o->cdir_fd, name, s, strlen(s), 0600));
 }
 
 int overlay_layers_chain_save(struct ovl *o, const char *id, json_t *chains)
@@ -95,9 +96,9 @@ int overlay_layers_chain_drop(struct ovl *o, const char *id)
 	if (!id_valid(id))
 		return -EINVAL;
 	snprintf(name, sizeof(name), "%s.json", id);
-	if (unlinkat(o->cdir_fd, name, 0) < 0 && errno != ENOENT)
+	if (FAILPOINT_AROUND("overlay.chain.unlink", unlinkat(o->cdir_fd, name, 0)) < 0 && errno != ENOENT)
 		return -errno;
-	fsync_dirfd(o->cdir_fd);
+	FAILPOINT_AROUND("overlay.chain.unlink.fsync", fsync_dirfd(o->cdir_fd));
 	if (!c)
 		return -ENOENT;
 	overlay_layers_ref_all(o, c, -1);
@@ -143,7 +144,7 @@ int overlay_layers_load_chains(struct ovl *o, const char *const *ids, json_t *co
 			if (overlay_layers_listed(ids, n, id))
 				continue;
 		}
-		unlinkat(o->cdir_fd, de->d_name, 0);
+		FAILPOINT_AROUND("overlay.recover.chain.unlink", unlinkat(o->cdir_fd, de->d_name, 0));
 	}
 	fsync_dirfd(o->cdir_fd);
 	return 0;
@@ -175,7 +176,7 @@ void overlay_layers_trash(struct ovl_root *r, int dfd, const char *sub, const ch
 {
 	char t[64];
 	snprintf(t, sizeof(t), "t/%s-%s", sub, name);
-	if (renameat(dfd, name, r->rdir_fd, t) == 0)
+	if (FAILPOINT_AROUND("overlay.trash.rename", renameat(dfd, name, r->rdir_fd, t)) == 0)
 		return;
 	if (rm_rf_at(dfd, name) < 0)
 		log_debug("overlay: remove '%s/%s/%s' failed", r->rdir, sub, name);
@@ -208,7 +209,7 @@ void overlay_layers_empty_trash(struct ovl_root *r)
 	while ((de = walk_next(d))) {
 		if (!strncmp(de->d_name, "u-", 2)) /* an upper (layers share inodes) */
 			overlay_layers_truncate(NULL, dirfd(d), de->d_name);
-		if (rm_rf_at(dirfd(d), de->d_name) < 0)
+		if (FAILPOINT_AROUND("overlay.trash.remove", rm_rf_at(dirfd(d), de->d_name)) < 0)
 			log_debug("overlay: remove '%s/t/%s' failed", r->rdir, de->d_name);
 	}
 	closedir(d);
@@ -281,11 +282,14 @@ int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NA
 	_cleanup_close_ int dst = q == 0 ? openat(l, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	if (q == 0)
 		q = dst < 0 ? err_set(err, errno, NULL, "open merged layer: %m") : overlay_flatten(lfd, n, dst, err);
-	if (q == 0 && (q = overlay_record_write(r, dst, ret_name)) < 0)
+	if (q == 0 &&
+	    (q = FAILPOINT_AROUND("overlay.flatten.record.write", overlay_record_write(r, dst, ret_name))) < 0)
 		err_set(err, -q, NULL, "record merged layer: %s", strerror(-q));
-	if (q == 0 && syncfs(dst) < 0)
+	if (q == 0 && FAILPOINT_AROUND("overlay.flatten.syncfs", syncfs(dst)) < 0)
 		q = err_set(err, errno, NULL, "sync merged layer: %m");
-	if (q == 0 && (renameat(l, tmp, l, ret_name) < 0 || fsync_dirfd(l) < 0))
+	if (q == 0 &&
+	    (FAILPOINT_AROUND("overlay.flatten.rename", renameat(l, tmp, l, ret_name)) < 0 ||
+	     FAILPOINT_AROUND("overlay.flatten.fsync", fsync_dirfd(l)) < 0))
 		q = err_set(err, errno, NULL, "publish merged layer: %m");
 	if (q < 0)
 		rm_rf_at(l, tmp);
@@ -396,13 +400,13 @@ int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err)
  * it, make it durable, publish it as name. On any failure it is removed. */
 int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q, ckpt_error *err)
 {
-	if (q == 0 && (q = overlay_record_write(r, dst, name)) < 0)
+	if (q == 0 && (q = FAILPOINT_AROUND("overlay.layer.record.write", overlay_record_write(r, dst, name))) < 0)
 		err_set(err, -q, NULL, "record layer: %s", strerror(-q));
-	if (q == 0 && syncfs(dst) < 0)
+	if (q == 0 && FAILPOINT_AROUND("overlay.layer.syncfs", syncfs(dst)) < 0)
 		q = err_set(err, errno, NULL, "sync layer: %m");
-	if (q == 0 && renameat(l, tmp, l, name) < 0)
+	if (q == 0 && FAILPOINT_AROUND("overlay.layer.rename", renameat(l, tmp, l, name)) < 0)
 		q = err_set(err, errno, NULL, "publish layer: %m");
-	if (q == 0 && fsync_dirfd(l) < 0)
+	if (q == 0 && FAILPOINT_AROUND("overlay.layer.fsync", fsync_dirfd(l)) < 0)
 		q = err_set(err, errno, NULL, "sync layer store: %m");
 	if (q < 0)
 		rm_rf_at(l, tmp);

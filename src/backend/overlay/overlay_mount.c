@@ -7,6 +7,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include "lib/failpoint.h"
 
 const struct overlay_opts overlay_opts_kernel = { .kind = OVERLAY_KERNEL, .redirect_dir = true };
 
@@ -172,12 +173,14 @@ int overlay_mount(const struct overlay_spec *s, ckpt_error *err)
 	if (s->n_lowers > OVERLAY_MAX_LOWERS)
 		return err_set(err, E2BIG, NULL, "%zu lower layers exceed overlayfs' %d", s->n_lowers,
 			       OVERLAY_MAX_LOWERS);
+	FAILPOINT("overlay.mount.before");
 	if (s->opts && s->opts->kind == OVERLAY_GVISOR) /* it has no fsopen */
 		return overlay_mount_legacy(s, err);
 	int r = ovl_mount_new_api(s, err);
 	/* ENOSYS: no new mount API; EINVAL on "lowerdir+": a kernel before 6.8. */
 	if (r == -ENOSYS || r == -EINVAL || r == -EPERM)
-		return overlay_mount_legacy(s, err);
+		r = overlay_mount_legacy(s, err);
+	FAILPOINT("overlay.mount.after");
 	return r;
 }
 
@@ -193,6 +196,7 @@ int overlay_mount_bind_ro(const char *src, const char *dst, bool rw_ok, ckpt_err
 		attached = mount_setattr(t, "", AT_EMPTY_PATH, &a, sizeof(a)) == 0 &&
 			move_mount(t, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) == 0;
 	}
+	FAILPOINT("overlay.base.bind.before");
 	if (!attached && mount(src, dst, NULL, MS_BIND, NULL) < 0)
 		return err_set(err, errno, NULL, "bind '%s' on '%s': %m", src, dst);
 	/* gVisor (2022) refuses to make a bind read-only (EINVAL): there base
@@ -204,6 +208,7 @@ int overlay_mount_bind_ro(const char *src, const char *dst, bool rw_ok, ckpt_err
 		umount2(dst, MNT_DETACH);
 		return err_set(err, e, NULL, "make '%s' read-only and private: %s", dst, strerror(e));
 	}
+	FAILPOINT("overlay.base.bind.after");
 	return 0;
 }
 
@@ -345,7 +350,7 @@ int overlay_busy_processes(const char *path, struct restore_details *busy)
 
 int overlay_umount(const char *path, struct restore_details *busy, ckpt_error *err)
 {
-	if (umount2(path, UMOUNT_NOFOLLOW) == 0)
+	if (FAILPOINT_AROUND("overlay.umount", umount2(path, UMOUNT_NOFOLLOW)) == 0)
 		return 0;
 	if (errno != EBUSY)
 		return err_set(err, errno, NULL, "unmount '%s': %m", path);

@@ -26,6 +26,7 @@
 #include <libgen.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include "lib/failpoint.h"
 
 #define REL_INTENT "release.json"
 #define REL_REBASE "rebase.json"
@@ -68,8 +69,9 @@ static int rel_keep_base(struct ovl_root *r, struct rel_paths *p, const char *ke
 		return err_set(err, errno, NULL, "open the layer store of '%s': %m", r->path);
 	snprintf(tmp, sizeof(tmp), ".tmp-%s", keep);
 	if (faccessat(l, keep, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
-		if (renameat(p->pfd, p->tmp, l, keep) == 0) {
-			if (fsync_dirfd(l) < 0 || fsync_dirfd(p->pfd) < 0)
+		if (FAILPOINT_AROUND("overlay.release.base.rename", renameat(p->pfd, p->tmp, l, keep)) == 0) {
+			if (FAILPOINT_AROUND("overlay.release.base.fsync",
+					     fsync_dirfd(l) < 0 || fsync_dirfd(p->pfd) < 0))
 				return err_set(err, errno, NULL, "sync the layer store: %m");
 		} else if (errno == EXDEV) {
 			struct stat st;
@@ -126,13 +128,15 @@ static int rel_finish(struct ovl *o, struct ovl_root *r, struct rel_paths *p, bo
 			rm_rf_at(p->pfd, p->tmp);
 			fsync_dirfd(p->pfd);
 		}
-		if ((unlinkat(r->rdir_fd, "live.json", 0) < 0 && errno != ENOENT) ||
+		if ((FAILPOINT_AROUND("overlay.release.live.unlink", unlinkat(r->rdir_fd, "live.json", 0)) < 0 &&
+		     errno != ENOENT) ||
 		    (unlinkat(r->rdir_fd, "idx/index", 0) < 0 && errno != ENOENT) || fsync_dirfd(r->rdir_fd) < 0)
 			return err_set(err, errno, NULL, "remove the live state of '%s': %m", r->path);
 		if (keep && *keep)
-			q = renameat(r->rdir_fd, REL_INTENT, r->rdir_fd, REL_REBASE);
+			q = FAILPOINT_AROUND("overlay.release.rebase.rename",
+					     renameat(r->rdir_fd, REL_INTENT, r->rdir_fd, REL_REBASE));
 		else
-			q = unlinkat(r->rdir_fd, REL_INTENT, 0);
+			q = FAILPOINT_AROUND("overlay.release.intent.unlink", unlinkat(r->rdir_fd, REL_INTENT, 0));
 		if ((q < 0 && errno != ENOENT) || fsync_dirfd(r->rdir_fd) < 0)
 			return err_set(err, errno, NULL, "finish the release of '%s': %m", r->path);
 		return 0;
@@ -141,10 +145,11 @@ static int rel_finish(struct ovl *o, struct ovl_root *r, struct rel_paths *p, bo
 	rm_rf_at(o->odir_fd, gone);
 	char from[32];
 	snprintf(from, sizeof(from), "r/%s", r->h);
-	if (renameat(o->odir_fd, from, o->odir_fd, gone) < 0 && errno != ENOENT)
+	if (FAILPOINT_AROUND("overlay.release.state.rename", renameat(o->odir_fd, from, o->odir_fd, gone)) < 0 &&
+	    errno != ENOENT)
 		return -errno;
-	int q = fsync_dirfd(o->odir_fd);
-	rm_rf_at(o->odir_fd, gone);
+	int q = FAILPOINT_AROUND("overlay.release.state.fsync", fsync_dirfd(o->odir_fd));
+	FAILPOINT_AROUND("overlay.release.state.remove", rm_rf_at(o->odir_fd, gone));
 	rm_rf_at(p->pfd, p->tmp);
 	fsync_dirfd(p->pfd);
 	return q < 0 ? err_set(err, -q, NULL, "remove the state of '%s': %s", r->path, strerror(-q)) : 0;
@@ -188,7 +193,8 @@ int overlay_release_rebase(struct ovl *o, struct ovl_root *r)
 		if ((q = overlay_layers_chain_save(o, id, nc)) < 0)
 			return q;
 	}
-	if (unlinkat(r->rdir_fd, REL_REBASE, 0) < 0 || fsync_dirfd(r->rdir_fd) < 0)
+	if (FAILPOINT_AROUND("overlay.release.rebase.unlink",
+			     unlinkat(r->rdir_fd, REL_REBASE, 0) < 0 || fsync_dirfd(r->rdir_fd) < 0))
 		return -errno;
 	log_info("overlay: the checkpoints of '%s' from before its release lie on its old base, kept as layer %s",
 		 r->path, keep);
@@ -219,7 +225,7 @@ static int rel_copy(struct ovl_root *r, struct rel_paths *p, ino_t *ret_ino, ckp
 	int q = treecopy_copy(src, dst, &opts, &stats, err);
 	if (q == 0 && (q = treecopy_copy_meta(src, dst, NULL, src, dst, &st)) < 0)
 		err_set(err, -q, NULL, "copy the attributes of '%s': %s", r->path, strerror(-q));
-	if (q == 0 && (syncfs(dst) < 0 || fsync_dirfd(p->pfd) < 0))
+	if (q == 0 && FAILPOINT_AROUND("overlay.release.copy.sync", syncfs(dst) < 0 || fsync_dirfd(p->pfd) < 0))
 		q = err_set(err, errno, NULL, "sync '%s': %m", p->parent);
 	if (q == 0 && fstat(dst, &st) < 0)
 		q = err_set(err, errno, NULL, "stat the copy: %m");
@@ -266,17 +272,19 @@ int overlay_release(void *st, size_t i, ckpt_error *err)
 	}
 	snprintf(intent, sizeof(intent), "{\"ino\":%llu,\"layers\":%s,\"base\":\"%s\"}", (unsigned long long)ino,
 		 layers ? "true" : "false", keep);
-	if ((q = write_file_atomic(r->rdir_fd, REL_INTENT, intent, strlen(intent), 0600)) < 0) {
+	if ((q = FAILPOINT_AROUND("overlay.release.intent.write",
+				  write_file_atomic(r->rdir_fd, REL_INTENT, intent, strlen(intent), 0600))) < 0) {
 		err_set(err, -q, NULL, "record the release of '%s': %s", r->path, strerror(-q));
 		rel_undo(r, &p);
 		goto out;
 	}
-	if (umount2(r->path, UMOUNT_NOFOLLOW) < 0) {
+	if (FAILPOINT_AROUND("overlay.release.umount", umount2(r->path, UMOUNT_NOFOLLOW)) < 0) {
 		q = err_set(err, errno, NULL, "unmount '%s': %m", r->path); /* EBUSY: the engine says root_busy */
 		rel_undo(r, &p);
 		goto out;
 	}
-	if (renameat2(p.pfd, p.tmp, p.pfd, p.name, RENAME_EXCHANGE) < 0 || fsync_dirfd(p.pfd) < 0) {
+	if (FAILPOINT_AROUND("overlay.release.exchange", renameat2(p.pfd, p.tmp, p.pfd, p.name, RENAME_EXCHANGE)) < 0 ||
+	    FAILPOINT_AROUND("overlay.release.exchange.fsync", fsync_dirfd(p.pfd)) < 0) {
 		q = err_set(err, errno, NULL, "put the released copy at '%s': %m", r->path);
 		/* undone by remounting what live.json says */
 		ckpt_error e2 = { 0 };

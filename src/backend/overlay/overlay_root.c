@@ -7,6 +7,7 @@
 #include "backend/overlay/overlay_mount.h"
 
 #include <sys/mount.h>
+#include "lib/failpoint.h"
 
 static int overlay_layers_name(int dirfd, char name[OVL_NAME_LEN + 1], bool base)
 {
@@ -48,7 +49,7 @@ int overlay_live_save(struct ovl_root *r)
 	_cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	if (!s)
 		return -ENOMEM;
-	return write_file_atomic(r->rdir_fd, "live.json", s, strlen(s), 0600);
+	return FAILPOINT_AROUND("overlay.live.write", write_file_atomic(r->rdir_fd, "live.json", s, strlen(s), 0600));
 }
 
 int overlay_live_load(struct ovl_root *r)

@@ -14,6 +14,7 @@
 #include "backend/tar/tar_fs.h"
 #include "backend/tar/tar_restore.h"
 #include "backend/tar/tar_seek.h"
+#include "lib/failpoint.h"
 
 #define TAR_BLOCK (1 << 20)
 
@@ -198,7 +199,7 @@ int tar_compact_root(int store_fd, int cfd, int out_fd, const char *archive, con
 	}
 	if (r >= 0 && archive_write_close(k.w) != ARCHIVE_OK)
 		r = werr(&k, "archive");
-	if (r >= 0 && fsync(afd) < 0)
+	if (r >= 0 && FAILPOINT_AROUND("tar.compact.archive.fsync", fsync(afd)) < 0)
 		r = err_set(err, tar_errno_norm(errno), NULL, "cannot sync the compacted archive: %m");
 	if (r >= 0 && zstd && (r = tar_frames_save_for(out_fd, archive, &fr)) < 0)
 		err_set(err, -r, NULL, "cannot write the frames of the compacted archive: %s", strerror(-r));

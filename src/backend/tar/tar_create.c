@@ -14,6 +14,7 @@
 #include "backend/tar/tar_seek.h"
 #include "lib/devino.h"
 #include "lib/walk.h"
+#include "lib/failpoint.h"
 
 #define TAR_BLOCK (1 << 20)
 #define TAR_IO_BUF (1 << 20)
@@ -565,7 +566,8 @@ static int finish_files(struct cctx *c, int afd)
 {
 	if (archive_write_close(c->a) != ARCHIVE_OK)
 		return arch_err(c, "cannot close", "archive");
-	if (fflush(c->mf) != 0 || fsync(fileno(c->mf)) < 0 || fsync(afd) < 0) {
+	if (fflush(c->mf) != 0 ||
+	    FAILPOINT_AROUND("tar.create.files.fsync", fsync(fileno(c->mf)) < 0 || fsync(afd) < 0)) {
 		int e = tar_errno_norm(errno);
 		return err_set(c->err, e, NULL, "cannot write checkpoint files: %s", strerror(e));
 	}

@@ -2,6 +2,7 @@
  * read, removing them once nothing does, and compacting long chains (the
  * sweeper's cleanup, off the operation lock). */
 #include "backend/tar/tar_internal.h"
+#include "lib/failpoint.h"
 
 /* Every archive some checkpoint (other than skip) still reads: the union of
  * the "refs" of the checkpoint directories (names as keys). */
@@ -39,11 +40,11 @@ void tar_gc_kept(struct tar_state *s)
 	if (kfd >= 0 && live && walk_open(kfd, NULL, &d) >= 0)
 		while ((de = walk_next(d)))
 			if (!json_object_get(live, de->d_name))
-				rm_rf_at(kfd, de->d_name);
+				FAILPOINT_AROUND("tar.gc.kept.remove", rm_rf_at(kfd, de->d_name));
 	if (walk_open(s->tar_fd, NULL, &top) >= 0)
 		while ((de = walk_next(top)))
 			if (!strncmp(de->d_name, ".trash-", 7))
-				rm_rf_at(s->tar_fd, de->d_name);
+				FAILPOINT_AROUND("tar.gc.trash.remove", rm_rf_at(s->tar_fd, de->d_name));
 	if (kfd >= 0)
 		fsync(kfd);
 	unlinkat(s->tar_fd, KEEP, AT_REMOVEDIR); /* only once empty */
@@ -68,11 +69,11 @@ int tar_gc_drop(struct tar_state *s, const char *name)
 			return made;
 		snprintf(keep, sizeof(keep), KEEP "/%s", name);
 		rm_rf_at(s->tar_fd, keep); /* a leftover of an older life of the name: none expected */
-		if (renameat(s->tar_fd, name, s->tar_fd, keep) < 0)
+		if (FAILPOINT_AROUND("tar.delete.keep.rename", renameat(s->tar_fd, name, s->tar_fd, keep)) < 0)
 			return -errno;
 		return 0;
 	}
-	return rm_rf_at(s->tar_fd, name);
+	return FAILPOINT_AROUND("tar.delete.remove", rm_rf_at(s->tar_fd, name));
 }
 
 void tar_gc_pre_drop(struct tar_state *s)
@@ -126,18 +127,21 @@ static int compact_one(struct tar_state *s, const char *name, ckpt_error *err)
 	_cleanup_free_ char *text = r >= 0 ? json_dumps(meta, JSON_COMPACT) : NULL;
 	if (r >= 0 && !text)
 		r = err_set(err, ENOMEM, NULL, "out of memory");
-	if (r >= 0 && (r = write_file_atomic(ofd, META, text, strlen(text), 0600)) < 0)
+	if (r >= 0 &&
+	    (r = FAILPOINT_AROUND("tar.compact.meta.write", write_file_atomic(ofd, META, text, strlen(text), 0600))) <
+		    0)
 		err_set(err, -r, NULL, "cannot write '%s/" META "': %s", tmp, strerror(-r));
-	if (r >= 0 && fsync(ofd) < 0)
+	if (r >= 0 && FAILPOINT_AROUND("tar.compact.dir.fsync", fsync(ofd)) < 0)
 		r = err_set(err, errno, NULL, "cannot sync '%s': %m", tmp);
-	if (r >= 0 && renameat2(s->tar_fd, tmp, s->tar_fd, name, RENAME_EXCHANGE) < 0) {
+	if (r >= 0 &&
+	    FAILPOINT_AROUND("tar.compact.exchange", renameat2(s->tar_fd, tmp, s->tar_fd, name, RENAME_EXCHANGE)) < 0) {
 		/* gVisor has no RENAME_EXCHANGE (EINVAL): no swap that readers
 		 * never see half done, so chains stay as they are from now on */
 		s->no_exchange = errno == EINVAL || errno == ENOSYS;
 		r = errno == ENOENT ? 0 : err_set(err, errno, NULL, "cannot put '%s' in place: %m", tmp);
 	}
 	if (r >= 0)
-		renameat(s->tar_fd, tmp, s->tar_fd, trash);
+		FAILPOINT_AROUND("tar.compact.trash.rename", renameat(s->tar_fd, tmp, s->tar_fd, trash));
 	if (r < 0 || faccessat(s->tar_fd, tmp, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
 		rm_rf_at(s->tar_fd, tmp);
 	fsync(s->tar_fd);
@@ -208,7 +212,7 @@ int tar_remove(void *st, const char *id, json_t *data, ckpt_error *err)
 	int r = tar_gc_drop(s, id);
 	if (r < 0)
 		return err_set(err, r, NULL, "cannot remove checkpoint data '%s': %s", id, strerror(-r));
-	if (fsync(s->tar_fd) < 0)
+	if (FAILPOINT_AROUND("tar.delete.fsync", fsync(s->tar_fd)) < 0)
 		return err_set(err, errno, NULL, "cannot sync the tar state dir: %m");
 	tar_gc_kept(s);
 	return 0;

@@ -2,6 +2,7 @@
  * manifests, its meta.json, the head (the next create's parent), and the
  * intent a restore leaves until it is done. */
 #include "backend/tar/tar_internal.h"
+#include "lib/failpoint.h"
 
 void tar_meta_names(size_t i, bool zstd, char *arch, char *man)
 {
@@ -24,7 +25,7 @@ void tar_meta_head_set(struct tar_state *s, const char *name)
 	pthread_mutex_lock(&s->lock);
 	snprintf(s->head, sizeof(s->head), "%s", name);
 	pthread_mutex_unlock(&s->lock);
-	write_file_atomic(s->tar_fd, HEAD, name, strlen(name), 0600);
+	FAILPOINT_AROUND("tar.head.write", write_file_atomic(s->tar_fd, HEAD, name, strlen(name), 0600));
 }
 
 void tar_meta_head_load(struct tar_state *s)
@@ -51,7 +52,7 @@ int tar_meta_write(struct tar_state *s, int dirfd, const struct chain *ch, ckpt_
 	_cleanup_free_ char *text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
 	if (!text)
 		return err_set(err, ENOMEM, NULL, "out of memory");
-	int r = write_file_atomic(dirfd, META, text, strlen(text), 0600);
+	int r = FAILPOINT_AROUND("tar.meta.write", write_file_atomic(dirfd, META, text, strlen(text), 0600));
 	if (r < 0)
 		return err_set(err, tar_errno_norm(r), NULL, "cannot write checkpoint metadata: %s", strerror(-r));
 	return 0;
@@ -93,15 +94,18 @@ int tar_meta_intent_write(struct tar_state *s, const char *name, ckpt_error *err
 {
 	char text[128];
 	int n = snprintf(text, sizeof(text), "{\"id\":\"%s\"}\n", name);
-	int r = write_file_atomic(s->tar_fd, INTENT, text, (size_t)n, 0600);
+	int r = FAILPOINT_AROUND("tar.restore.intent.write",
+				 write_file_atomic(s->tar_fd, INTENT, text, (size_t)n, 0600));
 	return r < 0 ? err_set(err, r, NULL, "cannot write the restore intent: %s", strerror(-r)) : 0;
 }
 
 int tar_meta_intent_clear(struct tar_state *s, ckpt_error *err)
 {
-	if (unlinkat(s->tar_fd, INTENT, 0) < 0 && errno != ENOENT)
+	if (FAILPOINT_AROUND("tar.restore.intent.unlink", unlinkat(s->tar_fd, INTENT, 0)) < 0 && errno != ENOENT)
 		return err_set(err, errno, NULL, "cannot remove the restore intent: %m");
-	return fsync(s->tar_fd) < 0 ? err_set(err, errno, NULL, "cannot sync the tar state dir: %m") : 0;
+	return FAILPOINT_AROUND("tar.restore.intent.fsync", fsync(s->tar_fd)) < 0
+		? err_set(err, errno, NULL, "cannot sync the tar state dir: %m")
+		: 0;
 }
 
 /* The roots are not (all) checkpoint name: say so in health, and keep or

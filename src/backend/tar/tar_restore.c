@@ -19,6 +19,7 @@
 
 #include "backend/tar/tar_fs.h"
 #include "backend/tar/tar_seek.h"
+#include "lib/failpoint.h"
 
 #define TAR_BLOCK (1 << 20)
 
@@ -95,7 +96,7 @@ static int live_entry(struct rctx *c, int dirfd, const char *name, const char *r
 		return 0;
 	e = tar_manifest_find(&c->m, path);
 	if (!e || !tar_type_matches(e, &st)) {
-		int r = rm_rf_at(dirfd, name);
+		int r = FAILPOINT_AROUND("tar.restore.extra.remove", rm_rf_at(dirfd, name));
 		if (r < 0)
 			return err_set(c->err, r, NULL, "cannot remove '%s': %s", path, strerror(-r));
 		c->st->removed++;
@@ -441,7 +442,7 @@ static int write_regular(struct rctx *c, struct archive *a, int root_fd, struct 
 
 	if (pfd < 0)
 		return err_set(c->err, -pfd, NULL, "cannot open the directory of '%s': %s", path, strerror(-pfd));
-	if (unlinkat(pfd, leaf, 0) < 0 && errno != ENOENT)
+	if (FAILPOINT_AROUND("tar.restore.file.unlink", unlinkat(pfd, leaf, 0)) < 0 && errno != ENOENT)
 		return sys_err(c, errno, "remove", path);
 	fd = openat(pfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)

@@ -1,6 +1,7 @@
 /* tar_rollback.c: restore (and reset) every root to a tar checkpoint under
  * an intent file, and finish at start a restore the last run left. */
 #include "backend/tar/tar_internal.h"
+#include "lib/failpoint.h"
 
 static void add_stats(struct tar_restore_stats *sum, const struct tar_restore_stats *one)
 {
@@ -43,7 +44,7 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 		add_stats(sum, &one);
 		tar_wait_past(o.max_ctime);
 		/* The intent goes only once the restored tree is on disk. */
-		if (syncfs(fd) < 0)
+		if (FAILPOINT_AROUND("tar.restore.syncfs", syncfs(fd)) < 0)
 			return err_set(err, errno, NULL, "cannot sync root '%s': %m", s->roots[i]);
 	}
 	return 0;

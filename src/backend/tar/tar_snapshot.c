@@ -1,6 +1,7 @@
 /* tar_snapshot.c: taking a tar checkpoint of the roots (create, precopy) or
  * of other trees (import), and the base, taken on a thread at first start. */
 #include "backend/tar/tar_internal.h"
+#include "lib/failpoint.h"
 
 static void srcs_free(struct tar_create_opts *o)
 {
@@ -158,11 +159,11 @@ static int snapshot(struct tar_state *s, const char *name, char *const *from, st
 	r = dfd < 0 ? err_set(err, errno, NULL, "cannot open '%s': %m", tmp) : 0;
 	if (r >= 0)
 		r = snapshot_roots(s, dfd, from, p, err);
-	if (r >= 0 && fsync(dfd) < 0)
+	if (r >= 0 && FAILPOINT_AROUND("tar.create.dir.fsync", fsync(dfd)) < 0)
 		r = err_set(err, tar_errno_norm(errno), NULL, "cannot sync '%s': %m", tmp);
-	if (r >= 0 && renameat(s->tar_fd, tmp, s->tar_fd, name) < 0)
+	if (r >= 0 && FAILPOINT_AROUND("tar.create.rename", renameat(s->tar_fd, tmp, s->tar_fd, name)) < 0)
 		r = err_set(err, errno, NULL, "cannot rename '%s': %m", tmp);
-	if (r >= 0 && fsync(s->tar_fd) < 0)
+	if (r >= 0 && FAILPOINT_AROUND("tar.create.store.fsync", fsync(s->tar_fd)) < 0)
 		r = err_set(err, tar_errno_norm(errno), NULL, "cannot sync the tar state dir: %m");
 	if (r < 0) {
 		rm_rf_at(s->tar_fd, tmp);
