@@ -19,7 +19,7 @@ SANITIZE  ?=
 FAILPOINTS ?=
 PYTEST_ARGS ?=
 
-PKGS      := libmicrohttpd jansson libarchive libsystemd nettle libcurl libzstd
+PKGS      := libmicrohttpd jansson libarchive libsystemd nettle libcurl libzstd zlib
 CLI_PKGS  := libcurl jansson
 # The one version string: ckptd and ckpt get it as CKPTD_VERSION.
 VERSION   := 0.1.0

@@ -56,6 +56,9 @@ void config_free(struct config *cfg)
 	free_list(cfg->listen, &cfg->n_listen);
 	free_list(cfg->roots, &cfg->n_roots);
 	free_list(cfg->etcd_endpoints, &cfg->n_etcd_endpoints);
+	free_list(cfg->registry_insecure, &cfg->n_registry_insecure);
+	free(cfg->registry_auth_file);
+	free(cfg->registry_ca_file);
 	for (size_t i = 0; i < cfg->n_units; i++)
 		free(cfg->units[i]);
 	free(cfg->units);
@@ -293,6 +296,20 @@ static int apply_json_strings(struct config *cfg, json_t *obj, ckpt_error *err)
 		r = json_list(v, cfg->roots, &cfg->n_roots, MAX_ROOTS, "roots", err);
 	if (r == 0 && (v = json_object_get(obj, "etcd_endpoints")))
 		r = json_list(v, cfg->etcd_endpoints, &cfg->n_etcd_endpoints, MAX_LISTEN, "etcd_endpoints", err);
+	if (r == 0 && (v = json_object_get(obj, "registry_insecure")))
+		r = json_list(v, cfg->registry_insecure, &cfg->n_registry_insecure, MAX_LISTEN, "registry_insecure",
+			      err);
+	if (r == 0 && (v = json_object_get(obj, "registry_compression"))) {
+		const char *b = json_string_value(v);
+		if (!b || (strcmp(b, "zstd") && strcmp(b, "gzip")))
+			r = err_set(err, EINVAL, NULL, "config: registry_compression must be \"zstd\" or \"gzip\"");
+		else
+			cfg->registry_gzip = !strcmp(b, "gzip");
+	}
+	if (r == 0)
+		r = json_str(obj, "registry_auth_file", &cfg->registry_auth_file, err);
+	if (r == 0)
+		r = json_str(obj, "registry_ca_file", &cfg->registry_ca_file, err);
 	if (r == 0 && (v = json_object_get(obj, "lock_backend"))) {
 		const char *b = json_string_value(v);
 		if (!b || (strcmp(b, "volume") && strcmp(b, "etcd")))
@@ -367,6 +384,10 @@ static const char *const known_keys[] = {
 	"max_connections",
 	"max_connections_per_client",
 	"header_timeout_secs",
+	"registry_auth_file",
+	"registry_ca_file",
+	"registry_insecure",
+	"registry_compression",
 	NULL,
 };
 
@@ -538,9 +559,30 @@ static int config_validate_etcd(const struct config *cfg, ckpt_error *err)
 	return 0;
 }
 
+/* The containers-auth.json(5) search order, when the config names no file:
+ * $REGISTRY_AUTH_FILE, /run/containers/0/auth.json, $HOME/.docker/config.json.
+ * The first that exists wins; none is fine (anonymous pulls and pushes). */
+static int registry_auth_default(struct config *cfg)
+{
+	const char *env = getenv("REGISTRY_AUTH_FILE"), *home = getenv("HOME");
+	char docker[PATH_MAX];
+	if (cfg->registry_auth_file)
+		return 0;
+	if (env && *env)
+		return set_str(&cfg->registry_auth_file, env);
+	if (access("/run/containers/0/auth.json", R_OK) == 0)
+		return set_str(&cfg->registry_auth_file, "/run/containers/0/auth.json");
+	if (home && *home && snprintf(docker, sizeof(docker), "%s/.docker/config.json", home) < (int)sizeof(docker) &&
+	    access(docker, R_OK) == 0)
+		return set_str(&cfg->registry_auth_file, docker);
+	return 0;
+}
+
 static int config_validate(struct config *cfg, ckpt_error *err)
 {
 	int r;
+	if (registry_auth_default(cfg) < 0)
+		return -ENOMEM;
 	if (!cfg->state_dir && set_str(&cfg->state_dir, "/var/lib/ckptd") < 0)
 		return -ENOMEM;
 	if ((r = canonical_dir(&cfg->state_dir, "state dir", true, cfg->check_only, err)) < 0)

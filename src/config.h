@@ -93,6 +93,13 @@ struct config {
 	 * NULL or empty: checkpointing off */
 	char *checkpoint_bucket;
 	char *checkpoint_mount;
+
+	/* registries (push and pull, engine_oci.c) */
+	char *registry_auth_file;            /* resolved at parse: key, $REGISTRY_AUTH_FILE, ... */
+	char *registry_ca_file;              /* NULL: the system CAs */
+	char *registry_insecure[MAX_LISTEN]; /* HOST[:PORT] spoken to over plain HTTP */
+	size_t n_registry_insecure;
+	bool registry_gzip; /* registry_compression "gzip" (default "zstd") */
 };
 
 /* Parse argv (and the --config file it names). On --help/--version prints and

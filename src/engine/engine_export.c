@@ -173,24 +173,6 @@ static int ar_copy_fd(struct engine_export *x, int fd)
 	return k < 0 ? err_set(&x->err, errno, NULL, "read: %m") : 0;
 }
 
-/* The view's xattrs that may cross (the backend's xattr_portable). */
-static void ar_xattrs(const struct engine *e, struct archive_entry *ae, int dirfd, const char *name)
-{
-	struct xattr_ref xr;
-	_cleanup_free_ char *list = malloc(XATTR_LIST_BUF), *val = malloc(XATTR_VALUE_BUF);
-	if (!list || !val)
-		return;
-	xattr_ref_init(&xr, -1, dirfd, name);
-	ssize_t n = xattr_list(&xr, list, XATTR_LIST_BUF);
-	for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(list + off) + 1) {
-		const char *k = list + off;
-		if (e->backend->xfer->xattr_portable && !e->backend->xfer->xattr_portable(k))
-			continue;
-		ssize_t vl = xattr_get(&xr, k, val, XATTR_VALUE_BUF);
-		if (vl >= 0)
-			archive_entry_xattr_add_entry(ae, k, val, (size_t)vl);
-	}
-}
 
 static int ar_entry(void *ctx, int dirfd, const char *name, const char *rel, const struct stat *st)
 {
@@ -225,7 +207,7 @@ static int ar_entry(void *ctx, int dirfd, const char *name, const char *rel, con
 	}
 	if (!S_ISREG(st->st_mode) || link)
 		archive_entry_set_size(ae, 0);
-	ar_xattrs(x->e, ae, dirfd, rel ? name : NULL);
+	engine_xfer_xattrs(ae, dirfd, rel ? name : NULL, x->e->backend->xfer->xattr_portable);
 	if (archive_write_header(x->a, ae) != ARCHIVE_OK)
 		q = ar_fail(x, "write archive header");
 	if (q == 0 && S_ISREG(st->st_mode) && !link) {

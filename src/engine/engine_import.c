@@ -45,44 +45,7 @@ static int bad(struct import_ctx *c, const char *fmt, ...)
 	return err_set_kind(c->err, ERR_INVALID, EBADMSG, "invalid_archive", "invalid archive: %s", msg);
 }
 
-/* A path below a root: relative, no empty, "." or ".." components. */
-static bool rel_valid(const char *p)
-{
-	if (!*p || *p == '/' || strlen(p) >= PATH_MAX)
-		return false;
-	for (const char *s = p; *s;) {
-		const char *e = strchrnul(s, '/');
-		size_t n = (size_t)(e - s);
-		if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.'))
-			return false;
-		s = *e ? e + 1 : e;
-	}
-	return true;
-}
 
-/* Does a relative symlink target, read from the directory of rel, stay in
- * the root? Absolute targets are left alone: they name paths inside the
- * sandbox, and extraction never follows symlinks. */
-static bool link_stays(const char *rel, const char *target)
-{
-	int depth = 0;
-	if (target[0] == '/')
-		return true;
-	for (const char *s = rel; (s = strchr(s, '/')); s++)
-		depth++;
-	for (const char *s = target; *s;) {
-		const char *e = strchrnul(s, '/');
-		size_t n = (size_t)(e - s);
-		if (n == 2 && s[0] == '.' && s[1] == '.') {
-			if (--depth < 0)
-				return false;
-		} else if (n && !(n == 1 && s[0] == '.')) {
-			depth++;
-		}
-		s = *e ? e + 1 : e;
-	}
-	return true;
-}
 
 /* "roots/N[/rel]" -> root N and rel ("." for the root). */
 static int split_name(struct import_ctx *c, const char *name, size_t *root, const char **rel)
@@ -105,7 +68,7 @@ static int split_name(struct import_ctx *c, const char *name, size_t *root, cons
 	memcpy(c->rel, end + 1, len + 1);
 	if (c->rel[len - 1] == '/')
 		c->rel[len - 1] = '\0';
-	if (!rel_valid(c->rel))
+	if (!engine_xfer_rel_valid(c->rel))
 		return bad(c, "entry '%.200s' has an absolute, empty or '..' path", name);
 	*rel = c->rel;
 	return 0;
@@ -152,7 +115,7 @@ static int import_manifest(struct import_ctx *c, struct archive *a, struct archi
 			const char *p = json_string_value(json_object_get(en, "path"));
 			const char *t = json_string_value(json_object_get(en, "type"));
 			char key[PATH_MAX + 32];
-			if (!p || !t || (strcmp(p, ".") && !rel_valid(p)))
+			if (!p || !t || (strcmp(p, ".") && !engine_xfer_rel_valid(p)))
 				return bad(c, "manifest entry with an invalid path");
 			snprintf(key, sizeof(key), "%zu/%s", i, p);
 			if (json_object_get(c->expect, key))
@@ -201,39 +164,6 @@ static int import_base_check(struct import_ctx *c)
 	return 0;
 }
 
-/* Drop the xattrs the backend does not let cross (xattr_portable). */
-static void import_xattr_filter(const struct import_ctx *c, struct archive_entry *ae)
-{
-	bool (*portable)(const char *name) = c->e->backend->xfer->xattr_portable;
-	const char *k;
-	const void *v;
-	size_t n;
-	struct keep {
-		char *k;
-		void *v;
-		size_t n;
-	} keep[64];
-	size_t nk = 0;
-	if (!portable)
-		return;
-	archive_entry_xattr_reset(ae);
-	while (archive_entry_xattr_next(ae, &k, &v, &n) == ARCHIVE_OK && nk < ARRAY_SIZE(keep)) {
-		if (!portable(k))
-			continue;
-		keep[nk].k = strdup(k);
-		keep[nk].v = malloc(n ? n : 1);
-		if (keep[nk].v)
-			memcpy(keep[nk].v, v, n);
-		keep[nk++].n = n;
-	}
-	archive_entry_xattr_clear(ae);
-	for (size_t i = 0; i < nk; i++) {
-		if (keep[i].k && keep[i].v)
-			archive_entry_xattr_add_entry(ae, keep[i].k, keep[i].v, keep[i].n);
-		free(keep[i].k);
-		free(keep[i].v);
-	}
-}
 
 static int import_entry(struct import_ctx *c, struct archive *a, struct archive *w, struct archive_entry *ae, char *buf)
 {
@@ -295,7 +225,7 @@ static int import_entry(struct import_ctx *c, struct archive *a, struct archive 
 		const char *t = archive_entry_symlink(ae);
 		if (!t || strcmp(t, json_string_value(json_object_get(m, "link")) ?: ""))
 			return bad(c, "symlink '%.200s' differs from the manifest", name);
-		if (!link_stays(rel, t))
+		if (!engine_xfer_link_stays(rel, t))
 			return bad(c, "symlink '%.200s' points outside its root", name);
 	}
 	la_int64_t size = archive_entry_size(ae);
@@ -306,7 +236,7 @@ static int import_entry(struct import_ctx *c, struct archive *a, struct archive 
 	if (strcmp(got, "file") && size > 0)
 		archive_entry_set_size(ae, 0);
 	archive_entry_copy_pathname(ae, key);
-	import_xattr_filter(c, ae);
+	engine_xfer_xattr_filter(ae, c->e->backend->xfer->xattr_portable);
 	if (archive_write_header(w, ae) != ARCHIVE_OK)
 		return bad(c, "cannot extract '%.200s': %s", name, archive_error_string(w));
 	if (!strcmp(got, "file")) {
@@ -397,11 +327,72 @@ static void *import_main(void *arg)
 	return NULL;
 }
 
+/* Make a checkpoint of the trees tmp/0 .. tmp/N-1 (one per root), named
+ * name, with extra_key: extra_val (stolen) in its record. The commit half of
+ * an import, shared with pull (engine_oci_pull.c). Errors come back
+ * unclassified: the caller classifies them at its boundary. */
+int engine_import_trees(struct engine *e, const char *tmp, const char *name, json_t *labels, const char *extra_key,
+			json_t *extra_val, struct ckpt_record **ret_rec, ckpt_error *err)
+{
+	struct ckpt_record *rec = NULL;
+	char id[32];
+	int q;
+	if ((q = id_generate(id, sizeof(id))) < 0) {
+		json_decref(extra_val);
+		return err_set(err, -q, NULL, "generate an id");
+	}
+	struct create_req cr = { .name = name && name_valid(name) ? name : "imported",
+				 .labels = json_is_object(labels) ? labels : NULL };
+	rec = create_record(e, &cr, id);
+	if (rec && !rec->extra) /* kept as is in the record file and answers */
+		rec->extra = json_object();
+	if (rec)
+		json_object_set_new(rec->extra, extra_key, extra_val);
+	else
+		json_decref(extra_val);
+	char **dirs = calloc(e->cfg->n_roots + 1, sizeof(*dirs));
+	for (size_t i = 0; dirs && i < e->cfg->n_roots; i++)
+		if (asprintf(&dirs[i], "%s/%zu", tmp, i) < 0)
+			dirs[i] = NULL;
+	json_t *data = NULL;
+	uint64_t size = 0;
+	int64_t t0 = mono_ms();
+	bool admitted = (q = rec ? create_admit(e, rec, err) : -ENOMEM) == 0;
+	pthread_mutex_lock(&e->op_lock);
+	engine_set_status(e, "importing", id);
+	if (q == 0)
+		q = engine_check_managed(e, err);
+	if (q == 0)
+		q = dirs ? e->backend->xfer->import(e->bst, id, dirs, &data, &size, err) : -ENOMEM;
+	if (q == 0) {
+		json_decref(rec->backend_data);
+		rec->backend_data = data ? data : json_object();
+		rec->size_bytes = (int64_t)size;
+		rec->duration_ms = mono_ms() - t0;
+		rec->status = CKPT_ACTIVE;
+		if ((q = FAILPOINT_AROUND("import.record.write", catalog_put(e->catalog, rec, err))) < 0)
+			e->backend->remove(e->bst, id, rec->backend_data, NULL);
+	}
+	if (q < 0 && admitted)
+		catalog_remove(e->catalog, id, NULL);
+	engine_set_status(e, NULL, NULL);
+	pthread_mutex_unlock(&e->op_lock);
+	for (size_t i = 0; dirs && i < e->cfg->n_roots; i++)
+		free(dirs[i]);
+	free(dirs);
+	if (q < 0) {
+		if (rec)
+			record_unref(rec);
+		return q;
+	}
+	*ret_rec = rec;
+	return 0;
+}
+
 int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err)
 {
 	struct import_ctx c = { .e = e, .fd = fd, .err = err };
 	pthread_t t;
-	char id[32];
 	int q;
 
 	if (!e->backend->xfer)
@@ -417,50 +408,12 @@ int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err
 	}
 	struct ckpt_record *rec = NULL;
 	char oid[32] = "";
-	if (q == 0 && (q = id_generate(id, sizeof(id))) < 0)
-		err_set(err, -q, NULL, "generate an id");
 	if (q == 0) {
 		json_t *orig = json_object_get(c.manifest, "checkpoint");
-		const char *nm = json_string_value(json_object_get(orig, "name"));
-		json_t *labels = json_object_get(orig, "labels");
-		struct create_req cr = { .name = nm && name_valid(nm) ? nm : "imported",
-					 .labels = json_is_object(labels) ? labels : NULL };
-		rec = create_record(e, &cr, id);
 		snprintf(oid, sizeof(oid), "%s", json_string_value(json_object_get(orig, "checkpoint_id")) ?: "");
-		if (rec && !rec->extra) /* kept as is in the record file and answers */
-			rec->extra = json_object();
-		if (rec)
-			json_object_set_new(rec->extra, "import_of", id_valid(oid) ? json_string(oid) : json_null());
-		char **dirs = calloc(e->cfg->n_roots + 1, sizeof(*dirs));
-		for (size_t i = 0; dirs && i < e->cfg->n_roots; i++)
-			if (asprintf(&dirs[i], "%s/%zu", c.tmp, i) < 0)
-				dirs[i] = NULL;
-		json_t *data = NULL;
-		uint64_t size = 0;
-		int64_t t0 = mono_ms();
-		bool admitted = (q = rec ? create_admit(e, rec, err) : -ENOMEM) == 0;
-		pthread_mutex_lock(&e->op_lock);
-		engine_set_status(e, "importing", id);
-		if (q == 0)
-			q = engine_check_managed(e, err);
-		if (q == 0)
-			q = dirs ? e->backend->xfer->import(e->bst, id, dirs, &data, &size, err) : -ENOMEM;
-		if (q == 0) {
-			json_decref(rec->backend_data);
-			rec->backend_data = data ? data : json_object();
-			rec->size_bytes = (int64_t)size;
-			rec->duration_ms = mono_ms() - t0;
-			rec->status = CKPT_ACTIVE;
-			if ((q = FAILPOINT_AROUND("import.record.write", catalog_put(e->catalog, rec, err))) < 0)
-				e->backend->remove(e->bst, id, rec->backend_data, NULL);
-		}
-		if (q < 0 && admitted)
-			catalog_remove(e->catalog, id, NULL);
-		engine_set_status(e, NULL, NULL);
-		pthread_mutex_unlock(&e->op_lock);
-		for (size_t i = 0; dirs && i < e->cfg->n_roots; i++)
-			free(dirs[i]);
-		free(dirs);
+		q = engine_import_trees(e, c.tmp, json_string_value(json_object_get(orig, "name")),
+					json_object_get(orig, "labels"), "import_of",
+					id_valid(oid) ? json_string(oid) : json_null(), &rec, err);
 	}
 	engine_xfer_rm(e, c.tmp);
 	free(c.tmp);
@@ -468,12 +421,10 @@ int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err
 	json_decref(c.expect);
 	if ((q = engine_err_classify(err, ENGINE_CTX_CREATE, q)) < 0) {
 		log_event(LOG_WARN_, &(struct log_fields){ "import", NULL, NULL, -1 }, "import refused: %s", err->msg);
-		if (rec)
-			record_unref(rec);
 		return q;
 	}
-	log_event(LOG_INFO_, &(struct log_fields){ "import", id, NULL, -1 }, "imported %s as %s", oid[0] ? oid : "?",
-		  id);
+	log_event(LOG_INFO_, &(struct log_fields){ "import", rec->id, NULL, -1 }, "imported %s as %s",
+		  oid[0] ? oid : "?", rec->id);
 	*ret_record = engine_public(e, rec);
 	record_unref(rec);
 	return 0;

@@ -173,3 +173,95 @@ void engine_xfer_sweep(struct engine *e)
 	}
 	rm_rf_at(e->state_fd, XFER_DIR);
 }
+
+/* The xattrs of an entry into ae, those portable lets cross (NULL: all). */
+void engine_xfer_xattrs(struct archive_entry *ae, int dirfd, const char *name, bool (*portable)(const char *name))
+{
+	struct xattr_ref xr;
+	_cleanup_free_ char *list = malloc(XATTR_LIST_BUF), *val = malloc(XATTR_VALUE_BUF);
+	if (!list || !val)
+		return;
+	xattr_ref_init(&xr, -1, dirfd, name);
+	ssize_t n = xattr_list(&xr, list, XATTR_LIST_BUF);
+	for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(list + off) + 1) {
+		const char *k = list + off;
+		if (portable && !portable(k))
+			continue;
+		ssize_t vl = xattr_get(&xr, k, val, XATTR_VALUE_BUF);
+		if (vl >= 0)
+			archive_entry_xattr_add_entry(ae, k, val, (size_t)vl);
+	}
+}
+
+/* Drop the xattrs portable does not let cross from an entry read from an
+ * archive (NULL: keep all). */
+void engine_xfer_xattr_filter(struct archive_entry *ae, bool (*portable)(const char *name))
+{
+	const char *k;
+	const void *v;
+	size_t n;
+	struct keep {
+		char *k;
+		void *v;
+		size_t n;
+	} keep[64];
+	size_t nk = 0;
+	if (!portable)
+		return;
+	archive_entry_xattr_reset(ae);
+	while (archive_entry_xattr_next(ae, &k, &v, &n) == ARCHIVE_OK && nk < ARRAY_SIZE(keep)) {
+		if (!portable(k))
+			continue;
+		keep[nk].k = strdup(k);
+		keep[nk].v = malloc(n ? n : 1);
+		if (keep[nk].v)
+			memcpy(keep[nk].v, v, n);
+		keep[nk++].n = n;
+	}
+	archive_entry_xattr_clear(ae);
+	for (size_t i = 0; i < nk; i++) {
+		if (keep[i].k && keep[i].v)
+			archive_entry_xattr_add_entry(ae, keep[i].k, keep[i].v, keep[i].n);
+		free(keep[i].k);
+		free(keep[i].v);
+	}
+}
+
+/* A path below a root: relative, no empty, "." or ".." components. */
+bool engine_xfer_rel_valid(const char *p)
+{
+	if (!*p || *p == '/' || strlen(p) >= PATH_MAX)
+		return false;
+	for (const char *s = p; *s;) {
+		const char *e = strchrnul(s, '/');
+		size_t n = (size_t)(e - s);
+		if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.'))
+			return false;
+		s = *e ? e + 1 : e;
+	}
+	return true;
+}
+
+/* Does a relative symlink target, read from the directory of rel, stay in
+ * the root? Absolute targets are left alone: they name paths inside the
+ * sandbox, and extraction never follows symlinks. */
+bool engine_xfer_link_stays(const char *rel, const char *target)
+{
+	int depth = 0;
+	if (target[0] == '/')
+		return true;
+	for (const char *s = rel; (s = strchr(s, '/')); s++)
+		depth++;
+	for (const char *s = target; *s;) {
+		const char *e = strchrnul(s, '/');
+		size_t n = (size_t)(e - s);
+		if (n == 2 && s[0] == '.' && s[1] == '.') {
+			if (--depth < 0)
+				return false;
+		} else if (n && !(n == 1 && s[0] == '.')) {
+			depth++;
+		}
+		s = *e ? e + 1 : e;
+	}
+	return true;
+}

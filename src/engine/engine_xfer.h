@@ -25,4 +25,13 @@ void engine_xfer_hex(const uint8_t *d, size_t n, char *out);
 int engine_xfer_sha256_fd(int fd, char out[2 * SHA256_DIGEST_SIZE + 1], uint64_t *ret_len);
 int engine_xfer_tmp(struct engine *e, char **ret, ckpt_error *err);
 void engine_xfer_rm(struct engine *e, const char *tmp);
+struct archive_entry;
+void engine_xfer_xattrs(struct archive_entry *ae, int dirfd, const char *name, bool (*portable)(const char *name));
+void engine_xfer_xattr_filter(struct archive_entry *ae, bool (*portable)(const char *name));
+bool engine_xfer_rel_valid(const char *p);
+bool engine_xfer_link_stays(const char *rel, const char *target);
+
+/* engine_import.c */
+int engine_import_trees(struct engine *e, const char *tmp, const char *name, json_t *labels, const char *extra_key,
+			json_t *extra_val, struct ckpt_record **ret_rec, ckpt_error *err);
 

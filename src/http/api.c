@@ -7,23 +7,6 @@
 #include "engine/engine.h"
 #include "http/api_fork.h"
 
-/* Unknown members are refused so that a typo never passes silently. */
-static bool api_only_fields(json_t *obj, const char *const *allowed, struct http_response *resp)
-{
-	const char *k;
-	json_t *v;
-	json_object_foreach(obj, k, v)
-	{
-		bool ok = false;
-		for (const char *const *a = allowed; *a; a++)
-			ok |= !strcmp(k, *a);
-		if (!ok) {
-			http_fail(resp, ERR_INVALID, "invalid_field", "unknown field '%s'", k);
-			return false;
-		}
-	}
-	return true;
-}
 
 bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response *resp)
 {
@@ -427,6 +410,16 @@ static void api_import_idem(void *app, const struct http_request *req, struct ht
 	api_idempotent(app, req, resp, api_import);
 }
 
+static void api_push_idem(void *app, const struct http_request *req, struct http_response *resp)
+{
+	api_idempotent(app, req, resp, api_push);
+}
+
+static void api_pull_idem(void *app, const struct http_request *req, struct http_response *resp)
+{
+	api_idempotent(app, req, resp, api_pull);
+}
+
 static const struct http_route routes[] = {
 	{ "POST", "/v1/checkpoints", api_create, false, false },
 	{ "GET", "/v1/checkpoints", api_list, false, false },
@@ -442,6 +435,8 @@ static const struct http_route routes[] = {
 	  .pattern = "/v1/checkpoints/import",
 	  .handler = api_import_idem,
 	  .raw_body = HTTP_BODY_SPOOL },
+	{ "POST", "/v1/checkpoints/{id}/push", api_push_idem, false, false },
+	{ "POST", "/v1/checkpoints/pull", api_pull_idem, false, false },
 	{ "POST", "/v1/roots/release", api_release, false, false },
 	{ "GET", "/v1/health", api_health, true, false },
 	{ "GET", "/metrics", api_metrics, false, false },

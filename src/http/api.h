@@ -9,6 +9,8 @@ struct restore_req;
 /* Request decoding, exposed for unit tests. On failure they fill resp with a
  * 400 problem and return NULL / false. */
 json_t *api_parse_object(const struct http_request *req, bool required, struct http_response *resp);
+/* Refuse (400 invalid_field) a member not in allowed (NULL-terminated). */
+bool api_only_fields(json_t *obj, const char *const *allowed, struct http_response *resp);
 bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response *resp);
 bool api_decode_restore(json_t *obj, struct restore_req *rr, struct http_response *resp);
 /* The restore report as the response's JSON (exposed for unit tests). */
@@ -27,3 +29,6 @@ void api_server_opts(struct engine *e, const char *token, bool metrics_token_fre
 /* api_export.c: GET /v1/checkpoints/{id}/export, POST /v1/checkpoints/import. */
 void api_export(void *app, const struct http_request *req, struct http_response *resp);
 void api_import(void *app, const struct http_request *req, struct http_response *resp);
+/* api_oci.c: POST /v1/checkpoints/{id}/push, POST /v1/checkpoints/pull. */
+void api_push(void *app, const struct http_request *req, struct http_response *resp);
+void api_pull(void *app, const struct http_request *req, struct http_response *resp);

@@ -22,3 +22,21 @@ json_t *api_parse_object(const struct http_request *req, bool required, struct h
 	}
 	return TAKE_PTR(obj);
 }
+
+/* Unknown members are refused so that a typo never passes silently. */
+bool api_only_fields(json_t *obj, const char *const *allowed, struct http_response *resp)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(obj, k, v)
+	{
+		bool ok = false;
+		for (const char *const *a = allowed; *a; a++)
+			ok |= !strcmp(k, *a);
+		if (!ok) {
+			http_fail(resp, ERR_INVALID, "invalid_field", "unknown field '%s'", k);
+			return false;
+		}
+	}
+	return true;
+}

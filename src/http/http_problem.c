@@ -21,6 +21,7 @@ static const struct http_status_row {
 	{ 415, "Unsupported Media Type", "unsupported_media_type", ERR_UNSET },
 	{ 422, "Unprocessable Content", "unprocessable", ERR_UNSET },
 	{ 500, "Internal Server Error", "internal", ERR_INTERNAL },
+	{ 502, "Bad Gateway", "bad_gateway", ERR_UPSTREAM },
 	{ 503, "Service Unavailable", "unavailable", ERR_UNAVAILABLE },
 	{ 507, "Insufficient Storage", "insufficient_storage", ERR_NO_SPACE },
 };

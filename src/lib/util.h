@@ -75,6 +75,7 @@ enum ckpt_err_kind {
 	ERR_NO_SPACE,    /* the disk, a quota or a byte budget is full */
 	ERR_UNAVAILABLE, /* cannot serve now; try again */
 	ERR_INTERNAL,    /* a failure of ckptd's own */
+	ERR_UPSTREAM,    /* a server ckptd called (a registry) failed or refused */
 };
 
 /* An error travelling up: errnum (positive errno) says what failed and stays in

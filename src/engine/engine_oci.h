@@ -1,0 +1,25 @@
+/* engine_oci.h: checkpoints as OCI images in a registry (docs/registry.md).
+ * Knows no HTTP: the API decodes requests into these calls. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+#include "lib/util.h"
+
+struct engine;
+
+struct push_req {
+	const char *ref; /* HOST[:PORT]/REPO[:TAG] */
+	bool base;       /* the base as the first layer (default true) */
+};
+/* Push checkpoint id_or_name; *ret is {ref, digest, layers, uploaded_bytes,
+ * reused_bytes}. */
+int engine_push(struct engine *e, const char *id_or_name, const struct push_req *req, json_t **ret,
+		ckpt_error *err);
+
+struct pull_req {
+	const char *ref; /* HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:HEX */
+	json_t *roots;   /* {"/path/in/image": "/local/root"} or NULL (borrowed) */
+};
+/* Pull an image as a new checkpoint; *ret_record is its public record with
+ * pull_of {ref, digest}. Nothing is kept of a failed pull. */
+int engine_pull(struct engine *e, const struct pull_req *req, json_t **ret_record, ckpt_error *err);

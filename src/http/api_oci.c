@@ -1,0 +1,77 @@
+/* api_oci.c: POST /v1/checkpoints/{id}/push and POST /v1/checkpoints/pull
+ * decode their bodies and call engine_oci.c. */
+#include "http/api.h"
+
+#include "engine/engine.h"
+#include "engine/engine_oci.h"
+
+static bool oci_fields(json_t *obj, const char *const *allowed, struct http_response *resp)
+{
+	if (!api_only_fields(obj, allowed, resp))
+		return false;
+	json_t *ref = json_object_get(obj, "ref");
+	if (!json_is_string(ref)) {
+		http_fail(resp, ERR_INVALID, "invalid_field", "ref is required: HOST[:PORT]/REPO[:TAG]");
+		return false;
+	}
+	return true;
+}
+
+void api_push(void *app, const struct http_request *req, struct http_response *resp)
+{
+	static const char *const allowed[] = { "ref", "base", "async", NULL };
+	json_auto_t *obj = api_parse_object(req, true, resp);
+	struct push_req pr = { .base = true };
+	ckpt_error err = { 0 };
+	json_t *out, *v;
+
+	if (!obj || !oci_fields(obj, allowed, resp))
+		return;
+	pr.ref = json_string_value(json_object_get(obj, "ref"));
+	if ((v = json_object_get(obj, "base")) && !json_is_boolean(v)) {
+		http_fail(resp, ERR_INVALID, "invalid_field", "base must be true or false");
+		return;
+	}
+	pr.base = !v || json_is_true(v);
+	if ((v = json_object_get(obj, "async")) && !json_is_boolean(v)) {
+		http_fail(resp, ERR_INVALID, "invalid_field", "async must be true or false");
+		return;
+	}
+	if (json_is_true(v)) {
+		http_fail(resp, ERR_INVALID, "unsupported", "async push is not implemented yet: push without it");
+		return;
+	}
+	if (engine_push(app, req->params[0], &pr, &out, &err) < 0)
+		http_error(resp, &err);
+	else
+		http_json(resp, 200, out);
+}
+
+void api_pull(void *app, const struct http_request *req, struct http_response *resp)
+{
+	static const char *const allowed[] = { "ref", "roots", NULL };
+	json_auto_t *obj = api_parse_object(req, true, resp);
+	struct pull_req pr = { 0 };
+	ckpt_error err = { 0 };
+	json_t *out, *v;
+
+	if (!obj || !oci_fields(obj, allowed, resp))
+		return;
+	pr.ref = json_string_value(json_object_get(obj, "ref"));
+	if ((v = json_object_get(obj, "roots")) && !json_is_null(v)) {
+		const char *k;
+		json_t *t;
+		bool ok = json_is_object(v);
+		json_object_foreach(v, k, t) ok &= json_is_string(t) && k[0] == '/';
+		if (!ok) {
+			http_fail(resp, ERR_INVALID, "invalid_field",
+				  "roots must map absolute paths in the image to this daemon's roots");
+			return;
+		}
+		pr.roots = v;
+	}
+	if (engine_pull(app, &pr, &out, &err) < 0)
+		http_error(resp, &err);
+	else
+		http_json(resp, 201, out);
+}
