@@ -1,0 +1,605 @@
+"""Push and pull against a real registry: Debian's docker-registry
+(distribution 2.8) on a loopback port with htpasswd auth, or token auth
+served by a small token server here. Two ckptd daemons with separate state
+dirs and roots stand for two machines. skopeo and umoci read what ckptd
+pushed, and make an image ckptd pulls. Hostile and broken images are made
+here with tarfile and pushed with plain HTTP calls."""
+import base64
+import gzip
+import hashlib
+import io
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import tarfile
+import threading
+import time
+
+import pytest
+import requests
+
+from conftest import assert_same_tree, free_port, make_full_tree, tree_state
+
+USER, PASSWORD = "ckptuser", "s3cret-pw"
+
+
+class Registry:
+    def __init__(self, base, auth="htpasswd", token_realm=None, cert=None):
+        self.base = pathlib.Path(base)
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.data = self.base / "data"
+        self.port = free_port()
+        self.host = f"127.0.0.1:{self.port}"
+        self.url = f"http://{self.host}"
+        cfg = ["version: 0.1", "log:", "  level: warn", "storage:", "  filesystem:",
+               f"    rootdirectory: {self.data}", "  delete:", "    enabled: true",
+               "http:", f"  addr: {self.host}"]
+        if auth == "htpasswd":
+            pw = subprocess.run(["htpasswd", "-Bbn", USER, PASSWORD], capture_output=True,
+                                check=True, text=True).stdout
+            (self.base / "htpasswd").write_text(pw)
+            cfg += ["auth:", "  htpasswd:", "    realm: test", f"    path: {self.base / 'htpasswd'}"]
+        elif auth == "token":
+            cfg += ["auth:", "  token:", f"    realm: {token_realm}", "    service: test-registry",
+                    "    issuer: test-issuer", f"    rootcertbundle: {cert}"]
+        (self.base / "config.yml").write_text("\n".join(cfg) + "\n")
+        self.log = open(self.base / "registry.log", "ab")
+        self.proc = subprocess.Popen(["docker-registry", "serve", str(self.base / "config.yml")],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                requests.get(self.url + "/v2/", timeout=1)
+                return
+            except requests.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError("docker-registry did not start")
+
+    def blobs(self):
+        d = self.data / "docker/registry/v2/blobs/sha256"
+        return {p.name for p in d.glob("*/*")} if d.exists() else set()
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.log.close()
+
+    # raw protocol, for images ckptd did not make
+    def put_blob(self, repo, data, auth=(USER, PASSWORD)):
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        r = requests.post(f"{self.url}/v2/{repo}/blobs/uploads/", auth=auth)
+        assert r.status_code == 202, r.text
+        loc = r.headers["Location"]
+        loc = loc if loc.startswith("http") else self.url + loc
+        sep = "&" if "?" in loc else "?"
+        r = requests.put(f"{loc}{sep}digest={digest}", data=data, auth=auth,
+                         headers={"Content-Type": "application/octet-stream"})
+        assert r.status_code == 201, r.text
+        return digest
+
+    def put_manifest(self, repo, tag, body, media_type, auth=(USER, PASSWORD)):
+        data = json.dumps(body).encode()
+        r = requests.put(f"{self.url}/v2/{repo}/manifests/{tag}", data=data, auth=auth,
+                         headers={"Content-Type": media_type})
+        assert r.status_code == 201, r.text
+        return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def registry(tmp_path):
+    regs = []
+
+    def make(**kw):
+        r = Registry(tmp_path / f"reg{len(regs)}", **kw)
+        regs.append(r)
+        return r
+
+    yield make
+    for r in regs:
+        r.stop()
+
+
+def auth_file(path, hosts, user=USER, password=PASSWORD):
+    tok = base64.b64encode(f"{user}:{password}".encode()).decode()
+    path.write_text(json.dumps({"auths": {h: {"auth": tok} for h in hosts}}))
+    return str(path)
+
+
+def reg_config(tmp_path, reg, **extra):
+    cfg = {"registry_insecure": [reg.host],
+           "registry_auth_file": auth_file(tmp_path / f"auth-{reg.port}.json", [reg.host])}
+    cfg.update(extra)
+    return cfg
+
+
+def push(d, cid, ref, expect=200, **body):
+    r = d.request("POST", f"/v1/checkpoints/{cid}/push", json={"ref": ref, **body})
+    assert r.status_code == expect, r.text
+    return r.json()
+
+
+def pull(d, ref, expect=201, **body):
+    r = d.request("POST", "/v1/checkpoints/pull", json={"ref": ref, **body})
+    assert r.status_code == expect, r.text
+    return r.json()
+
+
+def xfer_empty(d):
+    x = d.state_dir / "xfer"
+    return not x.exists() or not any(x.iterdir())
+
+
+def ten_changes(root):
+    for i in range(6):
+        (root / f"change-{i}.txt").write_text(f"change {i}\n")
+    (root / "file.txt").write_text("edited again\n")
+    os.unlink(root / "exec.sh")
+    shutil.rmtree(root / "dir/sub-renamed")
+    os.chmod(root / "dir/data.bin", 0o640)
+
+
+@pytest.mark.parametrize("backend", ["tar", "overlay"])
+def test_push_pull_two_machines(daemon_factory, registry, tmp_path, backend):
+    reg = registry()
+    a = daemon_factory(backend=backend, start=False, config=reg_config(tmp_path, reg))
+    b = daemon_factory(backend=backend, config=reg_config(tmp_path, reg))
+    make_full_tree(a.roots[0])
+    (a.roots[0] / "big.bin").write_bytes(os.urandom(3 << 20))
+    a.start()
+    root = a.roots[0]
+    (root / "file.txt").write_text("changed\n")
+    (root / "dir/new").mkdir()
+    (root / "dir/new/f").write_bytes(os.urandom(70_000))
+    os.unlink(root / "secret")
+    os.rename(root / "dir/sub", root / "dir/sub-renamed")  # a redirect on overlay
+    want = tree_state(root)
+    cp = a.create("first")
+    ref = f"{reg.host}/team/app"
+    out = push(a, cp["checkpoint_id"], ref)
+    assert out["ref"] == f"{ref}:first"  # the tag defaults to the name
+    assert out["digest"].startswith("sha256:")
+    assert len(out["layers"]) == 2 and all(l["uploaded"] for l in out["layers"])
+    assert out["reused_bytes"] == 0
+    assert out["uploaded_bytes"] > 3 << 20  # the base holds the incompressible 3 MiB
+    blobs1 = reg.blobs()
+    assert {l["digest"][7:] for l in out["layers"]} <= blobs1
+
+    # the second machine, whose root lives at another path
+    p = pull(b, out["ref"], roots={str(a.roots[0]): str(b.roots[0])})
+    assert p["pull_of"] == {"ref": out["ref"], "digest": out["digest"]}
+    assert p["name"] == "first"
+    b.restore(p["checkpoint_id"])
+    assert_same_tree(want, tree_state(b.roots[0]))
+    assert xfer_empty(a) and xfer_empty(b)
+
+    # ten changes: only the new checkpoint layer (and config) go up
+    ten_changes(root)
+    want2 = tree_state(root)
+    cp2 = a.create("second")
+    out2 = push(a, cp2["checkpoint_id"], ref)
+    base = out["layers"][0]
+    assert out2["layers"][0]["digest"] == base["digest"] and not out2["layers"][0]["uploaded"]
+    assert out2["layers"][1]["uploaded"]
+    assert out2["reused_bytes"] >= base["size"]
+    # what went up: the new layer and the small config, not the 3 MiB base
+    assert out2["layers"][1]["size"] <= out2["uploaded_bytes"] < out2["layers"][1]["size"] + 4096
+    assert base["size"] > 3 << 20
+    new = reg.blobs() - blobs1
+    # the layer, the config and the manifest (the registry keeps manifests as blobs too)
+    assert out2["layers"][1]["digest"][7:] in new and out2["digest"][7:] in new and len(new) == 3
+
+    held = set(os.listdir(b.state_dir / "oci/blobs"))
+    p2 = pull(b, out2["ref"], roots={str(a.roots[0]): str(b.roots[0])})
+    assert base["digest"][7:] in held  # the base was held, so not fetched again
+    b.restore(p2["checkpoint_id"])
+    assert_same_tree(want2, tree_state(b.roots[0]))
+    b.restore(p["checkpoint_id"])
+    assert_same_tree(want, tree_state(b.roots[0]))
+
+
+def test_same_checkpoint_same_digest(daemon_factory, registry, tmp_path):
+    """Layers are made again from scratch (cache removed): the bytes, and so
+    the manifest digest, are the same."""
+    reg = registry()
+    a = daemon_factory(backend="overlay", start=False, config=reg_config(tmp_path, reg))
+    make_full_tree(a.roots[0])
+    a.start()
+    (a.roots[0] / "x").write_text("x\n")
+    cp = a.create("same")
+    ref = f"{reg.host}/det/one"
+    d1 = push(a, cp["checkpoint_id"], ref)["digest"]
+    shutil.rmtree(a.state_dir / "oci")
+    d2 = push(a, cp["checkpoint_id"], ref + ":again")
+    assert d2["digest"] == d1
+    assert d2["uploaded_bytes"] == 0  # the registry held every blob
+
+
+def test_skopeo_and_umoci_read_it(daemon_factory, registry, tmp_path):
+    reg = registry()
+    a = daemon_factory(backend="overlay", start=False,
+                       config=reg_config(tmp_path, reg, registry_compression="gzip"))
+    make_full_tree(a.roots[0])
+    (a.roots[0] / "gone.txt").write_text("will be deleted\n")
+    (a.roots[0] / "olddir").mkdir()
+    (a.roots[0] / "olddir/inner").write_text("inner\n")
+    a.start()
+    os.unlink(a.roots[0] / "gone.txt")
+    shutil.rmtree(a.roots[0] / "olddir")
+    (a.roots[0] / "olddir").write_text("now a file\n")
+    want = tree_state(a.roots[0], mtimes=False)
+    cp = a.create("for-tools")
+    out = push(a, cp["checkpoint_id"], f"{reg.host}/tools/img")
+    creds = ["--creds", f"{USER}:{PASSWORD}"]
+    info = json.loads(subprocess.run(["skopeo", "inspect", "--tls-verify=false", *creds,
+                                      f"docker://{out['ref']}"], capture_output=True, text=True,
+                                     check=True).stdout)
+    assert info["Layers"] == [l["digest"] for l in out["layers"]]
+    assert info["Os"] == "linux" and info["Architecture"] == "amd64"
+    raw = json.loads(subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", *creds,
+                                     f"docker://{out['ref']}"], capture_output=True, text=True,
+                                    check=True).stdout)
+    ann = raw["annotations"]
+    assert ann["io.ckptd.checkpoint_id"] == cp["checkpoint_id"] and ann["io.ckptd.name"] == "for-tools"
+    assert json.loads(ann["io.ckptd.roots"]) == [str(a.roots[0])]
+    assert all(l["mediaType"].endswith("tar+gzip") for l in raw["layers"])
+    layout = tmp_path / "layout"
+    subprocess.run(["skopeo", "copy", "--src-tls-verify=false", "--src-creds", f"{USER}:{PASSWORD}",
+                    f"docker://{out['ref']}", f"oci:{layout}:img"], check=True, capture_output=True)
+    bundle = tmp_path / "bundle"
+    subprocess.run(["umoci", "unpack", "--rootless", "--image", f"{layout}:img", str(bundle)],
+                   check=True, capture_output=True)
+    got = tree_state(bundle / "rootfs" / str(a.roots[0]).lstrip("/"), mtimes=False)
+    assert "gone.txt" not in got and "olddir/inner" not in got  # whiteouts applied
+    # umoci --rootless cannot give away files or make fifos: compare what it keeps
+    def kept(t):
+        return {k: (v[0], v[1] & 0o777, v[4], v[6], v[7]) for k, v in t.items() if k != "fifo"}
+    assert_same_tree(kept(want), kept(got))
+
+
+def test_pull_an_image_other_tools_made(daemon_factory, registry, tmp_path):
+    reg = registry()
+    b = daemon_factory(backend="overlay", config=reg_config(tmp_path, reg))
+    layout = tmp_path / "layout"
+    subprocess.run(["umoci", "init", "--layout", str(layout)], check=True)
+    subprocess.run(["umoci", "new", "--image", f"{layout}:t"], check=True)
+    bundle = tmp_path / "bundle"
+    subprocess.run(["umoci", "unpack", "--rootless", "--image", f"{layout}:t", str(bundle)], check=True,
+                   capture_output=True)
+    src = bundle / "rootfs" / str(b.roots[0]).lstrip("/")
+    src.mkdir(parents=True)
+    (src / "hello.txt").write_text("from umoci\n")
+    (src / "sub").mkdir()
+    (src / "sub/data").write_bytes(os.urandom(50_000))
+    os.symlink("hello.txt", src / "link")
+    want = tree_state(src, mtimes=False)
+    subprocess.run(["umoci", "repack", "--image", f"{layout}:t", str(bundle)], check=True,
+                   capture_output=True)
+    ref = f"{reg.host}/made/elsewhere:t"
+    subprocess.run(["skopeo", "copy", "--dest-tls-verify=false", "--dest-creds", f"{USER}:{PASSWORD}",
+                    f"oci:{layout}:t", f"docker://{ref}"], check=True, capture_output=True)
+    p = pull(b, ref)
+    assert p["name"] == "pulled" and p["pull_of"]["ref"] == ref
+    b.restore(p["checkpoint_id"])
+    got = tree_state(b.roots[0], mtimes=False)
+    strip = lambda t: {k: (v[0], v[4], v[6], v[7]) for k, v in t.items()}
+    assert_same_tree(strip(want), strip(got))
+
+
+def test_base_false_needs_the_same_base(daemon_factory, registry, tmp_path):
+    reg = registry()
+    seed = make_full_tree(tmp_path / "seed")
+    a = daemon_factory(backend="overlay", start=False, config=reg_config(tmp_path, reg))
+    b = daemon_factory(backend="overlay", start=False, config=reg_config(tmp_path, reg),
+                       roots=[tmp_path / "b-root"])
+    c = daemon_factory(backend="overlay", start=False, config=reg_config(tmp_path, reg))
+    for d in (a, b):
+        subprocess.run(["cp", "-a", f"{seed}/.", str(d.roots[0])], check=True)
+    (c.roots[0] / "other").write_text("another base\n")
+    for d in (a, b, c):
+        d.start()
+    (a.roots[0] / "added").write_text("on top\n")
+    want = tree_state(a.roots[0])
+    cp = a.create("thin")
+    out = push(a, cp["checkpoint_id"], f"{reg.host}/thin/img", base=False)
+    assert len(out["layers"]) == 1
+    # the base identity covers the tree, not the path: b's root sits elsewhere
+    p = pull(b, out["ref"], roots={str(a.roots[0]): str(b.roots[0])})
+    b.restore(p["checkpoint_id"])
+    assert_same_tree(want, tree_state(b.roots[0]))
+    before = c.list()
+    r = c.request("POST", "/v1/checkpoints/pull",
+                  json={"ref": out["ref"], "roots": {str(a.roots[0]): str(c.roots[0])}})
+    assert r.status_code == 409 and r.json()["code"] == "base_mismatch", r.text
+    assert c.list() == before and xfer_empty(c)
+
+
+# ---- failures: each answers a problem with a code and changes nothing ----
+
+@pytest.fixture
+def one(daemon_factory, registry, tmp_path):
+    reg = registry()
+    d = daemon_factory(backend="tar", config=reg_config(tmp_path, reg, max_import_bytes=2_000_000))
+    (d.roots[0] / "f").write_text("f\n")
+    cp = d.create("c")
+    return reg, d, cp
+
+
+def refused(d, method, path, body, status, code):
+    before = d.list()
+    r = d.request(method, path, json=body)
+    assert r.status_code == status, r.text
+    p = r.json()
+    assert p["code"] == code and p["status"] == status, p
+    assert r.headers["Content-Type"].startswith("application/problem+json")
+    assert d.list() == before and xfer_empty(d)
+    return p
+
+
+def test_unreachable_registry(one):
+    reg, d, cp = one
+    port = free_port()
+    refused(d, "POST", f"/v1/checkpoints/{cp['checkpoint_id']}/push", {"ref": f"127.0.0.1:{port}/x/y"},
+            502, "registry_unreachable")
+    refused(d, "POST", "/v1/checkpoints/pull", {"ref": f"127.0.0.1:{port}/x/y:t"}, 502,
+            "registry_unreachable")
+
+
+def test_wrong_credentials(daemon_factory, registry, tmp_path):
+    reg = registry()
+    cfg = {"registry_insecure": [reg.host],
+           "registry_auth_file": auth_file(tmp_path / "bad.json", [reg.host], password="wrong-pw")}
+    d = daemon_factory(backend="tar", config=cfg)
+    cp = d.create("c")
+    p = refused(d, "POST", f"/v1/checkpoints/{cp['checkpoint_id']}/push", {"ref": f"{reg.host}/x/y"}, 502,
+                "registry_unauthorized")
+    assert "wrong-pw" not in p["detail"] and "wrong-pw" not in d.log()
+    assert base64.b64encode(f"{USER}:wrong-pw".encode()).decode() not in d.log()
+
+
+def test_no_credentials(daemon_factory, registry, tmp_path):
+    reg = registry()
+    d = daemon_factory(backend="tar", config={"registry_insecure": [reg.host],
+                                              "registry_auth_file": str(tmp_path / "none.json")})
+    refused(d, "POST", "/v1/checkpoints/pull", {"ref": f"{reg.host}/x/y:t"}, 502, "registry_unauthorized")
+
+
+def test_unknown_tag_and_digest(one):
+    reg, d, cp = one
+    push(d, cp["checkpoint_id"], f"{reg.host}/known/repo")
+    refused(d, "POST", "/v1/checkpoints/pull", {"ref": f"{reg.host}/known/repo:nosuchtag"}, 404,
+            "manifest_unknown")
+    refused(d, "POST", "/v1/checkpoints/pull", {"ref": f"{reg.host}/known/repo@sha256:" + "0" * 64}, 404,
+            "manifest_unknown")
+
+
+def test_bad_refs(one):
+    reg, d, cp = one
+    for ref in ["nohost", f"{reg.host}/UPPER/case", f"{reg.host}/r:bad tag", f"{reg.host}/r@sha256:12"]:
+        refused(d, "POST", "/v1/checkpoints/pull", {"ref": ref}, 400, "invalid_ref")
+
+
+def layer_tar(entries, compress=gzip.compress):
+    """entries: (name, kind, extra) with kind file/dir/symlink/hardlink/chr."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        for name, kind, extra in entries:
+            ti = tarfile.TarInfo(name)
+            data = None
+            if kind == "file":
+                data = extra or b""
+                ti.size = len(data)
+            elif kind == "dir":
+                ti.type, ti.mode = tarfile.DIRTYPE, 0o755
+            elif kind == "symlink":
+                ti.type, ti.linkname = tarfile.SYMTYPE, extra
+            elif kind == "hardlink":
+                ti.type, ti.linkname = tarfile.LNKTYPE, extra
+            elif kind == "chr":
+                ti.type, ti.devmajor, ti.devminor = tarfile.CHRTYPE, 1, 3
+            t.addfile(ti, io.BytesIO(data) if data is not None else None)
+    raw = buf.getvalue()
+    return raw, compress(raw)
+
+
+def put_image(reg, repo, tag, layers, media="application/vnd.oci.image.layer.v1.tar+gzip", config=None,
+              annotations=None):
+    """layers: [(raw tar, blob)]; pushes the blobs, a config and the manifest."""
+    cfg = config or {"architecture": "amd64", "os": "linux",
+                     "rootfs": {"type": "layers",
+                                "diff_ids": ["sha256:" + hashlib.sha256(r).hexdigest() for r, _ in layers]}}
+    cb = json.dumps(cfg).encode()
+    man = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                      "digest": reg.put_blob(repo, cb), "size": len(cb)},
+           "layers": [{"mediaType": media, "digest": reg.put_blob(repo, b), "size": len(b)} for _, b in layers]}
+    if annotations:
+        man["annotations"] = annotations
+    return reg.put_manifest(repo, tag, man, man["mediaType"])
+
+
+def rootp(d):
+    return str(d.roots[0]).lstrip("/")
+
+
+@pytest.mark.parametrize("case", ["absolute", "dotdot", "escaping-symlink", "device", "foreign-hardlink",
+                                  "through-symlink"])
+def test_hostile_layers(one, case):
+    reg, d, cp = one
+    r = rootp(d)
+    layers = {
+        "absolute": [[(f"/{r}/x", "file", b"x")]],
+        "dotdot": [[(f"{r}/../../../../etc/evil", "file", b"x")]],
+        "escaping-symlink": [[(f"{r}/up", "symlink", "../../../../../etc")]],
+        "device": [[(f"{r}/null", "chr", None)]],
+        "foreign-hardlink": [[(f"{r}/pw", "hardlink", "etc/passwd")]],
+        # a symlink in one layer, then a path through it in the next
+        "through-symlink": [[(f"{r}/d", "symlink", "/etc")], [(f"{r}/d/.wh.passwd", "file", b"")]],
+    }[case]
+    built = [layer_tar(l) for l in layers]
+    put_image(reg, "hostile/img", case, built)
+    p = refused(d, "POST", "/v1/checkpoints/pull", {"ref": f"{reg.host}/hostile/img:{case}"}, 400,
+                "invalid_layer" if case != "foreign-hardlink" else "invalid_layer")
+    assert "refused layer" in p["detail"]
+    assert os.path.exists("/etc/passwd")
+
+
+def test_digest_mismatch(one):
+    reg, d, cp = one
+    r = rootp(d)
+    raw, blob = layer_tar([(f"{r}/a", "file", b"a" * 1000)])
+    put_image(reg, "bad/digest", "t", [(raw, blob)])
+    digest = hashlib.sha256(blob).hexdigest()
+    data = reg.data / f"docker/registry/v2/blobs/sha256/{digest[:2]}/{digest}/data"
+    forged = bytearray(data.read_bytes())
+    forged[-5] ^= 0xFF
+    data.write_bytes(bytes(forged))
+    refused(d, "POST", "/v1/checkpoints/pull", {"ref": f"{reg.host}/bad/digest:t"}, 502, "digest_mismatch")
+    assert digest not in os.listdir(d.state_dir / "oci/blobs")
+
+
+def test_size_mismatch(one):
+    reg, d, cp = one
+    r = rootp(d)
+    raw, blob = layer_tar([(f"{r}/a", "file", b"a" * 1000)])
+    cb = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    man = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                      "digest": reg.put_blob("bad/size", cb), "size": len(cb)},
+           "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                       "digest": reg.put_blob("bad/size", blob), "size": len(blob) - 10}]}
+    reg.put_manifest("bad/size", "t", man, man["mediaType"])
+    refused(d, "POST", "/v1/checkpoints/pull", {"ref": f"{reg.host}/bad/size:t"}, 502, "size_mismatch")
+
+
+def test_unsupported_media_type(one):
+    reg, d, cp = one
+    r = rootp(d)
+    put_image(reg, "bad/media", "t", [layer_tar([(f"{r}/a", "file", b"a")])],
+              media="application/vnd.example.weird")
+    p = refused(d, "POST", "/v1/checkpoints/pull", {"ref": f"{reg.host}/bad/media:t"}, 400, "unsupported_image")
+    assert "application/vnd.example.weird" in p["detail"]
+
+
+def test_index_without_linux_amd64(one):
+    reg, d, cp = one
+    r = rootp(d)
+    md = put_image(reg, "bad/index", "arm", [layer_tar([(f"{r}/a", "file", b"a")])])
+    size = len(requests.get(f"{reg.url}/v2/bad/index/manifests/arm", auth=(USER, PASSWORD),
+                            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}).content)
+    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+             "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md,
+                            "size": size, "platform": {"os": "linux", "architecture": "arm64"}}]}
+    reg.put_manifest("bad/index", "multi", index, index["mediaType"])
+    p = refused(d, "POST", "/v1/checkpoints/pull", {"ref": f"{reg.host}/bad/index:multi"}, 400,
+                "unsupported_image")
+    assert "linux/amd64" in p["detail"]
+    # with an amd64 entry the index is followed
+    index["manifests"].append(dict(index["manifests"][0], platform={"os": "linux", "architecture": "amd64"}))
+    reg.put_manifest("bad/index", "multi2", index, index["mediaType"])
+    pull(d, f"{reg.host}/bad/index:multi2")
+
+
+def test_layer_over_the_import_limit(one):
+    reg, d, cp = one  # max_import_bytes 2,000,000
+    r = rootp(d)
+    raw, blob = layer_tar([(f"{r}/big", "file", b"\0" * 3_000_000)])  # compresses small
+    put_image(reg, "big/img", "t", [(raw, blob)])
+    refused(d, "POST", "/v1/checkpoints/pull", {"ref": f"{reg.host}/big/img:t"}, 403, "too_large")
+
+
+def test_unmapped_root(one):
+    reg, d, cp = one
+    put_image(reg, "un/mapped", "t", [layer_tar([("srv/other/a", "file", b"a")])],
+              annotations={"io.ckptd.roots": json.dumps(["/srv/other"])})
+    p = refused(d, "POST", "/v1/checkpoints/pull", {"ref": f"{reg.host}/un/mapped:t"}, 409, "root_unmapped")
+    assert "/srv/other" in p["detail"]
+    p = pull(d, f"{reg.host}/un/mapped:t", roots={"/srv/other": str(d.roots[0])})
+    d.restore(p["checkpoint_id"])
+    assert (d.roots[0] / "a").read_text() == "a"
+
+
+# ---- token auth ----
+
+def test_bearer_token_flow(daemon_factory, registry, tmp_path):
+    from token_server import TokenServer
+    ts = TokenServer(tmp_path / "token", USER, PASSWORD)
+    try:
+        reg = registry(auth="token", token_realm=ts.realm, cert=ts.cert)
+        a = daemon_factory(backend="tar", config=reg_config(tmp_path, reg))
+        (a.roots[0] / "t").write_text("token\n")
+        cp = a.create("tok")
+        out = push(a, cp["checkpoint_id"], f"{reg.host}/tok/img")
+        p = pull(a, out["ref"])
+        assert p["pull_of"]["digest"] == out["digest"]
+        assert ts.issued >= 1
+        bad = daemon_factory(backend="tar", config={
+            "registry_insecure": [reg.host],
+            "registry_auth_file": auth_file(tmp_path / "badtok.json", [reg.host], password="nope")})
+        refused(bad, "POST", "/v1/checkpoints/pull", {"ref": out["ref"]}, 502, "registry_unauthorized")
+    finally:
+        ts.stop()
+
+
+# ---- kill -9 in the middle, then retry ----
+
+def slow_tree(root, mb=48):
+    for i in range(mb // 8):
+        (root / f"chunk{i}").write_bytes(os.urandom(8 << 20))
+
+
+def wait_for(pred, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_kill9_during_push_then_retry(daemon_factory, registry, tmp_path):
+    reg = registry()
+    a = daemon_factory(backend="tar", start=False, config=reg_config(tmp_path, reg))
+    slow_tree(a.roots[0])
+    a.start()
+    (a.roots[0] / "x").write_text("x\n")
+    cp = a.create("kill")
+    ref = f"{reg.host}/kill/push"
+    t = threading.Thread(target=lambda: a.request("POST", f"/v1/checkpoints/{cp['checkpoint_id']}/push",
+                                                  json={"ref": ref}, timeout=120), daemon=True)
+    t.start()
+    # in the middle: the layer is being written under xfer/
+    assert wait_for(lambda: (a.state_dir / "xfer").exists() and any(
+        f.stat().st_size > (4 << 20) for f in (a.state_dir / "xfer").rglob("*") if f.is_file()))
+    a.kill9()
+    t.join(30)
+    a.start()
+    assert xfer_empty(a)
+    r = requests.get(f"{reg.url}/v2/kill/push/tags/list", auth=(USER, PASSWORD))
+    assert r.status_code == 404 or not r.json().get("tags")
+    out = push(a, cp["checkpoint_id"], ref)
+    pull(a, out["ref"])
+
+
+def test_kill9_during_pull_then_retry(daemon_factory, registry, tmp_path):
+    reg = registry()
+    a = daemon_factory(backend="tar", start=False, config=reg_config(tmp_path, reg))
+    slow_tree(a.roots[0])
+    a.start()
+    cp = a.create("src")
+    out = push(a, cp["checkpoint_id"], f"{reg.host}/kill/pull")
+    b = daemon_factory(backend="tar", config=reg_config(tmp_path, reg))
+    body = {"ref": out["ref"], "roots": {str(a.roots[0]): str(b.roots[0])}}
+    t = threading.Thread(target=lambda: b.request("POST", "/v1/checkpoints/pull", json=body, timeout=120),
+                         daemon=True)
+    t.start()
+    assert wait_for(lambda: (b.state_dir / "xfer").exists() and any(
+        f.stat().st_size > (4 << 20) for f in (b.state_dir / "xfer").rglob("*") if f.is_file()))
+    b.kill9()
+    t.join(30)
+    b.start()
+    assert xfer_empty(b) and b.list() == []
+    p = pull(b, body["ref"], roots=body["roots"])
+    b.restore(p["checkpoint_id"])
+    assert_same_tree(tree_state(a.roots[0]), tree_state(b.roots[0]))
