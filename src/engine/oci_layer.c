@@ -576,9 +576,11 @@ static int la_entry(struct la *l, struct archive *a, struct archive *w, struct a
 		return hostile(l, "'%.200s' is a device node", name);
 	const char *hl = archive_entry_hardlink(ae), *sl = archive_entry_symlink(ae);
 	if (hl) {
-		if ((q = la_map(l, hl, lp, sizeof(lp), &lroot, &lrest)) < 0)
-			return q;
-		if (q == 0 || lroot != root)
+		ckpt_error *keep = l->err, quiet = { 0 };
+		l->err = &quiet; /* a target outside every root is hostile, not unmapped */
+		q = la_map(l, hl, lp, sizeof(lp), &lroot, &lrest);
+		l->err = keep;
+		if (q <= 0 || lroot != root)
 			return hostile(l, "hard link '%.200s' leaves its root", name);
 		archive_entry_copy_hardlink(ae, lp);
 	}
