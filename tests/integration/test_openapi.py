@@ -10,6 +10,7 @@ drift between the spec and the code makes a test here fail."""
 import errno
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -485,6 +486,83 @@ def import_key_reused(df):
     return r
 
 
+PUSH = "/v1/checkpoints/{id}/push"
+PULL = "/v1/checkpoints/pull"
+REGISTRIES = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_registries():
+    yield
+    while REGISTRIES:
+        REGISTRIES.pop().stop()
+
+
+def reg_daemon(df, **extra):
+    """A daemon that may talk to a fresh docker-registry (test_registry.py)."""
+    import tempfile
+    from test_registry import Registry, reg_config
+    reg = Registry(pathlib.Path(tempfile.mkdtemp(prefix="ckptd-reg-")))
+    REGISTRIES.append(reg)
+    d = seeded(df, config=reg_config(pathlib.Path(tempfile.mkdtemp(prefix="ckptd-auth-")), reg, **extra))
+    return reg, d
+
+
+def pushed(df, **extra):
+    reg, d = reg_daemon(df, **extra)
+    cid = d.create("c")["checkpoint_id"]
+    r = d.request("POST", PUSH.replace("{id}", cid), json={"ref": f"{reg.host}/spec/img"})
+    assert r.status_code == 200, r.text
+    return reg, d, cid, r
+
+
+def push_while_creating(df):
+    d = seeded(df)
+    for i in range(30):
+        (d.roots[0] / f"big{i}").write_bytes(os.urandom(4 << 20))
+    a = d.request("POST", CP, json={"name": "slow", "async": True})
+    assert a.status_code == 202, a.text
+    r = d.request("POST", PUSH.replace("{id}", a.json()["checkpoint_id"]), json={"ref": "127.0.0.1:1/x/y"})
+    assert r.json().get("code") == "conflict", r.text
+    return r
+
+
+def push_key_reused(df):
+    reg, d = reg_daemon(df)
+    cid = d.create("c")["checkpoint_id"]
+    hdr = {"Idempotency-Key": "k"}
+    first = d.request("POST", PUSH.replace("{id}", cid), json={"ref": f"{reg.host}/a/b"}, headers=hdr)
+    assert first.status_code == 200, first.text
+    return d.request("POST", PUSH.replace("{id}", cid), json={"ref": f"{reg.host}/a/c"}, headers=hdr)
+
+
+def pull_key_reused(df):
+    reg, d, cid, r = pushed(df)
+    hdr = {"Idempotency-Key": "k"}
+    first = d.request("POST", PULL, json={"ref": r.json()["ref"]}, headers=hdr)
+    assert first.status_code == 201, first.text
+    return d.request("POST", PULL, json={"ref": r.json()["ref"], "roots": {}}, headers=hdr)
+
+
+def pull_unmapped(df):
+    reg, d, cid, r = pushed(df)
+    other = df(config=d.config)
+    return other.request("POST", PULL, json={"ref": r.json()["ref"]})
+
+
+def pull_too_large(df):
+    reg, d = reg_daemon(df, max_import_bytes=100)
+    (d.roots[0] / "big").write_bytes(os.urandom(10_000))
+    cid = d.create("c")["checkpoint_id"]
+    ref = d.request("POST", PUSH.replace("{id}", cid), json={"ref": f"{reg.host}/big/img"}).json()["ref"]
+    return d.request("POST", PULL, json={"ref": ref})
+
+
+def unreachable():
+    from conftest import free_port
+    return f"127.0.0.1:{free_port()}/x/y"
+
+
 PROVOKE = {
     (CP, "post", 201): lambda df: seeded(df).request("POST", CP, json={"name": "n", "labels": {"k": "v"}}),
     (CP, "post", 200): async_replayed_done,
@@ -559,6 +637,25 @@ PROVOKE = {
     (IMPORT, "post", 422): import_key_reused,
     (IMPORT, "post", 413): lambda df: seeded(df, config={"max_import_bytes": 1000}).request(
         "POST", IMPORT, data=b"x" * 2000),
+    (PUSH, "post", 200): lambda df: pushed(df)[3],
+    (PUSH, "post", 400): lambda df: with_cp(df, "POST", PUSH, json={"ref": "no/Such ref"}),
+    (PUSH, "post", 401): lambda df: expect_unauthorized(df, "POST", PUSH, json={"ref": "127.0.0.1:1/x/y"}),
+    (PUSH, "post", 404): lambda df: seeded(df).request("POST", fill(PUSH), json={"ref": "127.0.0.1:1/x/y"}),
+    (PUSH, "post", 409): push_while_creating,
+    (PUSH, "post", 413): lambda df: with_cp(df, "POST", PUSH, data=BIG, headers={"Content-Type": "application/json"}),
+    (PUSH, "post", 415): lambda df: with_cp(df, "POST", PUSH, data="{}", headers=TEXT),
+    (PUSH, "post", 422): push_key_reused,
+    (PUSH, "post", 502): lambda df: with_cp(df, "POST", PUSH, json={"ref": unreachable()}),
+    (PULL, "post", 201): lambda df: (lambda x: x[1].request("POST", PULL, json={"ref": x[3].json()["ref"]}))(pushed(df)),
+    (PULL, "post", 400): lambda df: seeded(df).request("POST", PULL, json={"ref": "nohost"}),
+    (PULL, "post", 401): lambda df: expect_unauthorized(df, "POST", PULL, json={"ref": "127.0.0.1:1/x/y"}),
+    (PULL, "post", 403): pull_too_large,
+    (PULL, "post", 404): lambda df: (lambda x: x[1].request("POST", PULL, json={"ref": x[0].host + "/spec/img:nope"}))(pushed(df)),
+    (PULL, "post", 409): pull_unmapped,
+    (PULL, "post", 413): lambda df: seeded(df).request("POST", PULL, data=BIG, headers={"Content-Type": "application/json"}),
+    (PULL, "post", 415): lambda df: seeded(df).request("POST", PULL, data="{}", headers=TEXT),
+    (PULL, "post", 422): pull_key_reused,
+    (PULL, "post", 502): lambda df: seeded(df).request("POST", PULL, json={"ref": unreachable()}),
     ("/v1/health", "get", 200): lambda df: token_daemon(df).request("GET", "/v1/health"),
     ("/v1/health", "get", 400): lambda df: token_daemon(df).request("GET", "/v1/health?probe=%00"),
     ("/metrics", "get", 200): lambda df: seeded(df).request("GET", "/metrics"),
@@ -594,6 +691,9 @@ UNPROVOKABLE = {
     (IMPORT, "post", 500): "needs an I/O error while extracting",
     (IMPORT, "post", 507): "needs the state filesystem to fill up during an import",
     ("/metrics", "get", 500): "only when rendering runs out of memory",
+    (PUSH, "post", 500): "needs an I/O error while writing a layer",
+    (PULL, "post", 500): "needs an I/O error while applying a layer",
+    (PULL, "post", 507): "needs the state filesystem to fill up during a pull",
     (FORK, "post", 500): "needs a mount or an extraction to fail on a valid empty dir",
     (DIFF, "get", 500): "needs an I/O error while reading layers or manifests",
     (FORKS, "get", 500): "listing reads memory only",
