@@ -31,6 +31,8 @@ static const char ckpt_usage[] =
 	"  diff ID|NAME [--against ID|NAME]                          what changed since a checkpoint\n"
 	"  export ID|NAME -o FILE                                    write it as one portable archive\n"
 	"  import FILE                                               a new checkpoint from an archive\n"
+	"  push ID|NAME HOST[:PORT]/REPO[:TAG]                       push it to a registry as an OCI image\n"
+	"  pull HOST[:PORT]/REPO[:TAG|@DIGEST]                       a new checkpoint from a registry image\n"
 	"  release [ROOT] [--drop-checkpoints]                       stop managing a root, keep its contents\n"
 	"  health                                                    the daemon's health\n"
 	"  help [COMMAND]                                            this text, or a command's\n"
@@ -293,6 +295,15 @@ static const struct ckpt_command ckpt_commands[] = {
 	  "Make a new checkpoint from an archive made by `ckpt export` (FILE \"-\": stdin is not\n"
 	  "supported; the size must be known). Prints the new record; import_of names the\n"
 	  "exported checkpoint. On a terminal a bar shows the upload.\n" },
+	{ "push", 2, 0, "ID and REF", cli_cmd_push,
+	  "Usage: ckpt push ID|NAME HOST[:PORT]/REPO[:TAG]\n"
+	  "Push a checkpoint to a registry as an OCI image: its base layer and the layer of\n"
+	  "what it changed. The tag defaults to the checkpoint's name (else its id). Layers\n"
+	  "the registry holds are not sent again. On a terminal a bar shows the progress.\n" },
+	{ "pull", 1, 0, "REF", cli_cmd_pull,
+	  "Usage: ckpt pull HOST[:PORT]/REPO:TAG|HOST[:PORT]/REPO@sha256:HEX\n"
+	  "Make a new checkpoint from a registry image (one ckptd pushed, or any image whose\n"
+	  "layers hold the roots' paths). Prints the new record; pull_of names the image.\n" },
 	{ "release", -1, OPT_BIT(OPT_DROP_CHECKPOINTS), "ROOT", cli_cmd_release,
 	  "Usage: ckpt release [ROOT] [--drop-checkpoints]\n"
 	  "Stop managing ROOT (default: every root) and leave there a plain directory\n"

@@ -162,6 +162,10 @@ struct cli_watch {
 };
 void cli_cmd_watch_tick(void *arg);
 
+/* ---- cli_oci.c: push and pull ---- */
+int cli_cmd_push(const struct cli_opts *o, const char *ref);
+int cli_cmd_pull(const struct cli_opts *o, const char *ref);
+
 /* ---- cli_fork.c: forks and diffs ---- */
 int cli_cmd_fork(const struct cli_opts *o, const char *id);
 int cli_cmd_forks(const struct cli_opts *o, const char *unused);
