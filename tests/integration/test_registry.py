@@ -610,3 +610,60 @@ def test_kill9_during_pull_then_retry(daemon_factory, registry, tmp_path):
     p = pull(b, body["ref"], roots=body["roots"])
     b.restore(p["checkpoint_id"])
     assert_same_tree(tree_state(a.roots[0]), tree_state(b.roots[0]))
+
+
+# ---- the CLI and the clients ----
+
+def test_cli_push_and_pull(daemon_factory, registry, tmp_path):
+    from conftest import CKPT
+    reg = registry()
+    a = daemon_factory(backend="tar", config=reg_config(tmp_path, reg))
+    (a.roots[0] / "f").write_text("cli\n")
+    cp = a.create("by-cli")
+    run = lambda *args: subprocess.run([CKPT, "--url", a.url, *args], capture_output=True, text=True, timeout=120)
+    p = run("push", "by-cli", f"{reg.host}/cli/img")
+    assert p.returncode == 0, p.stderr
+    assert f"Pushed by-cli to {reg.host}/cli/img:by-cli" in p.stdout and "digest sha256:" in p.stdout
+    p = run("--json", "push", cp["checkpoint_id"], f"{reg.host}/cli/img:again")
+    assert p.returncode == 0 and json.loads(p.stdout)["uploaded_bytes"] < 2048, p.stdout + p.stderr
+    p = run("--json", "pull", f"{reg.host}/cli/img:again")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["pull_of"]["ref"] == f"{reg.host}/cli/img:again"
+    p = run("pull", f"{reg.host}/cli/img:missing")
+    assert p.returncode == 1 and "manifest" in p.stderr
+
+
+def test_python_and_typescript_clients(daemon_factory, registry, tmp_path):
+    import sys
+    from conftest import TOP
+    sys.path.insert(0, str(TOP / "clients" / "python"))
+    import ckptd
+    reg = registry()
+    a = daemon_factory(backend="tar", config=reg_config(tmp_path, reg))
+    (a.roots[0] / "f").write_text("clients\n")
+    cp = a.create("cl")
+    c = ckptd.Client(url=a.url)
+    out = c.checkpoint.push(cp["checkpoint_id"], f"{reg.host}/py/img")
+    assert out["ref"] == f"{reg.host}/py/img:cl"
+    rec = c.checkpoint.pull(out["ref"])
+    assert rec["pull_of"]["digest"] == out["digest"]
+    with pytest.raises(ckptd.RegistryFailed) as e:
+        c.checkpoint.pull(f"127.0.0.1:{free_port()}/x/y:t")
+    assert e.value.code == "registry_unreachable"
+    node = shutil.which("node") or shutil.which("nodejs")
+    script = tmp_path / "flow.mjs"
+    script.write_text(f"""
+import {{ Client, RegistryFailed }} from {str(TOP / 'clients/typescript/src/index.js')!r}
+const c = new Client({{ url: process.env.CKPTD_URL }})
+const pushed = await c.checkpoint.push({cp['checkpoint_id']!r}, {reg.host + '/ts/img'!r})
+const pulled = await c.checkpoint.pull(pushed.ref)
+let code = null
+try {{ await c.checkpoint.pull('127.0.0.1:9/x/y:t') }} catch (e) {{ code = [e instanceof RegistryFailed, e.code] }}
+console.log(JSON.stringify({{ digest: pushed.digest, pulled: pulled.pull_of.digest, code }}))
+""")
+    p = subprocess.run([node, str(script)], env=dict(os.environ, CKPTD_URL=a.url), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = json.loads(p.stdout)
+    assert got["digest"] == got["pulled"] == out["digest"]  # the same checkpoint, the same digest
+    assert got["code"] == [True, "registry_unreachable"]

@@ -15,7 +15,7 @@ import time
 import urllib.parse
 import uuid
 
-from .client import Client, _segment, create_body, restore_body, retryable, wait_done
+from .client import Client, _segment, create_body, pull_body, push_body, restore_body, retryable, wait_done
 from .errors import CkptdError, error_from_response
 
 
@@ -56,6 +56,14 @@ class AsyncCheckpoints:
     async def restore(self, checkpoint_id, force=False, if_expired=None, verify=False, idempotency_key=None):
         return await self._c.request("POST", "/v1/checkpoints/%s/restore" % _segment(checkpoint_id),
                                      restore_body(force, if_expired, verify),
+                                     idempotency_key=idempotency_key or str(uuid.uuid4()))
+
+    async def push(self, checkpoint_id, ref, base=True, idempotency_key=None):
+        return await self._c.request("POST", "/v1/checkpoints/%s/push" % _segment(checkpoint_id),
+                                     push_body(ref, base), idempotency_key=idempotency_key or str(uuid.uuid4()))
+
+    async def pull(self, ref, roots=None, idempotency_key=None):
+        return await self._c.request("POST", "/v1/checkpoints/pull", pull_body(ref, roots),
                                      idempotency_key=idempotency_key or str(uuid.uuid4()))
 
 

@@ -61,6 +61,14 @@ def restore_body(force=False, if_expired=None, verify=False):
     return _fields(force=force, if_expired=if_expired, verify=verify)
 
 
+def push_body(ref, base=True):
+    return {"ref": ref} if base else {"ref": ref, "base": False}
+
+
+def pull_body(ref, roots=None):
+    return {"ref": ref, "roots": roots} if roots else {"ref": ref}
+
+
 def wait_done(rec, deadline):
     """The record if the create is over, None to poll again; raises when it
     failed or the deadline passed."""
@@ -112,6 +120,17 @@ class Checkpoints:
     def restore(self, checkpoint_id, force=False, if_expired=None, verify=False, idempotency_key=None):
         return self._c.request("POST", "/v1/checkpoints/%s/restore" % _segment(checkpoint_id),
                                restore_body(force, if_expired, verify),
+                               idempotency_key=idempotency_key or str(uuid.uuid4()))
+
+    def push(self, checkpoint_id, ref, base=True, idempotency_key=None):
+        """Push a checkpoint to a registry as an OCI image (docs/registry.md):
+        {ref, digest, layers, uploaded_bytes, reused_bytes}."""
+        return self._c.request("POST", "/v1/checkpoints/%s/push" % _segment(checkpoint_id), push_body(ref, base),
+                               idempotency_key=idempotency_key or str(uuid.uuid4()))
+
+    def pull(self, ref, roots=None, idempotency_key=None):
+        """A new checkpoint from a registry image; its record carries pull_of."""
+        return self._c.request("POST", "/v1/checkpoints/pull", pull_body(ref, roots),
                                idempotency_key=idempotency_key or str(uuid.uuid4()))
 
 

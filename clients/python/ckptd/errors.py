@@ -15,7 +15,7 @@ __all__ = [
     "CkptdError", "NotReachable", "OutcomeUnknown", "ConnectionFailed", "ApiError", "BadRequest",
     "Unauthorized", "LimitReached", "NotFound", "MethodNotAllowed", "Conflict", "IdempotencyInProgress",
     "IdempotencyKeyReused", "Expired", "PayloadTooLarge", "UnsupportedMediaType", "ServerError",
-    "Unavailable", "InsufficientStorage", "CreateFailed", "error_from_response",
+    "Unavailable", "InsufficientStorage", "RegistryFailed", "CreateFailed", "error_from_response",
 ]
 
 
@@ -102,6 +102,10 @@ class InsufficientStorage(ApiError):
     pass
 
 
+class RegistryFailed(ApiError):
+    """A push or pull whose registry failed or refused (502): .code says how."""
+
+
 class CreateFailed(ApiError):
     """An async create ended in state failed (create(..., wait=True))."""
 
@@ -127,7 +131,7 @@ _BY_STATUS = {
     400: BadRequest, 401: Unauthorized, 403: LimitReached, 404: NotFound,
     405: MethodNotAllowed, 409: Conflict, 410: Expired, 413: PayloadTooLarge,
     415: UnsupportedMediaType, 422: IdempotencyKeyReused, 500: ServerError, 503: Unavailable,
-    507: InsufficientStorage,
+    502: RegistryFailed, 507: InsufficientStorage,
 }
 
 

@@ -239,6 +239,60 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/checkpoints/{id}/push": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Push a checkpoint to a registry as an OCI image
+         * @description Makes an OCI image of the checkpoint and pushes it with the OCI
+         *     distribution protocol (docs/registry.md). The image holds a base
+         *     layer (the roots as ckptd adopted them), unless `base` is false, and
+         *     a layer of what the checkpoint changed. Paths in the layers are the
+         *     roots' own paths. Layers are kept by digest under the state dir: a
+         *     second push makes nothing and sends only what the registry lacks.
+         *     The same checkpoint always gives the same manifest digest. With an
+         *     Idempotency-Key, a retry answers the first push.
+         */
+        post: operations["pushCheckpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/checkpoints/pull": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pull an OCI image from a registry as a new checkpoint
+         * @description Fetches the image at `ref` (a tag or a digest; through an image
+         *     index, its linux/amd64 entry). Each layer this daemon does not hold
+         *     is downloaded under the state dir, its size and digest checked as it
+         *     arrives. The layers are applied in order, OCI whiteouts included,
+         *     and the result becomes a new checkpoint as an import does, with
+         *     `pull_of` naming the ref and the manifest digest. The image's roots
+         *     map onto this daemon's roots by path, or as `roots` says. Nothing is
+         *     kept of a failed pull but verified layers in the cache.
+         */
+        post: operations["pullCheckpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/roots/release": {
         parameters: {
             query?: never;
@@ -434,6 +488,46 @@ export interface components {
             /** @description Only against `live`. False when no systemd is reachable (the plan then lists every configured unit, whose stop would fail). */
             services_available?: boolean;
         };
+        PushRequest: {
+            /** @description HOST[:PORT]/REPO[:TAG]; the tag defaults to the checkpoint's name where that is a valid tag, else its id. */
+            ref: string;
+            /**
+             * @description Push the base as the first layer, so the image stands alone. False leaves it out; the puller then needs the same base.
+             * @default true
+             */
+            base?: boolean;
+            /**
+             * @description Not offered yet (400 `unsupported`).
+             * @default false
+             */
+            async?: boolean;
+        };
+        PushResult: {
+            checkpoint_id: string;
+            /** @description HOST[:PORT]/REPO:TAG as pushed. */
+            ref: string;
+            /** @description the manifest's digest (sha256:HEX); the same checkpoint always gives the same one. */
+            digest: string;
+            layers: {
+                digest: string;
+                media_type: string;
+                size: number;
+                /** @description false when the registry held it already, or mounted it from another repository. */
+                uploaded: boolean;
+            }[];
+            /** @description bytes of blobs sent (layers and config). */
+            uploaded_bytes: number;
+            /** @description bytes of blobs the registry held or mounted. */
+            reused_bytes: number;
+        };
+        PullRequest: {
+            /** @description HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:HEX. */
+            ref: string;
+            /** @description image root path -> this daemon's root, for roots whose paths differ. */
+            roots?: {
+                [key: string]: string;
+            };
+        };
         CreateRequest: {
             /** @description 1 to 128 printable characters (UTF-8, no control characters). A label, not a key. */
             name: string;
@@ -534,6 +628,11 @@ export interface components {
             };
             /** @description an imported checkpoint's id on the machine it was exported from. */
             import_of?: string | null;
+            /** @description for a pulled checkpoint, the ref it was pulled from and the manifest's digest. */
+            pull_of?: {
+                ref: string;
+                digest: string;
+            };
             progress?: components["schemas"]["Progress"];
             /** @description why an async create failed (status `failed`). */
             error?: {
@@ -794,7 +893,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {string} */
-            code: "bad_request" | "invalid_field" | "unauthorized" | "forbidden" | "checkpoint_limit" | "not_found" | "method_not_allowed" | "conflict" | "gone" | "checkpoint_expired" | "body_too_large" | "unsupported_media_type" | "insufficient_storage" | "internal" | "unavailable" | "invalid_path" | "checkpoint_forked" | "not_supported" | "invalid_idempotency_key" | "idempotency_in_progress" | "idempotency_key_reused" | "invalid_archive" | "base_mismatch" | "roots_mismatch" | "unsupported" | "root_released" | "root_busy" | "forks_exist" | "release_incomplete" | "services_busy";
+            code: "bad_request" | "invalid_field" | "unauthorized" | "forbidden" | "checkpoint_limit" | "not_found" | "method_not_allowed" | "conflict" | "gone" | "checkpoint_expired" | "body_too_large" | "unsupported_media_type" | "insufficient_storage" | "internal" | "unavailable" | "invalid_path" | "checkpoint_forked" | "not_supported" | "invalid_idempotency_key" | "idempotency_in_progress" | "idempotency_key_reused" | "invalid_archive" | "base_mismatch" | "roots_mismatch" | "unsupported" | "root_released" | "root_busy" | "forks_exist" | "release_incomplete" | "services_busy" | "invalid_ref" | "unsupported_image" | "invalid_layer" | "too_large" | "manifest_unknown" | "root_unmapped" | "bad_gateway" | "registry_unreachable" | "registry_unauthorized" | "registry_forbidden" | "registry_auth" | "registry_error" | "digest_mismatch" | "size_mismatch" | "blob_unknown";
         };
     };
     responses: {
@@ -904,6 +1003,22 @@ export interface components {
         };
         /** @description No space, or `max_state_bytes` reached (code `insufficient_storage`); nothing is left behind. */
         InsufficientStorage: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /**
+         * @description The registry failed or refused (status 502): unreachable (code
+         *     `registry_unreachable`), 401 (code `registry_unauthorized`), 403
+         *     (code `registry_forbidden`), a blob whose digest or size differs
+         *     (codes `digest_mismatch`, `size_mismatch`), a blob it lacks (code
+         *     `blob_unknown`), or another answer (code `registry_error`).
+         *     Credentials never appear in the detail.
+         */
+        RegistryFailed: {
             headers: {
                 [name: string]: unknown;
             };
@@ -1473,6 +1588,173 @@ export interface operations {
             };
             422: components["responses"]["IdempotencyKeyReused"];
             500: components["responses"]["Internal"];
+            507: components["responses"]["InsufficientStorage"];
+        };
+    };
+    pushCheckpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry of this request safe (create, restore, fork, import).
+                 *     The first answer to a request (method, path and the sha256 of the
+                 *     body) sent with a key is kept for 24 hours, on disk
+                 *     under the state dir, across restarts: the same request with the same
+                 *     key answers it again, with the header `Idempotent-Replayed: true`,
+                 *     without doing the work twice. While the first request still runs the
+                 *     repeat answers 409 `idempotency_in_progress`; another request under
+                 *     the same key answers 422 `idempotency_key_reused`. 5xx, 408, 409 and
+                 *     429 answers are not kept (the work did not happen: a retry runs it).
+                 *     A daemon killed in the middle of a request forgets the key, and a retry
+                 *     runs the request again. 1 to 255 printable ASCII characters (400
+                 *     `invalid_idempotency_key` otherwise); a random UUID per logical call is
+                 *     a good key.
+                 * @example 6f1c2a9e-3b4d-4f8e-9a51-0c2d7e8b1f43
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description A checkpoint id, or a name meaning the newest active checkpoint with that name (the newest of any state when none is active). */
+                id: components["parameters"]["CheckpointRef"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PushRequest"];
+            };
+        };
+        responses: {
+            /** @description Pushed. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PushResult"];
+                };
+            };
+            /**
+             * @description Malformed JSON (code `bad_request`), an invalid field (code
+             *     `invalid_field`), a ref that is not HOST[:PORT]/REPO[:TAG] (code
+             *     `invalid_ref`), or `async`, which push does not offer yet (code
+             *     `unsupported`).
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["IdempotencyKeyReused"];
+            500: components["responses"]["Internal"];
+            502: components["responses"]["RegistryFailed"];
+        };
+    };
+    pullCheckpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes a retry of this request safe (create, restore, fork, import).
+                 *     The first answer to a request (method, path and the sha256 of the
+                 *     body) sent with a key is kept for 24 hours, on disk
+                 *     under the state dir, across restarts: the same request with the same
+                 *     key answers it again, with the header `Idempotent-Replayed: true`,
+                 *     without doing the work twice. While the first request still runs the
+                 *     repeat answers 409 `idempotency_in_progress`; another request under
+                 *     the same key answers 422 `idempotency_key_reused`. 5xx, 408, 409 and
+                 *     429 answers are not kept (the work did not happen: a retry runs it).
+                 *     A daemon killed in the middle of a request forgets the key, and a retry
+                 *     runs the request again. 1 to 255 printable ASCII characters (400
+                 *     `invalid_idempotency_key` otherwise); a random UUID per logical call is
+                 *     a good key.
+                 * @example 6f1c2a9e-3b4d-4f8e-9a51-0c2d7e8b1f43
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PullRequest"];
+            };
+        };
+        responses: {
+            /** @description Pulled. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Checkpoint"];
+                };
+            };
+            /**
+             * @description Malformed JSON (code `bad_request`), an invalid field (code
+             *     `invalid_field`), a bad ref (code `invalid_ref`), an image ckptd
+             *     cannot read (code `unsupported_image`: a media type other than
+             *     tar, tar+gzip or tar+zstd, or an index without linux/amd64), or a
+             *     hostile layer (code `invalid_layer`: absolute paths, `..`, links
+             *     that leave their root, device nodes, paths through a symlink).
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /**
+             * @description The image is over `max_import_bytes` (code `too_large`), or
+             *     `max_checkpoints` is reached (code `checkpoint_limit`).
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The registry has no such tag or digest (code `manifest_unknown`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description A root of the image maps to no root here, or a root here gets
+             *     none (code `root_unmapped`; the detail lists the image's roots),
+             *     or an image without a base layer over another base (code
+             *     `base_mismatch`).
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["IdempotencyKeyReused"];
+            500: components["responses"]["Internal"];
+            502: components["responses"]["RegistryFailed"];
             507: components["responses"]["InsufficientStorage"];
         };
     };

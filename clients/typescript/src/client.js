@@ -53,6 +53,7 @@ export class UnsupportedMediaType extends ApiError {}
 export class ServerError extends ApiError {}
 export class Unavailable extends ApiError {}
 export class InsufficientStorage extends ApiError {}
+export class RegistryFailed extends ApiError {}
 export class CreateFailed extends ApiError {}
 
 /** @type {Record<string, typeof ApiError>} */
@@ -90,6 +91,7 @@ const BY_STATUS = {
   415: UnsupportedMediaType,
   422: IdempotencyKeyReused,
   500: ServerError,
+  502: RegistryFailed,
   503: Unavailable,
   507: InsufficientStorage
 }
@@ -231,6 +233,33 @@ class Checkpoints {
     if (ifExpired != null) body.if_expired = ifExpired
     if (verify) body.verify = true
     return this.client.request('POST', `/v1/checkpoints/${seg(id)}/restore`, body, idempotencyKey || randomUUID())
+  }
+
+  /**
+   * Push a checkpoint to a registry as an OCI image (docs/registry.md).
+   * @param {string} id
+   * @param {string} ref HOST[:PORT]/REPO[:TAG]
+   * @param {import('./index.js').PushOptions} [opts]
+   * @returns {Promise<import('./index.js').PushResult>}
+   */
+  push (id, ref, { base, idempotencyKey } = {}) {
+    /** @type {import('./index.js').PushRequest} */
+    const body = { ref }
+    if (base === false) body.base = false
+    return this.client.request('POST', `/v1/checkpoints/${seg(id)}/push`, body, idempotencyKey || randomUUID())
+  }
+
+  /**
+   * A new checkpoint from a registry image; its record carries pull_of.
+   * @param {string} ref HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:HEX
+   * @param {import('./index.js').PullOptions} [opts]
+   * @returns {Promise<import('./index.js').Checkpoint>}
+   */
+  pull (ref, { roots, idempotencyKey } = {}) {
+    /** @type {import('./index.js').PullRequest} */
+    const body = { ref }
+    if (roots) body.roots = roots
+    return this.client.request('POST', '/v1/checkpoints/pull', body, idempotencyKey || randomUUID())
   }
 }
 

@@ -10,6 +10,9 @@ export type CreateRequest = Schemas['CreateRequest']
 export type RestoreRequest = Schemas['RestoreRequest']
 export type RestoreReport = Schemas['RestoreReport']
 export type Health = Schemas['Health']
+export type PushRequest = Schemas['PushRequest']
+export type PushResult = Schemas['PushResult']
+export type PullRequest = Schemas['PullRequest']
 export type Problem = Schemas['Problem']
 export type ProblemCode = NonNullable<Problem['code']>
 
@@ -42,6 +45,18 @@ export interface RestoreOptions extends RestoreRequest {
   idempotencyKey?: string
 }
 
+export interface PushOptions {
+  /** push the base as the first layer (default true) */
+  base?: boolean
+  idempotencyKey?: string
+}
+
+export interface PullOptions {
+  /** image root path -> this daemon's root */
+  roots?: Record<string, string>
+  idempotencyKey?: string
+}
+
 export class CkptdError extends Error {
   constructor (status: number, code: string, detail: string, body?: Record<string, unknown>)
   /** HTTP status; 0 when no answer came */
@@ -71,6 +86,8 @@ export class UnsupportedMediaType extends ApiError {}
 export class ServerError extends ApiError {}
 export class Unavailable extends ApiError {}
 export class InsufficientStorage extends ApiError {}
+/** a push or pull whose registry failed or refused (502) */
+export class RegistryFailed extends ApiError {}
 export class CreateFailed extends ApiError {}
 
 export function errorFromResponse (status: number, text: string): ApiError
@@ -82,6 +99,8 @@ export interface Checkpoints {
   get (id: string): Promise<Checkpoint>
   delete (id: string): Promise<void>
   restore (id: string, opts?: RestoreOptions): Promise<RestoreReport>
+  push (id: string, ref: string, opts?: PushOptions): Promise<PushResult>
+  pull (ref: string, opts?: PullOptions): Promise<Checkpoint>
 }
 
 export class Client {
