@@ -1,0 +1,80 @@
+/* oci_cache.c: layers and configs kept by digest under <state>/oci, so a
+ * push makes and sends a layer once and a pull fetches it once.
+ *
+ * <state>/oci/blobs/HEX     a blob, published by rename once verified
+ * <state>/oci/keys/KEY      which blob a (base or checkpoint, compression) gave
+ * <state>/oci/mounts/HEX    the repositories this daemon pushed the blob to */
+#include "engine/oci_cache.h"
+
+#include <sys/stat.h>
+
+#include "config.h"
+#include "engine/engine_internal.h"
+
+int oci_cache_dirs(struct engine *e, ckpt_error *err)
+{
+	const char *d[] = { OCI_DIR, BLOBS_DIR, KEYS_DIR, MOUNT_DIR };
+	for (size_t i = 0; i < ARRAY_SIZE(d); i++)
+		if (mkdirat(e->state_fd, d[i], 0700) < 0 && errno != EEXIST)
+			return err_set(err, errno, NULL, "create '%s/%s': %m", e->cfg->state_dir, d[i]);
+	return 0;
+}
+
+void oci_cache_blob_name(const char *digest, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/%s", BLOBS_DIR, digest + 7);
+}
+
+/* Is blob digest in the cache with size bytes? */
+bool oci_cache_held(struct engine *e, const char *digest, int64_t size)
+{
+	char p[200];
+	struct stat st;
+	oci_cache_blob_name(digest, p, sizeof(p));
+	return fstatat(e->state_fd, p, &st, 0) == 0 && S_ISREG(st.st_mode) && (size < 0 || st.st_size == size);
+}
+
+/* Move the verified file tmp (absolute, below the state dir) into the cache. */
+int oci_cache_keep(struct engine *e, const char *tmp, const char *digest, ckpt_error *err)
+{
+	char p[200];
+	_cleanup_close_ int fd = open(tmp, O_RDONLY | O_CLOEXEC);
+	oci_cache_blob_name(digest, p, sizeof(p));
+	if (fd < 0 || fsync(fd) < 0)
+		return err_set(err, errno, NULL, "sync '%s': %m", tmp);
+	if (renameat(AT_FDCWD, tmp, e->state_fd, p) < 0)
+		return err_set(err, errno, NULL, "keep blob %s: %m", digest);
+	_cleanup_close_ int dfd = openat(e->state_fd, BLOBS_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return dfd < 0 || fsync_dirfd(dfd) < 0 ? err_set(err, errno, NULL, "sync the blob cache: %m") : 0;
+}
+
+int oci_cache_key_read(struct engine *e, const char *key, struct oci_blob *b)
+{
+	char p[300];
+	_cleanup_free_ char *text = NULL;
+	size_t len;
+	snprintf(p, sizeof(p), "%s/%s", KEYS_DIR, key);
+	if (read_file_at(e->state_fd, p, 4096, &text, &len) < 0)
+		return -ENOENT;
+	json_auto_t *j = json_loadb(text, len, 0, NULL);
+	const char *d = json_string_value(json_object_get(j, "digest")),
+		   *di = json_string_value(json_object_get(j, "diff_id"));
+	json_int_t size = json_integer_value(json_object_get(j, "size"));
+	if (!d || !di || strlen(d) >= sizeof(b->digest) || strlen(di) >= sizeof(b->diff_id) ||
+	    !oci_cache_held(e, d, size))
+		return -ENOENT;
+	snprintf(b->digest, sizeof(b->digest), "%s", d);
+	snprintf(b->diff_id, sizeof(b->diff_id), "%s", di);
+	b->size = (uint64_t)size;
+	return 0;
+}
+
+int oci_cache_key_write(struct engine *e, const char *key, const struct oci_blob *b, ckpt_error *err)
+{
+	json_auto_t *j = json_pack("{s:s, s:s, s:I}", "digest", b->digest, "diff_id", b->diff_id, "size",
+				   (json_int_t)b->size);
+	_cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	_cleanup_close_ int dfd = openat(e->state_fd, KEYS_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int q = !s ? -ENOMEM : dfd < 0 ? -errno : write_file_atomic(dfd, key, s, strlen(s), 0600);
+	return q < 0 ? err_set(err, -q, NULL, "record layer %s: %s", key, strerror(-q)) : 0;
+}

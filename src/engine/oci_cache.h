@@ -1,0 +1,25 @@
+/* oci_cache.h: the blob cache of push and pull (oci_cache.c). Private to
+ * src/engine. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include "engine/oci_layer.h"
+#include "lib/util.h"
+
+struct engine;
+
+#define OCI_DIR "oci"
+#define BLOBS_DIR "oci/blobs"
+#define KEYS_DIR "oci/keys"
+#define MOUNT_DIR "oci/mounts"
+
+int oci_cache_dirs(struct engine *e, ckpt_error *err);
+/* "oci/blobs/HEX" for digest "sha256:HEX", relative to the state dir. */
+void oci_cache_blob_name(const char *digest, char *out, size_t cap);
+/* Is blob digest in the cache, with size bytes (size < 0: any)? */
+bool oci_cache_held(struct engine *e, const char *digest, int64_t size);
+/* Publish the verified file tmp (absolute, below the state dir) as blob digest. */
+int oci_cache_keep(struct engine *e, const char *tmp, const char *digest, ckpt_error *err);
+/* The blob a key names: -ENOENT when absent or its blob is gone. */
+int oci_cache_key_read(struct engine *e, const char *key, struct oci_blob *b);
+int oci_cache_key_write(struct engine *e, const char *key, const struct oci_blob *b, ckpt_error *err);
