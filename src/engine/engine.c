@@ -220,6 +220,7 @@ void engine_close(struct engine *e)
 		services_close(e->services);
 	engine_adoption_free(e);
 	catalog_close(e->catalog);
+	json_decref(e->pushes);
 	engine_idem_close(e);
 	pthread_mutex_destroy(&e->idem_lock);
 	if (e->lock_fd >= 0)

@@ -56,6 +56,9 @@ json_t *engine_public(struct engine *e, const struct ckpt_record *rec)
 	for (struct engine_op *op = e->ops; op; op = op->next)
 		if (!strcmp(op->id, id))
 			json_object_set_new(pub, "progress", progress_json(&op->progress));
+	json_t *push = json_object_get(e->pushes, id);
+	if (push)
+		json_object_set_new(pub, "push", json_deep_copy(push));
 	pthread_mutex_unlock(&e->state_lock);
 	return pub;
 }

@@ -283,15 +283,16 @@ static int push_run(struct push *p, json_t **ret)
 	return *ret ? 0 : err_set(p->err, ENOMEM, NULL, "out of memory");
 }
 
-int engine_push(struct engine *e, const char *id_or_name, const struct push_req *req, json_t **ret,
-		ckpt_error *err)
+/* Check the request and the checkpoint; fill p and register its progress. */
+static int push_prepare(struct push *p, const char *id_or_name)
 {
-	struct push p = { .e = e, .req = req, .err = err };
+	struct engine *e = p->e;
+	ckpt_error *err = p->err;
 	if (!e->backend->view_open)
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "unsupported", "the %s backend cannot push",
 				    e->backend->name);
-	int q = oci_ref_parse(req->ref, &p.ref, err);
-	if (q == 0 && p.ref.digest[0])
+	int q = oci_ref_parse(p->req->ref, &p->ref, err);
+	if (q == 0 && p->ref.digest[0])
 		return err_set_kind(err, ERR_INVALID, EINVAL, "invalid_ref",
 				    "push to a tag (HOST/REPO[:TAG]), not to a digest");
 	if (q < 0)
@@ -304,30 +305,142 @@ int engine_push(struct engine *e, const char *id_or_name, const struct push_req 
 		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict",
 				    "checkpoint '%s' is not active (being created or deleted)", id_or_name);
 	}
-	snprintf(p.id, sizeof(p.id), "%s", rec->id);
-	p.data = json_incref(rec->backend_data);
-	p.rec = engine_public(e, rec);
+	snprintf(p->id, sizeof(p->id), "%s", rec->id);
+	p->data = json_incref(rec->backend_data);
+	p->rec = engine_public(e, rec);
 	record_unref(rec);
 	for (size_t i = 0; i < e->cfg->n_roots; i++)
-		p.prefixes[i] = e->cfg->roots[i] + 1; /* the tar paths: the root's own path */
-	p.op = engine_op_begin(e, p.id);
-	q = engine_xfer_tmp(e, &p.tmp, err);
+		p->prefixes[i] = e->cfg->roots[i] + 1; /* the tar paths: the root's own path */
+	p->op = engine_op_begin(e, p->id);
+	return p->op ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
+}
+
+static void push_cleanup(struct push *p)
+{
+	struct engine *e = p->e;
+	if (p->cdirs)
+		e->backend->view_close(e->bst, p->cdirs);
+	if (p->bdirs)
+		e->backend->view_close(e->bst, p->bdirs);
+	engine_xfer_rm(e, p->tmp);
+	free(p->tmp);
+	if (p->op)
+		engine_op_end(e, p->op);
+	json_decref(p->rec);
+	json_decref(p->data);
+}
+
+static int push_exec(struct push *p, json_t **ret)
+{
+	int q = engine_xfer_tmp(p->e, &p->tmp, p->err);
 	if (q == 0)
-		q = push_run(&p, ret);
-	if (p.cdirs)
-		e->backend->view_close(e->bst, p.cdirs);
-	if (p.bdirs)
-		e->backend->view_close(e->bst, p.bdirs);
-	engine_xfer_rm(e, p.tmp);
-	free(p.tmp);
-	if (p.op)
-		engine_op_end(e, p.op);
-	json_decref(p.rec);
-	json_decref(p.data);
+		q = push_run(p, ret);
+	push_cleanup(p);
 	if (q < 0) {
-		log_event(LOG_WARN_, &(struct log_fields){ "push", p.id, NULL, -1 }, "push refused: %s", err->msg);
-		if (!err->kind)
-			q = engine_storage_err(err, q);
+		log_event(LOG_WARN_, &(struct log_fields){ "push", p->id, NULL, -1 }, "push refused: %s",
+			  p->err->msg);
+		if (!p->err->kind)
+			q = engine_storage_err(p->err, q);
 	}
+	return q;
+}
+
+int engine_push(struct engine *e, const char *id_or_name, const struct push_req *req, json_t **ret,
+		ckpt_error *err)
+{
+	struct push p = { .e = e, .req = req, .err = err };
+	int q = push_prepare(&p, id_or_name);
+	if (q < 0) {
+		push_cleanup(&p);
+		return q;
+	}
+	return push_exec(&p, ret);
+}
+
+/* ---- async: the outcome shows as "push" on the record (engine_public) ---- */
+
+struct push_async {
+	struct push p;
+	struct push_req req;
+	ckpt_error err;
+};
+
+static void push_note(struct engine *e, const char *id, json_t *v)
+{
+	pthread_mutex_lock(&e->state_lock);
+	if (!e->pushes)
+		e->pushes = json_object();
+	json_object_set_new(e->pushes, id, v);
+	pthread_mutex_unlock(&e->state_lock);
+}
+
+static void *push_async_main(void *arg)
+{
+	struct push_async *a = arg;
+	struct engine *e = a->p.e;
+	char id[32], ref[700];
+	json_t *out = NULL;
+	snprintf(id, sizeof(id), "%s", a->p.id);
+	snprintf(ref, sizeof(ref), "%s", a->req.ref);
+	if (push_exec(&a->p, &out) == 0) {
+		json_object_set_new(out, "status", json_string("done"));
+		json_object_del(out, "checkpoint_id");
+		json_object_del(out, "layers");
+		push_note(e, id, out);
+	} else {
+		push_note(e, id, json_pack("{s:s, s:s, s:{s:s, s:s}}", "ref", ref, "status", "failed", "error", "code",
+					   a->err.code ? a->err.code : "internal", "detail", a->err.msg));
+	}
+	free((char *)a->req.ref);
+	free(a);
+	pthread_mutex_lock(&e->state_lock);
+	e->pending_async--;
+	pthread_cond_broadcast(&e->sweep_cond);
+	pthread_mutex_unlock(&e->state_lock);
+	return NULL;
+}
+
+int engine_push_async(struct engine *e, const char *id_or_name, const struct push_req *req, json_t **ret_record,
+		      ckpt_error *err)
+{
+	struct push_async *a = calloc(1, sizeof(*a));
+	if (!a || !(a->req.ref = strdup(req->ref))) {
+		free(a);
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	}
+	a->req.base = req->base;
+	a->p = (struct push){ .e = e, .req = &a->req, .err = &a->err };
+	int q = push_prepare(&a->p, id_or_name);
+	pthread_mutex_lock(&e->state_lock);
+	json_t *cur = json_object_get(e->pushes, a->p.id);
+	bool busy = q == 0 && !strcmp(json_string_value(json_object_get(cur, "status")) ?: "", "pushing");
+	if (q == 0 && !busy)
+		e->pending_async++;
+	pthread_mutex_unlock(&e->state_lock);
+	if (busy)
+		q = err_set_kind(&a->err, ERR_CONFLICT, EBUSY, "conflict", "a push of %s still runs", a->p.id);
+	pthread_t t;
+	pthread_attr_t attr;
+	if (q == 0) {
+		push_note(e, a->p.id, json_pack("{s:s, s:s}", "ref", req->ref, "status", "pushing"));
+		*ret_record = json_deep_copy(a->p.rec); /* the worker reads p.rec */
+		json_object_set_new(*ret_record, "push", json_pack("{s:s, s:s}", "ref", req->ref, "status", "pushing"));
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		int r = pthread_create(&t, &attr, push_async_main, a);
+		pthread_attr_destroy(&attr);
+		if (r == 0)
+			return 0;
+		json_decref(TAKE_PTR(*ret_record));
+		push_note(e, a->p.id, json_pack("{s:s, s:s}", "ref", req->ref, "status", "failed"));
+		pthread_mutex_lock(&e->state_lock);
+		e->pending_async--;
+		pthread_mutex_unlock(&e->state_lock);
+		q = err_set(&a->err, r, NULL, "cannot start the push worker");
+	}
+	*err = a->err;
+	push_cleanup(&a->p);
+	free((char *)a->req.ref);
+	free(a);
 	return q;
 }

@@ -16,6 +16,12 @@ struct push_req {
 int engine_push(struct engine *e, const char *id_or_name, const struct push_req *req, json_t **ret,
 		ckpt_error *err);
 
+/* The same in the background: *ret_record is the checkpoint's record, whose
+ * "push" member says {ref, status: pushing|done|failed, ...} and whose
+ * "progress" counts the bytes while it runs. */
+int engine_push_async(struct engine *e, const char *id_or_name, const struct push_req *req, json_t **ret_record,
+		      ckpt_error *err);
+
 struct pull_req {
 	const char *ref; /* HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:HEX */
 	json_t *roots;   /* {"/path/in/image": "/local/root"} or NULL (borrowed) */

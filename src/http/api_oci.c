@@ -38,7 +38,10 @@ void api_push(void *app, const struct http_request *req, struct http_response *r
 		return;
 	}
 	if (json_is_true(v)) {
-		http_fail(resp, ERR_INVALID, "unsupported", "async push is not implemented yet: push without it");
+		if (engine_push_async(app, req->params[0], &pr, &out, &err) < 0)
+			http_error(resp, &err);
+		else
+			http_json(resp, 202, out);
 		return;
 	}
 	if (engine_push(app, req->params[0], &pr, &out, &err) < 0)

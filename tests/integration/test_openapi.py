@@ -516,6 +516,21 @@ def pushed(df, **extra):
     return reg, d, cid, r
 
 
+def push_async(df):
+    reg, d = reg_daemon(df)
+    cid = d.create("c")["checkpoint_id"]
+    r = d.request("POST", PUSH.replace("{id}", cid), json={"ref": f"{reg.host}/spec/bg", "async": True})
+    assert r.status_code == 202 and r.json()["push"]["status"] == "pushing", r.text
+    deadline = time.monotonic() + 60
+    while d.get(cid)["push"]["status"] == "pushing":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    done = d.request("GET", f"{CP}/{cid}")
+    check_response(done, ONE, "get")
+    assert done.json()["push"]["status"] == "done", done.text
+    return r
+
+
 def push_while_creating(df):
     d = seeded(df)
     for i in range(30):
@@ -638,6 +653,7 @@ PROVOKE = {
     (IMPORT, "post", 413): lambda df: seeded(df, config={"max_import_bytes": 1000}).request(
         "POST", IMPORT, data=b"x" * 2000),
     (PUSH, "post", 200): lambda df: pushed(df)[3],
+    (PUSH, "post", 202): push_async,
     (PUSH, "post", 400): lambda df: with_cp(df, "POST", PUSH, json={"ref": "no/Such ref"}),
     (PUSH, "post", 401): lambda df: expect_unauthorized(df, "POST", PUSH, json={"ref": "127.0.0.1:1/x/y"}),
     (PUSH, "post", 404): lambda df: seeded(df).request("POST", fill(PUSH), json={"ref": "127.0.0.1:1/x/y"}),

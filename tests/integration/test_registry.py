@@ -667,3 +667,44 @@ console.log(JSON.stringify({{ digest: pushed.digest, pulled: pulled.pull_of.dige
     got = json.loads(p.stdout)
     assert got["digest"] == got["pulled"] == out["digest"]  # the same checkpoint, the same digest
     assert got["code"] == [True, "registry_unreachable"]
+
+
+def test_cross_repository_mount(daemon_factory, registry, tmp_path):
+    reg = registry()
+    a = daemon_factory(backend="tar", config=reg_config(tmp_path, reg))
+    (a.roots[0] / "f").write_bytes(os.urandom(300_000))
+    cp = a.create("m")
+    first = push(a, cp["checkpoint_id"], f"{reg.host}/one/repo")
+    assert first["uploaded_bytes"] > 300_000
+    # the blobs are in the registry, but not linked to the second repository:
+    # HEAD there says 404, and the mount from the first links them without a byte sent
+    digest = first["layers"][1]["digest"]
+    assert requests.head(f"{reg.url}/v2/two/repo/blobs/{digest}", auth=(USER, PASSWORD)).status_code == 404
+    second = push(a, cp["checkpoint_id"], f"{reg.host}/two/repo")
+    assert second["uploaded_bytes"] == 0 and second["reused_bytes"] == first["uploaded_bytes"]
+    assert second["digest"] == first["digest"]
+    assert requests.head(f"{reg.url}/v2/two/repo/blobs/{digest}", auth=(USER, PASSWORD)).status_code == 200
+
+
+def test_async_push_shows_progress_and_outcome(daemon_factory, registry, tmp_path):
+    reg = registry()
+    a = daemon_factory(backend="tar", config=reg_config(tmp_path, reg))
+    (a.roots[0] / "f").write_bytes(os.urandom(2 << 20))
+    cp = a.create("bg")
+    cid = cp["checkpoint_id"]
+    r = a.request("POST", f"/v1/checkpoints/{cid}/push", json={"ref": f"{reg.host}/bg/img", "async": True})
+    assert r.status_code == 202, r.text
+    assert r.json()["push"] == {"ref": f"{reg.host}/bg/img", "status": "pushing"}
+    assert wait_for(lambda: a.get(cid)["push"]["status"] != "pushing")
+    rec = a.get(cid)
+    assert rec["push"]["status"] == "done" and rec["push"]["digest"].startswith("sha256:"), rec
+    assert rec["push"]["uploaded_bytes"] > 2 << 20 and "progress" not in rec
+    sync = push(a, cid, f"{reg.host}/bg/img")
+    assert sync["digest"] == rec["push"]["digest"]
+    # a failure shows on the record too
+    port = free_port()
+    r = a.request("POST", f"/v1/checkpoints/{cid}/push", json={"ref": f"127.0.0.1:{port}/x/y", "async": True})
+    assert r.status_code == 202, r.text
+    assert wait_for(lambda: a.get(cid)["push"]["status"] != "pushing")
+    failed = a.get(cid)["push"]
+    assert failed["status"] == "failed" and failed["error"]["code"] == "registry_unreachable", failed

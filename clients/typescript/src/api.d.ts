@@ -497,7 +497,7 @@ export interface components {
              */
             base?: boolean;
             /**
-             * @description Not offered yet (400 `unsupported`).
+             * @description Answer 202 at once with the checkpoint's record and push in the background. The record's `progress` counts the bytes while it runs; its `push` says how it ended.
              * @default false
              */
             async?: boolean;
@@ -628,6 +628,19 @@ export interface components {
             };
             /** @description an imported checkpoint's id on the machine it was exported from. */
             import_of?: string | null;
+            /** @description the last async push of this checkpoint since the daemon started (kept in memory). */
+            push?: {
+                ref: string;
+                /** @enum {string} */
+                status: "pushing" | "done" | "failed";
+                digest?: string;
+                uploaded_bytes?: number;
+                reused_bytes?: number;
+                error?: {
+                    code: string;
+                    detail: string;
+                };
+            };
             /** @description for a pulled checkpoint, the ref it was pulled from and the manifest's digest. */
             pull_of?: {
                 ref: string;
@@ -1634,11 +1647,19 @@ export interface operations {
                     "application/json": components["schemas"]["PushResult"];
                 };
             };
+            /** @description With `async`, the push runs in the background; the checkpoint's record. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Checkpoint"];
+                };
+            };
             /**
              * @description Malformed JSON (code `bad_request`), an invalid field (code
-             *     `invalid_field`), a ref that is not HOST[:PORT]/REPO[:TAG] (code
-             *     `invalid_ref`), or `async`, which push does not offer yet (code
-             *     `unsupported`).
+             *     `invalid_field`), or a ref that is not HOST[:PORT]/REPO[:TAG] (code
+             *     `invalid_ref`).
              */
             400: {
                 headers: {
