@@ -95,6 +95,11 @@ struct backend_xfer_ops {
 	 * removes after view_close. Nothing may write to it. */
 	int (*view_open)(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);
 	void (*view_close)(void *st, char **dirs);
+	/* Checkpoint id's lineage, oldest first: a JSON array of strings such
+	 * that checkpoint A's is a proper prefix of B's exactly when B was made
+	 * on top of A (push makes one image layer per such ancestor). NULL when
+	 * unknown (no ancestors). Called with the operation lock held. */
+	json_t *(*lineage)(void *st, const char *id, json_t *data);
 	/* Make checkpoint id from dirs[i], root i's whole tree (below the state
 	 * dir; the backend may move from it, the caller removes what is left). */
 	int (*import)(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size,

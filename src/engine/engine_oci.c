@@ -24,6 +24,16 @@
 #include "engine/oci_layer.h"
 #include "engine/oci_reg.h"
 
+#define MAX_ANC 62 /* ancestors made into layers; older ones merge into the first */
+
+/* A read-only view of the base (id "") or a checkpoint, in a temp dir of
+ * its own below <state>/xfer (where a restart's sweep detaches mounts). */
+struct push_view {
+	char id[32];
+	char *tmp;
+	char **dirs;
+};
+
 struct push {
 	struct engine *e;
 	const struct push_req *req;
@@ -32,10 +42,13 @@ struct push {
 	json_t *rec; /* public record */
 	json_t *data;
 	char *tmp;
-	char **cdirs, **bdirs; /* views: the checkpoint, the base */
+	struct push_view views[3]; /* the base, and two checkpoints */
+	char anc[MAX_ANC][32];     /* ancestors still kept, oldest first */
+	json_t *anc_data[MAX_ANC];
+	size_t n_anc;
 	char *prefixes[MAX_ROOTS];
 	char base_id[80];
-	struct oci_blob layers[2];
+	struct oci_blob layers[MAX_ANC + 2];
 	size_t n_layers;
 	struct oci_blob config;
 	uint64_t uploaded, reused;
@@ -43,40 +56,126 @@ struct push {
 	ckpt_error *err;
 };
 
-static int push_views(struct push *p)
+static void push_view_close(struct push *p, struct push_view *v)
 {
-	struct engine *e = p->e;
-	if (p->cdirs)
-		return 0;
-	_cleanup_free_ char *c = path_join(p->tmp, "c"), *b = path_join(p->tmp, "b");
-	if (!c || !b || mkdir(c, 0700) < 0 || mkdir(b, 0700) < 0)
-		return err_set(p->err, errno ? errno : ENOMEM, NULL, "create the views' dirs: %m");
-	pthread_mutex_lock(&e->op_lock); /* no restore or delete changes the layers meanwhile */
-	int q = e->backend->view_open(e->bst, p->id, p->data, c, &p->cdirs, p->err);
-	if (q == 0)
-		q = e->backend->view_open(e->bst, NULL, NULL, b, &p->bdirs, p->err);
-	pthread_mutex_unlock(&e->op_lock);
-	return q;
+	if (v->dirs)
+		p->e->backend->view_close(p->e->bst, TAKE_PTR(v->dirs));
+	engine_xfer_rm(p->e, v->tmp);
+	free(TAKE_PTR(v->tmp));
+	v->id[0] = '\0';
 }
 
-/* The layer of key, from the cache or made now from the views. */
-static int push_layer(struct push *p, const char *key, bool whole, struct oci_blob *b)
+static json_t *push_data_of(struct push *p, const char *id)
+{
+	if (!strcmp(id, p->id))
+		return p->data;
+	for (size_t i = 0; i < p->n_anc; i++)
+		if (!strcmp(id, p->anc[i]))
+			return p->anc_data[i];
+	return NULL;
+}
+
+/* The view of id ("" the base), opened if need be; a checkpoint's view may
+ * close the other one unless it is keep. */
+static char **push_view(struct push *p, const char *id, const char *keep)
+{
+	struct engine *e = p->e;
+	struct push_view *v = &p->views[0];
+	if (id[0]) {
+		v = NULL;
+		for (size_t i = 1; i < 3 && !v; i++)
+			if (p->views[i].dirs && !strcmp(p->views[i].id, id))
+				return p->views[i].dirs;
+		for (size_t i = 1; i < 3 && !v; i++)
+			if (!p->views[i].dirs || strcmp(p->views[i].id, keep ? keep : ""))
+				v = &p->views[i];
+		push_view_close(p, v);
+	} else if (v->dirs) {
+		return v->dirs;
+	}
+	if (engine_xfer_tmp(e, &v->tmp, p->err) < 0)
+		return NULL;
+	pthread_mutex_lock(&e->op_lock); /* no restore or delete changes the layers meanwhile */
+	int q = e->backend->view_open(e->bst, id[0] ? id : NULL, id[0] ? push_data_of(p, id) : NULL, v->tmp,
+				      &v->dirs, p->err);
+	pthread_mutex_unlock(&e->op_lock);
+	snprintf(v->id, sizeof(v->id), "%s", id);
+	return q < 0 ? NULL : v->dirs;
+}
+
+/* The layer of key, from the cache or made now: the whole tree of view
+ * `to` (from NULL), or what differs from `from` to `to` ("" the base). */
+static int push_layer(struct push *p, const char *key, const char *from, const char *to, struct oci_blob *b)
 {
 	struct engine *e = p->e;
 	if (oci_cache_key_read(e, key, b) == 0)
 		return 0;
-	int q = push_views(p);
+	char **old = from ? push_view(p, from, to) : NULL;
+	char **new = (!from || old) ? push_view(p, to, from) : NULL;
+	if (!new)
+		return -p->err->errnum ?: -EIO;
 	_cleanup_free_ char *f = path_join(p->tmp, key);
-	_cleanup_close_ int fd = q < 0 || !f ? -1 : open(f, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (q < 0)
-		return q;
+	_cleanup_close_ int fd = f ? open(f, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
 	if (fd < 0)
 		return err_set(p->err, errno ? errno : ENOMEM, NULL, "create the layer file: %m");
-	q = oci_layer_write(fd, e->cfg->registry_gzip, p->prefixes, whole ? NULL : p->bdirs,
-			    whole ? p->bdirs : p->cdirs, e->cfg->n_roots, b, p->err);
+	int q = oci_layer_write(fd, e->cfg->registry_gzip, p->prefixes, old, new, e->cfg->n_roots, b, p->err);
 	if (q == 0)
 		q = oci_cache_keep(e, f, b->digest, p->err);
 	return q < 0 ? q : oci_cache_key_write(e, key, b, p->err);
+}
+
+static bool lineage_prefix(json_t *a, json_t *b)
+{
+	size_t n = json_array_size(a);
+	if (n == 0 || n >= json_array_size(b))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!json_equal(json_array_get(a, i), json_array_get(b, i)))
+			return false;
+	return true;
+}
+
+/* The checkpoints this one was made on top of, oldest first: each becomes
+ * a layer, so the next push of a descendant sends only its own. */
+static void push_ancestors(struct push *p)
+{
+	struct engine *e = p->e;
+	json_auto_t *list = e->backend->lineage ? engine_list(e, NULL) : NULL;
+	size_t lens[MAX_ANC], i;
+	json_t *r;
+	pthread_mutex_lock(&e->op_lock);
+	json_auto_t *mine = list ? e->backend->lineage(e->bst, p->id, p->data) : NULL;
+	json_array_foreach(mine ? list : NULL, i, r)
+	{
+		const char *id = json_string_value(json_object_get(r, "checkpoint_id"));
+		const struct ckpt_record *rec = id && strcmp(id, p->id) ? engine_resolve(e, id) : NULL;
+		json_auto_t *theirs = rec && rec->status == CKPT_ACTIVE
+					      ? e->backend->lineage(e->bst, id, rec->backend_data)
+					      : NULL;
+		if (theirs && lineage_prefix(theirs, mine)) {
+			size_t len = json_array_size(theirs), k = p->n_anc;
+			if (k == MAX_ANC) { /* keep the newest: drop the oldest */
+				json_decref(p->anc_data[0]);
+				memmove(&p->anc[0], &p->anc[1], sizeof(p->anc[0]) * (MAX_ANC - 1));
+				memmove(&p->anc_data[0], &p->anc_data[1], sizeof(p->anc_data[0]) * (MAX_ANC - 1));
+				memmove(&lens[0], &lens[1], sizeof(lens[0]) * (MAX_ANC - 1));
+				k--;
+			}
+			while (k > 0 && lens[k - 1] > len) { /* insertion by lineage length */
+				memcpy(p->anc[k], p->anc[k - 1], sizeof(p->anc[k]));
+				p->anc_data[k] = p->anc_data[k - 1];
+				lens[k] = lens[k - 1];
+				k--;
+			}
+			snprintf(p->anc[k], sizeof(p->anc[k]), "%s", id);
+			p->anc_data[k] = json_incref(rec->backend_data);
+			lens[k] = len;
+			p->n_anc = p->n_anc < MAX_ANC ? p->n_anc + 1 : MAX_ANC;
+		}
+		if (rec)
+			record_unref(rec);
+	}
+	pthread_mutex_unlock(&e->op_lock);
 }
 
 static json_t *push_config(struct push *p)
@@ -207,18 +306,21 @@ static json_t *push_descriptor(const char *mt, const struct oci_blob *b)
 static int push_run(struct push *p, json_t **ret)
 {
 	struct engine *e = p->e;
-	char key[200], tag[129];
+	char key[240], tag[129];
 	const char *mt = e->cfg->registry_gzip ? OCI_MT_GZIP : OCI_MT_ZSTD, *z = e->cfg->registry_gzip ? "gz" : "zst";
 	int q = oci_cache_dirs(e, p->err);
 	if (q == 0)
 		q = engine_base_identity(e, p->base_id, p->err);
 	if (q == 0 && p->req->base) {
 		snprintf(key, sizeof(key), "base-%s-%s", p->base_id + 7, z);
-		q = push_layer(p, key, true, &p->layers[p->n_layers++]);
+		q = push_layer(p, key, NULL, "", &p->layers[p->n_layers++]);
 	}
-	if (q == 0) {
-		snprintf(key, sizeof(key), "ckpt-%s-%s-%s", p->id, p->base_id + 7, z);
-		q = push_layer(p, key, false, &p->layers[p->n_layers++]);
+	if (q == 0)
+		push_ancestors(p);
+	for (size_t i = 0; q == 0 && i <= p->n_anc; i++) {
+		const char *from = i ? p->anc[i - 1] : "", *to = i < p->n_anc ? p->anc[i] : p->id;
+		snprintf(key, sizeof(key), "d-%s-%s-%s-%s", from[0] ? from : "base", to, p->base_id + 7, z);
+		q = push_layer(p, key, from, to, &p->layers[p->n_layers++]);
 	}
 	if (q < 0)
 		return q;
@@ -318,10 +420,10 @@ static int push_prepare(struct push *p, const char *id_or_name)
 static void push_cleanup(struct push *p)
 {
 	struct engine *e = p->e;
-	if (p->cdirs)
-		e->backend->view_close(e->bst, p->cdirs);
-	if (p->bdirs)
-		e->backend->view_close(e->bst, p->bdirs);
+	for (size_t i = 0; i < 3; i++)
+		push_view_close(p, &p->views[i]);
+	for (size_t i = 0; i < p->n_anc; i++)
+		json_decref(p->anc_data[i]);
 	engine_xfer_rm(e, p->tmp);
 	free(p->tmp);
 	if (p->op)

@@ -34,7 +34,7 @@ struct pull {
 	json_t *manifest, *layers, *annotations;
 	const char *image_roots[MAX_ROOTS]; /* image root mapped to local root i */
 	struct oci_map map[MAX_ROOTS];
-	char dirs[MAX_ROOTS][16];
+	char dirs[MAX_ROOTS][24]; /* "0", "1", ...: the trees below tmp */
 	int64_t budget;
 	ckpt_error *err;
 	int status;
@@ -257,9 +257,10 @@ static int pull_local_base(struct pull *p)
 				    "is %s: push it again with its base (\"base\": true), or pull it where the base is "
 				    "the same",
 				    need ? need : "(none)", have);
-	_cleanup_free_ char *vdir = path_join(p->tmp, "basev"), *f = path_join(p->tmp, "base.layer");
-	if (!vdir || !f || mkdir(vdir, 0700) < 0)
-		return err_set(p->err, errno ? errno : ENOMEM, NULL, "create the base view dir: %m");
+	/* the view in a temp dir of its own: a restart's sweep detaches mounts there */
+	_cleanup_free_ char *vdir = NULL, *f = path_join(p->tmp, "base.layer");
+	if (!f || (q = engine_xfer_tmp(e, &vdir, p->err)) < 0)
+		return q < 0 ? q : err_set(p->err, ENOMEM, NULL, "out of memory");
 	pthread_mutex_lock(&e->op_lock);
 	q = e->backend->view_open(e->bst, NULL, NULL, vdir, &dirs, p->err);
 	pthread_mutex_unlock(&e->op_lock);
@@ -274,6 +275,7 @@ static int pull_local_base(struct pull *p)
 		q = oci_layer_write(fd, false, prefixes, NULL, dirs, e->cfg->n_roots, &b, p->err);
 	if (dirs)
 		e->backend->view_close(e->bst, dirs);
+	engine_xfer_rm(e, vdir);
 	int64_t unlimited = INT64_MAX;
 	if (q == 0 && lseek(fd, 0, SEEK_SET) == 0)
 		q = oci_layer_apply(fd, map, e->cfg->n_roots, &unlimited, p->err);

@@ -119,8 +119,8 @@ int oci_ref_parse(const char *s, struct oci_ref *r, ckpt_error *err)
 	}
 	if (!host_ok(buf) || !repo_ok(repo))
 		goto bad;
-	snprintf(r->host, sizeof(r->host), "%s", buf);
-	snprintf(r->repo, sizeof(r->repo), "%s", repo);
+	snprintf(r->host, sizeof(r->host), "%.255s", buf); /* host_ok and repo_ok bound both */
+	snprintf(r->repo, sizeof(r->repo), "%.255s", repo);
 	return 0;
 bad:
 	return err_set_kind(err, ERR_INVALID, EINVAL, "invalid_ref",

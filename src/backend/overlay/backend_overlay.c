@@ -669,6 +669,7 @@ static const struct backend_fork_ops ovl_fork_ops = { .mount = overlay_fork_moun
 /* A checkpoint is layers over the base: an export names it. */
 static const struct backend_xfer_ops ovl_xfer_ops = { .view_open = overlay_view_open,
 						      .view_close = overlay_view_close,
+						      .lineage = overlay_lineage,
 						      .import = overlay_import,
 						      .base_kind = "overlay-base",
 						      .xattr_portable = backend_xattr_portable };

@@ -6,6 +6,7 @@
  * the root's base dir, so restoring it gives the imported tree whatever the
  * base holds. */
 #include "backend/overlay/overlay_internal.h"
+#include "config.h"
 #include "backend/overlay/overlay_mount.h"
 #include "lib/walk.h"
 
@@ -171,4 +172,42 @@ int overlay_import(void *st, const char *id, char *const *dirs, json_t **ret_dat
 	}
 	*ret_data = TAKE_PTR(data);
 	return 0;
+}
+
+static int ovx_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The layers of every root at each depth, oldest first, roots in the order
+ * of their keys: a checkpoint made on top of another has its chains plus
+ * one layer each. Chains of unequal depths (after a flatten) give NULL. */
+json_t *overlay_lineage(void *st, const char *id, json_t *data)
+{
+	struct ovl *o = st;
+	json_auto_t *chains = overlay_layers_chain_get(o, id, data);
+	const char *keys[MAX_ROOTS], *k;
+	size_t n = 0, depth = 0;
+	json_t *v;
+	json_object_foreach(chains, k, v)
+	{
+		if (n == MAX_ROOTS || (n && json_array_size(v) != depth))
+			return NULL;
+		depth = json_array_size(v);
+		keys[n++] = k;
+	}
+	if (!n)
+		return NULL;
+	qsort(keys, n, sizeof(*keys), ovx_cmp);
+	json_t *out = json_array();
+	for (size_t d = 0; out && d < depth; d++) {
+		char el[MAX_ROOTS * (OVL_NAME_LEN + 1) + 1] = "";
+		for (size_t i = 0; i < n; i++) {
+			const char *name = json_string_value(json_array_get(json_object_get(chains, keys[i]), depth - 1 - d));
+			size_t len = strlen(el);
+			snprintf(el + len, sizeof(el) - len, "%s%s", i ? "/" : "", name ? name : "?");
+		}
+		json_array_append_new(out, json_string(el));
+	}
+	return out;
 }

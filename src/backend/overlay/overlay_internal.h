@@ -247,6 +247,7 @@ int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_si
 /* overlay_export.c: the view_open, view_close and import ops. */
 int overlay_view_open(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);
 void overlay_view_close(void *st, char **dirs);
+json_t *overlay_lineage(void *st, const char *id, json_t *data);
 int overlay_import(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size, ckpt_error *err);
 
 /* overlay_release.c: the release op; at open, finish or undo a release a

@@ -189,6 +189,7 @@ static const struct backend_fork_ops tar_fork_ops = { .mount = tar_fork_mount, .
 /* A checkpoint is a whole tree: no base identity. */
 static const struct backend_xfer_ops tar_xfer_ops = { .view_open = tar_view_open,
 						      .view_close = tar_view_close,
+						      .lineage = tar_lineage,
 						      .import = tar_import,
 						      .xattr_portable = backend_xattr_portable };
 static const struct backend_release_ops tar_release_ops = { .release = tar_release };

@@ -56,6 +56,27 @@ void tar_view_close(void *st, char **dirs)
 	free(dirs);
 }
 
+/* The checkpoints the parent pointers of meta.json lead through, oldest
+ * first, ending with id: a checkpoint's archive adds to its parent's. */
+json_t *tar_lineage(void *st, const char *id, json_t *data)
+{
+	struct tar_state *s = st;
+	json_t *out = json_array();
+	char name[64];
+	(void)data;
+	snprintf(name, sizeof(name), "%s", id);
+	for (int depth = 0; out && depth < 1000 && id_valid(name); depth++) {
+		_cleanup_close_ int fd = openat(s->tar_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		json_auto_t *meta = fd < 0 ? NULL : tar_meta_load(fd);
+		if (!meta)
+			break;
+		json_array_insert_new(out, 0, json_string(name));
+		const char *parent = json_string_value(json_object_get(meta, "parent"));
+		snprintf(name, sizeof(name), "%s", parent ? parent : "");
+	}
+	return out;
+}
+
 int tar_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err)
 {
 	struct tar_state *s = st;
