@@ -20,7 +20,7 @@ import time
 import pytest
 import requests
 
-from conftest import assert_same_tree, free_port, make_full_tree, tree_state
+from conftest import assert_same_tree, free_port, make_full_tree, mounts_under, tree_state
 
 USER, PASSWORD = "ckptuser", "s3cret-pw"
 
@@ -568,9 +568,11 @@ def quietly(d, path, body):
         pass
 
 
-def test_kill9_during_push_then_retry(daemon_factory, registry, tmp_path):
+@pytest.mark.parametrize("backend", ["tar", "overlay"])
+def test_kill9_during_push_then_retry(daemon_factory, registry, tmp_path, backend):
+    """On overlay the push has views mounted below xfer/ when it is killed."""
     reg = registry()
-    a = daemon_factory(backend="tar", start=False, config=reg_config(tmp_path, reg))
+    a = daemon_factory(backend=backend, start=False, config=reg_config(tmp_path, reg))
     slow_tree(a.roots[0])
     a.start()
     (a.roots[0] / "x").write_text("x\n")
@@ -585,7 +587,7 @@ def test_kill9_during_push_then_retry(daemon_factory, registry, tmp_path):
     a.kill9()
     t.join(30)
     a.start()
-    assert xfer_empty(a)
+    assert xfer_empty(a) and not mounts_under(a.state_dir / "xfer")
     r = requests.get(f"{reg.url}/v2/kill/push/tags/list", auth=(USER, PASSWORD))
     assert r.status_code == 404 or not r.json().get("tags")
     out = push(a, cp["checkpoint_id"], ref)
