@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
 import tarfile
 import threading
@@ -26,7 +27,7 @@ USER, PASSWORD = "ckptuser", "s3cret-pw"
 
 
 class Registry:
-    def __init__(self, base, auth="htpasswd", token_realm=None, cert=None):
+    def __init__(self, base, auth="htpasswd", token_realm=None, cert=None, tls=None):
         self.base = pathlib.Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
         self.data = self.base / "data"
@@ -36,6 +37,9 @@ class Registry:
         cfg = ["version: 0.1", "log:", "  level: warn", "storage:", "  filesystem:",
                f"    rootdirectory: {self.data}", "  delete:", "    enabled: true",
                "http:", f"  addr: {self.host}"]
+        if tls:
+            cfg += ["  tls:", f"    certificate: {tls[0]}", f"    key: {tls[1]}"]
+            self.url = f"https://{self.host}"
         if auth == "htpasswd":
             pw = subprocess.run(["htpasswd", "-Bbn", USER, PASSWORD], capture_output=True,
                                 check=True, text=True).stdout
@@ -51,9 +55,9 @@ class Registry:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
-                requests.get(self.url + "/v2/", timeout=1)
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 return
-            except requests.ConnectionError:
+            except OSError:
                 time.sleep(0.05)
         raise RuntimeError("docker-registry did not start")
 
@@ -712,3 +716,53 @@ def test_async_push_shows_progress_and_outcome(daemon_factory, registry, tmp_pat
     assert wait_for(lambda: a.get(cid)["push"]["status"] != "pushing")
     failed = a.get(cid)["push"]
     assert failed["status"] == "failed" and failed["error"]["code"] == "registry_unreachable", failed
+
+
+def make_tls(base):
+    """A CA and a server certificate for 127.0.0.1, signed by it."""
+    import datetime
+    import ipaddress
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    now = datetime.datetime.now(datetime.timezone.utc)
+    def cert(subject, issuer, pub, key, ca, san=None):
+        b = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(pub)
+             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+             .not_valid_after(now + datetime.timedelta(days=1))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if san:
+            b = b.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return b.sign(key, hashes.SHA256())
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ckptd test CA")])
+    ca = cert(ca_name, ca_name, ca_key.public_key(), ca_key, True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    srv = cert(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]), ca_name, key.public_key(),
+               ca_key, False, [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    base.mkdir(parents=True, exist_ok=True)
+    pem = serialization.Encoding.PEM
+    (base / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (base / "cert.pem").write_bytes(srv.public_bytes(pem))
+    (base / "key.pem").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.TraditionalOpenSSL,
+                                                     serialization.NoEncryption()))
+    return str(base / "ca.pem"), str(base / "cert.pem"), str(base / "key.pem")
+
+
+def test_https_with_a_configured_ca(daemon_factory, registry, tmp_path):
+    ca, cert, key = make_tls(tmp_path / "tls")
+    reg = registry(tls=(cert, key))
+    auth = auth_file(tmp_path / "tls-auth.json", [reg.host])
+    # registry_insecure does not list it: HTTPS, checked against the configured CA
+    a = daemon_factory(backend="tar", config={"registry_auth_file": auth, "registry_ca_file": ca})
+    (a.roots[0] / "f").write_text("over tls\n")
+    cp = a.create("tls")
+    out = push(a, cp["checkpoint_id"], f"{reg.host}/tls/img")
+    assert pull(a, out["ref"])["pull_of"]["digest"] == out["digest"]
+    # without the CA (the system CAs do not know it) nothing is sent
+    b = daemon_factory(backend="tar", config={"registry_auth_file": auth})
+    cp = b.create("tls")
+    p = refused(b, "POST", f"/v1/checkpoints/{cp['checkpoint_id']}/push", {"ref": f"{reg.host}/tls/img2"}, 502,
+                "registry_unreachable")
+    assert "SSL" in p["detail"] or "certificate" in p["detail"], p
