@@ -49,6 +49,9 @@ class Registry:
             cfg += ["auth:", "  token:", f"    realm: {token_realm}", "    service: test-registry",
                     "    issuer: test-issuer", f"    rootcertbundle: {cert}"]
         (self.base / "config.yml").write_text("\n".join(cfg) + "\n")
+        self.start()
+
+    def start(self):
         self.log = open(self.base / "registry.log", "ab")
         self.proc = subprocess.Popen(["docker-registry", "serve", str(self.base / "config.yml")],
                                      stdout=self.log, stderr=subprocess.STDOUT)
@@ -66,7 +69,13 @@ class Registry:
         return {p.name for p in d.glob("*/*")} if d.exists() else set()
 
     def stop(self):
-        self.proc.terminate()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.log.close()
+
+    def kill(self):
+        self.proc.kill()
         self.proc.wait(10)
         self.log.close()
 
@@ -766,3 +775,62 @@ def test_https_with_a_configured_ca(daemon_factory, registry, tmp_path):
     p = refused(b, "POST", f"/v1/checkpoints/{cp['checkpoint_id']}/push", {"ref": f"{reg.host}/tls/img2"}, 502,
                 "registry_unreachable")
     assert "SSL" in p["detail"] or "certificate" in p["detail"], p
+
+
+def test_layers_apply_whiteouts_opaque_dirs_and_replacements(one):
+    """An image in three layers, as other tools write them: a whiteout, an
+    opaque directory, a file replacing a directory and back, a hard link."""
+    reg, d, cp = one
+    r = rootp(d)
+    l1 = [(f"{r}", "dir", None), (f"{r}/keep", "file", b"keep"), (f"{r}/gone", "file", b"gone"),
+          (f"{r}/op", "dir", None), (f"{r}/op/old1", "file", b"1"), (f"{r}/op/old2", "file", b"2"),
+          (f"{r}/swap", "dir", None), (f"{r}/swap/inner", "file", b"i"), (f"{r}/f2d", "file", b"f")]
+    l2 = [(f"{r}/.wh.gone", "file", b""), (f"{r}/op/.wh..wh..opq", "file", b""), (f"{r}/op/fresh", "file", b"new"),
+          (f"{r}/swap", "file", b"now a file"), (f"{r}/f2d", "dir", None), (f"{r}/f2d/x", "file", b"x"),
+          (f"{r}/hl", "hardlink", f"{r}/keep")]
+    l3 = [(f"{r}/op/.wh.fresh", "file", b""), (f"{r}/op/fresher", "file", b"newer")]
+    put_image(reg, "apply/img", "t", [layer_tar(l) for l in (l1, l2, l3)])
+    p = pull(d, f"{reg.host}/apply/img:t")
+    d.restore(p["checkpoint_id"])
+    root = d.roots[0]
+    got = sorted(str(x.relative_to(root)) for x in root.rglob("*"))
+    assert got == ["f2d", "f2d/x", "hl", "keep", "op", "op/fresher", "swap"], got
+    assert (root / "swap").read_text() == "now a file" and (root / "op/fresher").read_text() == "newer"
+    assert os.stat(root / "hl").st_ino == os.stat(root / "keep").st_ino
+
+
+def test_push_replayed_by_idempotency_key(one):
+    reg, d, cp = one
+    hdr = {"Idempotency-Key": "push-once"}
+    path = f"/v1/checkpoints/{cp['checkpoint_id']}/push"
+    first = d.request("POST", path, json={"ref": f"{reg.host}/idem/img"}, headers=hdr)
+    assert first.status_code == 200, first.text
+    again = d.request("POST", path, json={"ref": f"{reg.host}/idem/img"}, headers=hdr)
+    assert again.status_code == 200 and again.headers.get("Idempotent-Replayed") == "true"
+    assert again.json() == first.json()
+
+
+def test_registry_dropped_mid_pull_then_retry(daemon_factory, registry, tmp_path):
+    reg = registry()
+    a = daemon_factory(backend="tar", start=False, config=reg_config(tmp_path, reg))
+    slow_tree(a.roots[0])
+    a.start()
+    cp = a.create("src")
+    out = push(a, cp["checkpoint_id"], f"{reg.host}/drop/pull")
+    b = daemon_factory(backend="tar", config=reg_config(tmp_path, reg))
+    body = {"ref": out["ref"], "roots": {str(a.roots[0]): str(b.roots[0])}}
+    got = {}
+    t = threading.Thread(target=lambda: got.update(r=b.request("POST", "/v1/checkpoints/pull", json=body)),
+                         daemon=True)
+    t.start()
+    assert wait_for(lambda: (b.state_dir / "xfer").exists() and any(
+        f.stat().st_size > (1 << 20) for f in (b.state_dir / "xfer").rglob("*") if f.is_file()))
+    reg.kill()
+    t.join(60)
+    r = got["r"]
+    assert r.status_code == 502 and r.json()["code"] in ("registry_unreachable", "size_mismatch"), r.text
+    assert b.list() == [] and xfer_empty(b)
+    reg.start()
+    p = pull(b, body["ref"], roots=body["roots"])
+    b.restore(p["checkpoint_id"])
+    assert_same_tree(tree_state(a.roots[0]), tree_state(b.roots[0]))
