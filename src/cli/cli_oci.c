@@ -54,8 +54,7 @@ int cli_cmd_pull(const struct cli_opts *o, const char *ref)
 	struct cli_progress p;
 	cli_progress_start(&p, "pulling");
 	bool spin = o->tty && !o->json;
-	int rc = cli_req_send(o, "POST", "/v1/checkpoints/pull", body, &r,
-			      spin ? cli_oci_spin : NULL, &p);
+	int rc = cli_req_send(o, "POST", "/v1/checkpoints/pull", body, &r, spin ? cli_oci_spin : NULL, &p);
 	json_decref(body);
 	if (spin)
 		cli_progress_end(&p, false);

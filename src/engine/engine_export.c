@@ -173,7 +173,6 @@ static int ar_copy_fd(struct engine_export *x, int fd)
 	return k < 0 ? err_set(&x->err, errno, NULL, "read: %m") : 0;
 }
 
-
 static int ar_entry(void *ctx, int dirfd, const char *name, const char *rel, const struct stat *st)
 {
 	struct engine_export *x = ctx;

@@ -45,8 +45,6 @@ static int bad(struct import_ctx *c, const char *fmt, ...)
 	return err_set_kind(c->err, ERR_INVALID, EBADMSG, "invalid_archive", "invalid archive: %s", msg);
 }
 
-
-
 /* "roots/N[/rel]" -> root N and rel ("." for the root). */
 static int split_name(struct import_ctx *c, const char *name, size_t *root, const char **rel)
 {
@@ -163,7 +161,6 @@ static int import_base_check(struct import_ctx *c)
 				    need, have);
 	return 0;
 }
-
 
 static int import_entry(struct import_ctx *c, struct archive *a, struct archive *w, struct archive_entry *ae, char *buf)
 {

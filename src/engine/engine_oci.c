@@ -96,8 +96,8 @@ static char **push_view(struct push *p, const char *id, const char *keep)
 	if (engine_xfer_tmp(e, &v->tmp, p->err) < 0)
 		return NULL;
 	pthread_mutex_lock(&e->op_lock); /* no restore or delete changes the layers meanwhile */
-	int q = e->backend->view_open(e->bst, id[0] ? id : NULL, id[0] ? push_data_of(p, id) : NULL, v->tmp,
-				      &v->dirs, p->err);
+	int q = e->backend->view_open(e->bst, id[0] ? id : NULL, id[0] ? push_data_of(p, id) : NULL, v->tmp, &v->dirs,
+				      p->err);
 	pthread_mutex_unlock(&e->op_lock);
 	snprintf(v->id, sizeof(v->id), "%s", id);
 	return q < 0 ? NULL : v->dirs;
@@ -149,9 +149,8 @@ static void push_ancestors(struct push *p)
 	{
 		const char *id = json_string_value(json_object_get(r, "checkpoint_id"));
 		const struct ckpt_record *rec = id && strcmp(id, p->id) ? engine_resolve(e, id) : NULL;
-		json_auto_t *theirs = rec && rec->status == CKPT_ACTIVE
-					      ? e->backend->lineage(e->bst, id, rec->backend_data)
-					      : NULL;
+		json_auto_t *theirs =
+			rec && rec->status == CKPT_ACTIVE ? e->backend->lineage(e->bst, id, rec->backend_data) : NULL;
 		if (theirs && lineage_prefix(theirs, mine)) {
 			size_t len = json_array_size(theirs), k = p->n_anc;
 			if (k == MAX_ANC) { /* keep the newest: drop the oldest */
@@ -199,9 +198,9 @@ static json_t *push_annotations(struct push *p)
 	const char *name = json_string_value(json_object_get(p->rec, "name")),
 		   *created = json_string_value(json_object_get(p->rec, "created_at"));
 	return json_pack("{s:s, s:s?, s:s?, s:s?, s:s, s:s, s:s, s:s?}", "io.ckptd.checkpoint_id", p->id,
-			 "io.ckptd.name", name, "io.ckptd.created_at", created, "io.ckptd.roots", rs,
-			 "io.ckptd.base", p->base_id, "io.ckptd.base_layer", p->req->base ? "true" : "false",
-			 "io.ckptd.backend", p->e->backend->name, "org.opencontainers.image.created", created);
+			 "io.ckptd.name", name, "io.ckptd.created_at", created, "io.ckptd.roots", rs, "io.ckptd.base",
+			 p->base_id, "io.ckptd.base_layer", p->req->base ? "true" : "false", "io.ckptd.backend",
+			 p->e->backend->name, "org.opencontainers.image.created", created);
 }
 
 static void push_progress(void *arg, uint64_t n)
@@ -240,9 +239,8 @@ static void push_mount_note(struct push *p, const char *digest)
 	char path[200], where[600], *text = NULL;
 	size_t len;
 	snprintf(path, sizeof(path), "%s/%s", MOUNT_DIR, digest + 7);
-	json_auto_t *j = read_file_at(p->e->state_fd, path, 64 << 10, &text, &len) == 0
-				 ? json_loadb(text, len, 0, NULL)
-				 : NULL;
+	json_auto_t *j =
+		read_file_at(p->e->state_fd, path, 64 << 10, &text, &len) == 0 ? json_loadb(text, len, 0, NULL) : NULL;
 	free(text);
 	if (!json_is_object(j))
 		json_decref(j), j = json_object();
@@ -331,9 +329,9 @@ static int push_run(struct push *p, json_t **ret)
 	json_t *layers = json_array(), *out_layers = json_array();
 	for (size_t i = 0; i < p->n_layers; i++)
 		json_array_append_new(layers, push_descriptor(mt, &p->layers[i]));
-	json_auto_t *man =
-		json_pack("{s:i, s:s, s:o, s:o, s:o}", "schemaVersion", 2, "mediaType", OCI_MT_MANIFEST, "config",
-			  push_descriptor(OCI_MT_CONFIG, &p->config), "layers", layers, "annotations", push_annotations(p));
+	json_auto_t *man = json_pack("{s:i, s:s, s:o, s:o, s:o}", "schemaVersion", 2, "mediaType", OCI_MT_MANIFEST,
+				     "config", push_descriptor(OCI_MT_CONFIG, &p->config), "layers", layers,
+				     "annotations", push_annotations(p));
 	_cleanup_free_ char *ms = man ? json_dumps(man, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 	if (!ms) {
 		json_decref(out_layers);
@@ -355,9 +353,9 @@ static int push_run(struct push *p, json_t **ret)
 	q = oci_reg_open(e->cfg, &p->ref, "pull,push", &r, p->err);
 	for (size_t i = 0; q == 0 && i < p->n_layers; i++) {
 		q = push_blob(p, r, &p->layers[i], &sent);
-		json_array_append_new(out_layers, json_pack("{s:s, s:s, s:I, s:b}", "digest", p->layers[i].digest,
-							     "media_type", mt, "size", (json_int_t)p->layers[i].size,
-							     "uploaded", sent));
+		json_array_append_new(out_layers,
+				      json_pack("{s:s, s:s, s:I, s:b}", "digest", p->layers[i].digest, "media_type", mt,
+						"size", (json_int_t)p->layers[i].size, "uploaded", sent));
 	}
 	if (q == 0)
 		q = push_blob(p, r, &p->config, &sent);
@@ -439,16 +437,14 @@ static int push_exec(struct push *p, json_t **ret)
 		q = push_run(p, ret);
 	push_cleanup(p);
 	if (q < 0) {
-		log_event(LOG_WARN_, &(struct log_fields){ "push", p->id, NULL, -1 }, "push refused: %s",
-			  p->err->msg);
+		log_event(LOG_WARN_, &(struct log_fields){ "push", p->id, NULL, -1 }, "push refused: %s", p->err->msg);
 		if (!p->err->kind)
 			q = engine_storage_err(p->err, q);
 	}
 	return q;
 }
 
-int engine_push(struct engine *e, const char *id_or_name, const struct push_req *req, json_t **ret,
-		ckpt_error *err)
+int engine_push(struct engine *e, const char *id_or_name, const struct push_req *req, json_t **ret, ckpt_error *err)
 {
 	struct push p = { .e = e, .req = req, .err = err };
 	int q = push_prepare(&p, id_or_name);
@@ -490,8 +486,9 @@ static void *push_async_main(void *arg)
 		json_object_del(out, "layers");
 		push_note(e, id, out);
 	} else {
-		push_note(e, id, json_pack("{s:s, s:s, s:{s:s, s:s}}", "ref", ref, "status", "failed", "error", "code",
-					   a->err.code ? a->err.code : "internal", "detail", a->err.msg));
+		push_note(e, id,
+			  json_pack("{s:s, s:s, s:{s:s, s:s}}", "ref", ref, "status", "failed", "error", "code",
+				    a->err.code ? a->err.code : "internal", "detail", a->err.msg));
 	}
 	free((char *)a->req.ref);
 	free(a);

@@ -13,8 +13,7 @@ struct push_req {
 };
 /* Push checkpoint id_or_name; *ret is {ref, digest, layers, uploaded_bytes,
  * reused_bytes}. */
-int engine_push(struct engine *e, const char *id_or_name, const struct push_req *req, json_t **ret,
-		ckpt_error *err);
+int engine_push(struct engine *e, const char *id_or_name, const struct push_req *req, json_t **ret, ckpt_error *err);
 
 /* The same in the background: *ret_record is the checkpoint's record, whose
  * "push" member says {ref, status: pushing|done|failed, ...} and whose

@@ -123,8 +123,8 @@ static int pull_manifest(struct pull *p)
 	}
 	if (total > p->e->cfg->max_import_bytes)
 		return err_set_kind(p->err, ERR_LIMIT, EFBIG, "too_large",
-				    "the image's layers are %lld bytes, over max_import_bytes (%lld)",
-				    (long long)total, (long long)p->e->cfg->max_import_bytes);
+				    "the image's layers are %lld bytes, over max_import_bytes (%lld)", (long long)total,
+				    (long long)p->e->cfg->max_import_bytes);
 	return 0;
 }
 
@@ -134,8 +134,8 @@ static int unmapped(struct pull *p, const char *fmt, const char *what, json_t *i
 	char msg[300];
 	snprintf(msg, sizeof(msg), fmt, what);
 	return err_set_kind(p->err, ERR_CONFLICT, ENOENT, "root_unmapped",
-			    "%s: the image's roots are %s; give \"roots\": {\"/path/in/image\": \"/local/root\"}",
-			    msg, ir ? ir : "?");
+			    "%s: the image's roots are %s; give \"roots\": {\"/path/in/image\": \"/local/root\"}", msg,
+			    ir ? ir : "?");
 }
 
 /* Which image root fills each local root: by path, or as "roots" says. */
@@ -328,7 +328,8 @@ static int pull_run(struct pull *p, json_t **ret_record)
 		json_object_foreach(p->req->roots, k, v) json_array_append_new(image_roots, json_string(k));
 		for (size_t i = 0; i < e->cfg->n_roots; i++) {
 			bool taken = false;
-			json_object_foreach(p->req->roots, k, v) taken |= !strcmp(json_string_value(v) ?: "", e->cfg->roots[i]);
+			json_object_foreach(p->req->roots, k, v) taken |=
+				!strcmp(json_string_value(v) ?: "", e->cfg->roots[i]);
 			if (!taken)
 				json_array_append_new(image_roots, json_string(e->cfg->roots[i]));
 		}
@@ -365,8 +366,8 @@ static int pull_run(struct pull *p, json_t **ret_record)
 				json_pack("{s:s, s:s}", "ref", ref, "digest", p->digest), &rec, p->err);
 	if (q < 0)
 		return q;
-	log_event(LOG_INFO_, &(struct log_fields){ "pull", rec->id, NULL, -1 }, "pulled %s (%s) as %s", ref,
-		  p->digest, rec->id);
+	log_event(LOG_INFO_, &(struct log_fields){ "pull", rec->id, NULL, -1 }, "pulled %s (%s) as %s", ref, p->digest,
+		  rec->id);
 	*ret_record = engine_public(e, rec);
 	record_unref(rec);
 	return 0;

@@ -71,8 +71,8 @@ int oci_cache_key_read(struct engine *e, const char *key, struct oci_blob *b)
 
 int oci_cache_key_write(struct engine *e, const char *key, const struct oci_blob *b, ckpt_error *err)
 {
-	json_auto_t *j = json_pack("{s:s, s:s, s:I}", "digest", b->digest, "diff_id", b->diff_id, "size",
-				   (json_int_t)b->size);
+	json_auto_t *j =
+		json_pack("{s:s, s:s, s:I}", "digest", b->digest, "diff_id", b->diff_id, "size", (json_int_t)b->size);
 	_cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 	_cleanup_close_ int dfd = openat(e->state_fd, KEYS_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int q = !s ? -ENOMEM : dfd < 0 ? -errno : write_file_atomic(dfd, key, s, strlen(s), 0600);

@@ -136,8 +136,7 @@ static int lw_entry(struct lw *w, int dirfd, const char *name, const char *path,
 	if (!engine_xfer_type(st, false))
 		return 0; /* devices and sockets are not checkpointed data */
 	if (S_ISREG(st->st_mode) && st->st_nlink > 1) {
-		snprintf(key, sizeof(key), "%llu:%llu", (unsigned long long)st->st_dev,
-			 (unsigned long long)st->st_ino);
+		snprintf(key, sizeof(key), "%llu:%llu", (unsigned long long)st->st_dev, (unsigned long long)st->st_ino);
 		link = json_string_value(json_object_get(w->links, key));
 		if (!link)
 			json_object_set_new(w->links, key, json_string(path));
@@ -371,8 +370,8 @@ static void lw_digest(struct sha256_ctx *h, char out[80])
 	engine_xfer_hex(d, sizeof(d), out + 7);
 }
 
-int oci_layer_write(int out_fd, bool gzip, char *const *prefixes, char *const *olddirs, char *const *newdirs,
-		    size_t n, struct oci_blob *ret, ckpt_error *err)
+int oci_layer_write(int out_fd, bool gzip, char *const *prefixes, char *const *olddirs, char *const *newdirs, size_t n,
+		    struct oci_blob *ret, ckpt_error *err)
 {
 	struct lw w = { .fd = out_fd, .gzip = gzip, .err = err };
 	json_auto_t *parents = json_object();
@@ -441,8 +440,7 @@ static int la_map(struct la *l, const char *name, char *out, size_t cap, size_t 
 			continue;
 		*root = i;
 		*rest = n[pl] ? name + pl + 1 : ".";
-		if (snprintf(out, cap, "%s%s%s", l->map[i].dir, n[pl] ? "/" : "", n[pl] ? n + pl + 1 : "") >=
-		    (int)cap)
+		if (snprintf(out, cap, "%s%s%s", l->map[i].dir, n[pl] ? "/" : "", n[pl] ? n + pl + 1 : "") >= (int)cap)
 			return hostile(l, "path too long");
 		return 1;
 	}
@@ -485,8 +483,8 @@ static void la_touch(struct la *l, const char *p)
 	if (!s)
 		return;
 	*s = '\0';
-	if (json_object_get(l->written, parent) || json_object_get(l->touched, parent) ||
-	    lstat(parent, &st) < 0 || !S_ISDIR(st.st_mode))
+	if (json_object_get(l->written, parent) || json_object_get(l->touched, parent) || lstat(parent, &st) < 0 ||
+	    !S_ISDIR(st.st_mode))
 		return;
 	json_object_set_new(l->touched, parent,
 			    json_pack("[I,I,I,I]", (json_int_t)st.st_atim.tv_sec, (json_int_t)st.st_atim.tv_nsec,
@@ -556,8 +554,8 @@ static int la_data(struct la *l, struct archive *a, struct archive *w, const cha
 	int r;
 	while ((r = archive_read_data_block(a, &blk, &len, &off)) == ARCHIVE_OK)
 		if (archive_write_data_block(w, blk, len, off) != ARCHIVE_OK)
-			return err_set(l->err, archive_errno(w) > 0 ? archive_errno(w) : EIO, NULL, "write '%s': %s",
-				       p, archive_error_string(w));
+			return err_set(l->err, archive_errno(w) > 0 ? archive_errno(w) : EIO, NULL, "write '%s': %s", p,
+				       archive_error_string(w));
 	return r == ARCHIVE_EOF ? 0 : hostile(l, "'%.200s' is truncated: %s", p, archive_error_string(a));
 }
 
@@ -625,8 +623,10 @@ static void la_restore_times(struct la *l)
 	json_object_foreach(l->touched, k, v)
 	{
 		struct timespec ts[2] = {
-			{ (time_t)json_integer_value(json_array_get(v, 0)), (long)json_integer_value(json_array_get(v, 1)) },
-			{ (time_t)json_integer_value(json_array_get(v, 2)), (long)json_integer_value(json_array_get(v, 3)) },
+			{ (time_t)json_integer_value(json_array_get(v, 0)),
+			  (long)json_integer_value(json_array_get(v, 1)) },
+			{ (time_t)json_integer_value(json_array_get(v, 2)),
+			  (long)json_integer_value(json_array_get(v, 3)) },
 		};
 		utimensat(AT_FDCWD, k, ts, AT_SYMLINK_NOFOLLOW);
 	}
@@ -646,10 +646,11 @@ int oci_layer_apply(int fd, const struct oci_map *map, size_t n, int64_t *budget
 		archive_read_support_format_tar(a);
 		archive_read_support_filter_zstd(a);
 		archive_read_support_filter_gzip(a);
-		archive_write_disk_set_options(w, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
-							  ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-							  ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-							  ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
+		archive_write_disk_set_options(w,
+					       ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
+						       ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+						       ARCHIVE_EXTRACT_SECURE_SYMLINKS |
+						       ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
 		if (archive_read_open_fd(a, fd, BLOCK) != ARCHIVE_OK)
 			q = hostile(&l, "not a tar layer: %s", archive_error_string(a));
 	}

@@ -18,8 +18,8 @@ struct oci_blob {
  * directories); else only what differs from olddirs[i], with OCI whiteouts
  * (".wh.NAME") for what is gone. zstd (gzip when gzip). Deterministic: the
  * same trees give the same bytes. */
-int oci_layer_write(int out_fd, bool gzip, char *const *prefixes, char *const *olddirs, char *const *newdirs,
-		    size_t n, struct oci_blob *ret, ckpt_error *err);
+int oci_layer_write(int out_fd, bool gzip, char *const *prefixes, char *const *olddirs, char *const *newdirs, size_t n,
+		    struct oci_blob *ret, ckpt_error *err);
 
 /* Where a layer's paths go: prefix (an image root, no leading '/') to the
  * directory named dir, relative to the working directory of the thread

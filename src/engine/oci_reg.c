@@ -123,8 +123,9 @@ int oci_ref_parse(const char *s, struct oci_ref *r, ckpt_error *err)
 	snprintf(r->repo, sizeof(r->repo), "%.255s", repo);
 	return 0;
 bad:
-	return err_set_kind(err, ERR_INVALID, EINVAL, "invalid_ref",
-			    "ref must be HOST[:PORT]/REPO[:TAG] or HOST[:PORT]/REPO@sha256:HEX (lower-case repository)");
+	return err_set_kind(
+		err, ERR_INVALID, EINVAL, "invalid_ref",
+		"ref must be HOST[:PORT]/REPO[:TAG] or HOST[:PORT]/REPO@sha256:HEX (lower-case repository)");
 }
 
 /* The auth file's "auth" for host: containers-auth.json(5) and Docker's
@@ -483,8 +484,8 @@ int oci_reg_blob_exists(struct oci_reg *r, const char *digest, bool *ret, ckpt_e
 static int abs_url(struct oci_reg *r, const char *loc, char *out, size_t cap, ckpt_error *err)
 {
 	if (!*loc)
-		return err_set_kind(err, ERR_UPSTREAM, EPROTO, "registry_error",
-				    "registry %s gave no upload location", r->ref.host);
+		return err_set_kind(err, ERR_UPSTREAM, EPROTO, "registry_error", "registry %s gave no upload location",
+				    r->ref.host);
 	if (!strncmp(loc, "http://", 7) || !strncmp(loc, "https://", 8))
 		snprintf(out, cap, "%s", loc);
 	else
@@ -504,7 +505,9 @@ int oci_reg_blob_mount(struct oci_reg *r, const char *digest, const char *from, 
 	if (rc == 0 && q.status == 202) { /* an upload was opened instead: close it */
 		char del[2100];
 		if (abs_url(r, q.location, del, sizeof(del), NULL) == 0) {
-			struct reg_call d = { .method = "DELETE", .url = del, .in_fd = -1, .out_fd = -1, .max = MEM_MAX };
+			struct reg_call d = {
+				.method = "DELETE", .url = del, .in_fd = -1, .out_fd = -1, .max = MEM_MAX
+			};
 			reg_call(r, &d, NULL);
 			free(d.mem);
 		}
@@ -571,8 +574,8 @@ int oci_reg_blob_upload(struct oci_reg *r, const char *path, const char *digest,
 	return rc;
 }
 
-int oci_reg_manifest_put(struct oci_reg *r, const char *reference, const char *media_type, const char *body,
-			 size_t len, ckpt_error *err)
+int oci_reg_manifest_put(struct oci_reg *r, const char *reference, const char *media_type, const char *body, size_t len,
+			 ckpt_error *err)
 {
 	char url[700];
 	url_of(r, url, sizeof(url), "manifests", reference);
@@ -600,8 +603,8 @@ static void hex_digest(struct sha256_ctx *h, char out[80])
 		sprintf(out + 7 + 2 * i, "%02x", d[i]);
 }
 
-int oci_reg_manifest_get(struct oci_reg *r, const char *reference, char **body, size_t *len,
-			 char media_type[128], char digest[80], ckpt_error *err)
+int oci_reg_manifest_get(struct oci_reg *r, const char *reference, char **body, size_t *len, char media_type[128],
+			 char digest[80], ckpt_error *err)
 {
 	char url[700];
 	url_of(r, url, sizeof(url), "manifests", reference);
@@ -660,8 +663,8 @@ int oci_reg_blob_get(struct oci_reg *r, const char *digest, int64_t size, int64_
 					  "blob %s from registry %s has digest %s", digest, r->ref.host, got);
 	}
 	if (rc < 0 && size < 0 && q.over)
-		rc = err_set_kind(err, ERR_LIMIT, EFBIG, "too_large", "blob %s is over the limit of %lld bytes",
-				  digest, (long long)max);
+		rc = err_set_kind(err, ERR_LIMIT, EFBIG, "too_large", "blob %s is over the limit of %lld bytes", digest,
+				  (long long)max);
 	free(q.mem);
 	return rc;
 }

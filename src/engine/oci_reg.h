@@ -12,10 +12,10 @@ struct config;
 struct oci_reg;
 
 struct oci_ref {
-	char host[256];   /* HOST[:PORT] */
-	char repo[256];   /* path below the host, lower case */
-	char tag[129];    /* "" when absent */
-	char digest[80];  /* "sha256:HEX" or "" */
+	char host[256];  /* HOST[:PORT] */
+	char repo[256];  /* path below the host, lower case */
+	char tag[129];   /* "" when absent */
+	char digest[80]; /* "sha256:HEX" or "" */
 };
 
 #define OCI_MT_MANIFEST "application/vnd.oci.image.manifest.v1+json"
@@ -49,13 +49,13 @@ int oci_reg_blob_mount(struct oci_reg *r, const char *digest, const char *from, 
 int oci_reg_blob_upload(struct oci_reg *r, const char *path, const char *digest, uint64_t size,
 			void (*on_bytes)(void *arg, uint64_t n), void *arg, ckpt_error *err);
 /* PUT the manifest under reference (a tag or digest). */
-int oci_reg_manifest_put(struct oci_reg *r, const char *reference, const char *media_type, const char *body,
-			 size_t len, ckpt_error *err);
+int oci_reg_manifest_put(struct oci_reg *r, const char *reference, const char *media_type, const char *body, size_t len,
+			 ckpt_error *err);
 /* GET the manifest or index at reference: *body (NUL-terminated, caller
  * frees), its media type and its digest (sha256 of the bytes). Bodies
  * over 4 MiB are refused. */
-int oci_reg_manifest_get(struct oci_reg *r, const char *reference, char **body, size_t *len,
-			 char media_type[128], char digest[80], ckpt_error *err);
+int oci_reg_manifest_get(struct oci_reg *r, const char *reference, char **body, size_t *len, char media_type[128],
+			 char digest[80], ckpt_error *err);
 /* GET blob digest into fd, checking as it reads that it is size bytes
  * (when size >= 0) and no more than max, and that its sha256 matches. */
 int oci_reg_blob_get(struct oci_reg *r, const char *digest, int64_t size, int64_t max, int fd,

@@ -7,7 +7,6 @@
 #include "engine/engine.h"
 #include "http/api_fork.h"
 
-
 bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response *resp)
 {
 	static const char *const allowed[] = { "name", "ttl_secs", "labels", "async", NULL };

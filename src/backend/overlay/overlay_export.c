@@ -203,7 +203,8 @@ json_t *overlay_lineage(void *st, const char *id, json_t *data)
 	for (size_t d = 0; out && d < depth; d++) {
 		char el[MAX_ROOTS * (OVL_NAME_LEN + 1) + 1] = "";
 		for (size_t i = 0; i < n; i++) {
-			const char *name = json_string_value(json_array_get(json_object_get(chains, keys[i]), depth - 1 - d));
+			const char *name =
+				json_string_value(json_array_get(json_object_get(chains, keys[i]), depth - 1 - d));
 			size_t len = strlen(el);
 			snprintf(el + len, sizeof(el) - len, "%s%s", i ? "/" : "", name ? name : "?");
 		}
