@@ -461,8 +461,8 @@ static int la_safe(struct la *l, const char *p)
 	char b[PATH_MAX];
 	struct stat st;
 	snprintf(b, sizeof(b), "%s", p);
-	char *s = strchr(b, '/');
-	for (; s && (s = strchr(s + 1, '/'));) {
+	char *first = strchr(b, '/'); /* the root's own dir is ours */
+	for (char *s = first ? strchr(first + 1, '/') : NULL; s; s = strchr(s + 1, '/')) {
 		*s = '\0';
 		if (lstat(b, &st) < 0)
 			return 0;
