@@ -22,8 +22,13 @@ int cli_cmd_push(const struct cli_opts *o, const char *ref)
 	_cli_cleanup_reply_ struct cli_reply r = { 0 };
 	rc = cli_req_send(o, "POST", path, body, &r, watch ? cli_cmd_watch_tick : NULL, &w);
 	json_decref(body);
-	if (watch)
-		cli_progress_end(&w.p, rc < 0);
+	if (watch) {
+		if (rc < 0 && w.progress) { /* the last frame says it all went */
+			json_object_set(w.progress, "bytes_done", json_object_get(w.progress, "bytes_total"));
+			cli_progress_bar(&w.p, w.progress);
+		}
+		cli_progress_end(&w.p, rc < 0 && w.progress != NULL);
+	}
 	json_decref(w.progress);
 	if (rc >= 0)
 		return rc;

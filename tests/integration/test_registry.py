@@ -834,3 +834,17 @@ def test_registry_dropped_mid_pull_then_retry(daemon_factory, registry, tmp_path
     p = pull(b, body["ref"], roots=body["roots"])
     b.restore(p["checkpoint_id"])
     assert_same_tree(tree_state(a.roots[0]), tree_state(b.roots[0]))
+
+
+def test_cli_push_bar_on_a_terminal(daemon_factory, registry, tmp_path):
+    from test_cli import BAR, run_pty
+    reg = registry()
+    a = daemon_factory(backend="tar", config=reg_config(tmp_path, reg))
+    slow_tree(a.roots[0], mb=32)
+    cp = a.create("tty")
+    rc, out = run_pty(["--url", a.url, "push", cp["checkpoint_id"], f"{reg.host}/tty/img"])
+    assert rc == 0, out
+    assert f"pushing {cp['checkpoint_id']}" in out and "\r" in out, out
+    assert f"Pushed {cp['checkpoint_id']} to {reg.host}/tty/img:tty" in out, out
+    # the record's progress (bytes of blobs handled, of their total) drew the bar
+    assert BAR.search(out) and "100%" in out, out
