@@ -52,7 +52,7 @@ CLI_OBJS  := $(CLI_SRCS:src/%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run check check-host check-crash check-failpoints check-sanitize fuzz fuzz-build unit valgrind integration bench deps deps-build install \
+.PHONY: all run check check-host check-crash check-failpoints check-sanitize fuzz fuzz-build unit valgrind integration bench bench-registry deps deps-build install \
 	clean fmt layers lint prose docs
 
 MAN_SRCS  := $(wildcard docs/man/*.scd)
@@ -227,6 +227,11 @@ SAN_PYTEST_ARGS ?= --ignore=tests/integration/test_fuzz.py --ignore=tests/integr
 
 bench: deps all
 	$(PYTHON) bench/run.py
+
+# Push and pull through a loopback registry against skopeo (bench/registry.py).
+SIZES ?= 100M,1G
+bench-registry: all
+	$(PYTHON) bench/registry.py --sizes $(SIZES)
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DATADIR)/ckptd \
