@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "engine/engine_err.h"
 #include "engine/engine_export.h"
 #include "engine/engine_internal.h"
 #include "engine/engine_xfer.h"
@@ -59,7 +60,7 @@ struct push {
 static void push_view_close(struct push *p, struct push_view *v)
 {
 	if (v->dirs)
-		p->e->backend->view_close(p->e->bst, TAKE_PTR(v->dirs));
+		p->e->backend->xfer->view_close(p->e->bst, TAKE_PTR(v->dirs));
 	engine_xfer_rm(p->e, v->tmp);
 	free(TAKE_PTR(v->tmp));
 	v->id[0] = '\0';
@@ -96,8 +97,8 @@ static char **push_view(struct push *p, const char *id, const char *keep)
 	if (engine_xfer_tmp(e, &v->tmp, p->err) < 0)
 		return NULL;
 	pthread_mutex_lock(&e->op_lock); /* no restore or delete changes the layers meanwhile */
-	int q = e->backend->view_open(e->bst, id[0] ? id : NULL, id[0] ? push_data_of(p, id) : NULL, v->tmp, &v->dirs,
-				      p->err);
+	int q = e->backend->xfer->view_open(e->bst, id[0] ? id : NULL, id[0] ? push_data_of(p, id) : NULL, v->tmp,
+					    &v->dirs, p->err);
 	pthread_mutex_unlock(&e->op_lock);
 	snprintf(v->id, sizeof(v->id), "%s", id);
 	return q < 0 ? NULL : v->dirs;
@@ -118,7 +119,8 @@ static int push_layer(struct push *p, const char *key, const char *from, const c
 	_cleanup_close_ int fd = f ? open(f, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
 	if (fd < 0)
 		return err_set(p->err, errno ? errno : ENOMEM, NULL, "create the layer file: %m");
-	int q = oci_layer_write(fd, e->cfg->registry_gzip, p->prefixes, old, new, e->cfg->n_roots, b, p->err);
+	int q = oci_layer_write(fd, e->cfg->registry_gzip, p->prefixes, old, new, e->cfg->n_roots,
+				e->backend->xfer->xattr_portable, b, p->err);
 	if (q == 0)
 		q = oci_cache_keep(e, f, b->digest, p->err);
 	return q < 0 ? q : oci_cache_key_write(e, key, b, p->err);
@@ -140,17 +142,18 @@ static bool lineage_prefix(json_t *a, json_t *b)
 static void push_ancestors(struct push *p)
 {
 	struct engine *e = p->e;
-	json_auto_t *list = e->backend->lineage ? engine_list(e, NULL) : NULL;
+	json_auto_t *list = e->backend->xfer->lineage ? engine_list(e, NULL) : NULL;
 	size_t lens[MAX_ANC], i;
 	json_t *r;
 	pthread_mutex_lock(&e->op_lock);
-	json_auto_t *mine = list ? e->backend->lineage(e->bst, p->id, p->data) : NULL;
+	json_auto_t *mine = list ? e->backend->xfer->lineage(e->bst, p->id, p->data) : NULL;
 	json_array_foreach(mine ? list : NULL, i, r)
 	{
 		const char *id = json_string_value(json_object_get(r, "checkpoint_id"));
 		const struct ckpt_record *rec = id && strcmp(id, p->id) ? engine_resolve(e, id) : NULL;
-		json_auto_t *theirs =
-			rec && rec->status == CKPT_ACTIVE ? e->backend->lineage(e->bst, id, rec->backend_data) : NULL;
+		json_auto_t *theirs = rec && rec->status == CKPT_ACTIVE
+			? e->backend->xfer->lineage(e->bst, id, rec->backend_data)
+			: NULL;
 		if (theirs && lineage_prefix(theirs, mine)) {
 			size_t len = json_array_size(theirs), k = p->n_anc;
 			if (k == MAX_ANC) { /* keep the newest: drop the oldest */
@@ -388,7 +391,7 @@ static int push_prepare(struct push *p, const char *id_or_name)
 {
 	struct engine *e = p->e;
 	ckpt_error *err = p->err;
-	if (!e->backend->view_open)
+	if (!e->backend->xfer)
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "unsupported", "the %s backend cannot push",
 				    e->backend->name);
 	int q = oci_ref_parse(p->req->ref, &p->ref, err);
@@ -439,7 +442,7 @@ static int push_exec(struct push *p, json_t **ret)
 	if (q < 0) {
 		log_event(LOG_WARN_, &(struct log_fields){ "push", p->id, NULL, -1 }, "push refused: %s", p->err->msg);
 		if (!p->err->kind)
-			q = engine_storage_err(p->err, q);
+			q = engine_err_classify(p->err, ENGINE_CTX_READ, q);
 	}
 	return q;
 }

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "engine/engine_err.h"
 #include "engine/engine_export.h"
 #include "engine/engine_internal.h"
 #include "engine/engine_xfer.h"
@@ -236,7 +237,7 @@ static int pull_apply_one(struct pull *p, const char *digest)
 	_cleanup_close_ int fd = openat(p->e->state_fd, path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return err_set(p->err, errno, NULL, "open blob %s: %m", digest);
-	return oci_layer_apply(fd, p->map, p->e->cfg->n_roots, &p->budget, p->err);
+	return oci_layer_apply(fd, p->map, p->e->cfg->n_roots, &p->budget, p->e->backend->xfer->xattr_portable, p->err);
 }
 
 /* Without a base layer the image needs this daemon's base below it: the
@@ -262,7 +263,7 @@ static int pull_local_base(struct pull *p)
 	if (!f || (q = engine_xfer_tmp(e, &vdir, p->err)) < 0)
 		return q < 0 ? q : err_set(p->err, ENOMEM, NULL, "out of memory");
 	pthread_mutex_lock(&e->op_lock);
-	q = e->backend->view_open(e->bst, NULL, NULL, vdir, &dirs, p->err);
+	q = e->backend->xfer->view_open(e->bst, NULL, NULL, vdir, &dirs, p->err);
 	pthread_mutex_unlock(&e->op_lock);
 	_cleanup_close_ int fd = q < 0 ? -1 : open(f, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (q == 0 && fd < 0)
@@ -272,13 +273,14 @@ static int pull_local_base(struct pull *p)
 		map[i] = (struct oci_map){ .prefix = prefixes[i], .dir = p->dirs[i] };
 	}
 	if (q == 0)
-		q = oci_layer_write(fd, false, prefixes, NULL, dirs, e->cfg->n_roots, &b, p->err);
+		q = oci_layer_write(fd, false, prefixes, NULL, dirs, e->cfg->n_roots, e->backend->xfer->xattr_portable,
+				    &b, p->err);
 	if (dirs)
-		e->backend->view_close(e->bst, dirs);
+		e->backend->xfer->view_close(e->bst, dirs);
 	engine_xfer_rm(e, vdir);
 	int64_t unlimited = INT64_MAX;
 	if (q == 0 && lseek(fd, 0, SEEK_SET) == 0)
-		q = oci_layer_apply(fd, map, e->cfg->n_roots, &unlimited, p->err);
+		q = oci_layer_apply(fd, map, e->cfg->n_roots, &unlimited, e->backend->xfer->xattr_portable, p->err);
 	return q;
 }
 
@@ -376,7 +378,7 @@ static int pull_run(struct pull *p, json_t **ret_record)
 int engine_pull(struct engine *e, const struct pull_req *req, json_t **ret_record, ckpt_error *err)
 {
 	struct pull p = { .e = e, .req = req, .err = err };
-	if (!e->backend->import)
+	if (!e->backend->xfer)
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "unsupported", "the %s backend cannot import",
 				    e->backend->name);
 	int q = oci_ref_parse(req->ref, &p.ref, err);
@@ -391,7 +393,7 @@ int engine_pull(struct engine *e, const struct pull_req *req, json_t **ret_recor
 	if (q < 0) {
 		log_event(LOG_WARN_, &(struct log_fields){ "pull", NULL, NULL, -1 }, "pull refused: %s", err->msg);
 		if (!err->kind)
-			q = engine_storage_err(err, q);
+			q = engine_err_classify(err, ENGINE_CTX_CREATE, q);
 	}
 	return q;
 }

@@ -46,6 +46,7 @@ struct lw {
 	unsigned char *out;
 	char *buf;
 	json_t *links;
+	bool (*portable)(const char *name); /* the xattrs that may cross */
 	int werr;
 	ckpt_error *err;
 };
@@ -162,7 +163,7 @@ static int lw_entry(struct lw *w, int dirfd, const char *name, const char *path,
 	if (!S_ISREG(st->st_mode) || link)
 		archive_entry_set_size(ae, 0);
 	if (dirfd != AT_FDCWD) /* not a made-up entry (a whiteout, a parent) */
-		engine_xfer_xattrs(ae, dirfd, name);
+		engine_xfer_xattrs(ae, dirfd, name, w->portable);
 	if (archive_write_header(w->a, ae) != ARCHIVE_OK)
 		q = lw_fail(w, "write layer header");
 	if (q == 0 && S_ISREG(st->st_mode) && !link && st->st_size > 0)
@@ -371,9 +372,9 @@ static void lw_digest(struct sha256_ctx *h, char out[80])
 }
 
 int oci_layer_write(int out_fd, bool gzip, char *const *prefixes, char *const *olddirs, char *const *newdirs, size_t n,
-		    struct oci_blob *ret, ckpt_error *err)
+		    bool (*portable)(const char *name), struct oci_blob *ret, ckpt_error *err)
 {
-	struct lw w = { .fd = out_fd, .gzip = gzip, .err = err };
+	struct lw w = { .fd = out_fd, .gzip = gzip, .portable = portable, .err = err };
 	json_auto_t *parents = json_object();
 	int q = parents ? lw_start(&w) : err_set(err, ENOMEM, NULL, "out of memory");
 	for (size_t i = 0; q == 0 && i < n; i++)
@@ -399,6 +400,7 @@ struct la {
 	int64_t *budget;
 	json_t *written; /* paths this layer wrote: its whiteouts spare them */
 	json_t *touched; /* parent dirs changed, not in the layer: their times */
+	bool (*portable)(const char *name);
 	ckpt_error *err;
 	char *buf;
 };
@@ -605,7 +607,7 @@ static int la_entry(struct la *l, struct archive *a, struct archive *w, struct a
 		la_touch(l, p);
 	}
 	archive_entry_copy_pathname(ae, p);
-	engine_xfer_strip_overlay_xattrs(ae);
+	engine_xfer_xattr_filter(ae, l->portable);
 	if (archive_write_header(w, ae) != ARCHIVE_OK)
 		return hostile(l, "cannot extract '%.200s': %s", name, archive_error_string(w));
 	json_object_set_new(l->written, p, json_true());
@@ -632,9 +634,10 @@ static void la_restore_times(struct la *l)
 	}
 }
 
-int oci_layer_apply(int fd, const struct oci_map *map, size_t n, int64_t *budget, ckpt_error *err)
+int oci_layer_apply(int fd, const struct oci_map *map, size_t n, int64_t *budget, bool (*portable)(const char *name),
+		    ckpt_error *err)
 {
-	struct la l = { .map = map, .n = n, .budget = budget, .err = err };
+	struct la l = { .map = map, .n = n, .budget = budget, .portable = portable, .err = err };
 	struct archive *a = archive_read_new(), *w = archive_write_disk_new();
 	struct archive_entry *ae;
 	int q = 0, r;

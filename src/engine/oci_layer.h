@@ -17,9 +17,10 @@ struct oci_blob {
  * With olddirs NULL, the whole trees (and the prefixes' parent
  * directories); else only what differs from olddirs[i], with OCI whiteouts
  * (".wh.NAME") for what is gone. zstd (gzip when gzip). Deterministic: the
- * same trees give the same bytes. */
+ * same trees give the same bytes. Only the xattrs portable lets cross go
+ * in (NULL: all). */
 int oci_layer_write(int out_fd, bool gzip, char *const *prefixes, char *const *olddirs, char *const *newdirs, size_t n,
-		    struct oci_blob *ret, ckpt_error *err);
+		    bool (*portable)(const char *name), struct oci_blob *ret, ckpt_error *err);
 
 /* Where a layer's paths go: prefix (an image root, no leading '/') to the
  * directory named dir, relative to the working directory of the thread
@@ -36,4 +37,5 @@ struct oci_map {
  * bytes of file data still allowed; an entry outside every prefix and not
  * above one fails with root_unmapped; absolute paths, "..", escaping or
  * foreign hard links and device nodes fail with invalid_layer. */
-int oci_layer_apply(int fd, const struct oci_map *map, size_t n, int64_t *budget, ckpt_error *err);
+int oci_layer_apply(int fd, const struct oci_map *map, size_t n, int64_t *budget, bool (*portable)(const char *name),
+		    ckpt_error *err);
