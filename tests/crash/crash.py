@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Crash harness: SIGKILL ckptd at random points of create, restore, delete, import and fork,
-and of the background work (compaction, flattening, the sweeper), restart it, and check what
+"""Crash harness: SIGKILL ckptd at random points of create, restore, delete, import, fork,
+push and pull, and of the background work (compaction, flattening, the sweeper), restart it, and check what
 it promised.
 
     crash.py [--backend tar|overlay|both] [--kills N] [--seed S] [--dir DIR]
@@ -28,7 +28,11 @@ sweeps and removes. After every restart:
   and leaves nothing in the state dir's xfer/;
 - a killed fork is listed whole (holding its checkpoint's tree) or absent, and then
   leaves its directory empty and unmounted; a killed fork delete leaves the fork
-  whole or gone; no fork upper survives that nobody lists.
+  whole or gone; no fork upper survives that nobody lists;
+- a killed push changes no checkpoint, leaves nothing in xfer/, and pushing
+  again gives the same digest as any push of the same checkpoint before;
+- a killed pull is whole (active, and restores to the pushed trees) or absent,
+  and leaves nothing in xfer/ (pushes and pulls go through a docker-registry).
 At the end every surviving checkpoint is restored and compared with the tree it
 was made from, and after a second, clean restart no temp file is left in the
 state dir. Prints the number of kills and of invariants checked; exits 1 on the
@@ -47,6 +51,7 @@ import requests
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "integration"))
+from test_registry import Registry, reg_config  # noqa: E402
 from conftest import Daemon, tree_state, unmount_all  # noqa: E402
 
 
@@ -65,14 +70,17 @@ class Harness:
 
     def __init__(self, base, backend, rng):
         self.rng = rng
-        self.d = Daemon(base, backend=backend, n_roots=2, config=dict(self.QUIET))
+        self.reg = Registry(pathlib.Path(base) / "registry")
+        self.regcfg = reg_config(pathlib.Path(base), self.reg)
+        self.d = Daemon(base, backend=backend, n_roots=2, config={**self.QUIET, **self.regcfg})
+        self.pushed = {}  # cid -> (ref, digest) of its pushes
         self.roots = self.d.roots
         self.acked = {}  # cid -> (name, state of every root)
         self.records = {}  # cid -> record as acknowledged
         self.deleted = set()
         self.ephemeral = {}  # cid -> (monotonic time it expires by, state): a TTL'd checkpoint
         self.durations = {"create": 0.05, "restore": 0.05, "delete": 0.02, "import": 0.1, "fork": 0.05,
-                          "fork-delete": 0.05, "background": 1.0}
+                          "fork-delete": 0.05, "background": 1.0, "push": 0.1, "pull": 0.1}
         self.exports = {}  # cid -> its export archive
         self.kills = 0
         self.checks = 0
@@ -158,7 +166,7 @@ class Harness:
         """Start again, in the quiet or the busy configuration."""
         self.busy = self.rng.random() < 0.4
         self.busy_starts += self.busy
-        self.d.config = dict(self.BUSY if self.busy else self.QUIET)
+        self.d.config = {**(self.BUSY if self.busy else self.QUIET), **self.regcfg}
         self.d.start(timeout=60)
 
     # ---- invariants ----
@@ -363,6 +371,54 @@ class Harness:
                 self.records[cid] = c
                 self.check_restores_to(cid, tree)
 
+    def round_push(self):
+        """Push an acknowledged checkpoint while ckptd is killed: no checkpoint
+        changes, xfer/ is empty, and a push again gives the same digest."""
+        live = sorted(c for c in self.acked if c not in self.ephemeral)
+        if not live:
+            return self.round_create()
+        cid = self.rng.choice(live)
+        ref = f"{self.reg.host}/crash/img:{cid}"
+        r = self.run_killed("push", lambda: self.d.request("POST", f"/v1/checkpoints/{cid}/push", json={"ref": ref}))
+        self.restart()
+        self.check_catalog()
+        xfer = self.d.state_dir / "xfer"
+        self.check(not xfer.exists() or not any(xfer.iterdir()), "an interrupted push left files in xfer/")
+        again = self.d.request("POST", f"/v1/checkpoints/{cid}/push", json={"ref": ref})
+        if again.status_code == 404 and cid not in self.acked:  # an ancestor of a TTL'd one: gone meanwhile
+            return
+        self.check(again.status_code == 200, f"push of {cid} after a kill: {again.status_code} {again.text}")
+        digest = again.json()["digest"]
+        if r is not None and r.status_code == 200:
+            self.check(r.json()["digest"] == digest, f"push of {cid} gave another digest after a kill")
+        self.pushed[cid] = (ref, digest)
+
+    def round_pull(self):
+        """Pull a pushed checkpoint while ckptd is killed: the new checkpoint
+        is whole (active, holding the trees) or absent."""
+        live = sorted(c for c in self.pushed if c in self.acked)
+        if not live:
+            return self.round_push()
+        src = self.rng.choice(live)
+        ref, digest = self.pushed[src]
+        r = self.run_killed("pull", lambda: self.d.request("POST", "/v1/checkpoints/pull", json={"ref": ref}))
+        self.restart()
+        tree = self.acked[src][1]
+        if r is not None and r.status_code == 201:
+            rec = r.json()
+            self.acked[rec["checkpoint_id"]] = (rec["name"], tree)
+            self.records[rec["checkpoint_id"]] = rec
+        listed = self.check_catalog()
+        xfer = self.d.state_dir / "xfer"
+        self.check(not xfer.exists() or not any(xfer.iterdir()), "an interrupted pull left files in xfer/")
+        for cid, c in listed.items():
+            if (c.get("pull_of") or {}).get("digest") == digest and cid not in self.acked \
+                    and cid not in self.ephemeral:
+                self.check(c["status"] == "active", f"half-pulled checkpoint {cid} is listed")
+                self.acked[cid] = (c["name"], tree)
+                self.records[cid] = c
+                self.check_restores_to(cid, tree)
+
     def fork_state(self, path):
         """A fork holds each root's copy in DIR/<basename of the root>."""
         return tuple(tree_state(pathlib.Path(path) / r.name) for r in self.roots)
@@ -459,6 +515,18 @@ class Harness:
         self.check(imp.status_code == 201, f"import: {imp.status_code} {imp.text}")
         self.acked[imp.json()["checkpoint_id"]] = (imp.json()["name"], self.acked[rec["checkpoint_id"]][1])
         self.records[imp.json()["checkpoint_id"]] = imp.json()
+        cid, ref = rec["checkpoint_id"], f"{self.reg.host}/crash/img:calibrate"
+        t0 = time.monotonic()
+        pushed = self.d.request("POST", f"/v1/checkpoints/{cid}/push", json={"ref": ref})
+        self.durations["push"] = time.monotonic() - t0
+        self.check(pushed.status_code == 200, f"push: {pushed.status_code} {pushed.text}")
+        self.pushed[cid] = (ref, pushed.json()["digest"])
+        t0 = time.monotonic()
+        pulled = self.d.request("POST", "/v1/checkpoints/pull", json={"ref": ref})
+        self.durations["pull"] = time.monotonic() - t0
+        self.check(pulled.status_code == 201, f"pull: {pulled.status_code} {pulled.text}")
+        self.acked[pulled.json()["checkpoint_id"]] = (pulled.json()["name"], self.acked[cid][1])
+        self.records[pulled.json()["checkpoint_id"]] = pulled.json()
 
     def run(self, kills):
         self.seed_tree()
@@ -466,7 +534,8 @@ class Harness:
         self.d.start()
         self.calibrate()
         rounds = [self.round_create] * 2 + [self.round_series] * 3 + [self.round_restore] * 4 + \
-            [self.round_delete] * 2 + [self.round_import] * 2 + [self.round_fork] * 2
+            [self.round_delete] * 2 + [self.round_import] * 2 + [self.round_fork] * 2 + \
+            [self.round_push] * 2 + [self.round_pull] * 2
         while self.kills < kills:
             if self.busy and self.rng.random() < 0.5:
                 self.round_background()
@@ -491,6 +560,7 @@ class Harness:
             self.d.cleanup()
         except Exception:
             pass
+        self.reg.stop()
 
 
 def main():
