@@ -156,7 +156,11 @@ def ten_changes(root):
 @pytest.mark.parametrize("backend", ["tar", "overlay"])
 def test_push_pull_two_machines(daemon_factory, registry, tmp_path, backend):
     reg = registry()
-    a = daemon_factory(backend=backend, start=False, config=reg_config(tmp_path, reg))
+    # An overlay create after a tracked one is a delta layer stacked on the
+    # previous layers: that is what makes the first checkpoint an ancestor of
+    # the second. "auto" tracks uppers from 2,000 entries; this tree is small.
+    track = {"track_changes": "always"} if backend == "overlay" else {}
+    a = daemon_factory(backend=backend, start=False, config=reg_config(tmp_path, reg, **track))
     b = daemon_factory(backend=backend, config=reg_config(tmp_path, reg))
     make_full_tree(a.roots[0])
     (a.roots[0] / "big.bin").write_bytes(os.urandom(3 << 20))
@@ -212,6 +216,24 @@ def test_push_pull_two_machines(daemon_factory, registry, tmp_path, backend):
     assert_same_tree(want2, tree_state(b.roots[0]))
     b.restore(p["checkpoint_id"])
     assert_same_tree(want, tree_state(b.roots[0]))
+
+
+def test_untracked_overlay_layer_holds_all_since_the_base(daemon_factory, registry, tmp_path):
+    """Without tracking an overlay create copies the whole upper: the second
+    checkpoint has no ancestor, and its layer holds the first one's changes
+    too. The image is still exact."""
+    reg = registry()
+    a = daemon_factory(backend="overlay", config=reg_config(tmp_path, reg, track_changes="never"))
+    (a.roots[0] / "one").write_bytes(os.urandom(100_000))
+    a.create("one")
+    (a.roots[0] / "two").write_text("two\n")
+    want = tree_state(a.roots[0])
+    cp2 = a.create("two")
+    out = push(a, cp2["checkpoint_id"], f"{reg.host}/untracked/img")
+    assert len(out["layers"]) == 2 and out["layers"][1]["size"] > 100_000
+    p = pull(a, out["ref"])
+    a.restore(p["checkpoint_id"])
+    assert_same_tree(want, tree_state(a.roots[0]))
 
 
 def test_same_checkpoint_same_digest(daemon_factory, registry, tmp_path):
