@@ -63,6 +63,7 @@ struct ckpt_view {
 	const struct ckpt_record *rec; /* a reference; ckpt_view_free drops it */
 	bool has_progress;
 	uint64_t bytes_done, bytes_total, files_done, files_total;
+	json_t *push; /* the last async push's outcome (engine_oci.c), owned, or NULL */
 };
 void ckpt_view_free(struct ckpt_view *v);
 /* On success fills ret, which the caller frees. */

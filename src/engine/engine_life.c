@@ -76,6 +76,8 @@ void engine_view(struct engine *e, const struct ckpt_record *rec, struct ckpt_vi
 			ret->files_done = atomic_load(&p->files_done);
 			ret->files_total = atomic_load(&p->files_total);
 		}
+	json_t *push = json_object_get(e->pushes, rec->id);
+	ret->push = push ? json_deep_copy(push) : NULL;
 	pthread_mutex_unlock(&e->state_lock);
 }
 
@@ -84,6 +86,8 @@ void ckpt_view_free(struct ckpt_view *v)
 	if (v->rec)
 		record_unref(v->rec);
 	v->rec = NULL;
+	json_decref(v->push);
+	v->push = NULL;
 }
 
 void engine_set_status(struct engine *e, const char *op, const char *what)

@@ -142,15 +142,15 @@ static bool lineage_prefix(json_t *a, json_t *b)
 static void push_ancestors(struct push *p)
 {
 	struct engine *e = p->e;
-	json_auto_t *list = e->backend->xfer->lineage ? engine_list(e, NULL) : NULL;
-	size_t lens[MAX_ANC], i;
-	json_t *r;
+	struct catalog_list all = { 0 };
+	size_t lens[MAX_ANC];
+	if (!e->backend->xfer->lineage || catalog_list(e->catalog, NULL, &all) < 0)
+		return;
 	pthread_mutex_lock(&e->op_lock);
-	json_auto_t *mine = list ? e->backend->xfer->lineage(e->bst, p->id, p->data) : NULL;
-	json_array_foreach(mine ? list : NULL, i, r)
-	{
-		const char *id = json_string_value(json_object_get(r, "checkpoint_id"));
-		const struct ckpt_record *rec = id && strcmp(id, p->id) ? engine_resolve(e, id) : NULL;
+	json_auto_t *mine = e->backend->xfer->lineage(e->bst, p->id, p->data);
+	for (size_t i = 0; mine && i < all.n; i++) {
+		const struct ckpt_record *rec = strcmp(all.v[i]->id, p->id) ? all.v[i] : NULL;
+		const char *id = rec ? rec->id : NULL;
 		json_auto_t *theirs = rec && rec->status == CKPT_ACTIVE
 			? e->backend->xfer->lineage(e->bst, id, rec->backend_data)
 			: NULL;
@@ -174,10 +174,9 @@ static void push_ancestors(struct push *p)
 			lens[k] = len;
 			p->n_anc = p->n_anc < MAX_ANC ? p->n_anc + 1 : MAX_ANC;
 		}
-		if (rec)
-			record_unref(rec);
 	}
 	pthread_mutex_unlock(&e->op_lock);
+	catalog_list_free(&all);
 }
 
 static json_t *push_config(struct push *p)

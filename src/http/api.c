@@ -53,6 +53,8 @@ json_t *api_record_json(const struct ckpt_view *v)
 				    json_pack("{s:I, s:I, s:I, s:I}", "bytes_done", (json_int_t)v->bytes_done,
 					      "bytes_total", (json_int_t)v->bytes_total, "files_done",
 					      (json_int_t)v->files_done, "files_total", (json_int_t)v->files_total));
+	if (o && v->push)
+		json_object_set(o, "push", v->push);
 	return o;
 }
 
