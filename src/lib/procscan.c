@@ -53,20 +53,43 @@ static int scan_fds(struct procscan_ref *ref, unsigned flags, procscan_fn fn, vo
 	return r;
 }
 
+/* The next field of a maps line after the one at p (spaces skipped). */
+static char *parse_map_field(char *p)
+{
+	p += strcspn(p, " ");
+	return p + strspn(p, " ");
+}
+
 /* A maps line: "addr perms offset maj:min inode   /path"; the path starts at
  * the first '/' after the inode field (names may hold spaces). */
 static bool parse_map(char *line, struct procscan_ref *ref)
 {
-	unsigned maj, min;
-	unsigned long long ino;
-	char perms[8] = "";
-	int end = 0;
+	char *p = line, *perms, *end;
 	line[strcspn(line, "\n")] = '\0';
-	if (sscanf(line, "%*s %7s %*s %x:%x %llu %n", perms, &maj, &min, &ino, &end) != 4 || line[end] != '/')
+	/* by hand, not sscanf: a scan parses thousands of lines */
+	p = parse_map_field(p); /* the address range */
+	perms = p;
+	p = parse_map_field(p); /* perms */
+	if (p - perms < 5)
+		return false;
+	p = parse_map_field(p); /* offset */
+	unsigned long maj = strtoul(p, &end, 16);
+	if (end == p || *end != ':')
+		return false;
+	p = end + 1;
+	unsigned long min = strtoul(p, &end, 16);
+	if (end == p || *end != ' ')
+		return false;
+	p = end + 1;
+	unsigned long long ino = strtoull(p, &end, 10);
+	if (end == p)
+		return false;
+	p = end + strspn(end, " ");
+	if (*p != '/')
 		return false;
 	ref->shared_write = perms[1] == 'w' && perms[3] == 's';
-	ref->path = line + end;
-	ref->deleted = strip_deleted(line + end);
+	ref->path = p;
+	ref->deleted = strip_deleted(p);
 	ref->has_id = true;
 	ref->dev = makedev(maj, min);
 	ref->ino = (ino_t)ino;
