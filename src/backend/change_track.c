@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <sys/fanotify.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #define TRACK_EVENTS                                                                                           \
 	(FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | \
@@ -76,6 +77,7 @@ void chg_track_disarm(struct chg_track *t)
 	memcpy(t->reason, keep.reason, sizeof(t->reason));
 	t->skip_dev = keep.skip_dev;
 	t->skip_ino = keep.skip_ino;
+	t->skip_self = keep.skip_self;
 	t->fallbacks = keep.fallbacks;
 	t->fallback_logged = keep.fallback_logged;
 }
@@ -142,6 +144,7 @@ int chg_track_arm(struct chg_track *t, int upper_fd)
 	t->path = strdup(path);
 	t->len = (size_t)n;
 	t->seen = calloc(1, sizeof(*t->seen));
+	t->self = getpid();
 	int r = t->upper < 0 ? -errno : !t->path || !t->seen ? -ENOMEM : arm_choose(t, upper_fd);
 	if (r < 0)
 		chg_track_disarm(t);
@@ -288,7 +291,7 @@ static int read_events(struct chg_track *t, struct chg_dirty_set *s, const char 
 				return *why = "a fanotify event of unexpected shape", -EAGAIN;
 			if (m.vers != FANOTIFY_METADATA_VERSION || (m.mask & FAN_Q_OVERFLOW))
 				return *why = "fanotify queue overflowed", -EAGAIN;
-			int r = one_event(t, s, out, &m, buf + off, why);
+			int r = t->skip_self && (pid_t)m.pid == t->self ? 0 : one_event(t, s, out, &m, buf + off, why);
 			if (r < 0)
 				return r;
 			off += m.event_len;
@@ -305,6 +308,7 @@ struct in_use {
 	size_t root_len;
 	dev_t dev;
 	const char *why;
+	bool once, once_known; /* dev_mounted_once(dev), read at the first fd that asks */
 };
 
 /* A file of the root that a process has open or mapped: its directory is
@@ -321,9 +325,55 @@ static bool in_use_dev(const struct in_use *u, const struct procscan_ref *ref)
 		st.st_ino == ref->ino;
 }
 
-static int in_use_ref(void *ctx, const struct procscan_ref *ref)
+/* Whether dev is mounted once in this mount namespace (at the root): then a
+ * process of this namespace reads a file of it under the root's path only. */
+static bool dev_mounted_once(dev_t dev)
+{
+	char want[32], *line = NULL;
+	size_t cap = 0, n = 0;
+	snprintf(want, sizeof(want), " %u:%u ", major(dev), minor(dev));
+	_cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
+	while (f && n < 2 && getline(&line, &cap, f) > 0) {
+		char *sp = strchr(line, ' '); /* the mount id, the parent's, then maj:min */
+		sp = sp ? strchr(sp + 1, ' ') : NULL;
+		n += sp && !strncmp(sp, want, strlen(want));
+	}
+	free(line);
+	return f && n == 1;
+}
+
+/* An fd whose target need not be stat'ed: a path outside the root that
+ * cannot name a root file, read by a process of this mount namespace (a
+ * plain directory: any path outside it; an overlay: when its device is
+ * mounted nowhere else). Most fds of a busy machine are such. */
+static bool in_use_skip_fd(struct in_use *u, const struct procscan_ref *ref)
+{
+	if (procscan_path_under(ref->path, u->root))
+		return false;
+	if (u->plain || (u->t && u->t->plain_dir))
+		return true;
+	if (!ref->same_mntns)
+		return false;
+	if (!u->once_known) {
+		u->once = dev_mounted_once(u->dev);
+		u->once_known = true;
+	}
+	return u->once;
+}
+
+static int in_use_ref(void *ctx, const struct procscan_ref *ref_in)
 {
 	struct in_use *u = ctx;
+	struct procscan_ref lazy;
+	const struct procscan_ref *ref = ref_in;
+	if (ref->kind == PROCSCAN_FD && !ref->has_id && !ref->deleted && u->s) {
+		if (in_use_skip_fd(u, ref))
+			return PROCSCAN_CONTINUE;
+		lazy = *ref;
+		if (procscan_ref_stat(&lazy) < 0)
+			return PROCSCAN_CONTINUE; /* gone since */
+		ref = &lazy;
+	}
 	bool sw = ref->kind == PROCSCAN_MAP && ref->shared_write;
 	if ((ref->kind != PROCSCAN_FD && ref->kind != PROCSCAN_MAP) || !ref->has_id || ref->deleted || (!u->s && !sw) ||
 	    !in_use_dev(u, ref))
@@ -449,7 +499,7 @@ static int collect(struct chg_track *t, const char *root_path, dev_t root_dev, s
 		t->outside_inos = TAKE_PTR(t->seen->ino);
 		t->n_outside_inos = t->seen->n_ino;
 		t->seen->n_ino = 0;
-		r = procscan_each("/proc", 0, PROCSCAN_STAT, in_use_ref, &u);
+		r = procscan_each("/proc", 0, PROCSCAN_MNTNS | PROCSCAN_NO_DIRS, in_use_ref, &u);
 		t->suspects = u.sus;
 		if (r < 0)
 			*why = u.why ? u.why : "scanning /proc failed", r = -EAGAIN;

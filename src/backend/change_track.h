@@ -51,6 +51,14 @@ struct chg_track {
 	 * when it writes into the tree, as a tar restore does): its closes
 	 * after a write make no suspect. 0: none. */
 	pid_t own_pid;
+	/* This process never writes into the tree (an overlay upper, which
+	 * only the writers of its mount change): fanotify's events of its own
+	 * pid are its writes into the layer store, on the marked filesystem
+	 * too, and are dropped before any handle is resolved. A mark cannot
+	 * leave them out of the queue: the kernel filters create, delete and
+	 * move events by filesystem or inode only, not by mount or subtree. */
+	bool skip_self;
+	pid_t self; /* getpid() at arming */
 	ino_t *outside_inos;
 	size_t n_outside_inos;
 	/* Kept from one arm to the next (disarm leaves them): */

@@ -53,20 +53,43 @@ static int scan_fds(struct procscan_ref *ref, unsigned flags, procscan_fn fn, vo
 	return r;
 }
 
+/* The next field of a maps line after the one at p (spaces skipped). */
+static char *parse_map_field(char *p)
+{
+	p += strcspn(p, " ");
+	return p + strspn(p, " ");
+}
+
 /* A maps line: "addr perms offset maj:min inode   /path"; the path starts at
  * the first '/' after the inode field (names may hold spaces). */
 static bool parse_map(char *line, struct procscan_ref *ref)
 {
-	unsigned maj, min;
-	unsigned long long ino;
-	char perms[8] = "";
-	int end = 0;
+	char *p = line, *perms, *end;
 	line[strcspn(line, "\n")] = '\0';
-	if (sscanf(line, "%*s %7s %*s %x:%x %llu %n", perms, &maj, &min, &ino, &end) != 4 || line[end] != '/')
+	/* by hand, not sscanf: a scan parses thousands of lines */
+	p = parse_map_field(p); /* the address range */
+	perms = p;
+	p = parse_map_field(p); /* perms */
+	if (p - perms < 5)
+		return false;
+	p = parse_map_field(p); /* offset */
+	unsigned long maj = strtoul(p, &end, 16);
+	if (end == p || *end != ':')
+		return false;
+	p = end + 1;
+	unsigned long min = strtoul(p, &end, 16);
+	if (end == p || *end != ' ')
+		return false;
+	p = end + 1;
+	unsigned long long ino = strtoull(p, &end, 10);
+	if (end == p)
+		return false;
+	p = end + strspn(end, " ");
+	if (*p != '/')
 		return false;
 	ref->shared_write = perms[1] == 'w' && perms[3] == 's';
-	ref->path = line + end;
-	ref->deleted = strip_deleted(line + end);
+	ref->path = p;
+	ref->deleted = strip_deleted(p);
 	ref->has_id = true;
 	ref->dev = makedev(maj, min);
 	ref->ino = (ino_t)ino;
@@ -83,6 +106,8 @@ static int scan_maps(struct procscan_ref *ref, unsigned flags, procscan_fn fn, v
 		close(fd);
 		return -ENOMEM;
 	}
+	/* one read for most maps files, not one per 4 KiB */
+	setvbuf(f, NULL, _IOFBF, 64 << 10);
 	_cleanup_free_ char *line = NULL, *prev = NULL;
 	size_t cap = 0;
 	bool prev_sw = false;
@@ -99,21 +124,46 @@ static int scan_maps(struct procscan_ref *ref, unsigned flags, procscan_fn fn, v
 		free(prev);
 		if (!(prev = strdup(ref->path)))
 			return -ENOMEM;
-		ref->has_id = ref->has_id && (flags & PROCSCAN_STAT);
+		ref->has_id = ref->has_id && (flags & (PROCSCAN_STAT | PROCSCAN_MNTNS));
 		r = fn(ctx, ref);
 	}
 	return r;
 }
 
-static int scan_pid(int pid_fd, pid_t pid, unsigned flags, procscan_fn fn, void *ctx)
+int procscan_ref_stat(struct procscan_ref *ref)
+{
+	struct stat st;
+	if (ref->has_id)
+		return 0;
+	if (ref->link_dirfd < 0 || !ref->link_name)
+		return -EINVAL;
+	if (fstatat(ref->link_dirfd, ref->link_name, &st, 0) < 0)
+		return -errno;
+	ref->has_id = true;
+	ref->dev = st.st_dev;
+	ref->ino = st.st_ino;
+	return 0;
+}
+
+/* Whether the process of pid_fd is in the mount namespace own (the
+ * scanner's ns/mnt), by the identity of its ns/mnt link. */
+static bool same_mntns(int pid_fd, const struct stat *own)
+{
+	struct stat st;
+	return own->st_ino && fstatat(pid_fd, "ns/mnt", &st, 0) == 0 && st.st_dev == own->st_dev &&
+	       st.st_ino == own->st_ino;
+}
+
+static int scan_pid(int pid_fd, pid_t pid, unsigned flags, const struct stat *own_ns, procscan_fn fn, void *ctx)
 {
 	struct procscan_ref ref = { .pid = pid, .pid_fd = pid_fd, .kind = PROCSCAN_CWD };
+	ref.same_mntns = (flags & PROCSCAN_MNTNS) && same_mntns(pid_fd, own_ns);
 	if (flags & PROCSCAN_MAPS_ONLY) {
 		int r = scan_maps(&ref, flags, fn, ctx);
 		return r < 0 ? r : 0;
 	}
-	int r = scan_link(&ref, pid_fd, "cwd", flags, fn, ctx);
-	if (r == PROCSCAN_CONTINUE) {
+	int r = flags & PROCSCAN_NO_DIRS ? PROCSCAN_CONTINUE : scan_link(&ref, pid_fd, "cwd", flags, fn, ctx);
+	if (r == PROCSCAN_CONTINUE && !(flags & PROCSCAN_NO_DIRS)) {
 		ref.kind = PROCSCAN_ROOT;
 		r = scan_link(&ref, pid_fd, "root", flags, fn, ctx);
 	}
@@ -138,15 +188,18 @@ int procscan_each(const char *proc, pid_t skip_pid, unsigned flags, procscan_fn 
 {
 	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
+	struct stat own_ns = { 0 };
 	int r = walk_open(AT_FDCWD, proc, &d);
 	if (r < 0)
 		return r;
+	if ((flags & PROCSCAN_MNTNS) && fstatat(dirfd(d), "self/ns/mnt", &own_ns, 0) < 0)
+		own_ns.st_ino = 0; /* then no process is taken as sharing it */
 	while ((de = walk_next(d))) {
 		pid_t pid = pid_of(de->d_name);
 		if (pid == 0 || pid == skip_pid)
 			continue;
 		_cleanup_close_ int pfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (pfd >= 0 && (r = scan_pid(pfd, pid, flags, fn, ctx)) < 0)
+		if (pfd >= 0 && (r = scan_pid(pfd, pid, flags, &own_ns, fn, ctx)) < 0)
 			return r;
 	}
 	return 0;

@@ -27,6 +27,7 @@ struct procscan_ref {
 	int link_dirfd;        /* cwd, root, fd: the magic link is link_name below this fd; */
 	const char *link_name; /* maps: -1 and NULL */
 	bool shared_write;     /* maps: a shared mapping that may be written (perms rw-s) */
+	bool same_mntns;       /* PROCSCAN_MNTNS: the process shares the scanner's mount namespace */
 };
 
 /* Fill dev and ino: a link's target by stat through the proc link itself (so
@@ -35,6 +36,14 @@ struct procscan_ref {
 #define PROCSCAN_STAT 1u
 /* Only the mappings: no cwd, root or fd is read. */
 #define PROCSCAN_MAPS_ONLY 2u
+/* Tell, once per process, whether it shares the scanner's mount namespace
+ * (same_mntns): its paths then read as the scanner's would, so a caller can
+ * decide by path which links to stat (procscan_ref_stat) rather than stat
+ * every one, the most of a scan's cost on a busy machine. A mapping's id,
+ * which its maps line gives, is filled with this flag too. */
+#define PROCSCAN_MNTNS 4u
+/* No cwd or root: the fds and mappings only (files, not directories in use). */
+#define PROCSCAN_NO_DIRS 8u
 
 /* What the callback returns: < 0 stops the scan with that error. */
 #define PROCSCAN_CONTINUE 0
@@ -50,6 +59,11 @@ typedef int (*procscan_fn)(void *ctx, const struct procscan_ref *ref);
  * process that goes away during the scan is skipped. 0, fn's error or -errno
  * when proc cannot be listed. */
 int procscan_each(const char *proc, pid_t skip_pid, unsigned flags, procscan_fn fn, void *ctx);
+
+/* Fill ref's dev and ino (has_id) where the scan did not (no PROCSCAN_STAT):
+ * a link's target stat'ed through the proc link. 0, or -errno (the process
+ * or its fd gone since). */
+int procscan_ref_stat(struct procscan_ref *ref);
 
 /* path is root itself or below it. Both absolute; trailing '/' of root
  * ignored; root "/" holds every absolute path. */

@@ -334,6 +334,59 @@ static void test_procscan_shared_write(void **state)
 	}
 }
 
+/* PROCSCAN_MNTNS: this process shares its own mount namespace; no cwd or
+ * root with PROCSCAN_NO_DIRS; an fd comes unstat'ed and procscan_ref_stat
+ * gives it the file's id; a mapping has its id from its maps line. */
+struct lazy_seen {
+	char path[128];
+	struct stat st;
+	int dirs, fds, fd_ok, maps, map_ok, ns_ok;
+};
+
+static int lazy_ref(void *ctx, const struct procscan_ref *ref)
+{
+	struct lazy_seen *s = ctx;
+	if (ref->pid != getpid())
+		return PROCSCAN_CONTINUE;
+	s->ns_ok += ref->same_mntns;
+	s->dirs += ref->kind == PROCSCAN_CWD || ref->kind == PROCSCAN_ROOT;
+	if (strcmp(ref->path, s->path))
+		return PROCSCAN_CONTINUE;
+	struct procscan_ref r = *ref;
+	if (ref->kind == PROCSCAN_FD) {
+		s->fds++;
+		s->fd_ok += !ref->has_id && procscan_ref_stat(&r) == 0 && r.has_id && r.dev == s->st.st_dev &&
+			    r.ino == s->st.st_ino;
+	}
+	if (ref->kind == PROCSCAN_MAP) {
+		s->maps++;
+		s->map_ok += ref->has_id && ref->dev == s->st.st_dev && ref->ino == s->st.st_ino;
+	}
+	return PROCSCAN_CONTINUE;
+}
+
+static void test_procscan_lazy_stat(void **state)
+{
+	(void)state;
+	struct lazy_seen s = { 0 };
+	snprintf(s.path, sizeof(s.path), "%s/lazy", dir);
+	int fd = open(s.path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 4096), 0);
+	assert_int_equal(fstat(fd, &s.st), 0);
+	void *v = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(v != MAP_FAILED);
+	assert_int_equal(procscan_each("/proc", 0, PROCSCAN_MNTNS | PROCSCAN_NO_DIRS, lazy_ref, &s), 0);
+	assert_true(s.ns_ok > 0);
+	assert_int_equal(s.dirs, 0);
+	assert_int_equal(s.fds, 1);
+	assert_int_equal(s.fd_ok, 1);
+	assert_true(s.maps >= 1);
+	assert_int_equal(s.map_ok, s.maps);
+	munmap(v, 4096);
+	close(fd);
+}
+
 /* The real /proc: an open and mapped file is seen by path and by (dev, ino),
  * and still by both once deleted, without the kernel's " (deleted)". */
 static void test_procscan_real(void **state)
@@ -392,6 +445,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_walk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_real, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_shared_write, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_procscan_lazy_stat, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_users_by_identity, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_users_hidden_under_mount, setup, teardown),
 		cmocka_unit_test(test_path_under),

@@ -265,6 +265,7 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 		atomic_fetch_add(&p->bytes_total, bytes);
 	}
 	/* armed before the copy, so that what changes during it is seen */
+	r->trk.skip_self = true; /* ckptd writes only into the layer store, never through the mount */
 	int t = ovl_track_wanted(r, m == 0 ? files : UINT64_MAX) ? chg_track_arm(&r->trk, up) : 0;
 	if (t < 0 && !r->trk_said)
 		log_notice("create: no change tracking for '%s' (%s): the frozen pass walks the upper", r->path,
