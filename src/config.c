@@ -55,6 +55,7 @@ void config_free(struct config *cfg)
 {
 	free_list(cfg->listen, &cfg->n_listen);
 	free_list(cfg->roots, &cfg->n_roots);
+	free_list(cfg->excludes, &cfg->n_excludes);
 	free_list(cfg->etcd_endpoints, &cfg->n_etcd_endpoints);
 	free_list(cfg->registry_insecure, &cfg->n_registry_insecure);
 	free(cfg->registry_auth_file);
@@ -294,6 +295,8 @@ static int apply_json_strings(struct config *cfg, json_t *obj, ckpt_error *err)
 		r = json_list(v, cfg->listen, &cfg->n_listen, MAX_LISTEN, "listen", err);
 	if (r == 0 && (v = json_object_get(obj, "roots")))
 		r = json_list(v, cfg->roots, &cfg->n_roots, MAX_ROOTS, "roots", err);
+	if (r == 0 && (v = json_object_get(obj, "exclude")))
+		r = json_list(v, cfg->excludes, &cfg->n_excludes, MAX_EXCLUDES, "exclude", err);
 	if (r == 0 && (v = json_object_get(obj, "etcd_endpoints")))
 		r = json_list(v, cfg->etcd_endpoints, &cfg->n_etcd_endpoints, MAX_LISTEN, "etcd_endpoints", err);
 	if (r == 0 && (v = json_object_get(obj, "registry_insecure")))
@@ -349,6 +352,7 @@ static const char *const known_keys[] = {
 	"listen",
 	"state_dir",
 	"roots",
+	"exclude",
 	"create_roots",
 	"backend",
 	"mode",
@@ -523,7 +527,7 @@ static int canonical_dir(char **p, const char *what, bool create, bool check_onl
 		return err_set(err, errno, NULL, "%s '%s': %s", what, *p, strerror(errno));
 	if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
 		return err_set(err, ENOTDIR, NULL, "%s '%s' is not a directory", what, *p);
-	if (!strcmp(buf, "/"))
+	if (!strcmp(buf, "/") && strcmp(what, "root"))
 		return err_set(err, EINVAL, NULL, "%s may not be /", what);
 	return set_str(p, buf);
 }
@@ -578,6 +582,45 @@ static int registry_auth_default(struct config *cfg)
 	return 0;
 }
 
+/* "/" as a root (docs/whole-root.md) is the only root: any other would be
+ * inside it. The state dir is inside it too, and excluded from it. */
+static int config_validate_whole(const struct config *cfg, ckpt_error *err)
+{
+	if (!cfg->whole_root)
+		return 0;
+	if (cfg->n_roots > 1)
+		return err_set(err, EINVAL, NULL, "root / is the whole sandbox: it must be the only root");
+	if (cfg->backend == BACKEND_OVERLAY)
+		return err_set(err, EINVAL, NULL,
+			       "root / needs the tar backend: the overlay backend would mount over the running "
+			       "root, which it cannot replace under the programs using it");
+	return 0;
+}
+
+/* Each exclude is absolute, canonical (no "." or ".." part, no "//", no
+ * trailing "/"), and inside a root, but not the root itself. It need not
+ * exist: a path made later is excluded once it exists. */
+static int config_validate_excludes(const struct config *cfg, ckpt_error *err)
+{
+	for (size_t i = 0; i < cfg->n_excludes; i++) {
+		const char *x = cfg->excludes[i];
+		bool in = false;
+		if (x[0] != '/' || strstr(x, "//") || strstr(x, "/./") || strstr(x, "/../") ||
+		    (strlen(x) > 1 && x[strlen(x) - 1] == '/') || !strcmp(x, "/") ||
+		    (strlen(x) >= 2 && !strcmp(x + strlen(x) - 2, "/.")) ||
+		    (strlen(x) >= 3 && !strcmp(x + strlen(x) - 3, "/..")) || strlen(x) >= PATH_MAX)
+			return err_set(err, EINVAL, NULL,
+				       "config: exclude '%s' must be an absolute path without '.', '..', '//' or a "
+				       "trailing '/'",
+				       x);
+		for (size_t j = 0; j < cfg->n_roots && !in; j++)
+			in = path_within(x, cfg->roots[j]) && strcmp(x, cfg->roots[j]);
+		if (!in && !cfg->check_only)
+			return err_set(err, EINVAL, NULL, "config: exclude '%s' is inside no root", x);
+	}
+	return 0;
+}
+
 static int config_validate(struct config *cfg, ckpt_error *err)
 {
 	int r;
@@ -597,6 +640,10 @@ static int config_validate(struct config *cfg, ckpt_error *err)
 	for (size_t i = 0; i < cfg->n_roots; i++) {
 		if ((r = canonical_dir(&cfg->roots[i], "root", cfg->create_roots, cfg->check_only, err)) < 0)
 			return r;
+		if (!strcmp(cfg->roots[i], "/")) {
+			cfg->whole_root = true;
+			continue; /* the state dir and other roots: checked below */
+		}
 		if (path_within(cfg->state_dir, cfg->roots[i]) || path_within(cfg->roots[i], cfg->state_dir))
 			return err_set(err, EINVAL, NULL, "root '%s' and state dir '%s' overlap", cfg->roots[i],
 				       cfg->state_dir);
@@ -605,7 +652,9 @@ static int config_validate(struct config *cfg, ckpt_error *err)
 				return err_set(err, EINVAL, NULL, "roots '%s' and '%s' overlap", cfg->roots[j],
 					       cfg->roots[i]);
 	}
-	return 0;
+	if ((r = config_validate_whole(cfg, err)) < 0)
+		return r;
+	return config_validate_excludes(cfg, err);
 }
 
 enum {

@@ -9,6 +9,7 @@
 #endif
 #define MAX_LISTEN 8
 #define MAX_ROOTS 16
+#define MAX_EXCLUDES 64
 
 enum backend_kind {
 	BACKEND_AUTO,
@@ -35,6 +36,9 @@ struct config {
 	size_t n_roots;
 	enum backend_kind backend;
 	enum run_mode mode;
+	bool whole_root;                /* the one root is "/" (docs/whole-root.md) */
+	char *excludes[MAX_EXCLUDES];   /* "exclude": absolute paths inside a root, never captured */
+	size_t n_excludes;
 	char *token; /* NULL = no auth */
 	char *config_file;
 	bool verbose;

@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdatomic.h>
 #include "config.h"
+#include "lib/devino.h"
 #include "lib/util.h"
 
 struct backend_ctx {
@@ -53,6 +54,12 @@ struct restore_details {
 	 * name); NULL: the restore rewrote nothing in place. */
 	const char *counts_key;
 	uint64_t rewritten, removed, kept, bytes;
+	/* The whole sandbox as a root (docs/whole-root.md): the files the
+	 * restore replaced or removed (owned; NULL otherwise), whether a unit
+	 * file changed, and the units whose *.wants/ link came back (owned). */
+	struct devino_map *gone;
+	bool unit_files_changed;
+	json_t *units_linked;
 };
 
 static inline void restore_details_free(struct restore_details *d)
@@ -60,6 +67,12 @@ static inline void restore_details_free(struct restore_details *d)
 	free(d->busy);
 	d->busy = NULL;
 	d->n_busy = 0;
+	if (d->gone)
+		devino_free(d->gone);
+	free(d->gone);
+	d->gone = NULL;
+	json_decref(d->units_linked);
+	d->units_linked = NULL;
 }
 
 /* Comparing checkpoints with each other and with the live roots. */

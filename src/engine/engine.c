@@ -25,9 +25,11 @@ static int engine_choose_backend(struct engine *e, const struct engine_deps *dep
 		snprintf(e->backend_reason, sizeof(e->backend_reason), "backend given by the caller");
 		return 0;
 	}
-	if (cfg->backend == BACKEND_TAR) {
+	if (cfg->backend == BACKEND_TAR || cfg->whole_root) {
 		e->backend = &backend_tar_ops;
-		snprintf(e->backend_reason, sizeof(e->backend_reason), "tar backend chosen by configuration");
+		snprintf(e->backend_reason, sizeof(e->backend_reason), "%s",
+			 cfg->backend == BACKEND_TAR ? "tar backend chosen by configuration"
+						     : "root / (the whole sandbox) takes the tar backend");
 		return 0;
 	}
 	if (backend_overlay_ops.probe && backend_overlay_ops.probe(&e->bctx, &perr) == 0) {

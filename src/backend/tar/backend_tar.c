@@ -163,6 +163,7 @@ static void tar_health(void *st, json_t *out)
 		return;
 	json_object_set_new(out, "tar_compression", json_string(s->zstd ? "zstd" : "none"));
 	json_object_set_new(out, "tar_base", json_boolean(fstatat(s->tar_fd, BASE, &b, AT_SYMLINK_NOFOLLOW) == 0));
+	tar_excl_health(s, out);
 	pthread_mutex_lock(&s->lock);
 	if (s->base_state == BASE_PREPARING)
 		json_object_set_new(out, "status", json_string("preparing"));

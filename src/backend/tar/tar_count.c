@@ -14,7 +14,7 @@ static void *tar_count_main(void *arg)
 	struct tar_count *c = arg;
 	uint64_t files = 0, bytes = 0;
 	for (size_t i = 0; i < c->n && !atomic_load(&c->stop); i++)
-		tar_count_tree(c->fds[i], c->skip_dev, c->skip_ino, &c->stop, &files, &bytes);
+		tar_count_tree(c->fds[i], c->skip_dev, c->skip_ino, c->excl, &c->stop, &files, &bytes);
 	if (!atomic_load(&c->stop)) {
 		tar_count_raise(&c->p->files_total, files);
 		tar_count_raise(&c->p->bytes_total, bytes);
@@ -22,9 +22,11 @@ static void *tar_count_main(void *arg)
 	return NULL;
 }
 
-void tar_count_start(struct tar_count *c, struct tar_state *s, char *const *from, struct progress *p)
+void tar_count_start(struct tar_count *c, struct tar_state *s, char *const *from, const struct rootexcl *excl,
+		     struct progress *p)
 {
 	c->p = p;
+	c->excl = from ? NULL : excl;
 	c->skip_dev = s->state_dev;
 	c->skip_ino = s->state_ino;
 	for (size_t i = 0; i < s->n_roots && i < MAX_ROOTS; i++) {

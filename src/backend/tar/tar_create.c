@@ -355,8 +355,8 @@ static int archive_one(struct cctx *c, int dirfd, const char *name, const char *
 		return err_set(c->err, ENOMEM, NULL, "out of memory");
 	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : err_set(c->err, errno, NULL, "cannot stat '%s': %m", path);
-	if (!tar_type_of(st.st_mode) || (st.st_dev == c->o->skip_dev && st.st_ino == c->o->skip_ino))
-		return 0; /* sockets cannot be archived; the state dir is not content */
+	if (!tar_type_of(st.st_mode) || tar_skipped(&st, c->o->skip_dev, c->o->skip_ino, c->o->excl))
+		return 0; /* sockets cannot be archived; the state dir and exclusions are not content */
 	const struct tar_mentry *pe = reusable(c, dirfd, name, path, &st);
 	if (pe)
 		return reuse_one(c, pe, path, &st);
@@ -467,7 +467,7 @@ bool tar_create_count_journal(int root_fd, const struct tar_create_opts *o, uint
 			continue;
 		while ((de = walk_next(d)))
 			if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-			    !(st.st_dev == o->skip_dev && st.st_ino == o->skip_ino)) {
+			    !tar_skipped(&st, o->skip_dev, o->skip_ino, o->excl)) {
 				(*files)++;
 				*bytes += S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
 			}
@@ -480,6 +480,7 @@ struct jcheck {
 	struct timespec since;
 	dev_t skip_dev;
 	ino_t skip_ino;
+	const struct rootexcl *excl;
 	ckpt_error *err;
 };
 
@@ -490,7 +491,7 @@ static int jcheck_one(void *ctx, int dirfd, const char *name, const char *rel, c
 	(void)rel;
 
 	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !tar_type_of(st.st_mode) ||
-	    (st.st_dev == j->skip_dev && st.st_ino == j->skip_ino))
+	    tar_skipped(&st, j->skip_dev, j->skip_ino, j->excl))
 		return 0;
 	const struct tar_mentry *e = tar_manifest_find(&j->m, path);
 	/* changed since the create began: either way is right */
@@ -510,7 +511,9 @@ static int jcheck_one(void *ctx, int dirfd, const char *name, const char *rel, c
 int tar_create_check(int root_fd, int out_dirfd, const char *manifest, const struct tar_create_opts *o,
 		     struct timespec since, ckpt_error *err)
 {
-	struct jcheck j = { .since = since, .skip_dev = o->skip_dev, .skip_ino = o->skip_ino, .err = err };
+	struct jcheck j = {
+		.since = since, .skip_dev = o->skip_dev, .skip_ino = o->skip_ino, .excl = o->excl, .err = err
+	};
 	int r = tar_manifest_load(out_dirfd, manifest, &j.m, err);
 	if (r >= 0)
 		r = tar_walk_dir(root_fd, NULL, jcheck_one, &j, err);

@@ -3,12 +3,14 @@
 #include <stdatomic.h>
 #include "backend/backend.h"
 #include "backend/pathindex.h"
+#include "backend/rootexcl.h"
 #include "backend/tar/tar_manifest.h"
 
 struct tar_create_opts {
 	bool zstd;                 /* compress with zstd (else no filter) */
 	dev_t skip_dev;            /* a directory never captured (the state dir, */
 	ino_t skip_ino;            /* should it live inside a root) */
+	const struct rootexcl *excl; /* what else is never captured (NULL: nothing) */
 	struct progress *p;        /* may be NULL */
 	struct timespec max_ctime; /* out: newest ctime recorded */
 	/* Incremental: a regular file (one link) that the parent manifest lists

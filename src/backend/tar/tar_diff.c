@@ -2,6 +2,7 @@
 #include "backend/tar/tar_diff.h"
 
 #include "backend/backend_diff.h"
+#include "backend/tar/tar_fs.h"
 #include "backend/tar/tar_manifest.h"
 #include "lib/walk.h"
 
@@ -28,6 +29,7 @@ struct tar_dctx {
 	const char *root;
 	dev_t skip_dev;
 	ino_t skip_ino;
+	const struct rootexcl *excl;
 	json_t *out;
 };
 
@@ -50,7 +52,7 @@ static int tar_diff_live(struct tar_dctx *c, int dfd, const char *rel, int depth
 		}
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
-		if (st.st_dev == c->skip_dev && st.st_ino == c->skip_ino)
+		if (tar_skipped(&st, c->skip_dev, c->skip_ino, c->excl))
 			continue;
 		struct tar_mentry *e = tar_manifest_find(c->a, path);
 		if (e)
@@ -74,7 +76,7 @@ static int tar_diff_live(struct tar_dctx *c, int dfd, const char *rel, int depth
 }
 
 int tar_diff_root(const char *root_path, int cfd_a, const char *man_a, int cfd_b, const char *man_b, int live_fd,
-		  dev_t skip_dev, ino_t skip_ino, json_t *out, ckpt_error *err)
+		  dev_t skip_dev, ino_t skip_ino, const struct rootexcl *excl, json_t *out, ckpt_error *err)
 {
 	struct tar_manifest a = { 0 }, b = { 0 };
 	struct bdiff_ent ea, eb;
@@ -98,7 +100,7 @@ int tar_diff_root(const char *root_path, int cfd_a, const char *man_a, int cfd_b
 		}
 	} else {
 		struct tar_dctx c = {
-			.a = &a, .root = root_path, .skip_dev = skip_dev, .skip_ino = skip_ino, .out = out
+			.a = &a, .root = root_path, .skip_dev = skip_dev, .skip_ino = skip_ino, .excl = excl, .out = out
 		};
 		q = tar_diff_live(&c, live_fd, NULL, 0);
 	}

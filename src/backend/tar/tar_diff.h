@@ -2,6 +2,7 @@
 #pragma once
 #include <jansson.h>
 #include <sys/types.h>
+#include "backend/rootexcl.h"
 #include "lib/util.h"
 
 /* Append to out the differences of one root (path root_path) from manifest
@@ -9,4 +10,4 @@
  * below live_fd (skipping the (skip_dev, skip_ino) directory). Content is
  * compared by digest between manifests, by size and mtime against the tree. */
 int tar_diff_root(const char *root_path, int cfd_a, const char *man_a, int cfd_b, const char *man_b, int live_fd,
-		  dev_t skip_dev, ino_t skip_ino, json_t *out, ckpt_error *err);
+		  dev_t skip_dev, ino_t skip_ino, const struct rootexcl *excl, json_t *out, ckpt_error *err);

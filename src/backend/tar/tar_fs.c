@@ -154,8 +154,8 @@ void tar_cwd_leave(int *saved)
 	}
 }
 
-void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, const atomic_bool *stop, uint64_t *files,
-		    uint64_t *bytes)
+void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, const struct rootexcl *excl, const atomic_bool *stop,
+		    uint64_t *files, uint64_t *bytes)
 {
 	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
@@ -166,7 +166,7 @@ void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, const atomic_bool
 	while ((de = walk_next(d)) && !(stop && atomic_load(stop))) {
 		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
-		if (st.st_dev == skip_dev && st.st_ino == skip_ino)
+		if (tar_skipped(&st, skip_dev, skip_ino, excl))
 			continue;
 		(*files)++;
 		if (S_ISREG(st.st_mode))
@@ -175,7 +175,7 @@ void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, const atomic_bool
 			continue;
 		_cleanup_close_ int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (sub >= 0)
-			tar_count_tree(sub, skip_dev, skip_ino, stop, files, bytes);
+			tar_count_tree(sub, skip_dev, skip_ino, excl, stop, files, bytes);
 	}
 }
 

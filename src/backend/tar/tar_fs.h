@@ -3,6 +3,7 @@
 #pragma once
 #include <stdatomic.h>
 #include <sys/stat.h>
+#include "backend/rootexcl.h"
 #include "backend/tar/tar_manifest.h"
 
 /* The xattrs of name below dirfd (not following symlinks), or of dirfd itself
@@ -29,9 +30,16 @@ void tar_cwd_leave(int *saved);
 typedef int (*tar_walk_fn)(void *ctx, int dirfd, const char *name, const char *rel, const char *path);
 int tar_walk_dir(int dirfd, const char *rel, tar_walk_fn fn, void *ctx, ckpt_error *err);
 
-/* Files and regular-file bytes below dirfd, skipping the (dev, ino) directory. */
-void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, const atomic_bool *stop, uint64_t *files,
-		    uint64_t *bytes);
+/* Files and regular-file bytes below dirfd, skipping the (dev, ino)
+ * directory and what excl leaves out. */
+void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, const struct rootexcl *excl, const atomic_bool *stop,
+		    uint64_t *files, uint64_t *bytes);
+
+/* An entry no walk of a root reads: the state dir, or one excl leaves out. */
+static inline bool tar_skipped(const struct stat *st, dev_t skip_dev, ino_t skip_ino, const struct rootexcl *excl)
+{
+	return (st->st_dev == skip_dev && st->st_ino == skip_ino) || rootexcl_has(excl, st);
+}
 
 /* Inode ctimes come from the kernel's coarse clock: a change made within the
  * tick that stamped a recorded ctime would leave it unchanged. Return only

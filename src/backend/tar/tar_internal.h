@@ -108,6 +108,7 @@ struct tar_count {
 	size_t n;
 	dev_t skip_dev;
 	ino_t skip_ino;
+	const struct rootexcl *excl;
 	struct progress *p;
 };
 
@@ -149,9 +150,14 @@ void tar_track_journal_free(struct journal_bufs *j);
 /* tar_probe.c */
 void tar_probe_ctime(int tar_fd, const char *root, struct tar_ctime_probe *p);
 
+/* tar_excl.c */
+int tar_excl_build(const struct tar_state *s, struct rootexcl *x, ckpt_error *err);
+void tar_excl_health(const struct tar_state *s, json_t *out);
+
 /* tar_count.c */
 void tar_count_raise(_Atomic uint64_t *total, uint64_t v);
-void tar_count_start(struct tar_count *c, struct tar_state *s, char *const *from, struct progress *p);
+void tar_count_start(struct tar_count *c, struct tar_state *s, char *const *from, const struct rootexcl *excl,
+		     struct progress *p);
 void tar_count_join(struct tar_count *c);
 
 /* tar_gc.c */

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "backend/tar/tar_fs.h"
+#include "backend/tar/tar_replace.h"
 #include "backend/tar/tar_seek.h"
 #include "lib/failpoint.h"
 
@@ -92,10 +93,12 @@ static int live_entry(struct rctx *c, int dirfd, const char *name, const char *r
 
 	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : err_set(c->err, errno, NULL, "cannot stat '%s': %m", path);
-	if (st.st_dev == c->o->skip_dev && st.st_ino == c->o->skip_ino)
-		return 0;
+	if (tar_skipped(&st, c->o->skip_dev, c->o->skip_ino, c->o->excl))
+		return 0; /* never captured: never removed */
 	e = tar_manifest_find(&c->m, path);
 	if (!e || !tar_type_matches(e, &st)) {
+		tar_gone_tree(c->o, dirfd, name, &st, path);
+		tar_replace_note(c->o, path, false);
 		int r = FAILPOINT_AROUND("tar.restore.extra.remove", rm_rf_at(dirfd, name));
 		if (r < 0)
 			return err_set(c->err, r, NULL, "cannot remove '%s': %s", path, strerror(-r));
@@ -245,7 +248,10 @@ static int prepare_one(struct rctx *c, int root_fd, struct tar_mentry *e)
 
 	if (pfd < 0)
 		return err_set(c->err, pfd, NULL, "cannot open the directory of '%s': %s", e->path, strerror(-pfd));
+	if (e->type == 'f' || e->type == 'l')
+		return 0; /* replaced by a rename over it (write_regular, write_symlink) */
 	if (e->type != 'd') {
+		tar_gone_at(c->o, pfd, leaf, e->path);
 		if (unlinkat(pfd, leaf, 0) < 0 && errno != ENOENT)
 			return err_set(c->err, errno, NULL, "cannot remove '%s': %m", e->path);
 		return 0;
@@ -431,22 +437,24 @@ static void record_written(struct rctx *c, int root_fd)
 
 /* A regular file is written here, not by libarchive, so that every step
  * (data, size, owner, mode, xattrs, times, close) is checked. Order per
- * inode: data, chown, chmod, xattrs, then times. */
+ * inode: data, chown, chmod, xattrs, then times. As dpkg installs a file,
+ * it is written beside its name and renamed over it: a program that has
+ * the old one open or mapped keeps that inode whole, and the name never
+ * goes missing (a library in use is never rewritten in place). */
 static int write_regular(struct rctx *c, struct archive *a, int root_fd, struct archive_entry *ae)
 {
 	const char *path = archive_entry_pathname(ae), *leaf;
 	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT },
 				  { archive_entry_mtime(ae), archive_entry_mtime_nsec(ae) } };
 	int pfd = parent_fd(c, root_fd, path, &leaf);
+	char tmp[64];
 	int fd, x, r = 0;
 
 	if (pfd < 0)
 		return err_set(c->err, -pfd, NULL, "cannot open the directory of '%s': %s", path, strerror(-pfd));
-	if (FAILPOINT_AROUND("tar.restore.file.unlink", unlinkat(pfd, leaf, 0)) < 0 && errno != ENOENT)
-		return sys_err(c, errno, "remove", path);
-	fd = openat(pfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	fd = tar_new_open(pfd, tmp, sizeof(tmp));
 	if (fd < 0)
-		return sys_err(c, errno, "create", path);
+		return sys_err(c, -fd, "create", path);
 	if (archive_entry_size(ae) > 0)
 		r = copy_blocks(c, a, fd, path);
 	if (r >= 0 && ftruncate(fd, archive_entry_size(ae)) < 0)
@@ -461,20 +469,48 @@ static int write_regular(struct rctx *c, struct archive *a, int root_fd, struct 
 		r = sys_err(c, errno, "set the times of", path);
 	if (close(fd) < 0 && r >= 0)
 		r = sys_err(c, errno, "close", path);
+	if (r >= 0)
+		tar_gone_at(c->o, pfd, leaf, path);
+	if (r >= 0 && (x = tar_replace_commit(pfd, tmp, leaf)) < 0)
+		r = sys_err(c, -x, "rename into place", path);
+	if (r < 0)
+		unlinkat(pfd, tmp, 0);
 	return r;
 }
 
-/* Everything else (directories, links, devices, fifos) has no data: the disk
- * writer creates it; anything short of ARCHIVE_OK is a failure too. */
+/* A symbolic link (without xattrs) is made beside its name and renamed
+ * over it too: a library's soname link never goes missing. 1 when done, 0
+ * when it is not one for here (the disk writer makes it). */
+static int write_symlink(struct rctx *c, int root_fd, struct archive_entry *ae)
+{
+	const char *path = archive_entry_pathname(ae), *target = archive_entry_symlink(ae), *leaf;
+	struct timespec mtime = { archive_entry_mtime(ae), archive_entry_mtime_nsec(ae) };
+	int pfd, r;
+
+	if (archive_entry_filetype(ae) != AE_IFLNK || archive_entry_hardlink(ae) || !target ||
+	    archive_entry_xattr_count(ae) > 0)
+		return 0;
+	if ((pfd = parent_fd(c, root_fd, path, &leaf)) < 0)
+		return err_set(c->err, -pfd, NULL, "cannot open the directory of '%s': %s", path, strerror(-pfd));
+	r = tar_replace_symlink(pfd, leaf, target, archive_entry_uid(ae), archive_entry_gid(ae), mtime);
+	return r < 0 ? sys_err(c, -r, "replace the link", path) : 1;
+}
+
+/* Everything else (directories, hard links, devices, fifos) has no data:
+ * the disk writer creates it; anything short of ARCHIVE_OK is a failure too. */
 static int extract_one(struct rctx *c, struct archive *a, struct archive *w, int root_fd, struct archive_entry *ae)
 {
 	const char *path = archive_entry_pathname(ae);
+	const struct tar_mentry *e = c->o->gone ? tar_manifest_find(&c->m, path) : NULL;
 	int r;
 
+	tar_replace_note(c->o, path, e && !e->seen);
 	if (archive_entry_filetype(ae) == AE_IFREG && !archive_entry_hardlink(ae)) {
 		if ((r = write_regular(c, a, root_fd, ae)) < 0)
 			return r;
-	} else {
+	} else if ((r = write_symlink(c, root_fd, ae)) < 0) {
+		return r;
+	} else if (r == 0) {
 		if (archive_write_header(w, ae) != ARCHIVE_OK)
 			return disk_err(c, w, "extract", path);
 		if (archive_write_finish_entry(w) != ARCHIVE_OK)

@@ -2,6 +2,8 @@
  * only the entries whose (inode, ctime, size) no longer match. */
 #pragma once
 #include "backend/pathindex.h"
+#include "backend/rootexcl.h"
+#include "lib/devino.h"
 #include <stdatomic.h>
 #include "backend/backend.h"
 #include "backend/tar/tar_manifest.h"
@@ -9,6 +11,7 @@
 struct tar_restore_opts {
 	dev_t skip_dev; /* a directory never touched (the state dir) */
 	ino_t skip_ino;
+	const struct rootexcl *excl; /* what else is never touched (NULL: nothing) */
 	struct progress *p;        /* may be NULL; totals are added to */
 	bool trust_nothing;        /* rewrite every entry: a past restore failed */
 	bool no_alias;             /* not the root (a fork): keep the alias cache as it is */
@@ -36,6 +39,16 @@ struct tar_restore_opts {
 	 * one the checkpoint holds makes the restore walk the whole root. */
 	const ino_t *outside_inos;
 	size_t n_outside_inos;
+	/* Out, when not NULL: the files the restore replaced or removed, by
+	 * (dev, ino), each with its path below root_path (what a process that
+	 * maps or holds one still uses: tar_gone.h). */
+	struct devino_map *gone;
+	const char *root_path;
+	/* Out, with gone: a unit file (a path below a systemd unit directory)
+	 * was written or removed; and the units whose *.wants/ link the restore
+	 * made where none was (array of names, NULL: not collected). */
+	bool unit_files_changed;
+	json_t *units_linked;
 };
 
 struct tar_restore_stats {

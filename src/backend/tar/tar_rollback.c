@@ -15,7 +15,8 @@ static void add_stats(struct tar_restore_stats *sum, const struct tar_restore_st
 }
 
 static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_nothing, struct progress *p,
-			 struct tar_restore_stats *sum, struct journal_bufs *jb, bool journal, ckpt_error *err)
+			 struct tar_restore_stats *sum, struct journal_bufs *jb, bool journal,
+			 struct restore_details *whole, ckpt_error *err)
 {
 	struct tar_restore_opts o = { .skip_dev = s->state_dev,
 				      .skip_ino = s->state_ino,
@@ -23,7 +24,12 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 				      .trust_nothing = trust_nothing,
 				      .store_fd = s->tar_fd };
 	char arch[32], man[32];
+	_cleanup_(rootexcl_free) struct rootexcl excl = { 0 };
+	int q = tar_excl_build(s, &excl, err);
 
+	if (q < 0)
+		return q;
+	o.excl = &excl;
 	for (size_t i = 0; i < s->n_roots; i++) {
 		struct tar_restore_stats one;
 		_cleanup_close_ int fd = tar_meta_open_root(s, i, err);
@@ -37,7 +43,12 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 		o.xattrs_blind = s->blind[i].xattrs_blind;
 		o.outside_inos = journal && s->trk ? s->trk[i].outside_inos : NULL;
 		o.n_outside_inos = journal && s->trk ? s->trk[i].n_outside_inos : 0;
+		o.root_path = s->roots[i];
+		o.gone = whole ? whole->gone : NULL;
+		o.units_linked = whole ? whole->units_linked : NULL;
 		int r = tar_restore_root(fd, cfd, arch, man, &o, &one, err);
+		if (whole && o.unit_files_changed)
+			whole->unit_files_changed = true;
 		if (r < 0)
 			return err_prefix(err, "root '%s'", s->roots[i]);
 		tar_track_count(s, i, one.tracked);
@@ -84,12 +95,20 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	bool journal = tar_track_collect(s, dirty, n_dirty, sus) == 0 && same;
 	_cleanup_(tar_track_journal_free) struct journal_bufs jb = { dirty, n_dirty, sus, NULL, s->n_roots };
 	tar_track_scan_suspects(s, sus);
-	r = restore_roots(s, cfd, zstd, trust_nothing, p, &sum, &jb, journal, err);
+	/* The whole sandbox: what the restore replaced, for the services step */
+	struct restore_details whole = { 0 };
+	bool want_whole = details && s->ctx->cfg && s->ctx->cfg->whole_root;
+	if (want_whole && (!(whole.gone = calloc(1, sizeof(*whole.gone))) || !(whole.units_linked = json_array()))) {
+		restore_details_free(&whole);
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	}
+	r = restore_roots(s, cfd, zstd, trust_nothing, p, &sum, &jb, journal, want_whole ? &whole : NULL, err);
 	tar_track_drain_own(s);
 	log_debug("tar: restore of '%s' read %s", name,
 		  r >= 0 && sum.tracked == s->n_roots ? "the directories that changed (change tracking)"
 						      : "the whole tree");
 	if (r < 0) { /* the intent stays: the next open runs the restore again */
+		restore_details_free(&whole);
 		tar_meta_unfinished(s, name, err ? err->msg : "");
 		return r;
 	}
@@ -106,7 +125,11 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 						     .rewritten = sum.rewritten,
 						     .removed = sum.removed,
 						     .kept = sum.kept,
-						     .bytes = sum.bytes };
+						     .bytes = sum.bytes,
+						     .gone = TAKE_PTR(whole.gone),
+						     .unit_files_changed = whole.unit_files_changed,
+						     .units_linked = TAKE_PTR(whole.units_linked) };
+	restore_details_free(&whole);
 	return r;
 }
 

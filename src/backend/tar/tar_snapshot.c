@@ -16,12 +16,17 @@ static void srcs_free(struct tar_create_opts *o)
 static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, struct progress *p, ckpt_error *err)
 {
 	struct tar_create_opts o = { .zstd = s->zstd, .skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p };
+	_cleanup_(rootexcl_free) struct rootexcl excl = { 0 };
 	json_auto_t *refs = json_array(), *pmeta = NULL;
 	struct chain ch = { .refs = refs };
 	_cleanup_close_ int pfd = -1;
 	struct stat ist;
 	char arch[32], man[32];
 
+	int q = from ? 0 : tar_excl_build(s, &excl, err);
+	if (q < 0)
+		return q;
+	o.excl = from ? NULL : &excl;
 	clock_gettime(CLOCK_REALTIME_COARSE, &ch.started);
 	/* Incremental against the head, unless this is an import, a restore
 	 * was left unfinished (the roots are not the head), or the head is
@@ -93,7 +98,7 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 		}
 	}
 	if (p && !counted)
-		tar_count_start(&cnt, s, from, p);
+		tar_count_start(&cnt, s, from, o.excl, p);
 	for (size_t i = 0; i < s->n_roots; i++) {
 		_cleanup_close_ int fd =
 			from ? open(from[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : tar_meta_open_root(s, i, err);

@@ -109,7 +109,7 @@ static int verify_one(void *ctx, int dirfd, const char *name, const char *rel, c
 
 	if (full(c) || fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return full(c) ? 0 : err_set(c->err, errno, NULL, "cannot stat '%s': %m", path);
-	if (st.st_dev == c->o->skip_dev && st.st_ino == c->o->skip_ino)
+	if (tar_skipped(&st, c->o->skip_dev, c->o->skip_ino, c->o->excl))
 		return 0;
 	struct tar_mentry *e = tar_manifest_find(&c->m, path);
 	if (!e) {

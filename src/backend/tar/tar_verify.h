@@ -1,12 +1,14 @@
 /* tar_verify.h: compare a restored root with its checkpoint's manifest. */
 #pragma once
 #include <jansson.h>
+#include "backend/rootexcl.h"
 #include "backend/tar/tar_manifest.h"
 
 struct tar_verify_opts {
 	const char *root_path; /* prefix of the paths reported */
 	dev_t skip_dev;        /* a directory never compared (the state dir) */
 	ino_t skip_ino;
+	const struct rootexcl *excl; /* what else is never compared */
 	size_t max_diffs; /* stop once diffs holds this many */
 };
 

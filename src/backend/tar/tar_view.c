@@ -90,11 +90,16 @@ int tar_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max
 	_cleanup_close_ int cfd = openat(s->tar_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (cfd < 0)
 		return err_set(err, errno, NULL, "checkpoint data '%s' is missing: %m", name);
+	_cleanup_(rootexcl_free) struct rootexcl excl = { 0 };
 	int r = tar_meta_read(s, cfd, name, &zstd, err);
+	if (r >= 0)
+		r = tar_excl_build(s, &excl, err);
 	for (size_t i = 0; r >= 0 && i < s->n_roots; i++) {
-		struct tar_verify_opts o = {
-			.root_path = s->roots[i], .skip_dev = s->state_dev, .skip_ino = s->state_ino, .max_diffs = max
-		};
+		struct tar_verify_opts o = { .root_path = s->roots[i],
+					     .skip_dev = s->state_dev,
+					     .skip_ino = s->state_ino,
+					     .excl = &excl,
+					     .max_diffs = max };
 		_cleanup_close_ int fd = tar_meta_open_root(s, i, err);
 		if (fd < 0)
 			return fd;
@@ -175,12 +180,15 @@ int tar_diff(void *st, const char *id, json_t *data, const char *id2, json_t *da
 	_cleanup_close_ int cfd2 = id2 ? tar_meta_open_ckpt(s, id2, &zstd2, err) : -1;
 	if (id2 && cfd2 < 0)
 		return cfd2;
+	_cleanup_(rootexcl_free) struct rootexcl excl = { 0 };
+	if (!id2 && tar_excl_build(s, &excl, err) < 0)
+		return -EIO;
 	for (size_t i = 0; i < s->n_roots; i++) {
 		_cleanup_close_ int fd = id2 ? -1 : tar_meta_open_root(s, i, err);
 		if (!id2 && fd < 0)
 			return fd;
 		tar_meta_names(i, zstd, arch, man);
-		if (tar_diff_root(s->roots[i], cfd, man, cfd2, man, fd, s->state_dev, s->state_ino, out, err) < 0)
+		if (tar_diff_root(s->roots[i], cfd, man, cfd2, man, fd, s->state_dev, s->state_ino, &excl, out, err) < 0)
 			return -EIO;
 	}
 	bdiff_sort(out);
