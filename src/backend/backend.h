@@ -56,7 +56,8 @@ struct restore_details {
 	uint64_t rewritten, removed, kept, bytes;
 	/* The whole sandbox as a root (docs/whole-root.md): the files the
 	 * restore replaced or removed (owned; NULL otherwise), whether a unit
-	 * file changed, and the units whose *.wants/ link came back (owned). */
+	 * file changed, and the .service units whose file or enablement link
+	 * the restore wrote (owned). */
 	struct devino_map *gone;
 	bool unit_files_changed;
 	json_t *units_linked;

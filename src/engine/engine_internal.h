@@ -63,6 +63,7 @@ struct engine {
 	/* The base identity (engine_base_id.c), computed on first use, "" until
 	 * then; guarded by state_lock. */
 	char base_id[80];
+	bool restart_due; /* a whole-root restore replaced ckptd's own files; state_lock */
 
 	pthread_t sweeper;
 	bool sweeper_running, stopping, maintenance_due;
@@ -72,6 +73,10 @@ struct engine {
 	pthread_mutex_t idem_lock;
 	struct idem_running *idem_running;
 };
+
+/* engine_whole.c */
+void engine_whole_services(struct engine *e, struct restore_report *rep);
+void engine_whole_health(struct engine *e, json_t *h);
 
 /* engine_records.c */
 const struct ckpt_record *engine_resolve(struct engine *e, const char *id_or_name);

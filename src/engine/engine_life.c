@@ -134,6 +134,8 @@ void engine_health(struct engine *e, struct health_report *ret)
 		e->backend->health(e->bst, ret->sections);
 	if (ret->sections)
 		engine_adoption_health(e, ret->sections);
+	if (ret->sections)
+		engine_whole_health(e, ret->sections);
 	pthread_mutex_lock(&e->state_lock); /* engine_release.c fills it */
 	for (size_t i = 0; i < e->n_released; i++)
 		ret->released[ret->n_released++] = e->released[i];

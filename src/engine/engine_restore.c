@@ -95,6 +95,8 @@ static int restore_run(struct engine *e, const struct restore_plan *plan, bool v
 		engine_svc_journal_clear(e);
 	services_report(&units, &rep->services);
 	services_plan_free(&units);
+	if (r == 0 && rep->swapped && e->cfg->whole_root)
+		engine_whole_services(e, rep);
 	if (!rep->services_available)
 		rep->services_reason = services_unavailable_reason(e->services);
 	rep->stop_ms = t1 - t0, rep->swap_ms = t2 - t1, rep->start_ms = mono_ms() - t2;

@@ -96,7 +96,10 @@ static int open_config(struct services *s, const struct config *cfg)
 		else if (services_strv_add(&s->configured, u) < 0)
 			return -ENOMEM;
 	}
-	s->auto_discover = cfg->services_auto;
+	/* The whole sandbox as a root: every process uses it. Only the
+	 * configured units go down around the swap; the rest are restarted
+	 * after it when they use a file it replaced (services_gone.c). */
+	s->auto_discover = cfg->services_auto && !cfg->whole_root;
 	s->timeout_ms = (int64_t)(cfg->service_timeout_secs > 0 ? cfg->service_timeout_secs : 30) * 1000;
 	return 0;
 }

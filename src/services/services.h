@@ -5,6 +5,7 @@
  * between calls: the plan is the caller's. */
 #pragma once
 #include <jansson.h>
+#include "lib/devino.h"
 #include "lib/procscan.h"
 #include "lib/util.h"
 
@@ -27,6 +28,9 @@ struct svc_unit {
 	bool killed;      /* stopped by ckptd's SIGKILL after service_timeout_secs: a stop
 			   * the issue asks for, so "stopped", but reset before its start */
 	char *reason;     /* failure, or a freeze/thaw problem (frozen units only) */
+	/* Whole-root restores (docs/whole-root.md): */
+	bool start;     /* not stopped here, only started (its enablement came back) */
+	bool unit_gone; /* stopped, and not started: its unit file went with the restore */
 };
 
 struct svc_plan {
@@ -70,6 +74,21 @@ int services_start(struct services *s, struct svc_plan *p);
  * that cannot be frozen (cgroup v1) gets a reason and the create goes on. */
 int services_freeze(struct services *s, struct svc_plan *p);
 int services_thaw(struct services *s, struct svc_plan *p);
+
+/* After a whole-root restore (docs/whole-root.md), as needrestart does:
+ * the running units whose processes map or hold open a file the restore
+ * replaced or removed (gone, by device and inode), to be stopped and
+ * started again; and the units of linked (.service names whose unit file
+ * or enablement link the restore wrote) that are enabled and do not run,
+ * to be started. *ret_self: ckptd
+ * itself maps or holds one (never stopped; it says a restart is due). */
+int services_plan_gone(struct services *s, const struct devino_map *gone, const char *const *linked, size_t n_linked,
+		       struct svc_plan *ret, bool *ret_self);
+/* daemon-reload, waited for. < 0 with *reason (malloc'd) on failure. */
+int services_reload(struct services *s, char **reason);
+/* Stop the plan's units, then start them, except those whose unit file is
+ * gone now (they stay stopped: unit_gone). */
+int services_restart(struct services *s, struct svc_plan *p);
 
 /* Processes using one of roots (tag 0) or of extra (e.g. the directories
  * mounts hid), by device and inode, that belong to no unit ckptd manages, so

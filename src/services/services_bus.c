@@ -382,6 +382,43 @@ static int bus_freeze(void *conn, const char *unit, bool freeze, int64_t timeout
 	return r;
 }
 
+/* Reload returns once the manager has read its unit files again. */
+static int bus_reload(void *conn, char **reason)
+{
+	_cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
+	struct services_bus *b = conn;
+	int r = sd_bus_call_method(b->bus, SD_DEST, SD_PATH, SD_MANAGER, "Reload", &e, NULL, "");
+	if (r < 0)
+		*reason = bus_reason(&e, r);
+	return r;
+}
+
+/* LoadUnit, not GetUnit: a unit the manager dropped is loaded afresh, so
+ * a unit whose file is gone reads "not-found". */
+static int bus_loaded_prop(void *conn, const char *unit, const char *prop, char **ret)
+{
+	_cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
+	_cleanup_bus_message_ sd_bus_message *reply = NULL;
+	struct services_bus *b = conn;
+	const char *path = NULL;
+	int r = sd_bus_call_method(b->bus, SD_DEST, SD_PATH, SD_MANAGER, "LoadUnit", &e, &reply, "s", unit);
+	if (r >= 0)
+		r = sd_bus_message_read(reply, "o", &path);
+	if (r < 0)
+		return r;
+	return sd_bus_get_property_string(b->bus, SD_DEST, path, "org.freedesktop.systemd1.Unit", prop, &e, ret);
+}
+
+static int bus_load_state(void *conn, const char *unit, char **ret)
+{
+	return bus_loaded_prop(conn, unit, "LoadState", ret);
+}
+
+static int bus_file_state(void *conn, const char *unit, char **ret)
+{
+	return bus_loaded_prop(conn, unit, "UnitFileState", ret);
+}
+
 const struct services_ops services_bus_ops = {
 	.booted = bus_booted,
 	.pid_unit = bus_pid_unit,
@@ -394,4 +431,7 @@ const struct services_ops services_bus_ops = {
 	.cgroup_empty = bus_cgroup_empty,
 	.reset_failed = bus_reset_failed,
 	.freeze = bus_freeze,
+	.reload = bus_reload,
+	.load_state = bus_load_state,
+	.file_state = bus_file_state,
 };

@@ -67,6 +67,12 @@ struct services_ops {
 	int (*reset_failed)(void *conn, const char *unit);
 	/* FreezeUnit / ThawUnit; on failure *reason (malloc'd) says why. */
 	int (*freeze)(void *conn, const char *unit, bool freeze, int64_t timeout_ms, char **reason);
+	/* Whole-root restores (may be NULL: not done). Reload: daemon-reload,
+	 * waited for. LoadState: "loaded", "not-found", "masked"..., malloc'd. */
+	int (*reload)(void *conn, char **reason);
+	int (*load_state)(void *conn, const char *unit, char **ret);
+	/* UnitFileState: "enabled", "disabled", "static"..., malloc'd. */
+	int (*file_state)(void *conn, const char *unit, char **ret);
 };
 
 /* The real table: sd-bus on the system bus, sd-login and /proc. */

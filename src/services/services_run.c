@@ -31,7 +31,7 @@ static long long job_ms(const struct services_job *j)
  * an empty cgroup (not a unit that may still run). */
 static bool to_start(const struct svc_unit *u)
 {
-	return (u->stopped && !u->failed) || u->stop_failed;
+	return !u->unit_gone && ((u->stopped && !u->failed) || u->stop_failed || (u->start && !u->failed));
 }
 
 /* Jobs for the plan's units: a stop for each running one, a start for each
@@ -40,7 +40,7 @@ static int jobs_for(const struct svc_plan *p, enum services_job_kind kind, struc
 {
 	for (size_t i = 0; i < p->n; i++) {
 		const struct svc_unit *u = &p->units[i];
-		bool want = kind == SERVICES_JOB_STOP ? !u->failed && !u->stopped : to_start(u);
+		bool want = kind == SERVICES_JOB_STOP ? !u->failed && !u->stopped && !u->start : to_start(u);
 		if (want && !services_jobs_add(jobs, u->name))
 			return -ENOMEM;
 	}

@@ -10,7 +10,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${CKPTD_RIG_CACHE:-$here/.cache}
 suite=bookworm
 # Bump when the package list changes so cached rootfs are rebuilt.
-version=1
+version=2
 rootfs=$cache/rootfs-$suite
 stamp=$rootfs/.ckptd-rig-stamp
 
@@ -19,6 +19,14 @@ stamp=$rootfs/.ckptd-rig-stamp
 # release as the build host, so `make install` binaries run as they are).
 pkgs=systemd,systemd-sysv,dbus,python3,curl,procps,libmicrohttpd12,libjansson4
 pkgs=$pkgs,libarchive13,libsystemd0,libcurl4,libzstd1,attr
+# pip and venv for the whole-root tests (test_rig_whole.py): a local wheel
+# installed and rolled back. libcap2-bin: getcap/setcap.
+pkgs=$pkgs,python3-pip,python3-venv,libcap2-bin
+# .deb files the whole-root tests install with apt-get inside the rig, which
+# has no network: a small daemon with a systemd unit, and what it needs
+# beyond the rootfs. Fetched here, on the host, into the rootfs.
+debs="cron cron-daemon-common sensible-utils"
+debdir=var/cache/ckptd-rig/debs
 
 print_path() { [ "${1:-}" != --path ] || echo "$rootfs"; }
 mkdir -p "$cache"
@@ -39,6 +47,11 @@ mirror=${CKPTD_RIG_MIRROR:-http://deb.debian.org/debian}
 echo "rootfs.sh: debootstrap $suite into $rootfs (once; about a minute)" >&2
 debootstrap --variant=minbase --include="$pkgs" "$suite" "$tmp/root" "$mirror" >"$tmp/log" 2>&1 || {
 	tail -n 30 "$tmp/log" >&2
+	exit 1
+}
+mkdir -p "$tmp/root/$debdir"
+(cd "$tmp/root/$debdir" && apt-get download $debs) >"$tmp/log.debs" 2>&1 || {
+	tail -n 30 "$tmp/log.debs" >&2
 	exit 1
 }
 # A booted container needs no login prompts, and its journal stays small.

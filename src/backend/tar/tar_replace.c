@@ -73,7 +73,13 @@ static bool tar_under(const char *path, const char *dir)
 	return !strncmp(path, dir, n) && path[n] == '/';
 }
 
-void tar_replace_note(struct tar_restore_opts *o, const char *path, bool added)
+static bool tar_ends(const char *s, const char *suffix)
+{
+	size_t a = strlen(s), b = strlen(suffix);
+	return a >= b && !strcmp(s + a - b, suffix);
+}
+
+void tar_replace_note(struct tar_restore_opts *o, const char *path, bool written)
 {
 	if (!o->gone)
 		return;
@@ -82,8 +88,8 @@ void tar_replace_note(struct tar_restore_opts *o, const char *path, bool added)
 		if (!tar_under(path, d) && strcmp(path, d) && !tar_under(d, path))
 			continue;
 		o->unit_files_changed = true;
-		const char *slash = strrchr(path, '/'), *wants = strstr(path, ".wants/");
-		if (added && o->units_linked && wants && slash && wants + 6 == slash && tar_under(path, d))
+		const char *slash = strrchr(path, '/');
+		if (written && o->units_linked && slash && tar_under(path, d) && tar_ends(path, ".service"))
 			json_array_append_new(o->units_linked, json_string(slash + 1));
 		return;
 	}

@@ -21,8 +21,9 @@ int tar_replace_symlink(int pfd, const char *leaf, const char *target, uid_t uid
 /* Record in o->gone (when set) the regular file leaf of pfd, about to be
  * replaced or removed; and every regular file of a subtree about to go. */
 void tar_gone_at(const struct tar_restore_opts *o, int pfd, const char *leaf, const char *path);
-/* A path (below the root "/") the restore wrote (added: where nothing of
- * that name was) or removed: note a unit file change (o->gone set only). */
-void tar_replace_note(struct tar_restore_opts *o, const char *path, bool added);
+/* A path (below the root "/") the restore wrote or removed: note a unit
+ * file change, and the name of a .service it wrote (a unit file or an
+ * enablement link) in o->units_linked (o->gone set only). */
+void tar_replace_note(struct tar_restore_opts *o, const char *path, bool written);
 void tar_gone_tree(const struct tar_restore_opts *o, int dirfd, const char *name, const struct stat *st,
 		   const char *path);

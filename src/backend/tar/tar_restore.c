@@ -501,10 +501,9 @@ static int write_symlink(struct rctx *c, int root_fd, struct archive_entry *ae)
 static int extract_one(struct rctx *c, struct archive *a, struct archive *w, int root_fd, struct archive_entry *ae)
 {
 	const char *path = archive_entry_pathname(ae);
-	const struct tar_mentry *e = c->o->gone ? tar_manifest_find(&c->m, path) : NULL;
 	int r;
 
-	tar_replace_note(c->o, path, e && !e->seen);
+	tar_replace_note(c->o, path, true);
 	if (archive_entry_filetype(ae) == AE_IFREG && !archive_entry_hardlink(ae)) {
 		if ((r = write_regular(c, a, root_fd, ae)) < 0)
 			return r;

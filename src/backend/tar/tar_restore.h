@@ -45,8 +45,8 @@ struct tar_restore_opts {
 	struct devino_map *gone;
 	const char *root_path;
 	/* Out, with gone: a unit file (a path below a systemd unit directory)
-	 * was written or removed; and the units whose *.wants/ link the restore
-	 * made where none was (array of names, NULL: not collected). */
+	 * was written or removed; and the .service names of the unit files and
+	 * enablement links it wrote (array, NULL: not collected). */
 	bool unit_files_changed;
 	json_t *units_linked;
 };
