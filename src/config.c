@@ -614,7 +614,7 @@ static int config_validate_excludes(const struct config *cfg, ckpt_error *err)
 				       "trailing '/'",
 				       x);
 		for (size_t j = 0; j < cfg->n_roots && !in; j++)
-			in = path_within(x, cfg->roots[j]) && strcmp(x, cfg->roots[j]);
+			in = (!strcmp(cfg->roots[j], "/") || path_within(x, cfg->roots[j])) && strcmp(x, cfg->roots[j]);
 		if (!in && !cfg->check_only)
 			return err_set(err, EINVAL, NULL, "config: exclude '%s' is inside no root", x);
 	}

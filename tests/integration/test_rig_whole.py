@@ -253,3 +253,47 @@ def test_a_restore_that_replaces_ckptd_itself_says_a_restart_is_due(rig):
     h = api(rig, "GET", "/v1/health").json()
     assert h["restart_due"] is True, h
     assert "ckptd" in h["restart_due_reason"]
+
+
+def test_capabilities_modes_owners_and_times_come_back(rig):
+    tool = "/usr/local/bin/wr-tool"
+    rig.sh("sh", "-c", f"cp /usr/bin/true {tool} && chown 1:2 {tool} && chmod 0750 {tool} && "
+           f"setcap cap_net_bind_service+ep {tool} && touch -m -d '2020-01-02 03:04:05' {tool}")
+    want = rig.sh("stat", "-c", "%a %u %g %Y %s", tool).stdout
+    cid = checkpoint(rig, "caps")
+    rig.sh("sh", "-c", f"echo changed > {tool} && chmod 0755 {tool} && chown 0:0 {tool}")
+    assert "cap_net_bind_service" not in rig.sh("getcap", tool).stdout
+    restore(rig, cid)
+    assert rig.sh("stat", "-c", "%a %u %g %Y %s", tool).stdout == want
+    assert "cap_net_bind_service=ep" in rig.sh("getcap", tool).stdout
+
+
+def test_a_program_holding_a_replaced_file_keeps_its_inode(rig):
+    """The restore renames the checkpoint's file over the live one, as dpkg
+    does: a process that has the live one open keeps reading what it had
+    (a rewrite in place would change the bytes under it)."""
+    path = "/usr/local/share/wr-held.txt"
+    rig.sh("sh", "-c", f"mkdir -p /usr/local/share && echo v1 > {path}")
+    cid = checkpoint(rig, "held-v1")
+    rig.sh("sh", "-c", f"echo v2 > {path}.new && mv {path}.new {path}")
+    # A scope is never stopped: its process lives through the restore.
+    rig.sh("sh", "-c", "systemd-run --scope --unit=wr-held.scope /usr/bin/python3 -c "
+           f"\"import time; f = open('{path}'); time.sleep(1e6)\" </dev/null >/dev/null 2>&1 &")
+    deadline = time.monotonic() + 20
+    pid = None
+    while pid is None and time.monotonic() < deadline:
+        procs = rig.sh("cat", "/sys/fs/cgroup/system.slice/wr-held.scope/cgroup.procs", check=False).stdout.split()
+        for p in procs:
+            fds = rig.sh("sh", "-c", f"ls -l /proc/{p}/fd", check=False).stdout
+            if path in fds:
+                pid = p
+        time.sleep(0.05)
+    assert pid, "the holder never opened the file"
+    held_ino = int(rig.sh("stat", "-c", "%i", path).stdout)
+    restore(rig, cid)
+    assert rig.sh("cat", path).stdout == "v1\n"
+    assert int(rig.sh("stat", "-c", "%i", path).stdout) != held_ino
+    fd_target = rig.sh("sh", "-c", f"for f in /proc/{pid}/fd/*; do readlink $f; done").stdout
+    assert f"{path} (deleted)" in fd_target, fd_target
+    assert rig.sh("sh", "-c", f"cat /proc/{pid}/fd/3").stdout == "v2\n"
+    rig.sh("systemctl", "stop", "wr-held.scope", check=False)

@@ -270,6 +270,58 @@ static void test_tracking_keys(void **state)
 	config_free(&cfg);
 }
 
+/* "/" is the whole sandbox: the only root, on tar, the state dir inside. */
+static void test_whole_root(void **state)
+{
+	(void)state;
+	struct config cfg;
+	ckpt_error err = { 0 };
+	char text[512];
+
+	assert_int_equal(parse(&cfg, &err, "--state-dir", tpath("s"), "--root", "/", NULL), 0);
+	assert_true(cfg.whole_root);
+	assert_string_equal(cfg.roots[0], "/");
+	config_free(&cfg);
+	assert_true(parse(&cfg, &err, "--create-roots", "--state-dir", tpath("s"), "--root", "/", "--root", tpath("r"),
+			  NULL) < 0);
+	assert_non_null(strstr(err.msg, "only root"));
+	config_free(&cfg);
+	assert_true(parse(&cfg, &err, "--state-dir", tpath("s"), "--root", "/", "--backend", "overlay", NULL) < 0);
+	assert_non_null(strstr(err.msg, "tar backend"));
+	config_free(&cfg);
+	/* the state dir may still not be / */
+	assert_true(parse(&cfg, &err, "--state-dir", "/", "--create-roots", "--root", tpath("r"), NULL) < 0);
+	assert_non_null(strstr(err.msg, "may not be /"));
+	config_free(&cfg);
+	snprintf(text, sizeof(text),
+		 "{\"state_dir\": \"%s\", \"roots\": [\"/\"], \"exclude\": [\"/opt/cache\", \"/home\"]}", tpath("s"));
+	write_text(tpath("x.json"), text);
+	assert_int_equal(parse(&cfg, &err, "--config", tpath("x.json"), NULL), 0);
+	assert_int_equal(cfg.n_excludes, 2);
+	assert_string_equal(cfg.excludes[1], "/home");
+	config_free(&cfg);
+	static const char *const bad[] = { "relative", "/opt/", "/opt//x", "/opt/../etc", "/opt/.", "/" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(text, sizeof(text), "{\"state_dir\": \"%s\", \"roots\": [\"/\"], \"exclude\": [\"%s\"]}",
+			 tpath("s"), bad[i]);
+		write_text(tpath("x.json"), text);
+		assert_true(parse(&cfg, &err, "--config", tpath("x.json"), NULL) < 0);
+		assert_non_null(strstr(err.msg, "exclude"));
+		config_free(&cfg);
+	}
+	/* outside every root */
+	snprintf(text, sizeof(text), "{\"state_dir\": \"%s\", \"roots\": [\"%s\"], \"exclude\": [\"/opt\"]}",
+		 tpath("s"), tpath("r"));
+	write_text(tpath("x.json"), text);
+	assert_true(parse(&cfg, &err, "--create-roots", "--config", tpath("x.json"), NULL) < 0);
+	assert_non_null(strstr(err.msg, "inside no root"));
+	config_free(&cfg);
+	write_text(tpath("x.json"), "{\"exclude\": \"/opt\"}");
+	assert_true(parse(&cfg, &err, "--config", tpath("x.json"), NULL) < 0);
+	assert_non_null(strstr(err.msg, "list of strings"));
+	config_free(&cfg);
+}
+
 static void test_nearest_key(void **state)
 {
 	(void)state;
@@ -282,10 +334,11 @@ static void test_nearest_key(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_flags),       cmocka_unit_test(test_file_and_flags_win),
-		cmocka_unit_test(test_errors),      cmocka_unit_test(test_token),
-		cmocka_unit_test(test_strict_file), cmocka_unit_test(test_check_only_creates_nothing),
-		cmocka_unit_test(test_nearest_key), cmocka_unit_test(test_tracking_keys),
+		cmocka_unit_test(test_flags),         cmocka_unit_test(test_file_and_flags_win),
+		cmocka_unit_test(test_errors),        cmocka_unit_test(test_token),
+		cmocka_unit_test(test_strict_file),   cmocka_unit_test(test_check_only_creates_nothing),
+		cmocka_unit_test(test_nearest_key),   cmocka_unit_test(test_whole_root),
+		cmocka_unit_test(test_tracking_keys),
 	};
 	return cmocka_run_group_tests_name("config", tests, setup, teardown);
 }
