@@ -78,6 +78,8 @@ void chg_track_disarm(struct chg_track *t)
 	t->skip_dev = keep.skip_dev;
 	t->skip_ino = keep.skip_ino;
 	t->skip_self = keep.skip_self;
+	t->excl = keep.excl;
+	t->fanotify_only = keep.fanotify_only;
 	t->fallbacks = keep.fallbacks;
 	t->fallback_logged = keep.fallback_logged;
 }
@@ -115,6 +117,12 @@ static int arm_choose(struct chg_track *t, int upper_fd)
 		if (r == 0 && t->method == CHG_TRACK_NONE)
 			snprintf(t->reason, sizeof(t->reason), "fanotify marks the root's filesystem");
 		t->method = r == 0 ? CHG_TRACK_FANOTIFY : t->method;
+		return r;
+	}
+	if (t->fanotify_only) {
+		snprintf(t->reason, sizeof(t->reason),
+			 "fanotify refused: %s; inotify not tried (a watch per file of the whole system)",
+			 strerror(-r));
 		return r;
 	}
 	int q = chg_inotify_arm(t);

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include "backend/pathindex.h"
+#include "backend/rootexcl.h"
 
 struct chg_track_seen;
 struct chg_inotify;
@@ -66,6 +67,8 @@ struct chg_track {
 	char reason[160];             /* why that method ("fanotify refused: ...") */
 	dev_t skip_dev;               /* a directory inotify does not watch (the */
 	ino_t skip_ino;               /* state dir, should it live inside a root) */
+	const struct rootexcl *excl;  /* nor these (the whole root's /proc...); may be NULL */
+	bool fanotify_only;           /* never inotify: a watch per file of a whole system */
 	uint64_t fallbacks;           /* collects that gave up for lost events or watches */
 	bool fallback_logged;         /* the caller logged the first of those */
 };

@@ -175,7 +175,9 @@ static int entry_found(struct chg_track *t, const char *rel, struct chg_dirty_se
 	if (stat_rel(t, rel, &st) < 0)
 		return 0; /* gone since: its directory has the event */
 	if (S_ISDIR(st.st_mode))
-		return st.st_dev == t->skip_dev && st.st_ino == t->skip_ino ? 0 : scan(t, rel, s);
+		return (st.st_dev == t->skip_dev && st.st_ino == t->skip_ino) || rootexcl_has(t->excl, &st)
+			? 0
+			: scan(t, rel, s);
 	if (!S_ISREG(st.st_mode) || !t->plain_dir)
 		return 0;
 	int r = watch_add(t, rel, &st, &old);

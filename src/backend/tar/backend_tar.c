@@ -75,6 +75,7 @@ static void tar_close(void *st, bool unmount)
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_lock(&s->trk_lock);
 	tar_track_free(s);
+	rootexcl_free(&s->trk_excl);
 	pthread_mutex_unlock(&s->trk_lock);
 	pthread_mutex_destroy(&s->trk_lock);
 	free(s->no_compact);

@@ -70,6 +70,7 @@ struct tar_state {
 	 * restore) began at the trackers' last collect: only a create whose
 	 * parent it is may trust the events since. The operation lock's. */
 	struct chg_track *trk;
+	struct rootexcl trk_excl; /* what the trackers leave out, as of their arming */
 	pthread_mutex_t trk_lock; /* the trackers: collects, and the sweeper's drains */
 	char trk_for[64];
 	bool trk_collected;               /* the trackers have seen everything since the last collect */

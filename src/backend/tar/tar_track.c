@@ -72,6 +72,10 @@ static int trk_arm_one(struct tar_state *s, size_t i)
 	s->trk[i].own_pid = getpid();
 	s->trk[i].skip_dev = s->state_dev;
 	s->trk[i].skip_ino = s->state_ino;
+	s->trk[i].excl = &s->trk_excl;
+	/* root /: inotify would watch every file of the system, which gVisor
+	 * cannot hold (EMFILE for every process): fanotify or nothing */
+	s->trk[i].fanotify_only = s->ctx->cfg && s->ctx->cfg->whole_root;
 	int r = fd < 0 ? -errno : chg_track_arm(&s->trk[i], fd);
 	trk_note(s, i);
 	return r;
@@ -112,6 +116,10 @@ void tar_track_arm(struct tar_state *s)
 			 off ? "turned off (track_changes \"never\")" : "out of memory");
 	if (off || !(s->trk = calloc(s->n_roots, sizeof(*s->trk))))
 		return;
+	/* inotify watches what a walk reads: never /proc and the like (root /) */
+	ckpt_error xerr = { 0 };
+	if (tar_excl_build(s, &s->trk_excl, &xerr) < 0)
+		log_warn("tar: %s", xerr.msg);
 	for (size_t i = 0; i < s->n_roots; i++) {
 		s->trk[i] = (struct chg_track)CHG_TRACK_INIT;
 		int r = trk_arm_one(s, i);
