@@ -15,7 +15,7 @@ Environments (--cases env): the backend auto picks on the host, under runsc do,
 in unshare -Urm and without CAP_SYS_ADMIN, beside rsync there (bench/envbench.py).
 
 Usage: bench/run.py [--sizes small,large] [--runs N] [--load-secs S] [--out bench/results.md]
-                    [--cases all|retry|freeze|diff|tarinc|track|host|chart|env]  (one case: printed only)
+                    [--cases all|retry|freeze|diff|tarinc|track|host|chart|env|wholeroot]  (one case: printed only)
                     [--chart-sizes 1000:10,small,large]
 (--sizes "" --load-secs 5 runs only a short load section; a size may also be
 FILES:MB, e.g. --sizes 20000:200 --cases track for a quick run.)
@@ -39,6 +39,7 @@ import load  # noqa: E402
 import chart  # noqa: E402
 import host  # noqa: E402
 import envbench  # noqa: E402
+import wholeroot  # noqa: E402
 
 TOP = pathlib.Path(__file__).resolve().parents[1]
 BUILD = pathlib.Path(os.environ.get("BUILD", TOP / "build"))
@@ -532,14 +533,14 @@ def main():
     ap.add_argument("--load-secs", type=int, default=30, help="wrk duration of the load section (0: skip)")
     ap.add_argument("--out", default=str(TOP / "bench/results.md"))
     ap.add_argument("--cases", default="all",
-                    choices=["all", "retry", "freeze", "diff", "tarinc", "track", "host", "chart", "env"],
+                    choices=["all", "retry", "freeze", "diff", "tarinc", "track", "host", "chart", "env", "wholeroot"],
                     help="all, or one case alone (printed, results.md untouched; chart still draws the SVGs)")
     ap.add_argument("--chart-sizes", default="1000:10,small,large",
                     help="tree sizes of the charts; those not in --sizes run the chart case alone")
     a = ap.parse_args()
     if not os.path.exists(CKPTD):
         sys.exit(f"{CKPTD} missing: run make first")
-    sizes = [s for s in a.sizes.split(",") if s] if a.cases not in ("host", "chart", "env") else []
+    sizes = [s for s in a.sizes.split(",") if s] if a.cases not in ("host", "chart", "env", "wholeroot") else []
     results = {s: one_size(s, a.runs, a.cases) for s in sizes}
     md = "# ckptd benchmarks\n\n" + (table(results, a.runs) if results else "")
     if a.cases in ("all", "chart"):
@@ -558,6 +559,9 @@ def main():
         md += ("\n" if results else "") + load_table(bench_load(a.load_secs))
     if a.cases == "all":  # written before host mode, so its failure loses nothing else
         pathlib.Path(a.out).write_text(md)
+    if a.cases in ("all", "wholeroot"):
+        log("[wholeroot] a Debian rootfs as /: restore after apt-get install, beside rsync")
+        md += "\n" + wholeroot.table(wholeroot.bench_wholeroot(CKPTD, min(a.runs, 5)))
     if a.cases in ("all", "host"):
         log("[host] handoffs between two host-mode instances, volume and etcd locks")
         md += "\n" + host.host_table(host.bench_host(CKPTD, min(a.runs, 9)))
