@@ -124,6 +124,9 @@ def bench_wholeroot(ckptd, runs):
             rep, wall = d.restore(clean["checkpoint_id"])
             restores.append(rep["restore_duration_ms"])
             walls.append(wall)
+            t = d.s.get(d.url + "/v1/health").json().get("tracking_roots", [{}])[0]
+            log(f"wholeroot: restore {i}: {rep['restore_duration_ms']} ms, tracked {t.get('tracked')}, "
+                f"walked {t.get('walked')}, {t.get('tracking_reason')}")
         for i in range(runs):
             apt_install(root)
             creates.append(d.create(f"installed{i}")["duration_ms"])

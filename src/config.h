@@ -36,8 +36,8 @@ struct config {
 	size_t n_roots;
 	enum backend_kind backend;
 	enum run_mode mode;
-	bool whole_root;                /* the one root is "/" (docs/whole-root.md) */
-	char *excludes[MAX_EXCLUDES];   /* "exclude": absolute paths inside a root, never captured */
+	bool whole_root;              /* the one root is "/" (docs/whole-root.md) */
+	char *excludes[MAX_EXCLUDES]; /* "exclude": absolute paths inside a root, never captured */
 	size_t n_excludes;
 	char *token; /* NULL = no auth */
 	char *config_file;

@@ -13,10 +13,10 @@
 #include <sys/types.h>
 
 struct rootexcl_item {
-	char *path;      /* absolute */
-	char *why;       /* "state dir", "mount point (proc)", "/tmp", "config exclude" */
-	bool present;    /* it exists: dev and ino are set */
-	bool nested;     /* below another item: left out with it (health omits it) */
+	char *path;   /* absolute */
+	char *why;    /* "state dir", "mount point (proc)", "/tmp", "config exclude" */
+	bool present; /* it exists: dev and ino are set */
+	bool nested;  /* below another item: left out with it (health omits it) */
 	dev_t dev;
 	ino_t ino;
 };
@@ -24,7 +24,7 @@ struct rootexcl_item {
 struct rootexcl {
 	struct rootexcl_item *v;
 	size_t n;
-	bool one_fs;  /* a directory not on root_dev is a mount point: left out */
+	bool one_fs; /* a directory not on root_dev is a mount point: left out */
 	dev_t root_dev;
 };
 

@@ -7,12 +7,12 @@
 #include "backend/tar/tar_manifest.h"
 
 struct tar_create_opts {
-	bool zstd;                 /* compress with zstd (else no filter) */
-	dev_t skip_dev;            /* a directory never captured (the state dir, */
-	ino_t skip_ino;            /* should it live inside a root) */
+	bool zstd;                   /* compress with zstd (else no filter) */
+	dev_t skip_dev;              /* a directory never captured (the state dir, */
+	ino_t skip_ino;              /* should it live inside a root) */
 	const struct rootexcl *excl; /* what else is never captured (NULL: nothing) */
-	struct progress *p;        /* may be NULL */
-	struct timespec max_ctime; /* out: newest ctime recorded */
+	struct progress *p;          /* may be NULL */
+	struct timespec max_ctime;   /* out: newest ctime recorded */
 	/* Incremental: a regular file (one link) that the parent manifest lists
 	 * as the same inode, ctime, mtime and size (or that a restore of the
 	 * parent wrote: its alias) is not archived again; its line names the

@@ -12,10 +12,10 @@ struct tar_restore_opts {
 	dev_t skip_dev; /* a directory never touched (the state dir) */
 	ino_t skip_ino;
 	const struct rootexcl *excl; /* what else is never touched (NULL: nothing) */
-	struct progress *p;        /* may be NULL; totals are added to */
-	bool trust_nothing;        /* rewrite every entry: a past restore failed */
-	bool no_alias;             /* not the root (a fork): keep the alias cache as it is */
-	struct timespec max_ctime; /* out: newest ctime remembered as an alias */
+	struct progress *p;          /* may be NULL; totals are added to */
+	bool trust_nothing;          /* rewrite every entry: a past restore failed */
+	bool no_alias;               /* not the root (a fork): keep the alias cache as it is */
+	struct timespec max_ctime;   /* out: newest ctime remembered as an alias */
 	/* Where the checkpoints an incremental manifest names as data sources
 	 * live (<store>/<src>/ or, once deleted, <store>/.keep/<src>/); -1 when
 	 * the manifest must be self-contained. */

@@ -9,7 +9,7 @@ struct tar_verify_opts {
 	dev_t skip_dev;        /* a directory never compared (the state dir) */
 	ino_t skip_ino;
 	const struct rootexcl *excl; /* what else is never compared */
-	size_t max_diffs; /* stop once diffs holds this many */
+	size_t max_diffs;            /* stop once diffs holds this many */
 };
 
 /* Append {"path", "reason"} to diffs for each difference found (reasons:
