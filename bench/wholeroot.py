@@ -3,13 +3,15 @@ wholeroot`: a checkpoint of a Debian rootfs (the rig's, a few hundred MB),
 then a restore after an `apt-get install` of a few MB, against
 `rsync -a --delete` of the rootfs from a pristine copy of the same state.
 
-ckptd runs on "/" of a copy of the rootfs: chrooted in a mount namespace of
-its own (proc and a tmpfs /tmp mounted there), with CAP_SYS_ADMIN, so
-fanotify tracks changes. This machine's / is never its root. The .deb files
+ckptd runs on "/" of a copy of the rootfs, on an ext4 filesystem of its own
+(a loop device): chrooted in a mount namespace of its own (proc and a tmpfs
+/tmp mounted there), with CAP_SYS_ADMIN, so fanotify tracks changes. This machine's / is never its root. The .deb files
 are fetched on the host with `apt-get download` (the chroot has no sources).
 """
+import os
 import pathlib
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -51,8 +53,11 @@ class ChrootDaemon:
         script = (f"mount --make-rprivate / && mount --bind {root} {root} && mount -t proc proc {root}/proc && "
                   f"mount -t tmpfs tmpfs {root}/tmp && exec chroot {root} /wr/ckptd --root / --backend tar "
                   f"--state-dir /var/lib/ckptd --listen 127.0.0.1:{self.port}")
-        self.log = open(root.parent / "ckptd-wholeroot.log", "wb")
-        self.proc = subprocess.Popen(["unshare", "-m", "sh", "-c", script], stdout=self.log, stderr=self.log)
+        self.log = open(root.parent.parent / "ckptd-wholeroot.log", "wb")
+        # its own pid namespace too, as a sandbox: the services step scans
+        # the sandbox's processes, not every process of this machine
+        argv = ["unshare", "-m", "-p", "-f", "--kill-child=SIGTERM", "sh", "-c", script]
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log, start_new_session=True)
         self.s = requests.Session()
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
@@ -81,8 +86,14 @@ class ChrootDaemon:
         return r.json(), wall
 
     def stop(self):
+        # ckptd is the init of its pid namespace: a signal it takes with
+        # sigwait, not a handler, does not reach it from outside. SIGKILL does.
         self.proc.terminate()
-        self.proc.wait(60)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(60)
         self.log.close()
 
 
@@ -97,8 +108,15 @@ def bench_wholeroot(ckptd, runs):
     lower = rigmod.build_rootfs()
     work = pathlib.Path(tempfile.mkdtemp(prefix="ckptd-bench-wholeroot-", dir="/tmp"))
     d = None
+    fs = work / "fs"
     try:
-        root, pristine = work / "root", work / "pristine"
+        # A filesystem of its own, as a sandbox's root is: fanotify marks a
+        # whole filesystem, and this machine's is busy with other work.
+        subprocess.run(["truncate", "-s", "3G", str(work / "fs.img")], check=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", str(work / "fs.img")], check=True)
+        fs.mkdir()
+        subprocess.run(["mount", "-o", "loop", str(work / "fs.img"), str(fs)], check=True)
+        root, pristine = fs / "root", fs / "pristine"
         subprocess.run(["cp", "-a", str(lower), str(root)], check=True)
         (root / "wr/debs").mkdir(parents=True)
         subprocess.run(["apt-get", "download"] + DEBS, cwd=root / "wr/debs", check=True,
@@ -125,7 +143,8 @@ def bench_wholeroot(ckptd, runs):
             restores.append(rep["restore_duration_ms"])
             walls.append(wall)
             t = d.s.get(d.url + "/v1/health").json().get("tracking_roots", [{}])[0]
-            log(f"wholeroot: restore {i}: {rep['restore_duration_ms']} ms, tracked {t.get('tracked')}, "
+            phases = rep.get("phases", {})
+            log(f"wholeroot: restore {i}: {rep['restore_duration_ms']} ms {phases}, tracked {t.get('tracked')}, "
                 f"walked {t.get('walked')}, {t.get('tracking_reason')}")
         for i in range(runs):
             apt_install(root)
@@ -145,6 +164,7 @@ def bench_wholeroot(ckptd, runs):
     finally:
         if d:
             d.stop()
+        subprocess.run(["umount", str(fs)], check=False)
         subprocess.run(["rm", "-rf", str(work)], check=False)
 
 

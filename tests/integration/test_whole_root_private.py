@@ -55,8 +55,10 @@ def importable():
     return subprocess.run([sys.executable, "-c", "import ckptd_wr_demo"], cwd="/").returncode == 0
 
 log = open("/tmp/wr-ckptd.log", "w")
+# a sanitizer build: LSan's scan at exit needs ptrace, which gVisor lacks
+env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
 d = subprocess.Popen(["/wr/ckptd", "--root", "/", "--state-dir", "/var/lib/ckptd", "--listen", "unix:" + SOCK],
-                     stdout=log, stderr=subprocess.STDOUT)
+                     stdout=log, stderr=subprocess.STDOUT, env=env)
 out = {}
 try:
     deadline = time.monotonic() + 600
@@ -68,7 +70,7 @@ try:
         except OSError:
             pass
         if time.monotonic() > deadline or d.poll() is not None:
-            raise SystemExit("ckptd never became healthy")
+            raise SystemExit("ckptd never became healthy: " + open("/tmp/wr-ckptd.log").read()[-2000:])
         time.sleep(0.2)
     out["health"] = h
     out["before"] = pip_list()
@@ -92,6 +94,16 @@ print("WR-RESULT " + json.dumps(out))
 '''.replace("WHEEL", WHEEL)
 
 
+def copy_sanitizer_runtime(root):
+    """A ckptd built with SANITIZE= needs libasan/libubsan, which the rootfs
+    lacks: the host's (same Debian), as the rig does."""
+    out = subprocess.run(["ldd", str(BUILD / "ckptd")], capture_output=True, text=True).stdout
+    for ln in out.splitlines():
+        if "=>" in ln and any(k in ln for k in ("libasan", "libubsan", "liblsan")):
+            lib = pathlib.Path(ln.split("=>")[1].split()[0])
+            shutil.copy2(os.path.realpath(lib), root / "usr/lib" / lib.parent.name / lib.name)
+
+
 @pytest.fixture
 def private_root():
     """A copy-on-write Debian root of its own: overlay(lower=cached rootfs)."""
@@ -107,6 +119,7 @@ def private_root():
         wr = root / "wr"
         wr.mkdir()
         shutil.copy2(BUILD / "ckptd", wr / "ckptd")
+        copy_sanitizer_runtime(root)
         (wr / "drive.py").write_text(DRIVE_PY)
         (wr / WHEEL).write_bytes(wheel_bytes("ckptd_wr_demo", "1.0"))
         yield root
