@@ -435,11 +435,9 @@ static void record_written(struct rctx *c, int root_fd)
 		close(TAKE_FD(c->pdir_fd));
 }
 
-/* A regular file is written here, not by libarchive, so that every step
- * (data, size, owner, mode, xattrs, times, close) is checked. Order per
- * inode: data, chown, chmod, xattrs, then times. As dpkg installs a file,
- * it is written beside its name and renamed over it: a program that has
- * the old one open or mapped keeps that inode whole, and the name never
+/* A regular file is written here, not by libarchive, so that every step is
+ * checked: data, chown, chmod, xattrs, times. As dpkg does, beside its name,
+ * then renamed over it: a program keeps the old inode whole, the name never
  * goes missing (a library in use is never rewritten in place). */
 static int write_regular(struct rctx *c, struct archive *a, int root_fd, struct archive_entry *ae)
 {
