@@ -18,8 +18,15 @@ static void tar_new_name(char *tmp, size_t len)
 	snprintf(tmp, len, ".ckptd-new.%ld.%u", (long)getpid(), atomic_fetch_add(&tar_new_seq, 1));
 }
 
-int tar_new_open(int pfd, char *tmp, size_t len)
+int tar_new_open(int pfd, const char *leaf, bool by_rename, char *tmp, size_t len)
 {
+	if (!by_rename) {
+		tmp[0] = '\0';
+		if (unlinkat(pfd, leaf, 0) < 0 && errno != ENOENT)
+			return -errno;
+		int fd = openat(pfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		return fd >= 0 ? fd : -errno;
+	}
 	for (int i = 0; i < TAR_NEW_TRIES; i++) {
 		tar_new_name(tmp, len);
 		int fd = openat(pfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -43,6 +50,8 @@ int tar_new_symlink(int pfd, const char *target, char *tmp, size_t len)
 
 int tar_replace_commit(int pfd, const char *tmp, const char *leaf)
 {
+	if (!tmp[0])
+		return 0;
 	return renameat(pfd, tmp, pfd, leaf) < 0 ? -errno : 0;
 }
 

@@ -248,7 +248,7 @@ static int prepare_one(struct rctx *c, int root_fd, struct tar_mentry *e)
 
 	if (pfd < 0)
 		return err_set(c->err, pfd, NULL, "cannot open the directory of '%s': %s", e->path, strerror(-pfd));
-	if (e->type == 'f' || e->type == 'l')
+	if (c->o->by_rename && (e->type == 'f' || e->type == 'l'))
 		return 0; /* replaced by a rename over it (write_regular, write_symlink) */
 	if (e->type != 'd') {
 		tar_gone_at(c->o, pfd, leaf, e->path);
@@ -436,9 +436,8 @@ static void record_written(struct rctx *c, int root_fd)
 }
 
 /* A regular file is written here, not by libarchive, so that every step is
- * checked: data, chown, chmod, xattrs, times. As dpkg does, beside its name,
- * then renamed over it: a program keeps the old inode whole, the name never
- * goes missing (a library in use is never rewritten in place). */
+ * checked: data, chown, chmod, xattrs, times. by_rename: as dpkg does, beside
+ * its name, then renamed over it (tar_replace.h). */
 static int write_regular(struct rctx *c, struct archive *a, int root_fd, struct archive_entry *ae)
 {
 	const char *path = archive_entry_pathname(ae), *leaf;
@@ -450,7 +449,7 @@ static int write_regular(struct rctx *c, struct archive *a, int root_fd, struct 
 
 	if (pfd < 0)
 		return err_set(c->err, -pfd, NULL, "cannot open the directory of '%s': %s", path, strerror(-pfd));
-	fd = tar_new_open(pfd, tmp, sizeof(tmp));
+	fd = tar_new_open(pfd, leaf, c->o->by_rename, tmp, sizeof(tmp));
 	if (fd < 0)
 		return sys_err(c, -fd, "create", path);
 	if (archive_entry_size(ae) > 0)
@@ -471,7 +470,7 @@ static int write_regular(struct rctx *c, struct archive *a, int root_fd, struct 
 		tar_gone_at(c->o, pfd, leaf, path);
 	if (r >= 0 && (x = tar_replace_commit(pfd, tmp, leaf)) < 0)
 		r = sys_err(c, -x, "rename into place", path);
-	if (r < 0)
+	if (r < 0 && tmp[0])
 		unlinkat(pfd, tmp, 0);
 	return r;
 }
@@ -485,7 +484,7 @@ static int write_symlink(struct rctx *c, int root_fd, struct archive_entry *ae)
 	struct timespec mtime = { archive_entry_mtime(ae), archive_entry_mtime_nsec(ae) };
 	int pfd, r;
 
-	if (archive_entry_filetype(ae) != AE_IFLNK || archive_entry_hardlink(ae) || !target ||
+	if (!c->o->by_rename || archive_entry_filetype(ae) != AE_IFLNK || archive_entry_hardlink(ae) || !target ||
 	    archive_entry_xattr_count(ae) > 0)
 		return 0;
 	if ((pfd = parent_fd(c, root_fd, path, &leaf)) < 0)

@@ -44,6 +44,9 @@ struct tar_restore_opts {
 	 * maps or holds one still uses: tar_gone.h). */
 	struct devino_map *gone;
 	const char *root_path;
+	/* Write each regular file and symlink beside its name and rename it
+	 * over (tar_replace.h), not unlink then create: the whole root. */
+	bool by_rename;
 	/* Out, with gone: a unit file (a path below a systemd unit directory)
 	 * was written or removed; and the .service names of the unit files and
 	 * enablement links it wrote (array, NULL: not collected). */

@@ -44,6 +44,7 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 		o.outside_inos = journal && s->trk ? s->trk[i].outside_inos : NULL;
 		o.n_outside_inos = journal && s->trk ? s->trk[i].n_outside_inos : 0;
 		o.root_path = s->roots[i];
+		o.by_rename = s->ctx->cfg && s->ctx->cfg->whole_root; /* also when resumed at start */
 		o.gone = whole ? whole->gone : NULL;
 		o.units_linked = whole ? whole->units_linked : NULL;
 		int r = tar_restore_root(fd, cfd, arch, man, &o, &one, err);
