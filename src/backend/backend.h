@@ -25,6 +25,10 @@ struct backend_ctx {
 	 * paths read these, not the whole config */
 	enum track_mode track_changes;
 	bool track_check;
+	/* the root is "/" (docs/whole-root.md), and the config's "exclude" */
+	bool whole_root;
+	char *const *excludes;
+	size_t n_excludes;
 	/* Called by open right before it mounts over a root (first adoption,
 	 * reboot, an interrupted restore), with what the mount is about to hide
 	 * still in place; may be NULL. */

@@ -149,6 +149,9 @@ static int engine_open_state(struct engine *e, const struct engine_deps *deps, c
 					.n_roots = e->cfg->n_roots,
 					.track_changes = e->cfg->track_changes,
 					.track_check = e->cfg->track_check,
+					.whole_root = e->cfg->whole_root,
+					.excludes = e->cfg->excludes,
+					.n_excludes = e->cfg->n_excludes,
 					.before_mount = engine_adopt_before_mount,
 					.hook_ctx = e };
 	if ((r = engine_choose_backend(e, deps, err)) < 0)

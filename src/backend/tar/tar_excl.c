@@ -5,10 +5,9 @@
 
 int tar_excl_build(const struct tar_state *s, struct rootexcl *x, ckpt_error *err)
 {
-	const struct config *cfg = s->ctx->cfg;
-	bool whole = cfg && cfg->whole_root;
-	int r = rootexcl_build(x, whole, whole ? s->ctx->state_dir : NULL, cfg ? cfg->excludes : NULL,
-			       cfg ? cfg->n_excludes : 0, "/proc/self/mountinfo");
+	bool whole = s->ctx->whole_root;
+	int r = rootexcl_build(x, whole, whole ? s->ctx->state_dir : NULL, s->ctx->excludes, s->ctx->n_excludes,
+			       "/proc/self/mountinfo");
 	return r < 0 ? err_set(err, -r, NULL, "cannot list what the roots leave out: %s", strerror(-r)) : 0;
 }
 

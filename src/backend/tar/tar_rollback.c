@@ -44,7 +44,7 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 		o.outside_inos = journal && s->trk ? s->trk[i].outside_inos : NULL;
 		o.n_outside_inos = journal && s->trk ? s->trk[i].n_outside_inos : 0;
 		o.root_path = s->roots[i];
-		o.by_rename = s->ctx->cfg && s->ctx->cfg->whole_root; /* also when resumed at start */
+		o.by_rename = s->ctx->whole_root; /* also when resumed at start */
 		o.gone = whole ? whole->gone : NULL;
 		o.units_linked = whole ? whole->units_linked : NULL;
 		int r = tar_restore_root(fd, cfd, arch, man, &o, &one, err);
@@ -98,7 +98,7 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	tar_track_scan_suspects(s, sus);
 	/* The whole sandbox: what the restore replaced, for the services step */
 	struct restore_details whole = { 0 };
-	bool want_whole = details && s->ctx->cfg && s->ctx->cfg->whole_root;
+	bool want_whole = details && s->ctx->whole_root;
 	if (want_whole && (!(whole.gone = calloc(1, sizeof(*whole.gone))) || !(whole.units_linked = json_array()))) {
 		restore_details_free(&whole);
 		return err_set(err, ENOMEM, NULL, "out of memory");

@@ -75,7 +75,7 @@ static int trk_arm_one(struct tar_state *s, size_t i)
 	s->trk[i].excl = &s->trk_excl;
 	/* root /: inotify would watch every file of the system, which gVisor
 	 * cannot hold (EMFILE for every process): fanotify or nothing */
-	s->trk[i].fanotify_only = s->ctx->cfg && s->ctx->cfg->whole_root;
+	s->trk[i].fanotify_only = s->ctx->whole_root;
 	int r = fd < 0 ? -errno : chg_track_arm(&s->trk[i], fd);
 	trk_note(s, i);
 	return r;
