@@ -533,7 +533,8 @@ def main():
     ap.add_argument("--load-secs", type=int, default=30, help="wrk duration of the load section (0: skip)")
     ap.add_argument("--out", default=str(TOP / "bench/results.md"))
     ap.add_argument("--cases", default="all",
-                    choices=["all", "retry", "freeze", "diff", "tarinc", "track", "host", "chart", "env", "wholeroot"],
+                    choices=["all", "retry", "freeze", "diff", "tarinc", "track", "host", "chart", "env",
+                             "wholeroot"],
                     help="all, or one case alone (printed, results.md untouched; chart still draws the SVGs)")
     ap.add_argument("--chart-sizes", default="1000:10,small,large",
                     help="tree sizes of the charts; those not in --sizes run the chart case alone")
