@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
+#include "lib/failpoint.h"
 #include "lib/walk.h"
 
 #define TAR_NEW_TRIES 64
@@ -22,7 +23,7 @@ int tar_new_open(int pfd, const char *leaf, bool by_rename, char *tmp, size_t le
 {
 	if (!by_rename) {
 		tmp[0] = '\0';
-		if (unlinkat(pfd, leaf, 0) < 0 && errno != ENOENT)
+		if (FAILPOINT_AROUND("tar.restore.file.unlink", unlinkat(pfd, leaf, 0)) < 0 && errno != ENOENT)
 			return -errno;
 		int fd = openat(pfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 		return fd >= 0 ? fd : -errno;
