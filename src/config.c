@@ -184,8 +184,7 @@ static int json_list(json_t *v, char **dst, size_t *n, size_t max, const char *w
 			       json_string_value(v));
 	if (!json_is_array(v))
 		return err_set(err, EINVAL, NULL, "config: %s must be a list of strings", what);
-	json_array_foreach(v, i, e)
-	{
+	json_array_foreach (v, i, e) {
 		if (!json_is_string(e))
 			return err_set(err, EINVAL, NULL, "config: %s must hold strings", what);
 		int r = add_list(dst, n, max, json_string_value(e), what, err);
@@ -232,8 +231,7 @@ static int json_units(struct config *cfg, json_t *v, ckpt_error *err)
 	if (!json_is_array(v))
 		return err_set(err, EINVAL, NULL, "config: services must be \"auto\", \"none\" or a list of units");
 	cfg->services_auto = false;
-	json_array_foreach(v, i, e)
-	{
+	json_array_foreach (v, i, e) {
 		if (!json_is_string(e))
 			return err_set(err, EINVAL, NULL, "config: services must hold unit names");
 		if (!strcmp(json_string_value(e), "auto")) {
@@ -434,8 +432,7 @@ static int config_check_keys(json_t *obj, ckpt_error *err)
 {
 	const char *key;
 	json_t *v;
-	json_object_foreach(obj, key, v)
-	{
+	json_object_foreach (obj, key, v) {
 		bool known = false;
 		for (const char *const *k = known_keys; *k && !known; k++)
 			known = !strcmp(key, *k);

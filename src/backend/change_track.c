@@ -308,10 +308,10 @@ static int read_events(struct chg_track *t, struct chg_dirty_set *s, const char 
 }
 
 struct in_use {
-	struct chg_track *t;        /* NULL: no plain_dir handling (but plain) */
-	bool plain;                 /* a plain directory: files outside it are not its */
-	struct chg_dirty_set *s;    /* NULL: only suspects are wanted (chg_scan_mapped) */
-	struct pathindex *sus; /* files mapped shared and writable */
+	struct chg_track *t;     /* NULL: no plain_dir handling (but plain) */
+	bool plain;              /* a plain directory: files outside it are not its */
+	struct chg_dirty_set *s; /* NULL: only suspects are wanted (chg_scan_mapped) */
+	struct pathindex *sus;   /* files mapped shared and writable */
 	const char *root;
 	size_t root_len;
 	dev_t dev;
@@ -418,8 +418,7 @@ static size_t root_len(const char *root_path)
 	return n;
 }
 
-int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struct pathindex **sus,
-		    const char **why)
+int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struct pathindex **sus, const char **why)
 {
 	struct in_use u = {
 		.plain = plain_dir, .sus = *sus, .root = root_path, .root_len = root_len(root_path), .dev = root_dev

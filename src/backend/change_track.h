@@ -32,8 +32,8 @@ enum chg_track_method {
 struct chg_track {
 	int fan;                 /* fanotify group, -1 when not armed */
 	struct chg_inotify *ino; /* or the inotify watches (change_track_inotify.c) */
-	int upper;  /* the upper dir, for open_by_handle_at */
-	char *path; /* the upper as /proc/self/fd reads it */
+	int upper;               /* the upper dir, for open_by_handle_at */
+	char *path;              /* the upper as /proc/self/fd reads it */
 	size_t len;
 	struct chg_track_seen *seen; /* what the events read so far say */
 	/* the last collect's suspects (treecopy_opts.suspects), or NULL */
@@ -145,8 +145,7 @@ int chg_track_collect_events(struct chg_track *t, struct pathindex_dirty **ret, 
  * under another path (a mount namespace or chroot) or /proc cannot be read.
  * plain_dir: the root is a directory of a filesystem others use too (tar),
  * so files mapped outside its path are taken as not its own. */
-int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struct pathindex **sus,
-		    const char **why);
+int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struct pathindex **sus, const char **why);
 
 /* Whether anything changed in the upper since the last collect (or this
  * cannot be told): what makes a check of collect's answer inconclusive. The

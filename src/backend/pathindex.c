@@ -75,8 +75,7 @@ static int pathindex_grow(struct pathindex *ix)
 	return 0;
 }
 
-static int pathindex_set(struct pathindex *ix, const char *path, uint64_t ino, uint64_t size, int64_t cs,
-			      long cns)
+static int pathindex_set(struct pathindex *ix, const char *path, uint64_t ino, uint64_t size, int64_t cs, long cns)
 {
 	if ((ix->n + 1) * 2 > ix->cap && pathindex_grow(ix) < 0)
 		return -ENOMEM;
@@ -106,7 +105,7 @@ int pathindex_put(struct pathindex *ix, const char *relpath, const struct stat *
 int pathindex_put_untrusted(struct pathindex *ix, const char *relpath, const struct stat *st)
 {
 	return pathindex_set(ix, relpath, st->st_ino, st->st_size, st->st_ctim.tv_sec,
-				  st->st_ctim.tv_nsec + IX_UNTRUSTED);
+			     st->st_ctim.tv_nsec + IX_UNTRUSTED);
 }
 
 bool pathindex_match_untrusted(const struct pathindex *ix, const char *relpath, const struct stat *st)

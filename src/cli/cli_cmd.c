@@ -190,7 +190,8 @@ static void cli_cmd_list_human(json_t *body)
 	json_t *all = json_object_get(body, "checkpoints"), *c;
 	size_t i;
 	if (cli_cmd_quiet) {
-		json_array_foreach(all, i, c) puts(json_string_value(json_object_get(c, "checkpoint_id")) ?: "");
+		json_array_foreach (all, i, c)
+			puts(json_string_value(json_object_get(c, "checkpoint_id")) ?: "");
 		return;
 	}
 	if (json_array_size(all) == 0) {
@@ -362,7 +363,8 @@ static int cli_cmd_restore_check(const struct cli_opts *o, const char *path)
 			puts("\nUnits the restore would stop, then start again:");
 			size_t i;
 			json_t *u;
-			json_array_foreach(units, i, u) printf("  %s\n", json_string_value(u));
+			json_array_foreach (units, i, u)
+				printf("  %s\n", json_string_value(u));
 			if (json_array_size(units) == 0)
 				puts("  none");
 		}

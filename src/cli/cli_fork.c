@@ -57,10 +57,11 @@ int cli_cmd_forks(const struct cli_opts *o, const char *unused)
 	json_t *list = json_object_get(r.json, "forks");
 	if (json_array_size(list))
 		printf("%-28s %-28s %s\n", "FORK", "CHECKPOINT", "DIR");
-	json_array_foreach(list, i, f) printf("%-28s %-28s %s%s\n", json_string_value(json_object_get(f, "fork_id")),
-					      json_string_value(json_object_get(f, "checkpoint_id")),
-					      json_string_value(json_object_get(f, "path")),
-					      json_is_false(json_object_get(f, "mounted")) ? " (not mounted)" : "");
+	json_array_foreach (list, i, f)
+		printf("%-28s %-28s %s%s\n", json_string_value(json_object_get(f, "fork_id")),
+		       json_string_value(json_object_get(f, "checkpoint_id")),
+		       json_string_value(json_object_get(f, "path")),
+		       json_is_false(json_object_get(f, "mounted")) ? " (not mounted)" : "");
 	return CKPT_EXIT_OK;
 }
 
@@ -81,7 +82,9 @@ static char cli_diff_letter(json_t *c)
 	const char *kind = json_string_value(json_object_get(c, "change")) ?: "";
 	size_t i;
 	json_t *v;
-	json_array_foreach(json_object_get(c, "changes"), i, v) if (!strcmp(json_string_value(v), "type")) return 'T';
+	json_array_foreach (json_object_get(c, "changes"), i, v)
+		if (!strcmp(json_string_value(v), "type"))
+			return 'T';
 	return kind[0] == 'a' ? 'A' : kind[0] == 'd' ? 'D' : 'M';
 }
 
@@ -111,8 +114,7 @@ int cli_diff_print(const struct cli_opts *o, const char *ref, const char *agains
 		} else {
 			size_t i;
 			json_t *c;
-			json_array_foreach(json_object_get(r.json, "changes"), i, c)
-			{
+			json_array_foreach (json_object_get(r.json, "changes"), i, c) {
 				const char *p = json_string_value(json_object_get(c, "path"));
 				printf("%c %s%s\n", cli_diff_letter(c), p ? p : "?",
 				       !strcmp(json_string_value(json_object_get(c, "type")) ?: "", "directory") ? "/"
@@ -155,8 +157,9 @@ int cli_cmd_release(const struct cli_opts *o, const char *root)
 		return rc;
 	size_t i;
 	json_t *v;
-	json_array_foreach(json_object_get(r.json, "released"), i, v) printf(
-		"Released %s: a plain directory now; ckptd adopts it again when it restarts\n", json_string_value(v));
+	json_array_foreach (json_object_get(r.json, "released"), i, v)
+		printf("Released %s: a plain directory now; ckptd adopts it again when it restarts\n",
+		       json_string_value(v));
 	size_t dropped = json_array_size(json_object_get(r.json, "dropped_checkpoints"));
 	if (dropped)
 		printf("Dropped %zu checkpoint%s\n", dropped, dropped == 1 ? "" : "s");

@@ -127,8 +127,7 @@ static void cli_out_list(const char *label, json_t *arr)
 	}
 	size_t i;
 	json_t *v;
-	json_array_foreach(arr, i, v)
-	{
+	json_array_foreach (arr, i, v) {
 		const char *s = json_string_value(v);
 		_cli_cleanup_free_ char *dump = s ? NULL : json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 		printf("%s%s", i ? ", " : "", s ? s : dump ? dump : "?");
@@ -146,8 +145,7 @@ static void cli_out_labels(json_t *labels)
 	const char *k;
 	json_t *v;
 	bool first = true;
-	json_object_foreach(labels, k, v)
-	{
+	json_object_foreach (labels, k, v) {
 		printf("%s%s=%s", first ? "" : ", ", k, json_string_value(v) ? json_string_value(v) : "");
 		first = false;
 	}
@@ -195,7 +193,7 @@ static void cli_out_verify(json_t *rep)
 	       cli_out_uint(rep, "verify_ms"));
 	if (json_object_get(rep, "verify_error"))
 		printf("%-16s%s\n", "", cli_out_str(rep, "verify_error", "-"));
-	json_array_foreach(json_object_get(rep, "verify_differences"), i, d)
+	json_array_foreach (json_object_get(rep, "verify_differences"), i, d)
 		printf("%-16s%s: %s\n", "", cli_out_str(d, "reason", "-"), cli_out_str(d, "path", "-"));
 }
 
@@ -230,8 +228,7 @@ void cli_out_restore(json_t *rep)
 		cli_out_list("Activating:", json_object_get(rep, "activating_services"));
 	const char *unit;
 	json_t *why;
-	json_object_foreach(json_object_get(rep, "failures"), unit, why)
-	{
+	json_object_foreach (json_object_get(rep, "failures"), unit, why) {
 		printf("%-16s%s: %s\n", "Failure:", unit, json_string_value(why) ? json_string_value(why) : "?");
 	}
 	if (json_array_size(json_object_get(rep, "busy_processes")))
@@ -261,13 +258,13 @@ static void cli_out_root_details(json_t *details)
 {
 	size_t i;
 	json_t *d;
-	json_array_foreach(details, i, d)
-	{
+	json_array_foreach (details, i, d) {
 		json_t *o = json_object_get(d, "overlay");
 		printf("%-16s%s: %s (%s)\n", "Backend:", cli_out_str(d, "path", "?"), cli_out_str(d, "backend", "-"),
 		       cli_out_str(d, "backend_reason", "-"));
 		if (o)
-			printf("%-16s%s overlay, redirect_dir %s, userxattr %s\n", "Overlay:", cli_out_str(o, "kind", "?"),
+			printf("%-16s%s overlay, redirect_dir %s, userxattr %s\n",
+			       "Overlay:", cli_out_str(o, "kind", "?"),
 			       json_is_true(json_object_get(o, "redirect_dir")) ? "on" : "off",
 			       json_is_true(json_object_get(o, "userxattr")) ? "on" : "off");
 	}
@@ -278,30 +275,26 @@ void cli_out_status(json_t *h)
 {
 	json_t *users = json_object_get(h, "unmanaged_users"), *u, *a = json_object_get(h, "adoption");
 	size_t i;
-	json_array_foreach(users, i, u)
-	{
+	json_array_foreach (users, i, u) {
 		printf("warning: process %lld (%s) uses a managed root%s and belongs to no managed unit\n",
 		       (long long)json_integer_value(json_object_get(u, "pid")), cli_out_str(u, "command", "?"),
 		       json_is_true(json_object_get(u, "hidden")) ? " through the directory hidden under the mount"
 								  : "");
 	}
-	json_array_foreach(json_object_get(h, "released_roots"), i, u)
-	{
+	json_array_foreach (json_object_get(h, "released_roots"), i, u) {
 		printf("warning: %s was released: a plain directory, not managed until ckptd restarts\n",
 		       json_string_value(u));
 	}
-	json_array_foreach(json_object_get(h, "tracking_roots"), i, u)
-	{
+	json_array_foreach (json_object_get(h, "tracking_roots"), i, u) {
 		size_t k;
 		json_t *g;
-		json_array_foreach(json_object_get(u, "not_guaranteed"), k, g)
+		json_array_foreach (json_object_get(u, "not_guaranteed"), k, g)
 			printf("warning: %s: not guaranteed: %s\n", cli_out_str(u, "path", "?"), json_string_value(g));
 	}
 	printf("%-16s%s, %s backend, %lld checkpoint(s)\n", "Status:", cli_out_str(h, "status", "-"),
 	       cli_out_str(h, "backend", "-"), (long long)json_integer_value(json_object_get(h, "checkpoints")));
 	cli_out_list("Roots:", json_object_get(h, "roots"));
-	json_array_foreach(json_object_get(h, "tracking_roots"), i, u)
-	{
+	json_array_foreach (json_object_get(h, "tracking_roots"), i, u) {
 		printf("%-16s%s: %s (%s)\n", i ? "" : "Tracking:", cli_out_str(u, "path", "?"),
 		       cli_out_str(u, "tracking", "?"), cli_out_str(u, "tracking_reason", "?"));
 	}

@@ -135,8 +135,7 @@ static int cli_req_resolve_name(const struct cli_opts *o, const char *name, char
 	/* The daemon's rule for names: the newest active checkpoint, else the newest. */
 	json_t *all = json_object_get(r.json, "checkpoints"), *c, *pick = json_array_get(all, 0);
 	size_t i;
-	json_array_foreach(all, i, c)
-	{
+	json_array_foreach (all, i, c) {
 		if (strcmp(json_string_value(json_object_get(c, "status")) ?: "", "active") == 0) {
 			pick = c;
 			break;

@@ -86,7 +86,9 @@ json_t *record_json(const struct ckpt_record *r, bool internal)
 		if (r->backend_data)
 			json_object_set_new(o, "_backend", json_deep_copy(r->backend_data));
 	}
-	json_object_foreach(r->extra, k, v) if (internal || k[0] != '_') json_object_set_new(o, k, json_deep_copy(v));
+	json_object_foreach (r->extra, k, v)
+		if (internal || k[0] != '_')
+			json_object_set_new(o, k, json_deep_copy(v));
 	return o;
 }
 
@@ -148,8 +150,7 @@ static void record_fill(struct ckpt_record *r, json_t *j)
 	r->error = member_copy(j, "error", JSON_OBJECT);
 	if (json_object_get(j, "_backend"))
 		r->backend_data = json_deep_copy(json_object_get(j, "_backend"));
-	json_object_foreach(j, k, v)
-	{
+	json_object_foreach (j, k, v) {
 		if (member_known(k))
 			continue;
 		if (!r->extra)

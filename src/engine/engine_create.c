@@ -25,8 +25,7 @@ static int create_validate(const struct create_req *req, ckpt_error *err)
 	if (!json_is_object(req->labels) || json_object_size(req->labels) > LABELS_MAX)
 		return err_set_kind(err, ERR_INVALID, EINVAL, "invalid_field",
 				    "labels must be an object of at most %d strings", LABELS_MAX);
-	json_object_foreach(req->labels, k, v)
-	{
+	json_object_foreach (req->labels, k, v) {
 		if (!name_valid(k) || !json_is_string(v) || strlen(json_string_value(v)) > 1024)
 			return err_set_kind(
 				err, ERR_INVALID, EINVAL, "invalid_field",

@@ -106,8 +106,7 @@ int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req 
 	size_t i, total = json_array_size(all);
 	json_t *c;
 	bool more = false;
-	json_array_foreach(all, i, c)
-	{
+	json_array_foreach (all, i, c) {
 		if (after && strcmp(json_string_value(json_object_get(c, "path")), after) <= 0)
 			continue;
 		if (json_array_size(page) == limit) {

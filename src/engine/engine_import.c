@@ -106,10 +106,8 @@ static int import_manifest(struct import_ctx *c, struct archive *a, struct archi
 	uint64_t unpacked = 0;
 	size_t i, j;
 	json_t *r, *en;
-	json_array_foreach(roots, i, r)
-	{
-		json_array_foreach(json_object_get(r, "entries"), j, en)
-		{
+	json_array_foreach (roots, i, r) {
+		json_array_foreach (json_object_get(r, "entries"), j, en) {
 			const char *p = json_string_value(json_object_get(en, "path"));
 			const char *t = json_string_value(json_object_get(en, "type"));
 			char key[PATH_MAX + 32];
@@ -300,8 +298,7 @@ static int import_extract(struct import_ctx *c)
 		q = bad(c, "cannot finish extraction: %s", archive_error_string(w));
 	const char *k;
 	json_t *v;
-	json_object_foreach(c->expect, k, v)
-	{
+	json_object_foreach (c->expect, k, v) {
 		if (q == 0 && !json_is_true(json_object_get(v, "_seen")))
 			q = bad(c, "'%.200s' is in the manifest but not in the archive (truncated?)", k);
 	}

@@ -41,7 +41,7 @@ struct engine {
 	char status[160];
 
 	struct engine_fork *forks; /* engine_fork.c, in the order made; guarded by state_lock */
-	json_t *pushes; /* checkpoint id -> outcome of its last async push (engine_oci.c); state_lock */
+	json_t *pushes;            /* checkpoint id -> outcome of its last async push (engine_oci.c); state_lock */
 
 	/* Adoption (engine_adopt.c): units stopped before a mount at start,
 	 * started again by engine_adoption_finish; guarded by state_lock. */

@@ -224,8 +224,7 @@ static bool push_mount_from(struct push *p, const char *digest, char *from, size
 	free(text);
 	const char *k;
 	json_t *v;
-	json_object_foreach(j, k, v)
-	{
+	json_object_foreach (j, k, v) {
 		const char *slash = strchr(k, '/');
 		if (slash && (size_t)(slash - k) == strlen(p->ref.host) && !strncmp(k, p->ref.host, slash - k) &&
 		    strcmp(slash + 1, p->ref.repo)) {

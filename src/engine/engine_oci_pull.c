@@ -75,8 +75,7 @@ static int pull_manifest(struct pull *p)
 		json_t *m;
 		size_t i;
 		const char *pick = NULL;
-		json_array_foreach(json_object_get(j, "manifests"), i, m)
-		{
+		json_array_foreach (json_object_get(j, "manifests"), i, m) {
 			json_t *pl = json_object_get(m, "platform");
 			if (!pick && !strcmp(json_string_value(json_object_get(pl, "os")) ?: "", "linux") &&
 			    !strcmp(json_string_value(json_object_get(pl, "architecture")) ?: "", "amd64"))
@@ -108,8 +107,7 @@ static int pull_manifest(struct pull *p)
 	json_t *l;
 	size_t i;
 	int64_t total = 0;
-	json_array_foreach(p->layers, i, l)
-	{
+	json_array_foreach (p->layers, i, l) {
 		const char *lmt = json_string_value(json_object_get(l, "mediaType")),
 			   *d = json_string_value(json_object_get(l, "digest"));
 		json_t *sz = json_object_get(l, "size");
@@ -146,11 +144,11 @@ static int pull_roots(struct pull *p, json_t *image_roots)
 	const char *k;
 	json_t *v;
 	size_t i;
-	json_object_foreach(p->req->roots, k, v)
-	{
+	json_object_foreach (p->req->roots, k, v) {
 		bool known = false, local = false;
 		json_t *ir;
-		json_array_foreach(image_roots, i, ir) known |= !strcmp(json_string_value(ir) ?: "", k);
+		json_array_foreach (image_roots, i, ir)
+			known |= !strcmp(json_string_value(ir) ?: "", k);
 		for (i = 0; i < cfg->n_roots; i++)
 			local |= json_is_string(v) && !strcmp(cfg->roots[i], json_string_value(v));
 		if (!known)
@@ -162,8 +160,7 @@ static int pull_roots(struct pull *p, json_t *image_roots)
 	}
 	json_t *ir;
 	size_t j;
-	json_array_foreach(image_roots, j, ir)
-	{
+	json_array_foreach (image_roots, j, ir) {
 		const char *path = json_string_value(ir), *to = path;
 		if (!path || path[0] != '/' || !engine_xfer_rel_valid(path + 1))
 			return unsupported(p, "its io.ckptd.roots annotation is not a list of absolute paths");
@@ -300,8 +297,7 @@ static void *pull_apply_main(void *arg)
 		q = pull_local_base(p);
 	json_t *l;
 	size_t i;
-	json_array_foreach(p->layers, i, l)
-	{
+	json_array_foreach (p->layers, i, l) {
 		if (q == 0)
 			q = pull_apply_one(p, json_string_value(json_object_get(l, "digest")));
 	}
@@ -327,11 +323,12 @@ static int pull_run(struct pull *p, json_t **ret_record)
 		image_roots = json_array();
 		const char *k;
 		json_t *v;
-		json_object_foreach(p->req->roots, k, v) json_array_append_new(image_roots, json_string(k));
+		json_object_foreach (p->req->roots, k, v)
+			json_array_append_new(image_roots, json_string(k));
 		for (size_t i = 0; i < e->cfg->n_roots; i++) {
 			bool taken = false;
-			json_object_foreach(p->req->roots, k, v) taken |=
-				!strcmp(json_string_value(v) ?: "", e->cfg->roots[i]);
+			json_object_foreach (p->req->roots, k, v)
+				taken |= !strcmp(json_string_value(v) ?: "", e->cfg->roots[i]);
 			if (!taken)
 				json_array_append_new(image_roots, json_string(e->cfg->roots[i]));
 		}
@@ -342,8 +339,7 @@ static int pull_run(struct pull *p, json_t **ret_record)
 		return q;
 	json_t *l;
 	size_t i;
-	json_array_foreach(p->layers, i, l)
-	{
+	json_array_foreach (p->layers, i, l) {
 		if (q == 0)
 			q = pull_blob(p, json_string_value(json_object_get(l, "digest")),
 				      json_integer_value(json_object_get(l, "size")), i);

@@ -622,8 +622,7 @@ static void la_restore_times(struct la *l)
 {
 	const char *k;
 	json_t *v;
-	json_object_foreach(l->touched, k, v)
-	{
+	json_object_foreach (l->touched, k, v) {
 		struct timespec ts[2] = {
 			{ (time_t)json_integer_value(json_array_get(v, 0)),
 			  (long)json_integer_value(json_array_get(v, 1)) },

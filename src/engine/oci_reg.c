@@ -138,8 +138,7 @@ static char *reg_basic(const struct config *cfg, const char *host)
 	json_auto_t *root = json_load_file(cfg->registry_auth_file, 0, NULL);
 	json_t *auths = json_object_get(root, "auths"), *v;
 	const char *k;
-	json_object_foreach(auths, k, v)
-	{
+	json_object_foreach (auths, k, v) {
 		const char *h = k;
 		if (!strncmp(h, "https://", 8))
 			h += 8;

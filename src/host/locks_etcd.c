@@ -370,8 +370,7 @@ static void watch_message(struct stream *s, json_t *msg)
 		s->failed = true;
 		return;
 	}
-	json_array_foreach(evs, i, ev)
-	{
+	json_array_foreach (evs, i, ev) {
 		_cleanup_free_ char *key = unb64(json_object_get(json_object_get(ev, "kv"), "key"));
 		const char *type = json_string_value(json_object_get(ev, "type"));
 		bool put = !type || !strcmp(type, "PUT");

@@ -456,8 +456,7 @@ static int check_compat(struct host *h, json_t *meta, ckpt_error *err)
 	if (!ver || strcmp(ver, h->runsc_version))
 		return err_set(err, EPROTO, NULL, "checkpoint was made with runsc %s but this host has runsc %s",
 			       ver ? ver : "(unknown)", h->runsc_version);
-	json_array_foreach(feats, i, f)
-	{
+	json_array_foreach (feats, i, f) {
 		const char *s = json_string_value(f);
 		if (!s || has_feature(h, s))
 			continue;

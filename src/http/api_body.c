@@ -28,8 +28,7 @@ bool api_only_fields(json_t *obj, const char *const *allowed, struct http_respon
 {
 	const char *k;
 	json_t *v;
-	json_object_foreach(obj, k, v)
-	{
+	json_object_foreach (obj, k, v) {
 		bool ok = false;
 		for (const char *const *a = allowed; *a; a++)
 			ok |= !strcmp(k, *a);

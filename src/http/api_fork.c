@@ -39,11 +39,11 @@ void api_fork_create(void *app, const struct http_request *req, struct http_resp
 		return;
 	const char *k;
 	json_t *v;
-	json_object_foreach(obj, k, v) if (strcmp(k, "path"))
-	{
-		http_fail(resp, ERR_INVALID, "invalid_field", "unknown field '%s'", k);
-		return;
-	}
+	json_object_foreach (obj, k, v)
+		if (strcmp(k, "path")) {
+			http_fail(resp, ERR_INVALID, "invalid_field", "unknown field '%s'", k);
+			return;
+		}
 	const char *path = json_string_value(json_object_get(obj, "path"));
 	if (!path || !*path) {
 		http_fail(resp, ERR_INVALID, "invalid_field", "path is required: an existing empty directory");
@@ -143,8 +143,7 @@ static bool release_body_ok(json_t *obj, struct http_response *resp)
 {
 	const char *k;
 	json_t *v;
-	json_object_foreach(obj, k, v)
-	{
+	json_object_foreach (obj, k, v) {
 		if (!strcmp(k, "root") ? json_is_string(v) : !strcmp(k, "drop_checkpoints") && json_is_boolean(v))
 			continue;
 		http_fail(resp, ERR_INVALID, "invalid_field",

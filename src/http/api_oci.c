@@ -65,7 +65,8 @@ void api_pull(void *app, const struct http_request *req, struct http_response *r
 		const char *k;
 		json_t *t;
 		bool ok = json_is_object(v);
-		json_object_foreach(v, k, t) ok &= json_is_string(t) && k[0] == '/';
+		json_object_foreach (v, k, t)
+			ok &= json_is_string(t) && k[0] == '/';
 		if (!ok) {
 			http_fail(resp, ERR_INVALID, "invalid_field",
 				  "roots must map absolute paths in the image to this daemon's roots");

@@ -9,7 +9,8 @@ bool http_body_wants_spool(struct http_server *srv, struct MHD_Connection *conn,
 	struct http_request req = { .method = method, .path = url, .conn = conn, .server = srv };
 	for (size_t i = 0; i < srv->opts.n_routes; i++) {
 		const struct http_route *r = &srv->opts.routes[i];
-		if (r->raw_body == HTTP_BODY_SPOOL && !strcmp(r->method, method) && http_route_match(r->pattern, url, &req))
+		if (r->raw_body == HTTP_BODY_SPOOL && !strcmp(r->method, method) &&
+		    http_route_match(r->pattern, url, &req))
 			return r->public_ || http_route_authorized(srv, &req);
 	}
 	return false;

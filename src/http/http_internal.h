@@ -71,7 +71,7 @@ void http_conn_set_pending(struct http_server *srv, struct MHD_Connection *conn,
 void http_conn_mark_upgraded(struct http_server *srv, struct MHD_Connection *conn);
 /* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback. */
 void http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
-			  enum MHD_ConnectionNotificationCode code);
+		      enum MHD_ConnectionNotificationCode code);
 
 /* http_route.c */
 bool http_route_match(const char *pattern, const char *path, struct http_request *req);
@@ -89,4 +89,3 @@ bool http_body_spool_write(struct req_ctx *ctx, const char *data, size_t n);
 /* http_reply.c */
 enum MHD_Result http_reply_now(struct MHD_Connection *conn, struct http_server *srv, struct http_response *resp);
 void http_reply_upgrades_stopped(bool stopped);
-

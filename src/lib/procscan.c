@@ -151,7 +151,7 @@ static bool same_mntns(int pid_fd, const struct stat *own)
 {
 	struct stat st;
 	return own->st_ino && fstatat(pid_fd, "ns/mnt", &st, 0) == 0 && st.st_dev == own->st_dev &&
-	       st.st_ino == own->st_ino;
+		st.st_ino == own->st_ino;
 }
 
 static int scan_pid(int pid_fd, pid_t pid, unsigned flags, const struct stat *own_ns, procscan_fn fn, void *ctx)

@@ -183,14 +183,12 @@ static json_t *trees(json_t *m)
 {
 	json_t *out = json_array(), *r, *en;
 	size_t i, j;
-	json_array_foreach(json_object_get(m, "roots"), i, r)
-	{
+	json_array_foreach (json_object_get(m, "roots"), i, r) {
 		json_t *t = json_object(), *ents = json_object_get(r, "entries");
 		json_t *byp = json_object();
-		json_array_foreach(ents, j, en)
+		json_array_foreach (ents, j, en)
 			json_object_set(byp, json_string_value(json_object_get(en, "path")) ?: "", en);
-		json_array_foreach(ents, j, en)
-		{
+		json_array_foreach (ents, j, en) {
 			const char *type = json_string_value(json_object_get(en, "type")) ?: "?";
 			json_t *src = en;
 			if (!strcmp(type, "hardlink")) {

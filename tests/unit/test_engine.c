@@ -824,8 +824,7 @@ static char *names(json_t *rep, const char *key)
 	json_t *v;
 	size_t i;
 	buf[0] = '\0';
-	json_array_foreach(json_object_get(rep, key), i, v)
-	{
+	json_array_foreach (json_object_get(rep, key), i, v) {
 		size_t len = strlen(buf);
 		snprintf(buf + len, sizeof(buf) - len, "%s%s", len ? " " : "", json_string_value(v));
 	}

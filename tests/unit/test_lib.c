@@ -356,7 +356,7 @@ static int lazy_ref(void *ctx, const struct procscan_ref *ref)
 	if (ref->kind == PROCSCAN_FD) {
 		s->fds++;
 		s->fd_ok += !ref->has_id && procscan_ref_stat(&r) == 0 && r.has_id && r.dev == s->st.st_dev &&
-			    r.ino == s->st.st_ino;
+			r.ino == s->st.st_ino;
 	}
 	if (ref->kind == PROCSCAN_MAP) {
 		s->maps++;

@@ -329,8 +329,14 @@ static void test_userxattr_renames_give_exdev(void **s)
 	mkdirat(fd, "w", 0700);
 	const char *lowers[] = { "l" };
 	struct overlay_opts ux = { .kind = OVERLAY_KERNEL, .userxattr = true };
-	struct overlay_spec sp = { .opts = &ux, .target = root, .dir = p, .dir_fd = fd, .lowers = lowers,
-				   .n_lowers = 1, .upper = "u", .work = "w" };
+	struct overlay_spec sp = { .opts = &ux,
+				   .target = root,
+				   .dir = p,
+				   .dir_fd = fd,
+				   .lowers = lowers,
+				   .n_lowers = 1,
+				   .upper = "u",
+				   .work = "w" };
 	ckpt_error err = { 0 };
 	char both[1024];
 	snprintf(both, sizeof(both), "lowerdir=%s/l,upperdir=%s/u,workdir=%s/w,userxattr,redirect_dir=on", p, p, p);

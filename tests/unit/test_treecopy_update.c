@@ -440,8 +440,7 @@ static bool tracked_pass(struct chg_track *trk, int upper, int tpre, const struc
 /* The create's second pass (ovl_catch_up): what the tracker names so far
  * brought up to date in tpre, not frozen; where it cannot tell, the whole
  * upper compared. *tpre_ix becomes the index after it. */
-static void catch_up(struct chg_track *trk, int upper, int tpre, struct pathindex **tpre_ix,
-		     struct treecopy_dirs *dirs)
+static void catch_up(struct chg_track *trk, int upper, int tpre, struct pathindex **tpre_ix, struct treecopy_dirs *dirs)
 {
 	struct stat mst;
 	struct pathindex_dirty *dirty = NULL;

@@ -56,7 +56,9 @@ static int ovl_record_mount(struct ovl_root *r, const char *upper, ckpt_error *e
 	json_auto_t *j = found ? json_pack("{s:i,s:s}", "id", mi.id, "upper", upper) : NULL;
 	overlay_mountinfo_clear(&mi);
 	_cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	q = !found ? (q < 0 ? q : -ENOENT) : s ? write_file_atomic(r->rdir_fd, "mnt.json", s, strlen(s), 0600) : -ENOMEM;
+	q = !found  ? (q < 0 ? q : -ENOENT)
+		: s ? write_file_atomic(r->rdir_fd, "mnt.json", s, strlen(s), 0600)
+		    : -ENOMEM;
 	return q < 0 ? err_set(err, -q, NULL, "record the mount at '%s': %s", r->path, strerror(-q)) : 0;
 }
 
@@ -212,8 +214,8 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 	overlay_mountinfo_clear(&mi);
 	if (q == 0) { /* the index of the live upper, if any */
 		char *tag = NULL;
-		if (pathindex_load(r->rdir_fd, "idx/index", &r->ix, &tag) == 0 &&
-		    strlen(tag) == 2 * OVL_NAME_LEN + 1 && !strncmp(tag, r->upper, OVL_NAME_LEN))
+		if (pathindex_load(r->rdir_fd, "idx/index", &r->ix, &tag) == 0 && strlen(tag) == 2 * OVL_NAME_LEN + 1 &&
+		    !strncmp(tag, r->upper, OVL_NAME_LEN))
 			snprintf(r->ix_layer, sizeof(r->ix_layer), "%s", tag + OVL_NAME_LEN + 1);
 		else
 			pathindex_free(TAKE_PTR(r->ix));

@@ -93,10 +93,11 @@ static int ovl_catch_up(struct ovl_root *r, int up, int dst, struct pathindex **
 	int64_t t0 = mono_ms();
 	int q = stat(r->path, &rst) < 0 ? -EAGAIN : chg_track_collect(&r->trk, r->path, rst.st_dev, &dirty, &n, &why);
 	struct pathindex *nix = pathindex_copy(*ix);
-	struct treecopy_opts o = {
-		.prev_fd = -1, .prev_ix = *ix, .new_ix = nix, .dirs = r->pre_dirs.n ? &r->pre_dirs : NULL,
-		.xattrs_keep_ctime = r->opts->kind == OVERLAY_GVISOR
-	};
+	struct treecopy_opts o = { .prev_fd = -1,
+				   .prev_ix = *ix,
+				   .new_ix = nix,
+				   .dirs = r->pre_dirs.n ? &r->pre_dirs : NULL,
+				   .xattrs_keep_ctime = r->opts->kind == OVERLAY_GVISOR };
 	if (q == 0) {
 		o.suspects = r->trk.suspects;
 		q = nix ? treecopy_update_dirs(up, dst, dirty, n, &o, stats, err)
@@ -581,8 +582,7 @@ int overlay_capture(void *st, struct progress *p, ckpt_error *err)
 
 /* Capture (unless overlay_capture just did, frozen), then publish the layers,
  * the chain and the upper's index. */
-int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
-		      ckpt_error *err)
+int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p, ckpt_error *err)
 {
 	struct ovl *o = st;
 	char(*names)[OVL_NAME_LEN + 1] = calloc(o->n_roots + 1, sizeof(*names));

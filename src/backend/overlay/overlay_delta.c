@@ -351,14 +351,13 @@ static int dl_dir(struct dl *t, int dst, const char *rel)
 			bool sus = pathindex_has(o->suspects, t->path);
 			bool same = !sus &&
 				(pathindex_has(o->dix, t->path) ? pathindex_match(o->dix, t->path, &st)
-								     : pathindex_match(o->ix, t->path, &st)) &&
+								: pathindex_match(o->ix, t->path, &st)) &&
 				(!o->xattrs_keep_ctime || dl_prev_same_xattrs(o, ufd, name, t->path));
 			if (same)
 				continue;
 			if ((r = dl_copy(t, ufd, dfd, name, &st)) < 0)
 				break;
-			r = sus ? pathindex_put_untrusted(o->dix, t->path, &st)
-				: pathindex_put(o->dix, t->path, &st);
+			r = sus ? pathindex_put_untrusted(o->dix, t->path, &st) : pathindex_put(o->dix, t->path, &st);
 			if (r == 0 && sus) /* a full layer must not link it from the last one either */
 				r = pathindex_put_untrusted(o->ix, t->path, &st);
 			continue;

@@ -90,8 +90,7 @@ static void ovl_diff_expand(struct ovl_dctx *c, const char *rel, const struct bd
 		ovl_diff_children(c, rel, 1, names);
 	const char *name;
 	json_t *v;
-	json_object_foreach(names, name, v)
-	{
+	json_object_foreach (names, name, v) {
 		_cleanup_free_ char *child = path_join(rel, name);
 		if (!child) {
 			c->q = -ENOMEM;
@@ -241,7 +240,8 @@ static int ovl_diff_root(struct ovl_root *r, json_t *ca, json_t *cb, bool live, 
 	if (q == 0) {
 		const char *k;
 		json_t *v;
-		json_object_foreach(cand, k, v) keys[i++] = k;
+		json_object_foreach (cand, k, v)
+			keys[i++] = k;
 		qsort(keys, n, sizeof(*keys), ovl_diff_cmp); /* parents before children */
 		for (i = 0; i < n && c.q == 0; i++)
 			ovl_diff_path(&c, keys[i], json_is_true(json_object_get(cand, keys[i])));

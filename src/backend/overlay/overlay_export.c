@@ -189,8 +189,7 @@ json_t *overlay_lineage(void *st, const char *id, json_t *data)
 	const char *keys[MAX_ROOTS], *k;
 	size_t n = 0, depth = 0;
 	json_t *v;
-	json_object_foreach(chains, k, v)
-	{
+	json_object_foreach (chains, k, v) {
 		if (n == MAX_ROOTS || (n && json_array_size(v) != depth))
 			return NULL;
 		depth = json_array_size(v);

@@ -139,7 +139,8 @@ static void ovl_fork_register(struct ovl *o, const char *fid, json_t *chains)
 		return;
 	const char *h;
 	json_t *layers;
-	json_object_foreach(chains, h, layers) overlay_layers_ref(o, h, layers, +1);
+	json_object_foreach (chains, h, layers)
+		overlay_layers_ref(o, h, layers, +1);
 	json_object_set(o->forks, fid, chains);
 }
 
@@ -215,7 +216,8 @@ int overlay_fork_remove(void *st, const char *fid, json_t *fdata, const char *co
 	if (json_object_get(o->forks, fid)) {
 		const char *h;
 		json_t *layers;
-		json_object_foreach(chains, h, layers) overlay_layers_ref(o, h, layers, -1);
+		json_object_foreach (chains, h, layers)
+			overlay_layers_ref(o, h, layers, -1);
 		json_object_del(o->forks, fid);
 	}
 	ovl_fork_chain_drop(o, fid);

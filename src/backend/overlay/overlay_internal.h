@@ -50,9 +50,9 @@ struct ovl_delta_dirs {
 	size_t n, cap;
 };
 struct ovl_delta_opts {
-	int up;                     /* the upper */
-	const int *prev;            /* the previous layers (newest first, the last one full) */
-	size_t n_prev;              /* 1 .. OVL_DELTA_MAX */
+	int up;                /* the upper */
+	const int *prev;       /* the previous layers (newest first, the last one full) */
+	size_t n_prev;         /* 1 .. OVL_DELTA_MAX */
 	struct pathindex *ix;  /* the upper's index at the full layer */
 	struct pathindex *dix; /* the files the deltas copied: this one's added */
 	const struct pathindex *suspects;
@@ -100,7 +100,7 @@ int overlay_check_layer(struct ovl_root *r, int up, int dst, ckpt_error *err);
 int overlay_check_delta(struct ovl_root *r, const char *tmp, ckpt_error *err);
 
 struct ovl_root {
-	char *path; /* the managed root P */
+	char *path;                      /* the managed root P */
 	const struct overlay_opts *opts; /* the backend's (struct ovl) */
 	char h[OVL_NAME_LEN + 1];
 	char *rdir; /* <state>/overlay/r/<h> */
@@ -109,14 +109,14 @@ struct ovl_root {
 	json_t *mounted; /* chain the current mount really uses (differs after flatten) */
 	char upper[OVL_NAME_LEN + 1];
 	char spare[OVL_NAME_LEN + 1]; /* a durable empty upper made off the request path, or "" */
-	struct pathindex *ix;    /* upper's index at its last create */
+	struct pathindex *ix;         /* upper's index at its last create */
 	char ix_layer[OVL_NAME_LEN + 1];
 	/* create's first pass (precopy), made before the freeze: l/<pre> and
 	 * the upper's index into it; "" / NULL when there is none. */
 	char pre[OVL_NAME_LEN + 6];
 	struct pathindex *pre_ix;
 	struct pathindex *pre_ix_next; /* a copy of it for the tracked pass, or NULL */
-	struct treecopy_dirs pre_dirs;      /* the directories the first pass made */
+	struct treecopy_dirs pre_dirs; /* the directories the first pass made */
 	struct pathindex *pre_sus;     /* untracked: files mapped shared and writable after it */
 	uint64_t pre_bytes;
 	/* create's frozen copy (capture), not yet published: l/<cap_tmp>,
@@ -145,9 +145,9 @@ struct ovl_root {
 };
 
 struct ovl {
-	int flatten_depth; /* backend_ctx's */
+	int flatten_depth;        /* backend_ctx's */
 	struct overlay_opts opts; /* what overlay_probe found at open */
-	char *odir; /* <state>/overlay */
+	char *odir;               /* <state>/overlay */
 	int odir_fd, cdir_fd;
 	struct ovl_root *roots;
 	size_t n_roots;
@@ -242,7 +242,7 @@ int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t
 int overlay_precopy(void *st, struct progress *p, ckpt_error *err);
 int overlay_capture(void *st, struct progress *p, ckpt_error *err);
 int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
-		      ckpt_error *err);
+		   ckpt_error *err);
 
 /* overlay_export.c: the view_open, view_close and import ops. */
 int overlay_view_open(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);

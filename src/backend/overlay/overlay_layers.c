@@ -12,8 +12,7 @@ void overlay_layers_ref(struct ovl *o, const char *h, json_t *layers, int delta)
 {
 	size_t i;
 	json_t *v;
-	json_array_foreach(layers, i, v)
-	{
+	json_array_foreach (layers, i, v) {
 		char key[2 * OVL_NAME_LEN + 2];
 		snprintf(key, sizeof(key), "%s/%s", h, json_string_value(v));
 		json_int_t n = json_integer_value(json_object_get(o->refs, key)) + delta;
@@ -28,7 +27,8 @@ static void overlay_layers_ref_all(struct ovl *o, json_t *chains, int delta)
 {
 	const char *h;
 	json_t *layers;
-	json_object_foreach(chains, h, layers) overlay_layers_ref(o, h, layers, delta);
+	json_object_foreach (chains, h, layers)
+		overlay_layers_ref(o, h, layers, delta);
 }
 
 static int overlay_layers_chain_write(struct ovl *o, const char *id, json_t *chains)
@@ -60,8 +60,7 @@ static json_t *overlay_layers_from_data(struct ovl *o, json_t *data)
 	json_auto_t *out = json_object();
 	json_t *e;
 	size_t i;
-	json_array_foreach(json_object_get(data, "roots"), i, e)
-	{
+	json_array_foreach (json_object_get(data, "roots"), i, e) {
 		const char *path = json_string_value(json_object_get(e, "path"));
 		json_t *layers = json_object_get(e, "layers");
 		for (size_t k = 0; path && json_is_array(layers) && k < o->n_roots; k++)
@@ -123,7 +122,8 @@ int overlay_layers_load_chains(struct ovl *o, const char *const *ids, json_t *co
 	const char *fid;
 	json_t *fc;
 	/* forks use layers too (o->forks loaded by the caller) */
-	json_object_foreach(o->forks, fid, fc) overlay_layers_ref_all(o, fc, +1);
+	json_object_foreach (o->forks, fid, fc)
+		overlay_layers_ref_all(o, fc, +1);
 	for (size_t i = 0; i < n; i++) {
 		json_auto_t *c = overlay_layers_chain_get(o, ids[i], data ? data[i] : NULL);
 		if (!c)
@@ -154,7 +154,9 @@ static bool overlay_layers_in(json_t *arr, const char *name)
 {
 	size_t i;
 	json_t *v;
-	json_array_foreach(arr, i, v) if (!strcmp(json_string_value(v), name)) return true;
+	json_array_foreach (arr, i, v)
+		if (!strcmp(json_string_value(v), name))
+			return true;
 	return false;
 }
 
@@ -336,8 +338,7 @@ static json_t *overlay_layers_longest(struct ovl *o, struct ovl_root *r)
 {
 	json_t *best = r->chain, *c;
 	const char *id;
-	json_object_foreach(o->chains, id, c)
-	{
+	json_object_foreach (o->chains, id, c) {
 		json_t *x = json_object_get(c, r->h);
 		if (json_array_size(x) > json_array_size(best))
 			best = x;
@@ -352,8 +353,7 @@ static void overlay_layers_switch(struct ovl *o, struct ovl_root *r, json_t *c, 
 {
 	const char *id;
 	json_t *chains;
-	json_object_foreach(o->chains, id, chains)
-	{
+	json_object_foreach (o->chains, id, chains) {
 		json_t *x = json_object_get(chains, r->h);
 		if (!x || !overlay_layers_ends_with(x, c))
 			continue;

@@ -202,7 +202,7 @@ int overlay_mount_bind_ro(const char *src, const char *dst, bool rw_ok, ckpt_err
 	/* gVisor (2022) refuses to make a bind read-only (EINVAL): there base
 	 * stays writable, and only its overlay writes into the roots' state. */
 	bool ro = attached || mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) == 0 ||
-		  (errno == EINVAL && rw_ok);
+		(errno == EINVAL && rw_ok);
 	if (!ro || mount(NULL, dst, NULL, MS_PRIVATE, NULL) < 0) {
 		int e = errno;
 		umount2(dst, MNT_DETACH);

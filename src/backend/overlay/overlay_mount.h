@@ -13,7 +13,10 @@
  * gVisor's takes no option beyond the dirs and copies a renamed directory
  * up whole; userxattr is the kernel's in a user namespace (probed, never
  * used: it refuses redirect_dir=on, so directory renames give EXDEV). */
-enum overlay_kind { OVERLAY_KERNEL, OVERLAY_GVISOR };
+enum overlay_kind {
+	OVERLAY_KERNEL,
+	OVERLAY_GVISOR
+};
 struct overlay_opts {
 	enum overlay_kind kind;
 	bool redirect_dir;
@@ -24,10 +27,10 @@ const char *overlay_kind_name(enum overlay_kind k);
 
 struct overlay_spec {
 	const struct overlay_opts *opts; /* NULL: overlay_opts_kernel */
-	const char *target;        /* absolute mount point */
-	const char *dir;           /* absolute dir the names below are relative to */
-	int dir_fd;                /* fd of dir */
-	const char *const *lowers; /* relative names, top first (base last) */
+	const char *target;              /* absolute mount point */
+	const char *dir;                 /* absolute dir the names below are relative to */
+	int dir_fd;                      /* fd of dir */
+	const char *const *lowers;       /* relative names, top first (base last) */
 	size_t n_lowers;
 	const char *upper, *work; /* relative names */
 };

@@ -41,7 +41,8 @@ static int ovl_probe_use(const char *m, ckpt_error *err)
 	if (faccessat(fd, "e/f", F_OK, AT_SYMLINK_NOFOLLOW) < 0)
 		return err_set(err, errno, "rename", "a renamed directory of the lower lost its file: %m");
 	if (unlinkat(fd, "g", 0) < 0)
-		return err_set(err, errno, "whiteout", "deleting a file of the lower (a whiteout in the upper) fails: %m");
+		return err_set(err, errno, "whiteout",
+			       "deleting a file of the lower (a whiteout in the upper) fails: %m");
 	return 0;
 }
 
@@ -77,8 +78,14 @@ static int ovl_probe_try(const char *odir, int ofd, const struct overlay_opts *o
 	if (q == 0 && (q = ovl_probe_tree(fd)) < 0)
 		err_set(err, -q, NULL, "overlay probe: make a test tree in '%s': %s", dir, strerror(-q));
 	const char *lowers[] = { "l" };
-	struct overlay_spec s = { .opts = opts, .target = m, .dir = dir, .dir_fd = fd, .lowers = lowers,
-				  .n_lowers = 1, .upper = "u", .work = "w" };
+	struct overlay_spec s = { .opts = opts,
+				  .target = m,
+				  .dir = dir,
+				  .dir_fd = fd,
+				  .lowers = lowers,
+				  .n_lowers = 1,
+				  .upper = "u",
+				  .work = "w" };
 	if (q == 0 && (q = overlay_mount(&s, err)) == 0) {
 		struct overlay_mountinfo mi;
 		seen->mounted = true;
@@ -132,6 +139,8 @@ int overlay_probe(const char *state_dir, struct overlay_opts *ret, ckpt_error *e
 			       "renaming a directory of the base then fails (%s)",
 			       k.msg, us.mounted ? " with userxattr" : "", us.mounted && gs.mounted ? " or" : "",
 			       gs.mounted ? " without options" : "",
-			       us.mounted ? u.msg : q2 == 0 ? "the kernel copies no directory up" : g.msg);
+			       us.mounted        ? u.msg
+				       : q2 == 0 ? "the kernel copies no directory up"
+						 : g.msg);
 	return err_set(err, k.errnum, NULL, "overlayfs refused a test mount: %s", k.msg);
 }

@@ -162,8 +162,7 @@ static void rel_needs(struct ovl *o, struct ovl_root *r, bool *layers, bool *bas
 	const char *id;
 	json_t *chains;
 	*layers = *base = false;
-	json_object_foreach(o->chains, id, chains)
-	{
+	json_object_foreach (o->chains, id, chains) {
 		json_t *x = json_object_get(chains, r->h);
 		*layers |= x != NULL;
 		*base |= x && overlay_chain_on_base(x);
@@ -182,8 +181,7 @@ int overlay_release_rebase(struct ovl *o, struct ovl_root *r)
 		return -EBADMSG;
 	const char *id;
 	json_t *chains;
-	json_object_foreach(o->chains, id, chains)
-	{
+	json_object_foreach (o->chains, id, chains) {
 		json_t *x = json_object_get(chains, r->h);
 		if (!x || !overlay_chain_on_base(x))
 			continue;

@@ -171,8 +171,7 @@ static int verify_layer(struct ovl_root *r, int layers_fd, const char *name, str
 	}
 	w->map = map;
 	int q = rec_walk_dir(w, lfd, NULL);
-	json_object_foreach(map, key, v)
-	{
+	json_object_foreach (map, key, v) {
 		char raw[4096];
 		size_t n = 0;
 		for (const char *p = key; *p && n + 1 < sizeof(raw); n++) { /* undo rec_escape */
@@ -218,8 +217,7 @@ int overlay_verify_root(struct ovl_root *r, json_t *chain, bool mounted_ok, json
 		rec_differ(&w, NULL, "upper");
 	if (l < 0)
 		return err_set(err, errno, NULL, "open the layers of '%s': %m", r->path);
-	json_array_foreach(chain, i, v)
-	{
+	json_array_foreach (chain, i, v) {
 		int q = verify_layer(r, l, json_string_value(v), &w);
 		if (q < 0)
 			return err_set(err, -q, NULL, "read layer '%s' of '%s': %s", json_string_value(v), r->path,

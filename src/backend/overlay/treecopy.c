@@ -65,7 +65,7 @@ static int tc_index_put(struct tc *t, const struct stat *st)
 	if (!t->o->new_ix)
 		return 0;
 	return pathindex_has(t->o->suspects, t->path) ? pathindex_put_untrusted(t->o->new_ix, t->path, st)
-							   : pathindex_put(t->o->new_ix, t->path, st);
+						      : pathindex_put(t->o->new_ix, t->path, st);
 }
 
 /* A hard link instead of a copy: inside this copy, from an immutable source,
@@ -348,7 +348,6 @@ static struct tc_name *tc_names_mark(struct tc_names *ns, const char *name)
 		p->seen = true;
 	return p;
 }
-
 
 /* update: a regular file of one name that changed, whose copy in dst is
  * this copy's own (one name: not a link into an older layer, nor another

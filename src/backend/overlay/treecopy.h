@@ -23,11 +23,11 @@ void treecopy_dirs_free(struct treecopy_dirs *d);
 
 struct treecopy_opts {
 	enum treecopy_mode mode;
-	int prev_fd;                          /* layer to hard-link unchanged files from, or -1 */
+	int prev_fd;                     /* layer to hard-link unchanged files from, or -1 */
 	const struct pathindex *prev_ix; /* the source's index at prev_fd's creation */
 	struct pathindex *new_ix;        /* filled with every copied regular file, or NULL */
-	bool link_sources;                    /* src is immutable: hard-link its files (flatten) */
-	struct progress *progress;            /* may be NULL */
+	bool link_sources;               /* src is immutable: hard-link its files (flatten) */
+	struct progress *progress;       /* may be NULL */
 	/* copy: filled with every directory made (NULL: not kept); update_dirs:
 	 * the directories of that copy, whose metadata is then checked by path
 	 * instead of reading every directory to find them (NULL: read them) */

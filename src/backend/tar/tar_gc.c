@@ -22,8 +22,9 @@ static json_t *refs_live(struct tar_state *s, const char *skip)
 		json_auto_t *meta = cfd >= 0 ? tar_meta_load(cfd) : NULL;
 		size_t i;
 		json_t *v;
-		json_array_foreach(json_object_get(meta, "refs"), i, v) if (json_is_string(v))
-			json_object_set_new(set, json_string_value(v), json_true());
+		json_array_foreach (json_object_get(meta, "refs"), i, v)
+			if (json_is_string(v))
+				json_object_set_new(set, json_string_value(v), json_true());
 	}
 	return set;
 }

@@ -73,7 +73,7 @@ struct tar_state {
 	struct rootexcl trk_excl; /* what the trackers leave out, as of their arming */
 	pthread_mutex_t trk_lock; /* the trackers: collects, and the sweeper's drains */
 	char trk_for[64];
-	bool trk_collected;               /* the trackers have seen everything since the last collect */
+	bool trk_collected; /* the trackers have seen everything since the last collect */
 	/* What health says of each root's tracking (the lock's): kept apart
 	 * from trk, which goes when tracking stops. */
 	struct tar_track_info {
@@ -172,14 +172,12 @@ int tar_remove(void *st, const char *id, json_t *data, ckpt_error *err);
 void *tar_snapshot_base(void *arg);
 int tar_snapshot_base_wait(struct tar_state *s, ckpt_error *err);
 int tar_precopy(void *st, struct progress *p, ckpt_error *err);
-int tar_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
-		      ckpt_error *err);
-int tar_import(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size,
-		      ckpt_error *err);
+int tar_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p, ckpt_error *err);
+int tar_import(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size, ckpt_error *err);
 
 /* tar_rollback.c */
 int tar_restore(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
-		       ckpt_error *err);
+		ckpt_error *err);
 int tar_reset(void *st, struct restore_details *details, ckpt_error *err);
 void tar_rollback_finish(struct tar_state *s);
 
@@ -188,8 +186,7 @@ int tar_view_open(void *st, const char *id, json_t *data, const char *tmp, char 
 void tar_view_close(void *st, char **dirs);
 json_t *tar_lineage(void *st, const char *id, json_t *data);
 int tar_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err);
-int tar_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs,
-			  json_t **fdata, ckpt_error *err);
+int tar_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs, json_t **fdata,
+		   ckpt_error *err);
 int tar_fork_remove(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err);
-int tar_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out,
-		    ckpt_error *err);
+int tar_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err);

@@ -121,21 +121,23 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	s->last = sum;
 	s->pending[0] = '\0';
 	pthread_mutex_unlock(&s->lock);
-	if (details)
+	if (details) {
 		*details = (struct restore_details){ .counts_key = "tar",
 						     .rewritten = sum.rewritten,
 						     .removed = sum.removed,
 						     .kept = sum.kept,
 						     .bytes = sum.bytes,
-						     .gone = TAKE_PTR(whole.gone),
+						     .gone = whole.gone,
 						     .unit_files_changed = whole.unit_files_changed,
-						     .units_linked = TAKE_PTR(whole.units_linked) };
+						     .units_linked = whole.units_linked };
+		whole.gone = NULL, whole.units_linked = NULL; /* handed to details */
+	}
 	restore_details_free(&whole);
 	return r;
 }
 
 int tar_restore(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
-		       ckpt_error *err)
+		ckpt_error *err)
 {
 	int r;
 	(void)data;

@@ -100,8 +100,8 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 	if (p && !counted)
 		tar_count_start(&cnt, s, from, o.excl, p);
 	for (size_t i = 0; i < s->n_roots; i++) {
-		_cleanup_close_ int fd =
-			from ? open(from[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : tar_meta_open_root(s, i, err);
+		_cleanup_close_ int fd = from ? open(from[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+					      : tar_meta_open_root(s, i, err);
 		if (fd < 0) {
 			srcs_free(&o);
 			return from ? err_set(err, errno, NULL, "cannot open '%s': %m", from[i]) : fd;
@@ -296,14 +296,12 @@ int tar_precopy(void *st, struct progress *p, ckpt_error *err)
 	return 0;
 }
 
-int tar_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
-		      ckpt_error *err)
+int tar_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p, ckpt_error *err)
 {
 	return tar_capture(st, id, NULL, ret_data, ret_size, p, err);
 }
 
-int tar_import(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size,
-		      ckpt_error *err)
+int tar_import(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size, ckpt_error *err)
 {
 	return tar_capture(st, id, dirs, ret_data, ret_size, NULL, err);
 }

@@ -113,8 +113,8 @@ int tar_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max
 }
 
 /* A fork is a full extraction of the checkpoint into each empty dir. */
-int tar_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs,
-			  json_t **fdata, ckpt_error *err)
+int tar_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs, json_t **fdata,
+		   ckpt_error *err)
 {
 	struct tar_state *s = st;
 	bool zstd;
@@ -166,8 +166,7 @@ int tar_fork_remove(void *st, const char *fid, json_t *fdata, const char *const 
 	return 0;
 }
 
-int tar_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out,
-		    ckpt_error *err)
+int tar_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err)
 {
 	struct tar_state *s = st;
 	bool zstd, zstd2;
@@ -188,7 +187,8 @@ int tar_diff(void *st, const char *id, json_t *data, const char *id2, json_t *da
 		if (!id2 && fd < 0)
 			return fd;
 		tar_meta_names(i, zstd, arch, man);
-		if (tar_diff_root(s->roots[i], cfd, man, cfd2, man, fd, s->state_dev, s->state_ino, &excl, out, err) < 0)
+		if (tar_diff_root(s->roots[i], cfd, man, cfd2, man, fd, s->state_dev, s->state_ino, &excl, out, err) <
+		    0)
 			return -EIO;
 	}
 	bdiff_sort(out);
