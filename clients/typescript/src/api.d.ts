@@ -786,6 +786,18 @@ export interface components {
             /** @description tar backend only; why taking the base failed (the next create tries again). */
             tar_base_error?: string;
             tar_last_restore?: components["schemas"]["TarRestoreStats"];
+            /** @description tar backend only: what the roots' checkpoints leave out, read now. A create does not capture it and a restore neither removes nor rewrites it. Always the `exclude` paths of the config; with the root `/` (the whole sandbox, docs/whole-root.md) also the state dir, `/tmp` and every other mount point. A mount below a listed path is not listed. */
+            excluded?: {
+                path: string;
+                /** @description `state dir`, `temporary files`, `config exclude`, or `mount point (FSTYPE)`. */
+                reason: string;
+            }[];
+            /** @description tar backend only; why the list of exclusions could not be read. */
+            excluded_error?: string;
+            /** @description Root `/` only: a restore replaced ckptd's own binary or a library it maps. ckptd never stops itself; restart it to run what the checkpoint holds. */
+            restart_due?: boolean;
+            /** @description present when restart_due is true. */
+            restart_due_reason?: string;
             /** @description tar backend only; a restore that failed half-way and is retried. */
             tar_unfinished_restore?: {
                 id: string;
