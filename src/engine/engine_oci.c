@@ -122,7 +122,7 @@ static int push_layer(struct push *p, const char *key, const char *from, const c
 	int q = oci_layer_write(fd, e->cfg->registry_gzip, p->prefixes, old, new, e->cfg->n_roots,
 				e->backend->xfer->xattr_portable, b, p->err);
 	if (q == 0)
-		q = oci_cache_keep(e, f, b->digest, p->err);
+		q = oci_cache_keep(e, f, b->digest, false, p->err);
 	return q < 0 ? q : oci_cache_key_write(e, key, b, p->err);
 }
 

@@ -22,6 +22,7 @@
 #include "engine/oci_cache.h"
 #include "engine/oci_layer.h"
 #include "engine/oci_reg.h"
+#include "lib/failpoint.h"
 
 #define CONFIG_MAX (4u << 20)
 
@@ -201,7 +202,7 @@ static int pull_blob(struct pull *p, const char *digest, int64_t size, size_t n)
 	if (fd < 0)
 		return err_set(p->err, errno ? errno : ENOMEM, NULL, "create '%s': %m", name);
 	int q = oci_reg_blob_get(p->r, digest, size, p->e->cfg->max_import_bytes, fd, pull_progress, p, p->err);
-	return q < 0 ? q : oci_cache_keep(p->e, f, digest, p->err);
+	return q < 0 ? q : oci_cache_keep(p->e, f, digest, true, p->err);
 }
 
 static int pull_config(struct pull *p)
@@ -360,8 +361,10 @@ static int pull_run(struct pull *p, json_t **ret_record)
 		snprintf(ref, sizeof(ref), "%s/%s@%s", p->ref.host, p->ref.repo, p->ref.digest);
 	const char *nm = json_string_value(json_object_get(p->annotations, "io.ckptd.name"));
 	struct ckpt_record *rec = NULL;
-	q = engine_import_trees(e, p->tmp, nm && name_valid(nm) ? nm : "pulled", NULL, "pull_of",
-				json_pack("{s:s, s:s}", "ref", ref, "digest", p->digest), &rec, p->err);
+	q = FAILPOINT_AROUND("pull.import",
+			     engine_import_trees(e, p->tmp, nm && name_valid(nm) ? nm : "pulled", NULL, "pull_of",
+						 json_pack("{s:s, s:s}", "ref", ref, "digest", p->digest), &rec,
+						 p->err));
 	if (q < 0)
 		return q;
 	log_event(LOG_INFO_, &(struct log_fields){ "pull", rec->id, NULL, -1 }, "pulled %s (%s) as %s", ref, p->digest,

@@ -10,6 +10,11 @@
 
 #include "config.h"
 #include "engine/engine_internal.h"
+#include "lib/failpoint.h"
+
+/* Push and pull keep blobs the same way; each gets its own crash points. */
+#define KEEP_STEP(pull, step, call) \
+	((pull) ? FAILPOINT_AROUND("pull.blob." step, call) : FAILPOINT_AROUND("push.blob." step, call))
 
 int oci_cache_dirs(struct engine *e, ckpt_error *err)
 {
@@ -34,18 +39,21 @@ bool oci_cache_held(struct engine *e, const char *digest, int64_t size)
 	return fstatat(e->state_fd, p, &st, 0) == 0 && S_ISREG(st.st_mode) && (size < 0 || st.st_size == size);
 }
 
-/* Move the verified file tmp (absolute, below the state dir) into the cache. */
-int oci_cache_keep(struct engine *e, const char *tmp, const char *digest, ckpt_error *err)
+/* Move the verified file tmp (absolute, below the state dir) into the cache.
+ * pull says whose crash points these are. */
+int oci_cache_keep(struct engine *e, const char *tmp, const char *digest, bool pull, ckpt_error *err)
 {
 	char p[200];
 	_cleanup_close_ int fd = open(tmp, O_RDONLY | O_CLOEXEC);
 	oci_cache_blob_name(digest, p, sizeof(p));
-	if (fd < 0 || fsync(fd) < 0)
+	if (fd < 0 || KEEP_STEP(pull, "fsync", fsync(fd)) < 0)
 		return err_set(err, errno, NULL, "sync '%s': %m", tmp);
-	if (renameat(AT_FDCWD, tmp, e->state_fd, p) < 0)
+	if (KEEP_STEP(pull, "rename", renameat(AT_FDCWD, tmp, e->state_fd, p)) < 0)
 		return err_set(err, errno, NULL, "keep blob %s: %m", digest);
 	_cleanup_close_ int dfd = openat(e->state_fd, BLOBS_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	return dfd < 0 || fsync_dirfd(dfd) < 0 ? err_set(err, errno, NULL, "sync the blob cache: %m") : 0;
+	if (dfd < 0 || KEEP_STEP(pull, "dirsync", fsync_dirfd(dfd)) < 0)
+		return err_set(err, errno, NULL, "sync the blob cache: %m");
+	return 0;
 }
 
 int oci_cache_key_read(struct engine *e, const char *key, struct oci_blob *b)
@@ -75,6 +83,8 @@ int oci_cache_key_write(struct engine *e, const char *key, const struct oci_blob
 		json_pack("{s:s, s:s, s:I}", "digest", b->digest, "diff_id", b->diff_id, "size", (json_int_t)b->size);
 	_cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 	_cleanup_close_ int dfd = openat(e->state_fd, KEYS_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int q = !s ? -ENOMEM : dfd < 0 ? -errno : write_file_atomic(dfd, key, s, strlen(s), 0600);
+	int q = !s ? -ENOMEM : dfd < 0 ? -errno : 0;
+	if (q == 0)
+		q = FAILPOINT_AROUND("push.key.write", write_file_atomic(dfd, key, s, strlen(s), 0600));
 	return q < 0 ? err_set(err, -q, NULL, "record layer %s: %s", key, strerror(-q)) : 0;
 }

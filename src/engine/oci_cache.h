@@ -19,7 +19,7 @@ void oci_cache_blob_name(const char *digest, char *out, size_t cap);
 /* Is blob digest in the cache, with size bytes (size < 0: any)? */
 bool oci_cache_held(struct engine *e, const char *digest, int64_t size);
 /* Publish the verified file tmp (absolute, below the state dir) as blob digest. */
-int oci_cache_keep(struct engine *e, const char *tmp, const char *digest, ckpt_error *err);
+int oci_cache_keep(struct engine *e, const char *tmp, const char *digest, bool pull, ckpt_error *err);
 /* The blob a key names: -ENOENT when absent or its blob is gone. */
 int oci_cache_key_read(struct engine *e, const char *key, struct oci_blob *b);
 int oci_cache_key_write(struct engine *e, const char *key, const struct oci_blob *b, ckpt_error *err);

@@ -9,19 +9,25 @@ the promises hold:
   the trees it was made from (both roots from one checkpoint, never a mix);
 - the interrupted operation is whole or absent: a checkpoint it made restores
   exactly, a restore left the roots before or after, a fork is mounted whole or
-  gone, an import left nothing in xfer/;
+  gone, an import or a pull left nothing in xfer/, a pulled checkpoint
+  restores to the trees pushed;
+- an interrupted push or pull, tried again, completes;
 - after a second, clean restart no temp file is left in the state dir.
 
 A point that no workload reaches fails the test: a new durable step must come
 with a workload that reaches it."""
+import atexit
 import os
 import pathlib
+import shutil
 import subprocess
+import tempfile
 import time
 
 import requests
 
 from conftest import TOP, Daemon, free_port, mounts_under, tree_state, unmount_all
+from test_registry import Registry
 
 FP_BUILD = pathlib.Path(os.environ.get("CKPTD_FP_BUILD", TOP / "build-fp"))
 if not FP_BUILD.is_absolute():
@@ -59,6 +65,48 @@ def fp_build():
     return out.split()
 
 
+_REGISTRY = []
+_SOURCES = {}
+
+
+def registry():
+    """One docker-registry (plain HTTP, no auth) on a loopback port for the
+    whole module: push and pull need one, and a start costs a second."""
+    if not _REGISTRY:
+        reg = Registry(tempfile.mkdtemp(prefix="fp-registry-"), auth=None)
+        atexit.register(shutil.rmtree, reg.base, True)
+        atexit.register(reg.stop)
+        _REGISTRY.append(reg)
+    return _REGISTRY[0]
+
+
+def source_image(backend):
+    """An image pushed once per backend by another daemon (another machine),
+    so a pull fetches every blob into a cache that holds none of them.
+    Returns (ref, its two root paths, their trees)."""
+    if backend not in _SOURCES:
+        reg = registry()
+        base = pathlib.Path(tempfile.mkdtemp(prefix=f"fp-source-{backend}-"))
+        d = FPDaemon(base, backend=backend, n_roots=2, config={"registry_insecure": [reg.host]})
+        try:
+            for k, root in enumerate(d.roots):
+                (root / "pulled").mkdir()
+                (root / "pulled" / "a.txt").write_text(f"source root {k}\n")
+                (root / "blob.bin").write_bytes(os.urandom(16 << 10))
+            d.start()
+            cid = d.create("src")["checkpoint_id"]
+            ref = f"{reg.host}/fp/src-{backend}:src"
+            r = d.request("POST", f"/v1/checkpoints/{cid}/push", json={"ref": ref})
+            assert r.status_code == 200, r.text
+            _SOURCES[backend] = (ref, [str(r) for r in d.roots], [tree_state(r) for r in d.roots])
+            d.stop()
+        finally:
+            d.cleanup()
+            unmount_all(base)
+            shutil.rmtree(base, ignore_errors=True)
+    return _SOURCES[backend]
+
+
 class Run:
     """One daemon over two roots, driven through the workload; what it
     acknowledged is kept to check after the kill."""
@@ -67,7 +115,9 @@ class Run:
         # Overlay tracks changes from 2,000 entries on, and only a tracked
         # create makes delta layers: track_changes "always" (ckptd.json(5))
         # tracks these small roots too.
-        config = {**CONFIG, "track_changes": "always"} if backend == "overlay" else CONFIG
+        config = {**CONFIG, "registry_insecure": [registry().host]}
+        if backend == "overlay":
+            config["track_changes"] = "always"
         self.d = FPDaemon(base, backend=backend, n_roots=2, config=config, env=env)
         self.backend = backend
         self.acked = {}  # cid -> trees of both roots
@@ -197,6 +247,22 @@ class Run:
         self.acked[r.json()["checkpoint_id"]] = self.acked[cid]
         self.pending = None
 
+    def step_push(self, cid):
+        self.pending = ("push", cid)
+        ref = f"{registry().host}/fp/{self.backend}-{id(self)}:pushed"
+        self.expect(self.call("POST", f"/v1/checkpoints/{cid}/push", json={"ref": ref}), 200, f"push {cid}")
+        self.pending = None
+
+    def pull_body(self):
+        ref, roots, _ = source_image(self.backend)
+        return {"ref": ref, "roots": {src: str(dst) for src, dst in zip(roots, self.d.roots)}}
+
+    def step_pull(self):
+        self.pending = ("pull",)
+        r = self.expect(self.call("POST", "/v1/checkpoints/pull", json=self.pull_body()), 201, "pull")
+        self.acked[r.json()["checkpoint_id"]] = source_image(self.backend)[2]
+        self.pending = None
+
     def step_expire(self):
         cid = self.create("short", ttl_secs=1)
         self.pending = ("expire", cid)
@@ -241,6 +307,8 @@ class Run:
         yield "delete its last reader", lambda: self.step_delete(cps[1])
         yield "fork", lambda: self.step_fork(cps[2])
         yield "import", lambda: self.step_import(cps[2])
+        yield "push", lambda: self.step_push(cps[2])
+        yield "pull", self.step_pull
         yield "expire", self.step_expire
         yield "release keeping the base", self.step_release
         yield "adopt after release", self.step_restart
@@ -316,7 +384,7 @@ class Run:
                 raise Broken(f"deleted checkpoint {cid} came back")
         xfer = self.d.state_dir / "xfer"
         if xfer.exists() and any(xfer.iterdir()):
-            raise Broken("an interrupted import left files in xfer/")
+            raise Broken("an interrupted import or pull left files in xfer/")
         self.check_forks()
         # Whatever is listed is whole: acknowledged ones hold their trees, an
         # unacknowledged one (the interrupted create or import) the trees it
@@ -328,9 +396,27 @@ class Run:
                 trees = self.pending[2]
             elif kind == "import" and listed[cid].get("import_of") == self.pending[1]:
                 trees = self.acked[self.pending[1]]
+            elif kind == "pull" and listed[cid].get("pull_of"):
+                trees = source_image(self.backend)[2]
             else:
                 raise Broken(f"{cid} ('{listed[cid]['name']}') is listed but nobody made it")
             self.restore_check(cid, trees, "after the kill")
+        self.check_retry(kind)
+
+    def check_retry(self, kind):
+        """An interrupted push or pull, tried again on the restarted daemon,
+        completes (what the crash left in the blob cache is usable)."""
+        if kind == "push":
+            cid = self.pending[1]
+            ref = f"{registry().host}/fp/{self.backend}-{id(self)}:retried"
+            r = self.d.request("POST", f"/v1/checkpoints/{cid}/push", json={"ref": ref})
+            if r.status_code != 200:
+                raise Broken(f"a retried push of {cid}: {r.status_code} {r.text}")
+        elif kind == "pull":
+            r = self.d.request("POST", "/v1/checkpoints/pull", json=self.pull_body())
+            if r.status_code != 201:
+                raise Broken(f"a retried pull: {r.status_code} {r.text}")
+            self.restore_check(r.json()["checkpoint_id"], source_image(self.backend)[2], "a retried pull")
 
     def check_forks(self):
         r = self.d.request("GET", "/v1/forks")
