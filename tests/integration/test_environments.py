@@ -150,13 +150,17 @@ def test_overlay_suites_pass_under_gvisor():
     """The kernel overlay's own tests (renames through layer generations and
     flattening, restarts, kills, mappings, busy mounts), its delta tests (with
     inotify tracking there), forks and diffs, run
-    inside runsc do on gVisor's overlay. /tmp there is a tmpfs of the sandbox,
-    so state dirs take the overlay backend. CKPTD_TEST_ENV tells the rename
+    inside runsc do on gVisor's overlay. Their temp dir there is a tmpfs of
+    the sandbox, so state dirs take the overlay backend. CKPTD_TEST_ENV tells the rename
     tests that a plain directory here is one of gVisor's overlay."""
     files = ["tests/integration/test_overlay.py", "tests/integration/test_overlay_delta.py",
              "tests/integration/test_fork.py", "tests/integration/test_diff.py"]
-    inner = (f"mount -t tmpfs tmpfs /tmp && cd {shlex.quote(str(TOP))} && CKPTD_TEST_ENV=gvisor "
-             f"{sys.executable} -m pytest -q -p no:cacheprovider --basetemp=/tmp/pt -rs " + " ".join(files))
+    # The tmpfs goes on a directory of its own, not on /tmp: the checkout
+    # itself may live under /tmp, and a tmpfs there would hide it.
+    tmp = "/var/tmp/ckptd-gvisor-tmpfs"
+    inner = (f"mkdir -p {tmp} && mount -t tmpfs tmpfs {tmp} && cd {shlex.quote(str(TOP))} && "
+             f"TMPDIR={tmp} CKPTD_TEST_ENV=gvisor "
+             f"{sys.executable} -m pytest -q -p no:cacheprovider --basetemp={tmp}/pt -rs " + " ".join(files))
     p = subprocess.run(wrap("gvisor", ["/bin/sh", "-c", inner]), capture_output=True, text=True, timeout=1200)
     tail = p.stdout[-3000:] + p.stderr[-2000:]
     assert p.returncode == 0, tail
