@@ -314,6 +314,9 @@ def test_verify_catches_a_change_behind_ckptds_back(daemon_factory, tmp_path):
         finally:
             os.close(fd)
         subprocess.run(["mount", dev, str(mnt)], check=True)
+        # A mount namespace made meanwhile by any process keeps the old
+        # superblock alive, with the file's old pages: drop clean caches.
+        pathlib.Path("/proc/sys/vm/drop_caches").write_text("3\n")
         assert (root / "victim.bin").read_bytes()[:16] == b"B" * 16
         d.start()
         rep = d.restore(cp)  # the shortcut trusts the unchanged inode
