@@ -65,6 +65,15 @@ struct restore_details {
 	struct devino_map *gone;
 	bool unit_files_changed;
 	json_t *units_linked;
+	/* In, whole root (may be NULL): called once the restore knows what it
+	 * will change, before it changes anything. paths are below "/", with
+	 * no leading slash; one ending in "/" is a directory removed with all
+	 * below it; directories only rewritten are left out. planned holds
+	 * gone, unit_files_changed and units_linked as the restore will make
+	 * them. < 0: the restore stops there, nothing changed, and held is set. */
+	int (*before_change)(void *ctx, const char *const *paths, size_t n, const struct restore_details *planned);
+	void *before_change_ctx;
+	bool held;
 };
 
 static inline void restore_details_free(struct restore_details *d)

@@ -18,9 +18,9 @@
 #include <sys/stat.h>
 
 #include "backend/tar/tar_fs.h"
+#include "backend/tar/tar_plan.h"
 #include "backend/tar/tar_replace.h"
 #include "backend/tar/tar_seek.h"
-#include "lib/failpoint.h"
 
 #define TAR_BLOCK (1 << 20)
 
@@ -31,6 +31,7 @@ struct rctx {
 	ckpt_error *err;
 	int pdir_fd; /* the directory of the last regular file written */
 	char pdir[PATH_MAX];
+	struct tar_plan plan; /* removals deferred until before_change ran */
 };
 
 int tar_extract_flags(void)
@@ -97,11 +98,9 @@ static int live_entry(struct rctx *c, int dirfd, const char *name, const char *r
 		return 0; /* never captured: never removed */
 	e = tar_manifest_find(&c->m, path);
 	if (!e || !tar_type_matches(e, &st)) {
-		tar_gone_tree(c->o, dirfd, name, &st, path);
-		tar_replace_note(c->o, path, false);
-		int r = FAILPOINT_AROUND("tar.restore.extra.remove", rm_rf_at(dirfd, name));
+		int r = tar_plan_extra(&c->plan, c->o, dirfd, name, &st, path);
 		if (r < 0)
-			return err_set(c->err, r, NULL, "cannot remove '%s': %s", path, strerror(-r));
+			return err_set(c->err, -r, NULL, "cannot remove '%s': %s", path, strerror(-r));
 		c->st->removed++;
 		mark_parent(c, rel);
 		return 0;
@@ -237,9 +236,8 @@ static void close_needed(struct rctx *c)
 			mark_parent_of(c, v[i].path);
 }
 
-/* Clear the way for the rewrite: a non-directory is unlinked (so a hardlink
- * never writes through to an inode shared with something else); a directory
- * that stays loses its xattrs, the archive's are set again. */
+/* Clear the way for the rewrite: a non-directory is unlinked (a hardlink never
+ * writes through to a shared inode); a directory that stays loses its xattrs. */
 static int prepare_one(struct rctx *c, int root_fd, struct tar_mentry *e)
 {
 	const char *leaf;
@@ -775,10 +773,13 @@ int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const cha
 		o->journal && !o->trust_nothing && !tar_manifest_holds_ino(&c.m, o->outside_inos, o->n_outside_inos);
 	stats->tracked = journal;
 	r = journal ? journal_walk(&c, root_fd) : live_walk(&c, root_fd, NULL, live_one);
-	if (r >= 0) {
+	if (r >= 0)
 		close_needed(&c);
+	if (r >= 0 && o->before_change) /* the whole root: what changes is said first */
+		r = tar_plan_run(o, root_fd, &c.plan, &c.m, err);
+	tar_plan_free(&c.plan);
+	if (r >= 0)
 		r = prepare(&c, root_fd, &files, &bytes);
-	}
 	if (r >= 0 && o->p) {
 		atomic_fetch_add(&o->p->files_total, files);
 		atomic_fetch_add(&o->p->bytes_total, bytes);

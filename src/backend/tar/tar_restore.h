@@ -52,6 +52,11 @@ struct tar_restore_opts {
 	 * enablement links it wrote (array, NULL: not collected). */
 	bool unit_files_changed;
 	json_t *units_linked;
+	/* With gone (may be NULL): restore_details' before_change, called with
+	 * the plan before anything changes; held (out) when it refused. */
+	int (*before_change)(void *ctx, const char *const *paths, size_t n, const struct restore_details *planned);
+	void *before_change_ctx;
+	bool held;
 };
 
 struct tar_restore_stats {

@@ -47,9 +47,13 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 		o.by_rename = s->ctx->whole_root; /* also when resumed at start */
 		o.gone = whole ? whole->gone : NULL;
 		o.units_linked = whole ? whole->units_linked : NULL;
+		o.before_change = whole ? whole->before_change : NULL;
+		o.before_change_ctx = whole ? whole->before_change_ctx : NULL;
 		int r = tar_restore_root(fd, cfd, arch, man, &o, &one, err);
 		if (whole && o.unit_files_changed)
 			whole->unit_files_changed = true;
+		if (whole)
+			whole->held = o.held;
 		if (r < 0)
 			return err_prefix(err, "root '%s'", s->roots[i]);
 		tar_track_count(s, i, one.tracked);
@@ -97,8 +101,9 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	_cleanup_(tar_track_journal_free) struct journal_bufs jb = { dirty, n_dirty, sus, NULL, s->n_roots };
 	tar_track_scan_suspects(s, sus);
 	/* The whole sandbox: what the restore replaced, for the services step */
-	struct restore_details whole = { 0 };
 	bool want_whole = details && s->ctx->whole_root;
+	struct restore_details whole = { .before_change = want_whole ? details->before_change : NULL,
+					 .before_change_ctx = want_whole ? details->before_change_ctx : NULL };
 	if (want_whole && (!(whole.gone = calloc(1, sizeof(*whole.gone))) || !(whole.units_linked = json_array()))) {
 		restore_details_free(&whole);
 		return err_set(err, ENOMEM, NULL, "out of memory");
@@ -108,6 +113,14 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	log_debug("tar: restore of '%s' read %s", name,
 		  r >= 0 && sum.tracked == s->n_roots ? "the directories that changed (change tracking)"
 						      : "the whole tree");
+	if (r < 0 && whole.held) { /* nothing changed: as if it never began */
+		details->held = true;
+		tar_track_mark(s, ""); /* the events collected are lost: the next one walks all */
+		restore_details_free(&whole);
+		if (!trust_nothing)
+			tar_meta_intent_clear(s, NULL);
+		return r;
+	}
 	if (r < 0) { /* the intent stays: the next open runs the restore again */
 		restore_details_free(&whole);
 		tar_meta_unfinished(s, name, err ? err->msg : "");
