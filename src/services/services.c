@@ -60,6 +60,28 @@ struct svc_unit *services_plan_add(struct svc_plan *p, const char *unit)
 	return &v[p->n++];
 }
 
+static bool plan_has(const struct svc_plan *p, const char *unit)
+{
+	for (size_t i = 0; p && i < p->n; i++)
+		if (!strcmp(p->units[i].name, unit))
+			return true;
+	return false;
+}
+
+int services_plan_merge(struct svc_plan *p, const struct svc_plan *from, const struct svc_plan *skip, bool start)
+{
+	for (size_t i = 0; i < from->n; i++) {
+		const char *name = from->units[i].name;
+		if (plan_has(skip, name) || plan_has(p, name))
+			continue;
+		struct svc_unit *u = services_plan_add(p, name);
+		if (!u)
+			return -ENOMEM;
+		u->start = start;
+	}
+	return 0;
+}
+
 void services_plan_free(struct svc_plan *p)
 {
 	for (size_t i = 0; p && i < p->n; i++) {

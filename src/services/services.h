@@ -40,6 +40,9 @@ struct svc_plan {
 	size_t n_roots;
 };
 void services_plan_free(struct svc_plan *p);
+/* Adds the units of from to p, but those in skip (may be NULL) or in p
+ * already; start: they are only started (their enablement came back). */
+int services_plan_merge(struct svc_plan *p, const struct svc_plan *from, const struct svc_plan *skip, bool start);
 
 /* What the plan says, as the API reports it: arrays of unit names, and
  * failures {unit: reason}. */
@@ -84,6 +87,17 @@ int services_thaw(struct services *s, struct svc_plan *p);
  * itself maps or holds one (never stopped; it says a restart is due). */
 int services_plan_gone(struct services *s, const struct devino_map *gone, const char *const *linked, size_t n_linked,
 		       struct svc_plan *ret, bool *ret_self);
+/* Before a whole-root restore's swap (docs/whole-root.md): adds to plan the
+ * running units whose own files are among paths (below "/", no leading
+ * slash; one ending in "/" a directory removed whole): the unit file and
+ * drop-ins, ExecStart's executables, and the files of the Debian package
+ * that ships the unit file. ckptd and systemd's own units never. */
+int services_plan_own(struct services *s, const char *const *paths, size_t n, struct svc_plan *plan);
+/* Of names, the units that run now and may be restarted. */
+int services_plan_running(struct services *s, const char *const *names, size_t n, struct svc_plan *ret);
+/* Marks unit_gone the units of p whose unit file is gone now (after a
+ * daemon-reload): they are not started. */
+void services_plan_mark_gone(struct services *s, struct svc_plan *p);
 /* daemon-reload, waited for. < 0 with *reason (malloc'd) on failure. */
 int services_reload(struct services *s, char **reason);
 /* Stop the plan's units, then start them, except those whose unit file is

@@ -419,6 +419,80 @@ static int bus_file_state(void *conn, const char *unit, char **ret)
 	return bus_loaded_prop(conn, unit, "UnitFileState", ret);
 }
 
+/* ListUnitsByPatterns: the .service units active, activating or reloading. */
+static int bus_running_units(void *conn, struct strv *ret)
+{
+	_cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
+	_cleanup_bus_message_ sd_bus_message *m = NULL, *reply = NULL;
+	struct services_bus *b = conn;
+	const char *states[] = { "active", "activating", "reloading", NULL }, *patterns[] = { "*.service", NULL };
+	const char *name;
+	int r = sd_bus_message_new_method_call(b->bus, &m, SD_DEST, SD_PATH, SD_MANAGER, "ListUnitsByPatterns");
+	if (r >= 0)
+		r = sd_bus_message_append_strv(m, (char **)states);
+	if (r >= 0)
+		r = sd_bus_message_append_strv(m, (char **)patterns);
+	if (r >= 0)
+		r = sd_bus_call(b->bus, m, 0, &e, &reply);
+	if (r >= 0)
+		r = sd_bus_message_enter_container(reply, 'a', "(ssssssouso)");
+	while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'r', "ssssssouso")) > 0) {
+		r = sd_bus_message_read(reply, "s", &name);
+		if (r >= 0)
+			r = services_strv_add(ret, name);
+		if (r >= 0)
+			r = sd_bus_message_skip(reply, "sssssouso");
+		if (r >= 0)
+			r = sd_bus_message_exit_container(reply);
+	}
+	return r < 0 ? r : 0;
+}
+
+/* The path of each ExecStart entry, a(sasbttttuii). */
+static int bus_exec_paths(struct services_bus *b, const char *path, struct strv *ret)
+{
+	_cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
+	_cleanup_bus_message_ sd_bus_message *reply = NULL;
+	const char *exe;
+	int r = sd_bus_get_property(b->bus, SD_DEST, path, "org.freedesktop.systemd1.Service", "ExecStart", &e, &reply,
+				    "a(sasbttttuii)");
+	if (r >= 0)
+		r = sd_bus_message_enter_container(reply, 'a', "(sasbttttuii)");
+	while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'r', "sasbttttuii")) > 0) {
+		r = sd_bus_message_read(reply, "s", &exe);
+		if (r >= 0 && exe[0] == '/')
+			r = services_strv_add(ret, exe);
+		if (r >= 0)
+			r = sd_bus_message_skip(reply, "asbttttuii");
+		if (r >= 0)
+			r = sd_bus_message_exit_container(reply);
+	}
+	return r < 0 ? r : 0;
+}
+
+static int bus_unit_files(void *conn, const char *unit, struct strv *ret)
+{
+	_cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
+	_cleanup_free_ char *path = NULL, *fragment = NULL;
+	char **dropins = NULL;
+	struct services_bus *b = conn;
+	int r = sd_bus_path_encode(SD_PATH "/unit", unit, &path);
+	if (r >= 0)
+		r = sd_bus_get_property_string(b->bus, SD_DEST, path, "org.freedesktop.systemd1.Unit", "FragmentPath",
+					       &e, &fragment);
+	if (r >= 0)
+		r = services_strv_add(ret, fragment);
+	if (r >= 0)
+		r = sd_bus_get_property_strv(b->bus, SD_DEST, path, "org.freedesktop.systemd1.Unit", "DropInPaths", &e,
+					     &dropins);
+	for (size_t i = 0; r >= 0 && dropins && dropins[i]; i++)
+		r = services_strv_add(ret, dropins[i]);
+	for (size_t i = 0; dropins && dropins[i]; i++)
+		free(dropins[i]);
+	free(dropins);
+	return r < 0 ? r : bus_exec_paths(b, path, ret);
+}
+
 const struct services_ops services_bus_ops = {
 	.booted = bus_booted,
 	.pid_unit = bus_pid_unit,
@@ -434,4 +508,6 @@ const struct services_ops services_bus_ops = {
 	.reload = bus_reload,
 	.load_state = bus_load_state,
 	.file_state = bus_file_state,
+	.running_units = bus_running_units,
+	.unit_files = bus_unit_files,
 };

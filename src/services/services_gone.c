@@ -147,12 +147,27 @@ int services_reload(struct services *s, char **reason)
 	return r;
 }
 
-/* A unit whose file the restore removed is stopped, never started. */
-static void gone_mark_unit_files(struct services *s, struct svc_plan *p)
+int services_plan_running(struct services *s, const char *const *names, size_t n, struct svc_plan *ret)
 {
 	ckpt_error e = { 0 };
 	void *conn = NULL;
-	if (!s->ops->load_state || s->ops->connect(&conn, &e) < 0)
+	int r = 0;
+	memset(ret, 0, sizeof(*ret));
+	if (!services_available(s) || n == 0)
+		return 0;
+	if (s->ops->connect(&conn, &e) < 0)
+		return -ENOTCONN;
+	for (size_t i = 0; r >= 0 && i < n; i++)
+		r = gone_add_unit(s, conn, ret, names[i]);
+	s->ops->disconnect(conn);
+	return r;
+}
+
+void services_plan_mark_gone(struct services *s, struct svc_plan *p)
+{
+	ckpt_error e = { 0 };
+	void *conn = NULL;
+	if (!services_available(s) || !p->n || !s->ops->load_state || s->ops->connect(&conn, &e) < 0)
 		return;
 	for (size_t i = 0; i < p->n; i++) {
 		_cleanup_free_ char *ls = NULL;
@@ -169,7 +184,7 @@ int services_restart(struct services *s, struct svc_plan *p)
 	if (!services_available(s) || p->n == 0)
 		return 0;
 	int r = services_stop(s, p);
-	gone_mark_unit_files(s, p);
+	services_plan_mark_gone(s, p);
 	int q = services_start(s, p);
 	return r < 0 ? r : q;
 }

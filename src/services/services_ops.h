@@ -73,6 +73,11 @@ struct services_ops {
 	int (*load_state)(void *conn, const char *unit, char **ret);
 	/* UnitFileState: "enabled", "disabled", "static"..., malloc'd. */
 	int (*file_state)(void *conn, const char *unit, char **ret);
+	/* The .service units that run now (may be NULL, as may unit_files);
+	 * a unit's files as systemd names them: FragmentPath first (or ""),
+	 * then DropInPaths and the path of each ExecStart. */
+	int (*running_units)(void *conn, struct strv *ret);
+	int (*unit_files)(void *conn, const char *unit, struct strv *ret);
 };
 
 /* The real table: sd-bus on the system bus, sd-login and /proc. */
