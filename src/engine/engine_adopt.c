@@ -89,12 +89,14 @@ void engine_adoption_finish(struct engine *e)
 		char at[32];
 		time_t now = time(NULL);
 		svc_report_init(&rep);
+		engine_whole_owed_reload(e); /* an interrupted whole-root restore's */
 		for (size_t i = 0; i < e->n_plans; i++) {
 			services_start(e->services, &e->plans[i]);
 			services_report(&e->plans[i], &rep);
 			services_plan_free(&e->plans[i]);
 		}
 		e->n_plans = 0;
+		engine_whole_owed_restart(e, &rep);
 		strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
 		pthread_mutex_lock(&e->state_lock);
 		json_array_extend(json_object_get(e->adoption, "restarted_units"), rep.started);
@@ -149,6 +151,8 @@ void engine_adoption_free(struct engine *e)
 	for (size_t i = 0; i < e->n_plans; i++)
 		services_plan_free(&e->plans[i]);
 	free(e->plans);
+	json_decref(e->whole_owed);
+	e->whole_owed = NULL;
 	free(e->hidden);
 	e->plans = NULL;
 	e->hidden = NULL;

@@ -63,7 +63,8 @@ struct engine {
 	/* The base identity (engine_base_id.c), computed on first use, "" until
 	 * then; guarded by state_lock. */
 	char base_id[80];
-	bool restart_due; /* a whole-root restore replaced ckptd's own files; state_lock */
+	bool restart_due;   /* a whole-root restore replaced ckptd's own files; state_lock */
+	json_t *whole_owed; /* an interrupted whole-root restore's services step, until done */
 
 	pthread_t sweeper;
 	bool sweeper_running, stopping, maintenance_due;
@@ -74,9 +75,27 @@ struct engine {
 	struct idem_running *idem_running;
 };
 
-/* engine_whole.c */
-void engine_whole_services(struct engine *e, struct restore_report *rep);
+/* engine_whole.c: the services step of a whole-root restore, planned
+ * before its swap (engine_whole_before, restore_details' before_change),
+ * executed after: units is the restore's plan (stopped around the swap),
+ * restart the units to restart after it. */
+struct whole_run {
+	struct engine *e;
+	const char *id;
+	struct svc_plan *units, *restart;
+	bool self; /* ckptd maps or holds a file that goes */
+};
+int engine_whole_before(void *ctx, const char *const *paths, size_t n, const struct restore_details *planned);
+/* After the swap, before units start again: daemon-reload when a unit file
+ * changed; a unit whose file went stays stopped. */
+void engine_whole_reload(struct whole_run *w, const struct restore_details *d);
+void engine_whole_services(struct whole_run *w, struct restore_report *rep);
 void engine_whole_health(struct engine *e, json_t *h);
+/* At start, what an interrupted whole-root restore owed (services.json's
+ * "whole"): the reload before the units it stopped start, the restarts
+ * after. */
+void engine_whole_owed_reload(struct engine *e);
+void engine_whole_owed_restart(struct engine *e, struct svc_report *rep);
 
 /* engine_records.c */
 const struct ckpt_record *engine_resolve(struct engine *e, const char *id_or_name);
@@ -97,6 +116,8 @@ void engine_kick_maintenance(struct engine *e);
  * until they are back, so that a start after a crash brings them back */
 struct svc_plan;
 int engine_svc_journal_save(struct engine *e, const char *op, const char *id, const struct svc_plan *p);
+/* A whole-root restore's: with what its services step owes (whole, not NULL). */
+int engine_svc_journal_save_whole(struct engine *e, const char *id, const struct svc_plan *p, json_t *whole);
 void engine_svc_journal_clear(struct engine *e);
 void engine_svc_journal_recover(struct engine *e);
 /* A record reference dropped when the variable goes out of scope. */

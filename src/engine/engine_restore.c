@@ -69,13 +69,17 @@ static int restore_swap(struct engine *e, const struct restore_plan *plan, struc
 static int restore_run(struct engine *e, const struct restore_plan *plan, bool verify, struct engine_op *op,
 		       struct restore_report *rep, ckpt_error *err)
 {
-	struct svc_plan units;
+	struct svc_plan units, restart = { 0 };
+	struct whole_run w = { e, plan->rec->id, &units, &restart, false };
+	bool whole = e->cfg->whole_root;
 	int64_t t0 = mono_ms(), t1, t2;
 	int r = services_plan(e->services, e->cfg->roots, e->cfg->n_roots, &units);
 	if (r < 0) {
 		services_plan_free(&units);
 		return err_set(err, -r, NULL, "cannot list the services that use the roots: %s", strerror(-r));
 	}
+	if (whole) /* its own units stop once the backend knows what changes */
+		rep->details.before_change = engine_whole_before, rep->details.before_change_ctx = &w;
 	rep->services_available = services_available(e->services);
 	size_t planned = units.n;
 	engine_svc_journal_save(e, "restore", plan->rec->id, &units); /* a crash now: started at the next start */
@@ -85,18 +89,25 @@ static int restore_run(struct engine *e, const struct restore_plan *plan, bool v
 	t1 = mono_ms();
 	if (rep->swapped)
 		r = restore_swap(e, plan, &rep->details, op, err);
+	if (r < 0 && rep->details.held) /* a unit whose files change did not stop: nothing changed */
+		rep->swapped = false, r = 0;
 	if (r == 0 && rep->swapped && verify && (rep->verify = json_object())) { /* verify_ms, not a phase */
 		int64_t v = engine_verify(e, plan->fresh ? NULL : plan->rec->id, plan->rec->backend_data, rep->verify);
 		t0 += v, t1 += v;
 	}
 	t2 = mono_ms();
+	bool done = r == 0 && rep->swapped;
+	if (done && whole)
+		engine_whole_reload(&w, &rep->details);
 	services_start(e->services, &units); /* also after a failed swap */
-	if (units.n > 0)
-		engine_svc_journal_clear(e);
 	services_report(&units, &rep->services);
+	if (done && whole)
+		engine_whole_services(&w, rep);
+	/* A whole root half restored: the next start finishes it, and owes its services step. */
+	if ((units.n > 0 || whole) && !(whole && r < 0))
+		engine_svc_journal_clear(e);
 	services_plan_free(&units);
-	if (r == 0 && rep->swapped && e->cfg->whole_root)
-		engine_whole_services(e, rep);
+	services_plan_free(&restart);
 	if (!rep->services_available)
 		rep->services_reason = services_unavailable_reason(e->services);
 	rep->stop_ms = t1 - t0, rep->swap_ms = t2 - t1, rep->start_ms = mono_ms() - t2;

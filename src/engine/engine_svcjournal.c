@@ -11,23 +11,43 @@
 
 #define SVC_JOURNAL "services.json"
 
-/* Before the units of p are stopped (op "restore") or frozen ("create"). No
- * unit, no file: a sandbox without systemd pays nothing. */
-int engine_svc_journal_save(struct engine *e, const char *op, const char *id, const struct svc_plan *p)
+/* A whole-root restore that owes nothing but what p says. */
+static bool svc_journal_owes(json_t *whole)
 {
-	if (p->n == 0)
+	return whole &&
+		(json_is_true(json_object_get(whole, "reload")) || json_array_size(json_object_get(whole, "restart")) ||
+		 json_array_size(json_object_get(whole, "linked")));
+}
+
+static int svc_journal_write(struct engine *e, const char *op, const char *id, const struct svc_plan *p, json_t *whole)
+{
+	if (p->n == 0 && !svc_journal_owes(whole))
 		return 0;
 	json_auto_t *units = json_array();
 	for (size_t i = 0; units && i < p->n; i++)
 		json_array_append_new(units, json_string(p->units[i].name));
 	json_auto_t *j =
 		units ? json_pack("{s:s,s:s,s:O}", "op", op, "checkpoint_id", id ? id : "", "units", units) : NULL;
+	if (j && svc_journal_owes(whole))
+		json_object_set(j, "whole", whole);
 	_cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	int r = s ? write_file_atomic(e->state_fd, SVC_JOURNAL, s, strlen(s), 0600) : -ENOMEM;
 	if (r < 0)
 		log_warn("services: cannot record the units of this %s (a crash now would leave them %s): %s", op,
 			 strcmp(op, "create") ? "stopped" : "frozen", strerror(-r));
 	return r;
+}
+
+/* Before the units of p are stopped (op "restore") or frozen ("create"). No
+ * unit, no file: a sandbox without systemd pays nothing. */
+int engine_svc_journal_save(struct engine *e, const char *op, const char *id, const struct svc_plan *p)
+{
+	return svc_journal_write(e, op, id, p, NULL);
+}
+
+int engine_svc_journal_save_whole(struct engine *e, const char *id, const struct svc_plan *p, json_t *whole)
+{
+	return svc_journal_write(e, "restore", id, p, whole);
 }
 
 /* The units are back (or were never touched). */
@@ -100,5 +120,8 @@ void engine_svc_journal_recover(struct engine *e)
 		engine_svc_journal_clear(e);
 		return;
 	}
+	json_t *whole = json_object_get(j, "whole");
+	if (json_is_object(whole)) /* run by engine_adoption_finish: engine_whole.c */
+		e->whole_owed = json_incref(whole);
 	svc_journal_defer_start(e, &p);
 }

@@ -13,6 +13,7 @@ import io
 import json
 import pathlib
 import sys
+import threading
 import time
 import zipfile
 
@@ -27,6 +28,7 @@ LIB = "/usr/local/lib/ckptd-rig/libdemo.so.1"
 LIB_V1 = "/usr/lib/x86_64-linux-gnu/libzstd.so.1"
 LIB_V2 = "/usr/lib/x86_64-linux-gnu/libjansson.so.4"
 SLOW = 900  # seconds: a create of the whole rootfs on a loaded machine
+JOURNAL = "/var/lib/ckptd/services.json"
 
 LIBUSER_PY = f"""\
 import ctypes, time
@@ -297,3 +299,148 @@ def test_a_program_holding_a_replaced_file_keeps_its_inode(rig):
     assert f"{path} (deleted)" in fd_target, fd_target
     assert rig.sh("sh", "-c", f"cat /proc/{pid}/fd/3").stdout == "v2\n"
     rig.sh("systemctl", "stop", "wr-held.scope", check=False)
+
+
+# A package as dpkg leaves one on disk: its unit file, its daemon, its
+# config, and the .list that names them (bookworm's lists say /lib for what
+# merged /usr keeps under /usr/lib). The daemon reads its config once at
+# start and closes it: no scan of /proc can tell that it uses it.
+WRPKG_D = """\
+import os, time
+with open("/etc/wrpkg/wrpkg.conf") as f:
+    conf = f.read()
+with open("/run/wrpkg.seen.tmp", "w") as f:
+    f.write(f"{os.getpid()}:{conf}")
+os.rename("/run/wrpkg.seen.tmp", "/run/wrpkg.seen")
+time.sleep(1e6)
+"""
+WRPKG_UNIT = """[Unit]
+Description=rig unit of a package, reading its config once at start
+[Service]
+ExecStart=/usr/bin/python3 /usr/lib/wrpkg/wrpkgd.py
+ExecStop=/bin/sleep 3
+"""
+WRPKG_LIST = "".join(f"{p}\n" for p in (
+    "/.", "/etc", "/etc/wrpkg", "/etc/wrpkg/wrpkg.conf", "/lib", "/lib/systemd", "/lib/systemd/system",
+    "/lib/systemd/system/wrpkg.service", "/usr", "/usr/lib", "/usr/lib/wrpkg", "/usr/lib/wrpkg/wrpkgd.py"))
+IDLE_UNIT = "[Unit]\nDescription=idle {}\n[Service]\nExecStart=/bin/true\n"
+
+
+def put(rig, path, text):
+    rig.sh("sh", "-c", f"mkdir -p $(dirname {path}) && cat > {path}.new && mv {path}.new {path}", input=text)
+
+
+def wrpkg_seen(rig, not_pid=None, timeout=30):
+    """(pid, config) the running wrpkg daemon read at its start."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = rig.sh("cat", "/run/wrpkg.seen", check=False).stdout
+        pid = main_pid(rig, "wrpkg.service")
+        if ":" in text and text.split(":", 1)[0] == str(pid) and pid not in (0, not_pid):
+            return pid, text.split(":", 1)[1]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"wrpkg never said what it read (seen {text!r}, MainPID {pid})")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def wrpkg(rig):
+    put(rig, "/usr/lib/systemd/system/wrpkg.service", WRPKG_UNIT)
+    put(rig, "/usr/lib/wrpkg/wrpkgd.py", WRPKG_D)
+    put(rig, "/etc/wrpkg/wrpkg.conf", "v1\n")
+    put(rig, "/var/lib/dpkg/info/wrpkg.list", WRPKG_LIST)
+    put(rig, "/var/lib/dpkg/info/wrpkg.conffiles", "/etc/wrpkg/wrpkg.conf\n")
+    put(rig, "/etc/systemd/system/wr-idle.service", IDLE_UNIT.format("v1"))
+    rig.systemctl("daemon-reload")
+    rig.systemctl("start", "wrpkg.service")
+    assert wrpkg_seen(rig)[1] == "v1\n"
+    return rig
+
+
+def test_a_restore_of_a_package_config_restarts_that_unit_only(wrpkg):
+    rig = wrpkg
+    cid = checkpoint(rig, "wrpkg-v1")
+    before = pids(rig)
+    lib_pid = main_pid(rig, "libuser.service")
+    pid, _ = wrpkg_seen(rig)
+    rig.sh("sh", "-c", "echo v2 > /etc/wrpkg/wrpkg.conf")
+
+    out = restore(rig, cid)
+    assert "wrpkg.service" in out["stopped_services"], out
+    assert "wrpkg.service" in out["started_services"], out
+    assert out["failed_services"] == [], out
+    assert rig.sh("cat", "/etc/wrpkg/wrpkg.conf").stdout == "v1\n"
+    new, conf = wrpkg_seen(rig, not_pid=pid)
+    assert new != pid and conf == "v1\n"
+    # the units that own nothing the restore changed kept their processes
+    assert pids(rig) == before
+    assert main_pid(rig, "libuser.service") == lib_pid
+    assert "libuser.service" not in out["stopped_services"], out
+
+
+def test_a_restore_killed_mid_way_is_finished_at_start_with_its_services_step(wrpkg):
+    """ckptd killed while it stops wrpkg around the swap (its ExecStop takes
+    3 s), after the restore's intent is written: the next start finishes the
+    restore and runs the services step it owed: daemon-reload (a unit file
+    changed), the restart of the unit that maps a library the restore
+    replaced, and the start of wrpkg on its restored config."""
+    rig = wrpkg
+    cid = checkpoint(rig, "before-kill")
+    v1 = rig.sh("sha256sum", LIB).stdout.split()[0]
+    rig.sh("sh", "-c", "echo v3 > /etc/wrpkg/wrpkg.conf")
+    rig.sh("sh", "-c", f"cp {LIB_V2} {LIB}.dpkg-new && mv {LIB}.dpkg-new {LIB}")
+    rig.systemctl("restart", "libuser.service")
+    put(rig, "/etc/systemd/system/wr-idle.service", IDLE_UNIT.format("v2"))
+    rig.systemctl("daemon-reload")
+    lib_pid = main_pid(rig, "libuser.service")
+    assert mapped_inode(rig, lib_pid, LIB)[1] is False
+    wr_pid, _ = wrpkg_seen(rig)
+    before = pids(rig)
+
+    done = {}
+
+    def go():
+        try:
+            done["r"] = api(rig, "POST", f"/v1/checkpoints/{cid}/restore", json={}, timeout=SLOW)
+        except Exception as e:  # the kill cuts the connection
+            done["e"] = e
+    t = threading.Thread(target=go)
+    t.start()
+    deadline = time.monotonic() + SLOW
+    while active(rig, "wrpkg.service") != "deactivating":
+        assert t.is_alive() and time.monotonic() < deadline, f"wrpkg was never stopped: {done}"
+        time.sleep(0.02)
+    old = main_pid(rig, "ckptd.service")
+    rig.sh("kill", "-9", str(old))
+    t.join(60)
+    assert "r" not in done, "the restore answered before the kill"
+    assert rig.sh("test", "-e", JOURNAL, check=False).returncode == 0, "no record of what the restore owed"
+
+    killed = time.monotonic()
+    deadline = killed + SLOW
+    while not (main_pid(rig, "ckptd.service") not in (0, old) and active(rig, "ckptd.service") == "active"):
+        assert time.monotonic() < deadline, rig.journal("ckptd.service", lines=80)
+        time.sleep(0.5)
+    print(f"rig whole: ckptd ready {time.monotonic() - killed:.1f} s after the kill")
+    deadline = time.monotonic() + 120
+    while rig.sh("test", "-e", JOURNAL, check=False).returncode == 0:
+        assert time.monotonic() < deadline, "the owed services step never finished"
+        time.sleep(0.2)
+    # the restore was finished
+    assert rig.sh("cat", "/etc/wrpkg/wrpkg.conf").stdout == "v1\n"
+    assert rig.sh("sha256sum", LIB).stdout.split()[0] == v1
+    # and its services step ran: wrpkg on its restored config ...
+    assert active(rig, "wrpkg.service") == "active"
+    new, conf = wrpkg_seen(rig, not_pid=wr_pid)
+    assert conf == "v1\n"
+    # ... libuser restarted onto the restored library ...
+    new_lib = main_pid(rig, "libuser.service")
+    assert new_lib not in (0, lib_pid)
+    ino, deleted = mapped_inode(rig, new_lib, LIB)
+    assert not deleted and ino == int(rig.sh("stat", "-c", "%i", LIB).stdout)
+    # ... and systemd reads the restored unit file
+    idle = rig.show("wr-idle.service", "Description", "NeedDaemonReload")
+    assert idle == {"Description": "idle v1", "NeedDaemonReload": "no"}, idle
+    assert pids(rig) == before
+    log = rig.journal("ckptd.service", lines=500)
+    assert f'restore of "{cid}" was interrupted by a crash' in log, log[-2000:]
