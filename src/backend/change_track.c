@@ -150,7 +150,7 @@ int chg_track_arm(struct chg_track *t, int upper_fd)
 	path[n] = 0;
 	t->upper = fcntl(upper_fd, F_DUPFD_CLOEXEC, 3);
 	t->path = strdup(path);
-	t->len = (size_t)n;
+	t->len = n == 1 ? 0 : (size_t)n; /* "/": its children's paths begin with the slash */
 	t->seen = calloc(1, sizeof(*t->seen));
 	t->self = getpid();
 	int r = t->upper < 0 ? -errno : !t->path || !t->seen ? -ENOMEM : arm_choose(t, upper_fd);

@@ -1,6 +1,8 @@
 """The whole sandbox as a root (docs/whole-root.md) where ckptd runs without
-systemd: under gVisor (`runsc --network=none do`) and as root without
-CAP_SYS_ADMIN (`capsh --drop=cap_sys_admin`), the sandboxes of DESIGN.md.
+systemd: under gVisor (`runsc --network=none do`), as root without
+CAP_SYS_ADMIN (`capsh --drop=cap_sys_admin`), the sandboxes of DESIGN.md,
+and as root with it, where fanotify tracks what changed (on an ext4 root
+of its own: fanotify does not mark an overlay).
 
 Safety: ckptd's "/" here is never this machine's root. Each test mounts a
 private copy-on-write root: an overlay whose lower layer is the rig's
@@ -81,8 +83,10 @@ try:
                    stdout=subprocess.DEVNULL)
     out["during"] = pip_list()
     out["importable_during"] = importable()
+    out["tracked_before"] = call("GET", "/v1/health")[1].get("tracking_roots", [{}])[0].get("tracked", 0)
     st, rs = call("POST", "/v1/checkpoints/%s/restore" % cp["checkpoint_id"], {})
     out["restore"] = [st, rs]
+    out["tracked_after"] = call("GET", "/v1/health")[1].get("tracking_roots", [{}])[0].get("tracked", 0)
     out["after"] = pip_list()
     out["importable_after"] = importable()
     out["dist_left"] = os.path.exists("/usr/local/lib/python3.11/dist-packages/ckptd_wr_demo")
@@ -116,15 +120,42 @@ def private_root():
                     f"lowerdir={lower},upperdir={d}/upper,workdir={d}/work", str(root)], check=True)
     try:
         assert os.stat(root).st_dev != os.stat("/").st_dev, "the private root must not be this machine's /"
-        wr = root / "wr"
-        wr.mkdir()
-        shutil.copy2(BUILD / "ckptd", wr / "ckptd")
-        copy_sanitizer_runtime(root)
-        (wr / "drive.py").write_text(DRIVE_PY)
-        (wr / WHEEL).write_bytes(wheel_bytes("ckptd_wr_demo", "1.0"))
+        populate(root)
         yield root
     finally:
         subprocess.run(["umount", "-l", str(root)], check=False)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def populate(root):
+    wr = root / "wr"
+    wr.mkdir()
+    shutil.copy2(BUILD / "ckptd", wr / "ckptd")
+    copy_sanitizer_runtime(root)
+    (wr / "drive.py").write_text(DRIVE_PY)
+    (wr / WHEEL).write_bytes(wheel_bytes("ckptd_wr_demo", "1.0"))
+
+
+@pytest.fixture
+def ext4_root():
+    """A copy of the rig's Debian rootfs on an ext4 filesystem of its own
+    (a loop device), as a sandbox's root is: fanotify marks a whole
+    filesystem, and it does not mark an overlay."""
+    lower = rigmod.build_rootfs()
+    d = pathlib.Path(tempfile.mkdtemp(prefix="ckptd-wr-ext4."))
+    fs = d / "fs"
+    fs.mkdir()
+    subprocess.run(["truncate", "-s", "2G", str(d / "fs.img")], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(d / "fs.img")], check=True)
+    subprocess.run(["mount", "-o", "loop", str(d / "fs.img"), str(fs)], check=True)
+    try:
+        root = fs / "root"
+        subprocess.run(["cp", "-a", str(lower), str(root)], check=True)
+        assert os.stat(root).st_dev != os.stat("/").st_dev, "the private root must not be this machine's /"
+        populate(root)
+        yield root
+    finally:
+        subprocess.run(["umount", "-l", str(fs)], check=False)
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -165,3 +196,20 @@ def test_whole_root_pip_rollback_without_cap_sys_admin(private_root):
     out = result(p)
     check(out)
     assert "/tmp" in {e["path"] for e in out["health"]["excluded"]}
+
+
+def test_whole_root_pip_rollback_with_fanotify(ext4_root):
+    """With CAP_SYS_ADMIN, fanotify tells a create and a restore of "/"
+    which directories changed, and only those are read. Every directory
+    below "/" counts: the restore takes the install back."""
+    script = (f"mount --make-rprivate / && mount -t proc proc {ext4_root}/proc && "
+              f"mount -t tmpfs tmpfs {ext4_root}/tmp && "
+              f"exec chroot {ext4_root} /usr/bin/python3 /wr/drive.py")
+    p = subprocess.run(["unshare", "-m", "-p", "-f", "sh", "-c", script], capture_output=True, text=True,
+                       timeout=1800)
+    out = result(p)
+    tracking = out["health"].get("tracking_roots", [])
+    assert [t.get("tracking") for t in tracking] == ["fanotify"], (tracking, out.get("ckptd_log_tail"))
+    check(out)
+    # the restore read only the directories that changed
+    assert out["tracked_after"] == out["tracked_before"] + 1, out["ckptd_log_tail"]
