@@ -666,6 +666,7 @@ static int ovl_probe(const struct backend_ctx *ctx, ckpt_error *err)
 	return overlay_probe(ctx->state_dir, &opts, err);
 }
 
+static const struct backend_capture_ops ovl_capture_ops = { .capture = overlay_capture };
 static const struct backend_compare_ops ovl_compare_ops = { .verify = ovl_verify, .diff = overlay_diff };
 static const struct backend_fork_ops ovl_fork_ops = { .mount = overlay_fork_mount, .remove = overlay_fork_remove };
 /* A checkpoint is layers over the base: an export names it. */
@@ -683,7 +684,6 @@ const struct backend_ops backend_overlay_ops = {
 	.open = ovl_open,
 	.recover = ovl_recover,
 	.precopy = overlay_precopy,
-	.capture = overlay_capture,
 	.create = overlay_create,
 	.restore = ovl_restore,
 	.reset = ovl_reset,
@@ -692,6 +692,7 @@ const struct backend_ops backend_overlay_ops = {
 	.maintain = ovl_maintain,
 	.cleanup = ovl_cleanup,
 	.close = ovl_close,
+	.capture = &ovl_capture_ops,
 	.compare = &ovl_compare_ops,
 	.forks = &ovl_fork_ops,
 	.xfer = &ovl_xfer_ops,

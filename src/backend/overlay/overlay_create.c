@@ -317,9 +317,12 @@ static int overlay_create_precopy_root(struct ovl_root *r, struct progress *p, c
 	return 0;
 }
 
-int overlay_precopy(void *st, struct progress *p, ckpt_error *err)
+/* Made whether or not a unit is frozen: the frozen pass then links every
+ * file from it, so the first pass costs create nothing it would not copy. */
+int overlay_precopy(void *st, bool frozen, struct progress *p, ckpt_error *err)
 {
 	struct ovl *o = st;
+	(void)frozen;
 	for (size_t i = 0; i < o->n_roots; i++) {
 		int q = overlay_create_precopy_root(&o->roots[i], p, err);
 		if (q < 0)

@@ -239,7 +239,7 @@ int overlay_fork_remove(void *st, const char *fid, json_t *fdata, const char *co
 int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err);
 
 /* overlay_create.c: the precopy, capture and create ops. */
-int overlay_precopy(void *st, struct progress *p, ckpt_error *err);
+int overlay_precopy(void *st, bool frozen, struct progress *p, ckpt_error *err);
 int overlay_capture(void *st, struct progress *p, ckpt_error *err);
 int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
 		   ckpt_error *err);

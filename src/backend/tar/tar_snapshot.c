@@ -271,14 +271,16 @@ static int tar_capture(void *st, const char *id, char *const *from, json_t **ret
 /* The pass before the freeze: an incremental checkpoint that no record
  * names, made the head, so that the frozen create archives only what
  * changed since. It stays as a data source of that create (kept aside in
- * .keep/ by tar_gc_pre_drop, removed when nothing reads it). */
-int tar_precopy(void *st, struct progress *p, ckpt_error *err)
+ * .keep/ by tar_gc_pre_drop, removed when nothing reads it). It costs a
+ * walk of its own: made only when some unit is frozen around the create
+ * (frozen), which it shortens. */
+int tar_precopy(void *st, bool frozen, struct progress *p, ckpt_error *err)
 {
 	struct tar_state *s = st;
 	char id[64];
 	int r;
 
-	if (s->ctx->tar_chain_max <= 0)
+	if (!frozen || s->ctx->tar_chain_max <= 0)
 		return 0;
 	if ((r = tar_snapshot_base_wait(s, err)) < 0)
 		return r;
