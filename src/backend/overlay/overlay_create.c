@@ -131,10 +131,9 @@ static int overlay_create_catch_up(struct ovl_root *r, int up, int dst, struct p
  * -EAGAIN when one cannot be. */
 static int overlay_create_delta_prev(struct ovl_root *r, int l, int fds[OVL_DELTA_MAX + 1])
 {
-	size_t n = json_array_size(r->stack);
+	size_t n = r->stack.n;
 	for (size_t j = 0; j < n; j++) {
-		fds[j] = openat(l, json_string_value(json_array_get(r->stack, j)),
-				O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		fds[j] = openat(l, r->stack.v[j], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (fds[j] < 0) {
 			while (j--)
 				close(fds[j]);
@@ -535,19 +534,20 @@ static int overlay_create_publish_capture(struct ovl_root *r, char name[OVL_NAME
 static void overlay_create_delta_after(struct ovl_root *r, const char *name, bool delta, bool tracked)
 {
 	if (delta) {
-		json_array_insert_new(r->stack, 0, json_string(name));
+		if (overlay_chain_push_top(&r->stack, name) < 0)
+			overlay_delta_reset(r); /* out of memory: the next create is full */
 		return;
 	}
 	bool keep = tracked && chg_track_armed(&r->trk);
-	json_array_clear(r->stack);
+	r->stack.n = 0;
 	pathindex_free(TAKE_PTR(r->dix));
 	overlay_delta_dirs_free(&r->ddirs);
 	char rel[32];
 	snprintf(rel, sizeof(rel), "l/%s", name);
 	_cleanup_close_ int fd = keep ? openat(r->rdir_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-	if (fd >= 0 && (r->dix = pathindex_new()) && overlay_delta_dirs_read(fd, &r->ddirs) == 0)
-		json_array_append_new(r->stack, json_string(name));
-	else
+	bool ok = fd >= 0 && (r->dix = pathindex_new()) && overlay_delta_dirs_read(fd, &r->ddirs) == 0 &&
+		overlay_chain_push(&r->stack, name) == 0;
+	if (!ok)
 		overlay_delta_reset(r);
 }
 
@@ -584,6 +584,27 @@ int overlay_capture(void *st, struct progress *p, ckpt_error *err)
 	return 0;
 }
 
+/* The chains of a create that published layers names[i]: each over the
+ * layers the previous creates made from the upper when a delta, over the
+ * live chain. */
+static int overlay_create_chains(struct ovl *o, char (*names)[OVL_NAME_LEN + 1], const bool *delta,
+				 struct ovl_chains *out)
+{
+	int q = 0;
+	for (size_t i = 0; q == 0 && i < o->n_roots; i++) {
+		struct ovl_chain c = { 0 };
+		q = overlay_chain_push(&c, names[i]);
+		if (q == 0 && delta[i])
+			q = overlay_chain_extend(&c, &o->roots[i].stack);
+		if (q == 0)
+			q = overlay_chain_extend(&c, &o->roots[i].chain);
+		if (q == 0)
+			q = overlay_chains_set(out, o->roots[i].h, &c);
+		overlay_chain_free(&c);
+	}
+	return q;
+}
+
 /* Capture (unless overlay_capture just did, frozen), then publish the layers,
  * the chain and the upper's index. */
 int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p, ckpt_error *err)
@@ -592,9 +613,10 @@ int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_si
 	char(*names)[OVL_NAME_LEN + 1] = calloc(o->n_roots + 1, sizeof(*names));
 	struct pathindex **ixs = calloc(o->n_roots + 1, sizeof(*ixs));
 	bool *delta = calloc(o->n_roots + 1, sizeof(bool)), *tracked = calloc(o->n_roots + 1, sizeof(bool));
-	json_auto_t *chains = json_object(), *data = json_pack("{s:[]}", "roots");
+	_cleanup_(overlay_chains_free) struct ovl_chains chains = { 0 };
+	json_auto_t *data = NULL;
 	uint64_t size = 0;
-	int q = names && ixs && delta && tracked && chains && data ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
+	int q = names && ixs && delta && tracked ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
 	size_t done = 0;
 
 	/* No syncfs of the roots: the copy reads the page cache, and syncing a
@@ -605,17 +627,11 @@ int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_si
 	for (; q == 0 && done < o->n_roots; done++)
 		q = overlay_create_publish_capture(&o->roots[done], names[done], &ixs[done], &size, &delta[done],
 						   &tracked[done], err);
-	for (size_t i = 0; q == 0 && i < o->n_roots; i++) {
-		json_t *c = json_pack("[s]", names[i]);
-		if (delta[i]) /* over the layers the previous creates made from this upper */
-			json_array_extend(c, o->roots[i].stack);
-		json_array_extend(c, o->roots[i].chain);
-		json_object_set_new(chains, o->roots[i].h, c);
-		json_array_append_new(json_object_get(data, "roots"),
-				      json_pack("{s:s,s:O}", "path", o->roots[i].path, "layers", c));
-	}
 	if (q == 0 &&
-	    (q = FAILPOINT_AROUND("overlay.create.chain.write", overlay_layers_chain_save(o, id, chains))) < 0)
+	    ((q = overlay_create_chains(o, names, delta, &chains)) < 0 || !(data = overlay_json_data(o, &chains))))
+		q = err_set(err, ENOMEM, NULL, "out of memory");
+	if (q == 0 &&
+	    (q = FAILPOINT_AROUND("overlay.create.chain.write", overlay_layers_chain_save(o, id, &chains))) < 0)
 		err_set(err, -q, NULL, "record layer chain: %s", strerror(-q));
 	if (q < 0)
 		overlay_create_discard_layers(o, names, done);
