@@ -165,6 +165,20 @@ struct backend_release_ops {
 	bool unmounts;
 };
 
+/* Create in two steps: the copy inside the freeze, the rest after it. */
+struct backend_capture_ops {
+	/* Inside the services' freeze, in place of create: take what the roots
+	 * hold now (the consistent copy), without making it durable. create,
+	 * called next and after the thaw, then only makes that copy the
+	 * checkpoint (records, syncs, publishes): the freeze lasts only as
+	 * long as the copy. On failure nothing is kept and create is not
+	 * called. A backend without it runs create whole inside the freeze. */
+	int (*capture)(void *st, struct progress *p, ckpt_error *err);
+};
+
+/* Every pointer of this table is set: the engine calls each without
+ * asking. What a backend may lack is a capability table below, present
+ * or absent as a whole. */
 struct backend_ops {
 	const char *name; /* "overlay" | "tar" */
 
@@ -189,19 +203,11 @@ struct backend_ops {
 	/* Before create and outside the services' freeze: copy what the roots
 	 * hold now, so that create (frozen) copies only what changed since.
 	 * Not durable, not a checkpoint; the next create uses or discards it.
-	 * May be NULL; a failure only makes create copy everything. */
-	int (*precopy)(void *st, struct progress *p, ckpt_error *err);
-	/* Call precopy only when some unit is frozen around the create (a
-	 * first pass that costs a walk of its own, worth it only then). */
-	bool precopy_only_if_frozen;
-
-	/* Inside the services' freeze, in place of create: take what the roots
-	 * hold now (the consistent copy), without making it durable. create,
-	 * called next and after the thaw, then only makes that copy the
-	 * checkpoint (records, syncs, publishes): the freeze lasts only as
-	 * long as the copy. On failure nothing is kept and create is not
-	 * called. May be NULL: create then runs whole inside the freeze. */
-	int (*capture)(void *st, struct progress *p, ckpt_error *err);
+	 * frozen: some unit is frozen around this create. The backend decides
+	 * whether a first pass pays (one that costs a walk of its own is worth
+	 * it only then) and returns 0 having done nothing when it does not. A
+	 * failure only makes create copy everything. */
+	int (*precopy)(void *st, bool frozen, struct progress *p, ckpt_error *err);
 
 	/* Make every root equal to checkpoint id. details (may be NULL, else
 	 * zeroed by the caller) says what it did; the caller frees it. */
@@ -218,11 +224,11 @@ struct backend_ops {
 	void (*health)(void *st, json_t *out);
 
 	/* Background housekeeping off the request path (GC, flattening); called
-	 * with the operation lock held, may be NULL. */
+	 * with the operation lock held. */
 	void (*maintain)(void *st);
 	/* Slow deletions that maintain and restore left behind; called without
 	 * the operation lock, never at the same time as itself. >0: work is
-	 * left, call again in a second. May be NULL. */
+	 * left, call again in a second. */
 	int (*cleanup)(void *st);
 
 	void (*close)(void *st, bool unmount);
@@ -230,6 +236,7 @@ struct backend_ops {
 	/* The optional abilities, each present or absent as a whole (NULL:
 	 * the backend has none of it); the engine never asks which backend it
 	 * has. */
+	const struct backend_capture_ops *capture;
 	const struct backend_compare_ops *compare;
 	const struct backend_fork_ops *forks;
 	const struct backend_xfer_ops *xfer;

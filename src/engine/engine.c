@@ -98,7 +98,7 @@ static int engine_recover(struct engine *e, ckpt_error *err)
 	struct catalog_list all;
 	const char(*left_out)[32];
 	size_t n = 0, n_left_out = catalog_left_out_ids(e->catalog, &left_out);
-	int r = 0;
+	int r;
 
 	if (catalog_list(e->catalog, NULL, &all) < 0)
 		return err_set(err, ENOMEM, NULL, "recovery: out of memory");
@@ -125,8 +125,7 @@ static int engine_recover(struct engine *e, ckpt_error *err)
 	/* A record file left out may be one a person can repair: keep its data. */
 	for (size_t i = 0; i < n_left_out; i++)
 		ids[n++] = left_out[i];
-	if (e->backend->recover)
-		r = e->backend->recover(e->bst, ids, data, n, err);
+	r = e->backend->recover(e->bst, ids, data, n, err);
 	free(ids);
 	free(data);
 	catalog_list_free(&all);
@@ -156,8 +155,6 @@ static int engine_open_state(struct engine *e, const struct engine_deps *deps, c
 					.hook_ctx = e };
 	if ((r = engine_choose_backend(e, deps, err)) < 0)
 		return r;
-	if (!e->backend->open || !e->backend->create || !e->backend->restore || !e->backend->remove)
-		return err_set(err, ENOTSUP, NULL, "the %s backend is not available in this build", e->backend->name);
 	write_file_atomic_sweep(e->state_fd); /* we hold the state lock: nobody else writes */
 	if ((r = engine_check_identity(e, err)) < 0)
 		return r;
@@ -217,7 +214,7 @@ void engine_close(struct engine *e)
 	while (e->pending_async > 0)
 		pthread_cond_wait(&e->sweep_cond, &e->state_lock);
 	pthread_mutex_unlock(&e->state_lock);
-	if (e->bst && e->backend->close)
+	if (e->bst)
 		e->backend->close(e->bst, e->cfg->unmount_on_exit);
 	if (e->adoption_pending) /* a failed start: bring back the units it stopped */
 		engine_adoption_finish(e);

@@ -31,7 +31,7 @@ static int base_line(void *ctx, int dirfd, const char *name, const char *rel, co
 		ssize_t k = readlinkat(dirfd, name, link, sizeof(link) - 1);
 		link[k > 0 ? k : 0] = '\0';
 	}
-	if (S_ISREG(st->st_mode) && st->st_size <= BASE_HASH_MAX) { /* small files by content too */
+	if (S_ISREG(st->st_mode) && st->st_size <= ENGINE_XFER_BASE_HASH_MAX) { /* small files by content too */
 		uint64_t len;
 		_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0 || engine_xfer_sha256_fd(fd, sum, &len) < 0)

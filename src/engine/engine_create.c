@@ -128,14 +128,13 @@ static int create_frozen(struct engine *e, const char *id, struct engine_op *op,
 	ckpt_error perr = { 0 };
 	if (services_plan(e->services, e->cfg->roots, e->cfg->n_roots, &plan) < 0)
 		log_warn("services: cannot list the units to freeze");
-	if (e->backend->precopy && (plan.n > 0 || !e->backend->precopy_only_if_frozen) &&
-	    e->backend->precopy(e->bst, &op->progress, &perr) < 0)
+	if (e->backend->precopy(e->bst, plan.n > 0, &op->progress, &perr) < 0)
 		log_warn("create: first pass before the freeze failed, copying all while frozen: %s", perr.msg);
 	int64_t t0 = mono_ms();
 	bool split = e->backend->capture != NULL;
 	engine_svc_journal_save(e, "create", id, &plan); /* a crash while frozen: thawed at the next start */
 	services_freeze(e->services, &plan);
-	int r = split ? e->backend->capture(e->bst, &op->progress, err)
+	int r = split ? e->backend->capture->capture(e->bst, &op->progress, err)
 		      : e->backend->create(e->bst, id, data, size, &op->progress, err);
 	services_thaw(e->services, &plan);
 	if (plan.n > 0)

@@ -106,8 +106,8 @@ static int export_manifest(struct engine_export *x, ckpt_error *err)
 	if (base_kind && (q = engine_base_identity(e, base, err)) < 0)
 		return q;
 	json_auto_t *head =
-		json_pack("{s:s, s:i, s:s, s:O, s:o}", "format", FORMAT_NAME, "version", FORMAT_VERSION, "backend",
-			  e->backend->name, "checkpoint", x->rec, "base",
+		json_pack("{s:s, s:i, s:s, s:O, s:o}", "format", ENGINE_XFER_FORMAT_NAME, "version",
+			  ENGINE_XFER_FORMAT_VERSION, "backend", e->backend->name, "checkpoint", x->rec, "base",
 			  base[0] ? json_pack("{s:s, s:s}", "identity", base, "kind", base_kind) : json_null());
 	_cleanup_free_ char *hs = head ? json_dumps(head, JSON_COMPACT) : NULL;
 	if (!p || !hs || !(x->mf = fopen(p, "we")))
@@ -167,7 +167,7 @@ static int ar_fail(struct engine_export *x, const char *what)
 static int ar_copy_fd(struct engine_export *x, int fd)
 {
 	ssize_t k;
-	while ((k = read(fd, x->buf, BLOCK)) > 0)
+	while ((k = read(fd, x->buf, ENGINE_XFER_BLOCK)) > 0)
 		if (archive_write_data(x->a, x->buf, (size_t)k) != k)
 			return ar_fail(x, "write archive data");
 	return k < 0 ? err_set(&x->err, errno, NULL, "read: %m") : 0;
@@ -226,12 +226,12 @@ static void *export_main(void *arg)
 	int q = 0;
 
 	x->a = archive_write_new();
-	x->buf = malloc(BLOCK);
+	x->buf = malloc(ENGINE_XFER_BLOCK);
 	if (!x->a || !x->buf)
 		q = err_set(&x->err, ENOMEM, NULL, "out of memory");
 	if (q == 0 &&
 	    (archive_write_set_format_pax(x->a) != ARCHIVE_OK || archive_write_add_filter_zstd(x->a) != ARCHIVE_OK ||
-	     archive_write_set_bytes_per_block(x->a, BLOCK) != ARCHIVE_OK ||
+	     archive_write_set_bytes_per_block(x->a, ENGINE_XFER_BLOCK) != ARCHIVE_OK ||
 	     archive_write_set_bytes_in_last_block(x->a, 1) != ARCHIVE_OK ||
 	     archive_write_open(x->a, x, NULL, sock_write, NULL) != ARCHIVE_OK))
 		q = ar_fail(x, "start the archive");

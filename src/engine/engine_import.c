@@ -77,7 +77,7 @@ static int import_manifest(struct import_ctx *c, struct archive *a, struct archi
 	if (strcmp(archive_entry_pathname(ae) ?: "", "manifest.json") || archive_entry_filetype(ae) != AE_IFREG)
 		return bad(c, "the first entry must be manifest.json");
 	la_int64_t size = archive_entry_size(ae);
-	if (size <= 0 || size > MANIFEST_MAX)
+	if (size <= 0 || size > ENGINE_XFER_MANIFEST_MAX)
 		return bad(c, "manifest.json of %lld bytes", (long long)size);
 	_cleanup_free_ char *text = malloc((size_t)size + 1);
 	if (!text)
@@ -91,11 +91,12 @@ static int import_manifest(struct import_ctx *c, struct archive *a, struct archi
 	json_error_t je;
 	c->manifest = json_loads(text, JSON_REJECT_DUPLICATES, &je);
 	json_t *m = c->manifest, *roots = json_object_get(m, "roots");
-	if (!json_is_object(m) || strcmp(json_string_value(json_object_get(m, "format")) ?: "", FORMAT_NAME))
+	if (!json_is_object(m) ||
+	    strcmp(json_string_value(json_object_get(m, "format")) ?: "", ENGINE_XFER_FORMAT_NAME))
 		return bad(c, "manifest.json is not a ckptd export manifest");
-	if (json_integer_value(json_object_get(m, "version")) != FORMAT_VERSION)
+	if (json_integer_value(json_object_get(m, "version")) != ENGINE_XFER_FORMAT_VERSION)
 		return bad(c, "manifest format version %lld, this daemon reads %d",
-			   (long long)json_integer_value(json_object_get(m, "version")), FORMAT_VERSION);
+			   (long long)json_integer_value(json_object_get(m, "version")), ENGINE_XFER_FORMAT_VERSION);
 	if (!json_is_object(json_object_get(m, "checkpoint")) || !json_is_array(roots))
 		return bad(c, "manifest.json lacks the checkpoint or its roots");
 	if (json_array_size(roots) != c->e->cfg->n_roots)
@@ -241,7 +242,7 @@ static int import_entry(struct import_ctx *c, struct archive *a, struct archive 
 		la_int64_t total = 0;
 		la_ssize_t k;
 		sha256_init(&h);
-		while ((k = archive_read_data(a, buf, BLOCK)) > 0) {
+		while ((k = archive_read_data(a, buf, ENGINE_XFER_BLOCK)) > 0) {
 			sha256_update(&h, (size_t)k, (uint8_t *)buf);
 			total += k;
 			if (archive_write_data(w, buf, (size_t)k) != k)
@@ -264,7 +265,7 @@ static int import_extract(struct import_ctx *c)
 {
 	struct archive *a = archive_read_new(), *w = archive_write_disk_new();
 	struct archive_entry *ae;
-	_cleanup_free_ char *buf = malloc(BLOCK);
+	_cleanup_free_ char *buf = malloc(ENGINE_XFER_BLOCK);
 	int q = a && w && buf ? 0 : err_set(c->err, ENOMEM, NULL, "out of memory"), r;
 	bool first = true;
 
@@ -276,7 +277,7 @@ static int import_extract(struct import_ctx *c)
 			ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_XATTR |
 				ARCHIVE_EXTRACT_NO_OVERWRITE | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
 				ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
-		if (archive_read_open_fd(a, c->fd, BLOCK) != ARCHIVE_OK)
+		if (archive_read_open_fd(a, c->fd, ENGINE_XFER_BLOCK) != ARCHIVE_OK)
 			q = bad(c, "not a tar archive: %s", archive_error_string(a));
 	}
 	while (q == 0 && (r = archive_read_next_header(a, &ae)) != ARCHIVE_EOF) {

@@ -130,7 +130,7 @@ void engine_health(struct engine *e, struct health_report *ret)
 				       .sections = json_object() };
 	if (!ret->services_available)
 		ret->services_reason = services_unavailable_reason(e->services);
-	if (ret->sections && e->backend->health)
+	if (ret->sections)
 		e->backend->health(e->bst, ret->sections);
 	if (ret->sections)
 		engine_adoption_health(e, ret->sections);

@@ -108,14 +108,13 @@ int engine_drop(struct engine *e, const struct ckpt_record *rec, ckpt_error *err
 		 * first instead; the backend's recover() removes orphaned data. */
 		if ((r = catalog_remove(e->catalog, id, err)) < 0)
 			return r;
-		if (e->backend->remove && e->backend->remove(e->bst, id, rec->backend_data, NULL) < 0)
+		if (e->backend->remove(e->bst, id, rec->backend_data, NULL) < 0)
 			log_warn("data of \"%s\" is left until the next start", id);
 		return 0;
 	}
 	if (r < 0)
 		return r;
-	if (e->backend->remove &&
-	    (r = FAILPOINT_AROUND("delete.data.remove", e->backend->remove(e->bst, id, rec->backend_data, err))) < 0)
+	if ((r = FAILPOINT_AROUND("delete.data.remove", e->backend->remove(e->bst, id, rec->backend_data, err))) < 0)
 		return err_prefix(err, "cannot remove data of '%s'", id);
 	return FAILPOINT_AROUND("delete.record.remove", catalog_remove(e->catalog, id, err));
 }

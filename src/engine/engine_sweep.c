@@ -68,12 +68,12 @@ static void *engine_sweeper_main(void *arg)
 			next_sweep = mono_ms() + e->cfg->cleanup_interval_secs * 1000;
 			maintain = true;
 		}
-		if (maintain && e->backend->maintain) {
+		if (maintain) {
 			pthread_mutex_lock(&e->op_lock);
 			e->backend->maintain(e->bst);
 			pthread_mutex_unlock(&e->op_lock);
 		}
-		if ((maintain || (next_cleanup && mono_ms() >= next_cleanup)) && e->backend->cleanup)
+		if (maintain || (next_cleanup && mono_ms() >= next_cleanup))
 			/* slow deletions: the requests go on meanwhile */
 			next_cleanup = e->backend->cleanup(e->bst) > 0 ? mono_ms() + 1000 : 0;
 		if (maintain) /* what a test waits for, rather than sleeping */

@@ -27,7 +27,7 @@ static int xw_cmp(const void *a, const void *b)
 
 /* fn for every entry below dirfd in name order, a directory before its
  * contents; rel is the path below the root. */
-int engine_xfer_walk(int dirfd, const char *rel, xw_fn fn, void *ctx)
+int engine_xfer_walk(int dirfd, const char *rel, engine_xfer_walk_fn fn, void *ctx)
 {
 	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
@@ -115,13 +115,13 @@ int engine_xfer_sha256_fd(int fd, char out[2 * SHA256_DIGEST_SIZE + 1], uint64_t
 {
 	struct sha256_ctx h;
 	uint8_t d[SHA256_DIGEST_SIZE];
-	_cleanup_free_ char *buf = malloc(BLOCK);
+	_cleanup_free_ char *buf = malloc(ENGINE_XFER_BLOCK);
 	uint64_t len = 0;
 	ssize_t k;
 	if (!buf)
 		return -ENOMEM;
 	sha256_init(&h);
-	while ((k = read(fd, buf, BLOCK)) > 0) {
+	while ((k = read(fd, buf, ENGINE_XFER_BLOCK)) > 0) {
 		sha256_update(&h, (size_t)k, (uint8_t *)buf);
 		len += (uint64_t)k;
 	}
@@ -137,9 +137,9 @@ int engine_xfer_sha256_fd(int fd, char out[2 * SHA256_DIGEST_SIZE + 1], uint64_t
 int engine_xfer_tmp(struct engine *e, char **ret, ckpt_error *err)
 {
 	char rnd[17];
-	if (mkdirat(e->state_fd, XFER_DIR, 0700) < 0 && errno != EEXIST)
-		return err_set(err, errno, NULL, "create '%s/%s': %m", e->cfg->state_dir, XFER_DIR);
-	if (random_hex(rnd, 8) < 0 || asprintf(ret, "%s/%s/%s", e->cfg->state_dir, XFER_DIR, rnd) < 0)
+	if (mkdirat(e->state_fd, ENGINE_XFER_DIR, 0700) < 0 && errno != EEXIST)
+		return err_set(err, errno, NULL, "create '%s/%s': %m", e->cfg->state_dir, ENGINE_XFER_DIR);
+	if (random_hex(rnd, 8) < 0 || asprintf(ret, "%s/%s/%s", e->cfg->state_dir, ENGINE_XFER_DIR, rnd) < 0)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	if (mkdir(*ret, 0700) < 0) {
 		int q = err_set(err, errno, NULL, "create '%s': %m", *ret);
@@ -161,17 +161,18 @@ void engine_xfer_sweep(struct engine *e)
 {
 	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
-	if (walk_open(e->state_fd, XFER_DIR, &d) == 0) {
+	if (walk_open(e->state_fd, ENGINE_XFER_DIR, &d) == 0) {
 		while ((de = walk_next(d))) {
 			for (size_t i = 0; i < e->cfg->n_roots; i++) {
 				char p[PATH_MAX];
-				snprintf(p, sizeof(p), "%s/%s/%s/v%zu", e->cfg->state_dir, XFER_DIR, de->d_name, i);
+				snprintf(p, sizeof(p), "%s/%s/%s/v%zu", e->cfg->state_dir, ENGINE_XFER_DIR, de->d_name,
+					 i);
 				if (umount2(p, MNT_DETACH | UMOUNT_NOFOLLOW) == 0)
 					log_info("detached a view a killed export left at %s", p);
 			}
 		}
 	}
-	rm_rf_at(e->state_fd, XFER_DIR);
+	rm_rf_at(e->state_fd, ENGINE_XFER_DIR);
 }
 
 /* The xattrs of an entry into ae, those portable lets cross (NULL: all). */

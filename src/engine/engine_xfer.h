@@ -8,17 +8,17 @@
 #include <sys/stat.h>
 #include "engine/engine_internal.h"
 
-#define XFER_DIR "xfer"
-#define FORMAT_NAME "ckptd-export"
-#define FORMAT_VERSION 1
-#define MANIFEST_MAX (64u << 20) /* read whole into memory: bounded */
-#define BLOCK (64 * 1024)
-#define BASE_HASH_MAX (64 * 1024) /* base files up to this size count by content */
+#define ENGINE_XFER_DIR "xfer"
+#define ENGINE_XFER_FORMAT_NAME "ckptd-export"
+#define ENGINE_XFER_FORMAT_VERSION 1
+#define ENGINE_XFER_MANIFEST_MAX (64u << 20) /* read whole into memory: bounded */
+#define ENGINE_XFER_BLOCK (64 * 1024)
+#define ENGINE_XFER_BASE_HASH_MAX (64 * 1024) /* base files up to this size count by content */
 
-typedef int (*xw_fn)(void *ctx, int dirfd, const char *name, const char *rel, const struct stat *st);
+typedef int (*engine_xfer_walk_fn)(void *ctx, int dirfd, const char *name, const char *rel, const struct stat *st);
 
 /* engine_xfer.c */
-int engine_xfer_walk(int dirfd, const char *rel, xw_fn fn, void *ctx);
+int engine_xfer_walk(int dirfd, const char *rel, engine_xfer_walk_fn fn, void *ctx);
 const char *engine_xfer_type(const struct stat *st, bool hardlink);
 const char *engine_xfer_link_of(json_t *links, const struct stat *st, const char *rel, bool remember);
 void engine_xfer_hex(const uint8_t *d, size_t n, char *out);

@@ -121,7 +121,7 @@ static int lw_copy(struct lw *w, int dirfd, const char *name, const char *path)
 	ssize_t k;
 	if (fd < 0)
 		return err_set(w->err, errno, NULL, "open '%s': %m", path);
-	while ((k = read(fd, w->buf, BLOCK)) > 0)
+	while ((k = read(fd, w->buf, ENGINE_XFER_BLOCK)) > 0)
 		if (archive_write_data(w->a, w->buf, (size_t)k) != k)
 			return lw_fail(w, "write layer data");
 	return k < 0 ? err_set(w->err, errno, NULL, "read '%s': %m", path) : 0;
@@ -328,7 +328,7 @@ static int lw_root(struct lw *w, const char *prefix, const char *olddir, const c
 
 static int lw_start(struct lw *w)
 {
-	if (!(w->a = archive_write_new()) || !(w->out = malloc(ZBUF)) || !(w->buf = malloc(BLOCK)) ||
+	if (!(w->a = archive_write_new()) || !(w->out = malloc(ZBUF)) || !(w->buf = malloc(ENGINE_XFER_BLOCK)) ||
 	    !(w->links = json_object()))
 		return err_set(w->err, ENOMEM, NULL, "out of memory");
 	sha256_init(&w->hd);
@@ -344,7 +344,7 @@ static int lw_start(struct lw *w)
 		return err_set(w->err, ENOMEM, NULL, "start zstd");
 	}
 	if (archive_write_set_format_pax(w->a) != ARCHIVE_OK ||
-	    archive_write_set_bytes_per_block(w->a, BLOCK) != ARCHIVE_OK ||
+	    archive_write_set_bytes_per_block(w->a, ENGINE_XFER_BLOCK) != ARCHIVE_OK ||
 	    archive_write_set_bytes_in_last_block(w->a, 1) != ARCHIVE_OK ||
 	    archive_write_open(w->a, w, NULL, lw_write, NULL) != ARCHIVE_OK)
 		return lw_fail(w, "start the layer");
@@ -653,7 +653,7 @@ int oci_layer_apply(int fd, const struct oci_map *map, size_t n, int64_t *budget
 						       ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
 						       ARCHIVE_EXTRACT_SECURE_SYMLINKS |
 						       ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
-		if (archive_read_open_fd(a, fd, BLOCK) != ARCHIVE_OK)
+		if (archive_read_open_fd(a, fd, ENGINE_XFER_BLOCK) != ARCHIVE_OK)
 			q = hostile(&l, "not a tar layer: %s", archive_error_string(a));
 	}
 	while (q == 0 && (r = archive_read_next_header(a, &ae)) != ARCHIVE_EOF) {

@@ -146,14 +146,48 @@ static void fake_close(void *st, bool unmount)
 	free(st);
 }
 
+/* The table is total (backend.h): what the fake does not model does nothing. */
+static int fake_probe(const struct backend_ctx *ctx, ckpt_error *err)
+{
+	(void)ctx, (void)err;
+	return 0;
+}
+
+static int fake_precopy(void *st, bool frozen, struct progress *p, ckpt_error *err)
+{
+	(void)st, (void)frozen, (void)p, (void)err;
+	return 0;
+}
+
+static void fake_health(void *st, json_t *out)
+{
+	(void)st, (void)out;
+}
+
+static void fake_maintain(void *st)
+{
+	(void)st;
+}
+
+static int fake_cleanup(void *st)
+{
+	(void)st;
+	return 0;
+}
+
 static const struct backend_ops fake_ops = {
 	.name = "fake",
+	.probe = fake_probe,
 	.open = fake_open,
 	.recover = fake_recover,
 	.create = fake_create,
+	.precopy = fake_precopy,
 	.restore = fake_restore,
 	.reset = fake_reset,
 	.remove = fake_remove,
+	.health = fake_health,
+	.maintain = fake_maintain,
+	.cleanup = fake_cleanup,
 	.close = fake_close,
 };
 

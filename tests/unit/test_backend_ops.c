@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 
+/* The main table is total: the engine calls each op without asking. */
 static void check_table(const struct backend_ops *b)
 {
 	assert_non_null(b->name);
@@ -19,7 +20,12 @@ static void check_table(const struct backend_ops *b)
 	assert_non_null(b->reset);
 	assert_non_null(b->remove);
 	assert_non_null(b->health);
+	assert_non_null(b->precopy);
+	assert_non_null(b->maintain);
+	assert_non_null(b->cleanup);
 	assert_non_null(b->close);
+	if (b->capture)
+		assert_non_null(b->capture->capture);
 	if (b->compare) {
 		assert_non_null(b->compare->verify);
 		assert_non_null(b->compare->diff);

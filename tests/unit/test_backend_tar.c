@@ -1062,6 +1062,20 @@ static void test_tracked_create_after_drains(void **state)
 	}
 }
 
+/* The checkpoint directories (cp_*) in the tar state dir, precopies included. */
+static int count_ids(struct fx *f)
+{
+	int tfd = openat(f->ctx.state_fd, "tar", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = tfd >= 0 ? fdopendir(tfd) : NULL;
+	struct dirent *de;
+	int ids = 0;
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		ids += !strncmp(de->d_name, "cp_", 3);
+	closedir(d);
+	return ids;
+}
+
 /* precopy before the freeze: the create then archives only what changed
  * after it, and takes the rest from the precopy, which is kept for that. */
 static void test_precopy(void **state)
@@ -1080,7 +1094,11 @@ static void test_precopy(void **state)
 	create_cp(f, a, NULL);
 	put(f->roots[0], "f1", "before the precopy", 0644);
 	put(f->roots[0], "f2", "before the precopy", 0644);
-	assert_int_equal(backend_tar_ops.precopy(f->st, NULL, &err), 0);
+	/* no unit frozen around the create: the backend makes no first pass */
+	assert_int_equal(backend_tar_ops.precopy(f->st, false, NULL, &err), 0);
+	assert_int_equal(count_ids(f), 1);
+	assert_int_equal(backend_tar_ops.precopy(f->st, true, NULL, &err), 0);
+	assert_int_equal(count_ids(f), 2);
 	put(f->roots[0], "f3", "during the freeze", 0644);
 	create_cp(f, b, NULL);
 	char *at_b = snapshot(f->roots[0]);

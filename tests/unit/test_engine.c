@@ -1094,8 +1094,9 @@ static void test_svc_capture_inside_freeze(void **state_)
 {
 	(void)state_;
 	static struct backend_ops split;
+	static const struct backend_capture_ops capture = { .capture = split_capture };
 	split = fake_ops;
-	split.capture = split_capture;
+	split.capture = &capture;
 	split.create = split_create;
 	backend_ops = &split;
 	reopen_engine();

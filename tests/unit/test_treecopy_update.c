@@ -397,7 +397,7 @@ static void populate_lower(void)
 	setxattr(p, "user.a", "lower", 5, 0);
 }
 
-/* The tracked frozen pass on tpre, as ovl_frozen_pass does it; false when
+/* The tracked frozen pass on tpre, as overlay_create_frozen_pass does it; false when
  * it had to walk instead. */
 static bool tracked_pass(struct chg_track *trk, int upper, int tpre, const struct pathindex *tpre_ix,
 			 struct treecopy_dirs *dirs, bool must)
@@ -437,7 +437,7 @@ static bool tracked_pass(struct chg_track *trk, int upper, int tpre, const struc
 	return false;
 }
 
-/* The create's second pass (ovl_catch_up): what the tracker names so far
+/* The create's second pass (overlay_create_catch_up): what the tracker names so far
  * brought up to date in tpre, not frozen; where it cannot tell, the whole
  * upper compared. *tpre_ix becomes the index after it. */
 static void catch_up(struct chg_track *trk, int upper, int tpre, struct pathindex **tpre_ix, struct treecopy_dirs *dirs)
@@ -471,7 +471,7 @@ static void catch_up(struct chg_track *trk, int upper, int tpre, struct pathinde
 	}
 	pathindex_free(*tpre_ix);
 	*tpre_ix = nix;
-	assert_int_equal(syncfs(tpre), 0); /* as ovl_precopy_root: a mapping's next write faults */
+	assert_int_equal(syncfs(tpre), 0); /* as overlay_create_precopy_root: a mapping's next write faults */
 }
 
 static void test_update_equals_full_walk(void **state)
@@ -526,22 +526,22 @@ static void test_update_equals_full_walk(void **state)
 		struct pathindex *pre_ix = pathindex_new();
 		struct treecopy_opts o = { .mode = TREECOPY_NEW, .prev_fd = prev, .prev_ix = ix, .new_ix = pre_ix };
 		ckpt_error err = { 0 };
-		struct chg_track trk = CHG_TRACK_INIT; /* armed before the first pass, as ovl_precopy_root */
+		struct chg_track trk = CHG_TRACK_INIT; /* armed before the first pass, as overlay_create_precopy_root */
 		assert_int_equal(chg_track_arm(&trk, upper), 0);
 		assert_int_equal(treecopy_copy(upper, pre, &o, NULL, &err), 0);
 		snprintf(name, sizeof(name), "tpre%u", round);
 		int tpre = dir_fd(name);
 		struct pathindex *tpre_ix = pathindex_new();
 		/* the directories of the first pass, checked by path in odd rounds
-		 * (as ovl_frozen_pass does), found by reading them in even ones */
+		 * (as overlay_create_frozen_pass does), found by reading them in even ones */
 		struct treecopy_dirs tdirs = { 0 };
 		struct treecopy_opts to = {
 			.mode = TREECOPY_NEW, .prev_fd = prev, .prev_ix = ix, .new_ix = tpre_ix, .dirs = &tdirs
 		};
 		assert_int_equal(treecopy_copy(upper, tpre, &to, NULL, &err), 0);
 		assert_true(tdirs.n >= 1 && !strcmp(tdirs.v[0], "")); /* the top first */
-		assert_int_equal(syncfs(pre), 0);                     /* as ovl_precopy_root */
-		/* the events so far read before the workload (as ovl_precopy_root
+		assert_int_equal(syncfs(pre), 0);                     /* as overlay_create_precopy_root */
+		/* the events so far read before the workload (as overlay_create_precopy_root
 		 * does), and in some rounds again halfway through it: what they
 		 * named may be renamed or removed after being read */
 		if (round % 3)

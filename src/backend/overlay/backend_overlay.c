@@ -53,16 +53,16 @@ static int ovl_record_mount(struct ovl_root *r, const char *upper, ckpt_error *e
 	struct overlay_mountinfo mi;
 	int q = overlay_mountinfo_find(r->path, &mi);
 	bool found = q == 0 && mi.found;
-	json_auto_t *j = found ? json_pack("{s:i,s:s}", "id", mi.id, "upper", upper) : NULL;
+	_cleanup_free_ char *s = found ? overlay_json_mnt_dump(mi.id, upper) : NULL;
 	overlay_mountinfo_clear(&mi);
-	_cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	q = !found  ? (q < 0 ? q : -ENOENT)
 		: s ? write_file_atomic(r->rdir_fd, "mnt.json", s, strlen(s), 0600)
 		    : -ENOMEM;
 	return q < 0 ? err_set(err, -q, NULL, "record the mount at '%s': %s", r->path, strerror(-q)) : 0;
 }
 
-static int ovl_mount_chain(struct ovl *o, struct ovl_root *r, json_t *chain, const char *upper, ckpt_error *err)
+static int ovl_mount_chain(struct ovl *o, struct ovl_root *r, const struct ovl_chain *chain, const char *upper,
+			   ckpt_error *err)
 {
 	char up[32], wk[32];
 	snprintf(up, sizeof(up), "u/%s", upper);
@@ -78,15 +78,15 @@ static int ovl_mount_chain(struct ovl *o, struct ovl_root *r, json_t *chain, con
 static bool ovl_gvisor_upper(struct ovl_root *r, const struct overlay_mountinfo *mi, char out[OVL_NAME_LEN + 1])
 {
 	_cleanup_free_ char *s = NULL;
+	char u[OVL_NAME_LEN + 1];
+	int64_t id;
 	if (!r->upper[0])
 		return false;
 	snprintf(out, OVL_NAME_LEN + 1, "%s", r->upper);
 	if (read_file_at(r->rdir_fd, "mnt.json", 4096, &s, NULL) < 0)
 		return true;
-	json_auto_t *j = json_loads(s, 0, NULL);
-	const char *u = json_string_value(json_object_get(j, "upper"));
-	if (u && strlen(u) == OVL_NAME_LEN && json_integer_value(json_object_get(j, "id")) == mi->id)
-		snprintf(out, OVL_NAME_LEN + 1, "%s", u);
+	if (overlay_json_mnt_parse(s, &id, u) == 0 && id == mi->id)
+		memcpy(out, u, OVL_NAME_LEN + 1);
 	return true;
 }
 
@@ -135,8 +135,8 @@ static int ovl_adopt_record(struct ovl_root *r, const struct overlay_mountinfo *
 		return err_set(err, -q, NULL, "read '%s/live.json': %s", r->rdir, strerror(-q));
 	if (ovl_is_our_upper(r, mi, NULL))
 		return err_set(err, EEXIST, NULL, "'%s' is our overlay but its live.json is missing", r->path);
-	r->chain = json_array();
-	r->mounted = json_array();
+	overlay_chain_free(&r->chain);
+	overlay_chain_free(&r->mounted);
 	if ((q = ovl_new_upper(r, r->upper)) < 0 || (q = overlay_live_save(r)) < 0)
 		return err_set(err, -q, NULL, "adopt '%s': %s", r->path, strerror(-q));
 	return 0;
@@ -192,7 +192,7 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 	if ((q = overlay_mountinfo_find(r->path, &mi)) < 0)
 		return err_set(err, -q, NULL, "mounts of '%s': %s", r->path, strerror(-q));
 	q = ovl_adopt_record(r, &mi, err);
-	if (q == 0 && o->intent && (q = overlay_intent_apply(o->intent, r)) < 0)
+	if (q == 0 && o->has_intent && (q = overlay_intent_apply(&o->intent, r)) < 0)
 		err_set(err, -q, NULL, "finish the interrupted restore: %s", strerror(-q));
 	if (q == 0)
 		q = ovl_ensure_base(r, &mi, err);
@@ -205,11 +205,11 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 			q = FAILPOINT_AROUND("overlay.open.umount", overlay_umount(r->path, NULL, err));
 		q = q == 0 ? ovl_ensure_upper(r, err) : q;
 		if (q == 0)
-			q = FAILPOINT_AROUND("overlay.open.mount", ovl_mount_chain(o, r, r->chain, r->upper, err));
-		if (q == 0) {
-			overlay_live_set(r, r->chain, r->chain);
+			q = FAILPOINT_AROUND("overlay.open.mount", ovl_mount_chain(o, r, &r->chain, r->upper, err));
+		if (q == 0 && (q = overlay_live_set(r, &r->chain, &r->chain)) < 0)
+			err_set(err, -q, NULL, "out of memory");
+		if (q == 0)
 			q = FAILPOINT_AROUND("overlay.open.live.write", overlay_live_save(r));
-		}
 	}
 	overlay_mountinfo_clear(&mi);
 	if (q == 0) { /* the index of the live upper, if any */
@@ -234,15 +234,15 @@ static void ovl_free(struct ovl *o)
 		free(r->rdir);
 		if (r->rdir_fd > 0)
 			close(r->rdir_fd);
-		json_decref(r->chain);
-		json_decref(r->mounted);
+		overlay_chain_free(&r->chain);
+		overlay_chain_free(&r->mounted);
 		pathindex_free(r->ix);
 		pathindex_free(r->pre_ix);
 		pathindex_free(r->pre_ix_next);
 		treecopy_dirs_free(&r->pre_dirs);
 		pathindex_free(r->cap_ix);
 		overlay_delta_reset(r);
-		json_decref(r->stack);
+		overlay_chain_free(&r->stack);
 	}
 	free(o->roots);
 	free(o->odir);
@@ -250,9 +250,10 @@ static void ovl_free(struct ovl *o)
 		close(o->odir_fd);
 	if (o->cdir_fd >= 0)
 		close(o->cdir_fd);
-	json_decref(o->refs);
-	json_decref(o->chains);
-	json_decref(o->forks);
+	overlay_refs_free(&o->refs);
+	overlay_chain_map_free(&o->chains);
+	overlay_chain_map_free(&o->forks);
+	overlay_intent_free(&o->intent);
 	for (size_t i = 0; i < o->n_pins; i++)
 		close(o->pins[i]);
 	free(o->pins);
@@ -297,9 +298,6 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	}
 	o->before_mount = ctx->before_mount;
 	o->hook_ctx = ctx->hook_ctx;
-	o->refs = json_object();
-	o->forks = json_object();
-	o->chains = json_object();
 	o->roots = calloc(ctx->n_roots ? ctx->n_roots : 1, sizeof(*o->roots));
 	_cleanup_free_ char *cdir = NULL;
 	if (!o->roots || asprintf(&o->odir, "%s/overlay", ctx->state_dir) < 0 || asprintf(&cdir, "%s/c", o->odir) < 0 ||
@@ -311,8 +309,10 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	o->cdir_fd = open(cdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	ovl_sweep_probes(o);
 	overlay_release_sweep_gone(o);
-	if ((q = overlay_intent_load(o, &o->intent)) < 0)
+	if ((q = overlay_intent_load(o)) < 0)
 		err_set(err, -q, NULL, "read '%s/restore.json': %s", o->odir, strerror(-q));
+	o->has_intent = q == 1;
+	q = q < 0 ? q : 0;
 	for (size_t i = 0; i < ctx->n_roots && q == 0; i++) {
 		struct ovl_root *r = &o->roots[o->n_roots++];
 		r->rdir_fd = -1;
@@ -320,16 +320,16 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 		r->trk = (struct chg_track)CHG_TRACK_INIT;
 		r->track = ctx->track_changes;
 		r->track_check = ctx->track_check;
-		r->stack = json_array();
 		r->path = strdup(ctx->roots[i]);
 		ovl_hash_path(ctx->roots[i], r->h);
 		q = r->path ? ovl_open_root(o, r, err) : err_set(err, ENOMEM, NULL, "out of memory");
 		if (q == 0 && ovl_new_upper(r, r->spare) < 0)
 			r->spare[0] = 0;
 	}
-	if (q == 0 && o->intent && (q = overlay_intent_clear(o)) < 0) /* every root is as it says */
+	if (q == 0 && o->has_intent && (q = overlay_intent_clear(o)) < 0) /* every root is as it says */
 		err_set(err, -q, NULL, "remove '%s/restore.json': %s", o->odir, strerror(-q));
-	json_decref(TAKE_PTR(o->intent));
+	overlay_intent_free(&o->intent);
+	o->has_intent = false;
 	if (q < 0) {
 		ovl_free(o);
 		return q;
@@ -341,7 +341,7 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 static int ovl_recover(void *st, const char *const *ids, json_t *const *data, size_t n, ckpt_error *err)
 {
 	struct ovl *o = st;
-	json_object_clear(o->forks);
+	overlay_chain_map_clear(&o->forks);
 	overlay_fork_load(o); /* forks use layers too: counted by load_chains */
 	int q = overlay_layers_load_chains(o, ids, data, n);
 	if (q < 0)
@@ -357,7 +357,8 @@ static int ovl_recover(void *st, const char *const *ids, json_t *const *data, si
 }
 
 struct ovl_swap {
-	json_t *old_chain, *old_mounted;
+	struct ovl_chain old_chain, old_mounted;
+	bool prepared; /* old_* hold the root's state before the switch */
 	char old_upper[OVL_NAME_LEN + 1];
 	int pin; /* the old mount, detached (overlay_umount_pinned), or -1 */
 };
@@ -394,9 +395,14 @@ static void ovl_swap_undo(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
 	if (ovl_is_our_upper(r, &mi, r->upper))
 		overlay_umount(r->path, NULL, &e);
 	if (!ovl_is_our_upper(r, &mi, s->old_upper) || ovl_is_our_upper(r, &mi, r->upper))
-		ovl_mount_chain(o, r, s->old_mounted, s->old_upper, &e);
+		ovl_mount_chain(o, r, &s->old_mounted, s->old_upper, &e);
 	overlay_mountinfo_clear(&mi);
-	overlay_live_set(r, s->old_chain, s->old_mounted);
+	/* the old chains themselves: nothing to copy, nothing to fail */
+	overlay_chain_free(&r->chain);
+	overlay_chain_free(&r->mounted);
+	r->chain = s->old_chain;
+	r->mounted = s->old_mounted;
+	s->old_chain = s->old_mounted = (struct ovl_chain){ 0 };
 	memcpy(r->upper, s->old_upper, sizeof(r->upper));
 	overlay_live_save(r);
 }
@@ -405,12 +411,13 @@ static void ovl_swap_undo(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
  * ones put back by an undo), after restore.json names them all. */
 static int ovl_switch_record(struct ovl *o, size_t n, ckpt_error *err)
 {
-	json_auto_t *intent = overlay_intent_new();
-	int q = intent ? 0 : -ENOMEM;
+	struct ovl_intent intent = { 0 };
+	int q = 0;
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++)
-		q = overlay_intent_add(intent, &o->roots[i], o->roots[i].chain, o->roots[i].upper);
+		q = overlay_intent_add(&intent, &o->roots[i], &o->roots[i].chain, o->roots[i].upper);
 	if (q == 0)
-		q = overlay_intent_write(o, intent);
+		q = overlay_intent_write(o, &intent);
+	overlay_intent_free(&intent);
 	for (size_t i = 0; q == 0 && i < n; i++)
 		q = FAILPOINT_AROUND("overlay.restore.live.write", overlay_live_save(&o->roots[i]));
 	return q < 0 ? err_set(err, -q, NULL, "record restore intent: %s", strerror(-q)) : 0;
@@ -420,20 +427,21 @@ static int ovl_switch_record(struct ovl *o, size_t n, ckpt_error *err)
  * so that a kill during the undo does not leave a mix either. */
 static void ovl_switch_undo(struct ovl *o, struct ovl_swap *sw, size_t prepared)
 {
-	json_auto_t *intent = overlay_intent_new();
-	int q = intent ? 0 : -ENOMEM;
+	struct ovl_intent intent = { 0 };
+	int q = 0;
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++)
-		q = i < prepared && sw[i].old_chain
-			? overlay_intent_add(intent, &o->roots[i], sw[i].old_chain, sw[i].old_upper)
-			: overlay_intent_add(intent, &o->roots[i], o->roots[i].chain, o->roots[i].upper);
+		q = i < prepared && sw[i].prepared
+			? overlay_intent_add(&intent, &o->roots[i], &sw[i].old_chain, sw[i].old_upper)
+			: overlay_intent_add(&intent, &o->roots[i], &o->roots[i].chain, o->roots[i].upper);
 	if (q == 0)
-		q = overlay_intent_write(o, intent);
+		q = overlay_intent_write(o, &intent);
+	overlay_intent_free(&intent);
 	if (q < 0)
 		log_warn("overlay: cannot record the undo of a failed restore: %s", strerror(-q));
 	for (size_t i = 0; i < prepared && i < o->n_roots; i++) {
 		if (sw[i].pin >= 0)
 			close(TAKE_FD(sw[i].pin));
-		if (sw[i].old_chain)
+		if (sw[i].prepared)
 			ovl_swap_undo(o, &o->roots[i], &sw[i]);
 	}
 	if (q == 0)
@@ -444,7 +452,7 @@ static void ovl_switch_undo(struct ovl *o, struct ovl_swap *sw, size_t prepared)
  * root's live.json (with the new chain and upper) are written first: they
  * are the intent a restart finishes, so a crash leaves the roots before or
  * after, never a mix. */
-static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *details, ckpt_error *err)
+static int ovl_switch(struct ovl *o, const struct ovl_chains *chains, struct restore_details *details, ckpt_error *err)
 {
 	struct ovl_swap *sw = calloc(o->n_roots + 1, sizeof(*sw));
 	size_t prepared = 0, swapped = 0;
@@ -454,19 +462,25 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 		overlay_delta_reset(&o->roots[i]);
 	for (; q == 0 && prepared < o->n_roots; prepared++) {
 		struct ovl_root *r = &o->roots[prepared];
-		json_t *c = json_object_get(chains, r->h);
-		sw[prepared] = (struct ovl_swap){ json_incref(r->chain), json_incref(r->mounted), "", -1 };
+		const struct ovl_chain *c = overlay_chains_get(chains, r->h);
+		static const struct ovl_chain none = { 0 };
+		/* the root's chains move to the swap; r gets the new ones below */
+		sw[prepared] = (struct ovl_swap){ r->chain, r->mounted, true, "", -1 };
+		r->chain = r->mounted = (struct ovl_chain){ 0 };
 		memcpy(sw[prepared].old_upper, r->upper, sizeof(r->upper));
 		if (r->spare[0]) { /* made durable by maintain: no fsync on the request path */
 			memcpy(r->upper, r->spare, sizeof(r->upper));
 			r->spare[0] = 0;
 		} else if ((q = ovl_new_upper(r, r->upper)) < 0) {
 			memcpy(r->upper, sw[prepared].old_upper, sizeof(r->upper));
+			r->chain = sw[prepared].old_chain; /* back: this root is not prepared */
+			r->mounted = sw[prepared].old_mounted;
+			sw[prepared] = (struct ovl_swap){ .pin = -1 };
 			err_set(err, -q, NULL, "new upper for '%s': %s", r->path, strerror(-q));
 			break;
 		}
-		json_auto_t *none = json_array();
-		overlay_live_set(r, c ? c : none, c ? c : none);
+		if ((q = overlay_live_set(r, c ? c : &none, c ? c : &none)) < 0) /* undone with the prepared */
+			err_set(err, -q, NULL, "out of memory");
 	}
 	if (q == 0)
 		q = ovl_switch_record(o, prepared, err);
@@ -475,7 +489,7 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 		q = FAILPOINT_AROUND("overlay.restore.umount",
 				     overlay_umount_pinned(r->path, details, &sw[i].pin, err));
 		if (q == 0)
-			q = FAILPOINT_AROUND("overlay.restore.mount", ovl_mount_chain(o, r, r->chain, r->upper, err));
+			q = FAILPOINT_AROUND("overlay.restore.mount", ovl_mount_chain(o, r, &r->chain, r->upper, err));
 	}
 	if (q < 0)
 		ovl_switch_undo(o, sw, prepared);
@@ -487,8 +501,8 @@ static int ovl_switch(struct ovl *o, json_t *chains, struct restore_details *det
 		ovl_discard_upper(o, r, &sw[i]);
 	}
 	for (size_t i = 0; sw && i < o->n_roots; i++) {
-		json_decref(sw[i].old_chain);
-		json_decref(sw[i].old_mounted);
+		overlay_chain_free(&sw[i].old_chain);
+		overlay_chain_free(&sw[i].old_mounted);
 	}
 	free(sw);
 	o->dirty_gc = true;
@@ -507,36 +521,46 @@ static int ovl_restore(void *st, const char *id, json_t *data, struct restore_de
 		       ckpt_error *err)
 {
 	struct ovl *o = st;
+	struct ovl_chains chains = { 0 };
 	(void)p;
-	json_auto_t *chains = overlay_layers_chain_get(o, id, data);
-	if (!chains)
+	int q = overlay_layers_chain_get(o, id, data, &chains);
+	if (q == -ENOMEM)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	if (q < 0)
 		return err_set(err, ENOENT, "not_found", "no layers recorded for checkpoint %s", id);
-	return ovl_switch(o, chains, details, err);
+	q = ovl_switch(o, &chains, details, err);
+	overlay_chains_free(&chains);
+	return q;
 }
 
 static int ovl_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err)
 {
 	struct ovl *o = st;
-	json_auto_t *chains = id ? overlay_layers_chain_get(o, id, data) : json_object();
-	int q = chains ? 0 : err_set(err, ENOENT, "not_found", "no layers recorded for checkpoint %s", id);
+	struct ovl_chains chains = { 0 };
+	static const struct ovl_chain none = { 0 };
+	int q = id ? overlay_layers_chain_get(o, id, data, &chains) : 0;
+	if (q == -ENOMEM)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	if (q < 0)
+		return err_set(err, ENOENT, "not_found", "no layers recorded for checkpoint %s", id);
 
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++) {
 		struct ovl_root *r = &o->roots[i];
 		struct overlay_mountinfo mi;
-		json_t *c = json_object_get(chains, r->h);
-		json_auto_t *none = c ? NULL : json_array();
+		const struct ovl_chain *c = overlay_chains_get(&chains, r->h);
 		overlay_mountinfo_find(r->path, &mi);
 		bool ours = ovl_is_our_upper(r, &mi, r->upper);
 		overlay_mountinfo_clear(&mi);
-		q = overlay_verify_root(r, c ? c : none, ours, diffs, max, err);
+		q = overlay_verify_root(r, c ? c : &none, ours, diffs, max, err);
 	}
+	overlay_chains_free(&chains);
 	return q;
 }
 
 static int ovl_reset(void *st, struct restore_details *details, ckpt_error *err)
 {
-	json_auto_t *empty = json_object();
-	return ovl_switch(st, empty, details, err);
+	static const struct ovl_chains empty = { 0 };
+	return ovl_switch(st, &empty, details, err);
 }
 
 static int ovl_remove(void *st, const char *id, json_t *data, ckpt_error *err)
@@ -573,13 +597,12 @@ static void ovl_health(void *st, json_t *out)
 	struct ovl *o = st;
 	json_t *roots = json_array();
 	for (size_t i = 0; i < o->n_roots; i++)
-		json_array_append_new(roots,
-				      json_pack("{s:s,s:I,s:s,s:b,s:I}", "path", o->roots[i].path, "layers",
-						(json_int_t)json_array_size(o->roots[i].chain), "upper",
-						o->roots[i].upper, "released", o->roots[i].released, "deltas",
-						(json_int_t)(overlay_delta_ready(&o->roots[i])
-								     ? json_array_size(o->roots[i].stack) - 1
-								     : 0)));
+		json_array_append_new(
+			roots,
+			json_pack("{s:s,s:I,s:s,s:b,s:I}", "path", o->roots[i].path, "layers",
+				  (json_int_t)o->roots[i].chain.n, "upper", o->roots[i].upper, "released",
+				  o->roots[i].released, "deltas",
+				  (json_int_t)(overlay_delta_ready(&o->roots[i]) ? o->roots[i].stack.n - 1 : 0)));
 	json_object_set_new(
 		out, "backend_reason",
 		json_string("overlayfs mounts work here: restore swaps a layer chain, create copies only the upper"));
@@ -666,6 +689,7 @@ static int ovl_probe(const struct backend_ctx *ctx, ckpt_error *err)
 	return overlay_probe(ctx->state_dir, &opts, err);
 }
 
+static const struct backend_capture_ops ovl_capture_ops = { .capture = overlay_capture };
 static const struct backend_compare_ops ovl_compare_ops = { .verify = ovl_verify, .diff = overlay_diff };
 static const struct backend_fork_ops ovl_fork_ops = { .mount = overlay_fork_mount, .remove = overlay_fork_remove };
 /* A checkpoint is layers over the base: an export names it. */
@@ -683,7 +707,6 @@ const struct backend_ops backend_overlay_ops = {
 	.open = ovl_open,
 	.recover = ovl_recover,
 	.precopy = overlay_precopy,
-	.capture = overlay_capture,
 	.create = overlay_create,
 	.restore = ovl_restore,
 	.reset = ovl_reset,
@@ -692,6 +715,7 @@ const struct backend_ops backend_overlay_ops = {
 	.maintain = ovl_maintain,
 	.cleanup = ovl_cleanup,
 	.close = ovl_close,
+	.capture = &ovl_capture_ops,
 	.compare = &ovl_compare_ops,
 	.forks = &ovl_fork_ops,
 	.xfer = &ovl_xfer_ops,

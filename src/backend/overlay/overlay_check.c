@@ -188,10 +188,11 @@ int overlay_check_layer(struct ovl_root *r, int up, int dst, ckpt_error *err)
 int overlay_check_delta(struct ovl_root *r, const char *tmp, ckpt_error *err)
 {
 	char name[OVL_NAME_LEN + 1];
-	json_auto_t *chain = json_pack("[s]", tmp);
-	if (!chain || json_array_extend(chain, r->stack) < 0 || json_array_extend(chain, r->chain) < 0)
+	_cleanup_(overlay_chain_free) struct ovl_chain chain = { 0 };
+	if (overlay_chain_push(&chain, tmp) < 0 || overlay_chain_extend(&chain, &r->stack) < 0 ||
+	    overlay_chain_extend(&chain, &r->chain) < 0)
 		return err_set(err, ENOMEM, NULL, "track check: out of memory");
-	int vfd = overlay_chain_view(r, chain, name, err);
+	int vfd = overlay_chain_view(r, &chain, name, err);
 	_cleanup_close_ int live = open(r->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int q = vfd < 0    ? vfd
 		: live < 0 ? err_set(err, errno, NULL, "track check: open '%s': %m", r->path)

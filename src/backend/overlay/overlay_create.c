@@ -14,13 +14,13 @@
 #include "lib/failpoint.h"
 
 /* Change tracking for the frozen pass starts at this many entries of the
- * upper (ovl_track_wanted). */
+ * upper (overlay_create_track_wanted). */
 #define OVL_TRACK_MIN_ENTRIES 2000
 /* A first pass that took this long is followed by a second one, not frozen
- * either (ovl_catch_up). */
+ * either (overlay_create_catch_up). */
 #define OVL_CATCH_UP_MS 50
 
-static int ovl_open_dir(int dfd, const char *a, const char *b)
+static int overlay_create_open_dir(int dfd, const char *a, const char *b)
 {
 	char p[64];
 	snprintf(p, sizeof(p), "%s/%s", a, b);
@@ -30,7 +30,7 @@ static int ovl_open_dir(int dfd, const char *a, const char *b)
 /* What create's first pass of r left in memory: its index and directory
  * list, and the tracker (closing a fanotify group waits for the kernel: the
  * capture leaves this to after the thaw). */
-static void ovl_forget_pre(struct ovl_root *r)
+static void overlay_create_forget_pre(struct ovl_root *r)
 {
 	pathindex_free(TAKE_PTR(r->pre_ix));
 	pathindex_free(TAKE_PTR(r->pre_ix_next));
@@ -43,7 +43,7 @@ static void ovl_forget_pre(struct ovl_root *r)
 }
 
 /* Forget create's first pass of r (its files go with the trash). */
-static void ovl_drop_pre(struct ovl_root *r, int l)
+static void overlay_create_drop_pre(struct ovl_root *r, int l)
 {
 	if (r->pre[0])
 		overlay_layers_trash(r, l, "l", r->pre);
@@ -51,7 +51,7 @@ static void ovl_drop_pre(struct ovl_root *r, int l)
 		overlay_delta_reset(r);
 	r->pre[0] = 0;
 	r->pre_delta = false;
-	ovl_forget_pre(r);
+	overlay_create_forget_pre(r);
 }
 
 /* Change tracking for the frozen pass (docs/overlay-create.md), for an upper
@@ -59,7 +59,7 @@ static void ovl_drop_pre(struct ovl_root *r, int l)
  * "auto": from OVL_TRACK_MIN_ENTRIES on. Below it the frozen walk costs less
  * than the tracker's fixed part (the /proc scan, reading events, copying the
  * index: about 5-10 ms a create, measured). */
-static bool ovl_track_wanted(const struct ovl_root *r, uint64_t entries)
+static bool overlay_create_track_wanted(const struct ovl_root *r, uint64_t entries)
 {
 	return r->track == TRACK_ALWAYS || (r->track == TRACK_AUTO && entries >= OVL_TRACK_MIN_ENTRIES);
 }
@@ -67,7 +67,7 @@ static bool ovl_track_wanted(const struct ovl_root *r, uint64_t entries)
 /* The suspects of a pass that tracking does not name (change_track.h): the
  * files of r mapped shared and writable now, added to *sus. A scan that fails
  * is logged; the pass then trusts those files' ctimes, as it did before. */
-static void ovl_scan_suspects(struct ovl_root *r, struct pathindex **sus)
+static void overlay_create_scan_suspects(struct ovl_root *r, struct pathindex **sus)
 {
 	struct stat rst;
 	const char *why = "cannot stat the root";
@@ -83,8 +83,8 @@ static void ovl_scan_suspects(struct ovl_root *r, struct pathindex **sus)
  * tracker cannot tell, the whole upper is compared, still not frozen: the
  * frozen pass then takes the events that came after this collect, which
  * name every change made since it. *ix becomes the upper's index after it. */
-static int ovl_catch_up(struct ovl_root *r, int up, int dst, struct pathindex **ix, struct treecopy_stats *stats,
-			ckpt_error *err)
+static int overlay_create_catch_up(struct ovl_root *r, int up, int dst, struct pathindex **ix,
+				   struct treecopy_stats *stats, ckpt_error *err)
 {
 	struct pathindex_dirty *dirty = NULL;
 	size_t n = 0;
@@ -110,7 +110,7 @@ static int ovl_catch_up(struct ovl_root *r, int up, int dst, struct pathindex **
 		pathindex_free(nix);
 		nix = o.new_ix = pathindex_new();
 		o.dirs = NULL;
-		ovl_scan_suspects(r, &r->trk.suspects);
+		overlay_create_scan_suspects(r, &r->trk.suspects);
 		o.suspects = r->trk.suspects;
 		q = nix ? treecopy_update(up, dst, &o, stats, err) : err_set(err, ENOMEM, NULL, "out of memory");
 	}
@@ -129,12 +129,11 @@ static int ovl_catch_up(struct ovl_root *r, int up, int dst, struct pathindex **
 
 /* The previous layers of a delta (r->stack) opened in l; their number, or
  * -EAGAIN when one cannot be. */
-static int ovl_delta_prev(struct ovl_root *r, int l, int fds[OVL_DELTA_MAX + 1])
+static int overlay_create_delta_prev(struct ovl_root *r, int l, int fds[OVL_DELTA_MAX + 1])
 {
-	size_t n = json_array_size(r->stack);
+	size_t n = r->stack.n;
 	for (size_t j = 0; j < n; j++) {
-		fds[j] = openat(l, json_string_value(json_array_get(r->stack, j)),
-				O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		fds[j] = openat(l, r->stack.v[j], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (fds[j] < 0) {
 			while (j--)
 				close(fds[j]);
@@ -144,7 +143,7 @@ static int ovl_delta_prev(struct ovl_root *r, int l, int fds[OVL_DELTA_MAX + 1])
 	return (int)n;
 }
 
-static void ovl_delta_prev_close(int *fds, int n)
+static void overlay_create_delta_prev_close(int *fds, int n)
 {
 	for (int j = 0; j < n; j++)
 		close(fds[j]);
@@ -153,8 +152,8 @@ static void ovl_delta_prev_close(int *fds, int n)
 /* One pass of a delta into dst: the directories the tracker names since its
  * last collect, then (frozen) every directory's own metadata. -EAGAIN: make
  * a full layer. */
-static int ovl_delta_pass(struct ovl_root *r, int l, int up, int dst, bool frozen, struct treecopy_stats *stats,
-			  ckpt_error *err)
+static int overlay_create_delta_pass(struct ovl_root *r, int l, int up, int dst, bool frozen,
+				     struct treecopy_stats *stats, ckpt_error *err)
 {
 	struct pathindex_dirty *dirty = NULL;
 	size_t n = 0;
@@ -162,7 +161,7 @@ static int ovl_delta_pass(struct ovl_root *r, int l, int up, int dst, bool froze
 	struct stat rst;
 	int pfd[OVL_DELTA_MAX + 1];
 	int64_t t0 = mono_ms();
-	int np = ovl_delta_prev(r, l, pfd);
+	int np = overlay_create_delta_prev(r, l, pfd);
 	/* the first pass reads the events only: the frozen one's /proc scan
 	 * names the files in use and mapped, and those are copied then */
 	int q = np < 0                    ? (why = "a previous layer is gone", -EAGAIN)
@@ -184,7 +183,7 @@ static int ovl_delta_pass(struct ovl_root *r, int l, int up, int dst, bool froze
 	if (q == 0 && frozen)
 		q = overlay_delta_dir_meta(&o, dst, &r->ddirs, stats, err);
 	pathindex_dirty_free(dirty, n);
-	ovl_delta_prev_close(pfd, np);
+	overlay_create_delta_prev_close(pfd, np);
 	if (q == -EAGAIN)
 		log_info("create: '%s' gets a full layer, not a delta: %s", r->path, why);
 	else if (q == 0)
@@ -196,7 +195,7 @@ static int ovl_delta_pass(struct ovl_root *r, int l, int up, int dst, bool froze
 }
 
 /* The first pass's directory l/.pre-<name>, empty, named in r->pre. */
-static int ovl_pre_make(struct ovl_root *r, int l, ckpt_error *err)
+static int overlay_create_pre_make(struct ovl_root *r, int l, ckpt_error *err)
 {
 	char name[OVL_NAME_LEN + 1];
 	int q = overlay_layers_new_name(l, name);
@@ -212,18 +211,18 @@ static int ovl_pre_make(struct ovl_root *r, int l, ckpt_error *err)
 
 /* Create's first pass as a delta (overlay_delta.c): l/.pre-<name> holds
  * what changed since the last create. -EAGAIN: a full one is needed. */
-static int ovl_delta_first(struct ovl_root *r, int l, int up, struct progress *p, ckpt_error *err)
+static int overlay_create_delta_first(struct ovl_root *r, int l, int up, struct progress *p, ckpt_error *err)
 {
-	int q = ovl_pre_make(r, l, err);
+	int q = overlay_create_pre_make(r, l, err);
 	if (q < 0)
 		return q;
 	r->pre_delta = true;
 	_cleanup_close_ int dst = openat(l, r->pre, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	struct treecopy_stats stats = { 0 };
 	q = dst < 0 ? err_set(err, errno, NULL, "open first pass: %m")
-		    : ovl_delta_pass(r, l, up, dst, false, &stats, err);
+		    : overlay_create_delta_pass(r, l, up, dst, false, &stats, err);
 	if (q < 0) {
-		ovl_drop_pre(r, l); /* and the delta state with it */
+		overlay_create_drop_pre(r, l); /* and the delta state with it */
 		return q;
 	}
 	if (p) { /* the totals are what it copied: known once done */
@@ -240,20 +239,20 @@ static int ovl_delta_first(struct ovl_root *r, int l, int up, struct progress *p
 /* Create's first pass, before the freeze: the upper into l/.pre-<name>,
  * synced, itself linking what the last layer has. The frozen pass then links
  * from it every file unchanged since, and has little to copy or sync. */
-static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *err)
+static int overlay_create_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *err)
 {
 	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	_cleanup_close_ int up = ovl_open_dir(r->rdir_fd, "u", r->upper);
+	_cleanup_close_ int up = overlay_create_open_dir(r->rdir_fd, "u", r->upper);
 	if (l < 0 || up < 0)
 		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
-	ovl_drop_pre(r, l);
+	overlay_create_drop_pre(r, l);
 	if (overlay_delta_ready(r)) {
-		int d = ovl_delta_first(r, l, up, p, err);
+		int d = overlay_create_delta_first(r, l, up, p, err);
 		if (d != -EAGAIN)
 			return d;
 	}
 	overlay_delta_reset(r); /* a full layer: its frozen pass decides whether deltas follow */
-	int q = ovl_pre_make(r, l, err);
+	int q = overlay_create_pre_make(r, l, err);
 	if (q < 0)
 		return q;
 	_cleanup_close_ int dst = openat(l, r->pre, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -267,7 +266,7 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 	}
 	/* armed before the copy, so that what changes during it is seen */
 	r->trk.skip_self = true; /* ckptd writes only into the layer store, never through the mount */
-	int t = ovl_track_wanted(r, m == 0 ? files : UINT64_MAX) ? chg_track_arm(&r->trk, up) : 0;
+	int t = overlay_create_track_wanted(r, m == 0 ? files : UINT64_MAX) ? chg_track_arm(&r->trk, up) : 0;
 	if (t < 0 && !r->trk_said)
 		log_notice("create: no change tracking for '%s' (%s): the frozen pass walks the upper", r->path,
 			   strerror(-t));
@@ -284,7 +283,7 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 	/* with tracking, the frozen pass's collect names the suspects */
 	_cleanup_(pathindex_freep) struct pathindex *sus = NULL;
 	if (!chg_track_armed(&r->trk))
-		ovl_scan_suspects(r, &sus);
+		overlay_create_scan_suspects(r, &sus);
 	opts.suspects = sus;
 	int64_t t0 = mono_ms();
 	q = dst < 0 || !ix ? err_set(err, ENOMEM, NULL, "first pass: out of memory")
@@ -296,16 +295,16 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 	bool second = q == 0 && chg_track_armed(&r->trk) && mono_ms() - t0 >= OVL_CATCH_UP_MS;
 	if (q == 0 && FAILPOINT_AROUND("overlay.precopy.syncfs", syncfs(dst)) < 0)
 		q = err_set(err, errno, NULL, "sync first pass: %m");
-	if (q == 0 && second && (q = ovl_catch_up(r, up, dst, &ix, &again, err)) == 0 && syncfs(dst) < 0)
+	if (q == 0 && second && (q = overlay_create_catch_up(r, up, dst, &ix, &again, err)) == 0 && syncfs(dst) < 0)
 		q = err_set(err, errno, NULL, "sync second pass: %m");
 	/* without tracking, the frozen walk's suspects: the files mapped shared
 	 * and writable now, after the sync (found here, not frozen) */
 	if (q == 0 && !chg_track_armed(&r->trk))
-		ovl_scan_suspects(r, &r->pre_sus);
+		overlay_create_scan_suspects(r, &r->pre_sus);
 	if (q == 0) /* the first pass's own events, read now rather than frozen */
 		chg_track_drain(&r->trk);
 	if (q < 0) {
-		ovl_drop_pre(r, l);
+		overlay_create_drop_pre(r, l);
 		return q;
 	}
 	r->pre_ix = TAKE_PTR(ix);
@@ -317,11 +316,14 @@ static int ovl_precopy_root(struct ovl_root *r, struct progress *p, ckpt_error *
 	return 0;
 }
 
-int overlay_precopy(void *st, struct progress *p, ckpt_error *err)
+/* Made whether or not a unit is frozen: the frozen pass then links every
+ * file from it, so the first pass costs create nothing it would not copy. */
+int overlay_precopy(void *st, bool frozen, struct progress *p, ckpt_error *err)
 {
 	struct ovl *o = st;
+	(void)frozen;
 	for (size_t i = 0; i < o->n_roots; i++) {
-		int q = ovl_precopy_root(&o->roots[i], p, err);
+		int q = overlay_create_precopy_root(&o->roots[i], p, err);
 		if (q < 0)
 			return q;
 	}
@@ -331,8 +333,8 @@ int overlay_precopy(void *st, struct progress *p, ckpt_error *err)
 /* The frozen pass: the first pass brought up to date. Only the directories
  * that changed since it began, when the tracker can tell which; else the
  * whole upper is compared. On success *ix is the upper's new index. */
-static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_opts *opts, struct pathindex **ix,
-			   struct treecopy_stats *stats, ckpt_error *err)
+static int overlay_create_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_opts *opts,
+				      struct pathindex **ix, struct treecopy_stats *stats, ckpt_error *err)
 {
 	struct pathindex_dirty *dirty = NULL;
 	size_t n = 0;
@@ -379,13 +381,13 @@ static int ovl_frozen_pass(struct ovl_root *r, int up, int dst, struct treecopy_
 	 * (and those it found before it are untrusted in its index); else what
 	 * the tracker knows, and those mapped now */
 	if (chg_track_armed(&r->trk))
-		ovl_scan_suspects(r, &r->trk.suspects);
+		overlay_create_scan_suspects(r, &r->trk.suspects);
 	opts->suspects = chg_track_armed(&r->trk) ? r->trk.suspects : r->pre_sus;
 	return treecopy_update(up, dst, opts, stats, err);
 }
 
 /* Forget r's capture (its copy goes with the trash). */
-static void ovl_drop_capture(struct ovl_root *r, int l)
+static void overlay_create_drop_capture(struct ovl_root *r, int l)
 {
 	if (r->cap_tmp[0])
 		overlay_layers_trash(r, l, "l", r->cap_tmp);
@@ -399,7 +401,8 @@ static void ovl_drop_capture(struct ovl_root *r, int l)
 
 /* The frozen pass of a delta: the first pass (l/<pre>) becomes l/<tmp>,
  * brought up to date. -EAGAIN (the delta state then reset): copy in full. */
-static int ovl_capture_delta(struct ovl_root *r, int l, int up, const char *name, const char *tmp, ckpt_error *err)
+static int overlay_create_capture_delta(struct ovl_root *r, int l, int up, const char *name, const char *tmp,
+					ckpt_error *err)
 {
 	struct treecopy_stats stats = { 0 };
 	int q = FAILPOINT_AROUND("overlay.create.delta.rename", renameat(l, r->pre, l, tmp)) < 0
@@ -413,12 +416,12 @@ static int ovl_capture_delta(struct ovl_root *r, int l, int up, const char *name
 	if (q == 0 && dst < 0)
 		q = err_set(err, errno, NULL, "open layer: %m");
 	if (q == 0)
-		q = ovl_delta_pass(r, l, up, dst, true, &stats, err);
+		q = overlay_create_delta_pass(r, l, up, dst, true, &stats, err);
 	if (q == 0 && r->track_check)
 		q = overlay_check_delta(r, tmp, err);
 	if (q < 0) {
 		rm_rf_at(l, tmp);
-		ovl_drop_pre(r, l);
+		overlay_create_drop_pre(r, l);
 		overlay_delta_reset(r);
 		return q;
 	}
@@ -434,21 +437,21 @@ static int ovl_capture_delta(struct ovl_root *r, int l, int up, const char *name
  * create runs frozen); r->cap_* say what it holds. With a first pass
  * (precopy), that copy becomes the layer: only what changed since is
  * replaced in it (treecopy_update), instead of linking every file again. */
-static int ovl_capture_layer(struct ovl_root *r, struct progress *p, ckpt_error *err)
+static int overlay_create_capture_layer(struct ovl_root *r, struct progress *p, ckpt_error *err)
 {
 	char name[OVL_NAME_LEN + 1], tmp[sizeof(r->cap_tmp)];
 	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	_cleanup_close_ int up = ovl_open_dir(r->rdir_fd, "u", r->upper);
+	_cleanup_close_ int up = overlay_create_open_dir(r->rdir_fd, "u", r->upper);
 	if (l < 0 || up < 0)
 		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
-	ovl_drop_capture(r, l);
+	overlay_create_drop_capture(r, l);
 	r->cap_tracked = r->cap_delta = false;
 	int q = overlay_layers_new_name(l, name);
 	if (q < 0)
 		return err_set(err, -q, NULL, "name a layer: %s", strerror(-q));
 	snprintf(tmp, sizeof(tmp), ".tmp-%s", name);
 	if (r->pre[0] && r->pre_delta) {
-		q = ovl_capture_delta(r, l, up, name, tmp, err);
+		q = overlay_create_capture_delta(r, l, up, name, tmp, err);
 		if (q != -EAGAIN)
 			return q;
 		/* a change a delta cannot say: the full copy, frozen (rare) */
@@ -475,17 +478,17 @@ static int ovl_capture_layer(struct ovl_root *r, struct progress *p, ckpt_error 
 	uint64_t pre_bytes = r->pre_bytes;
 	_cleanup_(pathindex_freep) struct pathindex *sus = NULL;
 	if (!update) { /* a copy with no first pass: its suspects (change_track.h) */
-		ovl_scan_suspects(r, &sus);
+		overlay_create_scan_suspects(r, &sus);
 		opts.suspects = sus;
 	}
 	if (dst < 0 || !ix)
 		q = err_set(err, ENOMEM, NULL, "create layer: out of memory");
 	else
-		q = update ? ovl_frozen_pass(r, up, dst, &opts, &ix, &stats, err)
+		q = update ? overlay_create_frozen_pass(r, up, dst, &opts, &ix, &stats, err)
 			   : treecopy_copy(up, dst, &opts, &stats, err);
 	if (r->pre[0])
 		overlay_layers_trash(r, l, "l", r->pre);
-	r->pre[0] = 0; /* the rest of the first pass goes after the thaw (ovl_forget_pre) */
+	r->pre[0] = 0; /* the rest of the first pass goes after the thaw (overlay_create_forget_pre) */
 	if (q < 0) {
 		rm_rf_at(l, tmp);
 		return q;
@@ -500,12 +503,12 @@ static int ovl_capture_layer(struct ovl_root *r, struct progress *p, ckpt_error 
 /* Make r's capture the durable layer r->cap_name; on success ix (the
  * upper's new index; NULL for a delta) is handed to the caller, and what
  * kind it was: a delta, or a full layer deltas can follow. */
-static int ovl_publish_capture(struct ovl_root *r, char name[OVL_NAME_LEN + 1], struct pathindex **ret_ix,
-			       uint64_t *size, bool *ret_delta, bool *ret_tracked, ckpt_error *err)
+static int overlay_create_publish_capture(struct ovl_root *r, char name[OVL_NAME_LEN + 1], struct pathindex **ret_ix,
+					  uint64_t *size, bool *ret_delta, bool *ret_tracked, ckpt_error *err)
 {
 	*ret_delta = r->cap_delta;
 	*ret_tracked = r->cap_tracked;
-	ovl_forget_pre(r);
+	overlay_create_forget_pre(r);
 	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (l < 0)
 		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
@@ -514,7 +517,7 @@ static int ovl_publish_capture(struct ovl_root *r, char name[OVL_NAME_LEN + 1], 
 	q = overlay_layer_publish(r, l, dst, r->cap_tmp, r->cap_name, q, err); /* removes tmp on failure */
 	r->cap_tmp[0] = 0;
 	if (q < 0) {
-		ovl_drop_capture(r, l);
+		overlay_create_drop_capture(r, l);
 		return q;
 	}
 	memcpy(name, r->cap_name, OVL_NAME_LEN + 1);
@@ -528,26 +531,27 @@ static int ovl_publish_capture(struct ovl_root *r, char name[OVL_NAME_LEN + 1], 
 /* After a create of r published layer name: what the next create stacks on.
  * A delta goes on top of the stack; a full layer the tracker answered for
  * starts a new one (the tracker stays armed); else the next is full. */
-static void ovl_delta_after(struct ovl_root *r, const char *name, bool delta, bool tracked)
+static void overlay_create_delta_after(struct ovl_root *r, const char *name, bool delta, bool tracked)
 {
 	if (delta) {
-		json_array_insert_new(r->stack, 0, json_string(name));
+		if (overlay_chain_push_top(&r->stack, name) < 0)
+			overlay_delta_reset(r); /* out of memory: the next create is full */
 		return;
 	}
 	bool keep = tracked && chg_track_armed(&r->trk);
-	json_array_clear(r->stack);
+	r->stack.n = 0;
 	pathindex_free(TAKE_PTR(r->dix));
 	overlay_delta_dirs_free(&r->ddirs);
 	char rel[32];
 	snprintf(rel, sizeof(rel), "l/%s", name);
 	_cleanup_close_ int fd = keep ? openat(r->rdir_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-	if (fd >= 0 && (r->dix = pathindex_new()) && overlay_delta_dirs_read(fd, &r->ddirs) == 0)
-		json_array_append_new(r->stack, json_string(name));
-	else
+	bool ok = fd >= 0 && (r->dix = pathindex_new()) && overlay_delta_dirs_read(fd, &r->ddirs) == 0 &&
+		overlay_chain_push(&r->stack, name) == 0;
+	if (!ok)
 		overlay_delta_reset(r);
 }
 
-static void ovl_discard_layers(struct ovl *o, char (*names)[OVL_NAME_LEN + 1], size_t n)
+static void overlay_create_discard_layers(struct ovl *o, char (*names)[OVL_NAME_LEN + 1], size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		_cleanup_close_ int l = openat(o->roots[i].rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -556,13 +560,13 @@ static void ovl_discard_layers(struct ovl *o, char (*names)[OVL_NAME_LEN + 1], s
 	}
 }
 
-static void ovl_drop_captures(struct ovl *o)
+static void overlay_create_drop_captures(struct ovl *o)
 {
 	for (size_t i = 0; i < o->n_roots; i++) {
 		_cleanup_close_ int l = openat(o->roots[i].rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (l >= 0)
-			ovl_drop_capture(&o->roots[i], l);
-		ovl_forget_pre(&o->roots[i]);
+			overlay_create_drop_capture(&o->roots[i], l);
+		overlay_create_forget_pre(&o->roots[i]);
 	}
 }
 
@@ -572,12 +576,33 @@ int overlay_capture(void *st, struct progress *p, ckpt_error *err)
 	struct ovl *o = st;
 	int q = 0;
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++)
-		q = ovl_capture_layer(&o->roots[i], p, err);
+		q = overlay_create_capture_layer(&o->roots[i], p, err);
 	if (q < 0) {
-		ovl_drop_captures(o);
+		overlay_create_drop_captures(o);
 		return q;
 	}
 	return 0;
+}
+
+/* The chains of a create that published layers names[i]: each over the
+ * layers the previous creates made from the upper when a delta, over the
+ * live chain. */
+static int overlay_create_chains(struct ovl *o, char (*names)[OVL_NAME_LEN + 1], const bool *delta,
+				 struct ovl_chains *out)
+{
+	int q = 0;
+	for (size_t i = 0; q == 0 && i < o->n_roots; i++) {
+		struct ovl_chain c = { 0 };
+		q = overlay_chain_push(&c, names[i]);
+		if (q == 0 && delta[i])
+			q = overlay_chain_extend(&c, &o->roots[i].stack);
+		if (q == 0)
+			q = overlay_chain_extend(&c, &o->roots[i].chain);
+		if (q == 0)
+			q = overlay_chains_set(out, o->roots[i].h, &c);
+		overlay_chain_free(&c);
+	}
+	return q;
 }
 
 /* Capture (unless overlay_capture just did, frozen), then publish the layers,
@@ -588,39 +613,34 @@ int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_si
 	char(*names)[OVL_NAME_LEN + 1] = calloc(o->n_roots + 1, sizeof(*names));
 	struct pathindex **ixs = calloc(o->n_roots + 1, sizeof(*ixs));
 	bool *delta = calloc(o->n_roots + 1, sizeof(bool)), *tracked = calloc(o->n_roots + 1, sizeof(bool));
-	json_auto_t *chains = json_object(), *data = json_pack("{s:[]}", "roots");
+	_cleanup_(overlay_chains_free) struct ovl_chains chains = { 0 };
+	json_auto_t *data = NULL;
 	uint64_t size = 0;
-	int q = names && ixs && delta && tracked && chains && data ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
+	int q = names && ixs && delta && tracked ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
 	size_t done = 0;
 
 	/* No syncfs of the roots: the copy reads the page cache, and syncing a
 	 * shared filesystem costs more than the copy; syncfs(layer) makes it durable. */
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++)
 		if (!o->roots[i].cap_tmp[0])
-			q = ovl_capture_layer(&o->roots[i], p, err);
+			q = overlay_create_capture_layer(&o->roots[i], p, err);
 	for (; q == 0 && done < o->n_roots; done++)
-		q = ovl_publish_capture(&o->roots[done], names[done], &ixs[done], &size, &delta[done], &tracked[done],
-					err);
-	for (size_t i = 0; q == 0 && i < o->n_roots; i++) {
-		json_t *c = json_pack("[s]", names[i]);
-		if (delta[i]) /* over the layers the previous creates made from this upper */
-			json_array_extend(c, o->roots[i].stack);
-		json_array_extend(c, o->roots[i].chain);
-		json_object_set_new(chains, o->roots[i].h, c);
-		json_array_append_new(json_object_get(data, "roots"),
-				      json_pack("{s:s,s:O}", "path", o->roots[i].path, "layers", c));
-	}
+		q = overlay_create_publish_capture(&o->roots[done], names[done], &ixs[done], &size, &delta[done],
+						   &tracked[done], err);
 	if (q == 0 &&
-	    (q = FAILPOINT_AROUND("overlay.create.chain.write", overlay_layers_chain_save(o, id, chains))) < 0)
+	    ((q = overlay_create_chains(o, names, delta, &chains)) < 0 || !(data = overlay_json_data(o, &chains))))
+		q = err_set(err, ENOMEM, NULL, "out of memory");
+	if (q == 0 &&
+	    (q = FAILPOINT_AROUND("overlay.create.chain.write", overlay_layers_chain_save(o, id, &chains))) < 0)
 		err_set(err, -q, NULL, "record layer chain: %s", strerror(-q));
 	if (q < 0)
-		ovl_discard_layers(o, names, done);
+		overlay_create_discard_layers(o, names, done);
 	for (size_t i = 0; i < o->n_roots && ixs && delta; i++) {
 		struct ovl_root *r = &o->roots[i];
 		if (q < 0)
 			overlay_delta_reset(r); /* the changes collected are in no checkpoint */
 		if (q == 0)
-			ovl_delta_after(r, names[i], delta[i], tracked[i]);
+			overlay_create_delta_after(r, names[i], delta[i], tracked[i]);
 		if (q == 0 && !delta[i]) { /* a delta leaves the index of the full layer below it */
 			char tag[2 * OVL_NAME_LEN + 2];
 			snprintf(tag, sizeof(tag), "%s:%s", r->upper, names[i]);
@@ -632,7 +652,7 @@ int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_si
 		}
 		pathindex_free(ixs[i]);
 	}
-	ovl_drop_captures(o); /* what a failure left (the trackers deltas need stay) */
+	overlay_create_drop_captures(o); /* what a failure left (the trackers deltas need stay) */
 	free(names);
 	free(ixs);
 	free(delta);

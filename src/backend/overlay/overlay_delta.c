@@ -617,9 +617,7 @@ void overlay_delta_dirs_free(struct ovl_delta_dirs *d)
 
 void overlay_delta_reset(struct ovl_root *r)
 {
-	if (!r->stack)
-		r->stack = json_array();
-	json_array_clear(r->stack);
+	r->stack.n = 0;
 	pathindex_free(TAKE_PTR(r->dix));
 	overlay_delta_dirs_free(&r->ddirs);
 	chg_track_disarm(&r->trk);
@@ -627,6 +625,6 @@ void overlay_delta_reset(struct ovl_root *r)
 
 bool overlay_delta_ready(struct ovl_root *r)
 {
-	size_t n = json_array_size(r->stack);
+	size_t n = r->stack.n;
 	return n && n <= OVL_DELTA_MAX && r->dix && r->ix && r->ddirs.n && chg_track_armed(&r->trk);
 }

@@ -179,27 +179,27 @@ static int ovl_diff_cmp(const void *x, const void *y)
 	return strcmp(*(const char *const *)x, *(const char *const *)y);
 }
 
-static json_t *ovl_chain_of(json_t *chains, const char *h)
+static const struct ovl_chain *ovl_chain_of(const struct ovl_chains *chains, const char *h)
 {
-	json_t *c = json_object_get(chains, h);
-	return c ? c : json_array();
+	static const struct ovl_chain none = { 0 };
+	const struct ovl_chain *c = overlay_chains_get(chains, h);
+	return c ? c : &none;
 }
 
 /* Paths the layers of x and y above their common suffix hold. */
-static int ovl_diff_candidates(struct ovl_root *r, json_t *x, json_t *y, const char *upper, json_t *cand)
+static int ovl_diff_candidates(struct ovl_root *r, const struct ovl_chain *x, const struct ovl_chain *y,
+			       const char *upper, json_t *cand)
 {
-	size_t nx = json_array_size(x), ny = json_array_size(y), k = 0;
-	while (k < nx && k < ny &&
-	       !strcmp(json_string_value(json_array_get(x, nx - 1 - k)),
-		       json_string_value(json_array_get(y, ny - 1 - k))))
+	size_t nx = x->n, ny = y->n, k = 0;
+	while (k < nx && k < ny && !strcmp(x->v[nx - 1 - k], y->v[ny - 1 - k]))
 		k++;
-	json_t *sides[2] = { x, y };
+	const struct ovl_chain *sides[2] = { x, y };
 	size_t tops[2] = { nx - k, ny - k };
 	int q = 0;
 	for (int s = 0; q == 0 && s < 2; s++)
 		for (size_t i = 0; q == 0 && i < tops[s]; i++) {
 			char p[32];
-			snprintf(p, sizeof(p), "l/%s", json_string_value(json_array_get(sides[s], i)));
+			snprintf(p, sizeof(p), "l/%s", sides[s]->v[i]);
 			_cleanup_close_ int fd = openat(r->rdir_fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			q = fd < 0 ? -errno : ovl_diff_collect(fd, NULL, cand, 0);
 		}
@@ -218,9 +218,10 @@ static int ovl_diff_candidates(struct ovl_root *r, json_t *x, json_t *y, const c
 	return q;
 }
 
-static int ovl_diff_root(struct ovl_root *r, json_t *ca, json_t *cb, bool live, json_t *out, ckpt_error *err)
+static int ovl_diff_root(struct ovl_root *r, const struct ovl_chains *ca, const struct ovl_chains *cb, bool live,
+			 json_t *out, ckpt_error *err)
 {
-	json_t *xa = ovl_chain_of(ca, r->h), *xb = live ? (r->mounted ? r->mounted : r->chain) : ovl_chain_of(cb, r->h);
+	const struct ovl_chain *xa = ovl_chain_of(ca, r->h), *xb = live ? &r->mounted : ovl_chain_of(cb, r->h);
 	json_auto_t *cand = json_object(), *done = json_object();
 	char na[OVL_NAME_LEN + 1] = "", nb[OVL_NAME_LEN + 1] = "";
 	struct ovl_dctx c = { .out = out, .root = r->path, .fd = { -1, -1 }, .done = done };
@@ -254,22 +255,22 @@ static int ovl_diff_root(struct ovl_root *r, json_t *ca, json_t *cb, bool live, 
 			close(c.fd[s]);
 	overlay_chain_view_drop(r, na);
 	overlay_chain_view_drop(r, nb);
-	if (!live && json_array_size(xb) == 0 && !json_object_get(cb, r->h))
-		json_decref(xb);
-	if (json_array_size(xa) == 0 && !json_object_get(ca, r->h))
-		json_decref(xa);
 	return q;
 }
 
 int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err)
 {
 	struct ovl *o = st;
-	json_auto_t *ca = overlay_layers_chain_get(o, id, data);
-	json_auto_t *cb = id2 ? overlay_layers_chain_get(o, id2, data2) : NULL;
-	if (!ca || (id2 && !cb))
-		return err_set(err, ENOENT, NULL, "no layer chain recorded for %s", !ca ? id : id2);
+	_cleanup_(overlay_chains_free) struct ovl_chains ca = { 0 };
+	_cleanup_(overlay_chains_free) struct ovl_chains cb = { 0 };
+	int qa = overlay_layers_chain_get(o, id, data, &ca);
+	int qb = id2 ? overlay_layers_chain_get(o, id2, data2, &cb) : 0;
+	if (qa == -ENOMEM || qb == -ENOMEM)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	if (qa < 0 || qb < 0)
+		return err_set(err, ENOENT, NULL, "no layer chain recorded for %s", qa < 0 ? id : id2);
 	for (size_t i = 0; i < o->n_roots; i++) {
-		int q = ovl_diff_root(&o->roots[i], ca, cb, !id2, out, err);
+		int q = ovl_diff_root(&o->roots[i], &ca, id2 ? &cb : NULL, !id2, out, err);
 		if (q < 0)
 			return q;
 	}

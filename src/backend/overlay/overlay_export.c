@@ -27,7 +27,7 @@ static int ovx_cfg(int fs, const char *key, const char *val, ckpt_error *err)
 
 /* Read-only overlay of r's layers (newest first) over its base (unless they
  * end with a base layer) onto target. */
-static int ovx_mount_ro(struct ovl_root *r, json_t *layers, const char *target, ckpt_error *err)
+static int ovx_mount_ro(struct ovl_root *r, const struct ovl_chain *layers, const char *target, ckpt_error *err)
 {
 	char p[PATH_MAX];
 	_cleanup_close_ int fs = fsopen("overlay", FSOPEN_CLOEXEC);
@@ -36,10 +36,9 @@ static int ovx_mount_ro(struct ovl_root *r, json_t *layers, const char *target, 
 	if (ovx_cfg(fs, "redirect_dir", "follow", err) < 0 || ovx_cfg(fs, "index", "off", err) < 0 ||
 	    ovx_cfg(fs, "metacopy", "off", err) < 0 || ovx_cfg(fs, "xino", "off", err) < 0)
 		return -err->errnum;
-	for (size_t i = 0; i < json_array_size(layers) + overlay_chain_on_base(layers); i++) {
-		if (i < json_array_size(layers))
-			snprintf(p, sizeof(p), "/proc/self/fd/%d/l/%s", r->rdir_fd,
-				 json_string_value(json_array_get(layers, i)));
+	for (size_t i = 0; i < layers->n + overlay_chain_on_base(layers); i++) {
+		if (i < layers->n)
+			snprintf(p, sizeof(p), "/proc/self/fd/%d/l/%s", r->rdir_fd, layers->v[i]);
 		else
 			snprintf(p, sizeof(p), "/proc/self/fd/%d/base", r->rdir_fd);
 		if (ovx_cfg(fs, "lowerdir+", p, err) < 0)
@@ -72,21 +71,25 @@ int overlay_view_open(void *st, const char *id, json_t *data, const char *tmp, c
 {
 	struct ovl *o = st;
 	char **dirs = calloc(o->n_roots + 1, sizeof(*dirs));
-	json_auto_t *chains = id ? overlay_layers_chain_get(o, id, data) : json_object();
-	int q = 0;
+	_cleanup_(overlay_chains_free) struct ovl_chains chains = { 0 };
+	static const struct ovl_chain none = { 0 };
+	int q = id ? overlay_layers_chain_get(o, id, data, &chains) : 0;
 
-	if (!dirs)
+	if (!dirs || q == -ENOMEM) {
+		free(dirs);
 		return err_set(err, ENOMEM, NULL, "out of memory");
-	if (!chains)
+	}
+	if (q < 0)
 		q = err_set(err, ENOENT, NULL, "checkpoint %s has no layer chain", id);
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++) {
 		struct ovl_root *r = &o->roots[i];
-		json_t *layers = json_object_get(chains, r->h);
-		size_t n = json_array_size(layers);
+		const struct ovl_chain *layers = overlay_chains_get(&chains, r->h);
+		layers = layers ? layers : &none;
+		size_t n = layers->n;
 		if (n <= 1 && overlay_chain_on_base(layers) == (n == 0)) { /* base, or one base layer */
 			char rel[32] = "base";
 			if (n)
-				snprintf(rel, sizeof(rel), "l/%s", json_string_value(json_array_get(layers, 0)));
+				snprintf(rel, sizeof(rel), "l/%s", layers->v[0]);
 			dirs[i] = path_join(r->rdir, rel);
 			q = dirs[i] ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
 			continue;
@@ -137,19 +140,25 @@ int overlay_import(void *st, const char *id, char *const *dirs, json_t **ret_dat
 {
 	struct ovl *o = st;
 	char(*names)[OVL_NAME_LEN + 1] = calloc(o->n_roots + 1, sizeof(*names));
-	json_auto_t *chains = json_object(), *data = json_pack("{s:[]}", "roots");
-	int q = names && chains && data ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
+	_cleanup_(overlay_chains_free) struct ovl_chains chains = { 0 };
+	json_auto_t *data = NULL;
+	int q = names ? 0 : err_set(err, ENOMEM, NULL, "out of memory");
 	size_t done = 0;
 
 	for (; q == 0 && done < o->n_roots; done++)
 		q = ovx_import_root(&o->roots[done], dirs[done], names[done], err);
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++) {
-		json_object_set_new(chains, o->roots[i].h, json_pack("[s]", names[i]));
-		json_array_append_new(json_object_get(data, "roots"),
-				      json_pack("{s:s,s:[s]}", "path", o->roots[i].path, "layers", names[i]));
+		struct ovl_chain c = { 0 };
+		if ((q = overlay_chain_push(&c, names[i])) == 0)
+			q = overlay_chains_set(&chains, o->roots[i].h, &c);
+		overlay_chain_free(&c);
+		if (q < 0)
+			err_set(err, -q, NULL, "out of memory");
 	}
+	if (q == 0 && !(data = overlay_json_data(o, &chains)))
+		q = err_set(err, ENOMEM, NULL, "out of memory");
 	if (q == 0 &&
-	    (q = FAILPOINT_AROUND("overlay.import.chain.write", overlay_layers_chain_save(o, id, chains))) < 0)
+	    (q = FAILPOINT_AROUND("overlay.import.chain.write", overlay_layers_chain_save(o, id, &chains))) < 0)
 		err_set(err, -q, NULL, "record layer chain: %s", strerror(-q));
 	if (q < 0) {
 		for (size_t i = 0; names && i < done; i++) {
@@ -160,23 +169,22 @@ int overlay_import(void *st, const char *id, char *const *dirs, json_t **ret_dat
 		free(names);
 		return q;
 	}
-	free(names);
 	*ret_size = 0;
 	for (size_t i = 0; i < o->n_roots; i++) {
 		char rel[32];
 		uint64_t b = 0;
-		snprintf(rel, sizeof(rel), "l/%s",
-			 json_string_value(json_array_get(json_object_get(chains, o->roots[i].h), 0)));
+		snprintf(rel, sizeof(rel), "l/%s", names[i]);
 		tree_disk_usage(o->roots[i].rdir_fd, rel, &b);
 		*ret_size += b;
 	}
+	free(names);
 	*ret_data = TAKE_PTR(data);
 	return 0;
 }
 
 static int ovx_cmp(const void *a, const void *b)
 {
-	return strcmp(*(const char *const *)a, *(const char *const *)b);
+	return strcmp(((const struct ovl_root_chain *)a)->h, ((const struct ovl_root_chain *)b)->h);
 }
 
 /* The layers of every root at each depth, oldest first, roots in the order
@@ -185,27 +193,20 @@ static int ovx_cmp(const void *a, const void *b)
 json_t *overlay_lineage(void *st, const char *id, json_t *data)
 {
 	struct ovl *o = st;
-	json_auto_t *chains = overlay_layers_chain_get(o, id, data);
-	const char *keys[MAX_ROOTS], *k;
-	size_t n = 0, depth = 0;
-	json_t *v;
-	json_object_foreach (chains, k, v) {
-		if (n == MAX_ROOTS || (n && json_array_size(v) != depth))
-			return NULL;
-		depth = json_array_size(v);
-		keys[n++] = k;
-	}
-	if (!n)
+	_cleanup_(overlay_chains_free) struct ovl_chains cs = { 0 };
+	if (overlay_layers_chain_get(o, id, data, &cs) < 0 || !cs.n || cs.n > MAX_ROOTS)
 		return NULL;
-	qsort(keys, n, sizeof(*keys), ovx_cmp);
+	size_t depth = cs.v[0].c.n;
+	for (size_t i = 1; i < cs.n; i++)
+		if (cs.v[i].c.n != depth)
+			return NULL;
+	qsort(cs.v, cs.n, sizeof(*cs.v), ovx_cmp);
 	json_t *out = json_array();
 	for (size_t d = 0; out && d < depth; d++) {
-		char el[MAX_ROOTS * (OVL_NAME_LEN + 1) + 1] = "";
-		for (size_t i = 0; i < n; i++) {
-			const char *name =
-				json_string_value(json_array_get(json_object_get(chains, keys[i]), depth - 1 - d));
+		char el[MAX_ROOTS * (OVL_LAYER_LEN + 1) + 1] = "";
+		for (size_t i = 0; i < cs.n; i++) {
 			size_t len = strlen(el);
-			snprintf(el + len, sizeof(el) - len, "%s%s", i ? "/" : "", name ? name : "?");
+			snprintf(el + len, sizeof(el) - len, "%s%s", i ? "/" : "", cs.v[i].c.v[depth - 1 - d]);
 		}
 		json_array_append_new(out, json_string(el));
 	}

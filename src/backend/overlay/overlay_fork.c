@@ -24,7 +24,7 @@ static bool ovl_fork_id_ok(const char *fid)
 }
 
 /* f/<fid>/{u,w}, the upper's root with the mode and owner of the view's root. */
-static int ovl_fork_dirs(struct ovl_root *r, json_t *chain, const char *fid)
+static int ovl_fork_dirs(struct ovl_root *r, const struct ovl_chain *chain, const char *fid)
 {
 	char p[96];
 	struct stat st;
@@ -40,8 +40,8 @@ static int ovl_fork_dirs(struct ovl_root *r, json_t *chain, const char *fid)
 	if (mkdirat(r->rdir_fd, p, 0755) < 0 && errno != EEXIST)
 		return -errno;
 	char top[32];
-	if (json_array_size(chain))
-		snprintf(top, sizeof(top), "l/%s", json_string_value(json_array_get(chain, 0)));
+	if (chain->n)
+		snprintf(top, sizeof(top), "l/%s", chain->v[0]);
 	else
 		snprintf(top, sizeof(top), "base");
 	if (fstatat(r->rdir_fd, top, &st, 0) == 0 &&
@@ -88,11 +88,11 @@ static int ovl_fork_dir_fd(struct ovl *o)
 /* fk/<fid>.json: the fork's chains, durable before the fork is mounted, so
  * the GC that runs when the backend recovers (before the engine knows its
  * forks) keeps the fork's layers and upper. */
-static int ovl_fork_chain_write(struct ovl *o, const char *fid, json_t *chains)
+static int ovl_fork_chain_write(struct ovl *o, const char *fid, const struct ovl_chains *chains)
 {
 	char name[64];
 	_cleanup_close_ int fd = ovl_fork_dir_fd(o);
-	_cleanup_free_ char *s = json_dumps(chains, JSON_COMPACT);
+	_cleanup_free_ char *s = overlay_json_chains_dump(chains);
 	if (fd < 0)
 		return fd;
 	if (!s)
@@ -125,48 +125,59 @@ void overlay_fork_load(struct ovl *o)
 		if (n <= 5 || n >= sizeof(fid) || strcmp(de->d_name + n - 5, ".json"))
 			continue;
 		snprintf(fid, sizeof(fid), "%.*s", (int)(n - 5), de->d_name);
-		json_t *c = read_file_at(fd, de->d_name, 1 << 20, &s, NULL) == 0 ? json_loads(s, 0, NULL) : NULL;
-		if (json_is_object(c) && ovl_fork_id_ok(fid))
-			json_object_set(o->forks, fid, c);
-		json_decref(c);
+		struct ovl_chains c = { 0 };
+		if (ovl_fork_id_ok(fid) && read_file_at(fd, de->d_name, 1 << 20, &s, NULL) == 0 &&
+		    overlay_json_chains_parse(s, &c) == 0 && overlay_chain_map_put(&o->forks, fid, &c) < 0)
+			log_warn("overlay: out of memory loading fork %s", fid);
+		overlay_chains_free(&c);
 	}
 	closedir(d);
 }
 
-static void ovl_fork_register(struct ovl *o, const char *fid, json_t *chains)
+static int ovl_fork_register(struct ovl *o, const char *fid, const struct ovl_chains *chains)
 {
-	if (json_object_get(o->forks, fid))
-		return;
-	const char *h;
-	json_t *layers;
-	json_object_foreach (chains, h, layers)
-		overlay_layers_ref(o, h, layers, +1);
-	json_object_set(o->forks, fid, chains);
+	struct ovl_chains copy = { 0 };
+	if (overlay_chain_map_get(&o->forks, fid))
+		return 0;
+	int q = overlay_chains_copy(&copy, chains);
+	if (q == 0 && (q = overlay_chain_map_put(&o->forks, fid, &copy)) == 0)
+		overlay_refs_add_all(&o->refs, chains, +1);
+	overlay_chains_free(&copy);
+	return q;
+}
+
+/* The chains a fork mounts: those it recorded (fdata), else checkpoint id's. */
+static int ovl_fork_chains(struct ovl *o, const char *id, json_t *data, json_t *fdata, struct ovl_chains *out)
+{
+	int q = fdata ? overlay_json_fork_data_read(fdata, out) : overlay_layers_chain_get(o, id, data, out);
+	return q == -ENOMEM ? q : q < 0 ? -ENOENT : 0;
 }
 
 int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs, json_t **fdata,
 		       ckpt_error *err)
 {
 	struct ovl *o = st;
-	json_auto_t *chains = NULL;
+	_cleanup_(overlay_chains_free) struct ovl_chains chains = { 0 };
+	static const struct ovl_chain none = { 0 };
 	size_t done = 0;
-	int q = 0;
 
 	if (!ovl_fork_id_ok(fid))
 		return err_set(err, EINVAL, NULL, "invalid fork id '%s'", fid);
-	if (*fdata)
-		chains = json_incref(json_object_get(*fdata, "chains"));
-	else
-		chains = overlay_layers_chain_get(o, id, data);
-	if (!json_is_object(chains))
+	int q = ovl_fork_chains(o, id, data, *fdata, &chains);
+	if (q == -ENOMEM)
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	if (q < 0)
 		return err_set(err, ENOENT, NULL, "no layer chain recorded for %s", id ? id : fid);
 	if (*fdata) /* a recorded fork keeps its layers and upper even if it cannot be mounted */
-		ovl_fork_register(o, fid, chains);
-	else if ((q = ovl_fork_chain_write(o, fid, chains)) < 0)
+		q = ovl_fork_register(o, fid, &chains);
+	else if ((q = ovl_fork_chain_write(o, fid, &chains)) < 0)
 		return err_set(err, -q, NULL, "record the fork's layers: %s", strerror(-q));
+	if (q < 0)
+		return err_set(err, -q, NULL, "out of memory");
 	for (; q == 0 && done < o->n_roots; done++) {
 		struct ovl_root *r = &o->roots[done];
-		json_t *chain = json_object_get(chains, r->h);
+		const struct ovl_chain *chain = overlay_chains_get(&chains, r->h);
+		chain = chain ? chain : &none;
 		char up[96], wk[96];
 		if (*fdata && ovl_fork_mounted(r, fid, dirs[done]))
 			continue;
@@ -192,9 +203,8 @@ int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, 
 			}
 		return q;
 	}
-	ovl_fork_register(o, fid, chains);
-	if (!*fdata)
-		*fdata = json_pack("{s:O}", "chains", chains);
+	if ((q = ovl_fork_register(o, fid, &chains)) < 0 || (!*fdata && !(*fdata = overlay_json_fork_data(&chains))))
+		return err_set(err, q < 0 ? -q : ENOMEM, NULL, "out of memory");
 	return 0;
 }
 
@@ -210,15 +220,11 @@ int overlay_fork_remove(void *st, const char *fid, json_t *fdata, const char *co
 			return err_prefix(err, "unmount fork at '%s'", dirs[i]);
 		ovl_fork_drop_dirs(r, fid);
 	}
-	json_t *chains = json_object_get(o->forks, fid);
-	if (!chains)
-		chains = json_object_get(fdata, "chains");
-	if (json_object_get(o->forks, fid)) {
-		const char *h;
-		json_t *layers;
-		json_object_foreach (chains, h, layers)
-			overlay_layers_ref(o, h, layers, -1);
-		json_object_del(o->forks, fid);
+	(void)fdata; /* a fork not registered counts in no reference */
+	const struct ovl_chains *chains = overlay_chain_map_get(&o->forks, fid);
+	if (chains) {
+		overlay_refs_add_all(&o->refs, chains, -1);
+		overlay_chain_map_del(&o->forks, fid);
 	}
 	ovl_fork_chain_drop(o, fid);
 	o->dirty_gc = true;

@@ -10,20 +10,21 @@
 
 #define OVL_INTENT "restore.json"
 
-json_t *overlay_intent_new(void)
+int overlay_intent_add(struct ovl_intent *in, const struct ovl_root *r, const struct ovl_chain *chain,
+		       const char *upper)
 {
-	return json_object();
+	struct ovl_intent_root e = { 0 };
+	memcpy(e.h, r->h, sizeof(e.h));
+	snprintf(e.upper, sizeof(e.upper), "%s", upper);
+	int q = overlay_chain_copy(&e.chain, chain);
+	if (q == 0 && (q = overlay_intent_push(in, &e)) < 0)
+		overlay_chain_free(&e.chain);
+	return q;
 }
 
-int overlay_intent_add(json_t *intent, const struct ovl_root *r, json_t *chain, const char *upper)
+int overlay_intent_write(struct ovl *o, const struct ovl_intent *in)
 {
-	json_t *one = json_pack("{s:O,s:s}", "chain", chain, "upper", upper);
-	return one && json_object_set_new(intent, r->h, one) == 0 ? 0 : -ENOMEM;
-}
-
-int overlay_intent_write(struct ovl *o, json_t *intent)
-{
-	_cleanup_free_ char *s = json_dumps(intent, JSON_COMPACT);
+	_cleanup_free_ char *s = overlay_json_intent_dump(in);
 	return s ? FAILPOINT_AROUND("overlay.restore.intent.write",
 				    write_file_atomic(o->odir_fd, OVL_INTENT, s, strlen(s), 0600))
 		 : -ENOMEM;
@@ -37,38 +38,43 @@ int overlay_intent_clear(struct ovl *o)
 	return fsync_dirfd(o->odir_fd);
 }
 
-/* At start: the intent of a restore that a kill interrupted, or NULL. A torn
- * file cannot exist (it is renamed into place); one that does not parse is
- * refused rather than guessed at. */
-int overlay_intent_load(struct ovl *o, json_t **ret)
+/* At start: the intent of a restore that a kill interrupted, into o->intent
+ * (1), or none (0). A torn file cannot exist (it is renamed into place); one
+ * that does not parse is refused rather than guessed at. */
+int overlay_intent_load(struct ovl *o)
 {
 	_cleanup_free_ char *s = NULL;
-	*ret = NULL;
 	write_file_atomic_sweep(o->odir_fd); /* .restore.json.tmp.* of a killed daemon */
 	int q = read_file_at(o->odir_fd, OVL_INTENT, 1 << 24, &s, NULL);
 	if (q == -ENOENT)
 		return 0;
-	if (q < 0)
+	if (q == 0)
+		q = overlay_json_intent_parse(s, &o->intent);
+	if (q < 0) {
+		overlay_intent_free(&o->intent);
 		return q;
-	*ret = json_loads(s, 0, NULL);
-	return json_is_object(*ret) ? 0 : -EBADMSG;
+	}
+	return 1;
 }
 
 /* Finish the interrupted restore for root r: its live.json takes the chain
  * and upper the intent names (the caller then mounts them). */
-int overlay_intent_apply(json_t *intent, struct ovl_root *r)
+int overlay_intent_apply(const struct ovl_intent *in, struct ovl_root *r)
 {
-	json_t *one = json_object_get(intent, r->h);
+	const struct ovl_intent_root *one = NULL;
+	for (size_t i = 0; i < in->n && !one; i++)
+		if (!strcmp(in->v[i].h, r->h))
+			one = &in->v[i];
 	if (!one)
 		return 0;
-	json_t *chain = json_object_get(one, "chain");
-	const char *up = json_string_value(json_object_get(one, "upper"));
-	if (!json_is_array(chain) || !up || strlen(up) != OVL_NAME_LEN)
+	if (one->bad)
 		return -EBADMSG;
-	if (!strcmp(up, r->upper) && json_equal(chain, r->chain))
+	if (!strcmp(one->upper, r->upper) && overlay_chain_equal(&one->chain, &r->chain))
 		return 0;
 	log_info("overlay: finishing an interrupted restore of '%s'", r->path);
-	memcpy(r->upper, up, sizeof(r->upper));
-	overlay_live_set(r, chain, chain);
+	int q = overlay_live_set(r, &one->chain, &one->chain);
+	if (q < 0)
+		return q;
+	memcpy(r->upper, one->upper, sizeof(r->upper));
 	return overlay_live_save(r);
 }

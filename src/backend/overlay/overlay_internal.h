@@ -1,7 +1,9 @@
 /* overlay_internal.h: the overlay backend's state, shared by backend_overlay.c
  * (the ops), overlay_create.c (the create pipeline), overlay_layers.c (layer
  * store, references, GC, flatten) and overlay_root.c (live.json). Calls go
- * ops -> create -> layers -> root, never back.
+ * ops -> create -> layers -> root, never back. The state is structs
+ * (overlay_state.c); each file below that is JSON is built and read by one
+ * pair of functions in overlay_json.c.
  *
  * On disk, below <state>/overlay/:
  *   r/<h>/            one per root (h: hash of the root's path)
@@ -12,15 +14,16 @@
  *     rec/<name>      each layer's record, what verify compares it with
  *     t/<kind>-<name> discarded uppers, work dirs and layers, deleted by
  *                     cleanup without the operation lock
- *     release.json    {ino, base?}: a release's intent (overlay_release.c)
- *     rebase.json     {base}: the release is done, its chains not yet moved
- *                     onto the kept base layer l/<base>
+ *     release.json    {ino, layers, base}: a release's intent (overlay_release.c)
+ *     rebase.json     the same file renamed: the release is done, its chains
+ *                     not yet moved onto the kept base layer l/<base>
  *     live.json       {path, chain, mounted, upper}: the adoption record and
  *                     the intent of a restore (written before the swap)
  *     mnt.json        {id, upper}: gVisor only (its mountinfo names no
  *                     upperdir): the mount id the last mount at P got
  *     f/<fork>/u, f/<fork>/w   a fork's upper and work dirs (overlay_fork.c)
  *     dv/<name>/  a checkpoint's view mounted for a diff, while it runs
+ *   restore.json    {h: {chain, upper}}: a restore's intent (overlay_intent.c)
  *   fk/<fork>.json  each fork's chains {h: [layers]} (overlay_fork.c)
  *   c/<id>.json       each checkpoint's chains {h: [layers, newest first]};
  *                     flattening rewrites these, the catalog never changes. */
@@ -33,6 +36,94 @@
 #include "backend/overlay/treecopy.h"
 
 #define OVL_NAME_LEN 8
+
+/* overlay_state.c: the backend's state as structs. */
+#define OVL_LAYER_LEN 16 /* a layer's name, or one being written (.tmp-<name>), with its NUL */
+/* A chain of layers, newest first: what a mount of a root lies on. */
+struct ovl_chain {
+	char (*v)[OVL_LAYER_LEN];
+	size_t n;
+};
+/* Whether name can be a layer of a chain (a name in l/). */
+bool overlay_chain_name_ok(const char *name);
+/* Add name below the chain's layers (push) or on top of them (push_top). */
+int overlay_chain_push(struct ovl_chain *c, const char *name);
+int overlay_chain_push_top(struct ovl_chain *c, const char *name);
+int overlay_chain_extend(struct ovl_chain *c, const struct ovl_chain *x);
+int overlay_chain_copy(struct ovl_chain *dst, const struct ovl_chain *src);
+void overlay_chain_free(struct ovl_chain *c);
+bool overlay_chain_equal(const struct ovl_chain *a, const struct ovl_chain *b);
+bool overlay_chain_has(const struct ovl_chain *c, const char *name);
+/* Every root's chain of one checkpoint or fork, by the root's hash h, in
+ * the order they were set (or read from its file). */
+struct ovl_root_chain {
+	char h[OVL_NAME_LEN + 1];
+	struct ovl_chain c;
+};
+struct ovl_chains {
+	struct ovl_root_chain *v;
+	size_t n;
+};
+/* Root h's chain, or NULL when it has none. */
+const struct ovl_chain *overlay_chains_get(const struct ovl_chains *cs, const char *h);
+int overlay_chains_set(struct ovl_chains *cs, const char *h, const struct ovl_chain *c);
+int overlay_chains_copy(struct ovl_chains *dst, const struct ovl_chains *src);
+void overlay_chains_free(struct ovl_chains *cs);
+/* Checkpoint or fork id -> its chains, in the order ids came. */
+struct ovl_chain_entry {
+	char id[64];
+	struct ovl_chains cs;
+};
+struct ovl_chain_map {
+	struct ovl_chain_entry *v;
+	size_t n, cap;
+};
+struct ovl_chains *overlay_chain_map_get(const struct ovl_chain_map *m, const char *id);
+/* Takes cs (left empty). */
+int overlay_chain_map_put(struct ovl_chain_map *m, const char *id, struct ovl_chains *cs);
+void overlay_chain_map_del(struct ovl_chain_map *m, const char *id);
+void overlay_chain_map_clear(struct ovl_chain_map *m);
+void overlay_chain_map_free(struct ovl_chain_map *m);
+/* How many checkpoints and forks use each layer "h/name". */
+#define OVL_REF_KEY_LEN (OVL_NAME_LEN + 1 + OVL_LAYER_LEN)
+struct ovl_ref {
+	char key[OVL_REF_KEY_LEN]; /* "" an empty slot */
+	int n;
+};
+struct ovl_refs {
+	struct ovl_ref *v; /* cap slots, a power of two */
+	size_t cap, used;
+};
+int overlay_refs_get(const struct ovl_refs *t, const char *h, const char *name);
+void overlay_refs_add(struct ovl_refs *t, const char *h, const struct ovl_chain *c, int delta);
+void overlay_refs_add_all(struct ovl_refs *t, const struct ovl_chains *cs, int delta);
+void overlay_refs_clear(struct ovl_refs *t);
+void overlay_refs_free(struct ovl_refs *t);
+/* live.json as read (overlay_root.c). */
+struct ovl_live {
+	struct ovl_chain chain, mounted;
+	char upper[OVL_NAME_LEN + 1];
+};
+/* restore.json (overlay_intent.c): each root's chain and upper. */
+struct ovl_intent_root {
+	char h[OVL_NAME_LEN + 1];
+	struct ovl_chain chain;
+	char upper[OVL_NAME_LEN + 1];
+	bool bad; /* read from a file, not {chain, upper} */
+};
+struct ovl_intent {
+	struct ovl_intent_root *v;
+	size_t n;
+};
+/* Append e (taken: left empty). */
+int overlay_intent_push(struct ovl_intent *in, struct ovl_intent_root *e);
+void overlay_intent_free(struct ovl_intent *in);
+/* release.json and rebase.json (overlay_release.c). */
+struct ovl_release_intent {
+	uint64_t ino;                /* the released copy's inode */
+	bool layers;                 /* checkpoints use the root's layers */
+	char base[OVL_NAME_LEN + 1]; /* the base layer the old base becomes, or "" */
+};
 
 /* overlay_delta.c: a create's layer that holds only what changed in the
  * upper since the previous create, over that create's layers. */
@@ -105,8 +196,8 @@ struct ovl_root {
 	char h[OVL_NAME_LEN + 1];
 	char *rdir; /* <state>/overlay/r/<h> */
 	int rdir_fd;
-	json_t *chain;   /* live chain (layers under the upper), newest first */
-	json_t *mounted; /* chain the current mount really uses (differs after flatten) */
+	struct ovl_chain chain;   /* live chain (layers under the upper), newest first */
+	struct ovl_chain mounted; /* chain the current mount really uses (differs after flatten) */
 	char upper[OVL_NAME_LEN + 1];
 	char spare[OVL_NAME_LEN + 1]; /* a durable empty upper made off the request path, or "" */
 	struct pathindex *ix;         /* upper's index at its last create */
@@ -131,7 +222,7 @@ struct ovl_root {
 	/* Delta layers (overlay_delta.c): the layers made from this upper
 	 * since its last full one, newest first ([]: the next create makes a
 	 * full one), the files they copied, every directory of the upper. */
-	json_t *stack;
+	struct ovl_chain stack;
 	struct pathindex *dix;
 	struct ovl_delta_dirs ddirs;
 	bool pre_delta;   /* the first pass (pre) is a delta */
@@ -151,10 +242,10 @@ struct ovl {
 	int odir_fd, cdir_fd;
 	struct ovl_root *roots;
 	size_t n_roots;
-	json_t *refs;   /* "h/layer" -> number of checkpoints using it */
-	json_t *chains; /* id -> {h: [layers]} (cache of c/<id>.json) */
-	bool dirty_gc;  /* maintain has layers or uppers to remove */
-	json_t *forks;  /* fork id -> {h: [layers]}: counted in refs too (overlay_fork.c) */
+	struct ovl_refs refs;        /* "h/layer" -> number of checkpoints and forks using it */
+	struct ovl_chain_map chains; /* checkpoint id -> its chains (cache of c/<id>.json) */
+	bool dirty_gc;               /* maintain has layers or uppers to remove */
+	struct ovl_chain_map forks;  /* fork id -> its chains: counted in refs too (overlay_fork.c) */
 	void (*before_mount)(void *hook_ctx, const char *root); /* backend_ctx's */
 	void *hook_ctx;
 	/* Old mounts detached by restores, held open until cleanup has deleted
@@ -164,7 +255,8 @@ struct ovl {
 	int *pins;
 	size_t n_pins;
 	_Atomic int64_t last_swap_ms; /* when a restore last swapped the mounts */
-	json_t *intent;               /* restore.json found at open (overlay_intent.c), or NULL */
+	struct ovl_intent intent;     /* restore.json found at open (overlay_intent.c), or empty */
+	bool has_intent;
 };
 
 /* A base layer (named "B" and 7 hex digits) holds a whole tree: a chain
@@ -177,10 +269,13 @@ static inline bool overlay_layer_is_base(const char *name)
 /* overlay_layers.c (the names: overlay_root.c) */
 int overlay_layers_new_name(int dirfd, char name[OVL_NAME_LEN + 1]);
 int overlay_layers_new_base_name(int dirfd, char name[OVL_NAME_LEN + 1]);
-int overlay_layers_chain_save(struct ovl *o, const char *id, json_t *chains);
-json_t *overlay_layers_chain_get(struct ovl *o, const char *id, json_t *data);
+int overlay_layers_chain_save(struct ovl *o, const char *id, const struct ovl_chains *cs);
+/* Checkpoint id's chains into out: the cache, else c/<id>.json, else what
+ * its record data names; -ENOENT when none says. */
+int overlay_layers_chain_get(struct ovl *o, const char *id, json_t *data, struct ovl_chains *out);
 int overlay_layers_chain_drop(struct ovl *o, const char *id);
-void overlay_layers_ref(struct ovl *o, const char *h, json_t *layers, int delta);
+/* Checkpoint id's chains (it has some) with root h's replaced by x; saved. */
+int overlay_layers_chain_set_root(struct ovl *o, const char *id, const char *h, const struct ovl_chain *x);
 int overlay_layers_load_chains(struct ovl *o, const char *const *ids, json_t *const *data, size_t n);
 /* Move layers, uppers, work dirs and records nothing uses to t/ (quick). */
 void overlay_layers_gc(struct ovl *o);
@@ -190,7 +285,8 @@ void overlay_layers_trash(struct ovl_root *r, int dfd, const char *sub, const ch
 void overlay_layers_empty_trash(struct ovl_root *r);
 /* Merge chains deeper than the threshold into one layer each. */
 int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err);
-int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NAME_LEN + 1], ckpt_error *err);
+int overlay_layers_merge(struct ovl_root *r, const struct ovl_chain *chain, char ret_name[OVL_NAME_LEN + 1],
+			 ckpt_error *err);
 /* overlay_layers.c too: record, sync and publish layer .tmp-<name> (fd dst) of layer store l when
  * q == 0; remove it on any failure. Returns q or the new failure. */
 int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q,
@@ -204,31 +300,53 @@ int overlay_flatten(const int *lfd, size_t n, int dst, ckpt_error *err);
 int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name);
 /* Append to diffs what differs in r from chain: mount (mounted_ok false or
  * another chain), a non-empty upper, layers that no longer match their records. */
-int overlay_verify_root(struct ovl_root *r, json_t *chain, bool mounted_ok, json_t *diffs, size_t max, ckpt_error *err);
+int overlay_verify_root(struct ovl_root *r, const struct ovl_chain *chain, bool mounted_ok, json_t *diffs, size_t max,
+			ckpt_error *err);
 
 /* overlay_root.c: live.json of a root; whether chain (newest first) lies on
  * the root's base dir (else on a base layer) */
-bool overlay_chain_on_base(json_t *chain);
+bool overlay_chain_on_base(const struct ovl_chain *chain);
 int overlay_live_save(struct ovl_root *r);
 /* overlay_intent.c: every root's chain and upper of a restore, durable
  * before any root's live.json changes, so that a kill never leaves a mix */
-json_t *overlay_intent_new(void);
-int overlay_intent_add(json_t *intent, const struct ovl_root *r, json_t *chain, const char *upper);
-int overlay_intent_write(struct ovl *o, json_t *intent);
+int overlay_intent_add(struct ovl_intent *in, const struct ovl_root *r, const struct ovl_chain *chain,
+		       const char *upper);
+int overlay_intent_write(struct ovl *o, const struct ovl_intent *in);
 int overlay_intent_clear(struct ovl *o);
-int overlay_intent_load(struct ovl *o, json_t **ret);
-int overlay_intent_apply(json_t *intent, struct ovl_root *r);
+/* 1: o->intent holds restore.json; 0: there is none. */
+int overlay_intent_load(struct ovl *o);
+int overlay_intent_apply(const struct ovl_intent *in, struct ovl_root *r);
 int overlay_live_load(struct ovl_root *r);
-/* Set r's live chain and the chain its mount uses (references taken). */
-void overlay_live_set(struct ovl_root *r, json_t *chain, json_t *mounted);
+/* Set r's live chain and the chain its mount uses (copies; either may be
+ * r's own). */
+int overlay_live_set(struct ovl_root *r, const struct ovl_chain *chain, const struct ovl_chain *mounted);
 /* Mount chain (+ base) at target with upper/work dirs up and wk (relative to
  * the root's state dir). */
-int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, const char *up, const char *wk,
-			 ckpt_error *err);
+int overlay_mount_layers(struct ovl_root *r, const struct ovl_chain *chain, const char *target, const char *up,
+			 const char *wk, ckpt_error *err);
 /* A read-only look at chain over r's base: an fd of the view (dv/<name>,
  * name set, or "" for the base itself); drop removes dv/<name>. */
-int overlay_chain_view(struct ovl_root *r, json_t *chain, char name[OVL_NAME_LEN + 1], ckpt_error *err);
+int overlay_chain_view(struct ovl_root *r, const struct ovl_chain *chain, char name[OVL_NAME_LEN + 1], ckpt_error *err);
 void overlay_chain_view_drop(struct ovl_root *r, const char *name);
+
+/* overlay_json.c: the JSON formats, one pair each (build or dump, read or
+ * parse); what each file holds is listed at the top of this header. */
+json_t *overlay_json_chains(const struct ovl_chains *cs);
+int overlay_json_chains_read(json_t *j, struct ovl_chains *out);
+char *overlay_json_chains_dump(const struct ovl_chains *cs);
+int overlay_json_chains_parse(const char *s, struct ovl_chains *out);
+json_t *overlay_json_data(const struct ovl *o, const struct ovl_chains *cs);
+int overlay_json_data_read(const struct ovl *o, json_t *data, struct ovl_chains *out);
+json_t *overlay_json_fork_data(const struct ovl_chains *cs);
+int overlay_json_fork_data_read(json_t *fdata, struct ovl_chains *out);
+char *overlay_json_live_dump(const struct ovl_root *r);
+int overlay_json_live_parse(const char *s, struct ovl_live *out);
+char *overlay_json_intent_dump(const struct ovl_intent *in);
+int overlay_json_intent_parse(const char *s, struct ovl_intent *out);
+char *overlay_json_release_dump(const struct ovl_release_intent *ri);
+int overlay_json_release_parse(const char *s, struct ovl_release_intent *out);
+char *overlay_json_mnt_dump(int id, const char *upper);
+int overlay_json_mnt_parse(const char *s, int64_t *ret_id, char upper[OVL_NAME_LEN + 1]);
 
 /* overlay_fork.c, overlay_diff.c: the backend ops of the same names. */
 int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs, json_t **fdata,
@@ -239,7 +357,7 @@ int overlay_fork_remove(void *st, const char *fid, json_t *fdata, const char *co
 int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err);
 
 /* overlay_create.c: the precopy, capture and create ops. */
-int overlay_precopy(void *st, struct progress *p, ckpt_error *err);
+int overlay_precopy(void *st, bool frozen, struct progress *p, ckpt_error *err);
 int overlay_capture(void *st, struct progress *p, ckpt_error *err);
 int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
 		   ckpt_error *err);

@@ -8,90 +8,64 @@
 #include <sys/stat.h>
 #include "lib/failpoint.h"
 
-void overlay_layers_ref(struct ovl *o, const char *h, json_t *layers, int delta)
-{
-	size_t i;
-	json_t *v;
-	json_array_foreach (layers, i, v) {
-		char key[2 * OVL_NAME_LEN + 2];
-		snprintf(key, sizeof(key), "%s/%s", h, json_string_value(v));
-		json_int_t n = json_integer_value(json_object_get(o->refs, key)) + delta;
-		if (n > 0)
-			json_object_set_new(o->refs, key, json_integer(n));
-		else
-			json_object_del(o->refs, key);
-	}
-}
-
-static void overlay_layers_ref_all(struct ovl *o, json_t *chains, int delta)
-{
-	const char *h;
-	json_t *layers;
-	json_object_foreach (chains, h, layers)
-		overlay_layers_ref(o, h, layers, delta);
-}
-
-static int overlay_layers_chain_write(struct ovl *o, const char *id, json_t *chains)
+static int overlay_layers_chain_write(struct ovl *o, const char *id, const struct ovl_chains *cs)
 {
 	char name[64];
-	_cleanup_free_ char *s = json_dumps(chains, JSON_COMPACT);
+	_cleanup_free_ char *s = overlay_json_chains_dump(cs);
 	if (!s)
 		return -ENOMEM;
 	snprintf(name, sizeof(name), "%s.json", id);
 	return FAILPOINT_AROUND("overlay.chain.write", write_file_atomic(o->cdir_fd, name, s, strlen(s), 0600));
 }
 
-int overlay_layers_chain_save(struct ovl *o, const char *id, json_t *chains)
+int overlay_layers_chain_save(struct ovl *o, const char *id, const struct ovl_chains *cs)
 {
-	int q = overlay_layers_chain_write(o, id, chains);
-	if (q < 0)
+	struct ovl_chains copy = { 0 };
+	if (overlay_chains_copy(&copy, cs) < 0)
+		return -ENOMEM;
+	int q = overlay_layers_chain_write(o, id, cs);
+	if (q < 0) {
+		overlay_chains_free(&copy);
 		return q;
-	json_t *old = json_object_get(o->chains, id);
-	if (old)
-		overlay_layers_ref_all(o, old, -1);
-	overlay_layers_ref_all(o, chains, +1);
-	json_object_set(o->chains, id, chains);
-	return 0;
-}
-
-/* From a record's data (an imported or older checkpoint): {roots:[{path, layers}]}. */
-static json_t *overlay_layers_from_data(struct ovl *o, json_t *data)
-{
-	json_auto_t *out = json_object();
-	json_t *e;
-	size_t i;
-	json_array_foreach (json_object_get(data, "roots"), i, e) {
-		const char *path = json_string_value(json_object_get(e, "path"));
-		json_t *layers = json_object_get(e, "layers");
-		for (size_t k = 0; path && json_is_array(layers) && k < o->n_roots; k++)
-			if (!strcmp(o->roots[k].path, path))
-				json_object_set(out, o->roots[k].h, layers);
 	}
-	return json_object_size(out) ? TAKE_PTR(out) : NULL;
+	struct ovl_chains *old = overlay_chain_map_get(&o->chains, id);
+	if (old)
+		overlay_refs_add_all(&o->refs, old, -1);
+	overlay_refs_add_all(&o->refs, cs, +1);
+	q = overlay_chain_map_put(&o->chains, id, &copy);
+	overlay_chains_free(&copy);
+	return q;
 }
 
-json_t *overlay_layers_chain_get(struct ovl *o, const char *id, json_t *data)
+/* c/<id>.json as written; -ENOENT without one, -EBADMSG when it says nothing. */
+static int overlay_layers_chain_read(struct ovl *o, const char *id, struct ovl_chains *out)
 {
 	char name[64];
 	_cleanup_free_ char *s = NULL;
-	json_t *c = json_object_get(o->chains, id);
-	if (c)
-		return json_incref(c);
-	if (!id_valid(id))
-		return NULL;
 	snprintf(name, sizeof(name), "%s.json", id);
-	if (read_file_at(o->cdir_fd, name, 1 << 20, &s, NULL) == 0) {
-		json_auto_t *loaded = json_loads(s, 0, NULL);
-		if (json_is_object(loaded))
-			return TAKE_PTR(loaded);
-	}
-	return data ? overlay_layers_from_data(o, data) : NULL;
+	int q = read_file_at(o->cdir_fd, name, 1 << 20, &s, NULL);
+	return q < 0 ? q : overlay_json_chains_parse(s, out);
+}
+
+int overlay_layers_chain_get(struct ovl *o, const char *id, json_t *data, struct ovl_chains *out)
+{
+	const struct ovl_chains *c = overlay_chain_map_get(&o->chains, id);
+	if (c)
+		return overlay_chains_copy(out, c);
+	if (!id_valid(id))
+		return -ENOENT;
+	int q = overlay_layers_chain_read(o, id, out);
+	if (q == 0 || q == -ENOMEM)
+		return q;
+	/* an imported or older checkpoint: its record data names its layers */
+	q = data ? overlay_json_data_read(o, data, out) : -ENOENT;
+	return q == -ENOMEM ? q : q < 0 ? -ENOENT : 0;
 }
 
 int overlay_layers_chain_drop(struct ovl *o, const char *id)
 {
 	char name[64];
-	json_t *c = json_object_get(o->chains, id);
+	struct ovl_chains *c = overlay_chain_map_get(&o->chains, id);
 	if (!id_valid(id))
 		return -EINVAL;
 	snprintf(name, sizeof(name), "%s.json", id);
@@ -100,8 +74,8 @@ int overlay_layers_chain_drop(struct ovl *o, const char *id)
 	FAILPOINT_AROUND("overlay.chain.unlink.fsync", fsync_dirfd(o->cdir_fd));
 	if (!c)
 		return -ENOENT;
-	overlay_layers_ref_all(o, c, -1);
-	json_object_del(o->chains, id);
+	overlay_refs_add_all(&o->refs, c, -1);
+	overlay_chain_map_del(&o->chains, id);
 	return 0;
 }
 
@@ -117,19 +91,21 @@ static bool overlay_layers_listed(const char *const *ids, size_t n, const char *
  * chain files of anything else (half-made creates, half-done deletes). */
 int overlay_layers_load_chains(struct ovl *o, const char *const *ids, json_t *const *data, size_t n)
 {
-	json_object_clear(o->refs);
-	json_object_clear(o->chains);
-	const char *fid;
-	json_t *fc;
+	overlay_refs_clear(&o->refs);
+	overlay_chain_map_clear(&o->chains);
 	/* forks use layers too (o->forks loaded by the caller) */
-	json_object_foreach (o->forks, fid, fc)
-		overlay_layers_ref_all(o, fc, +1);
+	for (size_t i = 0; i < o->forks.n; i++)
+		overlay_refs_add_all(&o->refs, &o->forks.v[i].cs, +1);
 	for (size_t i = 0; i < n; i++) {
-		json_auto_t *c = overlay_layers_chain_get(o, ids[i], data ? data[i] : NULL);
-		if (!c)
-			continue;
-		json_object_set(o->chains, ids[i], c);
-		overlay_layers_ref_all(o, c, +1);
+		struct ovl_chains c = { 0 };
+		int q = overlay_layers_chain_get(o, ids[i], data ? data[i] : NULL, &c);
+		if (q == 0) {
+			overlay_refs_add_all(&o->refs, &c, +1);
+			q = overlay_chain_map_put(&o->chains, ids[i], &c);
+		}
+		overlay_chains_free(&c);
+		if (q == -ENOMEM)
+			return q;
 	}
 	_cleanup_closedir_ DIR *d = NULL;
 	int q = walk_open(o->cdir_fd, NULL, &d);
@@ -148,16 +124,6 @@ int overlay_layers_load_chains(struct ovl *o, const char *const *ids, json_t *co
 	}
 	fsync_dirfd(o->cdir_fd);
 	return 0;
-}
-
-static bool overlay_layers_in(json_t *arr, const char *name)
-{
-	size_t i;
-	json_t *v;
-	json_array_foreach (arr, i, v)
-		if (!strcmp(json_string_value(v), name))
-			return true;
-	return false;
 }
 
 /* Remove entries of dir sub that keep() rejects. */
@@ -219,10 +185,8 @@ void overlay_layers_empty_trash(struct ovl_root *r)
 
 static bool overlay_layers_keep_layer(struct ovl *o, struct ovl_root *r, const char *name)
 {
-	char key[64];
-	snprintf(key, sizeof(key), "%s/%s", r->h, name);
-	return json_object_get(o->refs, key) || overlay_layers_in(r->chain, name) ||
-		overlay_layers_in(r->stack, name) || overlay_layers_in(r->mounted, name);
+	return overlay_refs_get(&o->refs, r->h, name) > 0 || overlay_chain_has(&r->chain, name) ||
+		overlay_chain_has(&r->stack, name) || overlay_chain_has(&r->mounted, name);
 }
 
 static bool overlay_layers_keep_upper(struct ovl *o, struct ovl_root *r, const char *name)
@@ -242,7 +206,7 @@ static bool overlay_layers_keep_none(struct ovl *o, struct ovl_root *r, const ch
 static bool overlay_layers_keep_fork(struct ovl *o, struct ovl_root *r, const char *name)
 {
 	(void)r;
-	return json_object_get(o->forks, name) != NULL;
+	return overlay_chain_map_get(&o->forks, name) != NULL;
 }
 
 void overlay_layers_gc(struct ovl *o)
@@ -261,10 +225,11 @@ void overlay_layers_gc(struct ovl *o)
 }
 
 /* Merge the chain into one new layer (overlay_flatten.c). */
-int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NAME_LEN + 1], ckpt_error *err)
+int overlay_layers_merge(struct ovl_root *r, const struct ovl_chain *chain, char ret_name[OVL_NAME_LEN + 1],
+			 ckpt_error *err)
 {
 	char tmp[32];
-	size_t n = json_array_size(chain), opened = 0;
+	size_t n = chain->n, opened = 0;
 	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (l < 0 || overlay_layers_new_name(l, ret_name) < 0)
 		return err_set(err, EIO, NULL, "open layer store of '%s'", r->path);
@@ -273,8 +238,7 @@ int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NA
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	int q = 0;
 	for (; q == 0 && opened < n; opened++) {
-		lfd[opened] = openat(l, json_string_value(json_array_get(chain, opened)),
-				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		lfd[opened] = openat(l, chain->v[opened], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (lfd[opened] < 0)
 			q = err_set(err, errno, NULL, "open layer: %m");
 	}
@@ -301,75 +265,92 @@ int overlay_layers_merge(struct ovl_root *r, json_t *chain, char ret_name[OVL_NA
 	return q;
 }
 
-static bool overlay_layers_ends_with(json_t *x, json_t *c)
+static bool overlay_layers_ends_with(const struct ovl_chain *x, const struct ovl_chain *c)
 {
-	size_t m = json_array_size(x), k = json_array_size(c);
-	if (m < k)
+	if (x->n < c->n)
 		return false;
-	for (size_t i = 0; i < k; i++)
-		if (strcmp(json_string_value(json_array_get(x, m - k + i)), json_string_value(json_array_get(c, i))))
+	for (size_t i = 0; i < c->n; i++)
+		if (strcmp(x->v[x->n - c->n + i], c->v[i]))
 			return false;
 	return true;
 }
 
-/* x with its suffix c replaced by [f], or by [f, base layer] when c ends
- * with one (a base layer is never merged). */
-static json_t *overlay_layers_rebase(json_t *x, json_t *c, const char *f)
+/* out: x with its suffix c replaced by [f], or by [f, base layer] when c
+ * ends with one (a base layer is never merged). */
+static int overlay_layers_rebase(const struct ovl_chain *x, const struct ovl_chain *c, const char *f,
+				 struct ovl_chain *out)
 {
-	json_t *out = json_array();
-	for (size_t i = 0; i < json_array_size(x) - json_array_size(c); i++)
-		json_array_append(out, json_array_get(x, i));
-	json_array_append_new(out, json_string(f));
-	if (!overlay_chain_on_base(c))
-		json_array_append(out, json_array_get(c, json_array_size(c) - 1));
-	return out;
+	struct ovl_chain head = { .v = x->v, .n = x->n - c->n };
+	int q = overlay_chain_extend(out, &head);
+	if (q == 0)
+		q = overlay_chain_push(out, f);
+	if (q == 0 && !overlay_chain_on_base(c))
+		q = overlay_chain_push(out, c->v[c->n - 1]);
+	return q;
 }
 
-/* The first n layers of c. */
-static json_t *overlay_layers_head(json_t *c, size_t n)
+/* The longest chain of r (the live one when none is longer). */
+static const struct ovl_chain *overlay_layers_longest(struct ovl *o, struct ovl_root *r)
 {
-	json_t *out = json_array();
-	for (size_t i = 0; out && i < n; i++)
-		json_array_append(out, json_array_get(c, i));
-	return out;
-}
-
-static json_t *overlay_layers_longest(struct ovl *o, struct ovl_root *r)
-{
-	json_t *best = r->chain, *c;
-	const char *id;
-	json_object_foreach (o->chains, id, c) {
-		json_t *x = json_object_get(c, r->h);
-		if (json_array_size(x) > json_array_size(best))
+	const struct ovl_chain *best = &r->chain;
+	for (size_t i = 0; i < o->chains.n; i++) {
+		const struct ovl_chain *x = overlay_chains_get(&o->chains.v[i].cs, r->h);
+		if (x && x->n > best->n)
 			best = x;
 	}
 	return best;
 }
 
+int overlay_layers_chain_set_root(struct ovl *o, const char *id, const char *h, const struct ovl_chain *x)
+{
+	struct ovl_chains nc = { 0 };
+	int q = overlay_chains_copy(&nc, overlay_chain_map_get(&o->chains, id));
+	if (q == 0)
+		q = overlay_chains_set(&nc, h, x);
+	if (q == 0)
+		q = overlay_layers_chain_save(o, id, &nc);
+	overlay_chains_free(&nc);
+	return q;
+}
+
+/* Checkpoint id's chain of root r (ending with c) rebased onto f; saved. */
+static int overlay_layers_switch_one(struct ovl *o, struct ovl_root *r, const char *id, const struct ovl_chain *c,
+				     const char *f)
+{
+	struct ovl_chain x = { 0 };
+	int q = overlay_layers_rebase(overlay_chains_get(overlay_chain_map_get(&o->chains, id), r->h), c, f, &x);
+	if (q == 0)
+		q = overlay_layers_chain_set_root(o, id, r->h, &x);
+	overlay_chain_free(&x);
+	return q;
+}
+
 /* Switch every chain ending with c to the merged layer f: chain files are
  * rewritten one by one (each atomically; old and new both mount the same
  * tree), then the live chain. The running mount keeps its layers ("mounted"). */
-static void overlay_layers_switch(struct ovl *o, struct ovl_root *r, json_t *c, const char *f)
+static void overlay_layers_switch(struct ovl *o, struct ovl_root *r, const struct ovl_chain *c, const char *f)
 {
-	const char *id;
-	json_t *chains;
-	json_object_foreach (o->chains, id, chains) {
-		json_t *x = json_object_get(chains, r->h);
+	for (size_t i = 0; i < o->chains.n; i++) {
+		const struct ovl_chain *x = overlay_chains_get(&o->chains.v[i].cs, r->h);
 		if (!x || !overlay_layers_ends_with(x, c))
 			continue;
-		json_auto_t *nc = json_deep_copy(chains);
-		json_object_set_new(nc, r->h, overlay_layers_rebase(x, c, f));
-		if (overlay_layers_chain_save(o, id, nc) < 0)
+		char id[sizeof(o->chains.v[i].id)];
+		memcpy(id, o->chains.v[i].id, sizeof(id)); /* the save replaces the entry's chains */
+		if (overlay_layers_switch_one(o, r, id, c, f) < 0)
 			log_debug("overlay: rewrite chain of %s failed", id);
 	}
-	if (overlay_layers_ends_with(r->chain, c) && json_array_size(c)) {
-		json_t *old = r->chain; /* kept when live.json cannot be rewritten (disk full) */
-		r->chain = overlay_layers_rebase(old, c, f);
-		if (overlay_live_save(r) < 0) {
-			json_decref(r->chain);
-			r->chain = old;
+	if (overlay_layers_ends_with(&r->chain, c) && c->n) {
+		struct ovl_chain nc = { 0 };
+		if (overlay_layers_rebase(&r->chain, c, f, &nc) == 0) {
+			struct ovl_chain old = r->chain; /* kept when live.json cannot be rewritten (disk full) */
+			r->chain = nc;
+			if (overlay_live_save(r) < 0) {
+				r->chain = old;
+				old = nc; /* the one to free */
+			}
+			overlay_chain_free(&old);
 		} else {
-			json_decref(old);
+			overlay_chain_free(&nc);
 		}
 	}
 	o->dirty_gc = true;
@@ -380,17 +361,22 @@ int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err)
 	for (size_t i = 0; i < o->n_roots; i++) {
 		struct ovl_root *r = &o->roots[i];
 		for (int round = 0; round < 16 && !r->released; round++) {
-			json_auto_t *c = json_incref(overlay_layers_longest(o, r));
-			if (json_array_size(c) <= depth)
+			struct ovl_chain c = { 0 };
+			if (overlay_chain_copy(&c, overlay_layers_longest(o, r)) < 0)
+				return err_set(err, ENOMEM, NULL, "out of memory");
+			if (c.n <= depth) {
+				overlay_chain_free(&c);
 				break;
+			}
 			/* a base layer stays the bottom: the layers above it merge */
-			json_auto_t *above = overlay_layers_head(c, json_array_size(c) - !overlay_chain_on_base(c));
+			struct ovl_chain above = { .v = c.v, .n = c.n - !overlay_chain_on_base(&c) };
 			char f[OVL_NAME_LEN + 1];
-			int q = above ? overlay_layers_merge(r, above, f, err)
-				      : err_set(err, ENOMEM, NULL, "out of memory");
+			int q = overlay_layers_merge(r, &above, f, err);
+			if (q == 0)
+				overlay_layers_switch(o, r, &c, f);
+			overlay_chain_free(&c);
 			if (q < 0)
 				return q;
-			overlay_layers_switch(o, r, c, f);
 		}
 	}
 	return 0;

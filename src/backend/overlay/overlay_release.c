@@ -159,36 +159,64 @@ static int rel_finish(struct ovl *o, struct ovl_root *r, struct rel_paths *p, bo
  * one lies on r's base dir (*base). Forks are refused before. */
 static void rel_needs(struct ovl *o, struct ovl_root *r, bool *layers, bool *base)
 {
-	const char *id;
-	json_t *chains;
 	*layers = *base = false;
-	json_object_foreach (o->chains, id, chains) {
-		json_t *x = json_object_get(chains, r->h);
+	for (size_t i = 0; i < o->chains.n; i++) {
+		const struct ovl_chain *x = overlay_chains_get(&o->chains.v[i].cs, r->h);
 		*layers |= x != NULL;
 		*base |= x && overlay_chain_on_base(x);
 	}
 }
 
-int overlay_release_rebase(struct ovl *o, struct ovl_root *r)
+/* release.json (or rebase.json) as written; what it lacks takes the
+ * defaults overlay_json_release_parse says. */
+static int rel_intent_load(struct ovl_root *r, const char *name, struct ovl_release_intent *ri)
 {
 	_cleanup_free_ char *s = NULL;
-	int q = read_file_at(r->rdir_fd, REL_REBASE, 4096, &s, NULL);
+	int q = read_file_at(r->rdir_fd, name, 4096, &s, NULL);
+	if (q < 0)
+		return q;
+	overlay_json_release_parse(s, ri);
+	return 0;
+}
+
+static int rel_intent_save(struct ovl_root *r, const struct ovl_release_intent *ri)
+{
+	_cleanup_free_ char *s = overlay_json_release_dump(ri);
+	if (!s)
+		return -ENOMEM;
+	return FAILPOINT_AROUND("overlay.release.intent.write",
+				write_file_atomic(r->rdir_fd, REL_INTENT, s, strlen(s), 0600));
+}
+
+/* Checkpoint id's chains with keep under r's chain; saved. */
+static int rel_rebase_one(struct ovl *o, struct ovl_root *r, const char *id, const char *keep)
+{
+	struct ovl_chain x = { 0 };
+	int q = overlay_chain_copy(&x, overlay_chains_get(overlay_chain_map_get(&o->chains, id), r->h));
+	if (q == 0)
+		q = overlay_chain_push(&x, keep);
+	if (q == 0)
+		q = overlay_layers_chain_set_root(o, id, r->h, &x);
+	overlay_chain_free(&x);
+	return q;
+}
+
+int overlay_release_rebase(struct ovl *o, struct ovl_root *r)
+{
+	struct ovl_release_intent ri;
+	int q = rel_intent_load(r, REL_REBASE, &ri);
 	if (q < 0)
 		return q == -ENOENT ? 0 : q;
-	json_auto_t *j = json_loads(s, 0, NULL);
-	const char *keep = json_string_value(json_object_get(j, "base"));
-	if (!keep || strlen(keep) != OVL_NAME_LEN || !overlay_layer_is_base(keep))
+	const char *keep = ri.base;
+	if (!keep[0])
 		return -EBADMSG;
-	const char *id;
-	json_t *chains;
-	json_object_foreach (o->chains, id, chains) {
-		json_t *x = json_object_get(chains, r->h);
+	for (size_t i = 0; i < o->chains.n; i++) {
+		const struct ovl_chain *x = overlay_chains_get(&o->chains.v[i].cs, r->h);
 		if (!x || !overlay_chain_on_base(x))
 			continue;
-		json_auto_t *nc = json_deep_copy(chains);
-		if (!nc || json_array_append_new(json_object_get(nc, r->h), json_string(keep)) < 0)
-			return -ENOMEM;
-		if ((q = overlay_layers_chain_save(o, id, nc)) < 0)
+		char id[sizeof(o->chains.v[i].id)];
+		memcpy(id, o->chains.v[i].id, sizeof(id)); /* the save replaces the entry's chains */
+		if ((q = rel_rebase_one(o, r, id, keep)) < 0)
 			return q;
 	}
 	if (FAILPOINT_AROUND("overlay.release.rebase.unlink",
@@ -238,9 +266,9 @@ int overlay_release(void *st, size_t i, ckpt_error *err)
 	struct rel_paths p;
 	struct restore_details busy = { 0 };
 	ino_t ino = 0;
-	char intent[256], keep[OVL_NAME_LEN + 1] = "";
+	char keep[OVL_NAME_LEN + 1] = "";
 
-	if (json_object_size(o->forks))
+	if (o->forks.n)
 		return err_set(err, EBUSY, "forks_exist",
 			       "forks use the layers of '%s': delete them first (GET /v1/forks)", r->path);
 	int q = rel_paths(r, &p);
@@ -268,10 +296,9 @@ int overlay_release(void *st, size_t i, ckpt_error *err)
 		rel_undo(r, &p);
 		goto out;
 	}
-	snprintf(intent, sizeof(intent), "{\"ino\":%llu,\"layers\":%s,\"base\":\"%s\"}", (unsigned long long)ino,
-		 layers ? "true" : "false", keep);
-	if ((q = FAILPOINT_AROUND("overlay.release.intent.write",
-				  write_file_atomic(r->rdir_fd, REL_INTENT, intent, strlen(intent), 0600))) < 0) {
+	struct ovl_release_intent ri = { .ino = ino, .layers = layers };
+	memcpy(ri.base, keep, sizeof(ri.base));
+	if ((q = rel_intent_save(r, &ri)) < 0) {
 		err_set(err, -q, NULL, "record the release of '%s': %s", r->path, strerror(-q));
 		rel_undo(r, &p);
 		goto out;
@@ -289,7 +316,7 @@ int overlay_release(void *st, size_t i, ckpt_error *err)
 		char up[32], wk[32];
 		snprintf(up, sizeof(up), "u/%s", r->upper);
 		snprintf(wk, sizeof(wk), "w/%s", r->upper);
-		if (overlay_mount_layers(r, r->mounted, r->path, up, wk, &e2) == 0)
+		if (overlay_mount_layers(r, &r->mounted, r->path, up, wk, &e2) == 0)
 			rel_undo(r, &p);
 		goto out;
 	}
@@ -317,15 +344,12 @@ out:
  * interrupted. 1: finished (adopt r afresh), 0: nothing or undone. */
 int overlay_release_recover(struct ovl *o, struct ovl_root *r)
 {
-	_cleanup_free_ char *s = NULL;
-	if (read_file_at(r->rdir_fd, REL_INTENT, 4096, &s, NULL) < 0)
+	struct ovl_release_intent ri;
+	if (rel_intent_load(r, REL_INTENT, &ri) < 0)
 		return 0;
-	json_auto_t *j = json_loads(s, 0, NULL);
-	ino_t ino = (ino_t)json_integer_value(json_object_get(j, "ino"));
-	const char *keep = json_string_value(json_object_get(j, "base"));
-	bool layers = !json_is_false(json_object_get(j, "layers")); /* unsure: keep them */
-	if (keep && (strlen(keep) != OVL_NAME_LEN || !overlay_layer_is_base(keep)))
-		keep = NULL; /* none, or not ours */
+	ino_t ino = (ino_t)ri.ino;
+	const char *keep = ri.base[0] ? ri.base : NULL; /* none, or not ours */
+	bool layers = ri.layers;                        /* unsure: keep them */
 	struct rel_paths p;
 	struct overlay_mountinfo mi = { 0 };
 	struct stat st;

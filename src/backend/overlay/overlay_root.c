@@ -32,21 +32,24 @@ int overlay_layers_new_base_name(int dirfd, char name[OVL_NAME_LEN + 1])
 	return overlay_layers_name(dirfd, name, true);
 }
 
-void overlay_live_set(struct ovl_root *r, json_t *chain, json_t *mounted)
+int overlay_live_set(struct ovl_root *r, const struct ovl_chain *chain, const struct ovl_chain *mounted)
 {
-	json_incref(chain);
-	json_incref(mounted);
-	json_decref(r->chain);
-	json_decref(r->mounted);
-	r->chain = chain;
-	r->mounted = mounted;
+	struct ovl_chain c = { 0 }, m = { 0 };
+	if (overlay_chain_extend(&c, chain) < 0 || overlay_chain_extend(&m, mounted) < 0) {
+		overlay_chain_free(&c);
+		overlay_chain_free(&m);
+		return -ENOMEM;
+	}
+	overlay_chain_free(&r->chain);
+	overlay_chain_free(&r->mounted);
+	r->chain = c;
+	r->mounted = m;
+	return 0;
 }
 
 int overlay_live_save(struct ovl_root *r)
 {
-	json_auto_t *j = json_pack("{s:s,s:O,s:O,s:s}", "path", r->path, "chain", r->chain, "mounted", r->mounted,
-				   "upper", r->upper);
-	_cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	_cleanup_free_ char *s = overlay_json_live_dump(r);
 	if (!s)
 		return -ENOMEM;
 	return FAILPOINT_AROUND("overlay.live.write", write_file_atomic(r->rdir_fd, "live.json", s, strlen(s), 0600));
@@ -55,31 +58,34 @@ int overlay_live_save(struct ovl_root *r)
 int overlay_live_load(struct ovl_root *r)
 {
 	_cleanup_free_ char *s = NULL;
+	struct ovl_live live = { 0 };
 	int q = read_file_at(r->rdir_fd, "live.json", 1 << 20, &s, NULL);
-	if (q < 0)
-		return q;
-	json_auto_t *j = json_loads(s, 0, NULL);
-	const char *up = json_string_value(json_object_get(j, "upper"));
-	json_t *c = json_object_get(j, "chain"), *m = json_object_get(j, "mounted");
-	if (!up || strlen(up) != OVL_NAME_LEN || !json_is_array(c))
-		return -EBADMSG;
-	snprintf(r->upper, sizeof(r->upper), "%s", up);
-	overlay_live_set(r, c, json_is_array(m) ? m : c);
-	return 0;
+	if (q == 0)
+		q = overlay_json_live_parse(s, &live);
+	if (q == 0) {
+		memcpy(r->upper, live.upper, sizeof(r->upper));
+		overlay_chain_free(&r->chain);
+		overlay_chain_free(&r->mounted);
+		r->chain = live.chain;
+		r->mounted = live.mounted;
+		return 0;
+	}
+	overlay_chain_free(&live.chain);
+	overlay_chain_free(&live.mounted);
+	return q;
 }
 
-bool overlay_chain_on_base(json_t *chain)
+bool overlay_chain_on_base(const struct ovl_chain *chain)
 {
-	size_t n = json_array_size(chain);
-	return n == 0 || !overlay_layer_is_base(json_string_value(json_array_get(chain, n - 1)));
+	return chain->n == 0 || !overlay_layer_is_base(chain->v[chain->n - 1]);
 }
 
 /* Mount chain (+ base, unless the chain ends with a base layer) at target
  * with upper/work dirs up and wk (relative to the root's state dir). */
-int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, const char *up, const char *wk,
-			 ckpt_error *err)
+int overlay_mount_layers(struct ovl_root *r, const struct ovl_chain *chain, const char *target, const char *up,
+			 const char *wk, ckpt_error *err)
 {
-	size_t n = json_array_size(chain);
+	size_t n = chain->n;
 	char(*names)[32] = calloc(n + 1, sizeof(*names)); /* "l/" and a name, or .tmp-<name> */
 	const char **lowers = calloc(n + 1, sizeof(*lowers));
 	int q;
@@ -90,7 +96,7 @@ int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, 
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	}
 	for (size_t i = 0; i < n; i++) {
-		snprintf(names[i], sizeof(names[i]), "l/%s", json_string_value(json_array_get(chain, i)));
+		snprintf(names[i], sizeof(names[i]), "l/%s", chain->v[i]);
 		lowers[i] = names[i];
 	}
 	lowers[n] = "base"; /* unless the chain ends with a base layer */
@@ -111,10 +117,10 @@ int overlay_mount_layers(struct ovl_root *r, json_t *chain, const char *target, 
 /* A chain's view of root r (a diff's, a delta's check): base itself when
  * the chain is empty, else the chain mounted on dv/<name>/m and detached at
  * once (the fd keeps it). */
-int overlay_chain_view(struct ovl_root *r, json_t *chain, char name[OVL_NAME_LEN + 1], ckpt_error *err)
+int overlay_chain_view(struct ovl_root *r, const struct ovl_chain *chain, char name[OVL_NAME_LEN + 1], ckpt_error *err)
 {
 	name[0] = 0;
-	if (json_array_size(chain) == 0) {
+	if (chain->n == 0) {
 		int fd = openat(r->rdir_fd, "base", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		return fd < 0 ? err_set(err, errno, NULL, "open base of '%s': %m", r->path) : fd;
 	}

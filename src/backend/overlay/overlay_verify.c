@@ -204,23 +204,22 @@ static bool upper_empty(struct ovl_root *r)
 	return empty;
 }
 
-int overlay_verify_root(struct ovl_root *r, json_t *chain, bool mounted_ok, json_t *diffs, size_t max, ckpt_error *err)
+int overlay_verify_root(struct ovl_root *r, const struct ovl_chain *chain, bool mounted_ok, json_t *diffs, size_t max,
+			ckpt_error *err)
 {
 	struct rec_walk w = { .diffs = diffs, .root_path = r->path, .max = max };
 	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	size_t i;
-	json_t *v;
 
-	if (!mounted_ok || !json_equal(r->mounted, chain))
+	if (!mounted_ok || !overlay_chain_equal(&r->mounted, chain))
 		rec_differ(&w, NULL, "mount");
 	if (!upper_empty(r))
 		rec_differ(&w, NULL, "upper");
 	if (l < 0)
 		return err_set(err, errno, NULL, "open the layers of '%s': %m", r->path);
-	json_array_foreach (chain, i, v) {
-		int q = verify_layer(r, l, json_string_value(v), &w);
+	for (size_t i = 0; i < chain->n; i++) {
+		int q = verify_layer(r, l, chain->v[i], &w);
 		if (q < 0)
-			return err_set(err, -q, NULL, "read layer '%s' of '%s': %s", json_string_value(v), r->path,
+			return err_set(err, -q, NULL, "read layer '%s' of '%s': %s", chain->v[i], r->path,
 				       strerror(-q));
 	}
 	return 0;

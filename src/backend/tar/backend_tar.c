@@ -154,6 +154,13 @@ static int tar_recover(void *st, const char *const *ids, json_t *const *data, si
 	return fsync(s->tar_fd) < 0 ? err_set(err, errno, NULL, "cannot sync the tar state dir: %m") : 0;
 }
 
+/* Nothing needs the operation lock: compaction and the trackers' drain
+ * run in cleanup, outside it. */
+static void tar_maintain(void *st)
+{
+	(void)st;
+}
+
 static void tar_health(void *st, json_t *out)
 {
 	struct tar_state *s = st;
@@ -206,10 +213,9 @@ const struct backend_ops backend_tar_ops = {
 	.reset = tar_reset,
 	.remove = tar_remove,
 	.health = tar_health,
-	.maintain = NULL,
+	.maintain = tar_maintain,
 	.cleanup = tar_cleanup,
 	.precopy = tar_precopy,
-	.precopy_only_if_frozen = true,
 	.close = tar_close,
 	.compare = &tar_compare_ops,
 	.forks = &tar_fork_ops,

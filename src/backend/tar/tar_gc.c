@@ -6,7 +6,7 @@
 
 /* Every archive some checkpoint (other than skip) still reads: the union of
  * the "refs" of the checkpoint directories (names as keys). */
-static json_t *refs_live(struct tar_state *s, const char *skip)
+static json_t *tar_gc_refs_live(struct tar_state *s, const char *skip)
 {
 	json_t *set = json_object();
 	_cleanup_closedir_ DIR *d = NULL;
@@ -33,7 +33,7 @@ static json_t *refs_live(struct tar_state *s, const char *skip)
  * and checkpoint directories a compaction replaced. Idempotent. */
 void tar_gc_kept(struct tar_state *s)
 {
-	json_auto_t *live = refs_live(s, NULL);
+	json_auto_t *live = tar_gc_refs_live(s, NULL);
 	_cleanup_close_ int kfd = openat(s->tar_fd, KEEP, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	_cleanup_closedir_ DIR *d = NULL, *top = NULL;
 	struct dirent *de;
@@ -58,7 +58,7 @@ void tar_gc_kept(struct tar_state *s)
  * start finishes a delete a crash interrupted, maybe after the move. */
 int tar_gc_drop(struct tar_state *s, const char *name)
 {
-	json_auto_t *live = refs_live(s, name);
+	json_auto_t *live = tar_gc_refs_live(s, name);
 	char keep[128];
 	struct stat st;
 
@@ -96,7 +96,7 @@ void tar_gc_pre_drop(struct tar_state *s)
  * reader that opened it before the exchange can finish. A crash at any
  * point leaves the old or the new directory, both whole (recover sweeps
  * .compact-*). Readers never see a mix: each reads one directory fd. */
-static int compact_one(struct tar_state *s, const char *name, ckpt_error *err)
+static int tar_gc_compact_one(struct tar_state *s, const char *name, ckpt_error *err)
 {
 	char tmp[NAME_MAX + 16], trash[NAME_MAX + 16], arch[32], man[32], alias[48];
 	_cleanup_close_ int cfd = openat(s->tar_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -180,7 +180,7 @@ int tar_cleanup(void *st)
 			skip = !strcmp(s->no_compact[i], name);
 		if (skip)
 			continue;
-		int r = compact_one(s, name, &err);
+		int r = tar_gc_compact_one(s, name, &err);
 		if (r < 0)
 			log_warn("tar: cannot compact '%s': %s%s", name, err.msg,
 				 s->no_exchange ? " (no RENAME_EXCHANGE here: chains are not compacted from now on, "

@@ -171,7 +171,7 @@ int tar_remove(void *st, const char *id, json_t *data, ckpt_error *err);
 /* tar_snapshot.c */
 void *tar_snapshot_base(void *arg);
 int tar_snapshot_base_wait(struct tar_state *s, ckpt_error *err);
-int tar_precopy(void *st, struct progress *p, ckpt_error *err);
+int tar_precopy(void *st, bool frozen, struct progress *p, ckpt_error *err);
 int tar_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p, ckpt_error *err);
 int tar_import(void *st, const char *id, char *const *dirs, json_t **ret_data, uint64_t *ret_size, ckpt_error *err);
 

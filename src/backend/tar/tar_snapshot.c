@@ -3,7 +3,7 @@
 #include "backend/tar/tar_internal.h"
 #include "lib/failpoint.h"
 
-static void srcs_free(struct tar_create_opts *o)
+static void tar_snapshot_srcs_free(struct tar_create_opts *o)
 {
 	for (size_t k = 0; k < o->n_srcs; k++)
 		free(o->srcs[k]);
@@ -13,7 +13,7 @@ static void srcs_free(struct tar_create_opts *o)
 }
 
 /* from: the trees to capture, one per root (NULL: the roots themselves). */
-static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, struct progress *p, ckpt_error *err)
+static int tar_snapshot_roots(struct tar_state *s, int dirfd, char *const *from, struct progress *p, ckpt_error *err)
 {
 	struct tar_create_opts o = { .zstd = s->zstd, .skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p };
 	_cleanup_(rootexcl_free) struct rootexcl excl = { 0 };
@@ -103,7 +103,7 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 		_cleanup_close_ int fd = from ? open(from[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
 					      : tar_meta_open_root(s, i, err);
 		if (fd < 0) {
-			srcs_free(&o);
+			tar_snapshot_srcs_free(&o);
 			return from ? err_set(err, errno, NULL, "cannot open '%s': %m", from[i]) : fd;
 		}
 		struct tar_manifest *pm = have_pm[i] ? &pms[i] : NULL;
@@ -122,7 +122,7 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 		if (r >= 0 && journal && s->ctx->track_check) /* reads only */
 			r = tar_create_check(fd, dirfd, man, &o, ch.started, err);
 		if (r < 0) {
-			srcs_free(&o);
+			tar_snapshot_srcs_free(&o);
 			return err_prefix(err, "root '%s'", s->roots[i]);
 		}
 	}
@@ -142,7 +142,7 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 	/* refs: exactly the archives the manifests name (what deletion keeps) */
 	for (size_t k = 0; k < o.n_srcs; k++)
 		json_array_append_new(refs, json_string(o.srcs[k]));
-	srcs_free(&o);
+	tar_snapshot_srcs_free(&o);
 	if (o.reused == 0) { /* nothing taken from older archives: a full one */
 		ch.parent = NULL;
 		ch.depth = 0;
@@ -151,7 +151,8 @@ static int snapshot_roots(struct tar_state *s, int dirfd, char *const *from, str
 }
 
 /* Write checkpoint name into .tmp-<name>, then make it appear atomically. */
-static int snapshot(struct tar_state *s, const char *name, char *const *from, struct progress *p, ckpt_error *err)
+static int tar_snapshot_make(struct tar_state *s, const char *name, char *const *from, struct progress *p,
+			     ckpt_error *err)
 {
 	char tmp[64];
 	int r;
@@ -163,7 +164,7 @@ static int snapshot(struct tar_state *s, const char *name, char *const *from, st
 	_cleanup_close_ int dfd = openat(s->tar_fd, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	r = dfd < 0 ? err_set(err, errno, NULL, "cannot open '%s': %m", tmp) : 0;
 	if (r >= 0)
-		r = snapshot_roots(s, dfd, from, p, err);
+		r = tar_snapshot_roots(s, dfd, from, p, err);
 	if (r >= 0 && FAILPOINT_AROUND("tar.create.dir.fsync", fsync(dfd)) < 0)
 		r = err_set(err, tar_errno_norm(errno), NULL, "cannot sync '%s': %m", tmp);
 	if (r >= 0 && FAILPOINT_AROUND("tar.create.rename", renameat(s->tar_fd, tmp, s->tar_fd, name)) < 0)
@@ -185,7 +186,7 @@ void *tar_snapshot_base(void *arg)
 	struct tar_state *s = arg;
 	ckpt_error err = { 0 };
 	int64_t t0 = mono_ms();
-	int r = snapshot(s, BASE, NULL, NULL, &err);
+	int r = tar_snapshot_make(s, BASE, NULL, NULL, &err);
 
 	if (r >= 0)
 		tar_meta_head_set(s, BASE);
@@ -213,7 +214,7 @@ int tar_snapshot_base_wait(struct tar_state *s, ckpt_error *err)
 	pthread_mutex_unlock(&s->lock);
 	if (!failed)
 		return 0;
-	int r = snapshot(s, BASE, NULL, NULL, err);
+	int r = tar_snapshot_make(s, BASE, NULL, NULL, err);
 	tar_track_mark(s, r < 0 ? "" : BASE);
 	if (r < 0)
 		return err_prefix(err, "cannot record the roots' base");
@@ -240,7 +241,7 @@ static int tar_capture(void *st, const char *id, char *const *from, json_t **ret
 	pthread_mutex_lock(&s->lock);
 	bool after_pre = !from && s->pre[0];
 	pthread_mutex_unlock(&s->lock);
-	r = snapshot(s, id, from, after_pre ? NULL : p, err);
+	r = tar_snapshot_make(s, id, from, after_pre ? NULL : p, err);
 	if (!from)
 		tar_track_mark(s, r < 0 ? "" : id);
 	if (r < 0)
@@ -270,21 +271,23 @@ static int tar_capture(void *st, const char *id, char *const *from, json_t **ret
 /* The pass before the freeze: an incremental checkpoint that no record
  * names, made the head, so that the frozen create archives only what
  * changed since. It stays as a data source of that create (kept aside in
- * .keep/ by tar_gc_pre_drop, removed when nothing reads it). */
-int tar_precopy(void *st, struct progress *p, ckpt_error *err)
+ * .keep/ by tar_gc_pre_drop, removed when nothing reads it). It costs a
+ * walk of its own: made only when some unit is frozen around the create
+ * (frozen), which it shortens. */
+int tar_precopy(void *st, bool frozen, struct progress *p, ckpt_error *err)
 {
 	struct tar_state *s = st;
 	char id[64];
 	int r;
 
-	if (s->ctx->tar_chain_max <= 0)
+	if (!frozen || s->ctx->tar_chain_max <= 0)
 		return 0;
 	if ((r = tar_snapshot_base_wait(s, err)) < 0)
 		return r;
 	if ((r = id_generate(id, sizeof(id))) < 0)
 		return err_set(err, -r, NULL, "cannot make an id: %s", strerror(-r));
 	/* the progress a client sees is this pass's: the frozen one is short */
-	r = snapshot(s, id, NULL, p, err);
+	r = tar_snapshot_make(s, id, NULL, p, err);
 	tar_track_mark(s, r < 0 ? "" : id);
 	if (r < 0)
 		return r;
