@@ -20,6 +20,7 @@
 #include "engine/engine_internal.h"
 #include "engine/engine_xfer.h"
 #include "engine/oci_cache.h"
+#include "engine/oci_clone.h"
 #include "engine/oci_layer.h"
 #include "engine/oci_reg.h"
 #include "lib/failpoint.h"
@@ -34,6 +35,18 @@ struct pull {
 	char *tmp;
 	char digest[80];
 	json_t *manifest, *layers, *annotations;
+	char *mtext; /* the manifest's bytes, kept in the cache by digest */
+	size_t mlen;
+	json_t *mapping; /* {"/image/root": "/local/root"}, as pull_of records it */
+	/* Where the trees start: a checkpoint pulled before from an image whose
+	 * layers are this one's first ones, or a tree kept in the cache after
+	 * this image's first skip layers; linked, then only the layers from
+	 * skip on apply. */
+	char held_id[32];
+	json_t *held_data;
+	char held_tree[80];
+	size_t skip;
+	bool keep_prefix;                   /* keep the tree below the last layer for the next pull */
 	const char *image_roots[MAX_ROOTS]; /* image root mapped to local root i */
 	struct oci_map map[MAX_ROOTS];
 	char dirs[MAX_ROOTS][24]; /* "0", "1", ...: the trees below tmp */
@@ -101,6 +114,8 @@ static int pull_manifest(struct pull *p)
 		return unsupported(p, "its manifest has media type %s");
 	snprintf(p->digest, sizeof(p->digest), "%s", digest);
 	p->manifest = TAKE_PTR(j);
+	p->mtext = TAKE_PTR(body);
+	p->mlen = len;
 	p->layers = json_object_get(p->manifest, "layers");
 	p->annotations = json_object_get(p->manifest, "annotations");
 	if (!json_is_array(p->layers) || json_array_size(p->layers) == 0 || json_array_size(p->layers) > 500)
@@ -174,6 +189,7 @@ static int pull_roots(struct pull *p, json_t *image_roots)
 		if (p->image_roots[i])
 			return unmapped(p, "two of the image's roots map to %s", cfg->roots[i], image_roots);
 		p->image_roots[i] = path;
+		json_object_set_new(p->mapping, path, json_string(cfg->roots[i]));
 	}
 	for (i = 0; i < cfg->n_roots; i++) {
 		if (!p->image_roots[i])
@@ -282,6 +298,147 @@ static int pull_local_base(struct pull *p)
 	return q;
 }
 
+/* The manifest, kept by digest: a later pull compares its layers. */
+static int pull_keep_manifest(struct pull *p)
+{
+	_cleanup_close_ int dfd = openat(p->e->state_fd, BLOBS_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int q = dfd < 0 ? -errno : 0;
+	if (q == 0 && !oci_cache_held(p->e, p->digest, (int64_t)p->mlen))
+		q = write_file_atomic(dfd, p->digest + 7, p->mtext, p->mlen, 0600);
+	return q < 0 ? err_set(p->err, -q, NULL, "keep the manifest: %s", strerror(-q)) : 0;
+}
+
+/* How many of this image's first layers the pull that made rec applied,
+ * with the same roots and base: 0 when it is no such pull. */
+static size_t pull_held_layers(struct pull *p, const struct ckpt_record *rec)
+{
+	json_t *of = json_object_get(rec->extra, "pull_of");
+	const char *d = json_string_value(json_object_get(of, "digest"));
+	char path[200];
+	_cleanup_free_ char *text = NULL;
+	size_t len, n = 0;
+	if (rec->status != CKPT_ACTIVE || !d || strlen(d) != 71 || strncmp(d, "sha256:", 7) ||
+	    !json_equal(json_object_get(of, "roots"), p->mapping))
+		return 0;
+	oci_cache_blob_name(d, path, sizeof(path));
+	if (read_file_at(p->e->state_fd, path, 4u << 20, &text, &len) < 0)
+		return 0;
+	json_auto_t *m = json_loadb(text, len, 0, NULL);
+	json_t *layers = json_object_get(m, "layers"), *an = json_object_get(m, "annotations");
+	const char *keys[] = { "io.ckptd.base", "io.ckptd.base_layer" };
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		if (!json_equal(json_object_get(an, keys[i]) ?: json_null(),
+				json_object_get(p->annotations, keys[i]) ?: json_null()))
+			return 0;
+	if (json_array_size(layers) > json_array_size(p->layers))
+		return 0;
+	for (; n < json_array_size(layers); n++)
+		if (!json_equal(json_object_get(json_array_get(layers, n), "digest"),
+				json_object_get(json_array_get(p->layers, n), "digest")))
+			return 0;
+	return n;
+}
+
+static void pull_tree_key(struct pull *p, size_t k, char out[2 * SHA256_DIGEST_SIZE + 1])
+{
+	oci_cache_tree_key(p->mapping, p->annotations, p->layers, k, out);
+}
+
+static bool pull_tree_held(struct pull *p, const char *key)
+{
+	char path[200];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/%s", TREES_DIR, key);
+	return fstatat(p->e->state_fd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Where the trees start: the checkpoint or kept tree that holds the most of
+ * this image's first layers; and whether to keep the tree below its last. */
+static void pull_start(struct pull *p)
+{
+	struct catalog_list all = { 0 };
+	size_t n = json_array_size(p->layers);
+	char key[2 * SHA256_DIGEST_SIZE + 1];
+	if (catalog_list(p->e->catalog, NULL, &all) < 0)
+		all.n = 0;
+	for (size_t i = 0; i < all.n; i++) {
+		size_t k = pull_held_layers(p, all.v[i]);
+		if (k > p->skip) {
+			p->skip = k;
+			snprintf(p->held_id, sizeof(p->held_id), "%s", all.v[i]->id);
+			json_decref(p->held_data);
+			p->held_data = json_incref(all.v[i]->backend_data);
+		}
+	}
+	catalog_list_free(&all);
+	for (size_t k = n - 1; k > p->skip && k > 0; k--) {
+		pull_tree_key(p, k, key);
+		if (pull_tree_held(p, key)) {
+			p->skip = k;
+			p->held_id[0] = '\0';
+			snprintf(p->held_tree, sizeof(p->held_tree), "%s", key);
+			break;
+		}
+	}
+	pull_tree_key(p, n - 1, key);
+	p->keep_prefix = n >= 2 && p->skip < n && !pull_tree_held(p, key);
+}
+
+/* Each root's tree where the pull starts, linked into the temp dir. Under
+ * the operation lock: no delete or trim removes those files meanwhile. */
+static int pull_link_start(struct pull *p)
+{
+	struct engine *e = p->e;
+	char **dirs = NULL, src[PATH_MAX];
+	_cleanup_free_ char *vdir = NULL;
+	int q = p->held_id[0] ? engine_xfer_tmp(e, &vdir, p->err) : 0;
+	if (q < 0)
+		return q;
+	pthread_mutex_lock(&e->op_lock);
+	if (p->held_id[0])
+		q = e->backend->xfer->view_open(e->bst, p->held_id, p->held_data, vdir, &dirs, p->err);
+	for (size_t i = 0; q == 0 && i < e->cfg->n_roots; i++) {
+		_cleanup_close_ int dfd = open(p->dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		snprintf(src, sizeof(src), "%s/%s/%s/%zu", e->cfg->state_dir, TREES_DIR, p->held_tree, i);
+		q = dfd < 0 ? err_set(p->err, errno, NULL, "open '%s': %m", p->dirs[i])
+			    : oci_clone_tree(dirs ? dirs[i] : src, dfd, p->err);
+	}
+	if (dirs)
+		e->backend->xfer->view_close(e->bst, dirs);
+	pthread_mutex_unlock(&e->op_lock);
+	engine_xfer_rm(e, vdir);
+	return q;
+}
+
+/* The trees before the last layer, linked aside ("pre/N") to be kept. */
+static int pull_link_prefix(struct pull *p)
+{
+	char d[64];
+	int q = mkdir("pre", 0700) < 0 ? err_set(p->err, errno, NULL, "create '%s/pre': %m", p->tmp) : 0;
+	for (size_t i = 0; q == 0 && i < p->e->cfg->n_roots; i++) {
+		snprintf(d, sizeof(d), "pre/%zu", i);
+		_cleanup_close_ int dfd = mkdir(d, 0700) < 0 ? -1 : open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		q = dfd < 0 ? err_set(p->err, errno, NULL, "create '%s/%s': %m", p->tmp, d)
+			    : oci_clone_tree(p->dirs[i], dfd, p->err);
+	}
+	return q;
+}
+
+/* Keep "pre" in the cache, durable before it is named: a cache only, so a
+ * failure costs the next pull its shortcut and nothing else. */
+static void pull_keep_prefix(struct pull *p)
+{
+	char key[2 * SHA256_DIGEST_SIZE + 1], to[200];
+	_cleanup_free_ char *pre = path_join(p->tmp, "pre");
+	_cleanup_close_ int fd = pre ? open(pre, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	_cleanup_close_ int tfd = openat(p->e->state_fd, TREES_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	pull_tree_key(p, json_array_size(p->layers) - 1, key);
+	snprintf(to, sizeof(to), "%s/%s", TREES_DIR, key);
+	if (fd < 0 || tfd < 0 || syncfs(fd) < 0 || renameat(AT_FDCWD, pre, p->e->state_fd, to) < 0 ||
+	    fsync_dirfd(tfd) < 0)
+		log_info("pull: the tree below the last layer is not kept: %m");
+}
+
 static void *pull_apply_main(void *arg)
 {
 	struct pull *p = arg;
@@ -294,12 +451,16 @@ static void *pull_apply_main(void *arg)
 		if (mkdir(p->dirs[i], 0755) < 0)
 			q = err_set(p->err, errno, NULL, "create '%s': %m", p->dirs[i]);
 	const char *bl = json_string_value(json_object_get(p->annotations, "io.ckptd.base_layer"));
-	if (q == 0 && bl && !strcmp(bl, "false"))
+	if (q == 0 && (p->held_id[0] || p->held_tree[0]))
+		q = pull_link_start(p);
+	else if (q == 0 && bl && !strcmp(bl, "false"))
 		q = pull_local_base(p);
 	json_t *l;
 	size_t i;
 	json_array_foreach (p->layers, i, l) {
-		if (q == 0)
+		if (q == 0 && i >= p->skip && p->keep_prefix && i + 1 == json_array_size(p->layers))
+			q = pull_link_prefix(p);
+		if (q == 0 && i >= p->skip)
 			q = pull_apply_one(p, json_string_value(json_object_get(l, "digest")));
 	}
 	p->status = q;
@@ -340,11 +501,14 @@ static int pull_run(struct pull *p, json_t **ret_record)
 		return q;
 	json_t *l;
 	size_t i;
+	pull_start(p);
 	json_array_foreach (p->layers, i, l) {
-		if (q == 0)
+		if (q == 0 && i >= p->skip)
 			q = pull_blob(p, json_string_value(json_object_get(l, "digest")),
 				      json_integer_value(json_object_get(l, "size")), i);
 	}
+	if (q == 0)
+		q = pull_keep_manifest(p);
 	if (q < 0)
 		return q;
 	pthread_t t;
@@ -361,14 +525,22 @@ static int pull_run(struct pull *p, json_t **ret_record)
 		snprintf(ref, sizeof(ref), "%s/%s@%s", p->ref.host, p->ref.repo, p->ref.digest);
 	const char *nm = json_string_value(json_object_get(p->annotations, "io.ckptd.name"));
 	struct ckpt_record *rec = NULL;
-	q = FAILPOINT_AROUND("pull.import",
-			     engine_import_trees(e, p->tmp, nm && name_valid(nm) ? nm : "pulled", NULL, "pull_of",
-						 json_pack("{s:s, s:s}", "ref", ref, "digest", p->digest), &rec,
-						 p->err));
+	q = FAILPOINT_AROUND(
+		"pull.import",
+		engine_import_trees(e, p->tmp, nm && name_valid(nm) ? nm : "pulled", NULL, "pull_of",
+				    json_pack("{s:s, s:s, s:O}", "ref", ref, "digest", p->digest, "roots", p->mapping),
+				    &rec, p->err));
 	if (q < 0)
 		return q;
-	log_event(LOG_INFO_, &(struct log_fields){ "pull", rec->id, NULL, -1 }, "pulled %s (%s) as %s", ref, p->digest,
-		  rec->id);
+	if (p->keep_prefix)
+		pull_keep_prefix(p);
+	log_event(LOG_INFO_, &(struct log_fields){ "pull", rec->id, NULL, -1 },
+		  "pulled %s (%s) as %s: %zu of %zu layers applied over %s%s", ref, p->digest, rec->id,
+		  json_array_size(p->layers) - p->skip, json_array_size(p->layers),
+		  p->held_id[0]             ? "checkpoint "
+			  : p->held_tree[0] ? "kept tree "
+					    : "nothing",
+		  p->held_id[0] ? p->held_id : p->held_tree);
 	*ret_record = engine_public(e, rec);
 	record_unref(rec);
 	return 0;
@@ -376,7 +548,7 @@ static int pull_run(struct pull *p, json_t **ret_record)
 
 int engine_pull(struct engine *e, const struct pull_req *req, json_t **ret_record, ckpt_error *err)
 {
-	struct pull p = { .e = e, .req = req, .err = err };
+	struct pull p = { .e = e, .req = req, .err = err, .mapping = json_object() };
 	if (!e->backend->xfer)
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "unsupported", "the %s backend cannot import",
 				    e->backend->name);
@@ -389,6 +561,9 @@ int engine_pull(struct engine *e, const struct pull_req *req, json_t **ret_recor
 	engine_xfer_rm(e, p.tmp);
 	free(p.tmp);
 	json_decref(p.manifest);
+	json_decref(p.mapping);
+	json_decref(p.held_data);
+	free(p.mtext);
 	if (q < 0) {
 		log_event(LOG_WARN_, &(struct log_fields){ "pull", NULL, NULL, -1 }, "pull refused: %s", err->msg);
 		if (!err->kind)

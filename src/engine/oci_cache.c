@@ -6,10 +6,12 @@
  * <state>/oci/mounts/HEX    the repositories this daemon pushed the blob to */
 #include "engine/oci_cache.h"
 
+#include <nettle/sha2.h>
 #include <sys/stat.h>
 
 #include "config.h"
 #include "engine/engine_internal.h"
+#include "engine/engine_xfer.h"
 #include "lib/failpoint.h"
 
 /* Push and pull keep blobs the same way; each gets its own crash points. */
@@ -18,7 +20,7 @@
 
 int oci_cache_dirs(struct engine *e, ckpt_error *err)
 {
-	const char *d[] = { OCI_DIR, BLOBS_DIR, KEYS_DIR, MOUNT_DIR };
+	const char *d[] = { OCI_DIR, BLOBS_DIR, KEYS_DIR, MOUNT_DIR, TREES_DIR };
 	for (size_t i = 0; i < ARRAY_SIZE(d); i++)
 		if (mkdirat(e->state_fd, d[i], 0700) < 0 && errno != EEXIST)
 			return err_set(err, errno, NULL, "create '%s/%s': %m", e->cfg->state_dir, d[i]);
@@ -48,7 +50,8 @@ int oci_cache_keep(struct engine *e, const char *tmp, const char *digest, bool p
 	oci_cache_blob_name(digest, p, sizeof(p));
 	if (fd < 0 || KEEP_STEP(pull, "fsync", fsync(fd)) < 0)
 		return err_set(err, errno, NULL, "sync '%s': %m", tmp);
-	if (KEEP_STEP(pull, "rename", renameat(AT_FDCWD, tmp, e->state_fd, p)) < 0)
+	struct stat st;
+	if (fstat(fd, &st) < 0 || KEEP_STEP(pull, "rename", renameat(AT_FDCWD, tmp, e->state_fd, p)) < 0)
 		return err_set(err, errno, NULL, "keep blob %s: %m", digest);
 	_cleanup_close_ int dfd = openat(e->state_fd, BLOBS_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0 || KEEP_STEP(pull, "dirsync", fsync_dirfd(dfd)) < 0)
@@ -87,4 +90,22 @@ int oci_cache_key_write(struct engine *e, const char *key, const struct oci_blob
 	if (q == 0)
 		q = FAILPOINT_AROUND("push.key.write", write_file_atomic(dfd, key, s, strlen(s), 0600));
 	return q < 0 ? err_set(err, -q, NULL, "record layer %s: %s", key, strerror(-q)) : 0;
+}
+
+void oci_cache_tree_key(json_t *mapping, json_t *annotations, json_t *layers, size_t k, char out[65])
+{
+	struct sha256_ctx h;
+	uint8_t d[SHA256_DIGEST_SIZE];
+	_cleanup_free_ char *m = json_dumps(mapping, JSON_COMPACT | JSON_SORT_KEYS);
+	const char *parts[] = { m ? m : "", json_string_value(json_object_get(annotations, "io.ckptd.base")) ?: "",
+				json_string_value(json_object_get(annotations, "io.ckptd.base_layer")) ?: "" };
+	sha256_init(&h);
+	for (size_t i = 0; i < ARRAY_SIZE(parts); i++)
+		sha256_update(&h, strlen(parts[i]) + 1, (const uint8_t *)parts[i]); /* with its NUL */
+	for (size_t i = 0; i < k; i++) {
+		const char *dg = json_string_value(json_object_get(json_array_get(layers, i), "digest")) ?: "";
+		sha256_update(&h, strlen(dg) + 1, (const uint8_t *)dg);
+	}
+	sha256_digest(&h, sizeof(d), d);
+	engine_xfer_hex(d, sizeof(d), out);
 }

@@ -1,6 +1,7 @@
 /* oci_cache.h: the blob cache of push and pull (oci_cache.c). Private to
  * src/engine. */
 #pragma once
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include "engine/oci_layer.h"
@@ -12,6 +13,7 @@ struct engine;
 #define BLOBS_DIR "oci/blobs"
 #define KEYS_DIR "oci/keys"
 #define MOUNT_DIR "oci/mounts"
+#define TREES_DIR "oci/trees" /* a pull's trees below an image's last layer */
 
 int oci_cache_dirs(struct engine *e, ckpt_error *err);
 /* "oci/blobs/HEX" for digest "sha256:HEX", relative to the state dir. */
@@ -23,3 +25,7 @@ int oci_cache_keep(struct engine *e, const char *tmp, const char *digest, bool p
 /* The blob a key names: -ENOENT when absent or its blob is gone. */
 int oci_cache_key_read(struct engine *e, const char *key, struct oci_blob *b);
 int oci_cache_key_write(struct engine *e, const char *key, const struct oci_blob *b, ckpt_error *err);
+/* The name in TREES_DIR of the tree a pull has after an image's first k
+ * layers: a digest of the roots' mapping ({"/image/root": "/local/root"}),
+ * the image's base annotations and those layers' digests. */
+void oci_cache_tree_key(json_t *mapping, json_t *annotations, json_t *layers, size_t k, char out[65]);

@@ -583,6 +583,9 @@ static int la_entry(struct la *l, struct archive *a, struct archive *w, struct a
 		if (q <= 0 || lroot != root)
 			return hostile(l, "hard link '%.200s' leaves its root", name);
 		archive_entry_copy_hardlink(ae, lp);
+		/* no data or metadata through a link: its target may be a file a
+		 * pull linked from a checkpoint (oci_clone.c), never to change */
+		archive_entry_set_size(ae, 0);
 	}
 	if (type == AE_IFLNK && sl && !engine_xfer_link_stays(rest, sl))
 		return hostile(l, "symlink '%.200s' points out of its root", name);

@@ -185,7 +185,9 @@ def test_push_pull_two_machines(daemon_factory, registry, tmp_path, backend):
 
     # the second machine, whose root lives at another path
     p = pull(b, out["ref"], roots={str(a.roots[0]): str(b.roots[0])})
-    assert p["pull_of"] == {"ref": out["ref"], "digest": out["digest"]}
+    assert p["pull_of"] == {"ref": out["ref"], "digest": out["digest"],
+                            "roots": {str(a.roots[0]): str(b.roots[0])}}
+    assert "2 of 2 layers applied over nothing" in b.log()
     assert p["name"] == "first"
     b.restore(p["checkpoint_id"])
     assert_same_tree(want, tree_state(b.roots[0]))
@@ -212,6 +214,8 @@ def test_push_pull_two_machines(daemon_factory, registry, tmp_path, backend):
     held = set(os.listdir(b.state_dir / "oci/blobs"))
     p2 = pull(b, out2["ref"], roots={str(a.roots[0]): str(b.roots[0])})
     assert {l["digest"][7:] for l in out["layers"]} <= held  # held, so not fetched again
+    # and not applied again either: the first pull's tree is linked, the new layer goes over it
+    assert f"1 of 3 layers applied over checkpoint {p['checkpoint_id']}" in b.log()
     b.restore(p2["checkpoint_id"])
     assert_same_tree(want2, tree_state(b.roots[0]))
     b.restore(p["checkpoint_id"])
@@ -234,6 +238,39 @@ def test_untracked_overlay_layer_holds_all_since_the_base(daemon_factory, regist
     p = pull(a, out["ref"])
     a.restore(p["checkpoint_id"])
     assert_same_tree(want, tree_state(a.roots[0]))
+
+
+def test_next_pull_links_the_tree_below_the_last_layer(daemon_factory, registry, tmp_path):
+    """Untracked, the next checkpoint's image is the base and one layer of all
+    it changed: no checkpoint pulled before holds a prefix of it, but the tree
+    a pull keeps below its image's last layer does. The next pull links that
+    tree and applies one layer; its blobs and tree go with its checkpoints."""
+    reg = registry()
+    a = daemon_factory(backend="overlay", start=False, config=reg_config(tmp_path, reg, track_changes="never"))
+    b = daemon_factory(backend="overlay", config=reg_config(tmp_path, reg))
+    make_full_tree(a.roots[0])
+    (a.roots[0] / "big.bin").write_bytes(os.urandom(1 << 20))
+    a.start()
+    (a.roots[0] / "one").write_text("one\n")
+    os.rename(a.roots[0] / "dir/sub", a.roots[0] / "dir/sub-renamed")
+    out1 = push(a, a.create("one")["checkpoint_id"], f"{reg.host}/next/img")
+    ten_changes(a.roots[0])
+    want2 = tree_state(a.roots[0])
+    out2 = push(a, a.create("two")["checkpoint_id"], f"{reg.host}/next/img")
+    assert out2["layers"][0]["digest"] == out1["layers"][0]["digest"] and len(out2["layers"]) == 2
+    roots = {str(a.roots[0]): str(b.roots[0])}
+    p1 = pull(b, out1["ref"], roots=roots)
+    assert "2 of 2 layers applied over nothing" in b.log()
+    trees = b.state_dir / "oci/trees"
+    assert len(os.listdir(trees)) == 1
+    p2 = pull(b, out2["ref"], roots=roots)
+    assert "1 of 2 layers applied over kept tree" in b.log()
+    b.restore(p2["checkpoint_id"])
+    assert_same_tree(want2, tree_state(b.roots[0]))
+    # the files the layer left alone are the kept tree's, linked
+    tree = next(trees.iterdir()) / "0"
+    assert os.stat(tree / "big.bin").st_nlink >= 3  # the tree, and both checkpoints' layers
+
 
 
 def test_same_checkpoint_same_digest(daemon_factory, registry, tmp_path):
