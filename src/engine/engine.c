@@ -13,6 +13,7 @@
 #include "config.h"
 #include "engine/engine_export.h"
 #include "engine/engine_internal.h"
+#include "engine/oci_cache.h"
 #include "services/services.h"
 
 static int engine_choose_backend(struct engine *e, const struct engine_deps *deps, ckpt_error *err)
@@ -181,6 +182,7 @@ int engine_open(const struct config *cfg, const struct engine_deps *deps, struct
 	e->started_ms = mono_ms();
 	pthread_mutex_init(&e->op_lock, NULL);
 	pthread_mutex_init(&e->state_lock, NULL);
+	pthread_rwlock_init(&e->oci_lock, NULL);
 	pthread_cond_init(&e->sweep_cond, NULL);
 	metrics_init(&e->metrics);
 	/* Services first: mounting a root at start stops the units using it. */
@@ -192,6 +194,8 @@ int engine_open(const struct config *cfg, const struct engine_deps *deps, struct
 		r = engine_open_state(e, deps, err);
 	if (r == 0) /* the roots are mounted: units a crash left stopped or frozen */
 		engine_svc_journal_recover(e);
+	if (r == 0)
+		oci_trim(e); /* what a killed push or pull left, and the size to count */
 	if (r == 0)
 		r = engine_forks_open(e, err);
 	if (r == 0)
@@ -223,6 +227,7 @@ void engine_close(struct engine *e)
 	engine_adoption_free(e);
 	catalog_close(e->catalog);
 	json_decref(e->pushes);
+	pthread_rwlock_destroy(&e->oci_lock);
 	engine_idem_close(e);
 	pthread_mutex_destroy(&e->idem_lock);
 	if (e->lock_fd >= 0)

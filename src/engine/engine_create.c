@@ -46,6 +46,7 @@ static void engine_usage(struct engine *e, size_t *count, uint64_t *bytes)
 		*count += st.count[s];
 		*bytes += st.bytes[s];
 	}
+	*bytes += atomic_load(&e->oci_bytes); /* layers and trees kept for push and pull */
 }
 
 struct ckpt_record *create_record(struct engine *e, const struct create_req *req, const char *id)
@@ -92,9 +93,10 @@ int create_admit(struct engine *e, const struct ckpt_record *rec, ckpt_error *er
 				 "checkpoint limit reached (max_checkpoints %lld); delete some first",
 				 (long long)e->cfg->max_checkpoints);
 	else if (e->cfg->max_state_bytes > 0 && bytes >= (uint64_t)e->cfg->max_state_bytes)
-		r = err_set_kind(err, ERR_NO_SPACE, ENOSPC, "insufficient_storage",
-				 "checkpoints hold %llu bytes, at the max_state_bytes limit %lld",
-				 (unsigned long long)bytes, (long long)e->cfg->max_state_bytes);
+		r = err_set_kind(
+			err, ERR_NO_SPACE, ENOSPC, "insufficient_storage",
+			"checkpoints and the registry cache hold %llu bytes, at the max_state_bytes limit %lld",
+			(unsigned long long)bytes, (long long)e->cfg->max_state_bytes);
 	else
 		r = catalog_put_volatile(e->catalog, rec);
 	pthread_mutex_unlock(&e->state_lock);
@@ -111,7 +113,8 @@ static int create_over_budget(struct engine *e, ckpt_error *err)
 	if (bytes <= (uint64_t)e->cfg->max_state_bytes)
 		return 0;
 	return err_set_kind(err, ERR_NO_SPACE, ENOSPC, "insufficient_storage",
-			    "the checkpoint would bring state to %llu bytes, over max_state_bytes %lld",
+			    "the checkpoint would bring state (checkpoints and registry cache) to %llu bytes, over "
+			    "max_state_bytes %lld",
 			    (unsigned long long)bytes, (long long)e->cfg->max_state_bytes);
 }
 

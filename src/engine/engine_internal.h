@@ -43,6 +43,11 @@ struct engine {
 	struct engine_fork *forks; /* engine_fork.c, in the order made; guarded by state_lock */
 	json_t *pushes;            /* checkpoint id -> outcome of its last async push (engine_oci.c); state_lock */
 
+	/* <state>/oci (oci_trim.c): pushes and pulls hold oci_lock shared, a
+	 * trim alone; oci_bytes is what it holds, counted with the checkpoints. */
+	pthread_rwlock_t oci_lock;
+	_Atomic uint64_t oci_bytes;
+
 	/* Adoption (engine_adopt.c): units stopped before a mount at start,
 	 * started again by engine_adoption_finish; guarded by state_lock. */
 	json_t *adoption;       /* {mounted: [roots], stopped_units, restarted_units, failures, at} */

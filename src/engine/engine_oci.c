@@ -433,10 +433,14 @@ static void push_cleanup(struct push *p)
 
 static int push_exec(struct push *p, json_t **ret)
 {
-	int q = engine_xfer_tmp(p->e, &p->tmp, p->err);
+	struct engine *e = p->e;
+	pthread_rwlock_rdlock(&e->oci_lock); /* no trim of the cache meanwhile */
+	int q = engine_xfer_tmp(e, &p->tmp, p->err);
 	if (q == 0)
 		q = push_run(p, ret);
 	push_cleanup(p);
+	pthread_rwlock_unlock(&e->oci_lock);
+	engine_kick_maintenance(e); /* count what it added */
 	if (q < 0) {
 		log_event(LOG_WARN_, &(struct log_fields){ "push", p->id, NULL, -1 }, "push refused: %s", p->err->msg);
 		if (!p->err->kind)

@@ -555,10 +555,13 @@ int engine_pull(struct engine *e, const struct pull_req *req, json_t **ret_recor
 	int q = oci_ref_parse(req->ref, &p.ref, err);
 	if (q == 0 && req->roots && !json_is_object(req->roots))
 		q = err_set_kind(err, ERR_INVALID, EINVAL, "bad_request", "roots must be an object");
+	pthread_rwlock_rdlock(&e->oci_lock); /* no trim of the cache meanwhile */
 	if (q == 0 && (q = engine_xfer_tmp(e, &p.tmp, err)) == 0)
 		q = pull_run(&p, ret_record);
 	oci_reg_free(p.r);
 	engine_xfer_rm(e, p.tmp);
+	pthread_rwlock_unlock(&e->oci_lock);
+	engine_kick_maintenance(e); /* trim what a failed pull left, count what it added */
 	free(p.tmp);
 	json_decref(p.manifest);
 	json_decref(p.mapping);

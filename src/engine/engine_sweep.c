@@ -5,6 +5,7 @@
 
 #include "config.h"
 #include "engine/engine_internal.h"
+#include "engine/oci_cache.h"
 #include "lib/failpoint.h"
 
 int engine_sweep(struct engine *e)
@@ -68,6 +69,8 @@ static void *engine_sweeper_main(void *arg)
 			next_sweep = mono_ms() + e->cfg->cleanup_interval_secs * 1000;
 			maintain = true;
 		}
+		if (maintain)
+			oci_trim(e);
 		if (maintain) {
 			pthread_mutex_lock(&e->op_lock);
 			e->backend->maintain(e->bst);

@@ -53,6 +53,7 @@ int oci_cache_keep(struct engine *e, const char *tmp, const char *digest, bool p
 	struct stat st;
 	if (fstat(fd, &st) < 0 || KEEP_STEP(pull, "rename", renameat(AT_FDCWD, tmp, e->state_fd, p)) < 0)
 		return err_set(err, errno, NULL, "keep blob %s: %m", digest);
+	atomic_fetch_add(&e->oci_bytes, (uint64_t)st.st_blocks * 512);
 	_cleanup_close_ int dfd = openat(e->state_fd, BLOBS_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0 || KEEP_STEP(pull, "dirsync", fsync_dirfd(dfd)) < 0)
 		return err_set(err, errno, NULL, "sync the blob cache: %m");

@@ -25,6 +25,9 @@ int oci_cache_keep(struct engine *e, const char *tmp, const char *digest, bool p
 /* The blob a key names: -ENOENT when absent or its blob is gone. */
 int oci_cache_key_read(struct engine *e, const char *key, struct oci_blob *b);
 int oci_cache_key_write(struct engine *e, const char *key, const struct oci_blob *b, ckpt_error *err);
+/* Drop from <state>/oci what no checkpoint needs and count what stays
+ * (oci_trim.c): at start, and from the sweeper. */
+void oci_trim(struct engine *e);
 /* The name in TREES_DIR of the tree a pull has after an image's first k
  * layers: a digest of the roots' mapping ({"/image/root": "/local/root"}),
  * the image's base annotations and those layers' digests. */

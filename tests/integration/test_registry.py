@@ -271,6 +271,50 @@ def test_next_pull_links_the_tree_below_the_last_layer(daemon_factory, registry,
     tree = next(trees.iterdir()) / "0"
     assert os.stat(tree / "big.bin").st_nlink >= 3  # the tree, and both checkpoints' layers
 
+    b.delete(p1["checkpoint_id"])
+    b.delete(p2["checkpoint_id"])
+    deadline = time.monotonic() + 60
+    while os.listdir(trees) or os.listdir(b.state_dir / "oci/blobs"):
+        assert time.monotonic() < deadline, b.log()[-2000:]
+        b.wait_log("registry cache: removed", b.log().count("registry cache: removed") + 1)
+    assert os.listdir(trees) == [] and os.listdir(b.state_dir / "oci/blobs") == []
+
+
+def test_oci_cache_trimmed_and_counted(daemon_factory, registry, tmp_path):
+    """A deleted checkpoint's layers, keys and config leave the cache, the
+    base's stay; what the cache holds counts toward max_state_bytes; leftovers
+    no checkpoint needs go at start."""
+    reg = registry()
+    a = daemon_factory(backend="overlay", start=False,
+                       config=reg_config(tmp_path, reg, max_state_bytes=4 << 20))
+    (a.roots[0] / "big.bin").write_bytes(os.urandom(2 << 20))
+    a.start()
+    (a.roots[0] / "x").write_bytes(os.urandom(1_000_000))
+    cp = a.create("one")
+    out = push(a, cp["checkpoint_id"], f"{reg.host}/trim/img")
+    blobs, keys = a.state_dir / "oci/blobs", a.state_dir / "oci/keys"
+    base, own = (l["digest"][7:] for l in out["layers"])
+    assert {base, own} <= set(os.listdir(blobs)) and len(os.listdir(blobs)) == 3  # and the config
+    # the cache's 3 MB of layers, 1 MB of checkpoint, 2.2 MB in the next: over 4 MiB;
+    # without the cache 3.2 MB would fit
+    (a.roots[0] / "y").write_bytes(os.urandom(1_200_000))
+    r = a.request("POST", "/v1/checkpoints", json={"name": "over"})
+    assert r.status_code == 507 and "registry cache" in r.json()["detail"], r.text
+
+    runs = a.log().count("registry cache: removed")
+    a.delete(cp["checkpoint_id"])
+    a.wait_log("registry cache: removed", runs + 1)
+    assert os.listdir(blobs) == [base]  # the base's layer serves the next push
+    assert [k for k in os.listdir(keys) if cp["checkpoint_id"] in k] == []
+    os.unlink(a.roots[0] / "x")
+    a.create("fits")  # the 2 MiB base layer and 1.2 MB
+
+    a.stop()
+    (blobs / ("ab" * 32)).write_bytes(b"left by nobody")
+    (blobs / ".cfg.tmp.0123abcd").write_bytes(b"a killed write")
+    (a.state_dir / "oci/trees" / ("cd" * 32)).mkdir()
+    a.start()
+    assert os.listdir(blobs) == [base] and os.listdir(a.state_dir / "oci/trees") == []
 
 
 def test_same_checkpoint_same_digest(daemon_factory, registry, tmp_path):
@@ -784,6 +828,7 @@ def test_async_push_shows_progress_and_outcome(daemon_factory, registry, tmp_pat
     assert wait_for(lambda: a.get(cid)["push"]["status"] != "pushing")
     failed = a.get(cid)["push"]
     assert failed["status"] == "failed" and failed["error"]["code"] == "registry_unreachable", failed
+
 
 
 def make_tls(base):
