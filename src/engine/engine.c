@@ -13,6 +13,7 @@
 #include "config.h"
 #include "engine/engine_export.h"
 #include "engine/engine_internal.h"
+#include "engine/engine_oci.h"
 #include "engine/oci_cache.h"
 #include "services/services.h"
 
@@ -196,6 +197,8 @@ int engine_open(const struct config *cfg, const struct engine_deps *deps, struct
 		engine_svc_journal_recover(e);
 	if (r == 0)
 		oci_trim(e); /* what a killed push or pull left, and the size to count */
+	if (r == 0)
+		engine_push_recover(e);
 	if (r == 0)
 		r = engine_forks_open(e, err);
 	if (r == 0)

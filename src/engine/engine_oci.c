@@ -460,7 +460,10 @@ int engine_push(struct engine *e, const char *id_or_name, const struct push_req 
 	return push_exec(&p, ret);
 }
 
-/* ---- async: the outcome shows as "push" on the record (engine_public) ---- */
+/* ---- async: the outcome shows as "push" on the record ----
+ * In memory (e->pushes) from the 202 on, and on the record file itself
+ * (its "push" member) once the worker runs: a restart still shows how the
+ * last push ended, and one it cut short as failed. */
 
 struct push_async {
 	struct push p;
@@ -468,13 +471,51 @@ struct push_async {
 	ckpt_error err;
 };
 
-static void push_note(struct engine *e, const char *id, json_t *v)
+/* Write v as the record's "push", durably (catalog_put: temp, fsync,
+ * rename); under the operation lock, as every change of a record is. */
+static void push_persist(struct engine *e, const char *id, json_t *v)
 {
+	ckpt_error err = { 0 };
+	pthread_mutex_lock(&e->op_lock);
+	const struct ckpt_record *cur = catalog_get(e->catalog, id);
+	struct ckpt_record *r = cur && cur->status == CKPT_ACTIVE ? record_dup(cur) : NULL;
+	if (r && !r->extra)
+		r->extra = json_object();
+	if (r && r->extra && json_object_set(r->extra, "push", v) == 0 && catalog_put(e->catalog, r, &err) < 0)
+		log_warn("push: cannot record the outcome on %s: %s", id, err.msg);
+	if (r)
+		record_unref(r);
+	if (cur)
+		record_unref(cur);
+	pthread_mutex_unlock(&e->op_lock);
+}
+
+static void push_note(struct engine *e, const char *id, json_t *v, bool durable)
+{
+	if (durable)
+		push_persist(e, id, v);
 	pthread_mutex_lock(&e->state_lock);
 	if (!e->pushes)
 		e->pushes = json_object();
 	json_object_set_new(e->pushes, id, v);
 	pthread_mutex_unlock(&e->state_lock);
+}
+
+void engine_push_recover(struct engine *e)
+{
+	struct catalog_list all = { 0 };
+	if (catalog_list(e->catalog, NULL, &all) < 0)
+		return;
+	for (size_t i = 0; i < all.n; i++) {
+		json_t *push = json_object_get(all.v[i]->extra, "push");
+		if (strcmp(json_string_value(json_object_get(push, "status")) ?: "", "pushing"))
+			continue;
+		json_auto_t *v = json_pack("{s:O?, s:s, s:{s:s, s:s}}", "ref", json_object_get(push, "ref"), "status",
+					   "failed", "error", "code", "interrupted", "detail",
+					   "ckptd stopped before the push ended: push again");
+		push_persist(e, all.v[i]->id, v);
+	}
+	catalog_list_free(&all);
 }
 
 static void *push_async_main(void *arg)
@@ -485,15 +526,18 @@ static void *push_async_main(void *arg)
 	json_t *out = NULL;
 	snprintf(id, sizeof(id), "%s", a->p.id);
 	snprintf(ref, sizeof(ref), "%s", a->req.ref);
+	json_auto_t *pushing = json_pack("{s:s, s:s}", "ref", ref, "status", "pushing");
+	push_persist(e, id, pushing);
 	if (push_exec(&a->p, &out) == 0) {
 		json_object_set_new(out, "status", json_string("done"));
 		json_object_del(out, "checkpoint_id");
 		json_object_del(out, "layers");
-		push_note(e, id, out);
+		push_note(e, id, out, true);
 	} else {
 		push_note(e, id,
 			  json_pack("{s:s, s:s, s:{s:s, s:s}}", "ref", ref, "status", "failed", "error", "code",
-				    a->err.code ? a->err.code : "internal", "detail", a->err.msg));
+				    a->err.code ? a->err.code : "internal", "detail", a->err.msg),
+			  true);
 	}
 	free((char *)a->req.ref);
 	free(a);
@@ -526,7 +570,7 @@ int engine_push_async(struct engine *e, const char *id_or_name, const struct pus
 	pthread_t t;
 	pthread_attr_t attr;
 	if (q == 0) {
-		push_note(e, a->p.id, json_pack("{s:s, s:s}", "ref", req->ref, "status", "pushing"));
+		push_note(e, a->p.id, json_pack("{s:s, s:s}", "ref", req->ref, "status", "pushing"), false);
 		*ret_record = json_deep_copy(a->p.rec); /* the worker reads p.rec */
 		json_object_set_new(*ret_record, "push", json_pack("{s:s, s:s}", "ref", req->ref, "status", "pushing"));
 		pthread_attr_init(&attr);
@@ -536,7 +580,7 @@ int engine_push_async(struct engine *e, const char *id_or_name, const struct pus
 		if (r == 0)
 			return 0;
 		json_decref(TAKE_PTR(*ret_record));
-		push_note(e, a->p.id, json_pack("{s:s, s:s}", "ref", req->ref, "status", "failed"));
+		push_note(e, a->p.id, json_pack("{s:s, s:s}", "ref", req->ref, "status", "failed"), false);
 		pthread_mutex_lock(&e->state_lock);
 		e->pending_async--;
 		pthread_mutex_unlock(&e->state_lock);

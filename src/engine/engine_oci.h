@@ -21,6 +21,9 @@ int engine_push(struct engine *e, const char *id_or_name, const struct push_req 
 int engine_push_async(struct engine *e, const char *id_or_name, const struct push_req *req, json_t **ret_record,
 		      ckpt_error *err);
 
+/* At start: a push a stop cut short ("pushing" on its record) is failed. */
+void engine_push_recover(struct engine *e);
+
 struct pull_req {
 	const char *ref; /* HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:HEX */
 	json_t *roots;   /* {"/path/in/image": "/local/root"} or NULL (borrowed) */

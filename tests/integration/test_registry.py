@@ -830,6 +830,34 @@ def test_async_push_shows_progress_and_outcome(daemon_factory, registry, tmp_pat
     assert failed["status"] == "failed" and failed["error"]["code"] == "registry_unreachable", failed
 
 
+def test_async_push_outcome_survives_a_restart(daemon_factory, registry, tmp_path):
+    """The outcome is on the record file: a restart shows it. A push a stop cut
+    short (its record says "pushing") shows as failed, interrupted."""
+    reg = registry()
+    a = daemon_factory(backend="overlay", config=reg_config(tmp_path, reg))
+    (a.roots[0] / "f").write_bytes(os.urandom(1 << 20))
+    cid = a.create("bg")["checkpoint_id"]
+    r = a.request("POST", f"/v1/checkpoints/{cid}/push", json={"ref": f"{reg.host}/bg/img", "async": True})
+    assert r.status_code == 202, r.text
+    assert wait_for(lambda: a.get(cid)["push"]["status"] != "pushing")
+    done = a.get(cid)["push"]
+    assert done["status"] == "done", done
+    a.stop()
+    a.start()
+    assert a.get(cid)["push"] == done
+    assert [c["push"] for c in a.list() if c["checkpoint_id"] == cid] == [done]
+
+    a.stop()
+    f = a.state_dir / "catalog" / f"{cid}.json"
+    rec = json.loads(f.read_text())
+    rec["push"] = {"ref": f"{reg.host}/bg/img:cut", "status": "pushing"}
+    f.write_text(json.dumps(rec))
+    a.start()
+    cut = a.get(cid)["push"]
+    assert cut["status"] == "failed" and cut["error"]["code"] == "interrupted", cut
+    assert cut["ref"] == f"{reg.host}/bg/img:cut"
+    assert json.loads(f.read_text())["push"] == cut  # written back, durable
+
 
 def make_tls(base):
     """A CA and a server certificate for 127.0.0.1, signed by it."""

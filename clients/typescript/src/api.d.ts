@@ -282,9 +282,13 @@ export interface paths {
          *     is downloaded under the state dir, its size and digest checked as it
          *     arrives. The layers are applied in order, OCI whiteouts included,
          *     and the result becomes a new checkpoint as an import does, with
-         *     `pull_of` naming the ref and the manifest digest. The image's roots
-         *     map onto this daemon's roots by path, or as `roots` says. Nothing is
-         *     kept of a failed pull but verified layers in the cache.
+         *     `pull_of` naming the ref, the manifest digest and the roots. The
+         *     image's roots map onto this daemon's roots by path, or as `roots`
+         *     says. A pull starts from a checkpoint pulled before whose image's
+         *     layers are this image's first ones, or from the tree a pull keeps
+         *     below its image's last layer: only the other layers are fetched and
+         *     applied. Nothing is kept of a failed pull but verified layers in the
+         *     cache.
          */
         post: operations["pullCheckpoint"];
         delete?: never;
@@ -628,7 +632,11 @@ export interface components {
             };
             /** @description an imported checkpoint's id on the machine it was exported from. */
             import_of?: string | null;
-            /** @description the last async push of this checkpoint since the daemon started (kept in memory). */
+            /**
+             * @description the last async push of this checkpoint. It is written to the
+             *     checkpoint's record, so a restart still shows it. A push a stop
+             *     cut short shows as `failed` with the code `interrupted`.
+             */
             push?: {
                 ref: string;
                 /** @enum {string} */
@@ -641,10 +649,17 @@ export interface components {
                     detail: string;
                 };
             };
-            /** @description for a pulled checkpoint, the ref it was pulled from and the manifest's digest. */
+            /**
+             * @description for a pulled checkpoint, the ref it was pulled from, the manifest's
+             *     digest, and which local root each of the image's roots filled.
+             */
             pull_of?: {
                 ref: string;
                 digest: string;
+                /** @description image root -> this daemon's root. */
+                roots?: {
+                    [key: string]: string;
+                };
             };
             progress?: components["schemas"]["Progress"];
             /** @description why an async create failed (status `failed`). */
