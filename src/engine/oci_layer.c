@@ -1,9 +1,10 @@
 /* oci_layer.c: OCI image layers from checkpoint views, and back.
  *
  * Writing: libarchive writes a pax tar into lw_write, which hashes it (the
- * layer's diff_id) and compresses it with libzstd or zlib at fixed settings
- * (gzip with no name and mtime 0), hashing the compressed bytes (the blob's
- * digest) as they go to disk. Entries come in name order, with numeric
+ * layer's diff_id) and hands it to a thread of its own (oci_pipe.c), which
+ * compresses it with libzstd or zlib at fixed settings (gzip with no name
+ * and mtime 0), hashing the compressed bytes (the blob's digest) as they go
+ * to disk: two cores make a layer, each doing one SHA-256 pass. Entries come in name order, with numeric
  * owners only and no atime or ctime, so a tree gives the same bytes every
  * time. A delta layer walks the old and new views side by side: an entry
  * is written when its type, mode, owner, size, mtime or link target
@@ -29,10 +30,12 @@
 
 #include "engine/engine_internal.h"
 #include "engine/engine_xfer.h"
+#include "engine/oci_pipe.h"
 #include "lib/walk.h"
 
 #define ZBUF (256 * 1024)
 #define ZSTD_LEVEL_OCI 3
+#define FLUSH_EVERY (8u << 20) /* start writeback of the blob as it grows */
 
 struct lw {
 	struct archive *a;
@@ -42,11 +45,12 @@ struct lw {
 	z_stream gz;
 	bool gz_ready;
 	struct sha256_ctx hd, hc;
-	uint64_t size;
+	uint64_t size, flushed;
 	unsigned char *out;
 	char *buf;
 	json_t *links;
 	bool (*portable)(const char *name); /* the xattrs that may cross */
+	struct oci_pipe *pipe;              /* to the thread that compresses, hashes and writes */
 	int werr;
 	ckpt_error *err;
 };
@@ -55,6 +59,10 @@ static int lw_sink(struct lw *w, const unsigned char *p, size_t n)
 {
 	sha256_update(&w->hc, n, p);
 	w->size += n;
+	if (w->size - w->flushed >= FLUSH_EVERY) { /* the fsync before keeping it waits less */
+		sync_file_range(w->fd, (off_t)w->flushed, (off_t)(w->size - w->flushed), SYNC_FILE_RANGE_WRITE);
+		w->flushed = w->size;
+	}
 	while (n) {
 		ssize_t k = write(w->fd, p, n);
 		if (k < 0 && errno == EINTR)
@@ -96,11 +104,17 @@ static int lw_compress(struct lw *w, const void *buf, size_t len, bool end)
 	return q;
 }
 
+/* The pipe's thread: compress, hash, write. */
+static int lw_consume(void *ctx, const void *buf, size_t len, bool end)
+{
+	return lw_compress(ctx, buf, len, end);
+}
+
 static la_ssize_t lw_write(struct archive *a, void *cls, const void *buf, size_t len)
 {
 	struct lw *w = cls;
 	sha256_update(&w->hd, len, buf);
-	int q = lw_compress(w, buf, len, false);
+	int q = oci_pipe_put(w->pipe, buf, len);
 	if (q < 0) {
 		w->werr = -q;
 		archive_set_error(a, -q, "write the layer: %s", strerror(-q));
@@ -376,13 +390,17 @@ int oci_layer_write(int out_fd, bool gzip, char *const *prefixes, char *const *o
 {
 	struct lw w = { .fd = out_fd, .gzip = gzip, .portable = portable, .err = err };
 	json_auto_t *parents = json_object();
-	int q = parents ? lw_start(&w) : err_set(err, ENOMEM, NULL, "out of memory");
+	int q = !parents ? -ENOMEM : oci_pipe_start(lw_consume, &w, &w.pipe);
+	if (q < 0)
+		return err_set(err, -q, NULL, "start the layer: %s", strerror(-q));
+	q = lw_start(&w);
 	for (size_t i = 0; q == 0 && i < n; i++)
 		q = lw_root(&w, prefixes[i], olddirs ? olddirs[i] : NULL, newdirs[i], parents);
 	if (q == 0 && archive_write_close(w.a) != ARCHIVE_OK)
 		q = lw_fail(&w, "finish the layer");
-	if (q == 0 && (q = lw_compress(&w, NULL, 0, true)) < 0)
-		err_set(err, -q, NULL, "finish the layer: %s", strerror(-q));
+	int pq = oci_pipe_finish(TAKE_PTR(w.pipe), q < 0); /* the compressed end, or the pipe's error */
+	if (q == 0 && pq < 0)
+		q = err_set(err, -pq, NULL, "finish the layer: %s", strerror(-pq));
 	if (q == 0) {
 		lw_digest(&w.hd, ret->diff_id);
 		lw_digest(&w.hc, ret->digest);
