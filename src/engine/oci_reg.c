@@ -21,6 +21,10 @@
 
 #define MEM_MAX (4u << 20)
 #define CHUNK (16ull << 20) /* one PATCH */
+#define FLUSH_EVERY (8u << 20)
+/* Large buffers: fewer calls and system calls per blob (curl's maxima) */
+#define RECV_BUF (512L * 1024)
+#define SEND_BUF (2L * 1024 * 1024)
 
 struct oci_reg {
 	const struct config *cfg;
@@ -43,6 +47,7 @@ struct reg_call {
 	size_t mem_len;
 	struct sha256_ctx h;
 	int64_t got, max;
+	uint64_t flushed; /* bytes of out_fd whose writeback was started */
 	bool over;
 	int werr;
 	void (*on_bytes)(void *arg, uint64_t n);
@@ -252,6 +257,11 @@ static size_t on_body(char *b, size_t sz, size_t n, void *arg)
 			}
 			done += (size_t)k;
 		}
+		if ((uint64_t)q->got - q->flushed >= FLUSH_EVERY) { /* the fsync before keeping it waits less */
+			sync_file_range(q->out_fd, (off_t)q->flushed, (off_t)((uint64_t)q->got - q->flushed),
+					SYNC_FILE_RANGE_WRITE);
+			q->flushed = (uint64_t)q->got;
+		}
 		if (q->on_bytes)
 			q->on_bytes(q->arg, len);
 		return len;
@@ -296,6 +306,7 @@ static int reg_once(struct oci_reg *r, struct reg_call *q, ckpt_error *err)
 	q->status = 0;
 	q->location[0] = q->challenge[0] = q->rtype[0] = q->rdigest[0] = q->range[0] = '\0';
 	q->got = 0;
+	q->flushed = 0;
 	q->in_pos = 0;
 	free(q->mem);
 	q->mem = NULL;
@@ -315,6 +326,8 @@ static int reg_once(struct oci_reg *r, struct reg_call *q, ckpt_error *err)
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
+	if (q->out_fd >= 0)
+		curl_easy_setopt(c, CURLOPT_BUFFERSIZE, RECV_BUF);
 	if (!strcmp(q->method, "HEAD")) {
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
 	} else if (q->body) {
@@ -326,6 +339,7 @@ static int reg_once(struct oci_reg *r, struct reg_call *q, ckpt_error *err)
 		curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
 		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);
 		curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+		curl_easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, SEND_BUF);
 		curl_easy_setopt(c, CURLOPT_READDATA, q);
 		curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->in_len);
 		h = curl_slist_append(h, "Expect:");
