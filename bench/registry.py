@@ -137,6 +137,7 @@ def one(size_name, size, work):
     rows = []
     try:
         fill(a.root, size)
+        os.sync()  # time the push, not the writeback of the files just written
         a.start()
         b.start()
         c1 = a.post("/v1/checkpoints", {"name": "one"}, 201)["checkpoint_id"]
