@@ -191,8 +191,11 @@ def etcd_auth_tls(tmp_path, pki):
 def test_etcd_user_authentication_handoff_and_token_renewal(etcd_auth_tls, pki, hosts, tmp_path):
     pw = tmp_path / "ckptd-password"
     pw.write_text(PASSWORD + "\n")
+    # The lease outlives etcd's restart and both logins: a 3 s lease could
+    # run out on a loaded machine (etcd checks passwords with bcrypt), and
+    # the owner would then rightly stop without a checkpoint.
     cfg = dict(lock_backend="etcd", etcd_endpoints=[etcd_auth_tls.url], etcd_ca_file=str(pki["ca"]),
-               etcd_user="ckptd", etcd_password_file=str(pw))
+               etcd_user="ckptd", etcd_password_file=str(pw), lock_ttl_secs=20)
     a, b = hosts("A", **cfg), hosts("B", **cfg)
     sid = handoffs(hosts, etcd_auth_tls, a, b)
 
