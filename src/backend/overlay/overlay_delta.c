@@ -567,41 +567,30 @@ int overlay_delta_dirs_add(struct ovl_delta_dirs *d, const char *rel, const stru
 	return 0;
 }
 
-static int dl_dirs_walk(struct ovl_delta_dirs *out, int fd, char *path, size_t len, int depth)
+static int dl_dirs_pre(void *ctx, struct walk_entry *e)
 {
-	struct stat s;
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
-	if (depth > 4096)
-		return -ELOOP;
-	if (fstat(fd, &s) < 0)
-		return -errno;
-	int r = overlay_delta_dirs_add(out, path, &s);
-	if (r == 0)
-		r = walk_open(fd, NULL, &d);
-	while (r == 0 && (de = walk_next(d))) {
-		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
-			continue;
-		_cleanup_close_ int c = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (c < 0)
-			continue; /* not a directory */
-		size_t n = strlen(de->d_name);
-		if (len + n + 2 >= PATH_MAX)
-			return -ENAMETOOLONG;
-		if (len)
-			path[len] = '/';
-		memcpy(path + len + !!len, de->d_name, n + 1);
-		r = dl_dirs_walk(out, c, path, len + !!len + n, depth + 1);
-		path[len] = '\0';
-	}
-	return r;
+	return overlay_delta_dirs_add(ctx, e->path, &e->st);
+}
+
+/* A directory gone or unreadable since its parent listed it is left out. */
+static int dl_dirs_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	(void)ctx;
+	(void)e;
+	return err == -ELOOP || err == -ENAMETOOLONG ? err : 0;
 }
 
 int overlay_delta_dirs_read(int layer_fd, struct ovl_delta_dirs *out)
 {
-	char path[PATH_MAX] = "";
-	_cleanup_close_ int fd = openat(layer_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int r = fd < 0 ? -errno : dl_dirs_walk(out, fd, path, 0, 0);
+	struct stat s;
+	struct walk_opts o = { .flags = WALK_DIRS | WALK_STAT,
+			       .path_max = PATH_MAX - 1,
+			       .pre = dl_dirs_pre,
+			       .fail = dl_dirs_fail,
+			       .ctx = out };
+	int r = fstat(layer_fd, &s) < 0 ? -errno : overlay_delta_dirs_add(out, "", &s);
+	if (r == 0)
+		r = walk_tree(layer_fd, NULL, &o);
 	if (r < 0)
 		overlay_delta_dirs_free(out);
 	return r;
