@@ -393,29 +393,50 @@ static int dl_dir(struct dl *t, int dst, const char *rel)
 }
 
 /* Every directory of the delta takes the upper's times again, children
- * first: making or changing entries in a directory moved its mtime. */
-static int dl_times(int up, int dfd, int depth)
+ * first: making or changing entries in a directory moved its mtime. Each
+ * directory's data is its twin in the upper; one the delta has and the
+ * upper lacks is -EAGAIN. */
+static int dl_times_set(int up, int dfd)
 {
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
 	struct stat st;
-	int r = depth > 4096 ? -ELOOP : walk_open(dfd, NULL, &d);
-	while (r == 0 && (de = walk_next(d))) {
-		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
-			continue;
-		_cleanup_close_ int c = openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		_cleanup_close_ int u =
-			c >= 0 ? openat(up, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
-		if (c < 0)
-			continue;
-		r = u < 0 ? -EAGAIN : dl_times(u, c, depth + 1);
-	}
-	if (r == 0 && fstat(up, &st) < 0)
-		r = -errno;
+	if (fstat(up, &st) < 0)
+		return -errno;
 	struct timespec ts[2] = { st.st_atim, st.st_mtim };
-	if (r == 0 && futimens(dfd, ts) < 0)
-		r = -errno;
+	return futimens(dfd, ts) < 0 ? -errno : 0;
+}
+
+static int dl_times_pre(void *ctx, struct walk_entry *e)
+{
+	(void)ctx;
+	int u = openat((int)e->parent->data, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	e->data = u;
+	return u < 0 ? -EAGAIN : 0;
+}
+
+static int dl_times_post(void *ctx, struct walk_entry *e)
+{
+	(void)ctx;
+	int r = e->err ? e->err : dl_times_set((int)e->data, e->fd);
+	close((int)e->data);
 	return r;
+}
+
+/* Past the depth bound the walk fails; a directory that cannot be opened or
+ * read is left as it is. */
+static int dl_times_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	(void)ctx;
+	(void)e;
+	return err == -ELOOP ? err : 0;
+}
+
+static int dl_times(int up, int dfd)
+{
+	struct walk_opts o = {
+		.flags = WALK_DIRS, .data = up, .pre = dl_times_pre, .post = dl_times_post, .fail = dl_times_fail
+	};
+	int r = walk_tree(dfd, NULL, &o);
+	return r < 0 ? r : dl_times_set(up, dfd);
 }
 
 /* Below a directory new in the upper: no redirect (a directory moved in
@@ -518,7 +539,7 @@ int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct pat
 		if (r < 0)
 			return r;
 	}
-	int r = dl_times(o->up, dst, 0);
+	int r = dl_times(o->up, dst);
 	return r < 0 ? dl_fail(&t, r, "directory times") : 0;
 }
 
@@ -543,7 +564,7 @@ int overlay_delta_dir_meta(const struct ovl_delta_opts *o, int dst, struct ovl_d
 		m->mode = s.st_mode, m->uid = s.st_uid, m->gid = s.st_gid, m->mtim = s.st_mtim;
 		st->replaced++;
 	}
-	int r = dl_times(o->up, dst, 0);
+	int r = dl_times(o->up, dst);
 	return r < 0 ? dl_fail(&t, r, "directory times") : 0;
 }
 
