@@ -443,38 +443,46 @@ static int dl_times(int up, int dfd)
  * from elsewhere, whose lower half the previous layers would shadow), no
  * file of several names; each regular file into dix, each directory into
  * dirs. */
-static int dl_scan_new(struct dl *t, int fd, size_t len, int depth)
+static int dl_scan_pre(void *ctx, struct walk_entry *e)
 {
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
+	struct dl *t = ctx;
+	char v[8];
+	struct xattr_ref x;
+	if (S_ISREG(e->st.st_mode))
+		return e->st.st_nlink > 1 ? -EAGAIN : pathindex_put(t->o->dix, e->path, &e->st);
+	if (!S_ISDIR(e->st.st_mode))
+		return 0;
+	xattr_ref_init(&x, -1, e->dirfd, e->name);
+	if (xattr_get(&x, "trusted.overlay.redirect", v, sizeof(v)) >= 0)
+		return -EAGAIN;
+	return t->o->dirs && overlay_delta_dirs_add(t->o->dirs, e->path, &e->st) < 0 ? -ENOMEM : 0;
+}
+
+/* An entry that cannot be read here is the full walk's to judge; a read
+ * error ends a directory's listing quietly, as it always did. */
+static int dl_scan_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	(void)ctx;
+	if (e->fd >= 0)
+		return 0;
+	return err == -ELOOP || err == -ENAMETOOLONG ? err : -EAGAIN;
+}
+
+static int dl_scan_new(struct dl *t, int fd)
+{
 	struct stat st;
 	char v[8];
-	if (depth > 4096)
-		return -ELOOP;
 	if (fgetxattr(fd, "trusted.overlay.redirect", v, sizeof(v)) >= 0 || fstat(fd, &st) < 0)
 		return -EAGAIN;
 	if (t->o->dirs && overlay_delta_dirs_add(t->o->dirs, t->path, &st) < 0)
 		return -ENOMEM;
-	int r = walk_open(fd, NULL, &d);
-	while (r == 0 && (de = walk_next(d))) {
-		size_t n = strlen(de->d_name);
-		if (len + n + 2 >= sizeof(t->path))
-			return -ENAMETOOLONG;
-		if (len)
-			t->path[len] = '/';
-		memcpy(t->path + len + !!len, de->d_name, n + 1);
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			r = -EAGAIN;
-		else if (S_ISREG(st.st_mode))
-			r = st.st_nlink > 1 ? -EAGAIN : pathindex_put(t->o->dix, t->path, &st);
-		else if (S_ISDIR(st.st_mode)) {
-			_cleanup_close_ int c =
-				openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			r = c < 0 ? -EAGAIN : dl_scan_new(t, c, len + !!len + n, depth + 1);
-		}
-		t->path[len] = '\0';
-	}
-	return r;
+	struct walk_opts o = { .flags = WALK_STAT,
+			       .path_max = sizeof(t->path) - 1,
+			       .prefix = t->path,
+			       .pre = dl_scan_pre,
+			       .fail = dl_scan_fail,
+			       .ctx = t };
+	return walk_tree(fd, NULL, &o);
 }
 
 /* A directory made or moved into place since the previous create (deep):
@@ -505,7 +513,7 @@ static int dl_new_dir(struct dl *t, int dst, const char *rel)
 		if (pd >= 0 && fstatat(pd, base, &ps, AT_SYMLINK_NOFOLLOW) == 0)
 			return -EAGAIN; /* would merge with what they hold there */
 	}
-	int r = dl_scan_new(t, ufd, strlen(t->path), 0);
+	int r = dl_scan_new(t, ufd);
 	snprintf(t->path, sizeof(t->path), "%s", rel);
 	if (r < 0)
 		return r == -EAGAIN ? r : dl_fail(t, r, "read new directory");
