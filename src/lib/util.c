@@ -435,22 +435,41 @@ struct du {
 	uint64_t sum;
 };
 
-static int du_walk(void *ctx, int dfd, const char *name)
+/* A file of several names counts once. */
+static void du_count(struct du *du, const struct stat *st)
 {
-	struct du *du = ctx;
-	struct stat st;
-	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && inode_seen(&du->links, st.st_ino))
-		return 0;
-	du->sum += (uint64_t)st.st_blocks * 512;
-	return S_ISDIR(st.st_mode) ? walk_each(dfd, name, du_walk, du) : 0;
+	if (!S_ISDIR(st->st_mode) && st->st_nlink > 1 && inode_seen(&du->links, st->st_ino))
+		return;
+	du->sum += (uint64_t)st->st_blocks * 512;
+}
+
+static int du_entry(void *ctx, struct walk_entry *e)
+{
+	du_count(ctx, &e->st);
+	return 0;
+}
+
+/* An entry gone since listed counts nothing; any other failure is the
+ * caller's. */
+static int du_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	(void)ctx;
+	return e->step == WALK_AT_STAT && err == -ENOENT ? 0 : err;
 }
 
 int tree_disk_usage(int dirfd, const char *name, uint64_t *ret)
 {
 	struct du du = { 0 };
-	int r = du_walk(&du, dirfd, name);
+	struct stat st;
+	struct walk_opts o = { .flags = WALK_STAT, .pre = du_entry, .fail = du_fail, .ctx = &du };
+	int r = 0;
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		r = errno == ENOENT ? 0 : -errno;
+	} else {
+		du_count(&du, &st);
+		if (S_ISDIR(st.st_mode))
+			r = walk_tree(dirfd, name, &o);
+	}
 	free(du.links.v);
 	if (r >= 0)
 		*ret = du.sum;
