@@ -209,6 +209,32 @@ void tar_wait_past(struct timespec t)
 	}
 }
 
+int tar_walk_failed(ckpt_error *err, const struct walk_entry *e, int r)
+{
+	const char *at = e->depth && e->path[0] ? e->path : ".";
+	switch (e->step) {
+	case WALK_AT_PATH:
+		return err_set(err, ENAMETOOLONG, NULL, "path too long below '%s'", at);
+	case WALK_AT_STAT:
+		return err_set(err, -r, NULL, "cannot stat '%s': %s", at, strerror(-r));
+	case WALK_AT_DEPTH:
+		return err_set(err, ELOOP, NULL, "'%s' is more than %d directories deep", at, WALK_DEPTH_MAX);
+	case WALK_AT_OPEN:
+		return err_set(err, -r, NULL, "cannot open '%s': %s", at, strerror(-r));
+	default:
+		return err_set(err, -r, NULL, "cannot list '%s': %s", at, strerror(-r));
+	}
+}
+
+int tar_walk_root(int dirfd, const struct walk_opts *o, ckpt_error *err)
+{
+	_cleanup_close_ int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return err_set(err, errno, NULL, "cannot open '.': %m");
+	int r = walk_tree(fd, NULL, o);
+	return r == -ENOMEM ? err_set(err, ENOMEM, NULL, "out of memory") : r;
+}
+
 int tar_walk_dir(int dirfd, const char *rel, tar_walk_fn fn, void *ctx, ckpt_error *err)
 {
 	_cleanup_closedir_ DIR *d = NULL;
