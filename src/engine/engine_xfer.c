@@ -20,61 +20,25 @@
 #include "lib/walk.h"
 #include "lib/xattr.h"
 
-static int xw_cmp(const void *a, const void *b)
+struct engine_xfer_walker {
+	engine_xfer_walk_fn fn;
+	void *ctx;
+};
+
+static int engine_xfer_walk_pre(void *ctx, struct walk_entry *e)
 {
-	return strcmp(*(char *const *)a, *(char *const *)b);
+	struct engine_xfer_walker *w = ctx;
+	return w->fn(w->ctx, e->dirfd, e->name, e->path, &e->st);
 }
 
 /* fn for every entry below dirfd in name order, a directory before its
- * contents; rel is the path below the root. */
+ * contents; rel is the path below the root. Any failure to stat, open or
+ * read ends the walk: a listing with a hole would not be the tree. */
 int engine_xfer_walk(int dirfd, const char *rel, engine_xfer_walk_fn fn, void *ctx)
 {
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
-	char **names = NULL;
-	size_t n = 0, cap = 0;
-	int q = walk_open(dirfd, NULL, &d);
-
-	while (q == 0 && (de = walk_next(d))) {
-		if (n == cap) {
-			char **nn = realloc(names, (cap = cap ? cap * 2 : 64) * sizeof(*names));
-			if (!nn) {
-				q = -ENOMEM;
-				break;
-			}
-			names = nn;
-		}
-		if (!(names[n] = strdup(de->d_name)))
-			q = -ENOMEM;
-		else
-			n++;
-	}
-	if (q == 0 && errno)
-		q = -errno;
-	if (q == 0 && n > 1) /* names is NULL for an empty directory */
-		qsort(names, n, sizeof(*names), xw_cmp);
-	for (size_t i = 0; q == 0 && i < n; i++) {
-		struct stat st;
-		_cleanup_free_ char *r = rel ? path_join(rel, names[i]) : strdup(names[i]);
-		if (!r) {
-			q = -ENOMEM;
-			break;
-		}
-		if (fstatat(dirfd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			q = -errno;
-			break;
-		}
-		q = fn(ctx, dirfd, names[i], r, &st);
-		if (q == 0 && S_ISDIR(st.st_mode)) {
-			_cleanup_close_ int sub =
-				openat(dirfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			q = sub < 0 ? -errno : engine_xfer_walk(sub, r, fn, ctx);
-		}
-	}
-	for (size_t i = 0; i < n; i++)
-		free(names[i]);
-	free(names);
-	return q;
+	struct engine_xfer_walker w = { .fn = fn, .ctx = ctx };
+	struct walk_opts o = { .flags = WALK_SORTED | WALK_STAT, .prefix = rel, .pre = engine_xfer_walk_pre, .ctx = &w };
+	return walk_tree(dirfd, NULL, &o);
 }
 
 const char *engine_xfer_type(const struct stat *st, bool hardlink)

@@ -370,12 +370,72 @@ int mkdir_p(const char *path, mode_t mode)
 	return mkdir_p_one(p, last ? last : p, mode);
 }
 
-/* Every child is tried; the first error is kept. */
-static int rm_child(void *ctx, int dfd, const char *name)
+/* rm_rf_at's walk. Every entry is tried; the first failure is kept, and
+ * a directory whose data says something below it stayed is kept too. */
+struct rm {
+	dev_t dev; /* the tree's: a directory on another is a mount point */
+	int first;
+	const struct walk_entry *unread; /* a directory not read to its end */
+};
+
+#define RM_KEPT 1
+
+static void rm_note(struct rm *rm, struct walk_entry *dir, int err)
 {
-	int *first = ctx, k = rm_rf_at(dfd, name);
-	if (k < 0 && *first == 0)
-		*first = k;
+	if (rm->first == 0)
+		rm->first = err;
+	dir->data |= RM_KEPT;
+}
+
+/* Files go at once; a directory after what it holds (rm_dir). */
+static int rm_entry(void *ctx, struct walk_entry *e)
+{
+	struct rm *rm = ctx;
+	struct stat st;
+	if (e->type == DT_DIR && fstatat(e->dirfd, e->name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (errno != ENOENT)
+			rm_note(rm, e->parent, -errno);
+		return WALK_SKIP;
+	}
+	if (e->type != DT_DIR || !S_ISDIR(st.st_mode)) {
+		if (unlinkat(e->dirfd, e->name, 0) < 0 && errno != ENOENT)
+			rm_note(rm, e->parent, -errno);
+		return WALK_SKIP;
+	}
+	if (st.st_dev != rm->dev) {
+		rm_note(rm, e->parent, -EXDEV); /* a mount point: never descend into another filesystem */
+		return WALK_SKIP;
+	}
+	return 0;
+}
+
+static int rm_dir(void *ctx, struct walk_entry *e)
+{
+	if (e->err)
+		return 0;
+	struct rm *rm = ctx;
+	if ((e->data & RM_KEPT) || e == rm->unread)
+		e->parent->data |= RM_KEPT;
+	else if (unlinkat(e->dirfd, e->name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+		rm_note(rm, e->parent, -errno);
+	return 0;
+}
+
+/* Reading the top fails the whole; below it a failure keeps that part. */
+static int rm_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	struct rm *rm = ctx;
+	if (e->step == WALK_AT_STAT && err == -ENOENT)
+		return 0;
+	if (e->step != WALK_AT_READ) {
+		rm_note(rm, e->parent, err);
+		return 0;
+	}
+	if (e->depth == 0)
+		return err;
+	rm->unread = e; /* its post keeps it, and its parent */
+	if (rm->first == 0)
+		rm->first = err;
 	return 0;
 }
 
@@ -389,9 +449,11 @@ int rm_rf_at(int dirfd, const char *name)
 		return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
 	if (fstat(dirfd, &parent) == 0 && parent.st_dev != st.st_dev)
 		return -EXDEV; /* a mount point: never descend into another filesystem */
-	int first = 0, r = walk_each(dirfd, name, rm_child, &first);
-	if (r < 0 || first < 0)
-		return r < 0 ? r : first;
+	struct rm rm = { .dev = st.st_dev };
+	struct walk_opts o = { .pre = rm_entry, .post = rm_dir, .fail = rm_fail, .ctx = &rm };
+	int r = walk_tree(dirfd, name, &o);
+	if (r < 0 || rm.first < 0)
+		return r < 0 ? r : rm.first;
 	return unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT ? -errno : 0;
 }
 
@@ -435,22 +497,41 @@ struct du {
 	uint64_t sum;
 };
 
-static int du_walk(void *ctx, int dfd, const char *name)
+/* A file of several names counts once. */
+static void du_count(struct du *du, const struct stat *st)
 {
-	struct du *du = ctx;
-	struct stat st;
-	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && inode_seen(&du->links, st.st_ino))
-		return 0;
-	du->sum += (uint64_t)st.st_blocks * 512;
-	return S_ISDIR(st.st_mode) ? walk_each(dfd, name, du_walk, du) : 0;
+	if (!S_ISDIR(st->st_mode) && st->st_nlink > 1 && inode_seen(&du->links, st->st_ino))
+		return;
+	du->sum += (uint64_t)st->st_blocks * 512;
+}
+
+static int du_entry(void *ctx, struct walk_entry *e)
+{
+	du_count(ctx, &e->st);
+	return 0;
+}
+
+/* An entry gone since listed counts nothing; any other failure is the
+ * caller's. */
+static int du_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	(void)ctx;
+	return e->step == WALK_AT_STAT && err == -ENOENT ? 0 : err;
 }
 
 int tree_disk_usage(int dirfd, const char *name, uint64_t *ret)
 {
 	struct du du = { 0 };
-	int r = du_walk(&du, dirfd, name);
+	struct stat st;
+	struct walk_opts o = { .flags = WALK_STAT, .pre = du_entry, .fail = du_fail, .ctx = &du };
+	int r = 0;
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		r = errno == ENOENT ? 0 : -errno;
+	} else {
+		du_count(&du, &st);
+		if (S_ISDIR(st.st_mode))
+			r = walk_tree(dirfd, name, &o);
+	}
 	free(du.links.v);
 	if (r >= 0)
 		*ret = du.sum;

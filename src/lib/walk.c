@@ -1,8 +1,9 @@
-/* walk.c: directory streams over fds. */
+/* walk.c: directory streams over fds, and the one bounded recursive walk. */
 #include "lib/walk.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -45,4 +46,208 @@ int walk_each(int dirfd_, const char *name, walk_fn fn, void *ctx)
 		r = -errno;
 	closedir(d);
 	return r < 0 ? r : 0;
+}
+
+struct walk_run {
+	const struct walk_opts *o;
+	int max_depth;
+	char *path; /* the current entry's path; grows, so pointers into it go stale */
+	size_t len, cap;
+};
+
+/* A name read ahead for sorting, with the type readdir gave. */
+struct walk_name {
+	unsigned char type;
+	char name[];
+};
+
+static int walk_fail(struct walk_run *w, struct walk_entry *e, int err, enum walk_step step)
+{
+	e->step = step;
+	return w->o->fail ? w->o->fail(w->o->ctx, e, err) : err;
+}
+
+/* Append "/name" (or "name" at an empty path) to w->path. */
+static int walk_path_push(struct walk_run *w, const char *name)
+{
+	size_t n = strlen(name), sep = w->len > 0, need = w->len + sep + n;
+	if (w->o->path_max && need >= w->o->path_max)
+		return -ENAMETOOLONG;
+	if (need + 1 > w->cap) {
+		size_t cap = w->cap ? w->cap : 256;
+		while (cap < need + 1)
+			cap *= 2;
+		char *p = realloc(w->path, cap);
+		if (!p)
+			return -ENOMEM;
+		w->path = p;
+		w->cap = cap;
+	}
+	if (sep)
+		w->path[w->len] = '/';
+	memcpy(w->path + w->len + sep, name, n + 1);
+	w->len = need;
+	return 0;
+}
+
+static int walk_dir(struct walk_run *w, struct walk_entry *dir, DIR *d);
+
+/* post for directory e: after its contents, or after it could not be
+ * entered (err, e->fd -1), so what pre took is released either way. */
+static int walk_post(struct walk_run *w, struct walk_entry *e, int err, int r)
+{
+	if (!w->o->post)
+		return r;
+	e->err = err;
+	int p = w->o->post(w->o->ctx, e);
+	return err == 0 && p != WALK_SKIP ? p : r;
+}
+
+/* Into directory e: bounded by depth, opened by fd, never through a link. */
+static int walk_descend(struct walk_run *w, struct walk_entry *e)
+{
+	if (e->depth > w->max_depth)
+		return walk_post(w, e, -ELOOP, walk_fail(w, e, -ELOOP, WALK_AT_DEPTH));
+	int fd = openat(e->dirfd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	if (!d) {
+		int err = -errno;
+		if (fd >= 0)
+			close(fd);
+		return walk_post(w, e, err, walk_fail(w, e, err, WALK_AT_OPEN));
+	}
+	e->fd = fd;
+	int r = walk_dir(w, e, d);
+	e->path = w->path; /* the children may have moved the buffer */
+	r = walk_post(w, e, r, r);
+	closedir(d);
+	e->fd = -1;
+	return r;
+}
+
+static int walk_one(struct walk_run *w, struct walk_entry *parent, const char *name, unsigned char type)
+{
+	const struct walk_opts *o = w->o;
+	struct walk_entry e = { .parent = parent,
+				.dirfd = parent->fd,
+				.name = name,
+				.path = w->path ? w->path : "", /* the parent's, until pushed */
+				.path_len = w->len,
+				.depth = parent->depth + 1,
+				.type = type,
+				.fd = -1 };
+	if ((o->flags & WALK_DIRS) && type != DT_DIR && type != DT_UNKNOWN)
+		return 0; /* before the path: a file's length is no failure here */
+	size_t plen = w->len;
+	int r = walk_path_push(w, name);
+	if (r < 0)
+		return r == -ENOMEM ? r : walk_fail(w, &e, r, WALK_AT_PATH);
+	e.path = w->path;
+	e.path_len = w->len;
+	if ((o->flags & WALK_STAT) || type == DT_UNKNOWN) {
+		if (fstatat(e.dirfd, name, &e.st, AT_SYMLINK_NOFOLLOW) < 0) {
+			r = walk_fail(w, &e, -errno, WALK_AT_STAT);
+			goto out;
+		}
+		e.type = IFTODT(e.st.st_mode);
+	}
+	if ((o->flags & WALK_DIRS) && e.type != DT_DIR)
+		goto out;
+	r = o->pre ? o->pre(o->ctx, &e) : 0;
+	if (r == 0 && e.type == DT_DIR)
+		r = walk_descend(w, &e);
+out:
+	w->len = plen;
+	w->path[plen] = '\0';
+	return r == WALK_SKIP ? 0 : r;
+}
+
+static int walk_name_cmp(const void *a, const void *b)
+{
+	return strcmp((*(struct walk_name *const *)a)->name, (*(struct walk_name *const *)b)->name);
+}
+
+/* Every name of d, sorted: read whole first. 0, or -errno of the read. */
+static int walk_read_sorted(DIR *d, struct walk_name ***ret, size_t *ret_n)
+{
+	struct walk_name **v = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	int r = 0;
+	while ((de = walk_next(d))) {
+		size_t len = strlen(de->d_name);
+		if (n == cap) {
+			struct walk_name **nv = realloc(v, (cap = cap ? cap * 2 : 64) * sizeof(*v));
+			if (!nv) {
+				r = -ENOMEM;
+				break;
+			}
+			v = nv;
+		}
+		if (!(v[n] = malloc(sizeof(**v) + len + 1))) {
+			r = -ENOMEM;
+			break;
+		}
+		v[n]->type = de->d_type;
+		memcpy(v[n++]->name, de->d_name, len + 1);
+	}
+	if (r == 0 && errno)
+		r = -errno;
+	if (n > 1)
+		qsort(v, n, sizeof(*v), walk_name_cmp);
+	*ret = v;
+	*ret_n = n;
+	return r;
+}
+
+static int walk_dir_sorted(struct walk_run *w, struct walk_entry *dir, DIR *d)
+{
+	struct walk_name **v;
+	size_t n;
+	int r = walk_read_sorted(d, &v, &n);
+	if (r < 0 && r != -ENOMEM)
+		r = walk_fail(w, dir, r, WALK_AT_READ); /* 0: go on with what was read */
+	for (size_t i = 0; r == 0 && i < n; i++)
+		r = walk_one(w, dir, v[i]->name, v[i]->type);
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+	return r;
+}
+
+static int walk_dir(struct walk_run *w, struct walk_entry *dir, DIR *d)
+{
+	if (w->o->flags & WALK_SORTED)
+		return walk_dir_sorted(w, dir, d);
+	struct dirent *de;
+	int r = 0;
+	while (r == 0 && (de = walk_next(d)))
+		r = walk_one(w, dir, de->d_name, de->d_type);
+	if (r == 0 && !de && errno)
+		r = walk_fail(w, dir, -errno, WALK_AT_READ);
+	return r;
+}
+
+int walk_tree(int dirfd_, const char *name, const struct walk_opts *o)
+{
+	struct walk_run w = { .o = o, .max_depth = o->max_depth > 0 ? o->max_depth : WALK_DEPTH_MAX };
+	DIR *d;
+	int r = walk_open(dirfd_, name, &d);
+	if (r < 0)
+		return r;
+	if (o->prefix && *o->prefix && (r = walk_path_push(&w, o->prefix)) < 0) {
+		closedir(d);
+		return r;
+	}
+	struct walk_entry root = { .dirfd = dirfd_,
+				   .name = name ? name : ".",
+				   .path = w.path ? w.path : "",
+				   .path_len = w.len,
+				   .type = DT_DIR,
+				   .fd = dirfd(d),
+				   .data = o->data };
+	r = walk_dir(&w, &root, d);
+	closedir(d);
+	free(w.path);
+	return r;
 }

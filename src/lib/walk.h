@@ -3,6 +3,8 @@
  * caller; a read error is told apart from the end of the directory. */
 #pragma once
 #include <dirent.h>
+#include <stdint.h>
+#include <sys/stat.h>
 
 /* A stream over name below dirfd (never following a final symlink), or over
  * dirfd itself when name is NULL: then through a new open file description, so
@@ -18,3 +20,73 @@ struct dirent *walk_next(DIR *d);
  * to open or read gives -errno. */
 typedef int (*walk_fn)(void *ctx, int dirfd, const char *name);
 int walk_each(int dirfd, const char *name, walk_fn fn, void *ctx);
+
+/* walk_tree: the one recursive walk. It goes down by fds only (openat with
+ * O_NOFOLLOW, fstatat with AT_SYMLINK_NOFOLLOW): a symlink is an entry,
+ * never followed, and no path is resolved twice. Its depth is bounded, so a
+ * deep tree ends in -ELOOP instead of the stack. */
+
+/* The deepest directory a walk lists: the root is depth 0, its entries 1. */
+#define WALK_DEPTH_MAX 4096
+
+enum {
+	WALK_SORTED = 1 << 0, /* each directory's entries in strcmp order of names */
+	WALK_STAT = 1 << 1,   /* fstatat every entry; else e->st only where d_type is unknown */
+	WALK_DIRS = 1 << 2,   /* only directories reach the hooks: files are not stat'ed */
+};
+
+/* What a hook may return besides 0 (go on) and -errno (stop; walk_tree
+ * returns it). WALK_SKIP from pre: do not go below this directory.
+ * WALK_STOP: end the walk; walk_tree returns WALK_STOP. */
+enum {
+	WALK_SKIP = 1,
+	WALK_STOP = 2
+};
+
+/* Where a walk failed, for the fail hook. */
+enum walk_step {
+	WALK_AT_PATH = 1, /* the path would pass path_max: -ENAMETOOLONG */
+	WALK_AT_STAT,     /* fstatat of the entry */
+	WALK_AT_DEPTH,    /* a directory deeper than max_depth: -ELOOP */
+	WALK_AT_OPEN,     /* opening a directory pre let the walk enter */
+	WALK_AT_READ,     /* reading directory e (e->fd >= 0) */
+};
+
+struct walk_entry {
+	struct walk_entry *parent; /* the directory listed (depth 0: the root); hooks may mark its data */
+	int dirfd;                 /* parent's fd: name is relative to it */
+	const char *name;
+	const char *path; /* below the root, prefixed as walk_opts.prefix; valid in this call only */
+	size_t path_len;
+	int depth;           /* 1 for the root's entries */
+	unsigned char type;  /* DT_* (never DT_UNKNOWN) */
+	struct stat st;      /* with WALK_STAT, or where d_type was DT_UNKNOWN */
+	int fd;              /* a directory's own fd in post and in fail at WALK_AT_READ; else -1 */
+	int err;             /* in post: 0, or why this directory did not end well */
+	enum walk_step step; /* in fail: where */
+	intptr_t data;       /* the caller's, per directory: set in pre, seen by children and post */
+};
+
+/* pre: each entry, a directory before its contents. post: each directory
+ * pre returned 0 for, after its contents; also when it could not be
+ * entered (e->fd -1) or the walk ends below it: then e->err says why, post
+ * only releases what pre took, and its return is ignored.
+ * fail: a failure at entry e, e->step says where (at WALK_AT_PATH e->path
+ * is still the parent's). 0 skips e and goes on (after a read error, with
+ * what was read); anything else ends the walk with it.
+ * Without fail every failure ends the walk. */
+struct walk_opts {
+	unsigned flags;
+	int max_depth;      /* 0: WALK_DEPTH_MAX */
+	size_t path_max;    /* 0: no bound; else paths of path_max bytes or more fail */
+	const char *prefix; /* NULL or "": paths start at the root's entries ("a/b") */
+	intptr_t data;      /* the root's data */
+	int (*pre)(void *ctx, struct walk_entry *e);
+	int (*post)(void *ctx, struct walk_entry *e);
+	int (*fail)(void *ctx, const struct walk_entry *e, int err);
+	void *ctx;
+};
+
+/* Walk below name in dirfd (as walk_open; the root itself reaches no hook).
+ * 0, WALK_STOP, or -errno: the root's open, ENOMEM, or what a hook said. */
+int walk_tree(int dirfd, const char *name, const struct walk_opts *o);

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include "lib/util.h"
@@ -150,6 +151,36 @@ static void test_atomic_write(void **state)
 	assert_int_equal(rmdir(dir), 0);
 }
 
+/* A mount point below the tree is never entered: rm_rf_at says -EXDEV and
+ * removes everything else, keeping only the directories that lead to it. */
+static void test_rm_rf_mount(void **state)
+{
+	(void)state;
+	char dir[TESTLIB_DIR_LEN];
+	assert_int_equal(testlib_mkdir(dir, "rm"), 0);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(dfd >= 0);
+	static const char *const dirs[] = { "t", "t/a", "t/a/m", "t/a/b", "t/a/b/c", "t/z" };
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(*dirs); i++)
+		assert_int_equal(mkdirat(dfd, dirs[i], 0700), 0);
+	close(openat(dfd, "t/a/b/c/f", O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+	close(openat(dfd, "t/z/f", O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+	char m[TESTLIB_DIR_LEN + 8];
+	snprintf(m, sizeof(m), "%s/t/a/m", dir);
+	assert_int_equal(mount("tmpfs", m, "tmpfs", 0, "size=1m"), 0);
+	close(openat(dfd, "t/a/m/kept", O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+	assert_int_equal(rm_rf_at(dfd, "t"), -EXDEV);
+	assert_int_equal(faccessat(dfd, "t/a/m/kept", F_OK, AT_SYMLINK_NOFOLLOW), 0);
+	assert_int_equal(faccessat(dfd, "t/a/b", F_OK, AT_SYMLINK_NOFOLLOW), -1);
+	assert_int_equal(faccessat(dfd, "t/z", F_OK, AT_SYMLINK_NOFOLLOW), -1);
+	assert_int_equal(rm_rf_at(dfd, "t/a/m"), -EXDEV); /* the mount point itself */
+	assert_int_equal(umount(m), 0);
+	assert_int_equal(rm_rf_at(dfd, "t"), 0);
+	assert_int_equal(faccessat(dfd, "t", F_OK, AT_SYMLINK_NOFOLLOW), -1);
+	close(dfd);
+	testlib_rmdir(dir);
+}
+
 static void test_path_join(void **state)
 {
 	(void)state;
@@ -164,9 +195,11 @@ static void test_path_join(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_name_valid),   cmocka_unit_test(test_utf8_valid),   cmocka_unit_test(test_id),
-		cmocka_unit_test(test_rfc3339),      cmocka_unit_test(test_secure_streq), cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_atomic_write), cmocka_unit_test(test_path_join),
+		cmocka_unit_test(test_name_valid),   cmocka_unit_test(test_utf8_valid),
+		cmocka_unit_test(test_id),           cmocka_unit_test(test_rfc3339),
+		cmocka_unit_test(test_secure_streq), cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_atomic_write), cmocka_unit_test(test_rm_rf_mount),
+		cmocka_unit_test(test_path_join),
 	};
 	return cmocka_run_group_tests_name("util", tests, NULL, NULL);
 }

@@ -393,67 +393,96 @@ static int dl_dir(struct dl *t, int dst, const char *rel)
 }
 
 /* Every directory of the delta takes the upper's times again, children
- * first: making or changing entries in a directory moved its mtime. */
-static int dl_times(int up, int dfd, int depth)
+ * first: making or changing entries in a directory moved its mtime. Each
+ * directory's data is its twin in the upper; one the delta has and the
+ * upper lacks is -EAGAIN. */
+static int dl_times_set(int up, int dfd)
 {
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
 	struct stat st;
-	int r = depth > 4096 ? -ELOOP : walk_open(dfd, NULL, &d);
-	while (r == 0 && (de = walk_next(d))) {
-		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
-			continue;
-		_cleanup_close_ int c = openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		_cleanup_close_ int u =
-			c >= 0 ? openat(up, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
-		if (c < 0)
-			continue;
-		r = u < 0 ? -EAGAIN : dl_times(u, c, depth + 1);
-	}
-	if (r == 0 && fstat(up, &st) < 0)
-		r = -errno;
+	if (fstat(up, &st) < 0)
+		return -errno;
 	struct timespec ts[2] = { st.st_atim, st.st_mtim };
-	if (r == 0 && futimens(dfd, ts) < 0)
-		r = -errno;
+	return futimens(dfd, ts) < 0 ? -errno : 0;
+}
+
+static int dl_times_pre(void *ctx, struct walk_entry *e)
+{
+	(void)ctx;
+	int u = openat((int)e->parent->data, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	e->data = u;
+	return u < 0 ? -EAGAIN : 0;
+}
+
+static int dl_times_post(void *ctx, struct walk_entry *e)
+{
+	(void)ctx;
+	int r = e->err ? e->err : dl_times_set((int)e->data, e->fd);
+	close((int)e->data);
 	return r;
+}
+
+/* Past the depth bound the walk fails; a directory that cannot be opened or
+ * read is left as it is. */
+static int dl_times_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	(void)ctx;
+	(void)e;
+	return err == -ELOOP ? err : 0;
+}
+
+static int dl_times(int up, int dfd)
+{
+	struct walk_opts o = {
+		.flags = WALK_DIRS, .data = up, .pre = dl_times_pre, .post = dl_times_post, .fail = dl_times_fail
+	};
+	int r = walk_tree(dfd, NULL, &o);
+	return r < 0 ? r : dl_times_set(up, dfd);
 }
 
 /* Below a directory new in the upper: no redirect (a directory moved in
  * from elsewhere, whose lower half the previous layers would shadow), no
  * file of several names; each regular file into dix, each directory into
  * dirs. */
-static int dl_scan_new(struct dl *t, int fd, size_t len, int depth)
+static int dl_scan_pre(void *ctx, struct walk_entry *e)
 {
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
+	struct dl *t = ctx;
+	char v[8];
+	struct xattr_ref x;
+	if (S_ISREG(e->st.st_mode))
+		return e->st.st_nlink > 1 ? -EAGAIN : pathindex_put(t->o->dix, e->path, &e->st);
+	if (!S_ISDIR(e->st.st_mode))
+		return 0;
+	xattr_ref_init(&x, -1, e->dirfd, e->name);
+	if (xattr_get(&x, "trusted.overlay.redirect", v, sizeof(v)) >= 0)
+		return -EAGAIN;
+	return t->o->dirs && overlay_delta_dirs_add(t->o->dirs, e->path, &e->st) < 0 ? -ENOMEM : 0;
+}
+
+/* An entry that cannot be read here is the full walk's to judge; a read
+ * error ends a directory's listing quietly, as it always did. */
+static int dl_scan_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	(void)ctx;
+	if (e->fd >= 0)
+		return 0;
+	return err == -ELOOP || err == -ENAMETOOLONG ? err : -EAGAIN;
+}
+
+static int dl_scan_new(struct dl *t, int fd)
+{
 	struct stat st;
 	char v[8];
-	if (depth > 4096)
-		return -ELOOP;
 	if (fgetxattr(fd, "trusted.overlay.redirect", v, sizeof(v)) >= 0 || fstat(fd, &st) < 0)
 		return -EAGAIN;
 	if (t->o->dirs && overlay_delta_dirs_add(t->o->dirs, t->path, &st) < 0)
 		return -ENOMEM;
-	int r = walk_open(fd, NULL, &d);
-	while (r == 0 && (de = walk_next(d))) {
-		size_t n = strlen(de->d_name);
-		if (len + n + 2 >= sizeof(t->path))
-			return -ENAMETOOLONG;
-		if (len)
-			t->path[len] = '/';
-		memcpy(t->path + len + !!len, de->d_name, n + 1);
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			r = -EAGAIN;
-		else if (S_ISREG(st.st_mode))
-			r = st.st_nlink > 1 ? -EAGAIN : pathindex_put(t->o->dix, t->path, &st);
-		else if (S_ISDIR(st.st_mode)) {
-			_cleanup_close_ int c =
-				openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			r = c < 0 ? -EAGAIN : dl_scan_new(t, c, len + !!len + n, depth + 1);
-		}
-		t->path[len] = '\0';
-	}
-	return r;
+	struct walk_opts o = { .flags = WALK_STAT,
+			       .path_max = sizeof(t->path) - 1,
+			       .prefix = t->path,
+			       .pre = dl_scan_pre,
+			       .fail = dl_scan_fail,
+			       .ctx = t };
+	return walk_tree(fd, NULL, &o);
 }
 
 /* A directory made or moved into place since the previous create (deep):
@@ -484,7 +513,7 @@ static int dl_new_dir(struct dl *t, int dst, const char *rel)
 		if (pd >= 0 && fstatat(pd, base, &ps, AT_SYMLINK_NOFOLLOW) == 0)
 			return -EAGAIN; /* would merge with what they hold there */
 	}
-	int r = dl_scan_new(t, ufd, strlen(t->path), 0);
+	int r = dl_scan_new(t, ufd);
 	snprintf(t->path, sizeof(t->path), "%s", rel);
 	if (r < 0)
 		return r == -EAGAIN ? r : dl_fail(t, r, "read new directory");
@@ -518,7 +547,7 @@ int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct pat
 		if (r < 0)
 			return r;
 	}
-	int r = dl_times(o->up, dst, 0);
+	int r = dl_times(o->up, dst);
 	return r < 0 ? dl_fail(&t, r, "directory times") : 0;
 }
 
@@ -543,7 +572,7 @@ int overlay_delta_dir_meta(const struct ovl_delta_opts *o, int dst, struct ovl_d
 		m->mode = s.st_mode, m->uid = s.st_uid, m->gid = s.st_gid, m->mtim = s.st_mtim;
 		st->replaced++;
 	}
-	int r = dl_times(o->up, dst, 0);
+	int r = dl_times(o->up, dst);
 	return r < 0 ? dl_fail(&t, r, "directory times") : 0;
 }
 
@@ -567,41 +596,30 @@ int overlay_delta_dirs_add(struct ovl_delta_dirs *d, const char *rel, const stru
 	return 0;
 }
 
-static int dl_dirs_walk(struct ovl_delta_dirs *out, int fd, char *path, size_t len, int depth)
+static int dl_dirs_pre(void *ctx, struct walk_entry *e)
 {
-	struct stat s;
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
-	if (depth > 4096)
-		return -ELOOP;
-	if (fstat(fd, &s) < 0)
-		return -errno;
-	int r = overlay_delta_dirs_add(out, path, &s);
-	if (r == 0)
-		r = walk_open(fd, NULL, &d);
-	while (r == 0 && (de = walk_next(d))) {
-		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
-			continue;
-		_cleanup_close_ int c = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (c < 0)
-			continue; /* not a directory */
-		size_t n = strlen(de->d_name);
-		if (len + n + 2 >= PATH_MAX)
-			return -ENAMETOOLONG;
-		if (len)
-			path[len] = '/';
-		memcpy(path + len + !!len, de->d_name, n + 1);
-		r = dl_dirs_walk(out, c, path, len + !!len + n, depth + 1);
-		path[len] = '\0';
-	}
-	return r;
+	return overlay_delta_dirs_add(ctx, e->path, &e->st);
+}
+
+/* A directory gone or unreadable since its parent listed it is left out. */
+static int dl_dirs_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	(void)ctx;
+	(void)e;
+	return err == -ELOOP || err == -ENAMETOOLONG ? err : 0;
 }
 
 int overlay_delta_dirs_read(int layer_fd, struct ovl_delta_dirs *out)
 {
-	char path[PATH_MAX] = "";
-	_cleanup_close_ int fd = openat(layer_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int r = fd < 0 ? -errno : dl_dirs_walk(out, fd, path, 0, 0);
+	struct stat s;
+	struct walk_opts o = { .flags = WALK_DIRS | WALK_STAT,
+			       .path_max = PATH_MAX - 1,
+			       .pre = dl_dirs_pre,
+			       .fail = dl_dirs_fail,
+			       .ctx = out };
+	int r = fstat(layer_fd, &s) < 0 ? -errno : overlay_delta_dirs_add(out, "", &s);
+	if (r == 0)
+		r = walk_tree(layer_fd, NULL, &o);
 	if (r < 0)
 		overlay_delta_dirs_free(out);
 	return r;

@@ -129,49 +129,75 @@ static bool ovl_diff_xattr(int dirfd, const char *name, const char *key, char *b
 	return true;
 }
 
-/* Every path layer lfd holds below rel: true for those below which the
- * lower layers are hidden or elsewhere (opaque, redirected). */
-static int ovl_diff_collect(int lfd, const char *rel, json_t *cand, int depth)
+static void ovl_diff_mark(json_t *cand, const char *path, bool deep)
 {
-	DIR *d;
-	if (depth > 4096)
-		return -ELOOP;
-	int q = walk_open(lfd, NULL, &d);
-	if (q < 0)
-		return q;
-	struct dirent *de;
-	while (q == 0 && (de = walk_next(d))) {
-		_cleanup_free_ char *path = rel ? path_join(rel, de->d_name) : strdup(de->d_name);
-		struct stat st;
-		if (!path) {
-			q = -ENOMEM;
-			break;
-		}
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			continue;
-		bool deep = false;
-		if (S_ISDIR(st.st_mode)) {
-			char v[PATH_MAX];
-			if (ovl_diff_xattr(dirfd(d), de->d_name, "trusted.overlay.opaque", v, sizeof(v)) && v[0] == 'y')
-				deep = true;
-			if (ovl_diff_xattr(dirfd(d), de->d_name, "trusted.overlay.redirect", v, sizeof(v))) {
-				deep = true;
-				_cleanup_free_ char *from = v[0] == '/' ? strdup(v + 1)
-					: rel                           ? path_join(rel, v)
-									: strdup(v);
-				if (from && *from)
-					json_object_set_new(cand, from, json_true());
-			}
-			_cleanup_close_ int sub =
-				openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub >= 0)
-				q = ovl_diff_collect(sub, path, cand, depth + 1);
-		}
-		if (!json_is_true(json_object_get(cand, path)))
-			json_object_set_new(cand, path, json_boolean(deep));
+	if (!json_is_true(json_object_get(cand, path)))
+		json_object_set_new(cand, path, json_boolean(deep));
+}
+
+/* A directory's data: OVL_DIFF_DEEP when the lower layers are hidden or
+ * elsewhere below it (opaque, redirected). */
+#define OVL_DIFF_DEEP 1
+
+/* A redirect's source: absolute from the root, else beside e. */
+static char *ovl_diff_from(const struct walk_entry *e, const char *v)
+{
+	size_t plen = e->path_len - strlen(e->name);
+	char *out;
+	if (v[0] == '/')
+		return strdup(v + 1);
+	if (plen == 0)
+		return strdup(v);
+	return asprintf(&out, "%.*s/%s", (int)plen - 1, e->path, v) < 0 ? NULL : out;
+}
+
+static int ovl_diff_collect_pre(void *ctx, struct walk_entry *e)
+{
+	json_t *cand = ctx;
+	char v[PATH_MAX];
+	if (!S_ISDIR(e->st.st_mode)) {
+		ovl_diff_mark(cand, e->path, false);
+		return 0;
 	}
-	closedir(d);
-	return q;
+	if (ovl_diff_xattr(e->dirfd, e->name, "trusted.overlay.opaque", v, sizeof(v)) && v[0] == 'y')
+		e->data |= OVL_DIFF_DEEP;
+	if (ovl_diff_xattr(e->dirfd, e->name, "trusted.overlay.redirect", v, sizeof(v))) {
+		e->data |= OVL_DIFF_DEEP;
+		_cleanup_free_ char *from = ovl_diff_from(e, v);
+		if (from && *from)
+			json_object_set_new(cand, from, json_true());
+	}
+	return 0;
+}
+
+/* A directory counts after what it holds (a redirect below it may name
+ * it), and also when it could not be opened. */
+static int ovl_diff_collect_post(void *ctx, struct walk_entry *e)
+{
+	ovl_diff_mark(ctx, e->path, e->data & OVL_DIFF_DEEP);
+	return 0;
+}
+
+/* An entry gone since listed is left out; a directory that cannot be
+ * opened still counts (its post marks it); a read error ends a listing
+ * quietly. */
+static int ovl_diff_collect_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	(void)ctx;
+	(void)e;
+	return err == -ELOOP ? err : 0;
+}
+
+/* Every path layer lfd holds: true for those below which the lower layers
+ * are hidden or elsewhere (opaque, redirected). */
+static int ovl_diff_collect(int lfd, json_t *cand)
+{
+	struct walk_opts o = { .flags = WALK_STAT,
+			       .pre = ovl_diff_collect_pre,
+			       .post = ovl_diff_collect_post,
+			       .fail = ovl_diff_collect_fail,
+			       .ctx = cand };
+	return walk_tree(lfd, NULL, &o);
 }
 
 static int ovl_diff_cmp(const void *x, const void *y)
@@ -201,19 +227,19 @@ static int ovl_diff_candidates(struct ovl_root *r, const struct ovl_chain *x, co
 			char p[32];
 			snprintf(p, sizeof(p), "l/%s", sides[s]->v[i]);
 			_cleanup_close_ int fd = openat(r->rdir_fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			q = fd < 0 ? -errno : ovl_diff_collect(fd, NULL, cand, 0);
+			q = fd < 0 ? -errno : ovl_diff_collect(fd, cand);
 		}
 	/* One side on the base dir, the other on a base layer: the base dir is
 	 * a side of its own (the base layer, a whole tree, was collected). */
 	if (q == 0 && overlay_chain_on_base(x) != overlay_chain_on_base(y)) {
 		_cleanup_close_ int fd = openat(r->rdir_fd, "base", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		q = fd < 0 ? -errno : ovl_diff_collect(fd, NULL, cand, 0);
+		q = fd < 0 ? -errno : ovl_diff_collect(fd, cand);
 	}
 	if (q == 0 && upper) {
 		char p[32];
 		snprintf(p, sizeof(p), "u/%s", upper);
 		_cleanup_close_ int fd = openat(r->rdir_fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		q = fd < 0 ? -errno : ovl_diff_collect(fd, NULL, cand, 0);
+		q = fd < 0 ? -errno : ovl_diff_collect(fd, cand);
 	}
 	return q;
 }

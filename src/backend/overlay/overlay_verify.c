@@ -7,6 +7,7 @@
  * back shows. Inode ctimes cannot stand in: linking a file into a newer layer
  * or removing an older layer changes them. The base is not recorded. */
 #include "backend/overlay/overlay_internal.h"
+#include "lib/walk.h"
 
 #include <sys/stat.h>
 
@@ -83,35 +84,24 @@ static void rec_entry(struct rec_walk *w, const char *rel, const struct stat *st
 	json_object_del(w->map, key);
 }
 
-static int rec_walk_dir(struct rec_walk *w, int dfd, const char *rel)
+static int rec_walk_pre(void *ctx, struct walk_entry *e)
 {
-	int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d = fd < 0 ? NULL : fdopendir(fd);
-	struct dirent *de;
-	int q = 0;
+	rec_entry(ctx, e->path, &e->st);
+	return 0;
+}
 
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
-		return -errno;
-	}
-	while (q == 0 && (de = readdir(d))) {
-		struct stat st;
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		_cleanup_free_ char *p = rel ? path_join(rel, de->d_name) : strdup(de->d_name);
-		if (!p || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			q = p ? -errno : -ENOMEM;
-			break;
-		}
-		rec_entry(w, p, &st);
-		if (!S_ISDIR(st.st_mode))
-			continue;
-		_cleanup_close_ int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		q = sub < 0 ? -errno : rec_walk_dir(w, sub, p);
-	}
-	closedir(d);
-	return q;
+/* An entry it cannot stat or open fails the walk; a read error ends a
+ * directory's listing quietly, as readdir's loop always did. */
+static int rec_walk_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	(void)ctx;
+	return e->fd >= 0 ? 0 : err;
+}
+
+static int rec_walk_dir(struct rec_walk *w, int dfd)
+{
+	struct walk_opts o = { .flags = WALK_STAT, .pre = rec_walk_pre, .fail = rec_walk_fail, .ctx = w };
+	return walk_tree(dfd, NULL, &o);
 }
 
 int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name)
@@ -125,7 +115,7 @@ int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name)
 	if (!f)
 		return -ENOMEM;
 	fputs(REC_MAGIC, f);
-	int q = lfd < 0 ? -errno : rec_walk_dir(&w, lfd, NULL);
+	int q = lfd < 0 ? -errno : rec_walk_dir(&w, lfd);
 	if (fclose(f) != 0 && q == 0)
 		q = -ENOMEM;
 	_cleanup_close_ int rfd = openat(r->rdir_fd, "rec", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -170,7 +160,7 @@ static int verify_layer(struct ovl_root *r, int layers_fd, const char *name, str
 		return 0;
 	}
 	w->map = map;
-	int q = rec_walk_dir(w, lfd, NULL);
+	int q = rec_walk_dir(w, lfd);
 	json_object_foreach (map, key, v) {
 		char raw[4096];
 		size_t n = 0;

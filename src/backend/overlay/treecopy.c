@@ -531,37 +531,82 @@ static int treecopy_update_one(struct tc *t, int src_fd, int dst_fd, const struc
 	return r;
 }
 
+struct tc_dm {
+	struct tc *t;
+	bool failed; /* a hook said so: else a failed walk could not open the root */
+};
+
+static bool treecopy_dirs_meta_same(const struct stat *ss, const struct stat *ds)
+{
+	return ss->st_mode == ds->st_mode && ss->st_uid == ds->st_uid && ss->st_gid == ds->st_gid &&
+		ss->st_mtim.tv_sec == ds->st_mtim.tv_sec && ss->st_mtim.tv_nsec == ds->st_mtim.tv_nsec;
+}
+
+static int treecopy_dirs_meta_set(struct tc *t, int s, int d, const struct stat *ss)
+{
+	struct stat ds;
+	if (fstat(d, &ds) < 0)
+		return tc_fail(t, -errno, "stat dir");
+	if (treecopy_dirs_meta_same(ss, &ds))
+		return 0;
+	t->st->replaced++;
+	int r = treecopy_update_meta(s, d, ss);
+	return r < 0 ? tc_fail(t, r, "dir metadata") : 0;
+}
+
+/* Each directory's twin in dst rides in its data. */
+static int treecopy_dirs_meta_pre(void *ctx, struct walk_entry *e)
+{
+	struct tc_dm *m = ctx;
+	int d = openat((int)e->parent->data, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	e->data = d;
+	m->failed |= d < 0;
+	return d < 0 ? -EAGAIN : 0;
+}
+
+/* Children first: setting a child's metadata must not move what its
+ * parent's comparison sees. */
+static int treecopy_dirs_meta_post(void *ctx, struct walk_entry *e)
+{
+	struct tc_dm *m = ctx;
+	int r = e->err ? e->err : treecopy_dirs_meta_set(m->t, e->fd, (int)e->data, &e->st);
+	close((int)e->data);
+	m->failed |= r < 0;
+	return r;
+}
+
+/* A directory gone or unreadable in src is left to the next walk; past the
+ * depth bound the walk fails. */
+static int treecopy_dirs_meta_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	struct tc_dm *m = ctx;
+	(void)e;
+	if (err != -ELOOP)
+		return 0;
+	m->failed = true;
+	return tc_fail(m->t, err, "directory depth");
+}
+
 /* Every directory's own metadata, where it differs: overlayfs can touch an
  * upper directory's mtime without an event (seen: a rename refused with
  * ENOTEMPTY changed its parent's). A walk of directories only: no file is
  * stat'ed. A directory of src missing from dst is one no event explained. */
 static int treecopy_dirs_meta(struct tc *t, int s, int d)
 {
-	struct stat ss, ds;
-	if (fstat(s, &ss) < 0 || fstat(d, &ds) < 0)
+	struct stat ss;
+	struct tc_dm m = { .t = t };
+	struct walk_opts o = { .flags = WALK_DIRS | WALK_STAT,
+			       .data = d,
+			       .pre = treecopy_dirs_meta_pre,
+			       .post = treecopy_dirs_meta_post,
+			       .fail = treecopy_dirs_meta_fail,
+			       .ctx = &m };
+	if (fstat(s, &ss) < 0)
 		return tc_fail(t, -errno, "stat dir");
-	_cleanup_closedir_ DIR *dir = NULL;
-	int r = walk_open(s, NULL, &dir);
+	int r = walk_tree(s, NULL, &o);
 	if (r < 0)
-		return tc_fail(t, r, "open dir");
-	struct dirent *de;
-	while (r == 0 && (de = walk_next(dir))) {
-		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
-			continue;
-		_cleanup_close_ int cs = openat(s, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (cs < 0)
-			continue; /* not a dir after all, or gone */
-		_cleanup_close_ int cd = openat(d, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		r = cd < 0 ? -EAGAIN : treecopy_dirs_meta(t, cs, cd);
-	}
-	if (r < 0)
-		return r;
-	if (ss.st_mode == ds.st_mode && ss.st_uid == ds.st_uid && ss.st_gid == ds.st_gid &&
-	    ss.st_mtim.tv_sec == ds.st_mtim.tv_sec && ss.st_mtim.tv_nsec == ds.st_mtim.tv_nsec)
-		return 0;
-	t->st->replaced++;
-	r = treecopy_update_meta(s, d, &ss);
-	return r < 0 ? tc_fail(t, r, "dir metadata") : 0;
+		return m.failed ? r : tc_fail(t, r, "open dir");
+	return treecopy_dirs_meta_set(t, s, d, &ss);
 }
 
 /* treecopy_dirs_meta for the directories listed, by path, deepest first;

@@ -484,28 +484,31 @@ struct jcheck {
 	ckpt_error *err;
 };
 
-static int jcheck_one(void *ctx, int dirfd, const char *name, const char *rel, const char *path)
+static int jcheck_one(void *ctx, struct walk_entry *e)
 {
 	struct jcheck *j = ctx;
-	struct stat st;
-	(void)rel;
+	const struct stat *st = &e->st;
 
-	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !tar_type_of(st.st_mode) ||
-	    tar_skipped(&st, j->skip_dev, j->skip_ino, j->excl))
-		return 0;
-	const struct tar_mentry *e = tar_manifest_find(&j->m, path);
+	if (!tar_type_of(st->st_mode) || tar_skipped(st, j->skip_dev, j->skip_ino, j->excl))
+		return WALK_SKIP;
+	const struct tar_mentry *m = tar_manifest_find(&j->m, e->path);
 	/* changed since the create began: either way is right */
-	bool settled = ts_before(st.st_ctim, j->since);
+	bool settled = ts_before(st->st_ctim, j->since);
 	if (settled &&
-	    (!e || !tar_type_matches(e, &st) ||
-	     (!S_ISDIR(st.st_mode) &&
-	      (e->ino != (uint64_t)st.st_ino || !ts_eq(e->ctime, st.st_ctim) ||
-	       (S_ISREG(st.st_mode) && e->size != (uint64_t)st.st_size)))))
-		return err_set(j->err, EIO, NULL, "change tracking missed '%s' (track_check)", path);
-	if (!S_ISDIR(st.st_mode))
-		return 0;
-	_cleanup_close_ int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	return sub < 0 ? 0 : tar_walk_dir(sub, path, jcheck_one, j, j->err);
+	    (!m || !tar_type_matches(m, st) ||
+	     (!S_ISDIR(st->st_mode) &&
+	      (m->ino != (uint64_t)st->st_ino || !ts_eq(m->ctime, st->st_ctim) ||
+	       (S_ISREG(st->st_mode) && m->size != (uint64_t)st->st_size)))))
+		return err_set(j->err, EIO, NULL, "change tracking missed '%s' (track_check)", e->path);
+	return 0;
+}
+
+/* An entry gone, or a directory that cannot be opened, since listed is the
+ * writer's business, not a miss. */
+static int jcheck_fail(void *ctx, const struct walk_entry *e, int r)
+{
+	struct jcheck *j = ctx;
+	return e->step == WALK_AT_STAT || e->step == WALK_AT_OPEN ? 0 : tar_walk_failed(j->err, e, r);
 }
 
 int tar_create_check(int root_fd, int out_dirfd, const char *manifest, const struct tar_create_opts *o,
@@ -514,9 +517,12 @@ int tar_create_check(int root_fd, int out_dirfd, const char *manifest, const str
 	struct jcheck j = {
 		.since = since, .skip_dev = o->skip_dev, .skip_ino = o->skip_ino, .excl = o->excl, .err = err
 	};
+	struct walk_opts wo = {
+		.flags = WALK_STAT, .path_max = PATH_MAX, .pre = jcheck_one, .fail = jcheck_fail, .ctx = &j
+	};
 	int r = tar_manifest_load(out_dirfd, manifest, &j.m, err);
 	if (r >= 0)
-		r = tar_walk_dir(root_fd, NULL, jcheck_one, &j, err);
+		r = tar_walk_root(root_fd, &wo, err);
 	tar_manifest_free(&j.m);
 	return r;
 }

@@ -33,46 +33,35 @@ struct tar_dctx {
 	json_t *out;
 };
 
-static int tar_diff_live(struct tar_dctx *c, int dfd, const char *rel, int depth)
+static int tar_diff_live_pre(void *ctx, struct walk_entry *e)
 {
-	DIR *d;
-	if (depth > 4096)
-		return -ELOOP;
-	int q = walk_open(dfd, NULL, &d);
-	if (q < 0)
-		return q;
-	struct dirent *de;
-	while (q == 0 && (de = walk_next(d))) {
-		struct stat st;
-		struct bdiff_ent ea, eb;
-		_cleanup_free_ char *path = rel ? path_join(rel, de->d_name) : strdup(de->d_name);
-		if (!path) {
-			q = -ENOMEM;
-			break;
-		}
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			continue;
-		if (tar_skipped(&st, c->skip_dev, c->skip_ino, c->excl))
-			continue;
-		struct tar_mentry *e = tar_manifest_find(c->a, path);
-		if (e)
-			e->seen = true;
-		tar_diff_ent(c->a, e, &ea);
-		bdiff_from_stat(&eb, &st);
-		if (eb.type == 'l') /* manifests keep no symlink size: compared by mtime */
-			eb.size = 0;
-		if ((q = bdiff_compare(c->out, c->root, path, &ea, &eb)) < 0)
-			break;
-		q = 0;
-		if (S_ISDIR(st.st_mode)) {
-			_cleanup_close_ int sub =
-				openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub >= 0)
-				q = tar_diff_live(c, sub, path, depth + 1);
-		}
-	}
-	closedir(d);
-	return q;
+	struct tar_dctx *c = ctx;
+	struct bdiff_ent ea, eb;
+	if (tar_skipped(&e->st, c->skip_dev, c->skip_ino, c->excl))
+		return WALK_SKIP;
+	struct tar_mentry *m = tar_manifest_find(c->a, e->path);
+	if (m)
+		m->seen = true;
+	tar_diff_ent(c->a, m, &ea);
+	bdiff_from_stat(&eb, &e->st);
+	if (eb.type == 'l') /* manifests keep no symlink size: compared by mtime */
+		eb.size = 0;
+	int q = bdiff_compare(c->out, c->root, e->path, &ea, &eb);
+	return q < 0 ? q : 0;
+}
+
+/* An entry gone or unreadable since listed is left out of the live side. */
+static int tar_diff_live_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	(void)ctx;
+	(void)e;
+	return err == -ELOOP ? err : 0;
+}
+
+static int tar_diff_live(struct tar_dctx *c, int dfd)
+{
+	struct walk_opts o = { .flags = WALK_STAT, .pre = tar_diff_live_pre, .fail = tar_diff_live_fail, .ctx = c };
+	return walk_tree(dfd, NULL, &o);
 }
 
 int tar_diff_root(const char *root_path, int cfd_a, const char *man_a, int cfd_b, const char *man_b, int live_fd,
@@ -102,7 +91,7 @@ int tar_diff_root(const char *root_path, int cfd_a, const char *man_a, int cfd_b
 		struct tar_dctx c = {
 			.a = &a, .root = root_path, .skip_dev = skip_dev, .skip_ino = skip_ino, .excl = excl, .out = out
 		};
-		q = tar_diff_live(&c, live_fd, NULL, 0);
+		q = tar_diff_live(&c, live_fd);
 	}
 	memset(&eb, 0, sizeof(eb));
 	for (size_t i = 0; q >= 0 && i < a.n; i++) {

@@ -154,29 +154,42 @@ void tar_cwd_leave(int *saved)
 	}
 }
 
+struct tar_count {
+	dev_t skip_dev;
+	ino_t skip_ino;
+	const struct rootexcl *excl;
+	const atomic_bool *stop;
+	uint64_t *files, *bytes;
+};
+
+static int tar_count_pre(void *ctx, struct walk_entry *e)
+{
+	struct tar_count *c = ctx;
+	if (c->stop && atomic_load(c->stop))
+		return WALK_STOP;
+	if (tar_skipped(&e->st, c->skip_dev, c->skip_ino, c->excl))
+		return WALK_SKIP;
+	(*c->files)++;
+	if (S_ISREG(e->st.st_mode))
+		*c->bytes += (uint64_t)e->st.st_size;
+	return 0;
+}
+
+/* A count is an estimate: what cannot be read is left out, quietly. */
+static int tar_count_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	(void)ctx;
+	(void)e;
+	(void)err;
+	return 0;
+}
+
 void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, const struct rootexcl *excl, const atomic_bool *stop,
 		    uint64_t *files, uint64_t *bytes)
 {
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
-	struct stat st;
-
-	if (walk_open(dirfd, NULL, &d) < 0)
-		return;
-	while ((de = walk_next(d)) && !(stop && atomic_load(stop))) {
-		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			continue;
-		if (tar_skipped(&st, skip_dev, skip_ino, excl))
-			continue;
-		(*files)++;
-		if (S_ISREG(st.st_mode))
-			*bytes += (uint64_t)st.st_size;
-		if (!S_ISDIR(st.st_mode))
-			continue;
-		_cleanup_close_ int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (sub >= 0)
-			tar_count_tree(sub, skip_dev, skip_ino, excl, stop, files, bytes);
-	}
+	struct tar_count c = { skip_dev, skip_ino, excl, stop, files, bytes };
+	struct walk_opts o = { .flags = WALK_STAT, .pre = tar_count_pre, .fail = tar_count_fail, .ctx = &c };
+	walk_tree(dirfd, NULL, &o);
 }
 
 void tar_ts_max(struct timespec *acc, struct timespec t)
@@ -194,6 +207,32 @@ void tar_wait_past(struct timespec t)
 			return;
 		nanosleep(&pause, NULL);
 	}
+}
+
+int tar_walk_failed(ckpt_error *err, const struct walk_entry *e, int r)
+{
+	const char *at = e->depth && e->path[0] ? e->path : ".";
+	switch (e->step) {
+	case WALK_AT_PATH:
+		return err_set(err, ENAMETOOLONG, NULL, "path too long below '%s'", at);
+	case WALK_AT_STAT:
+		return err_set(err, -r, NULL, "cannot stat '%s': %s", at, strerror(-r));
+	case WALK_AT_DEPTH:
+		return err_set(err, ELOOP, NULL, "'%s' is more than %d directories deep", at, WALK_DEPTH_MAX);
+	case WALK_AT_OPEN:
+		return err_set(err, -r, NULL, "cannot open '%s': %s", at, strerror(-r));
+	default:
+		return err_set(err, -r, NULL, "cannot list '%s': %s", at, strerror(-r));
+	}
+}
+
+int tar_walk_root(int dirfd, const struct walk_opts *o, ckpt_error *err)
+{
+	_cleanup_close_ int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return err_set(err, errno, NULL, "cannot open '.': %m");
+	int r = walk_tree(fd, NULL, o);
+	return r == -ENOMEM ? err_set(err, ENOMEM, NULL, "out of memory") : r;
 }
 
 int tar_walk_dir(int dirfd, const char *rel, tar_walk_fn fn, void *ctx, ckpt_error *err)

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include "backend/rootexcl.h"
 #include "backend/tar/tar_manifest.h"
+#include "lib/walk.h"
 
 /* The xattrs of name below dirfd (not following symlinks), or of dirfd itself
  * when name is NULL. Sorted by name. */
@@ -29,6 +30,13 @@ void tar_cwd_leave(int *saved);
  * at the root). Stops at the first error fn returns. */
 typedef int (*tar_walk_fn)(void *ctx, int dirfd, const char *name, const char *rel, const char *path);
 int tar_walk_dir(int dirfd, const char *rel, tar_walk_fn fn, void *ctx, ckpt_error *err);
+
+/* A failure of walk_tree at e into err, worded as tar_walk_dir words it;
+ * for fail hooks. */
+int tar_walk_failed(ckpt_error *err, const struct walk_entry *e, int r);
+/* walk_tree below dirfd for a walk whose hooks fill err: err also when the
+ * root cannot be opened or memory runs out. */
+int tar_walk_root(int dirfd, const struct walk_opts *o, ckpt_error *err);
 
 /* Files and regular-file bytes below dirfd, skipping the (dev, ino)
  * directory and what excl leaves out. */

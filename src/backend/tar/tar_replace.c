@@ -123,26 +123,20 @@ void tar_gone_at(const struct tar_restore_opts *o, int pfd, const char *leaf, co
 		tar_gone_put(o, &st, path);
 }
 
-static void tar_gone_dir(const struct tar_restore_opts *o, int dirfd, const char *path, int depth)
+static int tar_gone_pre(void *ctx, struct walk_entry *e)
 {
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
-	char sub[PATH_MAX];
+	tar_gone_put(ctx, &e->st, e->path);
+	return 0;
+}
 
-	if (depth > 256 || walk_open(dirfd, NULL, &d) < 0)
-		return;
-	while ((de = walk_next(d))) {
-		struct stat st;
-		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			continue;
-		snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
-		tar_gone_put(o, &st, sub);
-		if (!S_ISDIR(st.st_mode))
-			continue;
-		_cleanup_close_ int fd = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd >= 0)
-			tar_gone_dir(o, fd, sub, depth + 1);
-	}
+/* What cannot be read, or lies deeper than 256 below the tree, goes
+ * unrecorded, as it always did: the record is best effort. */
+static int tar_gone_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	(void)ctx;
+	(void)e;
+	(void)err;
+	return 0;
 }
 
 void tar_gone_tree(const struct tar_restore_opts *o, int dirfd, const char *name, const struct stat *st,
@@ -153,7 +147,11 @@ void tar_gone_tree(const struct tar_restore_opts *o, int dirfd, const char *name
 	tar_gone_put(o, st, path);
 	if (!S_ISDIR(st->st_mode))
 		return;
-	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd >= 0)
-		tar_gone_dir(o, fd, path, 0);
+	struct walk_opts wo = { .flags = WALK_STAT,
+				.max_depth = 256,
+				.prefix = path,
+				.pre = tar_gone_pre,
+				.fail = tar_gone_fail,
+				.ctx = (void *)o };
+	walk_tree(dirfd, name, &wo);
 }

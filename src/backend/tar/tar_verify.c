@@ -95,47 +95,48 @@ static const char *compare_content(struct vctx *c, int dirfd, const char *name, 
 	return memcmp(sum, e->sha256, TAR_SHA256_LEN) ? "content" : NULL;
 }
 
-static int verify_walk(struct vctx *c, int dirfd, const char *rel);
-
-static int verify_one(void *ctx, int dirfd, const char *name, const char *rel, const char *path)
+/* One live entry against the manifest; below a directory the checkpoint
+ * also holds as one. */
+static int verify_one(void *ctx, struct walk_entry *e)
 {
 	struct vctx *c = ctx;
 	struct tar_xattr *xa = NULL;
 	size_t n_xa = 0;
-	struct stat st;
-	const char *why;
+	const char *why, *path = e->path;
 	int r;
-	(void)rel;
 
-	if (full(c) || fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return full(c) ? 0 : err_set(c->err, errno, NULL, "cannot stat '%s': %m", path);
-	if (tar_skipped(&st, c->o->skip_dev, c->o->skip_ino, c->o->excl))
-		return 0;
-	struct tar_mentry *e = tar_manifest_find(&c->m, path);
-	if (!e) {
+	if (full(c) || tar_skipped(&e->st, c->o->skip_dev, c->o->skip_ino, c->o->excl))
+		return WALK_SKIP;
+	struct tar_mentry *m = tar_manifest_find(&c->m, path);
+	if (!m) {
 		differ(c, path, "unexpected");
-		return 0;
+		return WALK_SKIP;
 	}
-	e->seen = true;
-	if ((r = tar_xattrs_read(dirfd, name, &xa, &n_xa)) < 0)
+	m->seen = true;
+	if ((r = tar_xattrs_read(e->dirfd, e->name, &xa, &n_xa)) < 0)
 		return err_set(c->err, -r, NULL, "cannot read the xattrs of '%s': %s", path, strerror(-r));
-	why = compare_meta(e, &st, tar_xattrs_hash(xa, n_xa));
+	why = compare_meta(m, &e->st, tar_xattrs_hash(xa, n_xa));
 	tar_xattrs_free(xa, n_xa);
-	if (!why && S_ISREG(st.st_mode) && !(why = compare_content(c, dirfd, name, e, &st, &r)) && r < 0)
+	if (!why && S_ISREG(e->st.st_mode) && !(why = compare_content(c, e->dirfd, e->name, m, &e->st, &r)) && r < 0)
 		return err_set(c->err, -r, NULL, "cannot read '%s': %s", path, strerror(-r));
 	if (why)
 		differ(c, path, why);
-	if (!S_ISDIR(st.st_mode) || e->type != 'd')
-		return 0;
-	_cleanup_close_ int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (sub < 0)
-		return err_set(c->err, errno, NULL, "cannot open '%s': %m", path);
-	return verify_walk(c, sub, path);
+	return S_ISDIR(e->st.st_mode) && m->type == 'd' ? 0 : WALK_SKIP;
 }
 
-static int verify_walk(struct vctx *c, int dirfd, const char *rel)
+/* Once the list of differences is full, nothing more is looked at. */
+static int verify_fail(void *ctx, const struct walk_entry *e, int r)
 {
-	return tar_walk_dir(dirfd, rel, verify_one, c, c->err);
+	struct vctx *c = ctx;
+	return e->step == WALK_AT_STAT && full(c) ? 0 : tar_walk_failed(c->err, e, r);
+}
+
+static int verify_walk(struct vctx *c)
+{
+	struct walk_opts o = {
+		.flags = WALK_STAT, .path_max = PATH_MAX, .pre = verify_one, .fail = verify_fail, .ctx = c
+	};
+	return tar_walk_root(c->root_fd, &o, c->err);
 }
 
 static int verify_root_meta(struct vctx *c)
@@ -174,7 +175,7 @@ int tar_verify_root(int root_fd, int ckpt_dirfd, const char *manifest, const str
 	c.buf = malloc(VERIFY_BUF);
 	r = c.buf ? verify_root_meta(&c) : err_set(err, ENOMEM, NULL, "out of memory");
 	if (r >= 0)
-		r = verify_walk(&c, root_fd, NULL);
+		r = verify_walk(&c);
 	for (size_t i = 0; r >= 0 && i < c.m.n; i++)
 		if (top_missing(&c.m, &c.m.v[i]))
 			differ(&c, c.m.v[i].path, "missing");

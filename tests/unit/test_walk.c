@@ -1,0 +1,262 @@
+/* Unit tests of walk_tree (src/lib/walk.c), the one recursive walk: sorted
+ * order, pre- and post-order, skip and stop, the depth bound, the path bound,
+ * symlinks never followed, and a directory it cannot read. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "lib/util.h"
+#include "lib/walk.h"
+#include "testlib.h"
+
+static char dir[TESTLIB_DIR_LEN];
+static int dfd = -1;
+
+/* What the hooks saw, one "pre path", "post path" or "fail path err" a line. */
+struct seen {
+	char log[4096];
+	const char *skip; /* pre answers WALK_SKIP here */
+	const char *stop; /* pre answers WALK_STOP here */
+	int post_err;     /* the last e->err post saw that was not 0 */
+	int fail_answer;  /* what fail answers */
+	bool hook;        /* walk_as_nobody: with seen_fail */
+};
+
+static void seen_add(struct seen *s, const char *what, const char *path)
+{
+	size_t n = strlen(s->log);
+	snprintf(s->log + n, sizeof(s->log) - n, "%s %s\n", what, path);
+}
+
+static int seen_pre(void *ctx, struct walk_entry *e)
+{
+	struct seen *s = ctx;
+	seen_add(s, e->type == DT_LNK ? "link" : "pre", e->path);
+	if (s->skip && !strcmp(e->path, s->skip))
+		return WALK_SKIP;
+	return s->stop && !strcmp(e->path, s->stop) ? WALK_STOP : 0;
+}
+
+static int seen_post(void *ctx, struct walk_entry *e)
+{
+	struct seen *s = ctx;
+	assert_true(e->fd >= 0 || e->err < 0); /* -1: it could not be entered */
+	if (e->err)
+		s->post_err = e->err;
+	seen_add(s, "post", e->path);
+	return 0;
+}
+
+static int seen_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	struct seen *s = ctx;
+	char what[32];
+	static const char *const steps[] = { "", "path", "stat", "depth", "open", "read" };
+	snprintf(what, sizeof(what), "fail %s %d", steps[e->step], -err);
+	seen_add(s, what, e->path);
+	return s->fail_answer;
+}
+
+static void mk(const char *rel, bool is_dir)
+{
+	if (is_dir)
+		assert_int_equal(mkdirat(dfd, rel, 0755), 0);
+	else {
+		int fd = openat(dfd, rel, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+		assert_true(fd >= 0);
+		close(fd);
+	}
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	if (testlib_mkdir(dir, "walk") < 0 || (dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return -1;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	close(dfd);
+	testlib_rmdir(dir);
+	return 0;
+}
+
+static int walk_seen(struct seen *s, unsigned flags, int max_depth)
+{
+	struct walk_opts o = { .flags = flags, .max_depth = max_depth, .pre = seen_pre, .post = seen_post, .ctx = s };
+	return walk_tree(dfd, "t", &o);
+}
+
+/* t/{c/{z,y},a,b/} made out of order: sorted, each directory before its
+ * contents and its post after them. */
+static void test_walk_sorted_pre_post(void **state)
+{
+	(void)state;
+	struct seen s = { 0 };
+	mk("t", true), mk("t/c", true), mk("t/c/z", false), mk("t/c/y", false), mk("t/a", false), mk("t/b", true);
+	assert_int_equal(walk_seen(&s, WALK_SORTED | WALK_STAT, 0), 0);
+	assert_string_equal(s.log, "pre a\npre b\npost b\npre c\npre c/y\npre c/z\npost c\n");
+	/* A prefix starts every path; WALK_DIRS leaves files out. */
+	memset(&s, 0, sizeof(s));
+	struct walk_opts o = { .flags = WALK_SORTED | WALK_DIRS, .prefix = "top", .pre = seen_pre, .ctx = &s };
+	assert_int_equal(walk_tree(dfd, "t", &o), 0);
+	assert_string_equal(s.log, "pre top/b\npre top/c\n");
+}
+
+/* WALK_SKIP keeps the walk out of one directory; WALK_STOP ends it, and the
+ * posts of the directories it was in still run (to release). */
+static void test_walk_skip_stop(void **state)
+{
+	(void)state;
+	mk("t", true), mk("t/a", true), mk("t/a/x", false), mk("t/b", true), mk("t/b/y", false), mk("t/c", false);
+	struct seen s = { .skip = "a" };
+	assert_int_equal(walk_seen(&s, WALK_SORTED, 0), 0);
+	assert_string_equal(s.log, "pre a\npre b\npre b/y\npost b\npre c\n");
+	memset(&s, 0, sizeof(s));
+	s.stop = "b/y";
+	assert_int_equal(walk_seen(&s, WALK_SORTED, 0), WALK_STOP);
+	assert_string_equal(s.log, "pre a\npre a/x\npost a\npre b\npre b/y\npost b\n");
+	assert_int_equal(s.post_err, WALK_STOP);
+}
+
+/* Directories down to max_depth are listed; one deeper is -ELOOP, which a
+ * fail hook may turn into skipping that directory. */
+static void test_walk_depth(void **state)
+{
+	(void)state;
+	mk("t", true), mk("t/d", true), mk("t/d/d", true), mk("t/d/d/d", true), mk("t/d/d/d/f", false);
+	struct seen s = { 0 };
+	assert_int_equal(walk_seen(&s, 0, 3), 0);
+	assert_non_null(strstr(s.log, "pre d/d/d/f\n"));
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(walk_seen(&s, 0, 2), -ELOOP);
+	assert_null(strstr(s.log, "pre d/d/d/f"));
+	assert_int_equal(s.post_err, -ELOOP);
+	memset(&s, 0, sizeof(s));
+	struct walk_opts o = { .max_depth = 2, .pre = seen_pre, .fail = seen_fail, .ctx = &s };
+	assert_int_equal(walk_tree(dfd, "t", &o), 0);
+	assert_string_equal(s.log, "pre d\npre d/d\npre d/d/d\nfail depth 40 d/d/d\n");
+	/* The default bound is WALK_DEPTH_MAX: this shallow tree is within it. */
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(walk_seen(&s, 0, 0), 0);
+}
+
+/* A path of path_max bytes or more fails with -ENAMETOOLONG. */
+static void test_walk_path_max(void **state)
+{
+	(void)state;
+	mk("t", true), mk("t/abc", true), mk("t/abc/defg", false);
+	struct seen s = { 0 };
+	struct walk_opts o = { .path_max = 8, .pre = seen_pre, .ctx = &s };
+	assert_int_equal(walk_tree(dfd, "t", &o), -ENAMETOOLONG);
+	assert_string_equal(s.log, "pre abc\n");
+	o.path_max = 9; /* "abc/defg" and its NUL */
+	assert_int_equal(walk_tree(dfd, "t", &o), 0);
+}
+
+/* A symlink to a directory is an entry, never entered; a root that is a
+ * symlink is not opened. */
+static void test_walk_symlink(void **state)
+{
+	(void)state;
+	mk("t", true), mk("out", true), mk("out/secret", false);
+	assert_int_equal(symlinkat("../out", dfd, "t/l"), 0);
+	assert_int_equal(symlinkat("out", dfd, "lt"), 0);
+	struct seen s = { 0 };
+	assert_int_equal(walk_seen(&s, WALK_STAT, 0), 0);
+	assert_string_equal(s.log, "link l\n");
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(walk_seen(&s, 0, 0), 0); /* by d_type alone, too */
+	assert_string_equal(s.log, "link l\n");
+	struct walk_opts o = { .pre = seen_pre, .ctx = &s };
+	assert_int_equal(walk_tree(dfd, "lt", &o), -ENOTDIR);
+}
+
+/* As an unprivileged user (a root walk reads any mode): a directory it may
+ * not open fails the walk with -EACCES, its own post and its parent's still
+ * run (to release), or it is skipped by a fail hook answering 0. The
+ * child's exit code tells. */
+static int walk_as_nobody(struct seen *s)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(100);
+		struct walk_opts o = { .flags = WALK_SORTED, .pre = seen_pre, .post = seen_post, .ctx = s };
+		if (s->hook)
+			o.fail = seen_fail;
+		int r = walk_tree(dfd, "t", &o);
+		if (o.fail && r == 0 && strstr(s->log, "fail open 13 a/locked\n") && strstr(s->log, "pre b\n"))
+			_exit(0);
+		_exit(r == -EACCES && strstr(s->log, "post a/locked\npost a\n") && !strstr(s->log, "pre b") ? 13 : 101);
+	}
+	int status;
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	return WEXITSTATUS(status);
+}
+
+static void test_walk_unreadable(void **state)
+{
+	(void)state;
+	mk("t", true), mk("t/a", true), mk("t/a/locked", true), mk("t/a/locked/x", false), mk("t/b", false);
+	assert_int_equal(fchmodat(dfd, "t/a/locked", 0, 0), 0);
+	assert_int_equal(fchmodat(dfd, ".", 0755, 0), 0);
+	struct seen s = { 0 };
+	assert_int_equal(walk_as_nobody(&s), 13);
+	memset(&s, 0, sizeof(s));
+	s.hook = true;
+	assert_int_equal(walk_as_nobody(&s), 0);
+	assert_int_equal(fchmodat(dfd, "t/a/locked", 0700, 0), 0);
+}
+
+/* data set by a directory's pre reaches its entries through parent and its
+ * own post; the root's comes from the options. */
+static int data_pre(void *ctx, struct walk_entry *e)
+{
+	(void)ctx;
+	assert_int_equal(e->dirfd, e->parent->fd);
+	e->data = e->parent->data + 1;
+	return 0;
+}
+
+static int data_post(void *ctx, struct walk_entry *e)
+{
+	int *max = ctx;
+	assert_int_equal(e->data, e->depth + 10);
+	if (e->data > *max)
+		*max = (int)e->data;
+	return 0;
+}
+
+static void test_walk_data(void **state)
+{
+	(void)state;
+	mk("t", true), mk("t/a", true), mk("t/a/b", true);
+	int max = 0;
+	struct walk_opts o = { .data = 10, .pre = data_pre, .post = data_post, .ctx = &max };
+	assert_int_equal(walk_tree(dfd, "t", &o), 0);
+	assert_int_equal(max, 12);
+	assert_int_equal(walk_tree(dfd, "missing", &o), -ENOENT);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_walk_sorted_pre_post, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_skip_stop, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_depth, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_path_max, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_symlink, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_unreadable, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_data, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
