@@ -68,10 +68,12 @@ class Harness:
     # tar chains longer than 2, flattening of overlay chains deeper than 3.
     BUSY = {**QUIET, "cleanup_interval_secs": 1, "tar_chain_max": 2, "flatten_depth": 3}
 
-    def __init__(self, base, backend, rng):
+    def __init__(self, base, backend, rng, registry=True):
+        """registry False: no docker-registry, for a harness without push
+        and pull rounds (tests/integration/test_powercut_fs.py)."""
         self.rng = rng
-        self.reg = Registry(pathlib.Path(base) / "registry")
-        self.regcfg = reg_config(pathlib.Path(base), self.reg)
+        self.reg = Registry(pathlib.Path(base) / "registry") if registry else None
+        self.regcfg = reg_config(pathlib.Path(base), self.reg) if registry else {}
         self.d = Daemon(base, backend=backend, n_roots=2, config={**self.QUIET, **self.regcfg})
         self.pushed = {}  # cid -> (ref, digest) of its pushes
         self.roots = self.d.roots
@@ -152,7 +154,7 @@ class Harness:
         t0 = time.monotonic()
         t.start()
         time.sleep(delay)
-        self.d.kill9()
+        self.crash()
         self.kills += 1
         t.join(60)
         r = out.get("r")
@@ -161,6 +163,10 @@ class Harness:
             self.durations[op] = 0.7 * avg + 0.3 * (time.monotonic() - t0)
         self.counts[op] = self.counts.get(op, 0) + 1
         return r
+
+    def crash(self):
+        """The crash itself: SIGKILL (a subclass cuts power too)."""
+        self.d.kill9()
 
     def restart(self):
         """Start again, in the quiet or the busy configuration."""
@@ -452,6 +458,13 @@ class Harness:
                   for n in dirs if n.startswith("fk_")}
         self.check(uppers <= set(listed), f"fork uppers nobody lists: {sorted(uppers - set(listed))}")
 
+    def new_fork_dir(self):
+        """An empty directory for the next fork."""
+        self.fork_dirs += 1
+        path = self.d.base / "forks" / f"f{self.fork_dirs}"
+        path.mkdir(parents=True)
+        return path
+
     def round_fork(self):
         """Fork an acknowledged checkpoint while ckptd is killed; then delete a
         fork, killed too at times. A fork is whole or absent, never a stray
@@ -459,9 +472,7 @@ class Harness:
         if not self.acked:
             return self.round_create()
         cid = self.rng.choice(sorted(self.acked))
-        self.fork_dirs += 1
-        path = self.d.base / "forks" / f"f{self.fork_dirs}"
-        path.mkdir(parents=True)
+        path = self.new_fork_dir()
         r = self.run_killed("fork", lambda: self.d.request("POST", f"/v1/checkpoints/{cid}/fork",
                                                            json={"path": str(path)}))
         self.restart()
@@ -515,7 +526,11 @@ class Harness:
         self.check(imp.status_code == 201, f"import: {imp.status_code} {imp.text}")
         self.acked[imp.json()["checkpoint_id"]] = (imp.json()["name"], self.acked[rec["checkpoint_id"]][1])
         self.records[imp.json()["checkpoint_id"]] = imp.json()
-        cid, ref = rec["checkpoint_id"], f"{self.reg.host}/crash/img:calibrate"
+        if self.reg:
+            self.calibrate_oci(rec["checkpoint_id"])
+
+    def calibrate_oci(self, cid):
+        ref = f"{self.reg.host}/crash/img:calibrate"
         t0 = time.monotonic()
         pushed = self.d.request("POST", f"/v1/checkpoints/{cid}/push", json={"ref": ref})
         self.durations["push"] = time.monotonic() - t0
@@ -541,6 +556,10 @@ class Harness:
                 self.round_background()
             else:
                 self.rng.choice(rounds)()
+        self.finish()
+
+    def finish(self):
+        """After the last round."""
         # Survivors hold their trees (every one was listed with its record at
         # each restart; restoring them all would cost more than the kills, so
         # the newest 10 and 20 more drawn from the seed); a clean restart
@@ -560,7 +579,8 @@ class Harness:
             self.d.cleanup()
         except Exception:
             pass
-        self.reg.stop()
+        if self.reg:
+            self.reg.stop()
 
 
 def main():
