@@ -67,6 +67,8 @@ class Harness:
     # Background work at every turn: the sweeper each second, compaction of
     # tar chains longer than 2, flattening of overlay chains deeper than 3.
     BUSY = {**QUIET, "cleanup_interval_secs": 1, "tar_chain_max": 2, "flatten_depth": 3}
+    # Files of 64 KiB in the first root and in the others at the start.
+    SEED_FILES = (120, 40)
 
     def __init__(self, base, backend, rng, registry=True):
         """registry False: no docker-registry, for a harness without push
@@ -102,7 +104,7 @@ class Harness:
     def seed_tree(self):
         blob = os.urandom(64 << 10)
         for k, root in enumerate(self.roots):
-            for i in range(120 if k == 0 else 40):
+            for i in range(self.SEED_FILES[min(k, 1)]):
                 sub = root / f"d{i % 6}"
                 sub.mkdir(exist_ok=True)
                 (sub / f"f{i:03}.bin").write_bytes(blob[i * 97 + k:] + blob[:i * 97 + k])
