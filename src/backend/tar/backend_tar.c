@@ -9,6 +9,8 @@
  *   .keep/<id>/                 a deleted checkpoint whose archives later
  *                               (incremental) checkpoints still read
  *   .compact-<id>/, .trash-<id>/ a compaction being written / replaced
+ *   running                     a run under way; left, the last one was cut
+ *                               short (tar_meta_running_open)
  * Incremental checkpoints: a create writes into its own archive only what
  * changed since the head (and every directory, link and special file),
  * plus the full manifest, whose lines name the older archive holding each
@@ -69,6 +71,8 @@ static void tar_close(void *st, bool unmount)
 		return;
 	if (s->base_thread_started)
 		pthread_join(s->base_thread, NULL);
+	if (s->opened)
+		tar_meta_running_close(s);
 	if (s->tar_fd >= 0)
 		close(s->tar_fd);
 	pthread_cond_destroy(&s->base_cond);
@@ -96,6 +100,7 @@ static int tar_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 		for (size_t i = 0; i < s->n_roots; i++)
 			tar_probe_ctime(s->tar_fd, s->roots[i], &s->blind[i]);
 		tar_meta_head_load(s);
+		tar_meta_running_open(s);
 		tar_rollback_finish(s);
 		tar_track_arm(s); /* before the base: its capture is the first collect */
 		rm_rf_at(s->tar_fd, ".tmp-" BASE);
@@ -111,6 +116,7 @@ static int tar_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 		tar_close(s, false);
 		return r;
 	}
+	s->opened = true;
 	*ret_st = s;
 	return 0;
 }

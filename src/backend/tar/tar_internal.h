@@ -32,6 +32,7 @@
 #define META "meta.json"
 #define HEAD "head"
 #define KEEP ".keep"
+#define RUNNING "running"
 
 /* What a root's filesystem changes without moving ctime (tar_probe.c):
  * (inode, ctime, size) then does not name a file's xattrs, or its data. */
@@ -82,6 +83,12 @@ struct tar_state {
 		uint64_t tracked, walked; /* creates and restores that read only what changed, or all */
 	} * tinfo;
 	struct tar_ctime_probe blind[MAX_ROOTS]; /* per root, probed at open */
+	/* The last run did not end cleanly (RUNNING was left): after a power
+	 * cut a file can hold data newer than its ctime (fdatasync logs no
+	 * timestamp), so (inode, ctime, size) proves nothing until a restore
+	 * has rewritten every entry. Until then creates are full. */
+	bool ctime_suspect;
+	bool opened;      /* tar_open succeeded: a close is a clean stop */
 	bool no_exchange; /* renameat2 has no RENAME_EXCHANGE (gVisor): no compaction (the sweeper's own) */
 	char (*no_compact)[NAME_MAX + 1]; /* chains whose compaction found data unlike */
 	size_t n_no_compact;              /* its digests: left as they are (the sweeper's own) */
@@ -133,6 +140,8 @@ json_t *tar_meta_load(int dirfd);
 int tar_meta_intent_write(struct tar_state *s, const char *name, ckpt_error *err);
 int tar_meta_intent_clear(struct tar_state *s, ckpt_error *err);
 void tar_meta_unfinished(struct tar_state *s, const char *name, const char *why);
+void tar_meta_running_open(struct tar_state *s);
+void tar_meta_running_close(struct tar_state *s);
 int tar_meta_open_ckpt(struct tar_state *s, const char *id, bool *zstd, ckpt_error *err);
 
 /* tar_track.c */

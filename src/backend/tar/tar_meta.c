@@ -122,6 +122,34 @@ void tar_meta_unfinished(struct tar_state *s, const char *name, const char *why)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* RUNNING says a run is under way: left by the last one, it ended by a kill
+ * or a power cut. A first start (no base yet) has nothing to distrust. */
+void tar_meta_running_open(struct tar_state *s)
+{
+	struct stat st;
+	s->ctime_suspect = fstatat(s->tar_fd, RUNNING, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		fstatat(s->tar_fd, BASE, &st, AT_SYMLINK_NOFOLLOW) == 0;
+	if (s->ctime_suspect)
+		log_notice("tar: the last run did not end cleanly: the next restore rewrites every file, and "
+			   "creates are full until then");
+	int r = s->ctime_suspect ? 0 : write_file_atomic(s->tar_fd, RUNNING, "", 0, 0600);
+	if (r < 0)
+		log_warn("tar: cannot write '%s': %s", RUNNING, strerror(-r));
+}
+
+/* A clean stop: the roots on disk as ckptd last saw them (syncfs), then
+ * RUNNING goes. It stays while ctimes are still suspect. */
+void tar_meta_running_close(struct tar_state *s)
+{
+	for (size_t i = 0; i < s->n_roots && !s->ctime_suspect; i++) {
+		_cleanup_close_ int fd = open(s->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0 || syncfs(fd) < 0)
+			return;
+	}
+	if (!s->ctime_suspect && unlinkat(s->tar_fd, RUNNING, 0) == 0)
+		fsync(s->tar_fd);
+}
+
 int tar_meta_open_ckpt(struct tar_state *s, const char *id, bool *zstd, ckpt_error *err)
 {
 	if (!id_valid(id))

@@ -83,9 +83,11 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 		return r;
 	/* An intent left over means a restore failed or was cut short: what it
 	 * touched may look unchanged (same size, a new ctime that an alias
-	 * could have recorded), so this one trusts nothing and rewrites all. */
+	 * could have recorded), so this one trusts nothing and rewrites all.
+	 * So does the first restore after a run that did not end cleanly. */
 	struct stat ist;
-	bool trust_nothing = fstatat(s->tar_fd, INTENT, &ist, AT_SYMLINK_NOFOLLOW) == 0;
+	bool suspect = s->ctime_suspect, left = fstatat(s->tar_fd, INTENT, &ist, AT_SYMLINK_NOFOLLOW) == 0;
+	bool trust_nothing = suspect || left;
 	r = tar_meta_intent_write(s, name, err);
 	if (r < 0)
 		return r;
@@ -117,7 +119,7 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 		details->held = true;
 		tar_track_mark(s, ""); /* the events collected are lost: the next one walks all */
 		restore_details_free(&whole);
-		if (!trust_nothing)
+		if (!left)
 			tar_meta_intent_clear(s, NULL);
 		return r;
 	}
@@ -129,6 +131,8 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	r = tar_meta_intent_clear(s, err);
 	if (r >= 0)
 		tar_meta_head_set(s, name);
+	if (r >= 0 && suspect) /* every entry rewritten, and synced (restore_roots) */
+		s->ctime_suspect = false;
 	tar_track_mark(s, r >= 0 ? name : "");
 	pthread_mutex_lock(&s->lock);
 	s->last = sum;

@@ -29,13 +29,15 @@ static int tar_snapshot_roots(struct tar_state *s, int dirfd, char *const *from,
 	o.excl = from ? NULL : &excl;
 	clock_gettime(CLOCK_REALTIME_COARSE, &ch.started);
 	/* Incremental against the head, unless this is an import, a restore
-	 * was left unfinished (the roots are not the head), or the head is
+	 * was left unfinished (the roots are not the head), the last run was
+	 * cut short (ctimes prove nothing: tar_internal.h) or the head is
 	 * gone; the head's own meta and manifests are read through one fd. */
 	pthread_mutex_lock(&s->lock);
 	char head[64];
 	snprintf(head, sizeof(head), "%s", s->head);
 	pthread_mutex_unlock(&s->lock);
-	if (!from && head[0] && s->ctx->tar_chain_max > 0 && fstatat(s->tar_fd, INTENT, &ist, AT_SYMLINK_NOFOLLOW) < 0)
+	if (!from && head[0] && s->ctx->tar_chain_max > 0 && !s->ctime_suspect &&
+	    fstatat(s->tar_fd, INTENT, &ist, AT_SYMLINK_NOFOLLOW) < 0)
 		pfd = openat(s->tar_fd, head, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	pmeta = pfd >= 0 ? tar_meta_load(pfd) : NULL;
 	if (pmeta) {
