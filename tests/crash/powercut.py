@@ -32,6 +32,7 @@ a namespace made elsewhere meanwhile would copy the disk's mount and keep the
 shut-down file system alive after its unmount here. See
 docs/reliability.md for what the model drops and what it keeps."""
 import argparse
+import ctypes
 import fcntl
 import os
 import pathlib
@@ -51,6 +52,7 @@ GOINGDOWN = 0x8004587D
 # not yet on the disk (0 would freeze and sync first, 1 flush the log).
 NOLOGFLUSH = 2
 CANARY = b"c" * 4096
+LIBC = ctypes.CDLL(None, use_errno=True)  # mount(2), umount2(2): no umount process for each of a cut's mounts
 
 
 def mountinfo():
@@ -89,7 +91,8 @@ class Disk:
         self.mount()
 
     def mount(self):
-        subprocess.run(["mount", "-t", self.fstype, self.dev, str(self.mnt)], check=True)
+        if LIBC.mount(self.dev.encode(), str(self.mnt).encode(), self.fstype.encode(), 0, None) < 0:
+            raise Broken(f"mount {self.dev}: {os.strerror(ctypes.get_errno())}")
         # A fresh superblock, not the one shut down (that one answers EIO).
         probe = self.mnt / ".probe"
         try:
@@ -124,8 +127,7 @@ class Disk:
         mount), and mount it again: the log recovery of a boot."""
         deadline = time.monotonic() + 30
         while True:
-            busy = [mp for mp in self.stacked(also) + [str(self.mnt)]
-                    if subprocess.run(["umount", mp], capture_output=True).returncode != 0]
+            busy = [mp for mp in self.stacked(also) + [str(self.mnt)] if LIBC.umount2(mp.encode(), 0) < 0]
             if not busy:
                 break
             if time.monotonic() > deadline:
