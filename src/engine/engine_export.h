@@ -8,6 +8,7 @@
 
 struct engine;
 struct engine_export;
+struct ckpt_view;
 
 /* Start exporting checkpoint id_or_name: builds the manifest (reading every
  * file once for its digest), then a worker writes the archive that
@@ -22,8 +23,9 @@ void engine_export_free(struct engine_export *x);
 /* Import the archive read from fd as a new checkpoint (a new id, with
  * import_of naming the exported one). Hostile or damaged archives fail with
  * code invalid_archive (400); an overlay checkpoint over another base with
- * base_mismatch (409). Nothing is kept of a failed import. */
-int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err);
+ * base_mismatch (409). Nothing is kept of a failed import. On success
+ * fills ret (the new checkpoint; the caller frees it). */
+int engine_import(struct engine *e, int fd, struct ckpt_view *ret, ckpt_error *err);
 
 /* The base identity of this daemon ("sha256:..."); for overlay. */
 int engine_base_identity(struct engine *e, char out[80], ckpt_error *err);

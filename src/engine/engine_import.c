@@ -384,7 +384,7 @@ int engine_import_trees(struct engine *e, const char *tmp, const char *name, jso
 	return 0;
 }
 
-int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err)
+int engine_import(struct engine *e, int fd, struct ckpt_view *ret, ckpt_error *err)
 {
 	struct import_ctx c = { .e = e, .fd = fd, .err = err };
 	pthread_t t;
@@ -420,7 +420,7 @@ int engine_import(struct engine *e, int fd, json_t **ret_record, ckpt_error *err
 	}
 	log_event(LOG_INFO_, &(struct log_fields){ "import", rec->id, NULL, -1 }, "imported %s as %s",
 		  oid[0] ? oid : "?", rec->id);
-	*ret_record = engine_public(e, rec);
+	engine_view(e, rec, ret);
 	record_unref(rec);
 	return 0;
 }

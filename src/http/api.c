@@ -45,19 +45,6 @@ bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response 
 	return true;
 }
 
-json_t *api_record_json(const struct ckpt_view *v)
-{
-	json_t *o = record_json(v->rec, false);
-	if (o && v->has_progress)
-		json_object_set_new(o, "progress",
-				    json_pack("{s:I, s:I, s:I, s:I}", "bytes_done", (json_int_t)v->bytes_done,
-					      "bytes_total", (json_int_t)v->bytes_total, "files_done",
-					      (json_int_t)v->files_done, "files_total", (json_int_t)v->files_total));
-	if (o && v->push)
-		json_object_set(o, "push", v->push);
-	return o;
-}
-
 /* Answer status with v's JSON. */
 static void api_record_reply(struct http_response *resp, int status, const struct ckpt_view *v)
 {

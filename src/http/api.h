@@ -16,8 +16,8 @@ bool api_decode_restore(json_t *obj, struct restore_req *rr, struct http_respons
 /* The restore report as the response's JSON (exposed for unit tests). */
 struct restore_report;
 json_t *api_restore_json(const struct restore_report *rep);
-/* A checkpoint as the response's JSON: its public record, with progress
- * while an operation runs (exposed for unit tests). */
+/* api_json.c: a checkpoint as the response's JSON: its public record, with
+ * progress while an operation runs. */
 struct ckpt_view;
 json_t *api_record_json(const struct ckpt_view *v);
 

@@ -38,14 +38,20 @@ void api_export(void *app, const struct http_request *req, struct http_response 
 void api_import(void *app, const struct http_request *req, struct http_response *resp)
 {
 	ckpt_error err = { 0 };
-	json_t *rec;
+	struct ckpt_view v;
 
 	if (req->body_fd < 0 || req->body_len == 0) {
 		http_fail(resp, ERR_INVALID, "invalid_archive", "the body must be an archive made by export");
 		return;
 	}
-	if (engine_import(app, req->body_fd, &rec, &err) < 0)
+	if (engine_import(app, req->body_fd, &v, &err) < 0) {
 		http_error(resp, &err);
+		return;
+	}
+	json_t *o = api_record_json(&v);
+	ckpt_view_free(&v);
+	if (o)
+		http_json(resp, 201, o);
 	else
-		http_json(resp, 201, rec);
+		http_fail(resp, ERR_INTERNAL, NULL, "out of memory");
 }

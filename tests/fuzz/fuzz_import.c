@@ -23,6 +23,7 @@
 
 #include "backend/backend.h"
 #include "config.h"
+#include "engine/catalog.h"
 #include "engine/engine.h"
 #include "engine/engine_export.h"
 #include "services/services.h"
@@ -249,7 +250,7 @@ static void check_content(const char *id, const uint8_t *data, size_t size)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	ckpt_error err = { 0 };
-	json_t *rec = NULL;
+	struct ckpt_view rec = { 0 };
 
 	if (!eng)
 		setup();
@@ -275,12 +276,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		return 0;
 	}
-	const char *id = json_string_value(json_object_get(rec, "checkpoint_id"));
-	if (!id || count() != before + 1)
+	char id[sizeof(rec.rec->id)];
+	snprintf(id, sizeof(id), "%s", rec.rec->id);
+	ckpt_view_free(&rec);
+	if (!id[0] || count() != before + 1)
 		abort();
 	check_content(id, data, size);
 	if (engine_delete(eng, id, &err) < 0 || count() != before)
 		abort();
-	json_decref(rec);
 	return 0;
 }
