@@ -89,13 +89,25 @@ static inline void restore_details_free(struct restore_details *d)
 	d->units_linked = NULL;
 }
 
+/* What verify found: each path that differs (absolute) and why. */
+struct verify_diff {
+	char *path, *reason;
+};
+struct verify_diffs {
+	struct verify_diff *v;
+	size_t n;
+};
+/* backend_diff.c: append one (copies both); -ENOMEM. */
+int verify_diffs_add(struct verify_diffs *d, const char *path, const char *reason);
+void verify_diffs_free(struct verify_diffs *d);
+
 /* Comparing checkpoints with each other and with the live roots. */
 struct backend_compare_ops {
 	/* After a restore: compare every root with checkpoint id (NULL: the base)
 	 * by its recorded contents, not by the shortcuts restore takes. Appends
-	 * up to max {"path", "reason"} objects to diffs; <0 only when the
-	 * comparison could not run. */
-	int (*verify)(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err);
+	 * up to max differences to diffs; <0 only when the comparison could
+	 * not run. */
+	int (*verify)(void *st, const char *id, json_t *data, struct verify_diffs *diffs, size_t max, ckpt_error *err);
 	/* Append to out one object per path that differs between checkpoint id
 	 * and checkpoint id2 (NULL: the live roots), sorted by path (see
 	 * backend_diff.h). */

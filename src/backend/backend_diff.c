@@ -1,10 +1,12 @@
-/* backend_diff.c: comparing one entry's two sides and reporting it. */
+/* backend_diff.c: comparing one entry's two sides and reporting it, and
+ * the list of differences verify reports. */
 #include "backend/backend_diff.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "lib/util.h"
 
 void bdiff_from_stat(struct bdiff_ent *e, const struct stat *st)
@@ -146,4 +148,30 @@ void bdiff_sort(json_t *out)
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(out, v[i]);
 	free(v);
+}
+
+int verify_diffs_add(struct verify_diffs *d, const char *path, const char *reason)
+{
+	struct verify_diff *v = realloc(d->v, (d->n + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	d->v = v;
+	v[d->n] = (struct verify_diff){ .path = strdup(path), .reason = strdup(reason) };
+	if (!v[d->n].path || !v[d->n].reason) {
+		free(v[d->n].path);
+		free(v[d->n].reason);
+		return -ENOMEM;
+	}
+	d->n++;
+	return 0;
+}
+
+void verify_diffs_free(struct verify_diffs *d)
+{
+	for (size_t i = 0; i < d->n; i++) {
+		free(d->v[i].path);
+		free(d->v[i].reason);
+	}
+	free(d->v);
+	*d = (struct verify_diffs){ 0 };
 }

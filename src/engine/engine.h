@@ -37,6 +37,16 @@ struct restore_req {
 	const char *if_expired; /* NULL, "fail", "fresh" */
 	bool verify;            /* compare the roots with the checkpoint after the swap */
 };
+#define VERIFY_MAX_DIFFS 20
+/* What "verify" found after the swap: ran is false when it was not asked
+ * for or the roots were not swapped. */
+struct verify_report {
+	bool ran;
+	bool verified; /* it ran to its end and found no difference */
+	int64_t verify_ms;
+	struct verify_diffs differences; /* the first VERIFY_MAX_DIFFS */
+	char *error;                     /* why it could not run to its end (owned), or NULL */
+};
 /* What a restore did, as data; the API layer writes the JSON. */
 struct restore_report {
 	char checkpoint_id[32];
@@ -48,7 +58,7 @@ struct restore_report {
 	const char *services_reason;    /* why not available; lives as long as the engine */
 	struct svc_report services;     /* units stopped, started, failed (owned) */
 	struct restore_details details; /* the backend's own account (owned) */
-	json_t *verify; /* "verify": verified, verify_ms, verify_differences[, verify_error]; owned, or NULL */
+	struct verify_report verify;    /* when the request asked for it (owned) */
 };
 void restore_report_free(struct restore_report *r);
 /* On success fills ret_report, which the caller frees. */

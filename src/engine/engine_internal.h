@@ -146,10 +146,9 @@ struct engine_fork {
 };
 int engine_forks_open(struct engine *e, ckpt_error *err);
 void engine_forks_free(struct engine *e);
-/* engine_verify.c: compare the roots with checkpoint id (NULL: the base) and
- * add verified, verify_ms, verify_differences (and ok: false) to extra.
- * Returns its ms. */
-int64_t engine_verify(struct engine *e, const char *id, json_t *data, json_t *extra);
+/* engine_verify.c: compare the roots with checkpoint id (NULL: the base);
+ * fills ret, which the restore report owns. */
+void engine_verify(struct engine *e, const char *id, json_t *data, struct verify_report *ret);
 int engine_idem_open(struct engine *e, ckpt_error *err);
 void engine_idem_close(struct engine *e);
 

@@ -51,8 +51,9 @@ void restore_report_free(struct restore_report *r)
 {
 	svc_report_free(&r->services);
 	restore_details_free(&r->details);
-	json_decref(r->verify);
-	r->verify = NULL;
+	verify_diffs_free(&r->verify.differences);
+	free(r->verify.error);
+	r->verify = (struct verify_report){ 0 };
 }
 
 static int restore_swap(struct engine *e, const struct restore_plan *plan, struct restore_details *details,
@@ -91,9 +92,9 @@ static int restore_run(struct engine *e, const struct restore_plan *plan, bool v
 		r = restore_swap(e, plan, &rep->details, op, err);
 	if (r < 0 && rep->details.held) /* a unit whose files change did not stop: nothing changed */
 		rep->swapped = false, r = 0;
-	if (r == 0 && rep->swapped && verify && (rep->verify = json_object())) { /* verify_ms, not a phase */
-		int64_t v = engine_verify(e, plan->fresh ? NULL : plan->rec->id, plan->rec->backend_data, rep->verify);
-		t0 += v, t1 += v;
+	if (r == 0 && rep->swapped && verify) { /* verify_ms, not a phase */
+		engine_verify(e, plan->fresh ? NULL : plan->rec->id, plan->rec->backend_data, &rep->verify);
+		t0 += rep->verify.verify_ms, t1 += rep->verify.verify_ms;
 	}
 	t2 = mono_ms();
 	bool done = r == 0 && rep->swapped;

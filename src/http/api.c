@@ -268,6 +268,24 @@ static json_t *api_restore_details(const struct restore_details *d, json_t *out)
 	return out;
 }
 
+/* verified, verify_ms, verify_differences [{path, reason}][, verify_error],
+ * and "ok": false over the report's own when the roots differ. */
+static void api_verify_json(const struct verify_report *v, json_t *out)
+{
+	json_t *diffs = json_array();
+	for (size_t i = 0; diffs && i < v->differences.n; i++)
+		json_array_append_new(diffs,
+				      json_pack("{s:s, s:s}", "path", v->differences.v[i].path, "reason",
+						v->differences.v[i].reason));
+	json_object_set_new(out, "verified", json_boolean(v->verified));
+	json_object_set_new(out, "verify_ms", json_integer(v->verify_ms));
+	json_object_set_new(out, "verify_differences", diffs);
+	if (v->error)
+		json_object_set_new(out, "verify_error", json_string(v->error));
+	if (!v->verified)
+		json_object_set_new(out, "ok", json_false());
+}
+
 json_t *api_restore_json(const struct restore_report *rep)
 {
 	const struct svc_report *s = &rep->services;
@@ -284,8 +302,8 @@ json_t *api_restore_json(const struct restore_report *rep)
 		json_object_set(out, "activating_services", s->activating);
 	if (out && !rep->services_available && rep->services_reason)
 		json_object_set_new(out, "services_reason", json_string(rep->services_reason));
-	if (out && rep->verify)
-		json_object_update(out, rep->verify); /* its "ok": false when the roots differ */
+	if (out && rep->verify.ran)
+		api_verify_json(&rep->verify, out);
 	return out ? api_restore_details(&rep->details, out) : NULL;
 }
 

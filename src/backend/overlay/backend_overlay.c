@@ -533,7 +533,7 @@ static int ovl_restore(void *st, const char *id, json_t *data, struct restore_de
 	return q;
 }
 
-static int ovl_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err)
+static int ovl_verify(void *st, const char *id, json_t *data, struct verify_diffs *diffs, size_t max, ckpt_error *err)
 {
 	struct ovl *o = st;
 	struct ovl_chains chains = { 0 };

@@ -300,8 +300,8 @@ int overlay_flatten(const int *lfd, size_t n, int dst, ckpt_error *err);
 int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name);
 /* Append to diffs what differs in r from chain: mount (mounted_ok false or
  * another chain), a non-empty upper, layers that no longer match their records. */
-int overlay_verify_root(struct ovl_root *r, const struct ovl_chain *chain, bool mounted_ok, json_t *diffs, size_t max,
-			ckpt_error *err);
+int overlay_verify_root(struct ovl_root *r, const struct ovl_chain *chain, bool mounted_ok, struct verify_diffs *diffs,
+			size_t max, ckpt_error *err);
 
 /* overlay_root.c: live.json of a root; whether chain (newest first) lies on
  * the root's base dir (else on a base layer) */

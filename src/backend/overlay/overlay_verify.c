@@ -15,9 +15,9 @@
 #define REC_MAX (1u << 30)
 
 struct rec_walk {
-	FILE *out;     /* writing: the record */
-	json_t *map;   /* verifying: escaped path -> fields, removed when seen */
-	json_t *diffs; /* verifying */
+	FILE *out;                  /* writing: the record */
+	json_t *map;                /* verifying: escaped path -> fields, removed when seen */
+	struct verify_diffs *diffs; /* verifying */
 	const char *root_path;
 	size_t max;
 };
@@ -41,10 +41,11 @@ static void rec_fields(const struct stat *st, char *out, size_t size)
 
 static void rec_differ(struct rec_walk *w, const char *rel, const char *reason)
 {
-	if (json_array_size(w->diffs) >= w->max)
+	if (w->diffs->n >= w->max)
 		return;
 	_cleanup_free_ char *p = rel ? path_join(w->root_path, rel) : strdup(w->root_path);
-	json_array_append_new(w->diffs, json_pack("{s:s, s:s}", "path", p ? p : rel, "reason", reason));
+	if (p || rel)
+		verify_diffs_add(w->diffs, p ? p : rel, reason);
 }
 
 /* Which field of two field strings differs first. */
@@ -194,8 +195,8 @@ static bool upper_empty(struct ovl_root *r)
 	return empty;
 }
 
-int overlay_verify_root(struct ovl_root *r, const struct ovl_chain *chain, bool mounted_ok, json_t *diffs, size_t max,
-			ckpt_error *err)
+int overlay_verify_root(struct ovl_root *r, const struct ovl_chain *chain, bool mounted_ok, struct verify_diffs *diffs,
+			size_t max, ckpt_error *err)
 {
 	struct rec_walk w = { .diffs = diffs, .root_path = r->path, .max = max };
 	_cleanup_close_ int l = openat(r->rdir_fd, "l", O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -194,7 +194,7 @@ void tar_rollback_finish(struct tar_state *s);
 int tar_view_open(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);
 void tar_view_close(void *st, char **dirs);
 json_t *tar_lineage(void *st, const char *id, json_t *data);
-int tar_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err);
+int tar_verify(void *st, const char *id, json_t *data, struct verify_diffs *diffs, size_t max, ckpt_error *err);
 int tar_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs, json_t **fdata,
 		   ckpt_error *err);
 int tar_fork_remove(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err);

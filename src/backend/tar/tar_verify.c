@@ -9,6 +9,7 @@
 #include <nettle/sha2.h>
 #include <sys/stat.h>
 
+#include "backend/backend.h"
 #include "backend/tar/tar_fs.h"
 
 #define VERIFY_BUF (1 << 20)
@@ -16,7 +17,7 @@
 struct vctx {
 	struct tar_manifest m;
 	const struct tar_verify_opts *o;
-	json_t *diffs;
+	struct verify_diffs *diffs;
 	char *buf;
 	int root_fd;
 	ckpt_error *err;
@@ -24,7 +25,7 @@ struct vctx {
 
 static bool full(const struct vctx *c)
 {
-	return json_array_size(c->diffs) >= c->o->max_diffs;
+	return c->diffs->n >= c->o->max_diffs;
 }
 
 static void differ(struct vctx *c, const char *path, const char *reason)
@@ -34,7 +35,7 @@ static void differ(struct vctx *c, const char *path, const char *reason)
 		return;
 	snprintf(abs, sizeof(abs), "%s%s%s", c->o->root_path, strcmp(path, ".") ? "/" : "",
 		 strcmp(path, ".") ? path : "");
-	json_array_append_new(c->diffs, json_pack("{s:s, s:s}", "path", abs, "reason", reason));
+	verify_diffs_add(c->diffs, abs, reason);
 }
 
 static int content_hash(struct vctx *c, int dirfd, const char *name, unsigned char out[TAR_SHA256_LEN])
@@ -164,8 +165,8 @@ static bool top_missing(const struct tar_manifest *m, const struct tar_mentry *e
 	return !e->seen && (!p || p->seen);
 }
 
-int tar_verify_root(int root_fd, int ckpt_dirfd, const char *manifest, const struct tar_verify_opts *o, json_t *diffs,
-		    ckpt_error *err)
+int tar_verify_root(int root_fd, int ckpt_dirfd, const char *manifest, const struct tar_verify_opts *o,
+		    struct verify_diffs *diffs, ckpt_error *err)
 {
 	struct vctx c = { .o = o, .diffs = diffs, .root_fd = root_fd, .err = err };
 	int r = tar_manifest_load(ckpt_dirfd, manifest, &c.m, err);

@@ -4,6 +4,8 @@
 #include "backend/rootexcl.h"
 #include "backend/tar/tar_manifest.h"
 
+struct verify_diffs;
+
 struct tar_verify_opts {
 	const char *root_path; /* prefix of the paths reported */
 	dev_t skip_dev;        /* a directory never compared (the state dir) */
@@ -12,8 +14,8 @@ struct tar_verify_opts {
 	size_t max_diffs;            /* stop once diffs holds this many */
 };
 
-/* Append {"path", "reason"} to diffs for each difference found (reasons:
- * unexpected, missing, type, mode, owner, size, mtime, xattrs, hardlink,
- * content). Returns <0 only when the comparison itself could not run. */
-int tar_verify_root(int root_fd, int ckpt_dirfd, const char *manifest, const struct tar_verify_opts *o, json_t *diffs,
-		    ckpt_error *err);
+/* Append to diffs each difference found (reasons: unexpected, missing,
+ * type, mode, owner, size, mtime, xattrs, hardlink, content). Returns <0
+ * only when the comparison itself could not run. */
+int tar_verify_root(int root_fd, int ckpt_dirfd, const char *manifest, const struct tar_verify_opts *o,
+		    struct verify_diffs *diffs, ckpt_error *err);

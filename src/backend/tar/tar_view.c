@@ -77,7 +77,7 @@ json_t *tar_lineage(void *st, const char *id, json_t *data)
 	return out;
 }
 
-int tar_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max, ckpt_error *err)
+int tar_verify(void *st, const char *id, json_t *data, struct verify_diffs *diffs, size_t max, ckpt_error *err)
 {
 	struct tar_state *s = st;
 	const char *name = id ? id : BASE;
@@ -107,7 +107,7 @@ int tar_verify(void *st, const char *id, json_t *data, json_t *diffs, size_t max
 		if ((r = tar_verify_root(fd, cfd, man, &o, diffs, err)) < 0)
 			err_prefix(err, "root '%s'", s->roots[i]);
 	}
-	if (r >= 0 && json_array_size(diffs) > 0)
+	if (r >= 0 && diffs->n > 0)
 		tar_meta_unfinished(s, name, "verify found differences");
 	return r;
 }
