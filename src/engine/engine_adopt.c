@@ -99,13 +99,16 @@ void engine_adoption_finish(struct engine *e)
 		engine_whole_owed_restart(e, &rep);
 		strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
 		pthread_mutex_lock(&e->state_lock);
-		json_array_extend(json_object_get(e->adoption, "restarted_units"), rep.started);
-		json_object_update(json_object_get(e->adoption, "failures"), rep.failures);
+		for (size_t i = 0; i < rep.started.n; i++)
+			json_array_append_new(json_object_get(e->adoption, "restarted_units"),
+					      json_string(rep.started.v[i]));
+		for (size_t i = 0; i < rep.n_failures; i++)
+			json_object_set_new(json_object_get(e->adoption, "failures"), rep.failures[i].unit,
+					    json_string(rep.failures[i].reason));
 		json_object_set_new(e->adoption, "at", json_string(at));
 		pthread_mutex_unlock(&e->state_lock);
-		for (size_t i = 0; i < json_array_size(rep.started); i++)
-			log_notice("adoption: started %s on the mounted root",
-				   json_string_value(json_array_get(rep.started, i)));
+		for (size_t i = 0; i < rep.started.n; i++)
+			log_notice("adoption: started %s on the mounted root", rep.started.v[i]);
 		svc_report_free(&rep);
 		if (e->svc_journal_pending) /* an interrupted restore's units are started */
 			engine_svc_journal_clear(e);

@@ -151,6 +151,23 @@ static int create_frozen(struct engine *e, const char *id, struct engine_op *op,
 	return r;
 }
 
+/* The record keeps what the freeze did, as the catalog writes it:
+ * frozen_services [unit] and freeze_failures {unit: reason}. */
+static void create_note_freeze(struct ckpt_record *rec, const struct svc_report *rep)
+{
+	json_t *frozen = json_array(), *failures = rep->n_failures ? json_object() : NULL;
+	for (size_t i = 0; frozen && i < rep->frozen.n; i++)
+		json_array_append_new(frozen, json_string(rep->frozen.v[i]));
+	for (size_t i = 0; failures && i < rep->n_failures; i++)
+		json_object_set_new(failures, rep->failures[i].unit, json_string(rep->failures[i].reason));
+	json_decref(rec->frozen_services);
+	rec->frozen_services = frozen;
+	if (failures) {
+		json_decref(rec->freeze_failures);
+		rec->freeze_failures = failures;
+	}
+}
+
 /* queue_ms: how long the create waited for the operation lock, counted in
  * its duration as restore does. */
 static int create_capture(struct engine *e, struct ckpt_record *rec, struct engine_op *op, int64_t queue_ms,
@@ -178,12 +195,7 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	/* members the catalog keeps as they are */
 	json_object_set_new(rec->extra, "freeze_ms", json_integer(freeze_ms));
 	json_object_set_new(rec->extra, "queue_ms", json_integer(queue_ms));
-	json_decref(rec->frozen_services);
-	rec->frozen_services = json_incref(rep.frozen);
-	if (json_object_size(rep.failures)) {
-		json_decref(rec->freeze_failures);
-		rec->freeze_failures = json_incref(rep.failures);
-	}
+	create_note_freeze(rec, &rep);
 	svc_report_free(&rep);
 	/* The size counts toward the budget check; the record says "active" only
 	 * once it is durable, so no client sees a checkpoint a crash could lose. */

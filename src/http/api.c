@@ -289,17 +289,17 @@ static void api_verify_json(const struct verify_report *v, json_t *out)
 json_t *api_restore_json(const struct restore_report *rep)
 {
 	const struct svc_report *s = &rep->services;
-	json_t *out =
-		json_pack("{s:b, s:b, s:s, s:I, s:O, s:O, s:O, s:O, s:{s:I, s:I, s:I, s:I}, s:s, s:b, s:b}", "ok",
-			  rep->swapped && json_array_size(s->failed) == 0, "swapped", rep->swapped, "checkpoint_id",
-			  rep->checkpoint_id, "restore_duration_ms", (json_int_t)rep->duration_ms, "started_services",
-			  s->started, "stopped_services", s->stopped, "failed_services", s->failed, "failures",
-			  s->failures, "phases", "queue_ms", (json_int_t)rep->queue_ms, "stop_ms",
-			  (json_int_t)rep->stop_ms, "swap_ms", (json_int_t)rep->swap_ms, "start_ms",
-			  (json_int_t)rep->start_ms, "services", rep->services_available ? "ok" : "unavailable",
-			  "restored_from_checkpoint", rep->restored_from_checkpoint, "ttl_expired", rep->ttl_expired);
-	if (out && json_array_size(s->activating))
-		json_object_set(out, "activating_services", s->activating);
+	json_t *out = json_pack(
+		"{s:b, s:b, s:s, s:I, s:o, s:o, s:o, s:o, s:{s:I, s:I, s:I, s:I}, s:s, s:b, s:b}", "ok",
+		rep->swapped && s->failed.n == 0, "swapped", rep->swapped, "checkpoint_id", rep->checkpoint_id,
+		"restore_duration_ms", (json_int_t)rep->duration_ms, "started_services", api_names_json(&s->started),
+		"stopped_services", api_names_json(&s->stopped), "failed_services", api_names_json(&s->failed),
+		"failures", api_failures_json(s), "phases", "queue_ms", (json_int_t)rep->queue_ms, "stop_ms",
+		(json_int_t)rep->stop_ms, "swap_ms", (json_int_t)rep->swap_ms, "start_ms", (json_int_t)rep->start_ms,
+		"services", rep->services_available ? "ok" : "unavailable", "restored_from_checkpoint",
+		rep->restored_from_checkpoint, "ttl_expired", rep->ttl_expired);
+	if (out && s->activating.n)
+		json_object_set_new(out, "activating_services", api_names_json(&s->activating));
 	if (out && !rep->services_available && rep->services_reason)
 		json_object_set_new(out, "services_reason", json_string(rep->services_reason));
 	if (out && rep->verify.ran)

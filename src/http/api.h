@@ -20,6 +20,12 @@ json_t *api_restore_json(const struct restore_report *rep);
  * progress while an operation runs. */
 struct ckpt_view;
 json_t *api_record_json(const struct ckpt_view *v);
+/* api_json.c: unit names as an array of strings, a report's failures as
+ * {unit: reason}. */
+struct strv;
+struct svc_report;
+json_t *api_names_json(const struct strv *l);
+json_t *api_failures_json(const struct svc_report *r);
 
 /* Server options of sandbox mode: its routes over engine e, and every answer
  * counted in e's metrics. With metrics_token_free, GET /metrics needs no

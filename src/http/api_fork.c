@@ -165,8 +165,8 @@ static json_t *api_release_json(const struct release_report *rep)
 	json_t *out = json_pack("{s:o,s:o,s:b}", "released", released, "dropped_checkpoints", dropped,
 				"checkpoints_kept", rep->checkpoints_kept);
 	if (out && rep->units_ran) {
-		json_object_set(out, "stopped_units", rep->services.stopped);
-		json_object_set(out, "started_units", rep->services.started);
+		json_object_set_new(out, "stopped_units", api_names_json(&rep->services.stopped));
+		json_object_set_new(out, "started_units", api_names_json(&rep->services.started));
 	}
 	if (out)
 		json_object_set_new(out, "duration_ms", json_integer(rep->duration_ms));

@@ -18,3 +18,19 @@ json_t *api_record_json(const struct ckpt_view *v)
 		json_object_set(o, "push", v->push);
 	return o;
 }
+
+json_t *api_names_json(const struct strv *l)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; a && i < l->n; i++)
+		json_array_append_new(a, json_string(l->v[i]));
+	return a;
+}
+
+json_t *api_failures_json(const struct svc_report *r)
+{
+	json_t *o = json_object();
+	for (size_t i = 0; o && i < r->n_failures; i++)
+		json_object_set_new(o, r->failures[i].unit, json_string(r->failures[i].reason));
+	return o;
+}

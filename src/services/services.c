@@ -6,42 +6,66 @@
 
 void svc_report_init(struct svc_report *r)
 {
-	r->stopped = json_array();
-	r->started = json_array();
-	r->activating = json_array();
-	r->failed = json_array();
-	r->frozen = json_array();
-	r->failures = json_object();
+	*r = (struct svc_report){ 0 };
 }
 
 void svc_report_free(struct svc_report *r)
 {
-	json_decref(r->stopped);
-	json_decref(r->started);
-	json_decref(r->activating);
-	json_decref(r->failed);
-	json_decref(r->frozen);
-	json_decref(r->failures);
-	memset(r, 0, sizeof(*r));
+	services_strv_clear(&r->stopped);
+	services_strv_clear(&r->started);
+	services_strv_clear(&r->activating);
+	services_strv_clear(&r->failed);
+	services_strv_clear(&r->frozen);
+	for (size_t i = 0; i < r->n_failures; i++) {
+		free(r->failures[i].unit);
+		free(r->failures[i].reason);
+	}
+	free(r->failures);
+	*r = (struct svc_report){ 0 };
 }
 
-static void report_add(json_t *list, const char *unit, bool yes)
+/* Set unit's reason in r (a second reason replaces the first, as a JSON
+ * object's member would). */
+static int svc_report_fail(struct svc_report *r, const char *unit, const char *reason)
 {
-	if (list && yes)
-		json_array_append_new(list, json_string(unit));
+	char *why = strdup(reason);
+	size_t i = 0;
+	while (i < r->n_failures && strcmp(r->failures[i].unit, unit))
+		i++;
+	if (why && i < r->n_failures) {
+		free(r->failures[i].reason);
+		r->failures[i].reason = why;
+		return 0;
+	}
+	struct svc_failure *v = why ? realloc(r->failures, (r->n_failures + 1) * sizeof(*v)) : NULL;
+	char *name = v ? strdup(unit) : NULL;
+	if (v)
+		r->failures = v;
+	if (!name) {
+		free(why);
+		return -ENOMEM;
+	}
+	v[r->n_failures++] = (struct svc_failure){ .unit = name, .reason = why };
+	return 0;
+}
+
+static void report_add(struct strv *l, const char *unit, bool yes)
+{
+	if (yes)
+		services_strv_add(l, unit);
 }
 
 void services_report(const struct svc_plan *p, struct svc_report *r)
 {
 	for (size_t i = 0; i < p->n; i++) {
 		const struct svc_unit *u = &p->units[i];
-		report_add(r->stopped, u->name, u->stopped);
-		report_add(r->started, u->name, u->started);
-		report_add(r->activating, u->name, u->activating);
-		report_add(r->failed, u->name, u->failed);
-		report_add(r->frozen, u->name, u->frozen);
-		if (u->reason && r->failures)
-			json_object_set_new(r->failures, u->name, json_string(u->reason));
+		report_add(&r->stopped, u->name, u->stopped);
+		report_add(&r->started, u->name, u->started);
+		report_add(&r->activating, u->name, u->activating);
+		report_add(&r->failed, u->name, u->failed);
+		report_add(&r->frozen, u->name, u->frozen);
+		if (u->reason)
+			svc_report_fail(r, u->name, u->reason);
 	}
 }
 

@@ -8,6 +8,7 @@
 #include "lib/devino.h"
 #include "lib/procscan.h"
 #include "lib/util.h"
+#include "services/services_ops.h"
 
 struct config;
 struct services;
@@ -44,11 +45,16 @@ void services_plan_free(struct svc_plan *p);
  * already; start: they are only started (their enablement came back). */
 int services_plan_merge(struct svc_plan *p, const struct svc_plan *from, const struct svc_plan *skip, bool start);
 
-/* What the plan says, as the API reports it: arrays of unit names, and
- * failures {unit: reason}. */
+/* A unit and why it failed, or what its freeze or thaw met (owned). */
+struct svc_failure {
+	char *unit, *reason;
+};
+/* What the plan says, as data: the units in each state, and the reasons
+ * (one per unit). The API layer writes the JSON. */
 struct svc_report {
-	json_t *stopped, *started, *activating, *failed, *frozen; /* arrays */
-	json_t *failures;                                         /* object */
+	struct strv stopped, started, activating, failed, frozen; /* unit names */
+	struct svc_failure *failures;
+	size_t n_failures;
 };
 void svc_report_init(struct svc_report *r);
 void svc_report_free(struct svc_report *r);

@@ -195,9 +195,7 @@ static void test_unavailable_without_systemd(void **state)
 	struct svc_report rep;
 	svc_report_init(&rep);
 	services_report(&plan, &rep);
-	assert_int_equal(json_array_size(rep.stopped) + json_array_size(rep.started) + json_array_size(rep.failed) +
-				 json_array_size(rep.frozen) + json_object_size(rep.failures),
-			 0);
+	assert_int_equal(rep.stopped.n + rep.started.n + rep.failed.n + rep.frozen.n + rep.n_failures, 0);
 	svc_report_free(&rep);
 	services_plan_free(&plan);
 	services_close(s);
