@@ -56,7 +56,7 @@ def daemon_figures(work, src, n_files, runs):
             restores.append(d.restore(c10["checkpoint_id"])[1])
         h = d.s.get(d.url + "/v1/health", timeout=10).json()  # tracking is armed by now
         return {"backend": h["backend"], "backend_reason": h["backend_reason"], "overlay": h.get("overlay"),
-                "root_details": h.get("root_details"), "tracking_roots": h.get("tracking_roots"),
+                "root_details": h.get("root_details"),
                 "create_full": full_wall, "create10_first": c10_wall, "create10": statistics.median(creates),
                 "restore10": statistics.median(restores)}
     finally:
@@ -99,7 +99,7 @@ def env_case(n_files, total, runs, log):
 
 
 def _tracking(r):
-    return (r.get("tracking_roots") or [{}])[0]
+    return (r.get("root_details") or [{}])[0]
 
 
 def _why_create(r):

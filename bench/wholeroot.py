@@ -128,7 +128,7 @@ def bench_wholeroot(ckptd, runs):
         t0 = time.perf_counter()
         d = ChrootDaemon(ckptd, root)
         base_ms = (time.perf_counter() - t0) * 1000  # the base: a full capture at first start
-        tracking = [t.get("tracking") for t in d.health.get("tracking_roots", [])]
+        tracking = [t.get("tracking") for t in d.health.get("root_details", [])]
         clean = d.create("clean")
         rs, restores, walls, creates = [], [], [], []
         rsync = ["rsync", "-a", "--delete"] + [f"--exclude={x}" for x in EXCLUDES] + [f"{pristine}/", f"{root}/"]
@@ -142,7 +142,7 @@ def bench_wholeroot(ckptd, runs):
             rep, wall = d.restore(clean["checkpoint_id"])
             restores.append(rep["restore_duration_ms"])
             walls.append(wall)
-            t = d.s.get(d.url + "/v1/health").json().get("tracking_roots", [{}])[0]
+            t = d.s.get(d.url + "/v1/health").json().get("root_details", [{}])[0]
             phases = rep.get("phases", {})
             log(f"wholeroot: restore {i}: {rep['restore_duration_ms']} ms {phases}, tracked {t.get('tracked')}, "
                 f"walked {t.get('walked')}, {t.get('tracking_reason')}")
@@ -152,7 +152,7 @@ def bench_wholeroot(ckptd, runs):
             d.restore(clean["checkpoint_id"])
         h = d.s.get(d.url + "/v1/health").json()
         last = h.get("tar_last_restore", {})
-        tracking = [(t.get("tracking"), t.get("tracked"), t.get("walked")) for t in h.get("tracking_roots", [])]
+        tracking = [(t.get("tracking"), t.get("tracked"), t.get("walked")) for t in h.get("root_details", [])]
         log(f"wholeroot: rootfs {size_mb} MB, debs {deb_mb:.1f} MB, base {base_ms:.0f} ms, clean create "
             f"{clean['duration_ms']} ms, creates after install {creates}, restores {restores} (wall "
             f"{[round(w) for w in walls]}), rsync {[round(x) for x in rs]}, last restore {last}, "

@@ -49,6 +49,32 @@ struct busy_process {
 
 /* What a restore or reset did besides succeeding, as data: the API layer
  * writes it into the response. Fields a backend does not fill stay zero. */
+/* What a backend says of itself in GET /v1/health, as data. */
+struct backend_root_health {
+	const char *tracking;      /* how changes are tracked: a method's name (static) */
+	char tracking_reason[160]; /* why */
+	/* The backend counts the walks tracking spared and probed what ctime
+	 * misses: the members below are set. */
+	bool detailed;
+	uint64_t tracked, walked;   /* creates and restores that read only what changed, or all */
+	const char *ctime_blind[2]; /* what changes here without a new ctime (static strings) */
+	size_t n_ctime_blind;
+	const char *not_guaranteed[2]; /* what a create or restore cannot see then (static) */
+	size_t n_not_guaranteed;
+};
+struct backend_health {
+	bool preparing;                              /* not ready for a create yet: health's status is "preparing" */
+	struct backend_root_health roots[MAX_ROOTS]; /* tracking, per root in the config's order */
+	size_t n_roots;                              /* 0: the backend reports no tracking */
+	bool has_overlay;                            /* the overlay options, where overlay mounts */
+	const char *overlay_kind;
+	bool redirect_dir, userxattr;
+	/* The backend's own diagnostics (overlay_roots, tar_*): members shown
+	 * as they are, read by no code, owned, or NULL. They stay JSON so that
+	 * each backend's detail needs no field in this shared interface. */
+	json_t *extra;
+};
+
 struct restore_details {
 	/* Processes that still held a root the restore swapped away (its old
 	 * mount was detached lazily); owned array. */
@@ -232,8 +258,9 @@ struct backend_ops {
 	/* Drop checkpoint id's data (the record is already gone or going). */
 	int (*remove)(void *st, const char *id, json_t *data, ckpt_error *err);
 
-	/* Members for GET /v1/health (e.g. "backend_reason", mounts). */
-	void (*health)(void *st, json_t *out);
+	/* Fill out (zeroed by the caller, who frees out->extra) for GET
+	 * /v1/health. */
+	void (*health)(void *st, struct backend_health *out);
 
 	/* Background housekeeping off the request path (GC, flattening); called
 	 * with the operation lock held. */

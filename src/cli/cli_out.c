@@ -285,7 +285,7 @@ void cli_out_status(json_t *h)
 		printf("warning: %s was released: a plain directory, not managed until ckptd restarts\n",
 		       json_string_value(u));
 	}
-	json_array_foreach (json_object_get(h, "tracking_roots"), i, u) {
+	json_array_foreach (json_object_get(h, "root_details"), i, u) {
 		size_t k;
 		json_t *g;
 		json_array_foreach (json_object_get(u, "not_guaranteed"), k, g)
@@ -294,9 +294,13 @@ void cli_out_status(json_t *h)
 	printf("%-16s%s, %s backend, %lld checkpoint(s)\n", "Status:", cli_out_str(h, "status", "-"),
 	       cli_out_str(h, "backend", "-"), (long long)json_integer_value(json_object_get(h, "checkpoints")));
 	cli_out_list("Roots:", json_object_get(h, "roots"));
-	json_array_foreach (json_object_get(h, "tracking_roots"), i, u) {
-		printf("%-16s%s: %s (%s)\n", i ? "" : "Tracking:", cli_out_str(u, "path", "?"),
+	bool first = true;
+	json_array_foreach (json_object_get(h, "root_details"), i, u) {
+		if (!json_object_get(u, "tracking"))
+			continue;
+		printf("%-16s%s: %s (%s)\n", first ? "Tracking:" : "", cli_out_str(u, "path", "?"),
 		       cli_out_str(u, "tracking", "?"), cli_out_str(u, "tracking_reason", "?"));
+		first = false;
 	}
 	cli_out_root_details(json_object_get(h, "root_details"));
 	if (json_is_string(json_object_get(h, "services")))

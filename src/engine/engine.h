@@ -97,10 +97,11 @@ struct health_report {
 	size_t checkpoints;
 	int64_t uptime_secs;
 	bool services_available;
-	const char *services_reason; /* NULL, or lives as long as the engine */
-	/* The members the backend's health and the adoption add at the top
-	 * level, in that order (a backend may set "status": "preparing"). They
-	 * stay a JSON fragment, owned, while those parts report JSON. */
+	const char *services_reason;          /* NULL, or lives as long as the engine */
+	struct backend_health backend_health; /* the backend's account (its extra owned) */
+	/* The members the adoption and the whole root add at the top level,
+	 * in that order. They stay a JSON fragment, owned, while those parts
+	 * report JSON. */
 	json_t *sections;
 	const char *released[MAX_ROOTS]; /* roots released (the config's) */
 	size_t n_released;

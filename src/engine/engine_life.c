@@ -114,6 +114,8 @@ void health_report_free(struct health_report *h)
 {
 	json_decref(h->sections);
 	h->sections = NULL;
+	json_decref(h->backend_health.extra);
+	h->backend_health.extra = NULL;
 }
 
 void engine_health(struct engine *e, struct health_report *ret)
@@ -130,8 +132,7 @@ void engine_health(struct engine *e, struct health_report *ret)
 				       .sections = json_object() };
 	if (!ret->services_available)
 		ret->services_reason = services_unavailable_reason(e->services);
-	if (ret->sections)
-		e->backend->health(e->bst, ret->sections);
+	e->backend->health(e->bst, &ret->backend_health);
 	if (ret->sections)
 		engine_adoption_health(e, ret->sections);
 	if (ret->sections)

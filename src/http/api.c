@@ -338,50 +338,6 @@ static void api_restore(void *app, const struct http_request *req, struct http_r
 	api_idempotent(app, req, resp, api_restore_run);
 }
 
-/* Per root: its backend, why, and the overlay options the backend's
- * health gave ("overlay"), the same for every root of one daemon. */
-static json_t *api_root_details(const struct health_report *h, json_t *out)
-{
-	json_t *list = json_array(), *ovl = json_object_get(out, "overlay");
-	for (size_t i = 0; list && i < h->n_roots; i++) {
-		json_t *d = json_pack("{s:s,s:s,s:s}", "path", h->roots[i], "backend", h->backend, "backend_reason",
-				      h->backend_reason);
-		if (d && ovl)
-			json_object_set(d, "overlay", ovl);
-		json_array_append_new(list, d);
-	}
-	return list;
-}
-
-/* The engine's members, then what the backend and the adoption add (which
- * may replace one, as "status": "preparing"), then released_roots; the
- * engine's backend_reason is the last word. */
-static json_t *api_health_json(const struct health_report *h)
-{
-	json_t *roots = json_array(), *released = json_array();
-	for (size_t i = 0; roots && i < h->n_roots; i++)
-		json_array_append_new(roots, json_string(h->roots[i]));
-	for (size_t i = 0; released && i < h->n_released; i++)
-		json_array_append_new(released, json_string(h->released[i]));
-	json_t *out =
-		json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:I, s:s}", "status", "ok", "version", h->version,
-			  "mode", h->mode, "backend", h->backend, "roots", roots, "backend_reason", h->backend_reason,
-			  "checkpoints", (json_int_t)h->checkpoints, "uptime_secs", (json_int_t)h->uptime_secs,
-			  "services", h->services_available ? "available" : "unavailable");
-	if (!out) {
-		json_decref(released);
-		return NULL;
-	}
-	if (h->services_reason)
-		json_object_set_new(out, "services_reason", json_string(h->services_reason));
-	if (h->sections)
-		json_object_update(out, h->sections);
-	json_object_set_new(out, "released_roots", released);
-	json_object_set_new(out, "backend_reason", json_string(h->backend_reason));
-	json_object_set_new(out, "root_details", api_root_details(h, out));
-	return out;
-}
-
 static void api_health(void *app, const struct http_request *req, struct http_response *resp)
 {
 	(void)req;

@@ -24,6 +24,8 @@ json_t *api_record_json(const struct ckpt_view *v);
  * {unit: reason}. */
 struct strv;
 struct svc_report;
+struct health_report;
+json_t *api_health_json(const struct health_report *h);
 json_t *api_names_json(const struct strv *l);
 json_t *api_failures_json(const struct svc_report *r);
 

@@ -34,3 +34,70 @@ json_t *api_failures_json(const struct svc_report *r)
 		json_object_set_new(o, r->failures[i].unit, json_string(r->failures[i].reason));
 	return o;
 }
+
+static json_t *api_strings_json(const char *const *v, size_t n)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; a && i < n; i++)
+		json_array_append_new(a, json_string(v[i]));
+	return a;
+}
+
+static json_t *api_overlay_json(const struct backend_health *b)
+{
+	return json_pack("{s:s, s:b, s:b}", "kind", b->overlay_kind, "redirect_dir", b->redirect_dir, "userxattr",
+			 b->userxattr);
+}
+
+/* Root i, in one view: its backend and why, the overlay options (the same
+ * for every root of one daemon), and how its changes are tracked and why. */
+static json_t *api_root_json(const struct health_report *h, size_t i)
+{
+	const struct backend_health *b = &h->backend_health;
+	json_t *d = json_pack("{s:s, s:s, s:s}", "path", h->roots[i], "backend", h->backend, "backend_reason",
+			      h->backend_reason);
+	if (d && b->has_overlay)
+		json_object_set_new(d, "overlay", api_overlay_json(b));
+	if (!d || i >= b->n_roots)
+		return d;
+	const struct backend_root_health *t = &b->roots[i];
+	json_object_set_new(d, "tracking", json_string(t->tracking));
+	json_object_set_new(d, "tracking_reason", json_string(t->tracking_reason));
+	if (!t->detailed)
+		return d;
+	json_object_set_new(d, "tracked", json_integer((json_int_t)t->tracked));
+	json_object_set_new(d, "walked", json_integer((json_int_t)t->walked));
+	json_object_set_new(d, "ctime_blind", api_strings_json(t->ctime_blind, t->n_ctime_blind));
+	json_object_set_new(d, "not_guaranteed", api_strings_json(t->not_guaranteed, t->n_not_guaranteed));
+	return d;
+}
+
+/* The engine's members, then the backend's own, the overlay options, what
+ * the adoption and the whole root add, released_roots, and one entry per
+ * root (root_details). */
+json_t *api_health_json(const struct health_report *h)
+{
+	const struct backend_health *b = &h->backend_health;
+	json_t *roots = api_strings_json((const char *const *)h->roots, h->n_roots);
+	json_t *out =
+		json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:I, s:I, s:s}", "status", b->preparing ? "preparing" : "ok",
+			  "version", h->version, "mode", h->mode, "backend", h->backend, "roots", roots,
+			  "backend_reason", h->backend_reason, "checkpoints", (json_int_t)h->checkpoints, "uptime_secs",
+			  (json_int_t)h->uptime_secs, "services", h->services_available ? "available" : "unavailable");
+	if (!out)
+		return NULL;
+	if (h->services_reason)
+		json_object_set_new(out, "services_reason", json_string(h->services_reason));
+	if (b->extra)
+		json_object_update(out, b->extra);
+	if (b->has_overlay)
+		json_object_set_new(out, "overlay", api_overlay_json(b));
+	if (h->sections)
+		json_object_update(out, h->sections);
+	json_object_set_new(out, "released_roots", api_strings_json(h->released, h->n_released));
+	json_t *details = json_array();
+	for (size_t i = 0; details && i < h->n_roots; i++)
+		json_array_append_new(details, api_root_json(h, i));
+	json_object_set_new(out, "root_details", details);
+	return out;
+}

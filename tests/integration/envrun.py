@@ -28,7 +28,7 @@ from conftest import Daemon, assert_same_tree, make_full_tree, tree_state, unmou
 
 def backend_fields(d):
     h = d.health()
-    return {k: h.get(k) for k in ("backend", "backend_reason", "overlay", "root_details", "tracking_roots")}
+    return {k: h.get(k) for k in ("backend", "backend_reason", "overlay", "root_details")}
 
 
 def tmpfs_state(state_dir):

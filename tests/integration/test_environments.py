@@ -113,8 +113,12 @@ def test_host_auto_picks_the_kernel_overlay(daemon_factory):
     h = d.health()
     assert h["backend"] == "overlay" and "renamed base directory" in h["backend_reason"], h
     assert h["overlay"] == {"kind": "kernel", "redirect_dir": True, "userxattr": False}, h
-    assert h["root_details"] == [{"path": str(d.roots[0]), "backend": "overlay", "backend_reason": h["backend_reason"],
-                                  "overlay": h["overlay"]}], h
+    (root,) = h["root_details"]  # one view per root: backend, overlay and tracking
+    assert {k: root[k] for k in ("path", "backend", "backend_reason", "overlay")} == {
+        "path": str(d.roots[0]), "backend": "overlay", "backend_reason": h["backend_reason"],
+        "overlay": h["overlay"]}, h
+    assert root["tracking"] in ("fanotify", "inotify", "none") and root["tracking_reason"], h
+    assert "tracking_roots" not in h, h
 
 
 def test_ckpt_status_prints_backend_reason_and_overlay(daemon_factory):

@@ -474,7 +474,7 @@ TRACKING = ["auto", "never"]
 
 
 def assert_tracking_used(d, track, tracked_text):
-    log, (t,) = d.log(), d.health()["tracking_roots"]
+    log, (t,) = d.log(), d.health()["root_details"]
     if track == "auto":
         assert tracked_text in log, "no create or restore used change tracking"
         assert t["tracking"] != "none" and t["tracked"] > 0, t

@@ -2,7 +2,7 @@
 under gVisor (runsc 20221219: its root overlay, tmpfs and gofer mounts) a
 setxattr and a store through a shared mapping leave ctime and mtime as they
 were, even at msync or munmap. ckptd probes that per root when it starts
-(health's tracking_roots[].ctime_blind), compares xattrs there, and gives a
+(health's root_details[].ctime_blind), compares xattrs there, and gives a
 file written through a mapping a new ctime when it captures it.
 
 Each test runs on the host and again inside `runsc --network=none do`
@@ -48,7 +48,7 @@ def small_tree(root):
 
 
 def roots_health(d):
-    (t,) = d.health()["tracking_roots"]
+    (t,) = d.health()["root_details"]
     return t
 
 

@@ -4,7 +4,7 @@ there), so fanotify_init answers EPERM and the tracker watches with inotify.
 
 Every create runs with track_check (conftest), which fails a create
 whose journal missed an entry of the live tree; every checkpoint is also
-restored and compared with the tree it was made of. Health's tracking_roots
+restored and compared with the tree it was made of. Health's root_details
 counts the creates and restores that read only what changed ("tracked") or
 the whole tree ("walked"): a test asserts the tracker was really used."""
 import mmap
@@ -28,7 +28,7 @@ REFUSED = "Function not implemented" if IN_GVISOR else "Operation not permitted"
 
 
 def tracking(d):
-    (t,) = d.health()["tracking_roots"]
+    (t,) = d.health()["root_details"]
     return t
 
 

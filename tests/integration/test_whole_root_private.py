@@ -83,10 +83,10 @@ try:
                    stdout=subprocess.DEVNULL)
     out["during"] = pip_list()
     out["importable_during"] = importable()
-    out["tracked_before"] = call("GET", "/v1/health")[1].get("tracking_roots", [{}])[0].get("tracked", 0)
+    out["tracked_before"] = call("GET", "/v1/health")[1].get("root_details", [{}])[0].get("tracked", 0)
     st, rs = call("POST", "/v1/checkpoints/%s/restore" % cp["checkpoint_id"], {})
     out["restore"] = [st, rs]
-    out["tracked_after"] = call("GET", "/v1/health")[1].get("tracking_roots", [{}])[0].get("tracked", 0)
+    out["tracked_after"] = call("GET", "/v1/health")[1].get("root_details", [{}])[0].get("tracked", 0)
     out["after"] = pip_list()
     out["importable_after"] = importable()
     out["dist_left"] = os.path.exists("/usr/local/lib/python3.11/dist-packages/ckptd_wr_demo")
@@ -208,7 +208,7 @@ def test_whole_root_pip_rollback_with_fanotify(ext4_root):
     p = subprocess.run(["unshare", "-m", "-p", "-f", "sh", "-c", script], capture_output=True, text=True,
                        timeout=1800)
     out = result(p)
-    tracking = out["health"].get("tracking_roots", [])
+    tracking = out["health"].get("root_details", [])
     assert [t.get("tracking") for t in tracking] == ["fanotify"], (tracking, out.get("ckptd_log_tail"))
     check(out)
     # the restore read only the directories that changed

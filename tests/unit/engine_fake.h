@@ -159,7 +159,7 @@ static int fake_precopy(void *st, bool frozen, struct progress *p, ckpt_error *e
 	return 0;
 }
 
-static void fake_health(void *st, json_t *out)
+static void fake_health(void *st, struct backend_health *out)
 {
 	(void)st, (void)out;
 }

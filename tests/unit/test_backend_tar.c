@@ -241,10 +241,10 @@ static void fx_open(struct fx *f)
 	if (r < 0)
 		fail_msg("open: %s", err.msg);
 	for (int i = 0; i < 60000; i++) {
-		json_t *h = json_object();
-		backend_tar_ops.health(f->st, h);
-		bool preparing = !strcmp(json_string_value(json_object_get(h, "status")) ?: "", "preparing");
-		json_decref(h);
+		struct backend_health h = { 0 };
+		backend_tar_ops.health(f->st, &h);
+		bool preparing = h.preparing;
+		json_decref(h.extra);
 		if (!preparing)
 			return;
 		usleep(1000);
@@ -938,10 +938,10 @@ static void test_compaction_checks_digests(void **state)
 
 static json_int_t last_restore(struct fx *f, const char *key)
 {
-	json_t *h = json_object();
-	backend_tar_ops.health(f->st, h);
-	json_int_t v = json_integer_value(json_object_get(json_object_get(h, "tar_last_restore"), key));
-	json_decref(h);
+	struct backend_health h = { 0 };
+	backend_tar_ops.health(f->st, &h);
+	json_int_t v = json_integer_value(json_object_get(json_object_get(h.extra, "tar_last_restore"), key));
+	json_decref(h.extra);
 	return v;
 }
 

@@ -772,7 +772,7 @@ export interface components {
             /** @description why this backend was chosen. With `auto`, overlay runs only where a test mount keeps a renamed base directory and a deleted base file; otherwise the reason names what the overlay lacked there (a user namespace's EXDEV on directory renames, gVisor's whiteouts on its gofer root, no mounts without CAP_SYS_ADMIN). */
             backend_reason: string;
             overlay?: components["schemas"]["OverlayOptions"];
-            /** @description one entry per managed root, in the order of `roots`. */
+            /** @description One entry per managed root, in the order of `roots`. It gives the root's backend and why, and the overlay options. It says how the root's changes are tracked between operations, so that a create or restore reads only the directories that changed. `fanotify` where the kernel allows it. `inotify` where fanotify is refused (gVisor, no CAP_SYS_ADMIN, a user namespace). `none` where neither works: every create and restore reads the whole tree. The tracking members are absent while the backend has none to report. */
             root_details?: {
                 path: string;
                 /** @enum {string} */
@@ -780,6 +780,18 @@ export interface components {
                 /** @description why this backend serves the root. */
                 backend_reason: string;
                 overlay?: components["schemas"]["OverlayOptions"];
+                /** @enum {string} */
+                tracking?: "fanotify" | "inotify" | "none";
+                /** @description why, e.g. `fanotify refused: Operation not permitted`. */
+                tracking_reason?: string;
+                /** @description tar backend only; creates and restores that read only what changed. */
+                tracked?: number;
+                /** @description tar backend only; creates and restores that read the whole tree (the first create, a restore of another checkpoint, lost events). */
+                walked?: number;
+                /** @description tar backend only; what the root's filesystem changes without a new ctime, probed when ckptd starts (gVisor: both). ckptd then compares xattrs itself, and gives a file written through a shared mapping a new ctime when it captures it. */
+                ctime_blind?: ("xattrs" | "mapped_writes")[];
+                /** @description tar backend only; changes a create or restore of this root may miss here, empty where none. Under gVisor: a write through a shared mapping while ckptd is not running, and without change tracking one mapped and unmapped between two operations. */
+                not_guaranteed?: string[];
             }[];
             roots: string[];
             checkpoints: number;
@@ -850,22 +862,6 @@ export interface components {
                 released?: boolean;
                 /** @description delta layers made from the live upper since its last full layer: the next create is a delta while this is below 16 and change tracking runs (0: the next create is full). */
                 deltas?: number;
-            }[];
-            /** @description How each root's changes are tracked between operations, so that a create or restore reads only the directories that changed: `fanotify` where the kernel allows it, `inotify` where fanotify is refused (gVisor, no CAP_SYS_ADMIN, a user namespace), `none` where neither works (every create and restore reads the whole tree). */
-            tracking_roots?: {
-                path: string;
-                /** @enum {string} */
-                tracking: "fanotify" | "inotify" | "none";
-                /** @description why, e.g. `fanotify refused: Operation not permitted`. */
-                tracking_reason: string;
-                /** @description tar backend only; creates and restores that read only what changed. */
-                tracked?: number;
-                /** @description tar backend only; creates and restores that read the whole tree (the first create, a restore of another checkpoint, lost events). */
-                walked?: number;
-                /** @description tar backend only; what the root's filesystem changes without a new ctime, probed when ckptd starts (gVisor: both). ckptd then compares xattrs itself, and gives a file written through a shared mapping a new ctime when it captures it. */
-                ctime_blind?: ("xattrs" | "mapped_writes")[];
-                /** @description tar backend only; changes a create or restore of this root may miss here, empty where none. Under gVisor: a write through a shared mapping while ckptd is not running, and without change tracking one mapped and unmapped between two operations. */
-                not_guaranteed?: string[];
             }[];
         };
         /** @description overlay backend only: the overlay in use and its options. `kernel`: Linux overlayfs with redirect_dir=on (renamed directories keep a redirect). `gvisor`: gVisor's own overlay, which takes no options and copies a renamed directory up whole; its upper and layers need a filesystem of the sandbox's own (a tmpfs) for whiteouts. */

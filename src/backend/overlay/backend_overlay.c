@@ -574,25 +574,21 @@ static int ovl_remove(void *st, const char *id, json_t *data, ckpt_error *err)
 	return 0;
 }
 
-/* Health's tracking_roots: the method each root's tracker chose at its
- * first arm (a create arms it), and why. */
-static json_t *ovl_track_health(struct ovl *o)
+/* Each root's tracking: the method its tracker chose at its first arm (a
+ * create arms it), and why. */
+static void ovl_track_health(struct ovl *o, struct backend_health *out)
 {
-	json_t *a = json_array();
-	for (size_t i = 0; i < o->n_roots; i++) {
+	for (size_t i = 0; i < o->n_roots && i < MAX_ROOTS; i++) {
 		const struct chg_track *t = &o->roots[i].trk;
 		bool never = t->method == CHG_TRACK_NONE && !t->reason[0];
-		json_array_append_new(
-			a,
-			json_pack("{s:s, s:s, s:s}", "path", o->roots[i].path, "tracking",
-				  chg_track_method_name(t->method), "tracking_reason",
-				  never ? "not armed yet: a create arms it once the upper holds 2000 entries"
-					: t->reason));
+		struct backend_root_health *h = &out->roots[out->n_roots++];
+		h->tracking = chg_track_method_name(t->method);
+		snprintf(h->tracking_reason, sizeof(h->tracking_reason), "%s",
+			 never ? "not armed yet: a create arms it once the upper holds 2000 entries" : t->reason);
 	}
-	return a;
 }
 
-static void ovl_health(void *st, json_t *out)
+static void ovl_health(void *st, struct backend_health *out)
 {
 	struct ovl *o = st;
 	json_t *roots = json_array();
@@ -603,14 +599,12 @@ static void ovl_health(void *st, json_t *out)
 				  (json_int_t)o->roots[i].chain.n, "upper", o->roots[i].upper, "released",
 				  o->roots[i].released, "deltas",
 				  (json_int_t)(overlay_delta_ready(&o->roots[i]) ? o->roots[i].stack.n - 1 : 0)));
-	json_object_set_new(
-		out, "backend_reason",
-		json_string("overlayfs mounts work here: restore swaps a layer chain, create copies only the upper"));
-	json_object_set_new(out, "overlay_roots", roots);
-	json_object_set_new(out, "tracking_roots", ovl_track_health(o));
-	json_object_set_new(out, "overlay",
-			    json_pack("{s:s,s:b,s:b}", "kind", overlay_kind_name(o->opts.kind), "redirect_dir",
-				      o->opts.redirect_dir, "userxattr", o->opts.userxattr));
+	out->extra = json_pack("{s:o}", "overlay_roots", roots);
+	ovl_track_health(o, out);
+	out->has_overlay = true;
+	out->overlay_kind = overlay_kind_name(o->opts.kind);
+	out->redirect_dir = o->opts.redirect_dir;
+	out->userxattr = o->opts.userxattr;
 }
 
 static void ovl_maintain(void *st)

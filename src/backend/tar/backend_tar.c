@@ -167,24 +167,23 @@ static void tar_maintain(void *st)
 	(void)st;
 }
 
-static void tar_health(void *st, json_t *out)
+static void tar_health(void *st, struct backend_health *h)
 {
 	struct tar_state *s = st;
 	struct stat b;
 
-	json_object_set_new(out, "backend_reason", json_string("tar backend selected"));
-	if (!s)
+	if (!s || !(h->extra = json_object()))
 		return;
+	json_t *out = h->extra;
 	json_object_set_new(out, "tar_compression", json_string(s->zstd ? "zstd" : "none"));
 	json_object_set_new(out, "tar_base", json_boolean(fstatat(s->tar_fd, BASE, &b, AT_SYMLINK_NOFOLLOW) == 0));
 	tar_excl_health(s, out);
 	pthread_mutex_lock(&s->lock);
-	if (s->base_state == BASE_PREPARING)
-		json_object_set_new(out, "status", json_string("preparing"));
+	h->preparing = s->base_state == BASE_PREPARING;
 	if (s->base_state == BASE_FAILED)
 		json_object_set_new(out, "tar_base_error", json_string(s->base_error));
 	json_object_set_new(out, "tar_last_restore", stats_json(&s->last));
-	json_object_set_new(out, "tracking_roots", tar_track_health(s));
+	tar_track_health(s, h);
 	if (s->pending[0])
 		json_object_set_new(out, "tar_unfinished_restore",
 				    json_pack("{s:s, s:s}", "id", s->pending, "error", s->pending_msg));

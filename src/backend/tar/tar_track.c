@@ -31,37 +31,33 @@ void tar_track_count(struct tar_state *s, size_t i, bool tracked)
  * what that leaves a create or restore unable to see: a file mapped,
  * written and unmapped while ckptd is not running, or without tracking
  * between two operations (no close event, no /proc entry, no new ctime). */
-static json_t *trk_blind_json(const struct tar_ctime_probe *b, bool tracking, json_t **ret_unsure)
+static void trk_blind(const struct tar_ctime_probe *b, bool tracking, struct backend_root_health *h)
 {
-	json_t *a = json_array(), *u = json_array();
 	if (b->xattrs_blind)
-		json_array_append_new(a, json_string("xattrs"));
+		h->ctime_blind[h->n_ctime_blind++] = "xattrs";
 	if (b->mapped_blind) {
-		json_array_append_new(a, json_string("mapped_writes"));
-		json_array_append_new(u, json_string("a write through a shared mapping while ckptd is not running"));
+		h->ctime_blind[h->n_ctime_blind++] = "mapped_writes";
+		h->not_guaranteed[h->n_not_guaranteed++] =
+			"a write through a shared mapping while ckptd is not running";
 	}
 	if (b->mapped_blind && !tracking)
-		json_array_append_new(u,
-				      json_string("a write through a shared mapping that is mapped and unmapped "
-						  "between two creates or restores"));
-	*ret_unsure = u;
-	return a;
+		h->not_guaranteed[h->n_not_guaranteed++] =
+			"a write through a shared mapping that is mapped and unmapped "
+			"between two creates or restores";
 }
 
-json_t *tar_track_health(struct tar_state *s)
+/* Called with s->lock held. */
+void tar_track_health(struct tar_state *s, struct backend_health *out)
 {
-	json_t *a = json_array();
-	for (size_t i = 0; s->tinfo && i < s->n_roots; i++) {
-		json_t *unsure;
-		json_t *blind = trk_blind_json(&s->blind[i], s->tinfo[i].method != CHG_TRACK_NONE, &unsure);
-		json_array_append_new(a,
-				      json_pack("{s:s, s:s, s:s, s:I, s:I, s:o, s:o}", "path", s->roots[i], "tracking",
-						chg_track_method_name(s->tinfo[i].method), "tracking_reason",
-						s->tinfo[i].reason, "tracked", (json_int_t)s->tinfo[i].tracked,
-						"walked", (json_int_t)s->tinfo[i].walked, "ctime_blind", blind,
-						"not_guaranteed", unsure));
+	for (size_t i = 0; s->tinfo && i < s->n_roots && i < MAX_ROOTS; i++) {
+		struct backend_root_health *h = &out->roots[out->n_roots++];
+		h->tracking = chg_track_method_name(s->tinfo[i].method);
+		snprintf(h->tracking_reason, sizeof(h->tracking_reason), "%s", s->tinfo[i].reason);
+		h->detailed = true;
+		h->tracked = s->tinfo[i].tracked;
+		h->walked = s->tinfo[i].walked;
+		trk_blind(&s->blind[i], s->tinfo[i].method != CHG_TRACK_NONE, h);
 	}
-	return a;
 }
 
 /* Arm root i's tracker (again): a plain directory, ckptd's own writes. */
