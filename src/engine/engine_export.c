@@ -307,14 +307,10 @@ int engine_export_open(struct engine *e, const char *id_or_name, struct engine_e
 	if (!e->backend->xfer)
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "unsupported", "the %s backend cannot export",
 				    e->backend->name);
-	const struct ckpt_record *rec = engine_resolve(e, id_or_name);
-	if (!rec)
-		return err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint '%s'", id_or_name);
-	if (rec->status != CKPT_ACTIVE) {
-		record_unref(rec);
-		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict",
-				    "checkpoint '%s' is not active (being created or deleted)", id_or_name);
-	}
+	const struct ckpt_record *rec;
+	int r = engine_resolve_active(e, id_or_name, &rec, err);
+	if (r < 0)
+		return r;
 	struct engine_export *x = calloc(1, sizeof(*x));
 	if (!x) {
 		record_unref(rec);

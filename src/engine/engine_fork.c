@@ -267,20 +267,13 @@ bad:
 	return NULL;
 }
 
-/* Check the checkpoint and the dir, then make the fork's record (not yet
+/* Check the dir, then make the fork's record of checkpoint rec (not yet
  * saved, its dirs not yet made). */
-static int fork_prepare(struct engine *e, const struct ckpt_record *rec, const char *id_or_name, const char *path,
-			struct engine_fork *f, ckpt_error *err)
+static int fork_prepare(struct engine *e, const struct ckpt_record *rec, const char *path, struct engine_fork *f,
+			ckpt_error *err)
 {
 	char resolved[PATH_MAX];
 	int r;
-	if ((r = engine_check_managed(e, err)) < 0)
-		return r;
-	if (!rec)
-		return err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
-				    id_or_name);
-	if (rec->status != CKPT_ACTIVE)
-		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "checkpoint '%s' is not active", id_or_name);
 	pthread_mutex_lock(&e->state_lock);
 	r = fork_check_dir(e, path, resolved, err);
 	pthread_mutex_unlock(&e->state_lock);
@@ -342,9 +335,13 @@ int engine_fork(struct engine *e, const char *id_or_name, const char *path, stru
 		return -EBUSY;
 	pthread_mutex_lock(&e->op_lock);
 	int64_t t0 = mono_ms();
-	_cleanup_record_ const struct ckpt_record *rec = engine_resolve(e, id_or_name);
+	_cleanup_record_ const struct ckpt_record *rec = NULL;
 	struct engine_fork *f = calloc(1, sizeof(*f));
-	int r = f ? fork_prepare(e, rec, id_or_name, path, f, err) : err_set(err, ENOMEM, NULL, "out of memory");
+	int r = f ? engine_check_managed(e, err) : err_set(err, ENOMEM, NULL, "out of memory");
+	if (r == 0)
+		r = engine_resolve_active(e, id_or_name, &rec, err);
+	if (r == 0)
+		r = fork_prepare(e, rec, path, f, err);
 	if (r == 0)
 		r = fork_make(e, rec, f, err);
 	if (r == 0) {

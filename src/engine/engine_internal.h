@@ -104,6 +104,10 @@ void engine_whole_owed_restart(struct engine *e, struct svc_report *rep);
 
 /* engine_records.c */
 const struct ckpt_record *engine_resolve(struct engine *e, const char *id_or_name);
+/* engine_resolve, for a call that reads the checkpoint's data: not_found
+ * (404), or conflict (409) while it is created or deleted. On success *ret
+ * holds a reference the caller drops. */
+int engine_resolve_active(struct engine *e, const char *id_or_name, const struct ckpt_record **ret, ckpt_error *err);
 int engine_drop(struct engine *e, const struct ckpt_record *rec, ckpt_error *err);
 /* engine_life.c */
 json_t *engine_public(struct engine *e, const struct ckpt_record *rec);

@@ -398,14 +398,9 @@ static int push_prepare(struct push *p, const char *id_or_name)
 				    "push to a tag (HOST/REPO[:TAG]), not to a digest");
 	if (q < 0)
 		return q;
-	const struct ckpt_record *rec = engine_resolve(e, id_or_name);
-	if (!rec)
-		return err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint '%s'", id_or_name);
-	if (rec->status != CKPT_ACTIVE) {
-		record_unref(rec);
-		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict",
-				    "checkpoint '%s' is not active (being created or deleted)", id_or_name);
-	}
+	const struct ckpt_record *rec;
+	if ((q = engine_resolve_active(e, id_or_name, &rec, err)) < 0)
+		return q;
 	snprintf(p->id, sizeof(p->id), "%s", rec->id);
 	p->data = json_incref(rec->backend_data);
 	p->rec = engine_public(e, rec);

@@ -12,6 +12,21 @@ const struct ckpt_record *engine_resolve(struct engine *e, const char *id_or_nam
 	return r ? r : catalog_find_name(e->catalog, id_or_name);
 }
 
+int engine_resolve_active(struct engine *e, const char *id_or_name, const struct ckpt_record **ret, ckpt_error *err)
+{
+	const struct ckpt_record *r = engine_resolve(e, id_or_name);
+	if (!r)
+		return err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
+				    id_or_name);
+	if (r->status != CKPT_ACTIVE) {
+		record_unref(r);
+		return err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict",
+				    "checkpoint '%s' is not active (being created or deleted)", id_or_name);
+	}
+	*ret = r;
+	return 0;
+}
+
 int engine_get(struct engine *e, const char *id_or_name, struct ckpt_view *ret, ckpt_error *err)
 {
 	const struct ckpt_record *r = engine_resolve(e, id_or_name);
