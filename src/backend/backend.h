@@ -115,6 +115,8 @@ static inline void restore_details_free(struct restore_details *d)
 	d->units_linked = NULL;
 }
 
+struct bdiff_list; /* backend_diff.h */
+
 /* What verify found: each path that differs (absolute) and why. */
 struct verify_diff {
 	char *path, *reason;
@@ -134,10 +136,10 @@ struct backend_compare_ops {
 	 * up to max differences to diffs; <0 only when the comparison could
 	 * not run. */
 	int (*verify)(void *st, const char *id, json_t *data, struct verify_diffs *diffs, size_t max, ckpt_error *err);
-	/* Append to out one object per path that differs between checkpoint id
+	/* Append to out one change per path that differs between checkpoint id
 	 * and checkpoint id2 (NULL: the live roots), sorted by path (see
 	 * backend_diff.h). */
-	int (*diff)(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out,
+	int (*diff)(void *st, const char *id, json_t *data, const char *id2, json_t *data2, struct bdiff_list *out,
 		    ckpt_error *err);
 };
 

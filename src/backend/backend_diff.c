@@ -77,77 +77,75 @@ static bool bdiff_content_differs(const struct bdiff_ent *a, const struct bdiff_
 	return a->mtime_ns != b->mtime_ns;
 }
 
-int bdiff_compare(json_t *out, const char *root, const char *rel, const struct bdiff_ent *a, const struct bdiff_ent *b)
+/* Fill c with what differs between a and b (both present); false when
+ * nothing does. */
+static bool bdiff_modified(struct bdiff_change *c, const struct bdiff_ent *a, const struct bdiff_ent *b)
+{
+	if (a->type != b->type) {
+		c->what |= BDIFF_TYPE;
+		c->old_type = bdiff_type_name(a->type);
+	} else if (bdiff_content_differs(a, b)) {
+		c->what |= BDIFF_CONTENT;
+	}
+	c->has_old_size = a->type != b->type || a->size != b->size;
+	c->old_size = a->size;
+	if (a->mode != b->mode && a->type != 'l') {
+		c->what |= BDIFF_MODE;
+		c->has_mode = true;
+		c->old_mode = a->mode;
+		c->mode = b->mode;
+	}
+	if (a->uid != b->uid || a->gid != b->gid) {
+		c->what |= BDIFF_OWNER;
+		c->old_uid = a->uid, c->uid = b->uid;
+		c->old_gid = a->gid, c->gid = b->gid;
+	}
+	return c->what != 0;
+}
+
+int bdiff_compare(struct bdiff_list *out, const char *root, const char *rel, const struct bdiff_ent *a,
+		  const struct bdiff_ent *b)
 {
 	if (!a->present && !b->present)
 		return 0;
 	const struct bdiff_ent *now = b->present ? b : a;
-	_cleanup_free_ char *path = path_join(root, rel);
-	json_t *o = path ? json_pack("{s:s, s:s, s:I}", "path", path, "type", bdiff_type_name(now->type), "size",
-				     (json_int_t)now->size)
-			 : NULL;
-	if (!o)
-		return -ENOMEM;
+	struct bdiff_change c = { .type = bdiff_type_name(now->type), .size = now->size };
 	if (!a->present || !b->present) {
-		json_object_set_new(o, "change", json_string(a->present ? "deleted" : "added"));
-		if (!b->present) /* deleted: the mode it had */
-			json_object_set_new(o, "mode", json_sprintf("%04o", a->mode));
-		else
-			json_object_set_new(o, "mode", json_sprintf("%04o", b->mode));
-		json_array_append_new(out, o);
-		return 1;
-	}
-	json_t *what = json_array();
-	if (a->type != b->type) {
-		json_array_append_new(what, json_string("type"));
-		json_object_set_new(o, "old_type", json_string(bdiff_type_name(a->type)));
-	} else if (bdiff_content_differs(a, b)) {
-		json_array_append_new(what, json_string("content"));
-	}
-	if (a->type != b->type || a->size != b->size)
-		json_object_set_new(o, "old_size", json_integer((json_int_t)a->size));
-	if (a->mode != b->mode && a->type != 'l') {
-		json_array_append_new(what, json_string("mode"));
-		json_object_set_new(o, "old_mode", json_sprintf("%04o", a->mode));
-		json_object_set_new(o, "mode", json_sprintf("%04o", b->mode));
-	}
-	if (a->uid != b->uid || a->gid != b->gid) {
-		json_array_append_new(what, json_string("owner"));
-		json_object_set_new(o, "old_uid", json_integer(a->uid));
-		json_object_set_new(o, "uid", json_integer(b->uid));
-		json_object_set_new(o, "old_gid", json_integer(a->gid));
-		json_object_set_new(o, "gid", json_integer(b->gid));
-	}
-	if (json_array_size(what) == 0) {
-		json_decref(what);
-		json_decref(o);
+		c.kind = a->present ? BDIFF_DELETED : BDIFF_ADDED;
+		c.has_mode = true;
+		c.mode = now->mode; /* deleted: the mode it had */
+	} else if (!bdiff_modified(&c, a, b)) {
 		return 0;
+	} else {
+		c.kind = BDIFF_MODIFIED;
 	}
-	json_object_set_new(o, "change", json_string("modified"));
-	json_object_set_new(o, "changes", what);
-	json_array_append_new(out, o);
+	struct bdiff_change *v = realloc(out->v, (out->n + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	out->v = v;
+	if (!(c.path = path_join(root, rel)))
+		return -ENOMEM;
+	v[out->n++] = c;
 	return 1;
 }
 
 static int bdiff_cmp(const void *x, const void *y)
 {
-	json_t *a = *(json_t *const *)x, *b = *(json_t *const *)y;
-	return strcmp(json_string_value(json_object_get(a, "path")), json_string_value(json_object_get(b, "path")));
+	return strcmp(((const struct bdiff_change *)x)->path, ((const struct bdiff_change *)y)->path);
 }
 
-void bdiff_sort(json_t *out)
+void bdiff_sort(struct bdiff_list *out)
 {
-	size_t n = json_array_size(out);
-	json_t **v = calloc(n ? n : 1, sizeof(*v));
-	if (!v)
-		return;
-	for (size_t i = 0; i < n; i++)
-		v[i] = json_incref(json_array_get(out, i));
-	qsort(v, n, sizeof(*v), bdiff_cmp);
-	json_array_clear(out);
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(out, v[i]);
-	free(v);
+	if (out->n > 1)
+		qsort(out->v, out->n, sizeof(*out->v), bdiff_cmp);
+}
+
+void bdiff_list_free(struct bdiff_list *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i].path);
+	free(l->v);
+	*l = (struct bdiff_list){ 0 };
 }
 
 int verify_diffs_add(struct verify_diffs *d, const char *path, const char *reason)

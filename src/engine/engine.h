@@ -145,9 +145,10 @@ struct diff_req {
 /* A page of a diff, as data; the API layer writes the JSON. */
 struct diff_report {
 	char checkpoint_id[32];
-	char against[32]; /* a checkpoint id, or "live" */
-	json_t *changes;  /* this page: the backend's change objects (backend_diff.h), owned */
-	size_t total;     /* changes on every page */
+	char against[32];             /* a checkpoint id, or "live" */
+	struct bdiff_change *changes; /* this page (backend_diff.h); owned, with the paths */
+	size_t n_changes;
+	size_t total; /* changes on every page */
 	int64_t diff_ms;
 	char *next_page_token; /* NULL on the last page (owned) */
 	/* Against the live roots: the units a restore would stop and start. */

@@ -1,6 +1,7 @@
 /* engine_diff.c: what differs between a checkpoint and another one or the
  * live roots (the backend's diff), a page at a time, with the services a
  * restore would stop and start again. */
+#include "backend/backend_diff.h"
 #include "config.h"
 #include "engine/engine_internal.h"
 
@@ -60,9 +61,29 @@ static int diff_services(struct engine *e, struct diff_report *out, ckpt_error *
 	return 0;
 }
 
+/* Move up to limit changes after the path after (NULL: from the first)
+ * from all (sorted by path) into out; *more: changes follow the page. */
+static int diff_page(struct bdiff_list *all, const char *after, size_t limit, struct diff_report *out, bool *more)
+{
+	size_t from = 0;
+	while (after && from < all->n && strcmp(all->v[from].path, after) <= 0)
+		from++;
+	size_t n = all->n - from < limit ? all->n - from : limit;
+	*more = from + n < all->n;
+	if (n == 0)
+		return 0;
+	if (!(out->changes = malloc(n * sizeof(*out->changes))))
+		return -ENOMEM;
+	memcpy(out->changes, all->v + from, n * sizeof(*out->changes));
+	for (size_t i = from; i < from + n; i++)
+		all->v[i].path = NULL; /* moved */
+	out->n_changes = n;
+	return 0;
+}
+
 void diff_report_free(struct diff_report *r)
 {
-	json_decref(r->changes);
+	bdiff_list_free(&(struct bdiff_list){ .v = r->changes, .n = r->n_changes });
 	free(r->next_page_token);
 	for (size_t i = 0; i < r->n_services; i++)
 		free(r->services[i]);
@@ -90,7 +111,7 @@ int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req 
 	int64_t t0 = mono_ms();
 	_cleanup_record_ const struct ckpt_record *a = engine_resolve(e, id_or_name);
 	_cleanup_record_ const struct ckpt_record *b = req->against ? engine_resolve(e, req->against) : NULL;
-	json_auto_t *all = json_array();
+	struct bdiff_list all = { 0 };
 	if (!a || (req->against && !b))
 		r = err_set_kind(err, ERR_NOT_FOUND, ENOENT, "not_found", "no checkpoint with id or name '%s'",
 				 !a ? id_or_name : req->against);
@@ -98,31 +119,20 @@ int engine_diff(struct engine *e, const char *id_or_name, const struct diff_req 
 		r = err_set_kind(err, ERR_CONFLICT, EBUSY, "conflict", "both checkpoints must be active");
 	else
 		r = e->backend->compare->diff(e->bst, a->id, a->backend_data, b ? b->id : NULL,
-					      b ? b->backend_data : NULL, all, err);
+					      b ? b->backend_data : NULL, &all, err);
 	pthread_mutex_unlock(&e->op_lock);
-	if ((r = engine_err_classify(err, ENGINE_CTX_READ, r)) < 0)
+	if ((r = engine_err_classify(err, ENGINE_CTX_READ, r)) < 0) {
+		bdiff_list_free(&all);
 		return r;
-	json_t *page = json_array();
-	size_t i, total = json_array_size(all);
-	json_t *c;
-	bool more = false;
-	json_array_foreach (all, i, c) {
-		if (after && strcmp(json_string_value(json_object_get(c, "path")), after) <= 0)
-			continue;
-		if (json_array_size(page) == limit) {
-			more = true;
-			break;
-		}
-		json_array_append(page, c);
 	}
-	struct diff_report out = { .changes = page, .total = total, .diff_ms = mono_ms() - t0 };
+	struct diff_report out = { .total = all.n, .diff_ms = mono_ms() - t0 };
+	bool more = false;
+	if (diff_page(&all, after, limit, &out, &more) < 0)
+		r = err_set(err, ENOMEM, NULL, "out of memory");
+	bdiff_list_free(&all);
 	snprintf(out.checkpoint_id, sizeof(out.checkpoint_id), "%s", a->id);
 	snprintf(out.against, sizeof(out.against), "%s", b ? b->id : "live");
-	if (!page)
-		r = err_set(err, ENOMEM, NULL, "out of memory");
-	if (r == 0 && more &&
-	    !(out.next_page_token =
-		      diff_token(json_string_value(json_object_get(json_array_get(page, limit - 1), "path")))))
+	if (r == 0 && more && !(out.next_page_token = diff_token(out.changes[out.n_changes - 1].path)))
 		r = err_set(err, ENOMEM, NULL, "out of memory");
 	if (r == 0 && !b)
 		r = diff_services(e, &out, err);

@@ -3,6 +3,7 @@
  * POST /v1/roots/release. */
 #include "http/api_fork.h"
 
+#include "backend/backend_diff.h"
 #include "engine/engine.h"
 #include "http/api.h"
 
@@ -90,13 +91,54 @@ void api_fork_delete(void *app, const struct http_request *req, struct http_resp
 		resp->status = 204;
 }
 
+/* {path, type, size, change, mode} when added or deleted; when modified
+ * {path, type, size[, old_type][, old_size][, old_mode, mode][, old_uid,
+ * uid, old_gid, gid], change, changes: [what changed]}. */
+static json_t *api_change_json(const struct bdiff_change *c)
+{
+	static const char *const kinds[] = { "added", "deleted", "modified" };
+	static const char *const what[] = { "type", "content", "mode", "owner" };
+	json_t *o = json_pack("{s:s, s:s, s:I}", "path", c->path, "type", c->type, "size", (json_int_t)c->size);
+	if (o && c->kind != BDIFF_MODIFIED) {
+		json_object_set_new(o, "change", json_string(kinds[c->kind]));
+		json_object_set_new(o, "mode", json_sprintf("%04o", c->mode));
+		return o;
+	}
+	if (!o)
+		return NULL;
+	if (c->what & BDIFF_TYPE)
+		json_object_set_new(o, "old_type", json_string(c->old_type));
+	if (c->has_old_size)
+		json_object_set_new(o, "old_size", json_integer((json_int_t)c->old_size));
+	if (c->what & BDIFF_MODE) {
+		json_object_set_new(o, "old_mode", json_sprintf("%04o", c->old_mode));
+		json_object_set_new(o, "mode", json_sprintf("%04o", c->mode));
+	}
+	if (c->what & BDIFF_OWNER) {
+		json_object_set_new(o, "old_uid", json_integer(c->old_uid));
+		json_object_set_new(o, "uid", json_integer(c->uid));
+		json_object_set_new(o, "old_gid", json_integer(c->old_gid));
+		json_object_set_new(o, "gid", json_integer(c->gid));
+	}
+	json_t *a = json_array();
+	for (size_t i = 0; a && i < 4; i++)
+		if (c->what & (1u << i))
+			json_array_append_new(a, json_string(what[i]));
+	json_object_set_new(o, "change", json_string(kinds[c->kind]));
+	json_object_set_new(o, "changes", a);
+	return o;
+}
+
 /* {checkpoint_id, against, changes, total, diff_ms[, next_page_token]
  * [, services, services_available]}: the units only against the live roots. */
 static json_t *api_diff_json(const struct diff_report *rep)
 {
-	json_t *out = json_pack("{s:s, s:s, s:O, s:I, s:I}", "checkpoint_id", rep->checkpoint_id, "against",
-				rep->against, "changes", rep->changes, "total", (json_int_t)rep->total, "diff_ms",
-				(json_int_t)rep->diff_ms);
+	json_t *changes = json_array();
+	for (size_t i = 0; changes && i < rep->n_changes; i++)
+		json_array_append_new(changes, api_change_json(&rep->changes[i]));
+	json_t *out =
+		json_pack("{s:s, s:s, s:o, s:I, s:I}", "checkpoint_id", rep->checkpoint_id, "against", rep->against,
+			  "changes", changes, "total", (json_int_t)rep->total, "diff_ms", (json_int_t)rep->diff_ms);
 	if (out && rep->next_page_token)
 		json_object_set_new(out, "next_page_token", json_string(rep->next_page_token));
 	if (out && rep->live) {

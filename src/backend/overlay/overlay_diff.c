@@ -19,7 +19,7 @@
 #include <sys/sysmacros.h>
 
 struct ovl_dctx {
-	json_t *out;
+	struct bdiff_list *out;
 	const char *root;
 	int fd[2]; /* old view, new view */
 	json_t *done;
@@ -245,7 +245,7 @@ static int ovl_diff_candidates(struct ovl_root *r, const struct ovl_chain *x, co
 }
 
 static int ovl_diff_root(struct ovl_root *r, const struct ovl_chains *ca, const struct ovl_chains *cb, bool live,
-			 json_t *out, ckpt_error *err)
+			 struct bdiff_list *out, ckpt_error *err)
 {
 	const struct ovl_chain *xa = ovl_chain_of(ca, r->h), *xb = live ? &r->mounted : ovl_chain_of(cb, r->h);
 	json_auto_t *cand = json_object(), *done = json_object();
@@ -284,7 +284,8 @@ static int ovl_diff_root(struct ovl_root *r, const struct ovl_chains *ca, const 
 	return q;
 }
 
-int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err)
+int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, struct bdiff_list *out,
+		 ckpt_error *err)
 {
 	struct ovl *o = st;
 	_cleanup_(overlay_chains_free) struct ovl_chains ca = { 0 };

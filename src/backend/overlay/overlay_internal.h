@@ -354,7 +354,8 @@ int overlay_fork_mount(void *st, const char *id, json_t *data, const char *fid, 
 /* Load fk/<fork>.json into o->forks (before overlay_layers_load_chains counts the refs). */
 void overlay_fork_load(struct ovl *o);
 int overlay_fork_remove(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err);
-int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err);
+int overlay_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, struct bdiff_list *out,
+		 ckpt_error *err);
 
 /* overlay_create.c: the precopy, capture and create ops. */
 int overlay_precopy(void *st, bool frozen, struct progress *p, ckpt_error *err);

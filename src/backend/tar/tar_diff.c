@@ -30,7 +30,7 @@ struct tar_dctx {
 	dev_t skip_dev;
 	ino_t skip_ino;
 	const struct rootexcl *excl;
-	json_t *out;
+	struct bdiff_list *out;
 };
 
 static int tar_diff_live_pre(void *ctx, struct walk_entry *e)
@@ -65,7 +65,7 @@ static int tar_diff_live(struct tar_dctx *c, int dfd)
 }
 
 int tar_diff_root(const char *root_path, int cfd_a, const char *man_a, int cfd_b, const char *man_b, int live_fd,
-		  dev_t skip_dev, ino_t skip_ino, const struct rootexcl *excl, json_t *out, ckpt_error *err)
+		  dev_t skip_dev, ino_t skip_ino, const struct rootexcl *excl, struct bdiff_list *out, ckpt_error *err)
 {
 	struct tar_manifest a = { 0 }, b = { 0 };
 	struct bdiff_ent ea, eb;

@@ -198,4 +198,5 @@ int tar_verify(void *st, const char *id, json_t *data, struct verify_diffs *diff
 int tar_fork_mount(void *st, const char *id, json_t *data, const char *fid, const char *const *dirs, json_t **fdata,
 		   ckpt_error *err);
 int tar_fork_remove(void *st, const char *fid, json_t *fdata, const char *const *dirs, ckpt_error *err);
-int tar_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err);
+int tar_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, struct bdiff_list *out,
+	     ckpt_error *err);

@@ -166,7 +166,8 @@ int tar_fork_remove(void *st, const char *fid, json_t *fdata, const char *const 
 	return 0;
 }
 
-int tar_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, json_t *out, ckpt_error *err)
+int tar_diff(void *st, const char *id, json_t *data, const char *id2, json_t *data2, struct bdiff_list *out,
+	     ckpt_error *err)
 {
 	struct tar_state *s = st;
 	bool zstd, zstd2;
