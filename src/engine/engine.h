@@ -88,6 +88,16 @@ void ckpt_view_list_free(struct ckpt_view_list *l);
  * of the next page (caller frees), NULL on the last page. */
 int engine_list_page(struct engine *e, const char *name, size_t limit, const char *page_token,
 		     struct ckpt_view_list *ret, char **ret_next, ckpt_error *err);
+/* What the mounts at start did to the units using the roots (the
+ * adoption), as data. */
+struct adoption_report {
+	bool present;            /* a mount at start hid a root */
+	bool starting;           /* its units are not started again yet */
+	struct strv mounted;     /* the roots mounted over */
+	struct svc_report units; /* stopped before the mounts; started after READY; failures */
+	char at[32];             /* when they were started, "" until then */
+};
+void adoption_report_free(struct adoption_report *a);
 /* Health, as data; the API layer writes the JSON. */
 struct health_report {
 	const char *version, *mode, *backend;
@@ -99,9 +109,10 @@ struct health_report {
 	bool services_available;
 	const char *services_reason;          /* NULL, or lives as long as the engine */
 	struct backend_health backend_health; /* the backend's account (its extra owned) */
-	/* The members the adoption and the whole root add at the top level,
-	 * in that order. They stay a JSON fragment, owned, while those parts
-	 * report JSON. */
+	struct adoption_report adoption;      /* owned */
+	struct svc_users unmanaged;           /* processes no managed unit covers (owned) */
+	/* The members the whole root adds at the top level (engine_whole.c),
+	 * a JSON fragment, owned, while that part reports JSON. */
 	json_t *sections;
 	const char *released[MAX_ROOTS]; /* roots released (the config's) */
 	size_t n_released;

@@ -45,14 +45,11 @@ void engine_adopt_before_mount(void *engine, const char *path)
 		log_warn("adoption: cannot list the units using '%s'", path);
 	services_stop(e->services, p);
 	pthread_mutex_lock(&e->state_lock);
-	if (!e->adoption)
-		e->adoption =
-			json_pack("{s:[],s:[],s:[],s:{}}", "mounted", "stopped_units", "restarted_units", "failures");
-	json_array_append_new(json_object_get(e->adoption, "mounted"), json_string(path));
+	e->adoption.present = true;
+	services_strv_add(&e->adoption.mounted, path);
 	for (size_t k = 0; k < p->n; k++)
 		if (p->units[k].stopped) {
-			json_array_append_new(json_object_get(e->adoption, "stopped_units"),
-					      json_string(p->units[k].name));
+			services_strv_add(&e->adoption.units.stopped, p->units[k].name);
 			log_notice("adoption: stopped %s before mounting over %s", p->units[k].name, path);
 		}
 	e->adoption_pending = true;
@@ -61,17 +58,60 @@ void engine_adopt_before_mount(void *engine, const char *path)
 
 static void rescan_unmanaged(struct engine *e)
 {
-	json_t *u = services_unmanaged_users(e->services, e->cfg->roots, e->cfg->n_roots, e->hidden, e->n_hidden);
-	for (size_t i = 0; i < json_array_size(u); i++) {
-		json_t *p = json_array_get(u, i);
-		json_object_set_new(p, "hidden", json_boolean(json_integer_value(json_object_get(p, "tag")) == 1));
-		json_object_del(p, "tag");
-	}
+	struct svc_users u;
+	services_unmanaged_users(e->services, e->cfg->roots, e->cfg->n_roots, e->hidden, e->n_hidden, &u);
 	pthread_mutex_lock(&e->state_lock);
-	json_decref(e->unmanaged);
+	svc_users_free(&e->unmanaged);
 	e->unmanaged = u;
+	e->unmanaged_scanned = true;
 	e->unmanaged_ms = mono_ms();
 	pthread_mutex_unlock(&e->state_lock);
+}
+
+/* A copy of from, which state_lock guards; -ENOMEM. */
+static int users_copy(const struct svc_users *from, struct svc_users *to)
+{
+	*to = (struct svc_users){ .v = from->n ? calloc(from->n, sizeof(*to->v)) : NULL };
+	if (from->n && !to->v)
+		return -ENOMEM;
+	for (size_t i = 0; i < from->n; i++) {
+		to->v[to->n] = from->v[i];
+		to->v[to->n].unit = NULL;
+		if (from->v[i].unit && !(to->v[to->n].unit = strdup(from->v[i].unit)))
+			return -ENOMEM;
+		to->n++;
+	}
+	return 0;
+}
+
+static int names_copy(const struct strv *from, struct strv *to)
+{
+	for (size_t i = 0; i < from->n; i++)
+		if (services_strv_add(to, from->v[i]) < 0)
+			return -ENOMEM;
+	return 0;
+}
+
+/* A copy of from (state_lock's); -ENOMEM. */
+static int adoption_copy(const struct adoption_report *from, struct adoption_report *to)
+{
+	*to = (struct adoption_report){ .present = from->present };
+	snprintf(to->at, sizeof(to->at), "%s", from->at);
+	int r = names_copy(&from->mounted, &to->mounted);
+	if (r == 0)
+		r = names_copy(&from->units.stopped, &to->units.stopped);
+	if (r == 0)
+		r = names_copy(&from->units.started, &to->units.started);
+	for (size_t i = 0; r == 0 && i < from->units.n_failures; i++)
+		r = svc_report_fail(&to->units, from->units.failures[i].unit, from->units.failures[i].reason);
+	return r;
+}
+
+void adoption_report_free(struct adoption_report *a)
+{
+	services_strv_clear(&a->mounted);
+	svc_report_free(&a->units);
+	*a = (struct adoption_report){ 0 };
 }
 
 void engine_adoption_finish(struct engine *e)
@@ -100,12 +140,10 @@ void engine_adoption_finish(struct engine *e)
 		strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
 		pthread_mutex_lock(&e->state_lock);
 		for (size_t i = 0; i < rep.started.n; i++)
-			json_array_append_new(json_object_get(e->adoption, "restarted_units"),
-					      json_string(rep.started.v[i]));
+			services_strv_add(&e->adoption.units.started, rep.started.v[i]);
 		for (size_t i = 0; i < rep.n_failures; i++)
-			json_object_set_new(json_object_get(e->adoption, "failures"), rep.failures[i].unit,
-					    json_string(rep.failures[i].reason));
-		json_object_set_new(e->adoption, "at", json_string(at));
+			svc_report_fail(&e->adoption.units, rep.failures[i].unit, rep.failures[i].reason);
+		snprintf(e->adoption.at, sizeof(e->adoption.at), "%s", at);
 		pthread_mutex_unlock(&e->state_lock);
 		for (size_t i = 0; i < rep.started.n; i++)
 			log_notice("adoption: started %s on the mounted root", rep.started.v[i]);
@@ -116,36 +154,31 @@ void engine_adoption_finish(struct engine *e)
 		pthread_mutex_unlock(&e->op_lock);
 	}
 	rescan_unmanaged(e);
+	struct svc_users users;
 	pthread_mutex_lock(&e->state_lock);
-	json_t *users = json_deep_copy(e->unmanaged);
+	users_copy(&e->unmanaged, &users);
 	pthread_mutex_unlock(&e->state_lock);
-	for (size_t i = 0; i < json_array_size(users); i++) {
-		json_t *p = json_array_get(users, i);
+	for (size_t i = 0; i < users.n; i++)
 		log_warn("process %lld (%s) uses a managed root%s and belongs to no managed unit: nothing stops it "
 			 "around a restore",
-			 (long long)json_integer_value(json_object_get(p, "pid")),
-			 json_string_value(json_object_get(p, "command")),
-			 json_is_true(json_object_get(p, "hidden")) ? " through the directory hidden under the mount"
-								    : "");
-	}
-	json_decref(users);
+			 (long long)users.v[i].pid, users.v[i].command,
+			 users.v[i].tag == 1 ? " through the directory hidden under the mount" : "");
+	svc_users_free(&users);
 }
 
-void engine_adoption_health(struct engine *e, json_t *h)
+void engine_adoption_health(struct engine *e, struct health_report *h)
 {
 	pthread_mutex_lock(&e->state_lock);
-	bool stale = !e->unmanaged || mono_ms() - e->unmanaged_ms > UNMANAGED_TTL_MS;
+	bool stale = !e->unmanaged_scanned || mono_ms() - e->unmanaged_ms > UNMANAGED_TTL_MS;
 	pthread_mutex_unlock(&e->state_lock);
 	if (stale && !e->adoption_pending)
 		rescan_unmanaged(e);
 	pthread_mutex_lock(&e->state_lock);
-	if (e->adoption) {
-		json_t *a = json_deep_copy(e->adoption);
-		if (e->adoption_pending)
-			json_object_set_new(a, "state", json_string("starting units"));
-		json_object_set_new(h, "adoption", a);
-	}
-	json_object_set_new(h, "unmanaged_users", e->unmanaged ? json_deep_copy(e->unmanaged) : json_array());
+	if (e->adoption.present && adoption_copy(&e->adoption, &h->adoption) < 0)
+		log_warn("health: out of memory copying the adoption");
+	h->adoption.starting = e->adoption.present && e->adoption_pending;
+	if (users_copy(&e->unmanaged, &h->unmanaged) < 0)
+		log_warn("health: out of memory copying the unmanaged users");
 	pthread_mutex_unlock(&e->state_lock);
 }
 
@@ -160,7 +193,7 @@ void engine_adoption_free(struct engine *e)
 	e->plans = NULL;
 	e->hidden = NULL;
 	e->n_plans = e->n_hidden = 0;
-	json_decref(e->adoption);
-	json_decref(e->unmanaged);
-	e->adoption = e->unmanaged = NULL;
+	adoption_report_free(&e->adoption);
+	svc_users_free(&e->unmanaged);
+	e->unmanaged_scanned = false;
 }

@@ -50,12 +50,13 @@ struct engine {
 
 	/* Adoption (engine_adopt.c): units stopped before a mount at start,
 	 * started again by engine_adoption_finish; guarded by state_lock. */
-	json_t *adoption;       /* {mounted: [roots], stopped_units, restarted_units, failures, at} */
-	struct svc_plan *plans; /* one per root mounted over, until started */
+	struct adoption_report adoption; /* its starting unused: adoption_pending says */
+	struct svc_plan *plans;          /* one per root mounted over, until started */
 	size_t n_plans;
 	struct procscan_target *hidden; /* what those mounts hide (path borrowed from cfg) */
 	size_t n_hidden;
-	json_t *unmanaged;        /* [{pid, command, hidden}] from the last scan */
+	struct svc_users unmanaged; /* from the last scan (tag 1: through a hidden directory) */
+	bool unmanaged_scanned;
 	int64_t unmanaged_ms;     /* mono_ms of that scan */
 	bool adoption_pending;    /* units stopped, not started yet */
 	bool svc_journal_pending; /* plans holds an interrupted restore's units (engine_svcjournal.c) */
@@ -158,7 +159,7 @@ void engine_idem_close(struct engine *e);
 
 /* engine_adopt.c */
 void engine_adopt_before_mount(void *engine, const char *root); /* backend_ctx.before_mount */
-void engine_adoption_health(struct engine *e, json_t *h);
+void engine_adoption_health(struct engine *e, struct health_report *h);
 void engine_adoption_free(struct engine *e);
 /* A new record in state "creating" (engine_create.c). */
 struct ckpt_record *create_record(struct engine *e, const struct create_req *req, const char *id);

@@ -116,6 +116,8 @@ void health_report_free(struct health_report *h)
 	h->sections = NULL;
 	json_decref(h->backend_health.extra);
 	h->backend_health.extra = NULL;
+	adoption_report_free(&h->adoption);
+	svc_users_free(&h->unmanaged);
 }
 
 void engine_health(struct engine *e, struct health_report *ret)
@@ -133,8 +135,7 @@ void engine_health(struct engine *e, struct health_report *ret)
 	if (!ret->services_available)
 		ret->services_reason = services_unavailable_reason(e->services);
 	e->backend->health(e->bst, &ret->backend_health);
-	if (ret->sections)
-		engine_adoption_health(e, ret->sections);
+	engine_adoption_health(e, ret);
 	if (ret->sections)
 		engine_whole_health(e, ret->sections);
 	pthread_mutex_lock(&e->state_lock); /* engine_release.c fills it */

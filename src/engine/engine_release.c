@@ -69,15 +69,15 @@ static int release_check_users(struct engine *e, const size_t *idx, size_t n, ck
 	char *roots[n];
 	for (size_t k = 0; k < n; k++)
 		roots[k] = e->cfg->roots[idx[k]];
-	json_auto_t *u = services_unmanaged_users(e->services, roots, n, NULL, 0);
-	json_t *p = json_array_get(u, 0);
-	if (!p)
-		return 0;
-	return err_set_kind(err, ERR_CONFLICT, EBUSY, "root_busy",
-			    "process %lld (%s) uses a root and belongs to no managed unit: stop it first, nothing "
-			    "released",
-			    (long long)json_integer_value(json_object_get(p, "pid")),
-			    json_string_value(json_object_get(p, "command")));
+	struct svc_users u;
+	services_unmanaged_users(e->services, roots, n, NULL, 0, &u);
+	int r = u.n == 0 ? 0
+			 : err_set_kind(err, ERR_CONFLICT, EBUSY, "root_busy",
+					"process %lld (%s) uses a root and belongs to no managed unit: stop it first, "
+					"nothing released",
+					(long long)u.v[0].pid, u.v[0].command);
+	svc_users_free(&u);
+	return r;
 }
 
 /* Stop the units, release, start them: like a restore's swap. */

@@ -72,6 +72,35 @@ static json_t *api_root_json(const struct health_report *h, size_t i)
 	return d;
 }
 
+/* {mounted, stopped_units, restarted_units, failures[, at][, state]} */
+static json_t *api_adoption_json(const struct adoption_report *a)
+{
+	json_t *o = json_pack("{s:o, s:o, s:o, s:o}", "mounted", api_names_json(&a->mounted), "stopped_units",
+			      api_names_json(&a->units.stopped), "restarted_units", api_names_json(&a->units.started),
+			      "failures", api_failures_json(&a->units));
+	if (o && a->at[0])
+		json_object_set_new(o, "at", json_string(a->at));
+	if (o && a->starting)
+		json_object_set_new(o, "state", json_string("starting units"));
+	return o;
+}
+
+/* [{pid, command[, unit], hidden}]: hidden, through the directory a mount
+ * at start hid (the scan's tag 1). */
+static json_t *api_users_json(const struct svc_users *u)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; a && i < u->n; i++) {
+		json_t *p = json_pack("{s:I, s:s}", "pid", (json_int_t)u->v[i].pid, "command", u->v[i].command);
+		if (p && u->v[i].unit)
+			json_object_set_new(p, "unit", json_string(u->v[i].unit));
+		if (p)
+			json_object_set_new(p, "hidden", json_boolean(u->v[i].tag == 1));
+		json_array_append_new(a, p);
+	}
+	return a;
+}
+
 /* The engine's members, then the backend's own, the overlay options, what
  * the adoption and the whole root add, released_roots, and one entry per
  * root (root_details). */
@@ -92,6 +121,9 @@ json_t *api_health_json(const struct health_report *h)
 		json_object_update(out, b->extra);
 	if (b->has_overlay)
 		json_object_set_new(out, "overlay", api_overlay_json(b));
+	if (h->adoption.present)
+		json_object_set_new(out, "adoption", api_adoption_json(&h->adoption));
+	json_object_set_new(out, "unmanaged_users", api_users_json(&h->unmanaged));
 	if (h->sections)
 		json_object_update(out, h->sections);
 	json_object_set_new(out, "released_roots", api_strings_json(h->released, h->n_released));

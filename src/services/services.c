@@ -24,9 +24,7 @@ void svc_report_free(struct svc_report *r)
 	*r = (struct svc_report){ 0 };
 }
 
-/* Set unit's reason in r (a second reason replaces the first, as a JSON
- * object's member would). */
-static int svc_report_fail(struct svc_report *r, const char *unit, const char *reason)
+int svc_report_fail(struct svc_report *r, const char *unit, const char *reason)
 {
 	char *why = strdup(reason);
 	size_t i = 0;
@@ -258,31 +256,36 @@ int services_plan(struct services *s, char *const *roots, size_t n_roots, struct
 	return r;
 }
 
-json_t *services_unmanaged_users(struct services *s, char *const *roots, size_t n_roots,
-				 const struct procscan_target *extra, size_t n_extra)
+void svc_users_free(struct svc_users *u)
 {
-	json_t *out = json_array();
+	for (size_t i = 0; i < u->n; i++)
+		free(u->v[i].unit);
+	free(u->v);
+	*u = (struct svc_users){ 0 };
+}
+
+void services_unmanaged_users(struct services *s, char *const *roots, size_t n_roots,
+			      const struct procscan_target *extra, size_t n_extra, struct svc_users *ret)
+{
 	_cleanup_free_ struct procscan_target *t = NULL;
 	_cleanup_free_ struct procscan_user *users = NULL;
 	size_t n_t = 0, n = 0;
+	*ret = (struct svc_users){ 0 };
 	if (!s || services_scan_targets(roots, n_roots, extra, n_extra, &t, &n_t) < 0 ||
-	    procscan_users("/proc", t, n_t, getpid(), &users, &n) < 0)
-		return out;
+	    procscan_users("/proc", t, n_t, getpid(), &users, &n) < 0 || !n || !(ret->v = calloc(n, sizeof(*ret->v))))
+		return;
 	for (size_t i = 0; i < n; i++) {
-		_cleanup_free_ char *unit = NULL;
-		char comm[64];
+		char *unit = NULL;
 		if (s->available && s->ops->pid_unit(users[i].pid, &unit) < 0)
 			unit = NULL;
 		if (unit &&
 		    (services_strv_contains(&s->configured, unit) ||
-		     (s->auto_discover && services_scan_unit_eligible(unit, s->self_unit))))
+		     (s->auto_discover && services_scan_unit_eligible(unit, s->self_unit)))) {
+			free(unit);
 			continue;
-		procscan_comm("/proc", users[i].pid, comm, sizeof(comm));
-		json_t *u = json_pack("{s:I,s:s,s:i}", "pid", (json_int_t)users[i].pid, "command", comm, "tag",
-				      users[i].tag);
-		if (u && unit)
-			json_object_set_new(u, "unit", json_string(unit));
-		json_array_append_new(out, u);
+		}
+		struct svc_user *u = &ret->v[ret->n++];
+		*u = (struct svc_user){ .pid = users[i].pid, .unit = unit, .tag = users[i].tag };
+		procscan_comm("/proc", users[i].pid, u->command, sizeof(u->command));
 	}
-	return out;
 }

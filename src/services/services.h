@@ -60,6 +60,8 @@ void svc_report_init(struct svc_report *r);
 void svc_report_free(struct svc_report *r);
 /* Adds the plan's units to the lists of r. */
 void services_report(const struct svc_plan *p, struct svc_report *r);
+/* Set unit's reason in r (a second reason replaces the first); -ENOMEM. */
+int svc_report_fail(struct svc_report *r, const char *unit, const char *reason);
 
 /* ops NULL: the real systemd. Never fails for lack of systemd:
  * services_available() then says false. */
@@ -110,9 +112,21 @@ int services_reload(struct services *s, char **reason);
  * gone now (they stay stopped: unit_gone). */
 int services_restart(struct services *s, struct svc_plan *p);
 
+/* A process that uses a root and belongs to no unit ckptd manages. */
+struct svc_user {
+	int64_t pid;
+	char command[64];
+	char *unit; /* its unit, or NULL (owned) */
+	int tag;    /* the target's: 0 a root, else the extra one's */
+};
+struct svc_users {
+	struct svc_user *v;
+	size_t n;
+};
+void svc_users_free(struct svc_users *u);
 /* Processes using one of roots (tag 0) or of extra (e.g. the directories
  * mounts hid), by device and inode, that belong to no unit ckptd manages, so
- * nothing stops them around a mount or a restore: [{pid, command, unit?,
- * tag}] (tag: the target's). Never NULL. */
-json_t *services_unmanaged_users(struct services *s, char *const *roots, size_t n_roots,
-				 const struct procscan_target *extra, size_t n_extra);
+ * nothing stops them around a mount or a restore. Fills ret (empty when the
+ * scan fails), which the caller frees. */
+void services_unmanaged_users(struct services *s, char *const *roots, size_t n_roots,
+			      const struct procscan_target *extra, size_t n_extra, struct svc_users *ret);
