@@ -24,7 +24,9 @@ struct create_req {
 	const char *name;
 	bool has_ttl;
 	int64_t ttl_secs;
-	json_t *labels; /* object or NULL (borrowed) */
+	/* object or NULL (borrowed). The client's own data, kept and answered
+	 * as sent, so it stays JSON. */
+	json_t *labels;
 	bool async;
 };
 /* On success fills ret (the new checkpoint; the caller frees it). With
@@ -73,7 +75,9 @@ struct ckpt_view {
 	const struct ckpt_record *rec; /* a reference; ckpt_view_free drops it */
 	bool has_progress;
 	uint64_t bytes_done, bytes_total, files_done, files_total;
-	json_t *push; /* the last async push's outcome (engine_oci.c), owned, or NULL */
+	/* The last async push's outcome (engine_oci.c), owned, or NULL. Still
+	 * JSON: push and pull answer JSON the engine builds (engine_oci.h). */
+	json_t *push;
 };
 void ckpt_view_free(struct ckpt_view *v);
 /* On success fills ret, which the caller frees. */
