@@ -125,13 +125,23 @@ class Run:
         self.short = short
         if backend == "overlay":
             config["track_changes"] = "always"
-        self.d = FPDaemon(base, backend=backend, n_roots=2, config=config, env=env)
+        # CKPTD_FAILPOINT=NAME:N@K arms only the Kth start of the workload
+        # (0: the first): each restart counts its hits from 0 again. Without
+        # @K every start is armed (a point first reached after a restart).
+        self.arm, _, at = env.get("CKPTD_FAILPOINT", "").partition("@")
+        self.arm_at, self.starts = int(at) if at else None, 0
+        self.base_env = {k: v for k, v in env.items() if k != "CKPTD_FAILPOINT"}
+        self.d = FPDaemon(base, backend=backend, n_roots=2, config=config, env=self.env_for(0))
         self.backend = backend
         self.acked = {}  # cid -> trees of both roots
         self.deleted = set()
         self.pending = None  # the operation under way: (kind, details)
         self.forks = {}  # fid -> (path, trees)
         self.gen = 0
+
+    def env_for(self, start):
+        armed = {"CKPTD_FAILPOINT": self.arm} if self.arm and self.arm_at in (None, start) else {}
+        return {**self.base_env, **armed}
 
     # ---- the roots ----
     def trees(self):
@@ -299,6 +309,8 @@ class Run:
         if self.d.proc.wait(60) == -9:  # killed at a point on its way out
             raise Died()
         self.d.proc = None
+        self.starts += 1
+        self.d.env = self.env_for(self.starts)
         self.step_start()
 
     def workload(self):
@@ -504,14 +516,15 @@ def trace(base, backend, short=False):
 def later_hits(steps):
     """NAME:N for each later step that reaches a point again: the first hit
     of a shared point (the catalog, a layer's publication) comes early; these
-    crash the later operations in it too."""
-    seen, counts, out = set(), {}, []
+    crash the later operations in it too. NAME:N@K for a step of the Kth
+    restart (Run arms only that ckptd)."""
+    seen, counts, out, start = set(), {}, [], 0
     for name, reached in steps:
         if name.startswith("adopt"):  # a new ckptd: its hits count from 0
-            counts = {}
+            counts, start = {}, start + 1
         for p in dict.fromkeys(reached):
             if p in seen:
-                out.append(f"{p}:{counts.get(p, 0) + 1}")
+                out.append(f"{p}:{counts.get(p, 0) + 1}" + (f"@{start}" if start else ""))
         seen.update(reached)
         for p in reached:
             counts[p] = counts.get(p, 0) + 1
@@ -529,7 +542,7 @@ def crash_at(base, backend, point, then=None, short=False):
             while not run.d.dead() and time.monotonic() < deadline:
                 time.sleep(0.05)
         log = run.d.log()
-        if f"failpoint kill {point.partition(':')[0]}\n" not in log:
+        if f"failpoint kill {point.partition(':')[0].partition('@')[0]}\n" not in log:
             raise Broken(f"not reached (died: {run.d.dead()})")
         if run.d.proc is not None:
             run.d.proc.wait(30)
