@@ -198,12 +198,11 @@ class Run:
         return cid
 
     def step_start(self, tries=3):
-        mark = len(self.d.log())
         self.d.start(wait=False)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.d.dead():
-                if tries > 1 and "Address already in use" in self.d.log()[mark:]:
+                if tries > 1 and self.d.lost_port():
                     # free_port's port taken meanwhile by another test
                     self.d.port = free_port()
                     self.d.url = f"http://127.0.0.1:{self.d.port}"
@@ -211,7 +210,7 @@ class Run:
                 raise Died()
             try:
                 r = requests.get(self.d.url + "/v1/health", timeout=2)
-                if r.status_code == 200 and r.json().get("status") != "preparing":
+                if r.status_code == 200 and r.json().get("status") != "preparing" and self.d.ours(r.json()):
                     return
             except requests.RequestException:
                 pass
