@@ -616,7 +616,8 @@ def test_every_failpoint_is_crash_safe(tmp_path):
                 in_recovery.setdefault(h, (b, point))
     # Points only a restart after a crash reaches (finishing an interrupted
     # restore, removing what a half-made create left): a crash there too.
-    missed = set(points) - reached["tar"] - reached["overlay"]
+    # host mode's points: test_host_failpoints.py crashes them (two instances, runsc)
+    missed = {p for p in points if not p.startswith("host.")} - reached["tar"] - reached["overlay"]
     second = sorted(p for p in missed if p in in_recovery)
     for p in second:
         b, first = in_recovery[p]
