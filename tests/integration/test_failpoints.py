@@ -355,8 +355,8 @@ class Run:
         assert r.status_code == 200, r.text
         return {c["checkpoint_id"]: c for c in r.json()["checkpoints"]}
 
-    def restore_check(self, cid, trees, what):
-        expiring = self.pending and self.pending[0] == "expire" and self.pending[1] == cid
+    def restore_check(self, cid, trees, what, expiring=False):
+        expiring = expiring or (self.pending and self.pending[0] == "expire" and self.pending[1] == cid)
         r = self.d.request("POST", f"/v1/checkpoints/{cid}/restore", json={"force": True} if expiring else {})
         if expiring and r.status_code == 404:  # the restarted sweeper finished it
             return
@@ -424,6 +424,9 @@ class Run:
                 trees = self.acked[cid]
             elif kind == "create" and listed[cid]["name"] == self.pending[1]:
                 trees = self.pending[2]
+                if listed[cid]["name"] == "short":  # step_expire's, with a TTL of 1 s
+                    self.restore_check(cid, trees, "after the kill", expiring=True)
+                    continue
             elif kind == "import" and listed[cid].get("import_of") == self.pending[1]:
                 trees = self.acked[self.pending[1]]
             elif kind == "pull" and listed[cid].get("pull_of"):
