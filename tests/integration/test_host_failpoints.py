@@ -208,6 +208,10 @@ class Pair:
                 if time.monotonic() > deadline or not ("busy" in str(e) or "SANDBOX_IN_USE" in str(e)):
                     raise
                 time.sleep(0.5)
+            except AssertionError:  # the handoff closed the connection mid-way
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def check_after_kill(self, killed):
         other = self.b if killed is self.a else self.a
