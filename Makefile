@@ -145,9 +145,11 @@ VALGRIND := valgrind -q --leak-check=full --error-exitcode=1 --child-silent-afte
 valgrind: $(UNIT_BINS)
 	@fail=0; for t in $(UNIT_BINS); do echo "== $$t"; $(VALGRIND) $$t || fail=1; done; exit $$fail
 
-# test_failpoints.py needs the failpoint build: check-failpoints runs it.
+# test_failpoints.py and test_host_failpoints.py need the failpoint build:
+# check-failpoints runs them.
 integration: all
-	$(PYTHON) -m pytest -q -rs tests/integration --ignore=tests/integration/test_failpoints.py $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q -rs tests/integration --ignore=tests/integration/test_failpoints.py \
+		--ignore=tests/integration/test_host_failpoints.py $(PYTEST_ARGS)
 
 check: deps all
 	@$(MAKE) --no-print-directory prose
@@ -165,7 +167,7 @@ FP_EVERY_STEP ?=
 check-failpoints: deps
 	@$(MAKE) --no-print-directory BUILD=$(FP_BUILD) FAILPOINTS=1 all
 	CKPTD_FP_BUILD=$(FP_BUILD) CKPTD_FP_EVERY_STEP=$(FP_EVERY_STEP) \
-		$(PYTHON) -m pytest -q -rs -s tests/integration/test_failpoints.py
+		$(PYTHON) -m pytest -q -rs -s tests/integration/test_failpoints.py tests/integration/test_host_failpoints.py
 
 # Host mode's soak: racing rounds of stalls (frozen volume, frozen etcd link)
 # and kill -9 between two instances, for volume and etcd locks (make check runs 3).

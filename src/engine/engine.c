@@ -12,6 +12,7 @@
 #include "engine/catalog.h"
 #include "config.h"
 #include "engine/engine_export.h"
+#include "engine/oci_cache.h"
 #include "engine/engine_internal.h"
 #include "engine/engine_oci.h"
 #include "engine/oci_cache.h"
@@ -167,6 +168,7 @@ static int engine_open_state(struct engine *e, const struct engine_deps *deps, c
 	if ((r = e->backend->open(&e->bctx, &e->bst, err)) < 0)
 		return err_prefix(err, "%s backend", e->backend->name);
 	engine_xfer_sweep(e); /* exports and imports a killed daemon left */
+	oci_cache_sweep(e);   /* and a killed push's or pull's cache entries */
 	return engine_recover(e, err);
 }
 

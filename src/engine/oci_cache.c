@@ -27,6 +27,16 @@ int oci_cache_dirs(struct engine *e, ckpt_error *err)
 	return 0;
 }
 
+void oci_cache_sweep(struct engine *e)
+{
+	const char *d[] = { BLOBS_DIR, KEYS_DIR, MOUNT_DIR };
+	for (size_t i = 0; i < ARRAY_SIZE(d); i++) {
+		_cleanup_close_ int fd = openat(e->state_fd, d[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0)
+			write_file_atomic_sweep(fd);
+	}
+}
+
 void oci_cache_blob_name(const char *digest, char *out, size_t cap)
 {
 	snprintf(out, cap, "%s/%s", BLOBS_DIR, digest + 7);

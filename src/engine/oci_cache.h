@@ -16,6 +16,8 @@ struct engine;
 #define TREES_DIR "oci/trees" /* a pull's trees below an image's last layer */
 
 int oci_cache_dirs(struct engine *e, ckpt_error *err);
+/* Remove the temp files a killed push or pull left in the cache (at start). */
+void oci_cache_sweep(struct engine *e);
 /* "oci/blobs/HEX" for digest "sha256:HEX", relative to the state dir. */
 void oci_cache_blob_name(const char *digest, char *out, size_t cap);
 /* Is blob digest in the cache, with size bytes (size < 0: any)? */

@@ -8,6 +8,8 @@
 #include <jansson.h>
 #include <sys/stat.h>
 
+#include "lib/failpoint.h"
+
 static int vol_renew(const struct locks *L, const char *id, const char *me, uint64_t token, int64_t now,
 		     char ret_waiter[LOCKS_NAME_MAX]);
 
@@ -186,7 +188,7 @@ static int remove_if_same(int dirfd, const char *id, const struct lock_info *see
 	if ((r = lock_name(id, name, sizeof(name))) < 0 || (r = random_hex(rnd, 8)) < 0)
 		return r;
 	snprintf(aside, sizeof(aside), ".%s.stale.%s", id, rnd);
-	if (renameat(dirfd, name, dirfd, aside) < 0)
+	if (FAILPOINT_AROUND("host.lock.aside.rename", renameat(dirfd, name, dirfd, aside)) < 0)
 		return errno == ENOENT ? 0 : -errno;
 	r = read_named(dirfd, aside, &now_l);
 	if (r == 0 &&
@@ -197,7 +199,7 @@ static int remove_if_same(int dirfd, const char *id, const struct lock_info *see
 			log_debug("lock '%s': cannot put back: %m", id);
 		r = -EBUSY;
 	}
-	unlinkat(dirfd, aside, 0);
+	(void)FAILPOINT_AROUND("host.lock.aside.unlink", unlinkat(dirfd, aside, 0));
 	return r == -EBADMSG ? 0 : r;
 }
 
@@ -222,7 +224,7 @@ static int confirm(const struct locks *L, const char *id, const char *me, uint64
 	}
 	/* the counter only grows: a lost update here is caught by the next
 	 * taker, which also counts from the token of the lock it replaces */
-	if (gen_read(L, id) < token && (r = gen_write(L, id, token)) < 0)
+	if (gen_read(L, id) < token && (r = FAILPOINT_AROUND("host.lock.gen.write", gen_write(L, id, token))) < 0)
 		return r;
 	return 0;
 }
@@ -251,7 +253,7 @@ static int vol_acquire(const struct locks *L, const char *id, const char *me, in
 	for (int attempt = 0; attempt < 3; attempt++) {
 		uint64_t g = gen_read(L, id);
 		mine.token = (g > floor ? g : floor) + 1;
-		r = publish_lock(L, id, &mine, true);
+		r = FAILPOINT_AROUND("host.lock.take", publish_lock(L, id, &mine, true));
 		if (r == 0) {
 			if ((r = confirm(L, id, me, mine.token, cur)) == 0)
 				*ret_token = mine.token;
@@ -324,7 +326,7 @@ static int vol_renew(const struct locks *L, const char *id, const char *me, uint
 	if (r < 0)
 		return r;
 	l.timestamp = now;
-	if ((r = publish_lock(L, id, &l, false)) < 0)
+	if ((r = FAILPOINT_AROUND("host.lock.renew", publish_lock(L, id, &l, false))) < 0)
 		return r;
 	if (ret_waiter)
 		strcpy(ret_waiter, l.waiter);
@@ -355,7 +357,7 @@ static int vol_add_waiter(const struct locks *L, const char *id, const char *me)
 	if (!strcmp(l.waiter, me) || !strcmp(l.owner, me))
 		return 0;
 	snprintf(l.waiter, sizeof(l.waiter), "%s", me);
-	return publish_lock(L, id, &l, false);
+	return FAILPOINT_AROUND("host.lock.waiter", publish_lock(L, id, &l, false));
 }
 
 static int vol_release(const struct locks *L, const char *id, const char *me, uint64_t token)

@@ -7,6 +7,8 @@
 #include <nettle/base64.h>
 #include <pthread.h>
 
+#include "lib/failpoint.h"
+
 #define WATCH_RETRY_MS 200
 
 struct lease {
@@ -234,7 +236,7 @@ static int etcd_acquire(const struct locks *L, const char *id, const char *me, i
 				"key", k64, "result", "EQUAL", "target", "CREATE", "create_revision", "0", "success",
 				"request_put", "key", k64, "value", v64, "lease", lease, "request_delete_range", "key",
 				w64, "failure", op_range(k64));
-	if ((r = call(E, "/v3/kv/txn", req, &ans)) < 0) {
+	if ((r = FAILPOINT_AROUND("host.etcd.take", call(E, "/v3/kv/txn", req, &ans))) < 0) {
 		lease_revoke(E, lease);
 		return r;
 	}
@@ -285,7 +287,8 @@ static int etcd_add_waiter(const struct locks *L, const char *id, const char *me
 
 	if (!w64 || !v64)
 		return -ENOMEM;
-	return call(E, "/v3/kv/put", json_pack("{s:s, s:s}", "key", w64, "value", v64), &ans);
+	return FAILPOINT_AROUND("host.etcd.waiter",
+				call(E, "/v3/kv/put", json_pack("{s:s, s:s}", "key", w64, "value", v64), &ans));
 }
 
 static int etcd_release(const struct locks *L, const char *id, const char *me, uint64_t token)
@@ -309,11 +312,14 @@ static int etcd_release(const struct locks *L, const char *id, const char *me, u
 	/* delete only our generation (a waiter watches for this), then drop
 	 * the lease, which would remove the key anyway */
 	if (k64)
-		call(E, "/v3/kv/txn",
-		     json_pack("{s:o, s:[{s:{s:s}}]}", "compare", cmp_token(k64, le->token), "success",
-			       "request_delete_range", "key", k64),
-		     &ans);
+		(void)FAILPOINT_AROUND("host.etcd.release",
+				       call(E, "/v3/kv/txn",
+					    json_pack("{s:o, s:[{s:{s:s}}]}", "compare", cmp_token(k64, le->token),
+						      "success", "request_delete_range", "key", k64),
+					    &ans));
+	FAILPOINT("host.etcd.revoke.before");
 	lease_revoke(E, le->lease);
+	FAILPOINT("host.etcd.revoke.after");
 	free(le);
 	return 0;
 }

@@ -5,6 +5,7 @@
 #include "host/sandbox.h"
 #include "host/locks.h"
 #include "host/reaper.h"
+#include "lib/failpoint.h"
 #include "lib/walk.h"
 
 #include <sys/stat.h>
@@ -288,7 +289,7 @@ int sandbox_write_metadata(struct host *h, struct sandbox *sb, const char *lates
 	text = m ? json_dumps(m, JSON_INDENT(2)) : NULL;
 	if (!text)
 		return err_set(err, ENOMEM, NULL, "metadata: out of memory");
-	return write_fenced(h, sb, dfd, "metadata.json", text, err);
+	return FAILPOINT_AROUND("host.metadata.write", write_fenced(h, sb, dfd, "metadata.json", text, err));
 }
 
 /* fsync what runsc wrote before `latest` points at it. */
@@ -325,7 +326,7 @@ static void prune_images(int cfd, long long newest)
 	while ((de = walk_next(d))) {
 		long long ms = image_ms(de->d_name);
 		if (ms >= 0 && ms < second)
-			rm_rf_at(cfd, de->d_name);
+			(void)FAILPOINT_AROUND("host.image.prune", rm_rf_at(cfd, de->d_name));
 	}
 }
 
@@ -337,7 +338,7 @@ static int latest_write(struct host *h, struct sandbox *sb, int cfd, const char 
 {
 	char name[48];
 	snprintf(name, sizeof(name), "latest.%llu", (unsigned long long)sb->token);
-	return write_fenced(h, sb, cfd, name, image, err);
+	return FAILPOINT_AROUND("host.latest.token.write", write_fenced(h, sb, cfd, name, image, err));
 }
 
 /* The plain `latest` of the volume's layout, for readers that know no
@@ -345,7 +346,7 @@ static int latest_write(struct host *h, struct sandbox *sb, int cfd, const char 
  * late write here of an owner that lost its lock misleads no restore. */
 static int latest_hint_write(struct host *h, struct sandbox *sb, int cfd, const char *image, ckpt_error *err)
 {
-	return write_fenced(h, sb, cfd, "latest", image, err);
+	return FAILPOINT_AROUND("host.latest.write", write_fenced(h, sb, cfd, "latest", image, err));
 }
 
 /* The highest token with a latest.{token} file (0: only a plain `latest`
@@ -365,7 +366,7 @@ static uint64_t latest_token(int cfd, bool prune)
 	rewinddir(d);
 	while (prune && (de = walk_next(d)))
 		if (sscanf(de->d_name, "latest.%llu%c", &v, &tail) == 1 && v < second)
-			unlinkat(cfd, de->d_name, 0);
+			(void)FAILPOINT_AROUND("host.latest.prune", unlinkat(cfd, de->d_name, 0));
 	return top;
 }
 
@@ -385,7 +386,9 @@ int sandbox_checkpoint(struct host *h, struct sandbox *sb, ckpt_error *err)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	if ((r = runsc_checkpoint(&h->runsc, sb->cid, image, log, err)) < 0)
 		return sandbox_fence(h, sb, err) < 0 ? -ESTALE : r; /* killed by the watchdog: say why */
+	FAILPOINT("host.image.sync.before");
 	sync_image(image);
+	FAILPOINT("host.image.sync.after");
 	if ((r = latest_write(h, sb, cfd, name, err)) < 0 || (r = sandbox_write_metadata(h, sb, name, err)) < 0 ||
 	    (r = latest_hint_write(h, sb, cfd, name, err)) < 0)
 		return r;
@@ -521,7 +524,7 @@ int sandbox_restore(struct host *h, struct sandbox *sb, ckpt_error *err)
 	 * owner lands under its older token and stays behind this one */
 	if ((cfd = open_sandbox_dir(h, sb->id, "checkpoints", false)) < 0)
 		return err_set(err, -cfd, NULL, "checkpoint dir on the volume: %s", strerror(-cfd));
-	if ((r = latest_write(h, sb, cfd, name, err)) < 0)
+	if ((r = FAILPOINT_AROUND("host.restore.latest.write", latest_write(h, sb, cfd, name, err))) < 0)
 		return r;
 	runsc_delete(&h->runsc, sb->cid); /* a leftover of ours would block the id */
 	reaper_note(h->reaper_fd, '+', sb->cid);

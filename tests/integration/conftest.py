@@ -120,20 +120,38 @@ class Daemon:
         if getattr(self, "log_fh", None):
             self.log_fh.close()  # the last run's: this one appends to the same log
         self.log_fh = open(self.logfile, "ab")
+        self.start_mark = self.logfile.stat().st_size
         self.proc = subprocess.Popen(self.wrap + self.argv(), stdout=self.log_fh, stderr=subprocess.STDOUT, env=env)
         if wait:
             self.wait_ready(timeout)
         return self
 
-    def wait_ready(self, timeout=20):
+    def lost_port(self):
+        """free_port's port was taken by another process before this start
+        bound it: the start failed on that alone."""
+        with open(self.logfile, "rb") as f:
+            f.seek(getattr(self, "start_mark", 0))
+            return b"Address already in use" in f.read()
+
+    def ours(self, health):
+        """A health answer of this daemon, not of another that took the port."""
+        paths = {os.path.realpath(d["path"]) for d in health.get("root_details") or [] if d.get("path")}
+        return not paths or not self.roots or bool(paths & {os.path.realpath(r) for r in self.roots})
+
+    def wait_ready(self, timeout=20, tries=3):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if tries > 1 and self.lost_port():  # again on a new port
+                    self.port = free_port()
+                    self.url = f"http://127.0.0.1:{self.port}"
+                    self.start(wait=False)
+                    return self.wait_ready(timeout, tries - 1)
                 raise RuntimeError(f"ckptd exited with {self.proc.returncode}:\n{self.log()}")
             try:
                 r = requests.get(self.url + "/v1/health", timeout=1)
                 # "preparing": the tar backend still takes the base (first start)
-                if r.status_code == 200 and r.json().get("status") != "preparing":
+                if r.status_code == 200 and r.json().get("status") != "preparing" and self.ours(r.json()):
                     return
             except (requests.ConnectionError, requests.Timeout):  # a slow answer on a loaded box
                 pass

@@ -17,10 +17,12 @@ the promises hold:
 A point that no workload reaches fails the test: a new durable step must come
 with a workload that reaches it."""
 import atexit
+import json
 import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -33,6 +35,9 @@ FP_BUILD = pathlib.Path(os.environ.get("CKPTD_FP_BUILD", TOP / "build-fp"))
 if not FP_BUILD.is_absolute():
     FP_BUILD = TOP / FP_BUILD
 FP_CKPTD = str(FP_BUILD / "ckptd")
+# Points only gVisor's overlay reaches (its mountinfo names no upperdir, so
+# ckptd records each mount's upper): the check runs them inside runsc do.
+GVISOR = "overlay.gvisor."
 CONFIG = {"cleanup_interval_secs": 1, "flatten_depth": 2, "tar_chain_max": 2, "default_ttl_secs": 0,
           "max_checkpoints": 1000}
 
@@ -111,20 +116,32 @@ class Run:
     """One daemon over two roots, driven through the workload; what it
     acknowledged is kept to check after the kill."""
 
-    def __init__(self, base, backend, env):
+    def __init__(self, base, backend, env, short=False):
         # Overlay tracks changes from 2,000 entries on, and only a tracked
         # create makes delta layers: track_changes "always" (ckptd.json(5))
-        # tracks these small roots too.
-        config = {**CONFIG, "registry_insecure": [registry().host]}
+        # tracks these small roots too. short: creates and restores only,
+        # no registry (the gVisor pass: it has no network).
+        config = {**CONFIG} if short else {**CONFIG, "registry_insecure": [registry().host]}
+        self.short = short
         if backend == "overlay":
             config["track_changes"] = "always"
-        self.d = FPDaemon(base, backend=backend, n_roots=2, config=config, env=env)
+        # CKPTD_FAILPOINT=NAME:N@K arms only the Kth start of the workload
+        # (0: the first): each restart counts its hits from 0 again. Without
+        # @K every start is armed (a point first reached after a restart).
+        self.arm, _, at = env.get("CKPTD_FAILPOINT", "").partition("@")
+        self.arm_at, self.starts = int(at) if at else None, 0
+        self.base_env = {k: v for k, v in env.items() if k != "CKPTD_FAILPOINT"}
+        self.d = FPDaemon(base, backend=backend, n_roots=2, config=config, env=self.env_for(0))
         self.backend = backend
         self.acked = {}  # cid -> trees of both roots
         self.deleted = set()
         self.pending = None  # the operation under way: (kind, details)
         self.forks = {}  # fid -> (path, trees)
         self.gen = 0
+
+    def env_for(self, start):
+        armed = {"CKPTD_FAILPOINT": self.arm} if self.arm and self.arm_at in (None, start) else {}
+        return {**self.base_env, **armed}
 
     # ---- the roots ----
     def trees(self):
@@ -181,12 +198,11 @@ class Run:
         return cid
 
     def step_start(self, tries=3):
-        mark = len(self.d.log())
         self.d.start(wait=False)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.d.dead():
-                if tries > 1 and "Address already in use" in self.d.log()[mark:]:
+                if tries > 1 and self.d.lost_port():
                     # free_port's port taken meanwhile by another test
                     self.d.port = free_port()
                     self.d.url = f"http://127.0.0.1:{self.d.port}"
@@ -194,7 +210,7 @@ class Run:
                 raise Died()
             try:
                 r = requests.get(self.d.url + "/v1/health", timeout=2)
-                if r.status_code == 200 and r.json().get("status") != "preparing":
+                if r.status_code == 200 and r.json().get("status") != "preparing" and self.d.ours(r.json()):
                     return
             except requests.RequestException:
                 pass
@@ -292,12 +308,17 @@ class Run:
         if self.d.proc.wait(60) == -9:  # killed at a point on its way out
             raise Died()
         self.d.proc = None
+        self.starts += 1
+        self.d.env = self.env_for(self.starts)
         self.step_start()
 
     def workload(self):
         """Steps in an order that reaches each point early."""
         cps = []
         yield "start", lambda: (self.seed(), self.step_start())
+        if self.short:
+            yield from self.short_workload(cps)
+            return
         yield "create full", lambda: cps.append(self.create("c1"))
         yield "create delta", lambda: cps.append(self.create("c2"))
         yield "create (flatten, compact)", lambda: cps.append(self.create("c3"))
@@ -319,14 +340,23 @@ class Run:
         yield "adopt once more", self.step_restart
         yield "settle", lambda: time.sleep(2)
 
+    def short_workload(self, cps):
+        """Each mount a create or a restore makes, and a restart's."""
+        yield "create full", lambda: cps.append(self.create("c1"))
+        yield "create delta", lambda: cps.append(self.create("c2"))
+        yield "restore", lambda: self.step_restore(cps[0])
+        yield "create after restore", lambda: cps.append(self.create("c3"))
+        yield "adopt after a restart", self.step_restart
+        yield "restore after restart", lambda: self.step_restore(cps[1])
+
     # ---- after the kill ----
     def listed(self):
         r = self.d.request("GET", "/v1/checkpoints", params={"limit": 1000})
         assert r.status_code == 200, r.text
         return {c["checkpoint_id"]: c for c in r.json()["checkpoints"]}
 
-    def restore_check(self, cid, trees, what):
-        expiring = self.pending and self.pending[0] == "expire" and self.pending[1] == cid
+    def restore_check(self, cid, trees, what, expiring=False):
+        expiring = expiring or (self.pending and self.pending[0] == "expire" and self.pending[1] == cid)
         r = self.d.request("POST", f"/v1/checkpoints/{cid}/restore", json={"force": True} if expiring else {})
         if expiring and r.status_code == 404:  # the restarted sweeper finished it
             return
@@ -394,6 +424,9 @@ class Run:
                 trees = self.acked[cid]
             elif kind == "create" and listed[cid]["name"] == self.pending[1]:
                 trees = self.pending[2]
+                if listed[cid]["name"] == "short":  # step_expire's, with a TTL of 1 s
+                    self.restore_check(cid, trees, "after the kill", expiring=True)
+                    continue
             elif kind == "import" and listed[cid].get("import_of") == self.pending[1]:
                 trees = self.acked[self.pending[1]]
             elif kind == "pull" and listed[cid].get("pull_of"):
@@ -468,10 +501,10 @@ def hits(log):
     return [line.split()[2] for line in log.splitlines() if line.startswith("failpoint hit ")]
 
 
-def trace(base, backend):
+def trace(base, backend, short=False):
     """Which points a workload reaches on this backend, step by step, from a
     run that kills nothing."""
-    run = Run(base, backend, {"CKPTD_FAILPOINT_TRACE": "1"})
+    run = Run(base, backend, {"CKPTD_FAILPOINT_TRACE": "1"}, short)
     steps = []
     try:
         died = run_workload(run, False, steps)
@@ -485,24 +518,25 @@ def trace(base, backend):
 def later_hits(steps):
     """NAME:N for each later step that reaches a point again: the first hit
     of a shared point (the catalog, a layer's publication) comes early; these
-    crash the later operations in it too."""
-    seen, counts, out = set(), {}, []
+    crash the later operations in it too. NAME:N@K for a step of the Kth
+    restart (Run arms only that ckptd)."""
+    seen, counts, out, start = set(), {}, [], 0
     for name, reached in steps:
         if name.startswith("adopt"):  # a new ckptd: its hits count from 0
-            counts = {}
+            counts, start = {}, start + 1
         for p in dict.fromkeys(reached):
             if p in seen:
-                out.append(f"{p}:{counts.get(p, 0) + 1}")
+                out.append(f"{p}:{counts.get(p, 0) + 1}" + (f"@{start}" if start else ""))
         seen.update(reached)
         for p in reached:
             counts[p] = counts.get(p, 0) + 1
     return out
 
 
-def crash_at(base, backend, point, then=None):
+def crash_at(base, backend, point, then=None, short=False):
     """Kill ckptd at point, restart (killed again at then, if given), check
     the promises. Returns the points the restart reached."""
-    run = Run(base, backend, {"CKPTD_FAILPOINT": point})
+    run = Run(base, backend, {"CKPTD_FAILPOINT": point}, short)
     try:
         step = run_workload(run, True)
         if step is None:  # background work still to come
@@ -510,7 +544,7 @@ def crash_at(base, backend, point, then=None):
             while not run.d.dead() and time.monotonic() < deadline:
                 time.sleep(0.05)
         log = run.d.log()
-        if f"failpoint kill {point.partition(':')[0]}\n" not in log:
+        if f"failpoint kill {point.partition(':')[0].partition('@')[0]}\n" not in log:
             raise Broken(f"not reached (died: {run.d.dead()})")
         if run.d.proc is not None:
             run.d.proc.wait(30)
@@ -522,6 +556,38 @@ def crash_at(base, backend, point, then=None):
         return reached
     finally:
         run.d.cleanup()
+
+
+def gvisor_inside(base, points):
+    """In runsc do: the short workload traced on gVisor's overlay, then a
+    crash at each hit of points (few: each costs about a second here).
+    Prints one line RESULT {reached, runs, failures}."""
+    reached, steps = trace(base / "trace", "overlay", short=True)
+    failures, runs = [], 0
+    later = [p for p in later_hits(steps) if p.partition(":")[0] in points]
+    for point in sorted(set(points) & reached) + later:
+        runs += 1
+        try:
+            crash_at(base / f"p{runs}", "overlay", point, short=True)
+        except (Broken, AssertionError, RuntimeError) as e:
+            failures.append(f"gvisor {point}: {e}")
+            print(f"failpoint BROKEN: {failures[-1]}", flush=True)
+        unmount_all(base / f"p{runs}")
+    print("RESULT " + json.dumps({"reached": sorted(reached), "runs": runs, "failures": failures}), flush=True)
+
+
+def gvisor_pass(points):
+    """The gVisor-only points, crashed inside `runsc --network=none do` as
+    test_environments.py runs ckptd there: the state dir and the roots on a
+    tmpfs of the sandbox (gVisor's overlay backend needs one)."""
+    tmp = "/var/tmp/ckptd-fp-gvisor"  # in the sandbox's own root overlay
+    inner = (f"mkdir -p {tmp} && mount -t tmpfs tmpfs {tmp} && TMPDIR={tmp} CKPTD_FP_BUILD={FP_BUILD} "
+             f"{sys.executable} {pathlib.Path(__file__).resolve()} gvisor {tmp}/fp " + " ".join(points))
+    p = subprocess.run(["runsc", "--network=none", "do", "/bin/sh", "-c", inner], capture_output=True,
+                       text=True, timeout=1200)
+    res = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
+    assert p.returncode == 0 and res, f"gVisor pass: rc {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-2000:]}"
+    return json.loads(res[-1][len("RESULT "):])
 
 
 def test_every_failpoint_is_crash_safe(tmp_path):
@@ -553,12 +619,19 @@ def test_every_failpoint_is_crash_safe(tmp_path):
                 in_recovery.setdefault(h, (b, point))
     # Points only a restart after a crash reaches (finishing an interrupted
     # restore, removing what a half-made create left): a crash there too.
-    missed = set(points) - reached["tar"] - reached["overlay"]
+    # host mode's points: test_host_failpoints.py crashes them (two instances, runsc)
+    missed = {p for p in points if not p.startswith("host.")} - reached["tar"] - reached["overlay"]
     second = sorted(p for p in missed if p in in_recovery)
     for p in second:
         b, first = in_recovery[p]
         one(b, first, then=p)
     missed -= set(second)
+    gvisor = sorted(p for p in missed if p.startswith(GVISOR))
+    if gvisor:
+        out = gvisor_pass(gvisor)
+        runs += out["runs"]
+        failures += out["failures"]
+        missed -= set(out["reached"])
     # CKPTD_FP_EVERY_STEP=1 (make check-failpoints FP_EVERY_STEP=1): also each
     # later step's first hit of a point reached before (about 500 more crashes).
     every = os.environ.get("CKPTD_FP_EVERY_STEP") == "1"
@@ -566,14 +639,16 @@ def test_every_failpoint_is_crash_safe(tmp_path):
         for point in later_hits(traced[b][1]):
             one(b, point)
     print(f"failpoints: {len(points)} points; the workload reaches {len(reached['tar'])} on tar, "
-          f"{len(reached['overlay'])} on overlay, recovery {len(second)} more; {runs} crashes "
+          f"{len(reached['overlay'])} on overlay, recovery {len(second)} more, gVisor {len(gvisor)}; {runs} crashes "
           f"in {time.monotonic() - t0:.0f} s, {len(failures)} broken", flush=True)
     assert not missed, f"no workload reaches these failpoints: {sorted(missed)}"
     assert not failures, "\n".join(failures)
 
 
 if __name__ == "__main__":  # one point by hand: test_failpoints.py BACKEND POINT DIR [THEN]
-    import sys
+    if sys.argv[1] == "gvisor":  # gvisor_pass's inside: test_failpoints.py gvisor DIR POINT...
+        gvisor_inside(pathlib.Path(sys.argv[2]), sys.argv[3:])
+        sys.exit(0)
     fp_build()
     reached = crash_at(pathlib.Path(sys.argv[3]), sys.argv[1], sys.argv[2], (sys.argv[4:] or [None])[0])
     print("ok; the restart reached:", " ".join(sorted(reached)))

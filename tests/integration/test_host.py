@@ -37,13 +37,14 @@ class HostInstance:
         self.proc = None
         self.killed = False  # by kill9: the one death expected
         self.problems = []
+        self.binary, self.env = CKPTD, {}  # test_host_failpoints.py: the failpoint build, armed
 
     @property
     def runsc_root(self):
         return self.state / "sandboxes" / self.name / "runsc"
 
     def start(self):
-        env = dict(os.environ)
+        env = dict(os.environ, **self.env)
         env.pop("SANDBOX_CHECKPOINT_BUCKET", None)
         env.pop("SANDBOX_CHECKPOINT_MOUNT_PATH", None)
         if self.bucket:
@@ -51,7 +52,7 @@ class HostInstance:
             env["SANDBOX_CHECKPOINT_MOUNT_PATH"] = str(self.volume)
         with open(self.logf, "ab") as log:
             self.proc = subprocess.Popen(
-                [CKPTD, "--mode", "host", "--listen", "127.0.0.1:%d" % self.port,
+                [self.binary, "--mode", "host", "--listen", "127.0.0.1:%d" % self.port,
                  "--state-dir", str(self.state), "--instance-id", self.name,
                  "--config", str(self.cfg), "-v"], stdout=log, stderr=log, env=env)
         deadline = time.time() + 20

@@ -361,3 +361,17 @@ def test_sigterm_finishes_async_create(daemon_factory):
         p.unlink()
     d.restore(cid)
     assert_same_tree(tree, tree_state(root))
+
+
+def test_a_start_whose_port_was_taken_moves_to_a_new_one(daemon_factory):
+    """free_port's port can be taken before ckptd binds it (here by another
+    ckptd, which answers health too): the test harness starts again on a new
+    port, and talks to its own daemon, not to the one on the old port."""
+    first = daemon_factory()
+    second = daemon_factory(start=False)
+    second.port, second.url = first.port, first.url
+    second.start()
+    assert second.port != first.port
+    assert "Address already in use" in second.log()
+    assert [d["path"] for d in second.health()["root_details"]] == [str(second.roots[0])]
+    assert [d["path"] for d in first.health()["root_details"]] == [str(first.roots[0])]

@@ -12,10 +12,25 @@ import json
 import mmap
 import os
 import random
+import subprocess
 
 import pytest
 
-from conftest import assert_same_tree, tree_state
+from conftest import assert_same_tree, tree_state, unmount_all
+
+
+@pytest.fixture
+def tmp_path(tmp_path):
+    """A tmpfs of the test's own for its daemons' roots and state dirs.
+    The tracker marks the whole filesystem (fanotify), so a busy shared one
+    sends other processes' events too; one whose file cannot be resolved
+    makes the create full when unsure, and the delta counts asserted here
+    would shift with what else runs on the machine."""
+    own = tmp_path / "own-fs"
+    own.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1g,mode=0755", "tmpfs", str(own)], check=True)
+    yield own
+    unmount_all(own)
 
 
 def overlay(daemon_factory, track="always", **kw):

@@ -56,7 +56,8 @@ static int ovl_record_mount(struct ovl_root *r, const char *upper, ckpt_error *e
 	_cleanup_free_ char *s = found ? overlay_json_mnt_dump(mi.id, upper) : NULL;
 	overlay_mountinfo_clear(&mi);
 	q = !found  ? (q < 0 ? q : -ENOENT)
-		: s ? write_file_atomic(r->rdir_fd, "mnt.json", s, strlen(s), 0600)
+		: s ? FAILPOINT_AROUND("overlay.gvisor.mount.record",
+				       write_file_atomic(r->rdir_fd, "mnt.json", s, strlen(s), 0600))
 		    : -ENOMEM;
 	return q < 0 ? err_set(err, -q, NULL, "record the mount at '%s': %s", r->path, strerror(-q)) : 0;
 }

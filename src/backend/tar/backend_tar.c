@@ -149,10 +149,10 @@ static int tar_recover(void *st, const char *const *ids, json_t *const *data, si
 			(id_valid(nm) && !id_listed(nm, ids, n));
 		if (stale && (nm[0] == '.' ? rm_rf_at(s->tar_fd, nm) : tar_gc_drop(s, nm)) < 0)
 			return err_set(err, errno, NULL, "cannot remove stale '%s': %m", nm);
-		_cleanup_close_ int cfd = !stale && id_valid(nm)
+		_cleanup_close_ int cfd = !stale && (id_valid(nm) || !strcmp(nm, BASE))
 			? openat(s->tar_fd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
 			: -1;
-		if (cfd >= 0) /* an alias file's temp (restore writes into checkpoint dirs) */
+		if (cfd >= 0) /* an alias file's temp (restore writes into checkpoint dirs and the base) */
 			write_file_atomic_sweep(cfd);
 	}
 	write_file_atomic_sweep(s->tar_fd);
