@@ -146,6 +146,7 @@ class Harness:
         def go():
             try:
                 out["r"] = fn()
+                out["t"] = time.monotonic()
             except requests.RequestException as e:
                 out["e"] = e
 
@@ -160,6 +161,8 @@ class Harness:
         self.kills += 1
         t.join(60)
         r = out.get("r")
+        if r is not None and not self.answered_before_crash(out["t"]):
+            r = None  # an answer the crash may have made untrue: as if lost
         if r is not None and r.status_code < 300:
             # Finished before the kill: learn how long the operation takes.
             self.durations[op] = 0.7 * avg + 0.3 * (time.monotonic() - t0)
@@ -169,6 +172,11 @@ class Harness:
     def crash(self):
         """The crash itself: SIGKILL (a subclass cuts power too)."""
         self.d.kill9()
+
+    def answered_before_crash(self, t):
+        """Whether an answer that came at time t can be believed. After a
+        SIGKILL no answer comes: every answer can."""
+        return True
 
     def restart(self):
         """Start again, in the quiet or the busy configuration."""
