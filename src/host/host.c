@@ -510,8 +510,12 @@ static int host_setup(struct host *h, const struct config *cfg, ckpt_error *err)
 		return err_set(err, -r, NULL, "/proc/cpuinfo: %s", strerror(-r));
 	if ((r = instance_dirs(h, cfg, err)) < 0 || (r = open_checkpoint_volume(h, cfg, err)) < 0)
 		return r;
-	if ((r = reaper_start(&h->runsc, &h->reaper_fd)) < 0)
-		return err_set(err, -r, NULL, "reaper: %s", strerror(-r));
+	/* beside the runsc root, not in it: runsc owns what its root holds */
+	_cleanup_free_ char *lock = path_join(h->runsc_root, "../reaper.lock");
+	if (!lock)
+		return -ENOMEM;
+	if ((r = reaper_start(&h->runsc, lock, &h->reaper_fd)) < 0)
+		return err_set(err, -r, NULL, "reaper of '%s': %s", lock, strerror(-r));
 	return 0;
 }
 

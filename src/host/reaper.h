@@ -5,7 +5,10 @@
 #pragma once
 #include "host/runsc.h"
 
-/* Fork the reaper; *ret_fd gets the write end of its pipe (O_CLOEXEC). */
-int reaper_start(const struct runsc *rs, int *ret_fd);
+/* Take lock_path from the reaper of a previous run (waiting for it), remove
+ * the containers left in our runsc root, and fork the reaper, which holds
+ * the lock until it is done; *ret_fd gets the write end of its pipe
+ * (O_CLOEXEC). */
+int reaper_start(const struct runsc *rs, const char *lock_path, int *ret_fd);
 /* Tell the reaper about a container: op '+' (created) or '-' (removed). */
 void reaper_note(int fd, char op, const char *container);

@@ -209,29 +209,37 @@ int runsc_restore(const struct runsc *r, const char *bundle, const char *image_d
 	return run_logged(argv, log_path, "runsc restore", err);
 }
 
+/* Run a query (`runsc state`, `runsc list`) and read its stdout. */
+static int run_capture(const char *const *argv, char **ret_text)
+{
+	char out[] = "/tmp/ckptd-runsc-out.XXXXXX";
+	int fd = mkostemp(out, O_CLOEXEC), rc;
+	_cleanup_close_ int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	pid_t child;
+
+	if (fd < 0)
+		return -errno;
+	rc = nul < 0 ? -errno : spawn(argv, nul, fd, nul, &child);
+	close(fd);
+	if (rc == 0)
+		rc = runsc_wait(child, RUNSC_TIMEOUT_MS) == 0 ? read_file_at(AT_FDCWD, out, 1 << 20, ret_text, NULL)
+							      : -EIO;
+	unlink(out);
+	return rc;
+}
+
 int runsc_sandbox_pidfd(const struct runsc *r, const char *id)
 {
 	const char *argv[MAX_ARGV];
 	size_t n = base_argv(r, argv);
 	const char *tail[] = { "state", id, NULL };
-	char out[] = "/tmp/ckptd-runsc-state.XXXXXX";
 	_cleanup_free_ char *text = NULL;
 	json_auto_t *st = NULL;
-	int fd = mkostemp(out, O_CLOEXEC), rc;
 	json_int_t pid;
+	int fd, rc;
 
-	if (fd < 0)
-		return -errno;
 	memcpy(argv + n, tail, sizeof(tail));
-	_cleanup_close_ int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
-	pid_t child;
-	rc = nul < 0 ? -errno : spawn(argv, nul, fd, nul, &child);
-	close(fd);
-	if (rc == 0)
-		rc = runsc_wait(child, RUNSC_TIMEOUT_MS) == 0 ? read_file_at(AT_FDCWD, out, 1 << 16, &text, NULL)
-							      : -EIO;
-	unlink(out);
-	if (rc < 0)
+	if ((rc = run_capture(argv, &text)) < 0)
 		return rc;
 	st = json_loads(text, 0, NULL);
 	pid = json_integer_value(json_object_get(st, "pid"));
@@ -239,6 +247,74 @@ int runsc_sandbox_pidfd(const struct runsc *r, const char *id)
 		return -ESRCH;
 	fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
 	return fd < 0 ? -errno : fd;
+}
+
+static int split_words(const char *s, char ***ret, size_t *ret_n);
+
+int runsc_list(const struct runsc *r, char ***ret, size_t *ret_n)
+{
+	const char *argv[MAX_ARGV];
+	size_t n = base_argv(r, argv);
+	const char *tail[] = { "list", "-quiet", NULL };
+	_cleanup_free_ char *text = NULL;
+	int rc;
+
+	memcpy(argv + n, tail, sizeof(tail));
+	if ((rc = run_capture(argv, &text)) < 0)
+		return rc;
+	return split_words(text ? text : "", ret, ret_n);
+}
+
+/* Is argv (a /proc cmdline) a run or restore that we spawned under r->root,
+ * for id (any id when NULL)? Our flags come first, as "--root" and the root
+ * in two words; runsc's own sandbox and gofer processes use "--root=...".
+ * runsc_path may be a wrapper (an interpreter runs it), so no fixed index. */
+static bool creates(const struct runsc *r, const char *id, const char *const *argv, size_t argc)
+{
+	size_t i = 0;
+
+	while (i + 1 < argc && (strcmp(argv[i], "--root") || strcmp(argv[i + 1], r->root)))
+		i++;
+	for (i += 2; i < argc; i++)
+		if (!strcmp(argv[i], "run") || !strcmp(argv[i], "restore"))
+			break;
+	return i + 1 < argc && (!id || !strcmp(argv[argc - 1], id));
+}
+
+static bool proc_creates(const struct runsc *r, const char *id, int pid)
+{
+	char path[64], buf[8192];
+	const char *argv[MAX_ARGV + 1];
+	size_t argc = 0;
+	ssize_t k;
+	_cleanup_close_ int fd = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || (k = read(fd, buf, sizeof(buf) - 1)) <= 0)
+		return false; /* gone, or a zombie: its cmdline is empty */
+	buf[k] = '\0';
+	for (char *p = buf; p < buf + k && argc < MAX_ARGV; p += strlen(p) + 1)
+		argv[argc++] = p;
+	return creates(r, id, argv, argc);
+}
+
+int runsc_creating(const struct runsc *r, const char *id, bool kill_them)
+{
+	_cleanup_closedir_ DIR *d = opendir("/proc");
+	struct dirent *de;
+	int n = 0;
+
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		int pid = atoi(de->d_name);
+		if (pid <= 0 || pid == getpid() || !proc_creates(r, id, pid))
+			continue;
+		n++;
+		if (kill_them)
+			kill(pid, SIGKILL);
+	}
+	return n;
 }
 
 int runsc_delete(const struct runsc *r, const char *id)

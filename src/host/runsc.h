@@ -29,6 +29,13 @@ int runsc_restore(const struct runsc *r, const char *bundle, const char *image_d
 /* A pidfd of the container's sandbox process (runsc-sandbox), from `runsc
  * state`: killing it stops the sandbox at once, without a runsc call. */
 int runsc_sandbox_pidfd(const struct runsc *r, const char *id);
+/* The ids of every container under r->root (`runsc list -quiet`). */
+int runsc_list(const struct runsc *r, char ***ret, size_t *ret_n);
+/* How many `runsc run` or `runsc restore` processes that we spawned under
+ * r->root still create container id (any id when NULL), from /proc. A dead
+ * ckptd leaves them orphaned: the container appears only when they end.
+ * kill_them SIGKILLs them. */
+int runsc_creating(const struct runsc *r, const char *id, bool kill_them);
 /* Kill and remove the container; 0 also when it does not exist. */
 int runsc_delete(const struct runsc *r, const char *id);
 
