@@ -411,6 +411,62 @@ def test_kill9_owner_then_takeover(hosts):
     sb2.close()
 
 
+def slow_runsc(tmp_path, verb):
+    """A runsc_path wrapper: once armed, the next `runsc VERB` (run or
+    restore) marks that it started, waits, runs runsc, and marks its end."""
+    arm, mark, done = tmp_path / "arm", tmp_path / "mark", tmp_path / "done"
+    wrapper, runsc = tmp_path / "slow-runsc", shutil.which("runsc")
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'case " $* " in *" {verb} "*) if rm "{arm}" 2>/dev/null; then\n'
+        f'  : > "{mark}"; sleep 4; "{runsc}" "$@"; rc=$?; : > "{done}"; exit $rc\n'
+        "fi;; esac\n"
+        f'exec "{runsc}" "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper, arm, mark, done
+
+
+@pytest.mark.parametrize("verb", ["run", "restore"])
+def test_kill9_while_runsc_creates(hosts, tmp_path, verb):
+    # ckptd dies while its `runsc run` (or restore) still creates the
+    # container: the orphan finishes later, and its container must not outlive
+    # the dead instance; the restarted instance reuses the container id
+    # ("{sandbox}.A") and no late delete of the old reaper may hit it.
+    wrapper, arm, mark, done = slow_runsc(tmp_path, verb)
+    a = hosts("A", runsc_path=str(wrapper))
+    sid = checkpointed(a, "x = 41") if verb == "restore" else None
+    if sid:  # the client is gone: the sandbox stops, the next attach restores it
+        deadline = time.time() + 20
+        while a.containers() and time.time() < deadline:
+            time.sleep(0.2)
+    arm.write_text("")
+    ws = websocket.create_connection(a.url + ("/attach/" + sid if sid else "/create"), timeout=60)
+    if not sid:
+        ws.send(json.dumps({"enable_checkpoint": True}))
+    deadline = time.time() + 30
+    while not mark.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert mark.exists(), "runsc %s never started" % verb
+    a.kill9()
+    ws.close()
+    a.start()  # waits for the old reaper, which waits for the orphaned runsc
+    deadline = time.time() + 60
+    while not done.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert done.exists(), "the orphaned runsc %s never ended" % verb
+    deadline = time.time() + 20
+    while a.containers() and time.time() < deadline:
+        time.sleep(0.2)
+    assert a.containers() == [], "a container of the dead instance outlived it"
+    if sid:  # the same container id again, on the restarted instance
+        sb = Sandbox.attach(a.url, sid)
+        assert a.containers() == [sid]
+        time.sleep(3)  # an old reaper still at work would remove it by now
+        assert a.containers() == [sid]
+        assert sb.run("python", "print(x)").stdout == "41\n"
+        sb.close()
+
+
 def test_restore_errors(hosts):
     a, b = hosts("A"), hosts("B")
     sid = checkpointed(a)
