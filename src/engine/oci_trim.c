@@ -14,6 +14,7 @@
 
 #include "engine/engine_internal.h"
 #include "engine/oci_cache.h"
+#include "lib/failpoint.h"
 #include "lib/walk.h"
 
 #define CONFIG_PEEK (64u << 10) /* a push's config is smaller: larger blobs are no config */
@@ -77,7 +78,7 @@ static void trim_keys(struct trim *t)
 		snprintf(path, sizeof(path), "%s/%s", KEYS_DIR, de->d_name);
 		if (kept && oci_cache_key_read(t->e, de->d_name, &b) == 0)
 			trim_need_blob(t, b.digest);
-		else if (unlinkat(t->e->state_fd, path, 0) == 0)
+		else if (FAILPOINT_AROUND("oci.trim.key.unlink", unlinkat(t->e->state_fd, path, 0)) == 0)
 			t->removed++;
 	}
 }
@@ -111,7 +112,7 @@ static void trim_blobs(struct trim *t)
 			t->bytes += (uint64_t)st.st_blocks * 512;
 			continue;
 		}
-		if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+		if (FAILPOINT_AROUND("oci.trim.blob.unlink", unlinkat(dirfd(d), de->d_name, 0)) == 0)
 			t->removed++;
 		snprintf(path, sizeof(path), "%s/%s", MOUNT_DIR, de->d_name);
 		unlinkat(t->e->state_fd, path, 0);

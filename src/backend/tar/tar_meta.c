@@ -132,7 +132,9 @@ void tar_meta_running_open(struct tar_state *s)
 	if (s->ctime_suspect)
 		log_notice("tar: the last run did not end cleanly: the next restore rewrites every file, and "
 			   "creates are full until then");
-	int r = s->ctime_suspect ? 0 : write_file_atomic(s->tar_fd, RUNNING, "", 0, 0600);
+	int r = s->ctime_suspect
+		? 0
+		: FAILPOINT_AROUND("tar.running.write", write_file_atomic(s->tar_fd, RUNNING, "", 0, 0600));
 	if (r < 0)
 		log_warn("tar: cannot write '%s': %s", RUNNING, strerror(-r));
 }
@@ -146,7 +148,7 @@ void tar_meta_running_close(struct tar_state *s)
 		if (fd < 0 || syncfs(fd) < 0)
 			return;
 	}
-	if (!s->ctime_suspect && unlinkat(s->tar_fd, RUNNING, 0) == 0)
+	if (!s->ctime_suspect && FAILPOINT_AROUND("tar.running.unlink", unlinkat(s->tar_fd, RUNNING, 0)) == 0)
 		fsync(s->tar_fd);
 }
 
