@@ -89,4 +89,7 @@ struct walk_opts {
 
 /* Walk below name in dirfd (as walk_open; the root itself reaches no hook).
  * 0, WALK_STOP, or -errno: the root's open, ENOMEM, or what a hook said. */
+/* A fail hook for best-effort walks: what cannot be read is left out. */
+int walk_fail_ignore(void *ctx, const struct walk_entry *e, int err);
+
 int walk_tree(int dirfd, const char *name, const struct walk_opts *o);

@@ -175,20 +175,12 @@ static int tar_count_pre(void *ctx, struct walk_entry *e)
 	return 0;
 }
 
-/* A count is an estimate: what cannot be read is left out, quietly. */
-static int tar_count_fail(void *ctx, const struct walk_entry *e, int err)
-{
-	(void)ctx;
-	(void)e;
-	(void)err;
-	return 0;
-}
-
 void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, const struct rootexcl *excl, const atomic_bool *stop,
 		    uint64_t *files, uint64_t *bytes)
 {
 	struct tar_count c = { skip_dev, skip_ino, excl, stop, files, bytes };
-	struct walk_opts o = { .flags = WALK_STAT, .pre = tar_count_pre, .fail = tar_count_fail, .ctx = &c };
+	/* a count is an estimate: what cannot be read is left out, quietly */
+	struct walk_opts o = { .flags = WALK_STAT, .pre = tar_count_pre, .fail = walk_fail_ignore, .ctx = &c };
 	walk_tree(dirfd, NULL, &o);
 }
 

@@ -129,16 +129,6 @@ static int tar_gone_pre(void *ctx, struct walk_entry *e)
 	return 0;
 }
 
-/* What cannot be read, or lies deeper than 256 below the tree, goes
- * unrecorded, as it always did: the record is best effort. */
-static int tar_gone_fail(void *ctx, const struct walk_entry *e, int err)
-{
-	(void)ctx;
-	(void)e;
-	(void)err;
-	return 0;
-}
-
 void tar_gone_tree(const struct tar_restore_opts *o, int dirfd, const char *name, const struct stat *st,
 		   const char *path)
 {
@@ -151,7 +141,8 @@ void tar_gone_tree(const struct tar_restore_opts *o, int dirfd, const char *name
 				.max_depth = 256,
 				.prefix = path,
 				.pre = tar_gone_pre,
-				.fail = tar_gone_fail,
+				/* unreadable or deeper than 256: unrecorded, as it always was (best effort) */
+				.fail = walk_fail_ignore,
 				.ctx = (void *)o };
 	walk_tree(dirfd, name, &wo);
 }
