@@ -170,6 +170,37 @@ def test_out_of_space_leaves_no_trace(daemon_factory):
     assert not (d.roots[0] / "big").exists()
 
 
+def test_without_running_marker_no_ctime_is_trusted(daemon_factory):
+    """Ctimes are trusted only while tar/running is on disk: a power cut
+    in a run that could not write it leaves no trace of that run. So that
+    run trusts no ctime: its first restore rewrites every file, and only
+    then, with the marker written, restores read what changed."""
+    d = daemon_factory(backend="tar", start=False)
+    d.state_dir.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(d.state_dir)], check=True)
+    for i in range(20):
+        (d.roots[0] / f"f{i}").write_text(f"file {i}\n")
+    d.start()
+    a = d.create("a")["checkpoint_id"]
+    d.stop()
+    assert not (d.state_dir / "tar" / "running").exists()
+    st = os.statvfs(d.state_dir)
+    used = st.f_files - st.f_ffree
+    subprocess.run(["mount", "-o", f"remount,nr_inodes={used}", str(d.state_dir)], check=True)
+    d.start()
+    assert "cannot write 'running'" in d.log(), d.log()
+    assert not (d.state_dir / "tar" / "running").exists()
+    subprocess.run(["mount", "-o", f"remount,nr_inodes={used + 10000}", str(d.state_dir)], check=True)
+    (d.roots[0] / "f3").write_text("changed\n")
+    rep = d.restore(a)
+    assert rep["tar"]["rewritten"] == 20 and rep["tar"]["kept"] == 0, rep["tar"]
+    assert (d.state_dir / "tar" / "running").exists()
+    (d.roots[0] / "f5").write_text("changed\n")
+    rep = d.restore(a)
+    assert rep["tar"]["rewritten"] == 1 and rep["tar"]["kept"] == 19, rep["tar"]
+    assert (d.roots[0] / "f5").read_text() == "file 5\n"
+
+
 def test_fresh_reset_returns_to_adopted_state(daemon_factory):
     d = daemon_factory(backend="tar", start=False)
     make_full_tree(d.roots[0])

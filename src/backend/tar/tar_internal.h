@@ -141,6 +141,7 @@ int tar_meta_intent_write(struct tar_state *s, const char *name, ckpt_error *err
 int tar_meta_intent_clear(struct tar_state *s, ckpt_error *err);
 void tar_meta_unfinished(struct tar_state *s, const char *name, const char *why);
 void tar_meta_running_open(struct tar_state *s);
+void tar_meta_running_trust(struct tar_state *s);
 void tar_meta_running_close(struct tar_state *s);
 int tar_meta_open_ckpt(struct tar_state *s, const char *id, bool *zstd, ckpt_error *err);
 

@@ -123,20 +123,37 @@ void tar_meta_unfinished(struct tar_state *s, const char *name, const char *why)
 }
 
 /* RUNNING says a run is under way: left by the last one, it ended by a kill
- * or a power cut. A first start (no base yet) has nothing to distrust. */
+ * or a power cut. A first start (no base yet) has nothing to distrust.
+ * Ctimes are trusted only while RUNNING is on disk: a run that cannot write
+ * it could be cut without a trace, so it trusts none (tar_meta_running_trust
+ * tries again once a full restore has made them true). */
 void tar_meta_running_open(struct tar_state *s)
 {
 	struct stat st;
 	s->ctime_suspect = fstatat(s->tar_fd, RUNNING, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 		fstatat(s->tar_fd, BASE, &st, AT_SYMLINK_NOFOLLOW) == 0;
-	if (s->ctime_suspect)
+	if (s->ctime_suspect) {
 		log_notice("tar: the last run did not end cleanly: the next restore rewrites every file, and "
 			   "creates are full until then");
-	int r = s->ctime_suspect
-		? 0
-		: FAILPOINT_AROUND("tar.running.write", write_file_atomic(s->tar_fd, RUNNING, "", 0, 0600));
-	if (r < 0)
-		log_warn("tar: cannot write '%s': %s", RUNNING, strerror(-r));
+		return;
+	}
+	int r = FAILPOINT_AROUND("tar.running.write", write_file_atomic(s->tar_fd, RUNNING, "", 0, 0600));
+	if (r < 0) {
+		s->ctime_suspect = true;
+		log_warn("tar: cannot write '%s': %s: ctimes are not trusted (restores rewrite every file, creates "
+			 "are full) until it can be written",
+			 RUNNING, strerror(-r));
+	}
+}
+
+/* After a restore that rewrote every entry: ctimes are true again, and are
+ * trusted from here on if RUNNING is on disk (written now if it is not). */
+void tar_meta_running_trust(struct tar_state *s)
+{
+	struct stat st;
+	if (fstatat(s->tar_fd, RUNNING, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+	    FAILPOINT_AROUND("tar.running.trust", write_file_atomic(s->tar_fd, RUNNING, "", 0, 0600)) == 0)
+		s->ctime_suspect = false;
 }
 
 /* A clean stop: the roots on disk as ckptd last saw them (syncfs), then

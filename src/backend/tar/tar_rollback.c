@@ -132,7 +132,7 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	if (r >= 0)
 		tar_meta_head_set(s, name);
 	if (r >= 0 && suspect) /* every entry rewritten, and synced (restore_roots) */
-		s->ctime_suspect = false;
+		tar_meta_running_trust(s);
 	tar_track_mark(s, r >= 0 ? name : "");
 	pthread_mutex_lock(&s->lock);
 	s->last = sum;
