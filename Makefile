@@ -174,9 +174,8 @@ check-failpoints: deps
 	CKPTD_FP_BUILD=$(FP_BUILD) CKPTD_FP_EVERY_STEP=$(FP_EVERY_STEP) \
 		$(PYTHON) -m pytest -q -rs -s tests/integration/test_failpoints.py
 
-# Host mode's points (test_host_failpoints.py, about 9 minutes with real runsc
-# sandboxes). Not in make check yet: its run time, and it has not yet had a
-# whole run since the reaper fix for the leak it found (docs/failpoints.md).
+# Host mode's points (test_host_failpoints.py, 7 to 9 minutes with real runsc
+# sandboxes). Not in make check, for its run time (docs/failpoints.md).
 check-failpoints-host: deps
 	@$(MAKE) --no-print-directory BUILD=$(FP_BUILD) FAILPOINTS=1 all
 	CKPTD_FP_BUILD=$(FP_BUILD) $(PYTHON) -m pytest -q -rs -s tests/integration/test_host_failpoints.py

@@ -510,6 +510,8 @@ static int host_setup(struct host *h, const struct config *cfg, ckpt_error *err)
 		return err_set(err, -r, NULL, "/proc/cpuinfo: %s", strerror(-r));
 	if ((r = instance_dirs(h, cfg, err)) < 0 || (r = open_checkpoint_volume(h, cfg, err)) < 0)
 		return r;
+	/* twice the time after which any lock is stale: no live owner's */
+	(void)locks_sweep_aside(&h->locks, 2 * (h->lock_ttl + h->lock_margin), (int64_t)time(NULL));
 	/* beside the runsc root, not in it: runsc owns what its root holds */
 	_cleanup_free_ char *lock = path_join(h->runsc_root, "../reaper.lock");
 	if (!lock)

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "lib/failpoint.h"
+#include "lib/walk.h"
 
 static int vol_renew(const struct locks *L, const char *id, const char *me, uint64_t token, int64_t now,
 		     char ret_waiter[LOCKS_NAME_MAX]);
@@ -201,6 +202,44 @@ static int remove_if_same(int dirfd, const char *id, const struct lock_info *see
 	}
 	(void)FAILPOINT_AROUND("host.lock.aside.unlink", unlinkat(dirfd, aside, 0));
 	return r == -EBADMSG ? 0 : r;
+}
+
+/* ".ID.stale.HEX": a lock moved aside by remove_if_same. */
+static bool is_aside(const char *name)
+{
+	const char *s = name[0] == '.' ? strstr(name + 1, ".stale.") : NULL;
+	if (!s || s == name + 1)
+		return false;
+	s += strlen(".stale.");
+	return strlen(s) == 16 && strspn(s, "0123456789abcdef") == 16;
+}
+
+struct aside_sweep {
+	int64_t before; /* last written before this: stale by any ttl */
+	int removed;
+};
+
+static int sweep_one(void *ctx, int dirfd, const char *name)
+{
+	struct aside_sweep *a = ctx;
+	struct stat st;
+	if (!is_aside(name) || fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+	    (int64_t)st.st_mtime >= a->before)
+		return 0;
+	if (unlinkat(dirfd, name, 0) == 0)
+		a->removed++;
+	return 0;
+}
+
+int locks_sweep_aside(const struct locks *L, int64_t older_than, int64_t now)
+{
+	struct aside_sweep a = { now - older_than, 0 };
+	if (L->ops != &locks_volume_ops || L->fd < 0)
+		return 0;
+	int r = walk_each(L->fd, NULL, sweep_one, &a);
+	if (a.removed)
+		log_info("locks: removed %d lock file(s) a killed remover left aside", a.removed);
+	return r < 0 ? r : a.removed;
 }
 
 /* A stale lock, removed by exactly one taker. */

@@ -66,6 +66,11 @@ struct lock_info {
 enum locks_method locks_probe(int dirfd, ckpt_error *err);
 const char *locks_method_name(enum locks_method m);
 
+/* Remove the lock files a remover moved aside (".ID.stale.HEX") and was
+ * killed before it removed or put back: only those last written over
+ * older_than seconds before now, which no owner renews any more. Volume
+ * locks only; the number removed, or -errno. */
+int locks_sweep_aside(const struct locks *L, int64_t older_than, int64_t now);
 /* -ENOENT when there is no lock; -EBADMSG when it does not parse. */
 int locks_read(const struct locks *L, const char *id, struct lock_info *ret);
 /* Take the lock for me: 0 when it is mine now (new, already mine, or taken

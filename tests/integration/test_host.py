@@ -573,6 +573,27 @@ def test_two_instances_on_one_machine(hosts, tmp_path):
         subprocess.run(other + ["delete", "-force", sid])
 
 
+def test_start_sweeps_locks_a_killed_remover_left_aside(hosts):
+    """A remover moves a lock aside (.ID.stale.HEX) before it removes it or
+    puts it back. Killed in between, it left the file for good. A start
+    removes those no owner has written for twice the lock's ttl + margin,
+    and keeps a young one (its remover may still be at work)."""
+    locks = hosts.volume / "locks"
+    locks.mkdir()
+    old = locks / ".sandbox-0a1b2c3d4e5f60718293a4b5.stale.0123456789abcdef"
+    young = locks / ".sandbox-0a1b2c3d4e5f60718293a4b6.stale.fedcba9876543210"
+    other = locks / ".sandbox-0a1b2c3d4e5f60718293a4b7.stale.not-hex-at-all!"
+    for f in (old, young, other):
+        f.write_text('{"owner": "gone", "timestamp": 1, "token": 1}')
+    hour_ago = time.time() - 3600
+    for f in (old, other):
+        os.utime(f, (hour_ago, hour_ago))
+    a = hosts("A")
+    assert not old.exists(), a.log()
+    assert young.exists() and other.exists()
+    assert "removed 1 lock file(s) a killed remover left aside" in a.log()
+
+
 def test_fuse_volume_without_allow_other(fuse, hosts):
     fa, fb = fuse("A"), fuse("B")
     a, b = hosts("A", mount=fa.mnt), hosts("B", mount=fb.mnt)
