@@ -24,6 +24,7 @@
 #include "engine/engine_err.h"
 #include "engine/engine_export.h"
 #include "engine/engine_internal.h"
+#include "engine/engine_push_note.h"
 #include "engine/engine_xfer.h"
 #include "engine/oci_cache.h"
 #include "engine/oci_layer.h"
@@ -615,10 +616,7 @@ int engine_push(struct engine *e, const char *id_or_name, const struct push_req 
 	return push_exec(&p, ret);
 }
 
-/* ---- async: the outcome shows as "push" on the record ----
- * In memory (e->pushes) from the 202 on, and on the record file itself
- * (its "push" member) once the worker runs: a restart still shows how the
- * last push ended, and one it cut short as failed. */
+/* ---- async: the outcome shows as "push" on the record (engine_push_note.c) ---- */
 
 struct push_async {
 	struct push p;
@@ -627,75 +625,17 @@ struct push_async {
 	ckpt_error err;
 };
 
-/* Write v as the record's "push", durably (catalog_put: temp, fsync,
- * rename); under the operation lock, as every change of a record is. */
-static void push_persist(struct engine *e, const char *id, json_t *v)
-{
-	ckpt_error err = { 0 };
-	pthread_mutex_lock(&e->op_lock);
-	const struct ckpt_record *cur = catalog_get(e->catalog, id);
-	struct ckpt_record *r = cur && cur->status == CKPT_ACTIVE ? record_dup(cur) : NULL;
-	if (r && !r->extra)
-		r->extra = json_object();
-	if (r && r->extra && json_object_set(r->extra, "push", v) == 0 && catalog_put(e->catalog, r, &err) < 0)
-		log_warn("push: cannot record the outcome on %s: %s", id, err.msg);
-	if (r)
-		record_unref(r);
-	if (cur)
-		record_unref(cur);
-	pthread_mutex_unlock(&e->op_lock);
-}
-
-static void push_note(struct engine *e, const char *id, json_t *v, bool durable)
-{
-	if (durable)
-		push_persist(e, id, v);
-	pthread_mutex_lock(&e->state_lock);
-	if (!e->pushes)
-		e->pushes = json_object();
-	json_object_set_new(e->pushes, id, v);
-	pthread_mutex_unlock(&e->state_lock);
-}
-
-void engine_push_recover(struct engine *e)
-{
-	struct catalog_list all = { 0 };
-	if (catalog_list(e->catalog, NULL, &all) < 0)
-		return;
-	for (size_t i = 0; i < all.n; i++) {
-		json_t *push = json_object_get(all.v[i]->extra, "push");
-		if (strcmp(json_string_value(json_object_get(push, "status")) ?: "", "pushing"))
-			continue;
-		json_auto_t *v = json_pack("{s:O?, s:s, s:{s:s, s:s}}", "ref", json_object_get(push, "ref"), "status",
-					   "failed", "error", "code", "interrupted", "detail",
-					   "ckptd stopped before the push ended: push again");
-		push_persist(e, all.v[i]->id, v);
-	}
-	catalog_list_free(&all);
-}
-
 static void *push_async_main(void *arg)
 {
 	struct push_async *a = arg;
 	struct engine *e = a->p.e;
-	char id[32], ref[700];
-	const struct push_result *out = &a->res;
+	char id[32];
 	snprintf(id, sizeof(id), "%s", a->p.id);
-	snprintf(ref, sizeof(ref), "%s", a->req.ref);
-	json_auto_t *pushing = json_pack("{s:s, s:s}", "ref", ref, "status", "pushing");
-	push_persist(e, id, pushing);
-	if (push_exec(&a->p, &a->res) == 0) {
-		push_note(e, id,
-			  json_pack("{s:s, s:s, s:I, s:I, s:s}", "ref", out->ref, "digest", out->digest,
-				    "uploaded_bytes", (json_int_t)out->uploaded_bytes, "reused_bytes",
-				    (json_int_t)out->reused_bytes, "status", "done"),
-			  true);
-	} else {
-		push_note(e, id,
-			  json_pack("{s:s, s:s, s:{s:s, s:s}}", "ref", ref, "status", "failed", "error", "code",
-				    a->err.code ? a->err.code : "internal", "detail", a->err.msg),
-			  true);
-	}
+	struct push_outcome o = engine_push_outcome_of(a->req.ref, NULL, NULL);
+	engine_push_persist(e, id, &o);
+	bool ok = push_exec(&a->p, &a->res) == 0;
+	o = engine_push_outcome_of(a->req.ref, ok ? &a->res : NULL, ok ? NULL : &a->err);
+	engine_push_note(e, id, &o, true);
 	free((char *)a->req.ref);
 	free(a);
 	pthread_mutex_lock(&e->state_lock);
@@ -717,8 +657,7 @@ int engine_push_async(struct engine *e, const char *id_or_name, const struct pus
 	a->p = (struct push){ .e = e, .req = &a->req, .err = &a->err };
 	int q = push_prepare(&a->p, id_or_name);
 	pthread_mutex_lock(&e->state_lock);
-	json_t *cur = json_object_get(e->pushes, a->p.id);
-	bool busy = q == 0 && !strcmp(json_string_value(json_object_get(cur, "status")) ?: "", "pushing");
+	bool busy = q == 0 && engine_push_running_locked(e, a->p.id);
 	if (q == 0 && !busy)
 		e->pending_async++;
 	pthread_mutex_unlock(&e->state_lock);
@@ -726,10 +665,11 @@ int engine_push_async(struct engine *e, const char *id_or_name, const struct pus
 		q = err_set_kind(&a->err, ERR_CONFLICT, EBUSY, "conflict", "a push of %s still runs", a->p.id);
 	pthread_t t;
 	pthread_attr_t attr;
+	struct push_outcome o = engine_push_outcome_of(req->ref, NULL, NULL);
 	if (q == 0) {
-		push_note(e, a->p.id, json_pack("{s:s, s:s}", "ref", req->ref, "status", "pushing"), false);
+		engine_push_note(e, a->p.id, &o, false);
 		*ret_record = json_deep_copy(a->p.rec); /* the worker reads p.rec */
-		json_object_set_new(*ret_record, "push", json_pack("{s:s, s:s}", "ref", req->ref, "status", "pushing"));
+		json_object_set_new(*ret_record, "push", engine_push_outcome_json(&o));
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		int r = pthread_create(&t, &attr, push_async_main, a);
@@ -737,7 +677,8 @@ int engine_push_async(struct engine *e, const char *id_or_name, const struct pus
 		if (r == 0)
 			return 0;
 		json_decref(TAKE_PTR(*ret_record));
-		push_note(e, a->p.id, json_pack("{s:s, s:s}", "ref", req->ref, "status", "failed"), false);
+		o.state = PUSH_FAILED;
+		engine_push_note(e, a->p.id, &o, false);
 		pthread_mutex_lock(&e->state_lock);
 		e->pending_async--;
 		pthread_mutex_unlock(&e->state_lock);

@@ -30,6 +30,25 @@ struct push_result {
 int engine_push(struct engine *e, const char *id_or_name, const struct push_req *req, struct push_result *ret,
 		ckpt_error *err);
 
+/* How the last async push of a checkpoint went: its record's "push". */
+enum push_state {
+	PUSH_PUSHING = 1,
+	PUSH_DONE,
+	PUSH_FAILED
+};
+struct push_outcome {
+	enum push_state state;
+	char ref[700];
+	char digest[80];                       /* done */
+	uint64_t uploaded_bytes, reused_bytes; /* done */
+	char code[64];                         /* failed */
+	char detail[512];                      /* failed */
+};
+/* The record's "push" member: {ref, status[, digest, uploaded_bytes,
+ * reused_bytes][, error: {code, detail}]}. The one writer of that shape,
+ * for the record file and for the API. */
+json_t *engine_push_outcome_json(const struct push_outcome *o);
+
 /* The same in the background: *ret_record is the checkpoint's record, whose
  * "push" member says {ref, status: pushing|done|failed, ...} and whose
  * "progress" counts the bytes while it runs. */
