@@ -20,7 +20,10 @@
 #include "config.h"
 
 #define MEM_MAX (4u << 20)
-#define CHUNK (16ull << 20) /* one PATCH */
+/* One PATCH: each is a request the registry resumes from its stored hash
+ * state; with 16 MiB a 100 MB push of a made layer took up to 1.8x skopeo's
+ * time against 1.1x to 1.3x in one PATCH (bench/registry.py, load 10). */
+#define CHUNK (1024ull << 20)
 #define FLUSH_EVERY (8u << 20)
 /* Large buffers: fewer calls and system calls per blob (curl's maxima) */
 #define RECV_BUF (512L * 1024)
