@@ -5,16 +5,23 @@ the same image, and the daemon's peak RSS growth while it pushes or pulls.
     make bench-registry [SIZES=100M,1G]
 
 One ckptd (overlay) pushes a checkpoint of SIZE of random files, then the
-next one after 10 changes; a second ckptd pulls both. skopeo copies the
+next one after 10 changes; a second ckptd pulls both. The files are in the
+first ckptd's base, whose layer is made, then asked for with HEAD. A third
+ckptd gets its files after the base: their layer is a checkpoint's, sent
+while it is made. skopeo copies the
 same image from the registry to an OCI layout and from the layout to an
 empty registry (so no blob is already there). Peak RSS growth is
 VmHWM after the operation less VmRSS before it, with the peak reset
-(clear_refs 5) first. Prints a markdown table."""
+(clear_refs 5) first. CPU is user+sys seconds: the daemon's for its rows,
+skopeo's for its own (the registry's is not counted in either). Prints a
+markdown table, the ratios to skopeo and the load average: the machine may
+be shared, so compare within one run."""
 import argparse
 import base64
 import json
 import os
 import pathlib
+import resource
 import shutil
 import signal
 import socket
@@ -94,14 +101,19 @@ class Daemon:
                 return int(line.split()[1]) * 1024
         return 0
 
+    def cpu(self):
+        """user+sys seconds the daemon used so far."""
+        fields = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def measured(self, path, body, expect):
-        """(answer, seconds, peak RSS growth in bytes)."""
+        """(answer, seconds, peak RSS growth in bytes, CPU seconds)."""
         with open(f"/proc/{self.proc.pid}/clear_refs", "w") as f:
             f.write("5")
-        before = self.status("VmRSS")
+        before, cpu = self.status("VmRSS"), self.cpu()
         t0 = time.monotonic()
         out = self.post(path, body, expect)
-        return out, time.monotonic() - t0, self.status("VmHWM") - before
+        return out, time.monotonic() - t0, self.status("VmHWM") - before, self.cpu() - cpu
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
@@ -120,9 +132,11 @@ def ten_changes(root):
 
 
 def timed(argv):
-    t0 = time.monotonic()
+    """(seconds, CPU seconds of the command)."""
+    r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     subprocess.run(argv, check=True, capture_output=True)
-    return time.monotonic() - t0
+    t, r1 = time.monotonic() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    return t, r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
 
 
 def mib(b):
@@ -134,6 +148,7 @@ def one(size_name, size, work):
     reg2_p, host2 = registry(work / "reg2")
     reg3_p, host3 = registry(work / "reg3")  # skopeo's: empty, whatever ckptd sent to host2
     a, b = Daemon(work / "a", [host, host2]), Daemon(work / "b", [host, host2])
+    c = Daemon(work / "c", [host, host2])  # its files come after the base: a checkpoint's layer
     rows = []
     try:
         fill(a.root, size)
@@ -141,43 +156,60 @@ def one(size_name, size, work):
         a.start()
         b.start()
         c1 = a.post("/v1/checkpoints", {"name": "one"}, 201)["checkpoint_id"]
-        p1, t, rss = a.measured(f"/v1/checkpoints/{c1}/push", {"ref": f"{host}/bench/img"}, 200)
-        rows.append(("ckptd push, whole", t, p1["uploaded_bytes"], rss))
+        load0 = os.getloadavg()[0]
+        p1, t, rss, cpu = a.measured(f"/v1/checkpoints/{c1}/push", {"ref": f"{host}/bench/img"}, 200)
+        rows.append(("ckptd push, whole", t, cpu, p1["uploaded_bytes"], rss))
         # the layers are in the cache now: an empty registry times the upload alone
-        p0, t, rss = a.measured(f"/v1/checkpoints/{c1}/push", {"ref": f"{host2}/bench/cached"}, 200)
-        rows.append(("ckptd push, whole, layers already made", t, p0["uploaded_bytes"], rss))
+        p0, t, rss, cpu = a.measured(f"/v1/checkpoints/{c1}/push", {"ref": f"{host2}/bench/cached"}, 200)
+        rows.append(("ckptd push, whole, layers already made", t, cpu, p0["uploaded_bytes"], rss))
         roots = {str(a.root): str(b.root)}
         blobs = b.base / "state/oci/blobs"
-        _, t, rss = b.measured("/v1/checkpoints/pull", {"ref": p1["ref"], "roots": roots}, 201)
+        _, t, rss, cpu = b.measured("/v1/checkpoints/pull", {"ref": p1["ref"], "roots": roots}, 201)
         got = sum(f.stat().st_size for f in blobs.iterdir())
-        rows.append(("ckptd pull, whole", t, got, rss))
+        rows.append(("ckptd pull, whole", t, cpu, got, rss))
         ten_changes(a.root)
         c2 = a.post("/v1/checkpoints", {"name": "two"}, 201)["checkpoint_id"]
-        p2, t, rss = a.measured(f"/v1/checkpoints/{c2}/push", {"ref": f"{host}/bench/img"}, 200)
-        rows.append(("ckptd push, next after 10 changes", t, p2["uploaded_bytes"], rss))
-        _, t, rss = b.measured("/v1/checkpoints/pull", {"ref": p2["ref"], "roots": roots}, 201)
-        rows.append(("ckptd pull, next after 10 changes", t,
+        p2, t, rss, cpu = a.measured(f"/v1/checkpoints/{c2}/push", {"ref": f"{host}/bench/img"}, 200)
+        rows.append(("ckptd push, next after 10 changes", t, cpu, p2["uploaded_bytes"], rss))
+        _, t, rss, cpu = b.measured("/v1/checkpoints/pull", {"ref": p2["ref"], "roots": roots}, 201)
+        rows.append(("ckptd pull, next after 10 changes", t, cpu,
                      sum(f.stat().st_size for f in blobs.iterdir()) - got, rss))
+        c.start()
+        fill(c.root, size)
+        c3 = c.post("/v1/checkpoints", {"name": "three"}, 201)["checkpoint_id"]
+        os.sync()
+        p3, t, rss, cpu = c.measured(f"/v1/checkpoints/{c3}/push", {"ref": f"{host2}/bench/streamed"}, 200)
+        rows.append(("ckptd push, whole, in a checkpoint's layer (sent while made)", t, cpu, p3["uploaded_bytes"],
+                     rss))
         creds = f"{USER}:{PASSWORD}"
         layout = work / "layout"
-        t = timed(["skopeo", "copy", "--src-tls-verify=false", "--src-creds", creds, f"docker://{p1['ref']}",
-                   f"oci:{layout}:one"])
-        rows.append(("skopeo copy registry -> OCI layout, whole", t, p1["uploaded_bytes"], None))
-        t = timed(["skopeo", "copy", "--dest-tls-verify=false", "--dest-creds", creds, f"oci:{layout}:one",
-                   f"docker://{host3}/bench/skopeo:one"])
-        rows.append(("skopeo copy OCI layout -> empty registry, whole", t, p1["uploaded_bytes"], None))
+        t, cpu = timed(["skopeo", "copy", "--src-tls-verify=false", "--src-creds", creds, f"docker://{p1['ref']}",
+                        f"oci:{layout}:one"])
+        rows.append(("skopeo copy registry -> OCI layout, whole", t, cpu, p1["uploaded_bytes"], None))
+        t, cpu = timed(["skopeo", "copy", "--dest-tls-verify=false", "--dest-creds", creds, f"oci:{layout}:one",
+                        f"docker://{host3}/bench/skopeo:one"])
+        rows.append(("skopeo copy OCI layout -> empty registry, whole", t, cpu, p1["uploaded_bytes"], None))
+        load1 = os.getloadavg()[0]
     finally:
-        for d in (a, b):
+        for d in (a, b, c):
             if getattr(d, "proc", None):
                 d.stop()
         for p in (reg_p, reg2_p, reg3_p):
             p.terminate()
             p.wait(30)
     print(f"\n### {size_name}\n")
-    print("| operation | time | bytes moved | daemon peak RSS growth |")
-    print("| --- | --- | --- | --- |")
-    for name, t, moved, rss in rows:
-        print(f"| {name} | {t:.2f} s | {mib(moved)} | {mib(rss) if rss is not None else '-'} |")
+    print("| operation | time | CPU user+sys | bytes moved | daemon peak RSS growth |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, t, cpu, moved, rss in rows:
+        print(f"| {name} | {t:.2f} s | {cpu:.2f} s | {mib(moved)} | {mib(rss) if rss is not None else '-'} |")
+    by = {name: t for name, t, *_ in rows}
+    skopeo_push = by["skopeo copy OCI layout -> empty registry, whole"]
+    push_x = by["ckptd push, whole"] / skopeo_push
+    stream_x = by["ckptd push, whole, in a checkpoint's layer (sent while made)"] / skopeo_push
+    pull_x = by["ckptd pull, whole"] / by["skopeo copy registry -> OCI layout, whole"]
+    print(f"\nckptd / skopeo: push {push_x:.2f}x (base layer), {stream_x:.2f}x (checkpoint's layer), "
+          f"pull {pull_x:.2f}x (goal: 1.2x or less); "
+          f"load average {load0:.1f} before, {load1:.1f} after, on {os.cpu_count()} CPUs")
     sys.stdout.flush()
 
 

@@ -15,6 +15,7 @@
 #include "engine/oci_cache.h"
 #include "engine/engine_internal.h"
 #include "engine/engine_oci.h"
+#include "engine/engine_push_note.h"
 #include "engine/oci_cache.h"
 #include "services/services.h"
 
@@ -231,7 +232,7 @@ void engine_close(struct engine *e)
 		services_close(e->services);
 	engine_adoption_free(e);
 	catalog_close(e->catalog);
-	json_decref(e->pushes);
+	engine_pushes_free(e);
 	pthread_rwlock_destroy(&e->oci_lock);
 	engine_idem_close(e);
 	pthread_mutex_destroy(&e->idem_lock);

@@ -71,13 +71,12 @@ int engine_delete(struct engine *e, const char *id_or_name, ckpt_error *err);
  * (the record's public members and, while an operation runs on it, its
  * progress). */
 struct ckpt_record;
+struct push_outcome;
 struct ckpt_view {
 	const struct ckpt_record *rec; /* a reference; ckpt_view_free drops it */
 	bool has_progress;
 	uint64_t bytes_done, bytes_total, files_done, files_total;
-	/* The last async push's outcome (engine_oci.c), owned, or NULL. Still
-	 * JSON: push and pull answer JSON the engine builds (engine_oci.h). */
-	json_t *push;
+	struct push_outcome *push; /* the last async push (engine_oci.h), owned, or NULL */
 };
 void ckpt_view_free(struct ckpt_view *v);
 /* On success fills ret, which the caller frees. */

@@ -41,7 +41,7 @@ struct engine {
 	char status[160];
 
 	struct engine_fork *forks; /* engine_fork.c, in the order made; guarded by state_lock */
-	json_t *pushes;            /* checkpoint id -> outcome of its last async push (engine_oci.c); state_lock */
+	struct push_note *pushes;  /* the last async push of each checkpoint (engine_push_note.c); state_lock */
 
 	/* <state>/oci (oci_trim.c): pushes and pulls hold oci_lock shared, a
 	 * trim alone; oci_bytes is what it holds, counted with the checkpoints. */

@@ -4,6 +4,7 @@
 #include "config.h"
 #include "backend/change_track.h"
 #include "engine/engine_internal.h"
+#include "engine/engine_push_note.h"
 #include "services/services.h"
 
 bool record_expired(const struct ckpt_record *rec, int64_t now)
@@ -56,10 +57,10 @@ json_t *engine_public(struct engine *e, const struct ckpt_record *rec)
 	for (struct engine_op *op = e->ops; op; op = op->next)
 		if (!strcmp(op->id, id))
 			json_object_set_new(pub, "progress", progress_json(&op->progress));
-	json_t *push = json_object_get(e->pushes, id);
-	if (push)
-		json_object_set_new(pub, "push", json_deep_copy(push));
 	pthread_mutex_unlock(&e->state_lock);
+	_cleanup_free_ struct push_outcome *push = engine_push_of(e, id);
+	if (push)
+		json_object_set_new(pub, "push", engine_push_outcome_json(push));
 	return pub;
 }
 
@@ -76,9 +77,8 @@ void engine_view(struct engine *e, const struct ckpt_record *rec, struct ckpt_vi
 			ret->files_done = atomic_load(&p->files_done);
 			ret->files_total = atomic_load(&p->files_total);
 		}
-	json_t *push = json_object_get(e->pushes, rec->id);
-	ret->push = push ? json_deep_copy(push) : NULL;
 	pthread_mutex_unlock(&e->state_lock);
+	ret->push = engine_push_of(e, rec->id);
 }
 
 void ckpt_view_free(struct ckpt_view *v)
@@ -86,8 +86,7 @@ void ckpt_view_free(struct ckpt_view *v)
 	if (v->rec)
 		record_unref(v->rec);
 	v->rec = NULL;
-	json_decref(v->push);
-	v->push = NULL;
+	free(TAKE_PTR(v->push));
 }
 
 void engine_set_status(struct engine *e, const char *op, const char *what)

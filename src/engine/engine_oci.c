@@ -7,8 +7,12 @@
  * views by oci_layer.c. Layers are kept by digest in <state>/oci/blobs, and
  * <state>/oci/keys names which blob a (base, checkpoint, compression) gave,
  * so a second push makes nothing and sends nothing the registry holds.
- * Each blob: HEAD, else a mount from another repository this daemon pushed
- * it to on the same registry, else a chunked upload; the manifest last. */
+ * The base, and a layer made before: HEAD, else a mount from another
+ * repository this daemon pushed it to on the same registry, else a chunked
+ * upload from the cache. A checkpoint's layer not made before is sent
+ * while it is made (oci_stream.c): one streamed upload reads the cache file
+ * as the layer's writer grows it, so making and sending overlap. The
+ * manifest goes last. */
 #include "engine/engine_oci.h"
 
 #include <nettle/sha2.h>
@@ -20,12 +24,14 @@
 #include "engine/engine_err.h"
 #include "engine/engine_export.h"
 #include "engine/engine_internal.h"
+#include "engine/engine_push_note.h"
 #include "engine/engine_xfer.h"
 #include "engine/oci_cache.h"
 #include "engine/oci_layer.h"
 #include "engine/oci_reg.h"
+#include "engine/oci_stream.h"
 
-#define MAX_ANC 62 /* ancestors made into layers; older ones merge into the first */
+#define MAX_ANC (PUSH_MAX_LAYERS - 2) /* ancestors made into layers; older ones merge into the first */
 
 /* A read-only view of the base (id "") or a checkpoint, in a temp dir of
  * its own below <state>/xfer (where a restart's sweep detaches mounts). */
@@ -49,7 +55,8 @@ struct push {
 	size_t n_anc;
 	char *prefixes[MAX_ROOTS];
 	char base_id[80];
-	struct oci_blob layers[MAX_ANC + 2];
+	struct oci_blob layers[PUSH_MAX_LAYERS];
+	bool made[PUSH_MAX_LAYERS]; /* in the cache before this push */
 	size_t n_layers;
 	struct oci_blob config;
 	uint64_t uploaded, reused;
@@ -102,28 +109,6 @@ static char **push_view(struct push *p, const char *id, const char *keep)
 	pthread_mutex_unlock(&e->op_lock);
 	snprintf(v->id, sizeof(v->id), "%s", id);
 	return q < 0 ? NULL : v->dirs;
-}
-
-/* The layer of key, from the cache or made now: the whole tree of view
- * `to` (from NULL), or what differs from `from` to `to` ("" the base). */
-static int push_layer(struct push *p, const char *key, const char *from, const char *to, struct oci_blob *b)
-{
-	struct engine *e = p->e;
-	if (oci_cache_key_read(e, key, b) == 0)
-		return 0;
-	char **old = from ? push_view(p, from, to) : NULL;
-	char **new = (!from || old) ? push_view(p, to, from) : NULL;
-	if (!new)
-		return -p->err->errnum ?: -EIO;
-	_cleanup_free_ char *f = path_join(p->tmp, key);
-	_cleanup_close_ int fd = f ? open(f, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
-	if (fd < 0)
-		return err_set(p->err, errno ? errno : ENOMEM, NULL, "create the layer file: %m");
-	int q = oci_layer_write(fd, e->cfg->registry_gzip, p->prefixes, old, new, e->cfg->n_roots,
-				e->backend->xfer->xattr_portable, b, p->err);
-	if (q == 0)
-		q = oci_cache_keep(e, f, b->digest, false, p->err);
-	return q < 0 ? q : oci_cache_key_write(e, key, b, p->err);
 }
 
 static bool lineage_prefix(json_t *a, json_t *b)
@@ -205,11 +190,21 @@ static json_t *push_annotations(struct push *p)
 			 p->e->backend->name, "org.opencontainers.image.created", created);
 }
 
+/* bytes_done: blob bytes sent, or found in the registry. */
 static void push_progress(void *arg, uint64_t n)
 {
 	struct push *p = arg;
 	if (p->op)
 		atomic_fetch_add(&p->op->progress.bytes_done, n);
+}
+
+/* bytes_total: the blob bytes known so far. A layer sent while it is made
+ * adds its bytes as they are written, ahead of the sender: the total grows
+ * until the last layer is made, and never falls below bytes_done. */
+static void push_total(struct push *p, uint64_t n)
+{
+	if (p->op)
+		atomic_fetch_add(&p->op->progress.bytes_total, n);
 }
 
 /* Another repository on the same registry this daemon sent digest to. */
@@ -279,6 +274,163 @@ static int push_blob(struct push *p, struct oci_reg *r, const struct oci_blob *b
 	return q;
 }
 
+/* Layer i: its key in the cache, and the views it is made from: the whole
+ * tree of `to` (from NULL), or what differs from `from` to `to` ("" names
+ * the base). */
+static void push_key(struct push *p, size_t i, char *key, size_t cap, const char **from, const char **to)
+{
+	const char *z = p->e->cfg->registry_gzip ? "gz" : "zst";
+	if (p->req->base && i == 0) {
+		*from = NULL;
+		*to = "";
+		snprintf(key, cap, "base-%s-%s", p->base_id + 7, z);
+		return;
+	}
+	size_t j = i - (p->req->base ? 1 : 0);
+	*from = j ? p->anc[j - 1] : "";
+	*to = j < p->n_anc ? p->anc[j] : p->id;
+	snprintf(key, cap, "d-%s-%s-%s-%s", (*from)[0] ? *from : "base", *to, p->base_id + 7, z);
+}
+
+/* Which layers the cache holds: their bytes count in the total at once. */
+static void push_plan(struct push *p)
+{
+	char key[240];
+	const char *from, *to;
+	p->n_layers = (p->req->base ? 1 : 0) + p->n_anc + 1;
+	for (size_t i = 0; i < p->n_layers; i++) {
+		push_key(p, i, key, sizeof(key), &from, &to);
+		p->made[i] = oci_cache_key_read(p->e, key, &p->layers[i]) == 0;
+		if (p->made[i])
+			push_total(p, p->layers[i].size);
+	}
+}
+
+/* The sender of a layer sent while it is made, on the stream's thread. */
+struct push_send {
+	struct push *p;
+	struct oci_reg *r;
+	struct oci_stream *s;
+	char loc[2100]; /* the upload session */
+};
+
+static ssize_t push_send_read(void *arg, void *buf, size_t cap)
+{
+	struct push_send *ps = arg;
+	ssize_t k = oci_stream_read(ps->s, buf, cap);
+	if (k > 0)
+		push_progress(ps->p, (uint64_t)k);
+	return k;
+}
+
+static void push_send_digest(void *arg, char out[80])
+{
+	struct push_send *ps = arg;
+	oci_stream_digest(ps->s, out);
+}
+
+/* The upload (a failed one closes its session). */
+static int push_send(void *ctx, struct oci_stream *s, ckpt_error *err)
+{
+	struct push_send *ps = ctx;
+	ps->s = s;
+	struct oci_reg_source src = { push_send_read, push_send_digest, ps };
+	return oci_reg_upload_stream(ps->r, ps->loc, &src, err);
+}
+
+/* The writer's side: the compressing thread wrote n bytes. */
+struct push_made {
+	struct push *p;
+	struct oci_stream *s; /* the sender, or NULL */
+	uint64_t seen;
+};
+
+static int push_made_grew(void *arg, uint64_t n)
+{
+	struct push_made *m = arg;
+	push_total(m->p, n - m->seen); /* before the sender may read them */
+	m->seen = n;
+	return m->s ? oci_stream_grew(m->s, n) : 0;
+}
+
+/* Open the upload session and the sender that reads the file f as it grows. */
+static int push_send_start(struct push_send *ps, const char *f, struct oci_stream **ret)
+{
+	int rfd = open(f, O_RDONLY | O_CLOEXEC);
+	if (rfd < 0)
+		return err_set(ps->p->err, errno, NULL, "open the layer file: %m");
+	int q = oci_reg_upload_open(ps->r, ps->loc, sizeof(ps->loc), ps->p->err);
+	if (q < 0) {
+		close(rfd);
+		return q;
+	}
+	if ((q = oci_stream_start(rfd, push_send, ps, ret)) < 0) {
+		oci_reg_upload_cancel(ps->r, ps->loc);
+		return err_set(ps->p->err, -q, NULL, "start the upload: %s", strerror(-q));
+	}
+	return 0;
+}
+
+/* Make layer key into the cache; with r, send it while it is made. The
+ * registry is not asked first whether it holds such a layer: asking needs
+ * the digest, which is known only at the end (docs/registry.md). */
+static int push_make(struct push *p, struct oci_reg *r, const char *key, const char *from, const char *to,
+		     struct oci_blob *b)
+{
+	struct engine *e = p->e;
+	char **old = from ? push_view(p, from, to) : NULL;
+	char **new = (!from || old) ? push_view(p, to, from) : NULL;
+	if (!new)
+		return -p->err->errnum ?: -EIO;
+	_cleanup_free_ char *f = path_join(p->tmp, key);
+	_cleanup_close_ int fd = f ? open(f, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
+	if (fd < 0)
+		return err_set(p->err, errno ? errno : ENOMEM, NULL, "create the layer file: %m");
+	struct push_send ps = { .p = p, .r = r };
+	struct push_made m = { .p = p };
+	int q = r ? push_send_start(&ps, f, &m.s) : 0;
+	if (q < 0)
+		return q;
+	struct oci_layer_watch w = { push_made_grew, &m };
+	q = oci_layer_write_watched(fd, e->cfg->registry_gzip, p->prefixes, old, new, e->cfg->n_roots,
+				    e->backend->xfer->xattr_portable, &w, b, p->err);
+	if (m.s)
+		oci_stream_end(m.s, q, b->size, b->digest);
+	if (q == 0 && b->size > m.seen)
+		push_total(p, b->size - m.seen);
+	if (q == 0) /* kept while the upload ends */
+		q = oci_cache_keep(e, f, b->digest, false, p->err);
+	if (q == 0)
+		q = oci_cache_key_write(e, key, b, p->err);
+	ckpt_error up = { 0 };
+	int u = m.s ? oci_stream_wait(m.s, &up) : 0;
+	if (u < 0) /* the upload's own failure stopped the writer, or came after it */
+		*p->err = up;
+	return u < 0 ? u : q;
+}
+
+/* Layer i into the registry. The base, and any layer made before: made
+ * (if need be), then HEAD, mount or upload, so a base that other machines
+ * made the same is sent once. A checkpoint's layer not made before is
+ * unique to this machine: sent while it is made. */
+static int push_layer(struct push *p, struct oci_reg *r, size_t i, bool *sent)
+{
+	char key[240];
+	const char *from, *to;
+	bool base = p->req->base && i == 0;
+	int q = 0;
+	if (!p->made[i]) {
+		push_key(p, i, key, sizeof(key), &from, &to);
+		q = push_make(p, base ? NULL : r, key, from, to, &p->layers[i]);
+	}
+	if (q < 0 || p->made[i] || base)
+		return q < 0 ? q : push_blob(p, r, &p->layers[i], sent);
+	*sent = true;
+	p->uploaded += p->layers[i].size;
+	push_mount_note(p, p->layers[i].digest);
+	return 0;
+}
+
 /* The config as a blob in the cache (so it uploads like a layer). */
 static int push_config_blob(struct push *p, const char *text)
 {
@@ -302,86 +454,94 @@ static json_t *push_descriptor(const char *mt, const struct oci_blob *b)
 	return json_pack("{s:s, s:s, s:I}", "mediaType", mt, "digest", b->digest, "size", (json_int_t)b->size);
 }
 
-static int push_run(struct push *p, json_t **ret)
+/* The manifest's text, once every layer and the config are known. */
+static char *push_manifest(struct push *p, const char *mt)
 {
-	struct engine *e = p->e;
-	char key[240], tag[129];
-	const char *mt = e->cfg->registry_gzip ? OCI_MT_GZIP : OCI_MT_ZSTD, *z = e->cfg->registry_gzip ? "gz" : "zst";
-	int q = oci_cache_dirs(e, p->err);
-	if (q == 0)
-		q = engine_base_identity(e, p->base_id, p->err);
-	if (q == 0 && p->req->base) {
-		snprintf(key, sizeof(key), "base-%s-%s", p->base_id + 7, z);
-		q = push_layer(p, key, NULL, "", &p->layers[p->n_layers++]);
-	}
-	if (q == 0)
-		push_ancestors(p);
-	for (size_t i = 0; q == 0 && i <= p->n_anc; i++) {
-		const char *from = i ? p->anc[i - 1] : "", *to = i < p->n_anc ? p->anc[i] : p->id;
-		snprintf(key, sizeof(key), "d-%s-%s-%s-%s", from[0] ? from : "base", to, p->base_id + 7, z);
-		q = push_layer(p, key, from, to, &p->layers[p->n_layers++]);
-	}
-	if (q < 0)
-		return q;
-	json_auto_t *cfg = push_config(p);
-	_cleanup_free_ char *cs = cfg ? json_dumps(cfg, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-	if (!cs || (q = push_config_blob(p, cs)) < 0)
-		return q < 0 ? q : err_set(p->err, ENOMEM, NULL, "out of memory");
-	json_t *layers = json_array(), *out_layers = json_array();
+	json_t *layers = json_array();
 	for (size_t i = 0; i < p->n_layers; i++)
 		json_array_append_new(layers, push_descriptor(mt, &p->layers[i]));
 	json_auto_t *man = json_pack("{s:i, s:s, s:o, s:o, s:o}", "schemaVersion", 2, "mediaType", OCI_MT_MANIFEST,
 				     "config", push_descriptor(OCI_MT_CONFIG, &p->config), "layers", layers,
 				     "annotations", push_annotations(p));
-	_cleanup_free_ char *ms = man ? json_dumps(man, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-	if (!ms) {
-		json_decref(out_layers);
+	return man ? json_dumps(man, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+}
+
+/* The config, then the manifest under tag; ret gets the manifest's digest. */
+static int push_finish(struct push *p, struct oci_reg *r, const char *tag, struct push_result *ret)
+{
+	const char *mt = p->e->cfg->registry_gzip ? OCI_MT_GZIP : OCI_MT_ZSTD;
+	json_auto_t *cfg = push_config(p);
+	_cleanup_free_ char *cs = cfg ? json_dumps(cfg, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	int q = 0;
+	if (!cs || (q = push_config_blob(p, cs)) < 0)
+		return cs ? q : err_set(p->err, ENOMEM, NULL, "out of memory");
+	_cleanup_free_ char *ms = push_manifest(p, mt);
+	if (!ms)
 		return err_set(p->err, ENOMEM, NULL, "out of memory");
-	}
-	if (p->op) {
-		uint64_t total = p->config.size;
-		for (size_t i = 0; i < p->n_layers; i++)
-			total += p->layers[i].size;
-		atomic_store(&p->op->progress.bytes_total, total);
-	}
-	snprintf(tag, sizeof(tag), "%s", p->ref.tag);
-	if (!tag[0]) {
-		const char *nm = json_string_value(json_object_get(p->rec, "name"));
-		snprintf(tag, sizeof(tag), "%s", nm && oci_tag_valid(nm) ? nm : p->id);
-	}
-	struct oci_reg *r = NULL;
 	bool sent;
-	q = oci_reg_open(e->cfg, &p->ref, "pull,push", &r, p->err);
-	for (size_t i = 0; q == 0 && i < p->n_layers; i++) {
-		q = push_blob(p, r, &p->layers[i], &sent);
-		json_array_append_new(out_layers,
-				      json_pack("{s:s, s:s, s:I, s:b}", "digest", p->layers[i].digest, "media_type", mt,
-						"size", (json_int_t)p->layers[i].size, "uploaded", sent));
-	}
-	if (q == 0)
-		q = push_blob(p, r, &p->config, &sent);
+	push_total(p, p->config.size);
+	q = push_blob(p, r, &p->config, &sent);
 	if (q == 0)
 		q = oci_reg_manifest_put(r, tag, OCI_MT_MANIFEST, ms, strlen(ms), p->err);
-	oci_reg_free(r);
-	if (q < 0) {
-		json_decref(out_layers);
+	if (q < 0)
 		return q;
-	}
 	struct sha256_ctx h;
 	uint8_t d[SHA256_DIGEST_SIZE];
-	char digest[80] = "sha256:", ref[700];
 	sha256_init(&h);
 	sha256_update(&h, strlen(ms), (const uint8_t *)ms);
 	sha256_digest(&h, sizeof(d), d);
-	engine_xfer_hex(d, sizeof(d), digest + 7);
-	snprintf(ref, sizeof(ref), "%s/%s:%s", p->ref.host, p->ref.repo, tag);
-	*ret = json_pack("{s:s, s:s, s:s, s:o, s:I, s:I}", "checkpoint_id", p->id, "ref", ref, "digest", digest,
-			 "layers", out_layers, "uploaded_bytes", (json_int_t)p->uploaded, "reused_bytes",
-			 (json_int_t)p->reused);
+	strcpy(ret->digest, "sha256:");
+	engine_xfer_hex(d, sizeof(d), ret->digest + 7);
+	return 0;
+}
+
+/* The tag: the ref's, else the checkpoint's name where that is a valid tag,
+ * else its id. */
+static void push_tag(struct push *p, char tag[129])
+{
+	snprintf(tag, 129, "%s", p->ref.tag);
+	if (!tag[0]) {
+		const char *nm = json_string_value(json_object_get(p->rec, "name"));
+		snprintf(tag, 129, "%s", nm && oci_tag_valid(nm) ? nm : p->id);
+	}
+}
+
+static int push_run(struct push *p, struct push_result *ret)
+{
+	struct engine *e = p->e;
+	const char *mt = e->cfg->registry_gzip ? OCI_MT_GZIP : OCI_MT_ZSTD;
+	char tag[129];
+	int q = oci_cache_dirs(e, p->err);
+	if (q == 0)
+		q = engine_base_identity(e, p->base_id, p->err);
+	if (q < 0)
+		return q;
+	push_ancestors(p);
+	push_plan(p);
+	push_tag(p, tag);
+	struct oci_reg *r = NULL;
+	q = oci_reg_open(e->cfg, &p->ref, "pull,push", &r, p->err);
+	for (size_t i = 0; q == 0 && i < p->n_layers; i++) {
+		struct push_result_layer *l = &ret->layers[i];
+		q = push_layer(p, r, i, &l->uploaded);
+		snprintf(l->digest, sizeof(l->digest), "%s", p->layers[i].digest);
+		l->media_type = mt;
+		l->size = p->layers[i].size;
+	}
+	ret->n_layers = p->n_layers;
+	if (q == 0)
+		q = push_finish(p, r, tag, ret);
+	oci_reg_free(r);
+	if (q < 0)
+		return q;
+	snprintf(ret->checkpoint_id, sizeof(ret->checkpoint_id), "%s", p->id);
+	snprintf(ret->ref, sizeof(ret->ref), "%s/%s:%s", p->ref.host, p->ref.repo, tag);
+	ret->uploaded_bytes = p->uploaded;
+	ret->reused_bytes = p->reused;
 	log_event(LOG_INFO_, &(struct log_fields){ "push", p->id, NULL, -1 },
-		  "pushed %s as %s (%s): %llu bytes sent, %llu reused", p->id, ref, digest,
+		  "pushed %s as %s (%s): %llu bytes sent, %llu reused", p->id, ret->ref, ret->digest,
 		  (unsigned long long)p->uploaded, (unsigned long long)p->reused);
-	return *ret ? 0 : err_set(p->err, ENOMEM, NULL, "out of memory");
+	return 0;
 }
 
 /* Check the request and the checkpoint; fill p and register its progress. */
@@ -426,7 +586,7 @@ static void push_cleanup(struct push *p)
 	json_decref(p->data);
 }
 
-static int push_exec(struct push *p, json_t **ret)
+static int push_exec(struct push *p, struct push_result *ret)
 {
 	struct engine *e = p->e;
 	pthread_rwlock_rdlock(&e->oci_lock); /* no trim of the cache meanwhile */
@@ -444,7 +604,8 @@ static int push_exec(struct push *p, json_t **ret)
 	return q;
 }
 
-int engine_push(struct engine *e, const char *id_or_name, const struct push_req *req, json_t **ret, ckpt_error *err)
+int engine_push(struct engine *e, const char *id_or_name, const struct push_req *req, struct push_result *ret,
+		ckpt_error *err)
 {
 	struct push p = { .e = e, .req = req, .err = err };
 	int q = push_prepare(&p, id_or_name);
@@ -455,85 +616,26 @@ int engine_push(struct engine *e, const char *id_or_name, const struct push_req 
 	return push_exec(&p, ret);
 }
 
-/* ---- async: the outcome shows as "push" on the record ----
- * In memory (e->pushes) from the 202 on, and on the record file itself
- * (its "push" member) once the worker runs: a restart still shows how the
- * last push ended, and one it cut short as failed. */
+/* ---- async: the outcome shows as "push" on the record (engine_push_note.c) ---- */
 
 struct push_async {
 	struct push p;
 	struct push_req req;
+	struct push_result res;
 	ckpt_error err;
 };
-
-/* Write v as the record's "push", durably (catalog_put: temp, fsync,
- * rename); under the operation lock, as every change of a record is. */
-static void push_persist(struct engine *e, const char *id, json_t *v)
-{
-	ckpt_error err = { 0 };
-	pthread_mutex_lock(&e->op_lock);
-	const struct ckpt_record *cur = catalog_get(e->catalog, id);
-	struct ckpt_record *r = cur && cur->status == CKPT_ACTIVE ? record_dup(cur) : NULL;
-	if (r && !r->extra)
-		r->extra = json_object();
-	if (r && r->extra && json_object_set(r->extra, "push", v) == 0 && catalog_put(e->catalog, r, &err) < 0)
-		log_warn("push: cannot record the outcome on %s: %s", id, err.msg);
-	if (r)
-		record_unref(r);
-	if (cur)
-		record_unref(cur);
-	pthread_mutex_unlock(&e->op_lock);
-}
-
-static void push_note(struct engine *e, const char *id, json_t *v, bool durable)
-{
-	if (durable)
-		push_persist(e, id, v);
-	pthread_mutex_lock(&e->state_lock);
-	if (!e->pushes)
-		e->pushes = json_object();
-	json_object_set_new(e->pushes, id, v);
-	pthread_mutex_unlock(&e->state_lock);
-}
-
-void engine_push_recover(struct engine *e)
-{
-	struct catalog_list all = { 0 };
-	if (catalog_list(e->catalog, NULL, &all) < 0)
-		return;
-	for (size_t i = 0; i < all.n; i++) {
-		json_t *push = json_object_get(all.v[i]->extra, "push");
-		if (strcmp(json_string_value(json_object_get(push, "status")) ?: "", "pushing"))
-			continue;
-		json_auto_t *v = json_pack("{s:O?, s:s, s:{s:s, s:s}}", "ref", json_object_get(push, "ref"), "status",
-					   "failed", "error", "code", "interrupted", "detail",
-					   "ckptd stopped before the push ended: push again");
-		push_persist(e, all.v[i]->id, v);
-	}
-	catalog_list_free(&all);
-}
 
 static void *push_async_main(void *arg)
 {
 	struct push_async *a = arg;
 	struct engine *e = a->p.e;
-	char id[32], ref[700];
-	json_t *out = NULL;
+	char id[32];
 	snprintf(id, sizeof(id), "%s", a->p.id);
-	snprintf(ref, sizeof(ref), "%s", a->req.ref);
-	json_auto_t *pushing = json_pack("{s:s, s:s}", "ref", ref, "status", "pushing");
-	push_persist(e, id, pushing);
-	if (push_exec(&a->p, &out) == 0) {
-		json_object_set_new(out, "status", json_string("done"));
-		json_object_del(out, "checkpoint_id");
-		json_object_del(out, "layers");
-		push_note(e, id, out, true);
-	} else {
-		push_note(e, id,
-			  json_pack("{s:s, s:s, s:{s:s, s:s}}", "ref", ref, "status", "failed", "error", "code",
-				    a->err.code ? a->err.code : "internal", "detail", a->err.msg),
-			  true);
-	}
+	struct push_outcome o = engine_push_outcome_of(a->req.ref, NULL, NULL);
+	engine_push_persist(e, id, &o);
+	bool ok = push_exec(&a->p, &a->res) == 0;
+	o = engine_push_outcome_of(a->req.ref, ok ? &a->res : NULL, ok ? NULL : &a->err);
+	engine_push_note(e, id, &o, true);
 	free((char *)a->req.ref);
 	free(a);
 	pthread_mutex_lock(&e->state_lock);
@@ -555,8 +657,7 @@ int engine_push_async(struct engine *e, const char *id_or_name, const struct pus
 	a->p = (struct push){ .e = e, .req = &a->req, .err = &a->err };
 	int q = push_prepare(&a->p, id_or_name);
 	pthread_mutex_lock(&e->state_lock);
-	json_t *cur = json_object_get(e->pushes, a->p.id);
-	bool busy = q == 0 && !strcmp(json_string_value(json_object_get(cur, "status")) ?: "", "pushing");
+	bool busy = q == 0 && engine_push_running_locked(e, a->p.id);
 	if (q == 0 && !busy)
 		e->pending_async++;
 	pthread_mutex_unlock(&e->state_lock);
@@ -564,10 +665,11 @@ int engine_push_async(struct engine *e, const char *id_or_name, const struct pus
 		q = err_set_kind(&a->err, ERR_CONFLICT, EBUSY, "conflict", "a push of %s still runs", a->p.id);
 	pthread_t t;
 	pthread_attr_t attr;
+	struct push_outcome o = engine_push_outcome_of(req->ref, NULL, NULL);
 	if (q == 0) {
-		push_note(e, a->p.id, json_pack("{s:s, s:s}", "ref", req->ref, "status", "pushing"), false);
+		engine_push_note(e, a->p.id, &o, false);
 		*ret_record = json_deep_copy(a->p.rec); /* the worker reads p.rec */
-		json_object_set_new(*ret_record, "push", json_pack("{s:s, s:s}", "ref", req->ref, "status", "pushing"));
+		json_object_set_new(*ret_record, "push", engine_push_outcome_json(&o));
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		int r = pthread_create(&t, &attr, push_async_main, a);
@@ -575,7 +677,8 @@ int engine_push_async(struct engine *e, const char *id_or_name, const struct pus
 		if (r == 0)
 			return 0;
 		json_decref(TAKE_PTR(*ret_record));
-		push_note(e, a->p.id, json_pack("{s:s, s:s}", "ref", req->ref, "status", "failed"), false);
+		o.state = PUSH_FAILED;
+		engine_push_note(e, a->p.id, &o, false);
 		pthread_mutex_lock(&e->state_lock);
 		e->pending_async--;
 		pthread_mutex_unlock(&e->state_lock);

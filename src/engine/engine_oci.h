@@ -11,9 +11,43 @@ struct push_req {
 	const char *ref; /* HOST[:PORT]/REPO[:TAG] */
 	bool base;       /* the base as the first layer (default true) */
 };
-/* Push checkpoint id_or_name; *ret is {ref, digest, layers, uploaded_bytes,
- * reused_bytes}. */
-int engine_push(struct engine *e, const char *id_or_name, const struct push_req *req, json_t **ret, ckpt_error *err);
+#define PUSH_MAX_LAYERS 64 /* the base, 62 ancestors, the checkpoint */
+/* What a push did, as data; the API layer writes the JSON. */
+struct push_result {
+	char checkpoint_id[32];
+	char ref[700];   /* HOST[:PORT]/REPO:TAG as pushed */
+	char digest[80]; /* the manifest's */
+	struct push_result_layer {
+		char digest[80];
+		const char *media_type; /* static */
+		uint64_t size;
+		bool uploaded; /* false: the registry held it, or mounted it */
+	} layers[PUSH_MAX_LAYERS];
+	size_t n_layers;
+	uint64_t uploaded_bytes, reused_bytes;
+};
+/* Push checkpoint id_or_name; on success fills ret. */
+int engine_push(struct engine *e, const char *id_or_name, const struct push_req *req, struct push_result *ret,
+		ckpt_error *err);
+
+/* How the last async push of a checkpoint went: its record's "push". */
+enum push_state {
+	PUSH_PUSHING = 1,
+	PUSH_DONE,
+	PUSH_FAILED
+};
+struct push_outcome {
+	enum push_state state;
+	char ref[700];
+	char digest[80];                       /* done */
+	uint64_t uploaded_bytes, reused_bytes; /* done */
+	char code[64];                         /* failed */
+	char detail[512];                      /* failed */
+};
+/* The record's "push" member: {ref, status[, digest, uploaded_bytes,
+ * reused_bytes][, error: {code, detail}]}. The one writer of that shape,
+ * for the record file and for the API. */
+json_t *engine_push_outcome_json(const struct push_outcome *o);
 
 /* The same in the background: *ret_record is the checkpoint's record, whose
  * "push" member says {ref, status: pushing|done|failed, ...} and whose

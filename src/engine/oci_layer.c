@@ -51,6 +51,7 @@ struct lw {
 	json_t *links;
 	bool (*portable)(const char *name); /* the xattrs that may cross */
 	struct oci_pipe *pipe;              /* to the thread that compresses, hashes and writes */
+	const struct oci_layer_watch *watch;
 	int werr;
 	ckpt_error *err;
 };
@@ -72,7 +73,7 @@ static int lw_sink(struct lw *w, const unsigned char *p, size_t n)
 		p += k;
 		n -= (size_t)k;
 	}
-	return 0;
+	return w->watch ? w->watch->on_out(w->watch->arg, w->size) : 0;
 }
 
 static int lw_compress(struct lw *w, const void *buf, size_t len, bool end)
@@ -113,6 +114,10 @@ static int lw_consume(void *ctx, const void *buf, size_t len, bool end)
 static la_ssize_t lw_write(struct archive *a, void *cls, const void *buf, size_t len)
 {
 	struct lw *w = cls;
+	if (!w->pipe) { /* archive_write_free after a failure flushes here, the pipe gone */
+		archive_set_error(a, ECANCELED, "the layer was stopped");
+		return -1;
+	}
 	sha256_update(&w->hd, len, buf);
 	int q = oci_pipe_put(w->pipe, buf, len);
 	if (q < 0) {
@@ -388,7 +393,14 @@ static void lw_digest(struct sha256_ctx *h, char out[80])
 int oci_layer_write(int out_fd, bool gzip, char *const *prefixes, char *const *olddirs, char *const *newdirs, size_t n,
 		    bool (*portable)(const char *name), struct oci_blob *ret, ckpt_error *err)
 {
-	struct lw w = { .fd = out_fd, .gzip = gzip, .portable = portable, .err = err };
+	return oci_layer_write_watched(out_fd, gzip, prefixes, olddirs, newdirs, n, portable, NULL, ret, err);
+}
+
+int oci_layer_write_watched(int out_fd, bool gzip, char *const *prefixes, char *const *olddirs, char *const *newdirs,
+			    size_t n, bool (*portable)(const char *name), const struct oci_layer_watch *watch,
+			    struct oci_blob *ret, ckpt_error *err)
+{
+	struct lw w = { .fd = out_fd, .gzip = gzip, .portable = portable, .watch = watch, .err = err };
 	json_auto_t *parents = json_object();
 	int q = !parents ? -ENOMEM : oci_pipe_start(lw_consume, &w, &w.pipe);
 	if (q < 0)

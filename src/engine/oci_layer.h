@@ -22,6 +22,18 @@ struct oci_blob {
 int oci_layer_write(int out_fd, bool gzip, char *const *prefixes, char *const *olddirs, char *const *newdirs, size_t n,
 		    bool (*portable)(const char *name), struct oci_blob *ret, ckpt_error *err);
 
+/* Who hears of the compressed bytes as they reach out_fd: on_out(arg, n),
+ * on the compressing thread after each write, with n the bytes written so
+ * far. A negative return stops the layer with that error. */
+struct oci_layer_watch {
+	int (*on_out)(void *arg, uint64_t n);
+	void *arg;
+};
+/* oci_layer_write, watched (watch NULL: as oci_layer_write). */
+int oci_layer_write_watched(int out_fd, bool gzip, char *const *prefixes, char *const *olddirs, char *const *newdirs,
+			    size_t n, bool (*portable)(const char *name), const struct oci_layer_watch *watch,
+			    struct oci_blob *ret, ckpt_error *err);
+
 /* Where a layer's paths go: prefix (an image root, no leading '/') to the
  * directory named dir, relative to the working directory of the thread
  * that applies. */

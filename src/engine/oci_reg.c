@@ -20,7 +20,10 @@
 #include "config.h"
 
 #define MEM_MAX (4u << 20)
-#define CHUNK (16ull << 20) /* one PATCH */
+/* One PATCH: each is a request the registry resumes from its stored hash
+ * state; with 16 MiB a 100 MB push of a made layer took up to 1.8x skopeo's
+ * time against 1.1x to 1.3x in one PATCH (bench/registry.py, load 10). */
+#define CHUNK (1024ull << 20)
 #define FLUSH_EVERY (8u << 20)
 /* Large buffers: fewer calls and system calls per blob (curl's maxima) */
 #define RECV_BUF (512L * 1024)
@@ -42,6 +45,8 @@ struct reg_call {
 	size_t body_len;
 	int in_fd;
 	uint64_t in_off, in_len, in_pos;
+	const struct oci_reg_source *src; /* a body still being written, or NULL */
+	int src_err;                      /* its writer failed: the body ended early */
 	int out_fd;
 	char *mem;
 	size_t mem_len;
@@ -296,6 +301,18 @@ static size_t on_read(char *b, size_t sz, size_t n, void *arg)
 	return (size_t)k;
 }
 
+/* A body whose length is not known yet: what the source has, as it comes. */
+static size_t on_stream(char *b, size_t sz, size_t n, void *arg)
+{
+	struct reg_call *q = arg;
+	ssize_t k = q->src->read(q->src->arg, b, sz * n);
+	if (k < 0) { /* end the body well: the answer's Location still closes the session */
+		q->src_err = (int)-k;
+		return 0;
+	}
+	return (size_t)k;
+}
+
 /* One request, once. */
 static int reg_once(struct oci_reg *r, struct reg_call *q, ckpt_error *err)
 {
@@ -346,6 +363,15 @@ static int reg_once(struct oci_reg *r, struct reg_call *q, ckpt_error *err)
 		snprintf(line, sizeof(line), "Content-Range: %llu-%llu", (unsigned long long)q->in_off,
 			 (unsigned long long)(q->in_off + q->in_len - 1));
 		h = curl_slist_append(h, line);
+	} else if (q->src) { /* chunked transfer encoding: the length is known at the end */
+		curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);
+		curl_easy_setopt(c, CURLOPT_READFUNCTION, on_stream);
+		curl_easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, SEND_BUF);
+		curl_easy_setopt(c, CURLOPT_READDATA, q);
+		curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)-1);
+		h = curl_slist_append(h, "Expect:");
+		h = curl_slist_append(h, "Transfer-Encoding: chunked");
 	} else if (strcmp(q->method, "GET")) {
 		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);
 	}
@@ -444,17 +470,9 @@ static int reg_answer(struct oci_reg *r, const char *chal, ckpt_error *err)
 	return 0;
 }
 
-static int reg_call(struct oci_reg *r, struct reg_call *q, ckpt_error *err)
+/* A 401 or 403 that stands, as the error a client can act on. */
+static int reg_denied(struct oci_reg *r, const struct reg_call *q, ckpt_error *err)
 {
-	int rc = reg_once(r, q, err);
-	if (rc == 0 && q->status == 401) {
-		char chal[sizeof(q->challenge)];
-		snprintf(chal, sizeof(chal), "%s", q->challenge);
-		if ((rc = reg_answer(r, chal, err)) > 0)
-			rc = reg_once(r, q, err);
-	}
-	if (rc < 0)
-		return rc;
 	if (q->status == 401)
 		return err_set_kind(err, ERR_UPSTREAM, EACCES, "registry_unauthorized",
 				    "registry %s answered 401 Unauthorized%s", r->ref.host,
@@ -464,6 +482,18 @@ static int reg_call(struct oci_reg *r, struct reg_call *q, ckpt_error *err)
 		return err_set_kind(err, ERR_UPSTREAM, EACCES, "registry_forbidden",
 				    "registry %s answered 403 Forbidden for %s", r->ref.host, r->ref.repo);
 	return 0;
+}
+
+static int reg_call(struct oci_reg *r, struct reg_call *q, ckpt_error *err)
+{
+	int rc = reg_once(r, q, err);
+	if (rc == 0 && q->status == 401) {
+		char chal[sizeof(q->challenge)];
+		snprintf(chal, sizeof(chal), "%s", q->challenge);
+		if ((rc = reg_answer(r, chal, err)) > 0)
+			rc = reg_once(r, q, err);
+	}
+	return rc < 0 ? rc : reg_denied(r, q, err);
 }
 
 static int reg_unexpected(struct oci_reg *r, struct reg_call *q, const char *what, ckpt_error *err)
@@ -515,16 +545,9 @@ int oci_reg_blob_mount(struct oci_reg *r, const char *digest, const char *from, 
 	struct reg_call q = { .method = "POST", .url = url, .body = "", .in_fd = -1, .out_fd = -1, .max = MEM_MAX };
 	int rc = reg_call(r, &q, err);
 	*ret = rc == 0 && q.status == 201;
-	if (rc == 0 && q.status == 202) { /* an upload was opened instead: close it */
-		char del[2100];
-		if (abs_url(r, q.location, del, sizeof(del), NULL) == 0) {
-			struct reg_call d = {
-				.method = "DELETE", .url = del, .in_fd = -1, .out_fd = -1, .max = MEM_MAX
-			};
-			reg_call(r, &d, NULL);
-			free(d.mem);
-		}
-	}
+	char del[2100];
+	if (rc == 0 && q.status == 202 && abs_url(r, q.location, del, sizeof(del), NULL) == 0)
+		oci_reg_upload_cancel(r, del); /* an upload was opened instead: close it */
 	free(q.mem);
 	return rc;
 }
@@ -535,20 +558,90 @@ static void with_digest(char *url, size_t cap, const char *digest)
 	snprintf(url + n, cap - n, "%cdigest=%s", strchr(url, '?') ? '&' : '?', digest);
 }
 
-int oci_reg_blob_upload(struct oci_reg *r, const char *path, const char *digest, uint64_t size,
-			void (*on_bytes)(void *arg, uint64_t n), void *arg, ckpt_error *err)
+int oci_reg_upload_open(struct oci_reg *r, char *loc, size_t cap, ckpt_error *err)
 {
-	char url[2100], loc[2100];
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return err_set(err, errno, NULL, "open layer '%s': %m", path);
+	char url[700];
 	snprintf(url, sizeof(url), "%s/v2/%s/blobs/uploads/", r->origin, r->ref.repo);
 	struct reg_call q = { .method = "POST", .url = url, .body = "", .in_fd = -1, .out_fd = -1, .max = MEM_MAX };
 	int rc = reg_call(r, &q, err);
 	if (rc == 0 && q.status != 202)
 		rc = reg_unexpected(r, &q, "start upload", err);
 	if (rc == 0)
-		rc = abs_url(r, q.location, loc, sizeof(loc), err);
+		rc = abs_url(r, q.location, loc, cap, err);
+	free(q.mem);
+	return rc;
+}
+
+/* PUT ?digest= with no body: the registry checks the bytes it got. */
+static int upload_finish(struct oci_reg *r, char *loc, size_t cap, const char *digest, ckpt_error *err)
+{
+	with_digest(loc, cap, digest);
+	struct reg_call p = { .method = "PUT",
+			      .url = loc,
+			      .ctype = "application/octet-stream",
+			      .body = "",
+			      .in_fd = -1,
+			      .out_fd = -1,
+			      .max = MEM_MAX };
+	int rc = reg_call(r, &p, err);
+	if (rc == 0 && p.status != 201)
+		rc = reg_unexpected(r, &p, "finish upload", err);
+	free(p.mem);
+	return rc;
+}
+
+int oci_reg_upload_stream(struct oci_reg *r, const char *loc, const struct oci_reg_source *src, ckpt_error *err)
+{
+	char next[2100], digest[80];
+	struct reg_call p = { .method = "PATCH",
+			      .url = loc,
+			      .ctype = "application/octet-stream",
+			      .src = src,
+			      .in_fd = -1,
+			      .out_fd = -1,
+			      .max = MEM_MAX };
+	int rc = reg_once(r, &p, err); /* no second try: the bytes sent are not sent again */
+	bool fresh = rc == 0 && p.status == 202 && abs_url(r, p.location, next, sizeof(next), NULL) == 0;
+	if (rc == 0 && p.src_err)
+		rc = err_set(err, p.src_err, NULL, "the layer was not made: %s", strerror(p.src_err));
+	if (rc == 0)
+		rc = reg_denied(r, &p, err);
+	if (rc == 0 && !fresh)
+		rc = p.status == 202 ? abs_url(r, p.location, next, sizeof(next), err)
+				     : reg_unexpected(r, &p, "upload", err);
+	free(p.mem);
+	if (rc == 0) {
+		char put[sizeof(next)]; /* upload_finish appends the digest */
+		src->digest(src->arg, digest);
+		snprintf(put, sizeof(put), "%s", next);
+		if ((rc = upload_finish(r, put, sizeof(put), digest, err)) < 0)
+			oci_reg_upload_cancel(r, next);
+	} else {
+		/* A registry refuses the session's first URL once it holds some of
+		 * the bytes (distribution 2.8: "upload resumed at wrong offset"), and
+		 * purges such sessions itself; a cut connection leaves no other. */
+		oci_reg_upload_cancel(r, fresh ? next : loc);
+	}
+	return rc;
+}
+
+void oci_reg_upload_cancel(struct oci_reg *r, const char *loc)
+{
+	struct reg_call d = { .method = "DELETE", .url = loc, .in_fd = -1, .out_fd = -1, .max = MEM_MAX };
+	reg_call(r, &d, NULL);
+	free(d.mem);
+}
+
+int oci_reg_blob_upload(struct oci_reg *r, const char *path, const char *digest, uint64_t size,
+			void (*on_bytes)(void *arg, uint64_t n), void *arg, ckpt_error *err)
+{
+	char loc[2100];
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return err_set(err, errno, NULL, "open layer '%s': %m", path);
+	int rc = oci_reg_upload_open(r, loc, sizeof(loc), err);
+	if (rc < 0)
+		return rc;
 	for (uint64_t off = 0; rc == 0 && off < size;) {
 		uint64_t n = size - off < CHUNK ? size - off : CHUNK;
 		struct reg_call p = { .method = "PATCH",
@@ -569,21 +662,10 @@ int oci_reg_blob_upload(struct oci_reg *r, const char *path, const char *digest,
 		off += n;
 		free(p.mem);
 	}
-	if (rc == 0) {
-		with_digest(loc, sizeof(loc), digest);
-		struct reg_call p = { .method = "PUT",
-				      .url = loc,
-				      .ctype = "application/octet-stream",
-				      .body = "",
-				      .in_fd = -1,
-				      .out_fd = -1,
-				      .max = MEM_MAX };
-		rc = reg_call(r, &p, err);
-		if (rc == 0 && p.status != 201)
-			rc = reg_unexpected(r, &p, "finish upload", err);
-		free(p.mem);
-	}
-	free(q.mem);
+	if (rc == 0)
+		rc = upload_finish(r, loc, sizeof(loc), digest, err);
+	if (rc < 0) /* the registry keeps nothing of it */
+		oci_reg_upload_cancel(r, loc);
 	return rc;
 }
 

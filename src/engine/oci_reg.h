@@ -48,6 +48,24 @@ int oci_reg_blob_mount(struct oci_reg *r, const char *digest, const char *from, 
  * on_bytes (may be NULL) hears each chunk sent. */
 int oci_reg_blob_upload(struct oci_reg *r, const char *path, const char *digest, uint64_t size,
 			void (*on_bytes)(void *arg, uint64_t n), void *arg, ckpt_error *err);
+/* Open an upload session (POST); its URL into loc. */
+int oci_reg_upload_open(struct oci_reg *r, char *loc, size_t cap, ckpt_error *err);
+/* A blob still being written: read(arg, buf, cap) waits for its next bytes
+ * and gives how many, 0 at its end, or -errno when its writing failed.
+ * digest(arg), asked after the end, names the blob. */
+struct oci_reg_source {
+	ssize_t (*read)(void *arg, void *buf, size_t cap);
+	void (*digest)(void *arg, char out[80]);
+	void *arg;
+};
+/* Send src into the session at loc as it is written: one PATCH in chunked
+ * transfer encoding, then PUT ?digest=. A failure closes the session, as
+ * far as the registry lets it: a writer's failure ends the body early and
+ * closes it; a cut connection leaves it to the registry's purge. */
+int oci_reg_upload_stream(struct oci_reg *r, const char *loc, const struct oci_reg_source *src, ckpt_error *err);
+/* Drop the session at loc, as far as the registry can be reached (one cut
+ * off purges stale sessions itself). */
+void oci_reg_upload_cancel(struct oci_reg *r, const char *loc);
 /* PUT the manifest under reference (a tag or digest). */
 int oci_reg_manifest_put(struct oci_reg *r, const char *reference, const char *media_type, const char *body, size_t len,
 			 ckpt_error *err);

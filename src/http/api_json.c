@@ -5,6 +5,7 @@
 
 #include "engine/catalog.h"
 #include "engine/engine.h"
+#include "engine/engine_oci.h"
 
 json_t *api_record_json(const struct ckpt_view *v)
 {
@@ -15,7 +16,7 @@ json_t *api_record_json(const struct ckpt_view *v)
 					      "bytes_total", (json_int_t)v->bytes_total, "files_done",
 					      (json_int_t)v->files_done, "files_total", (json_int_t)v->files_total));
 	if (o && v->push)
-		json_object_set(o, "push", v->push);
+		json_object_set_new(o, "push", engine_push_outcome_json(v->push));
 	return o;
 }
 

@@ -17,6 +17,21 @@ static bool oci_fields(json_t *obj, const char *const *allowed, struct http_resp
 	return true;
 }
 
+/* {checkpoint_id, ref, digest, layers, uploaded_bytes, reused_bytes} */
+static json_t *api_push_json(const struct push_result *r)
+{
+	json_t *layers = json_array();
+	for (size_t i = 0; layers && i < r->n_layers; i++) {
+		const struct push_result_layer *l = &r->layers[i];
+		json_array_append_new(layers,
+				      json_pack("{s:s, s:s, s:I, s:b}", "digest", l->digest, "media_type",
+						l->media_type, "size", (json_int_t)l->size, "uploaded", l->uploaded));
+	}
+	return json_pack("{s:s, s:s, s:s, s:o, s:I, s:I}", "checkpoint_id", r->checkpoint_id, "ref", r->ref, "digest",
+			 r->digest, "layers", layers, "uploaded_bytes", (json_int_t)r->uploaded_bytes, "reused_bytes",
+			 (json_int_t)r->reused_bytes);
+}
+
 void api_push(void *app, const struct http_request *req, struct http_response *resp)
 {
 	static const char *const allowed[] = { "ref", "base", "async", NULL };
@@ -44,10 +59,11 @@ void api_push(void *app, const struct http_request *req, struct http_response *r
 			http_json(resp, 202, out);
 		return;
 	}
-	if (engine_push(app, req->params[0], &pr, &out, &err) < 0)
+	struct push_result res;
+	if (engine_push(app, req->params[0], &pr, &res, &err) < 0)
 		http_error(resp, &err);
 	else
-		http_json(resp, 200, out);
+		http_json(resp, 200, api_push_json(&res));
 }
 
 void api_pull(void *app, const struct http_request *req, struct http_response *resp)

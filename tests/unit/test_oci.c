@@ -1,6 +1,7 @@
 /* Unit tests of the registry code's pure parts: the pipe that makes a layer
- * on two threads (oci_pipe.c) and the tree of hard links a pull starts
- * from (oci_clone.c). */
+ * on two threads (oci_pipe.c), the stream that reads a layer while it is
+ * written (oci_stream.c) and the tree of hard links a pull starts from
+ * (oci_clone.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 
 #include "engine/oci_clone.h"
 #include "engine/oci_pipe.h"
+#include "engine/oci_stream.h"
 #include "testlib.h"
 
 struct sink {
@@ -78,6 +80,116 @@ static void test_pipe_error_and_cancel(void **state)
 	free(s.got);
 }
 
+/* A sender that reads the whole stream, then asks for the digest. */
+struct reader {
+	unsigned char *got;
+	size_t len, cap;
+	ssize_t last; /* the last read's answer */
+	char digest[80];
+	int fail_with; /* give up at once with this error */
+};
+
+static int reader_send(void *ctx, struct oci_stream *s, ckpt_error *err)
+{
+	struct reader *r = ctx;
+	if (r->fail_with)
+		return err_set(err, r->fail_with, NULL, "the registry went away");
+	while ((r->last = oci_stream_read(s, r->got + r->len, r->cap - r->len > 1000 ? 1000 : r->cap - r->len)) > 0)
+		r->len += (size_t)r->last;
+	if (r->last < 0)
+		return err_set(err, (int)-r->last, NULL, "aborted");
+	oci_stream_digest(s, r->digest);
+	return 0;
+}
+
+static int stream_file(char dir[TESTLIB_DIR_LEN], int *rfd)
+{
+	char p[128];
+	assert_int_equal(testlib_mkdir(dir, "oci-stream"), 0);
+	snprintf(p, sizeof(p), "%s/layer", dir);
+	int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	*rfd = open(p, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0 && *rfd >= 0);
+	return fd;
+}
+
+/* The reader gets every byte in order as the writer says it wrote them,
+ * then the end and the digest, in memory that does not grow. */
+static void test_stream_reads_as_written(void **state)
+{
+	(void)state;
+	char dir[TESTLIB_DIR_LEN];
+	int rfd, fd = stream_file(dir, &rfd);
+	size_t cap = 1u << 20, n = 0;
+	unsigned char *want = malloc(cap);
+	struct reader r = { .got = malloc(cap), .cap = cap };
+	struct oci_stream *s;
+	for (size_t i = 0; i < cap; i++)
+		want[i] = (unsigned char)(i * 13 + i / 509);
+	assert_int_equal(oci_stream_start(rfd, reader_send, &r, &s), 0);
+	for (size_t k = 1; n + k <= cap; k = k * 2 + 3) {
+		assert_int_equal(write(fd, want + n, k), (ssize_t)k);
+		n += k;
+		assert_int_equal(oci_stream_grew(s, n), 0);
+	}
+	oci_stream_end(s, 0, n, "sha256:feed");
+	ckpt_error err = { 0 };
+	assert_int_equal(oci_stream_wait(s, &err), 0);
+	assert_int_equal(r.len, n);
+	assert_int_equal(r.last, 0);
+	assert_memory_equal(r.got, want, n);
+	assert_string_equal(r.digest, "sha256:feed");
+	close(fd);
+	free(want);
+	free(r.got);
+	testlib_rmdir(dir);
+}
+
+/* A writer that fails stops the reader; its error is the one to tell. */
+static void test_stream_writer_fails(void **state)
+{
+	(void)state;
+	char dir[TESTLIB_DIR_LEN];
+	int rfd, fd = stream_file(dir, &rfd);
+	struct reader r = { .got = malloc(4096), .cap = 4096 };
+	struct oci_stream *s;
+	assert_int_equal(oci_stream_start(rfd, reader_send, &r, &s), 0);
+	assert_int_equal(write(fd, "abc", 3), 3);
+	assert_int_equal(oci_stream_grew(s, 3), 0);
+	oci_stream_end(s, -EIO, 0, NULL);
+	ckpt_error err = { 0 };
+	assert_int_equal(oci_stream_wait(s, &err), 0);
+	assert_int_equal(r.last, -EIO);
+	assert_string_equal(err.msg, "");
+	close(fd);
+	free(r.got);
+	testlib_rmdir(dir);
+}
+
+/* A sender that fails tells the writer to stop, and its error comes back. */
+static void test_stream_sender_fails(void **state)
+{
+	(void)state;
+	char dir[TESTLIB_DIR_LEN];
+	int rfd, fd = stream_file(dir, &rfd);
+	struct reader r = { .fail_with = EPIPE };
+	struct oci_stream *s;
+	assert_int_equal(oci_stream_start(rfd, reader_send, &r, &s), 0);
+	int q = 0;
+	for (int i = 0; i < 5000 && q == 0; i++) { /* until the sender has given up */
+		q = oci_stream_grew(s, 0);
+		if (q == 0)
+			usleep(1000);
+	}
+	assert_int_equal(q, -ECANCELED);
+	oci_stream_end(s, q, 0, NULL);
+	ckpt_error err = { 0 };
+	assert_int_equal(oci_stream_wait(s, &err), -EPIPE);
+	assert_string_equal(err.msg, "the registry went away");
+	close(fd);
+	testlib_rmdir(dir);
+}
+
 /* Files linked, the rest made anew with the same metadata, the top's too. */
 static void test_clone(void **state)
 {
@@ -137,6 +249,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_pipe_order),
 		cmocka_unit_test(test_pipe_error_and_cancel),
+		cmocka_unit_test(test_stream_reads_as_written),
+		cmocka_unit_test(test_stream_writer_fails),
+		cmocka_unit_test(test_stream_sender_fails),
 		cmocka_unit_test(test_clone),
 	};
 	return cmocka_run_group_tests_name("oci", tests, NULL, NULL);
