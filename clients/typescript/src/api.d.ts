@@ -567,6 +567,14 @@ export interface components {
              */
             verify?: boolean;
         };
+        /**
+         * @description How far the operation running on the checkpoint got. A total may be 0
+         *     for a moment while it is counted. During a push the bytes are blob
+         *     bytes: `bytes_done` those sent or found in the registry, `bytes_total`
+         *     those known so far. A layer sent while it is made adds its bytes to
+         *     `bytes_total` as they are written, so the total grows until the last
+         *     layer is made. Both only grow.
+         */
         Progress: {
             bytes_done: number;
             bytes_total: number;
