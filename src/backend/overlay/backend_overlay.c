@@ -592,15 +592,16 @@ static void ovl_track_health(struct ovl *o, struct backend_health *out)
 static void ovl_health(void *st, struct backend_health *out)
 {
 	struct ovl *o = st;
-	json_t *roots = json_array();
-	for (size_t i = 0; i < o->n_roots; i++)
-		json_array_append_new(
-			roots,
-			json_pack("{s:s,s:I,s:s,s:b,s:I}", "path", o->roots[i].path, "layers",
-				  (json_int_t)o->roots[i].chain.n, "upper", o->roots[i].upper, "released",
-				  o->roots[i].released, "deltas",
-				  (json_int_t)(overlay_delta_ready(&o->roots[i]) ? o->roots[i].stack.n - 1 : 0)));
-	out->extra = json_pack("{s:o}", "overlay_roots", roots);
+	out->has_overlay_roots = true;
+	for (size_t i = 0; i < o->n_roots && i < MAX_ROOTS; i++) {
+		struct ovl_root *r = &o->roots[i];
+		struct backend_overlay_root *h = &out->overlay_roots[out->n_overlay_roots++];
+		h->path = r->path;
+		h->layers = r->chain.n;
+		snprintf(h->upper, sizeof(h->upper), "%s", r->upper);
+		h->released = r->released;
+		h->deltas = overlay_delta_ready(r) ? r->stack.n - 1 : 0;
+	}
 	ovl_track_health(o, out);
 	out->has_overlay = true;
 	out->overlay_kind = overlay_kind_name(o->opts.kind);
