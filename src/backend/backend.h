@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdatomic.h>
 #include "config.h"
+#include "backend/rootexcl.h"
 #include "lib/devino.h"
 #include "lib/util.h"
 
@@ -62,6 +63,28 @@ struct backend_root_health {
 	const char *not_guaranteed[2]; /* what a create or restore cannot see then (static) */
 	size_t n_not_guaranteed;
 };
+/* The overlay backend's account of one root: its live chain's length, its
+ * upper, whether it was released, the delta layers made from that upper. */
+struct backend_overlay_root {
+	const char *path; /* lives as long as the backend */
+	uint64_t layers;
+	char upper[16];
+	bool released;
+	uint64_t deltas;
+};
+/* The tar backend's account: compression, the base, what the roots leave
+ * out, the last restore's counts, a restore it could not finish. */
+struct backend_tar_health {
+	bool zstd;
+	bool base;                                                   /* the base is there */
+	bool base_failed;                                            /* taking it failed: base_error says why */
+	char base_error[256];                                        /* "" unless base_failed */
+	struct rootexcl excluded;                                    /* owned; only the items not nested are shown */
+	char excluded_error[512];                                    /* set: excluded could not be read */
+	uint64_t rewritten, removed, kept, bytes, archives, entered; /* the last restore */
+	char pending[64]; /* id of a restore that could not be finished, or "" */
+	char pending_msg[256];
+};
 struct backend_health {
 	bool preparing;                              /* not ready for a create yet: health's status is "preparing" */
 	struct backend_root_health roots[MAX_ROOTS]; /* tracking, per root in the config's order */
@@ -69,11 +92,18 @@ struct backend_health {
 	bool has_overlay;                            /* the overlay options, where overlay mounts */
 	const char *overlay_kind;
 	bool redirect_dir, userxattr;
-	/* The backend's own diagnostics (overlay_roots, tar_*): members shown
-	 * as they are, read by no code, owned, or NULL. They stay JSON so that
-	 * each backend's detail needs no field in this shared interface. */
-	json_t *extra;
+	/* The backend's own diagnostics, each present or absent as a whole:
+	 * health shows them, no code reads them. */
+	bool has_overlay_roots;
+	struct backend_overlay_root overlay_roots[MAX_ROOTS];
+	size_t n_overlay_roots;
+	bool has_tar;
+	struct backend_tar_health tar;
 };
+static inline void backend_health_free(struct backend_health *h)
+{
+	rootexcl_free(&h->tar.excluded);
+}
 
 struct restore_details {
 	/* Processes that still held a root the restore swapped away (its old
@@ -260,8 +290,8 @@ struct backend_ops {
 	/* Drop checkpoint id's data (the record is already gone or going). */
 	int (*remove)(void *st, const char *id, json_t *data, ckpt_error *err);
 
-	/* Fill out (zeroed by the caller, who frees out->extra) for GET
-	 * /v1/health. */
+	/* Fill out (zeroed by the caller, who frees it with
+	 * backend_health_free) for GET /v1/health. */
 	void (*health)(void *st, struct backend_health *out);
 
 	/* Background housekeeping off the request path (GC, flattening); called

@@ -161,12 +161,3 @@ bool rootexcl_has(const struct rootexcl *x, const struct stat *st)
 			return true;
 	return false;
 }
-
-json_t *rootexcl_json(const struct rootexcl *x)
-{
-	json_t *a = json_array();
-	for (size_t i = 0; a && x && i < x->n; i++)
-		if (!x->v[i].nested)
-			json_array_append_new(a, json_pack("{s:s, s:s}", "path", x->v[i].path, "reason", x->v[i].why));
-	return a;
-}

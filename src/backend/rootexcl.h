@@ -6,7 +6,6 @@
  * nor, on restore, removed or rewritten: a create and a restore skip the
  * same entries, so what the checkpoint lacks stays as it is live. */
 #pragma once
-#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/stat.h>
@@ -36,9 +35,6 @@ void rootexcl_free(struct rootexcl *x);
 
 /* Is the entry st (lstat of a name below a root) left out? x may be NULL. */
 bool rootexcl_has(const struct rootexcl *x, const struct stat *st);
-
-/* [{path, reason}] of the items that are not below another item. */
-json_t *rootexcl_json(const struct rootexcl *x);
 
 /* One mountinfo line's mount point (field 5), unescaped (\040 and kin),
  * into buf; its filesystem type (after " - ") into type. 0 or -EINVAL. */

@@ -111,12 +111,13 @@ struct health_report {
 	int64_t uptime_secs;
 	bool services_available;
 	const char *services_reason;          /* NULL, or lives as long as the engine */
-	struct backend_health backend_health; /* the backend's account (its extra owned) */
+	struct backend_health backend_health; /* the backend's account (owned) */
 	struct adoption_report adoption;      /* owned */
 	struct svc_users unmanaged;           /* processes no managed unit covers (owned) */
-	/* The members the whole root adds at the top level (engine_whole.c),
-	 * a JSON fragment, owned, while that part reports JSON. */
-	json_t *sections;
+	/* The whole root (engine_whole.c): a restore replaced ckptd's own
+	 * files, so a restart is due; the reason is static, NULL unless due. */
+	bool whole_root, restart_due;
+	const char *restart_due_reason;
 	const char *released[MAX_ROOTS]; /* roots released (the config's) */
 	size_t n_released;
 };

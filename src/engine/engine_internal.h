@@ -96,7 +96,7 @@ int engine_whole_before(void *ctx, const char *const *paths, size_t n, const str
  * changed; a unit whose file went stays stopped. */
 void engine_whole_reload(struct whole_run *w, const struct restore_details *d);
 void engine_whole_services(struct whole_run *w, struct restore_report *rep);
-void engine_whole_health(struct engine *e, json_t *h);
+void engine_whole_health(struct engine *e, struct health_report *h);
 /* At start, what an interrupted whole-root restore owed (services.json's
  * "whole"): the reload before the units it stopped start, the restarts
  * after. */

@@ -111,10 +111,7 @@ void engine_status_line(struct engine *e, char *buf, size_t len)
 
 void health_report_free(struct health_report *h)
 {
-	json_decref(h->sections);
-	h->sections = NULL;
-	json_decref(h->backend_health.extra);
-	h->backend_health.extra = NULL;
+	backend_health_free(&h->backend_health);
 	adoption_report_free(&h->adoption);
 	svc_users_free(&h->unmanaged);
 }
@@ -129,14 +126,12 @@ void engine_health(struct engine *e, struct health_report *ret)
 				       .backend_reason = e->backend_reason,
 				       .checkpoints = catalog_count(e->catalog),
 				       .uptime_secs = (mono_ms() - e->started_ms) / 1000,
-				       .services_available = services_available(e->services),
-				       .sections = json_object() };
+				       .services_available = services_available(e->services) };
 	if (!ret->services_available)
 		ret->services_reason = services_unavailable_reason(e->services);
 	e->backend->health(e->bst, &ret->backend_health);
 	engine_adoption_health(e, ret);
-	if (ret->sections)
-		engine_whole_health(e, ret->sections);
+	engine_whole_health(e, ret);
 	pthread_mutex_lock(&e->state_lock); /* engine_release.c fills it */
 	for (size_t i = 0; i < e->n_released; i++)
 		ret->released[ret->n_released++] = e->released[i];

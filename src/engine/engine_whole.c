@@ -121,15 +121,14 @@ void engine_whole_owed_restart(struct engine *e, struct svc_report *rep)
 	e->whole_owed = NULL;
 }
 
-void engine_whole_health(struct engine *e, json_t *h)
+void engine_whole_health(struct engine *e, struct health_report *h)
 {
 	if (!e->cfg->whole_root)
 		return;
+	h->whole_root = true;
 	pthread_mutex_lock(&e->state_lock);
-	bool due = e->restart_due;
+	h->restart_due = e->restart_due;
 	pthread_mutex_unlock(&e->state_lock);
-	json_object_set_new(h, "restart_due", json_boolean(due));
-	if (due)
-		json_object_set_new(h, "restart_due_reason",
-				    json_string("a restore replaced ckptd's own binary or a library it maps"));
+	if (h->restart_due)
+		h->restart_due_reason = "a restore replaced ckptd's own binary or a library it maps";
 }

@@ -102,6 +102,53 @@ static json_t *api_users_json(const struct svc_users *u)
 	return a;
 }
 
+/* [{path, layers, upper, released, deltas}] */
+static json_t *api_overlay_roots_json(const struct backend_health *b)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; a && i < b->n_overlay_roots; i++) {
+		const struct backend_overlay_root *r = &b->overlay_roots[i];
+		json_array_append_new(a,
+				      json_pack("{s:s,s:I,s:s,s:b,s:I}", "path", r->path, "layers",
+						(json_int_t)r->layers, "upper", r->upper, "released", r->released,
+						"deltas", (json_int_t)r->deltas));
+	}
+	return a;
+}
+
+/* [{path, reason}] of what the roots leave out, each item below another
+ * left out with it and not shown. */
+static json_t *api_excluded_json(const struct rootexcl *x)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; a && i < x->n; i++)
+		if (!x->v[i].nested)
+			json_array_append_new(a, json_pack("{s:s, s:s}", "path", x->v[i].path, "reason", x->v[i].why));
+	return a;
+}
+
+/* tar_compression, tar_base, excluded (or excluded_error), tar_base_error,
+ * tar_last_restore, tar_unfinished_restore, in that order. */
+static void api_tar_json(json_t *out, const struct backend_tar_health *t)
+{
+	json_object_set_new(out, "tar_compression", json_string(t->zstd ? "zstd" : "none"));
+	json_object_set_new(out, "tar_base", json_boolean(t->base));
+	if (t->excluded_error[0])
+		json_object_set_new(out, "excluded_error", json_string(t->excluded_error));
+	else
+		json_object_set_new(out, "excluded", api_excluded_json(&t->excluded));
+	if (t->base_failed)
+		json_object_set_new(out, "tar_base_error", json_string(t->base_error));
+	json_object_set_new(out, "tar_last_restore",
+			    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "rewritten", (json_int_t)t->rewritten,
+				      "removed", (json_int_t)t->removed, "kept", (json_int_t)t->kept, "bytes",
+				      (json_int_t)t->bytes, "archives", (json_int_t)t->archives, "entered",
+				      (json_int_t)t->entered));
+	if (t->pending[0])
+		json_object_set_new(out, "tar_unfinished_restore",
+				    json_pack("{s:s, s:s}", "id", t->pending, "error", t->pending_msg));
+}
+
 /* The engine's members, then the backend's own, the overlay options, what
  * the adoption and the whole root add, released_roots, and one entry per
  * root (root_details). */
@@ -118,15 +165,19 @@ json_t *api_health_json(const struct health_report *h)
 		return NULL;
 	if (h->services_reason)
 		json_object_set_new(out, "services_reason", json_string(h->services_reason));
-	if (b->extra)
-		json_object_update(out, b->extra);
+	if (b->has_overlay_roots)
+		json_object_set_new(out, "overlay_roots", api_overlay_roots_json(b));
+	if (b->has_tar)
+		api_tar_json(out, &b->tar);
 	if (b->has_overlay)
 		json_object_set_new(out, "overlay", api_overlay_json(b));
 	if (h->adoption.present)
 		json_object_set_new(out, "adoption", api_adoption_json(&h->adoption));
 	json_object_set_new(out, "unmanaged_users", api_users_json(&h->unmanaged));
-	if (h->sections)
-		json_object_update(out, h->sections);
+	if (h->whole_root)
+		json_object_set_new(out, "restart_due", json_boolean(h->restart_due));
+	if (h->restart_due_reason)
+		json_object_set_new(out, "restart_due_reason", json_string(h->restart_due_reason));
 	json_object_set_new(out, "released_roots", api_strings_json(h->released, h->n_released));
 	json_t *details = json_array();
 	for (size_t i = 0; details && i < h->n_roots; i++)

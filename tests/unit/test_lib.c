@@ -1,5 +1,5 @@
-/* Unit tests of the shared helpers in src/lib: hash, (dev, ino) map, directory
- * walker, /proc scanner, xattrs through /proc. */
+/* Unit tests of the shared helpers in src/lib: hash, (dev, ino) map, string
+ * set, directory walker, /proc scanner, xattrs through /proc. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +14,7 @@
 #include "lib/devino.h"
 #include "lib/hash.h"
 #include "lib/procscan.h"
+#include "lib/strset.h"
 #include "lib/util.h"
 #include "lib/walk.h"
 #include "lib/xattr.h"
@@ -50,6 +51,61 @@ static void test_devino_map(void **state)
 	assert_int_equal(m.n, 1000);
 	devino_free(&m);
 	assert_null(devino_get(&m, 1, 1));
+}
+
+/* Keys stay in the order added, deletions included; values are copies;
+ * the table grows and finds every key again. */
+static void test_strset(void **state)
+{
+	(void)state;
+	struct strset s = { 0 };
+	const char *v, **sorted;
+	char key[32];
+	size_t i = 0;
+	assert_false(strset_has(&s, "a"));
+	assert_null(strset_next(&s, &i, NULL));
+	assert_int_equal(strset_add(&s, "b"), 1);
+	assert_int_equal(strset_add(&s, "b"), 0);
+	assert_int_equal(strset_put(&s, "a", "1"), 0);
+	assert_int_equal(strset_put(&s, "c", "3"), 0);
+	assert_int_equal(strset_put(&s, "a", "one"), 0); /* replaced, in place */
+	assert_null(strset_get(&s, "b"));
+	assert_string_equal(strset_get(&s, "a"), "one");
+	assert_int_equal(strset_count(&s), 3);
+	assert_true(strset_del(&s, "b"));
+	assert_false(strset_del(&s, "b"));
+	assert_false(strset_has(&s, "b"));
+	i = 0;
+	assert_string_equal(strset_next(&s, &i, &v), "a");
+	assert_string_equal(v, "one");
+	assert_true(strset_del(&s, "a")); /* while iterating */
+	assert_string_equal(strset_next(&s, &i, &v), "c");
+	assert_string_equal(v, "3");
+	assert_null(strset_next(&s, &i, NULL));
+	assert_int_equal(strset_add(&s, "a"), 1); /* again, now last */
+	for (int n = 0; n < 5000; n++) {
+		snprintf(key, sizeof(key), "k%d", n);
+		assert_int_equal(strset_add(&s, key), 1);
+		if (n % 3 == 0)
+			assert_true(strset_del(&s, key));
+	}
+	assert_int_equal(strset_count(&s), 2 + 5000 - 1667);
+	for (int n = 0; n < 5000; n++) {
+		snprintf(key, sizeof(key), "k%d", n);
+		assert_int_equal(strset_has(&s, key), n % 3 != 0);
+	}
+	i = 0;
+	assert_string_equal(strset_next(&s, &i, NULL), "c");
+	assert_string_equal(strset_next(&s, &i, NULL), "a");
+	assert_string_equal(strset_next(&s, &i, NULL), "k1");
+	assert_int_equal(strset_sorted(&s, &sorted), 0);
+	for (size_t j = 1; j < strset_count(&s); j++)
+		assert_true(strcmp(sorted[j - 1], sorted[j]) < 0);
+	assert_string_equal(sorted[0], "a");
+	free(sorted);
+	strset_free(&s);
+	assert_int_equal(strset_count(&s), 0);
+	assert_false(strset_has(&s, "a"));
 }
 
 static char dir[TESTLIB_DIR_LEN];
@@ -441,6 +497,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hash_vectors),
 		cmocka_unit_test(test_devino_map),
+		cmocka_unit_test(test_strset),
 		cmocka_unit_test_setup_teardown(test_xattr_ref, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_real, setup, teardown),

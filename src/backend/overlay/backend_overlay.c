@@ -16,16 +16,16 @@
 #include <sys/stat.h>
 #include "lib/failpoint.h"
 
-static const char *const ovl_subdirs[] = { "l", "u", "w", "idx", "base", "rec", "t" };
+static const char *const backend_overlay_subdirs[] = { "l", "u", "w", "idx", "base", "rec", "t" };
 
-static void ovl_hash_path(const char *p, char out[OVL_NAME_LEN + 1])
+static void backend_overlay_hash_path(const char *p, char out[OVL_NAME_LEN + 1])
 {
 	uint32_t h = hash_fnv32(HASH_FNV32_INIT, p, strlen(p));
 	snprintf(out, OVL_NAME_LEN + 1, "%08x", h);
 }
 
 /* A fresh upper and work dir pair, durable. */
-static int ovl_new_upper(struct ovl_root *r, char name[OVL_NAME_LEN + 1])
+static int backend_overlay_new_upper(struct ovl_root *r, char name[OVL_NAME_LEN + 1])
 {
 	_cleanup_close_ int u = openat(r->rdir_fd, "u", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_close_ int w = openat(r->rdir_fd, "w", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -48,7 +48,7 @@ static int ovl_new_upper(struct ovl_root *r, char name[OVL_NAME_LEN + 1])
 
 /* gVisor's mountinfo names no upperdir: record which upper the mount now
  * at P (by its id) has. Durable before the operation answers. */
-static int ovl_record_mount(struct ovl_root *r, const char *upper, ckpt_error *err)
+static int backend_overlay_record_mount(struct ovl_root *r, const char *upper, ckpt_error *err)
 {
 	struct overlay_mountinfo mi;
 	int q = overlay_mountinfo_find(r->path, &mi);
@@ -62,21 +62,22 @@ static int ovl_record_mount(struct ovl_root *r, const char *upper, ckpt_error *e
 	return q < 0 ? err_set(err, -q, NULL, "record the mount at '%s': %s", r->path, strerror(-q)) : 0;
 }
 
-static int ovl_mount_chain(struct ovl *o, struct ovl_root *r, const struct ovl_chain *chain, const char *upper,
-			   ckpt_error *err)
+static int backend_overlay_mount_chain(struct ovl *o, struct ovl_root *r, const struct ovl_chain *chain,
+				       const char *upper, ckpt_error *err)
 {
 	char up[32], wk[32];
 	snprintf(up, sizeof(up), "u/%s", upper);
 	snprintf(wk, sizeof(wk), "w/%s", upper);
 	int q = overlay_mount_layers(r, chain, r->path, up, wk, err);
 	if (q == 0 && o->opts.kind == OVERLAY_GVISOR)
-		q = ovl_record_mount(r, upper, err);
+		q = backend_overlay_record_mount(r, upper, err);
 	return q;
 }
 
 /* gVisor: the upper of the overlay at P, by mnt.json. A mount whose id it
  * does not record came after live.json's intent: live.json's upper. */
-static bool ovl_gvisor_upper(struct ovl_root *r, const struct overlay_mountinfo *mi, char out[OVL_NAME_LEN + 1])
+static bool backend_overlay_gvisor_upper(struct ovl_root *r, const struct overlay_mountinfo *mi,
+					 char out[OVL_NAME_LEN + 1])
 {
 	_cleanup_free_ char *s = NULL;
 	char u[OVL_NAME_LEN + 1];
@@ -91,13 +92,13 @@ static bool ovl_gvisor_upper(struct ovl_root *r, const struct overlay_mountinfo 
 	return true;
 }
 
-static bool ovl_is_our_upper(struct ovl_root *r, const struct overlay_mountinfo *mi, const char *name)
+static bool backend_overlay_is_our_upper(struct ovl_root *r, const struct overlay_mountinfo *mi, const char *name)
 {
 	if (!mi->found || strcmp(mi->fstype, "overlay") != 0)
 		return false;
 	if (!mi->upperdir && r->opts->kind == OVERLAY_GVISOR) {
 		char up[OVL_NAME_LEN + 1];
-		return ovl_gvisor_upper(r, mi, up) && (!name || !strcmp(up, name));
+		return backend_overlay_gvisor_upper(r, mi, up) && (!name || !strcmp(up, name));
 	}
 	if (!mi->upperdir)
 		return false;
@@ -109,12 +110,12 @@ static bool ovl_is_our_upper(struct ovl_root *r, const struct overlay_mountinfo 
 	return !name || !strcmp(mi->upperdir + strlen(pre), name);
 }
 
-static int ovl_root_dirs(struct ovl *o, struct ovl_root *r, ckpt_error *err)
+static int backend_overlay_root_dirs(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 {
 	if (asprintf(&r->rdir, "%s/r/%s", o->odir, r->h) < 0)
 		return err_set(err, ENOMEM, NULL, "out of memory");
-	for (size_t i = 0; i < ARRAY_SIZE(ovl_subdirs); i++) {
-		_cleanup_free_ char *p = path_join(r->rdir, ovl_subdirs[i]);
+	for (size_t i = 0; i < ARRAY_SIZE(backend_overlay_subdirs); i++) {
+		_cleanup_free_ char *p = path_join(r->rdir, backend_overlay_subdirs[i]);
 		int q = p ? mkdir_p(p, 0700) : -ENOMEM;
 		if (q < 0)
 			return err_set(err, -q, NULL, "create '%s': %s", p ? p : r->rdir, strerror(-q));
@@ -127,23 +128,23 @@ static int ovl_root_dirs(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 
 /* First adoption: the adoption record (live.json) is durable before anything
  * is mounted, so a crash at any later point is finished by the next start. */
-static int ovl_adopt_record(struct ovl_root *r, const struct overlay_mountinfo *mi, ckpt_error *err)
+static int backend_overlay_adopt_record(struct ovl_root *r, const struct overlay_mountinfo *mi, ckpt_error *err)
 {
 	int q = overlay_live_load(r);
 	if (q == 0)
 		return 0;
 	if (q != -ENOENT)
 		return err_set(err, -q, NULL, "read '%s/live.json': %s", r->rdir, strerror(-q));
-	if (ovl_is_our_upper(r, mi, NULL))
+	if (backend_overlay_is_our_upper(r, mi, NULL))
 		return err_set(err, EEXIST, NULL, "'%s' is our overlay but its live.json is missing", r->path);
 	overlay_chain_free(&r->chain);
 	overlay_chain_free(&r->mounted);
-	if ((q = ovl_new_upper(r, r->upper)) < 0 || (q = overlay_live_save(r)) < 0)
+	if ((q = backend_overlay_new_upper(r, r->upper)) < 0 || (q = overlay_live_save(r)) < 0)
 		return err_set(err, -q, NULL, "adopt '%s': %s", r->path, strerror(-q));
 	return 0;
 }
 
-static int ovl_ensure_base(struct ovl_root *r, const struct overlay_mountinfo *mi, ckpt_error *err)
+static int backend_overlay_ensure_base(struct ovl_root *r, const struct overlay_mountinfo *mi, ckpt_error *err)
 {
 	_cleanup_free_ char *base = path_join(r->rdir, "base");
 	struct overlay_mountinfo bi;
@@ -154,13 +155,13 @@ static int ovl_ensure_base(struct ovl_root *r, const struct overlay_mountinfo *m
 	overlay_mountinfo_clear(&bi);
 	if (have) /* bound by an older ckptd, maybe shared */
 		return overlay_mount_private(base) < 0 ? err_set(err, errno, NULL, "make '%s' private: %m", base) : 0;
-	if (ovl_is_our_upper(r, mi, NULL))
+	if (backend_overlay_is_our_upper(r, mi, NULL))
 		return err_set(err, ENOENT, NULL, "base of '%s' is not mounted under its overlay", r->path);
 	return overlay_mount_bind_ro(r->path, base, r->opts->kind == OVERLAY_GVISOR, err);
 }
 
 /* live.json names an upper that must exist (a lost one restarts empty). */
-static int ovl_ensure_upper(struct ovl_root *r, ckpt_error *err)
+static int backend_overlay_ensure_upper(struct ovl_root *r, ckpt_error *err)
 {
 	char u[32], w[32];
 	snprintf(u, sizeof(u), "u/%s", r->upper);
@@ -170,20 +171,20 @@ static int ovl_ensure_upper(struct ovl_root *r, ckpt_error *err)
 			return err_set(err, errno, NULL, "create work dir: %m");
 		return 0;
 	}
-	int q = ovl_new_upper(r, r->upper);
+	int q = backend_overlay_new_upper(r, r->upper);
 	if (q == 0)
 		q = overlay_live_save(r);
 	return q < 0 ? err_set(err, -q, NULL, "recreate upper: %s", strerror(-q)) : 0;
 }
 
-static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
+static int backend_overlay_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 {
 	struct overlay_mountinfo mi;
-	int q = ovl_root_dirs(o, r, err);
+	int q = backend_overlay_root_dirs(o, r, err);
 	if (q == 0 && overlay_release_recover(o, r) == 1) { /* released: adopt afresh */
 		close(r->rdir_fd);
 		free(TAKE_PTR(r->rdir));
-		q = ovl_root_dirs(o, r, err);
+		q = backend_overlay_root_dirs(o, r, err);
 	}
 	if (q < 0)
 		return q;
@@ -192,21 +193,22 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 	unlinkat(r->rdir_fd, "idx/.index.tmp", 0);
 	if ((q = overlay_mountinfo_find(r->path, &mi)) < 0)
 		return err_set(err, -q, NULL, "mounts of '%s': %s", r->path, strerror(-q));
-	q = ovl_adopt_record(r, &mi, err);
+	q = backend_overlay_adopt_record(r, &mi, err);
 	if (q == 0 && o->has_intent && (q = overlay_intent_apply(&o->intent, r)) < 0)
 		err_set(err, -q, NULL, "finish the interrupted restore: %s", strerror(-q));
 	if (q == 0)
-		q = ovl_ensure_base(r, &mi, err);
-	if (q == 0 && !ovl_is_our_upper(r, &mi, r->upper)) {
+		q = backend_overlay_ensure_base(r, &mi, err);
+	if (q == 0 && !backend_overlay_is_our_upper(r, &mi, r->upper)) {
 		/* Not mounted (first start, reboot) or an interrupted restore:
 		 * bring P to what live.json says. */
 		if (o->before_mount)
 			o->before_mount(o->hook_ctx, r->path);
-		if (ovl_is_our_upper(r, &mi, NULL))
+		if (backend_overlay_is_our_upper(r, &mi, NULL))
 			q = FAILPOINT_AROUND("overlay.open.umount", overlay_umount(r->path, NULL, err));
-		q = q == 0 ? ovl_ensure_upper(r, err) : q;
+		q = q == 0 ? backend_overlay_ensure_upper(r, err) : q;
 		if (q == 0)
-			q = FAILPOINT_AROUND("overlay.open.mount", ovl_mount_chain(o, r, &r->chain, r->upper, err));
+			q = FAILPOINT_AROUND("overlay.open.mount",
+					     backend_overlay_mount_chain(o, r, &r->chain, r->upper, err));
 		if (q == 0 && (q = overlay_live_set(r, &r->chain, &r->chain)) < 0)
 			err_set(err, -q, NULL, "out of memory");
 		if (q == 0)
@@ -225,7 +227,7 @@ static int ovl_open_root(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 	return q < 0 ? err_prefix(err, "root '%s'", r->path) : 0;
 }
 
-static void ovl_free(struct ovl *o)
+static void backend_overlay_free(struct ovl *o)
 {
 	if (!o)
 		return;
@@ -263,7 +265,7 @@ static void ovl_free(struct ovl *o)
 }
 
 /* Probe dirs of a daemon killed while probing (its probe mount detached). */
-static void ovl_sweep_probes(struct ovl *o)
+static void backend_overlay_sweep_probes(struct ovl *o)
 {
 	int fd = o->odir_fd >= 0 ? openat(o->odir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	_cleanup_closedir_ DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -283,7 +285,7 @@ static void ovl_sweep_probes(struct ovl *o)
 	}
 }
 
-static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *err)
+static int backend_overlay_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *err)
 {
 	struct ovl *o = calloc(1, sizeof(*o));
 	if (!o)
@@ -303,12 +305,12 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	_cleanup_free_ char *cdir = NULL;
 	if (!o->roots || asprintf(&o->odir, "%s/overlay", ctx->state_dir) < 0 || asprintf(&cdir, "%s/c", o->odir) < 0 ||
 	    (q = mkdir_p(cdir, 0700)) < 0) {
-		ovl_free(o);
+		backend_overlay_free(o);
 		return err_set(err, q ? -q : ENOMEM, NULL, "create overlay state dir: %s", strerror(q ? -q : ENOMEM));
 	}
 	o->odir_fd = open(o->odir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	o->cdir_fd = open(cdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	ovl_sweep_probes(o);
+	backend_overlay_sweep_probes(o);
 	overlay_release_sweep_gone(o);
 	if ((q = overlay_intent_load(o)) < 0)
 		err_set(err, -q, NULL, "read '%s/restore.json': %s", o->odir, strerror(-q));
@@ -322,9 +324,9 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 		r->track = ctx->track_changes;
 		r->track_check = ctx->track_check;
 		r->path = strdup(ctx->roots[i]);
-		ovl_hash_path(ctx->roots[i], r->h);
-		q = r->path ? ovl_open_root(o, r, err) : err_set(err, ENOMEM, NULL, "out of memory");
-		if (q == 0 && ovl_new_upper(r, r->spare) < 0)
+		backend_overlay_hash_path(ctx->roots[i], r->h);
+		q = r->path ? backend_overlay_open_root(o, r, err) : err_set(err, ENOMEM, NULL, "out of memory");
+		if (q == 0 && backend_overlay_new_upper(r, r->spare) < 0)
 			r->spare[0] = 0;
 	}
 	if (q == 0 && o->has_intent && (q = overlay_intent_clear(o)) < 0) /* every root is as it says */
@@ -332,14 +334,14 @@ static int ovl_open(const struct backend_ctx *ctx, void **ret_st, ckpt_error *er
 	overlay_intent_free(&o->intent);
 	o->has_intent = false;
 	if (q < 0) {
-		ovl_free(o);
+		backend_overlay_free(o);
 		return q;
 	}
 	*ret_st = o;
 	return 0;
 }
 
-static int ovl_recover(void *st, const char *const *ids, json_t *const *data, size_t n, ckpt_error *err)
+static int backend_overlay_recover(void *st, const char *const *ids, json_t *const *data, size_t n, ckpt_error *err)
 {
 	struct ovl *o = st;
 	overlay_chain_map_clear(&o->forks);
@@ -366,7 +368,7 @@ struct ovl_swap {
 
 /* The old upper and work dir go to t/ and the pin to the list: cleanup
  * deletes them, then closes the pin (never under the operation lock). */
-static void ovl_discard_upper(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
+static void backend_overlay_discard_upper(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
 {
 	_cleanup_close_ int u = openat(r->rdir_fd, "u", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_close_ int w = openat(r->rdir_fd, "w", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -388,15 +390,15 @@ static void ovl_discard_upper(struct ovl *o, struct ovl_root *r, struct ovl_swap
 }
 
 /* Put P back as it was before a failed swap (best effort). */
-static void ovl_swap_undo(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
+static void backend_overlay_swap_undo(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
 {
 	ckpt_error e;
 	struct overlay_mountinfo mi;
 	overlay_mountinfo_find(r->path, &mi);
-	if (ovl_is_our_upper(r, &mi, r->upper))
+	if (backend_overlay_is_our_upper(r, &mi, r->upper))
 		overlay_umount(r->path, NULL, &e);
-	if (!ovl_is_our_upper(r, &mi, s->old_upper) || ovl_is_our_upper(r, &mi, r->upper))
-		ovl_mount_chain(o, r, &s->old_mounted, s->old_upper, &e);
+	if (!backend_overlay_is_our_upper(r, &mi, s->old_upper) || backend_overlay_is_our_upper(r, &mi, r->upper))
+		backend_overlay_mount_chain(o, r, &s->old_mounted, s->old_upper, &e);
 	overlay_mountinfo_clear(&mi);
 	/* the old chains themselves: nothing to copy, nothing to fail */
 	overlay_chain_free(&r->chain);
@@ -410,7 +412,7 @@ static void ovl_swap_undo(struct ovl *o, struct ovl_root *r, struct ovl_swap *s)
 
 /* Every root's live.json as it is in memory now (the new chains, or the old
  * ones put back by an undo), after restore.json names them all. */
-static int ovl_switch_record(struct ovl *o, size_t n, ckpt_error *err)
+static int backend_overlay_switch_record(struct ovl *o, size_t n, ckpt_error *err)
 {
 	struct ovl_intent intent = { 0 };
 	int q = 0;
@@ -426,7 +428,7 @@ static int ovl_switch_record(struct ovl *o, size_t n, ckpt_error *err)
 
 /* Put every prepared root back: restore.json first names the old chains,
  * so that a kill during the undo does not leave a mix either. */
-static void ovl_switch_undo(struct ovl *o, struct ovl_swap *sw, size_t prepared)
+static void backend_overlay_switch_undo(struct ovl *o, struct ovl_swap *sw, size_t prepared)
 {
 	struct ovl_intent intent = { 0 };
 	int q = 0;
@@ -443,7 +445,7 @@ static void ovl_switch_undo(struct ovl *o, struct ovl_swap *sw, size_t prepared)
 		if (sw[i].pin >= 0)
 			close(TAKE_FD(sw[i].pin));
 		if (sw[i].prepared)
-			ovl_swap_undo(o, &o->roots[i], &sw[i]);
+			backend_overlay_swap_undo(o, &o->roots[i], &sw[i]);
 	}
 	if (q == 0)
 		overlay_intent_clear(o);
@@ -453,7 +455,8 @@ static void ovl_switch_undo(struct ovl *o, struct ovl_swap *sw, size_t prepared)
  * root's live.json (with the new chain and upper) are written first: they
  * are the intent a restart finishes, so a crash leaves the roots before or
  * after, never a mix. */
-static int ovl_switch(struct ovl *o, const struct ovl_chains *chains, struct restore_details *details, ckpt_error *err)
+static int backend_overlay_switch(struct ovl *o, const struct ovl_chains *chains, struct restore_details *details,
+				  ckpt_error *err)
 {
 	struct ovl_swap *sw = calloc(o->n_roots + 1, sizeof(*sw));
 	size_t prepared = 0, swapped = 0;
@@ -472,7 +475,7 @@ static int ovl_switch(struct ovl *o, const struct ovl_chains *chains, struct res
 		if (r->spare[0]) { /* made durable by maintain: no fsync on the request path */
 			memcpy(r->upper, r->spare, sizeof(r->upper));
 			r->spare[0] = 0;
-		} else if ((q = ovl_new_upper(r, r->upper)) < 0) {
+		} else if ((q = backend_overlay_new_upper(r, r->upper)) < 0) {
 			memcpy(r->upper, sw[prepared].old_upper, sizeof(r->upper));
 			r->chain = sw[prepared].old_chain; /* back: this root is not prepared */
 			r->mounted = sw[prepared].old_mounted;
@@ -484,22 +487,23 @@ static int ovl_switch(struct ovl *o, const struct ovl_chains *chains, struct res
 			err_set(err, -q, NULL, "out of memory");
 	}
 	if (q == 0)
-		q = ovl_switch_record(o, prepared, err);
+		q = backend_overlay_switch_record(o, prepared, err);
 	for (size_t i = 0; q == 0 && i < o->n_roots; i++, swapped++) {
 		struct ovl_root *r = &o->roots[i];
 		q = FAILPOINT_AROUND("overlay.restore.umount",
 				     overlay_umount_pinned(r->path, details, &sw[i].pin, err));
 		if (q == 0)
-			q = FAILPOINT_AROUND("overlay.restore.mount", ovl_mount_chain(o, r, &r->chain, r->upper, err));
+			q = FAILPOINT_AROUND("overlay.restore.mount",
+					     backend_overlay_mount_chain(o, r, &r->chain, r->upper, err));
 	}
 	if (q < 0)
-		ovl_switch_undo(o, sw, prepared);
+		backend_overlay_switch_undo(o, sw, prepared);
 	for (size_t i = 0; i < o->n_roots && q == 0; i++) {
 		struct ovl_root *r = &o->roots[i];
 		pathindex_free(TAKE_PTR(r->ix)); /* the new upper is empty */
 		r->ix_layer[0] = 0;
 		FAILPOINT_AROUND("overlay.restore.index.unlink", unlinkat(r->rdir_fd, "idx/index", 0));
-		ovl_discard_upper(o, r, &sw[i]);
+		backend_overlay_discard_upper(o, r, &sw[i]);
 	}
 	for (size_t i = 0; sw && i < o->n_roots; i++) {
 		overlay_chain_free(&sw[i].old_chain);
@@ -518,8 +522,8 @@ static int ovl_switch(struct ovl *o, const struct ovl_chains *chains, struct res
 	return q;
 }
 
-static int ovl_restore(void *st, const char *id, json_t *data, struct restore_details *details, struct progress *p,
-		       ckpt_error *err)
+static int backend_overlay_restore(void *st, const char *id, json_t *data, struct restore_details *details,
+				   struct progress *p, ckpt_error *err)
 {
 	struct ovl *o = st;
 	struct ovl_chains chains = { 0 };
@@ -529,12 +533,13 @@ static int ovl_restore(void *st, const char *id, json_t *data, struct restore_de
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	if (q < 0)
 		return err_set(err, ENOENT, "not_found", "no layers recorded for checkpoint %s", id);
-	q = ovl_switch(o, &chains, details, err);
+	q = backend_overlay_switch(o, &chains, details, err);
 	overlay_chains_free(&chains);
 	return q;
 }
 
-static int ovl_verify(void *st, const char *id, json_t *data, struct verify_diffs *diffs, size_t max, ckpt_error *err)
+static int backend_overlay_verify(void *st, const char *id, json_t *data, struct verify_diffs *diffs, size_t max,
+				  ckpt_error *err)
 {
 	struct ovl *o = st;
 	struct ovl_chains chains = { 0 };
@@ -550,7 +555,7 @@ static int ovl_verify(void *st, const char *id, json_t *data, struct verify_diff
 		struct overlay_mountinfo mi;
 		const struct ovl_chain *c = overlay_chains_get(&chains, r->h);
 		overlay_mountinfo_find(r->path, &mi);
-		bool ours = ovl_is_our_upper(r, &mi, r->upper);
+		bool ours = backend_overlay_is_our_upper(r, &mi, r->upper);
 		overlay_mountinfo_clear(&mi);
 		q = overlay_verify_root(r, c ? c : &none, ours, diffs, max, err);
 	}
@@ -558,13 +563,13 @@ static int ovl_verify(void *st, const char *id, json_t *data, struct verify_diff
 	return q;
 }
 
-static int ovl_reset(void *st, struct restore_details *details, ckpt_error *err)
+static int backend_overlay_reset(void *st, struct restore_details *details, ckpt_error *err)
 {
 	static const struct ovl_chains empty = { 0 };
-	return ovl_switch(st, &empty, details, err);
+	return backend_overlay_switch(st, &empty, details, err);
 }
 
-static int ovl_remove(void *st, const char *id, json_t *data, ckpt_error *err)
+static int backend_overlay_remove(void *st, const char *id, json_t *data, ckpt_error *err)
 {
 	struct ovl *o = st;
 	(void)data;
@@ -577,7 +582,7 @@ static int ovl_remove(void *st, const char *id, json_t *data, ckpt_error *err)
 
 /* Each root's tracking: the method its tracker chose at its first arm (a
  * create arms it), and why. */
-static void ovl_track_health(struct ovl *o, struct backend_health *out)
+static void backend_overlay_track_health(struct ovl *o, struct backend_health *out)
 {
 	for (size_t i = 0; i < o->n_roots && i < MAX_ROOTS; i++) {
 		const struct chg_track *t = &o->roots[i].trk;
@@ -589,26 +594,27 @@ static void ovl_track_health(struct ovl *o, struct backend_health *out)
 	}
 }
 
-static void ovl_health(void *st, struct backend_health *out)
+static void backend_overlay_health(void *st, struct backend_health *out)
 {
 	struct ovl *o = st;
-	json_t *roots = json_array();
-	for (size_t i = 0; i < o->n_roots; i++)
-		json_array_append_new(
-			roots,
-			json_pack("{s:s,s:I,s:s,s:b,s:I}", "path", o->roots[i].path, "layers",
-				  (json_int_t)o->roots[i].chain.n, "upper", o->roots[i].upper, "released",
-				  o->roots[i].released, "deltas",
-				  (json_int_t)(overlay_delta_ready(&o->roots[i]) ? o->roots[i].stack.n - 1 : 0)));
-	out->extra = json_pack("{s:o}", "overlay_roots", roots);
-	ovl_track_health(o, out);
+	out->has_overlay_roots = true;
+	for (size_t i = 0; i < o->n_roots && i < MAX_ROOTS; i++) {
+		struct ovl_root *r = &o->roots[i];
+		struct backend_overlay_root *h = &out->overlay_roots[out->n_overlay_roots++];
+		h->path = r->path;
+		h->layers = r->chain.n;
+		snprintf(h->upper, sizeof(h->upper), "%s", r->upper);
+		h->released = r->released;
+		h->deltas = overlay_delta_ready(r) ? r->stack.n - 1 : 0;
+	}
+	backend_overlay_track_health(o, out);
 	out->has_overlay = true;
 	out->overlay_kind = overlay_kind_name(o->opts.kind);
 	out->redirect_dir = o->opts.redirect_dir;
 	out->userxattr = o->opts.userxattr;
 }
 
-static void ovl_maintain(void *st)
+static void backend_overlay_maintain(void *st)
 {
 	struct ovl *o = st;
 	ckpt_error e = { 0 };
@@ -624,7 +630,7 @@ static void ovl_maintain(void *st)
 			chg_track_drain(&o->roots[i].trk);
 	for (size_t i = 0; i < o->n_roots; i++) /* the next restore's upper, ready */
 		if (!o->roots[i].released && !o->roots[i].spare[0] &&
-		    ovl_new_upper(&o->roots[i], o->roots[i].spare) < 0)
+		    backend_overlay_new_upper(&o->roots[i], o->roots[i].spare) < 0)
 			o->roots[i].spare[0] = 0;
 }
 
@@ -636,7 +642,7 @@ static void ovl_maintain(void *st)
  * Runs without the operation lock. */
 #define OVL_PIN_IDLE_MS 2000
 #define OVL_PIN_MAX 64
-static int ovl_cleanup_pins(struct ovl *o, bool all)
+static int backend_overlay_cleanup_pins(struct ovl *o, bool all)
 {
 	for (size_t i = 0; i < o->n_roots; i++)
 		if (!o->roots[i].released)
@@ -655,17 +661,17 @@ static int ovl_cleanup_pins(struct ovl *o, bool all)
 	return left;
 }
 
-static int ovl_cleanup(void *st)
+static int backend_overlay_cleanup(void *st)
 {
-	return ovl_cleanup_pins(st, false);
+	return backend_overlay_cleanup_pins(st, false);
 }
 
-static void ovl_close(void *st, bool unmount)
+static void backend_overlay_close(void *st, bool unmount)
 {
 	struct ovl *o = st;
 	ckpt_error e;
 	if (o)
-		ovl_cleanup_pins(o, true);
+		backend_overlay_cleanup_pins(o, true);
 	for (size_t i = 0; unmount && o && i < o->n_roots; i++) {
 		if (o->roots[i].released)
 			continue;
@@ -674,45 +680,47 @@ static void ovl_close(void *st, bool unmount)
 		if (base)
 			overlay_umount(base, NULL, &e);
 	}
-	ovl_free(o);
+	backend_overlay_free(o);
 }
 
 /* Real test mounts in the state dir, option by option (overlay_probe.c). */
-static int ovl_probe(const struct backend_ctx *ctx, ckpt_error *err)
+static int backend_overlay_probe(const struct backend_ctx *ctx, ckpt_error *err)
 {
 	struct overlay_opts opts;
 	return overlay_probe(ctx->state_dir, &opts, err);
 }
 
-static const struct backend_capture_ops ovl_capture_ops = { .capture = overlay_capture };
-static const struct backend_compare_ops ovl_compare_ops = { .verify = ovl_verify, .diff = overlay_diff };
-static const struct backend_fork_ops ovl_fork_ops = { .mount = overlay_fork_mount, .remove = overlay_fork_remove };
+static const struct backend_capture_ops backend_overlay_capture_ops = { .capture = overlay_capture };
+static const struct backend_compare_ops backend_overlay_compare_ops = { .verify = backend_overlay_verify,
+									.diff = overlay_diff };
+static const struct backend_fork_ops backend_overlay_fork_ops = { .mount = overlay_fork_mount,
+								  .remove = overlay_fork_remove };
 /* A checkpoint is layers over the base: an export names it. */
-static const struct backend_xfer_ops ovl_xfer_ops = { .view_open = overlay_view_open,
-						      .view_close = overlay_view_close,
-						      .lineage = overlay_lineage,
-						      .import = overlay_import,
-						      .base_kind = "overlay-base",
-						      .xattr_portable = backend_xattr_portable };
-static const struct backend_release_ops ovl_release_ops = { .release = overlay_release, .unmounts = true };
+static const struct backend_xfer_ops backend_overlay_xfer_ops = { .view_open = overlay_view_open,
+								  .view_close = overlay_view_close,
+								  .lineage = overlay_lineage,
+								  .import = overlay_import,
+								  .base_kind = "overlay-base",
+								  .xattr_portable = backend_xattr_portable };
+static const struct backend_release_ops backend_overlay_release_ops = { .release = overlay_release, .unmounts = true };
 
 const struct backend_ops backend_overlay_ops = {
 	.name = "overlay",
-	.probe = ovl_probe,
-	.open = ovl_open,
-	.recover = ovl_recover,
+	.probe = backend_overlay_probe,
+	.open = backend_overlay_open,
+	.recover = backend_overlay_recover,
 	.precopy = overlay_precopy,
 	.create = overlay_create,
-	.restore = ovl_restore,
-	.reset = ovl_reset,
-	.remove = ovl_remove,
-	.health = ovl_health,
-	.maintain = ovl_maintain,
-	.cleanup = ovl_cleanup,
-	.close = ovl_close,
-	.capture = &ovl_capture_ops,
-	.compare = &ovl_compare_ops,
-	.forks = &ovl_fork_ops,
-	.xfer = &ovl_xfer_ops,
-	.release = &ovl_release_ops,
+	.restore = backend_overlay_restore,
+	.reset = backend_overlay_reset,
+	.remove = backend_overlay_remove,
+	.health = backend_overlay_health,
+	.maintain = backend_overlay_maintain,
+	.cleanup = backend_overlay_cleanup,
+	.close = backend_overlay_close,
+	.capture = &backend_overlay_capture_ops,
+	.compare = &backend_overlay_compare_ops,
+	.forks = &backend_overlay_fork_ops,
+	.xfer = &backend_overlay_xfer_ops,
+	.release = &backend_overlay_release_ops,
 };

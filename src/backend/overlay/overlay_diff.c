@@ -9,6 +9,7 @@
 #include "backend/overlay/overlay_internal.h"
 #include "backend/overlay/overlay_mount.h"
 #include "backend/backend_diff.h"
+#include "lib/strset.h"
 #include "lib/walk.h"
 #include "lib/xattr.h"
 
@@ -21,8 +22,15 @@
 struct ovl_dctx {
 	struct bdiff_list *out;
 	const char *root;
-	int fd[2]; /* old view, new view */
-	json_t *done;
+	int fd[2];          /* old view, new view */
+	struct strset done; /* the paths compared */
+	int q;
+};
+
+/* The paths some layer holds, and those of them below which the lower
+ * layers are hidden or elsewhere (opaque, redirected): walked in full. */
+struct ovl_dcand {
+	struct strset all, deep;
 	int q;
 };
 
@@ -66,46 +74,56 @@ static void ovl_diff_stat(int vfd, const char *rel, struct bdiff_ent *e)
 		bdiff_from_stat(e, &st);
 }
 
+/* A path compared once: false when it was already (or memory ran out:
+ * then c->q says so). */
+static bool ovl_diff_first(struct ovl_dctx *c, const char *rel)
+{
+	int added = strset_add(&c->done, rel);
+	if (added < 0)
+		c->q = added;
+	return added > 0;
+}
+
 static void ovl_diff_path(struct ovl_dctx *c, const char *rel, bool deep);
 
-static int ovl_diff_children(struct ovl_dctx *c, const char *rel, int side, json_t *names)
+static int ovl_diff_children(struct ovl_dctx *c, const char *rel, int side, struct strset *names)
 {
 	_cleanup_close_ int fd = ovl_diff_open(c->fd[side], rel, O_RDONLY | O_DIRECTORY);
 	DIR *d;
+	int q = 0;
 	if (fd < 0 || walk_open(fd, NULL, &d) < 0)
 		return 0;
 	struct dirent *de;
-	while ((de = walk_next(d)))
-		json_object_set_new(names, de->d_name, json_true());
+	while (q >= 0 && (de = walk_next(d)))
+		q = strset_add(names, de->d_name);
 	closedir(d);
-	return 0;
+	return q < 0 ? q : 0;
 }
 
 static void ovl_diff_expand(struct ovl_dctx *c, const char *rel, const struct bdiff_ent *a, const struct bdiff_ent *b)
 {
-	json_auto_t *names = json_object();
-	if (a->type == 'd')
-		ovl_diff_children(c, rel, 0, names);
-	if (b->type == 'd')
-		ovl_diff_children(c, rel, 1, names);
+	_cleanup_(strset_free) struct strset names = { 0 };
+	int q = a->type == 'd' ? ovl_diff_children(c, rel, 0, &names) : 0;
+	if (q == 0 && b->type == 'd')
+		q = ovl_diff_children(c, rel, 1, &names);
 	const char *name;
-	json_t *v;
-	json_object_foreach (names, name, v) {
+	size_t i = 0;
+	while (q == 0 && (name = strset_next(&names, &i, NULL))) {
 		_cleanup_free_ char *child = path_join(rel, name);
-		if (!child) {
-			c->q = -ENOMEM;
-			return;
-		}
-		ovl_diff_path(c, child, true);
+		if (!child)
+			q = -ENOMEM;
+		else
+			ovl_diff_path(c, child, true);
 	}
+	if (q < 0)
+		c->q = q;
 }
 
 static void ovl_diff_path(struct ovl_dctx *c, const char *rel, bool deep)
 {
 	struct bdiff_ent a, b;
-	if (c->q < 0 || json_object_get(c->done, rel))
+	if (c->q < 0 || !ovl_diff_first(c, rel))
 		return;
-	json_object_set_new(c->done, rel, json_true());
 	ovl_diff_stat(c->fd[0], rel, &a);
 	ovl_diff_stat(c->fd[1], rel, &b);
 	int r = bdiff_compare(c->out, c->root, rel, &a, &b);
@@ -129,10 +147,15 @@ static bool ovl_diff_xattr(int dirfd, const char *name, const char *key, char *b
 	return true;
 }
 
-static void ovl_diff_mark(json_t *cand, const char *path, bool deep)
+/* path is a candidate, deep when the lower layers are hidden or elsewhere
+ * below it (a mark without deep never undoes one with it). */
+static void ovl_diff_mark(struct ovl_dcand *cand, const char *path, bool deep)
 {
-	if (!json_is_true(json_object_get(cand, path)))
-		json_object_set_new(cand, path, json_boolean(deep));
+	int q = strset_add(&cand->all, path);
+	if (q >= 0 && deep)
+		q = strset_add(&cand->deep, path);
+	if (q < 0)
+		cand->q = q;
 }
 
 /* A directory's data: OVL_DIFF_DEEP when the lower layers are hidden or
@@ -153,29 +176,32 @@ static char *ovl_diff_from(const struct walk_entry *e, const char *v)
 
 static int ovl_diff_collect_pre(void *ctx, struct walk_entry *e)
 {
-	json_t *cand = ctx;
+	struct ovl_dcand *cand = ctx;
 	char v[PATH_MAX];
 	if (!S_ISDIR(e->st.st_mode)) {
 		ovl_diff_mark(cand, e->path, false);
-		return 0;
+		return cand->q;
 	}
 	if (ovl_diff_xattr(e->dirfd, e->name, "trusted.overlay.opaque", v, sizeof(v)) && v[0] == 'y')
 		e->data |= OVL_DIFF_DEEP;
 	if (ovl_diff_xattr(e->dirfd, e->name, "trusted.overlay.redirect", v, sizeof(v))) {
 		e->data |= OVL_DIFF_DEEP;
 		_cleanup_free_ char *from = ovl_diff_from(e, v);
-		if (from && *from)
-			json_object_set_new(cand, from, json_true());
+		if (!from)
+			cand->q = -ENOMEM;
+		else if (*from)
+			ovl_diff_mark(cand, from, true);
 	}
-	return 0;
+	return cand->q;
 }
 
 /* A directory counts after what it holds (a redirect below it may name
  * it), and also when it could not be opened. */
 static int ovl_diff_collect_post(void *ctx, struct walk_entry *e)
 {
-	ovl_diff_mark(ctx, e->path, e->data & OVL_DIFF_DEEP);
-	return 0;
+	struct ovl_dcand *cand = ctx;
+	ovl_diff_mark(cand, e->path, e->data & OVL_DIFF_DEEP);
+	return cand->q;
 }
 
 /* An entry gone since listed is left out; a directory that cannot be
@@ -188,21 +214,22 @@ static int ovl_diff_collect_fail(void *ctx, const struct walk_entry *e, int err)
 	return err == -ELOOP ? err : 0;
 }
 
-/* Every path layer lfd holds: true for those below which the lower layers
- * are hidden or elsewhere (opaque, redirected). */
-static int ovl_diff_collect(int lfd, json_t *cand)
+/* Every path layer lfd holds, into cand. */
+static int ovl_diff_collect(int lfd, struct ovl_dcand *cand)
 {
 	struct walk_opts o = { .flags = WALK_STAT,
 			       .pre = ovl_diff_collect_pre,
 			       .post = ovl_diff_collect_post,
 			       .fail = ovl_diff_collect_fail,
 			       .ctx = cand };
-	return walk_tree(lfd, NULL, &o);
+	int q = walk_tree(lfd, NULL, &o);
+	return q < 0 ? q : cand->q;
 }
 
-static int ovl_diff_cmp(const void *x, const void *y)
+static void ovl_dcand_free(struct ovl_dcand *cand)
 {
-	return strcmp(*(const char *const *)x, *(const char *const *)y);
+	strset_free(&cand->all);
+	strset_free(&cand->deep);
 }
 
 static const struct ovl_chain *ovl_chain_of(const struct ovl_chains *chains, const char *h)
@@ -214,7 +241,7 @@ static const struct ovl_chain *ovl_chain_of(const struct ovl_chains *chains, con
 
 /* Paths the layers of x and y above their common suffix hold. */
 static int ovl_diff_candidates(struct ovl_root *r, const struct ovl_chain *x, const struct ovl_chain *y,
-			       const char *upper, json_t *cand)
+			       const char *upper, struct ovl_dcand *cand)
 {
 	size_t nx = x->n, ny = y->n, k = 0;
 	while (k < nx && k < ny && !strcmp(x->v[nx - 1 - k], y->v[ny - 1 - k]))
@@ -248,10 +275,10 @@ static int ovl_diff_root(struct ovl_root *r, const struct ovl_chains *ca, const 
 			 struct bdiff_list *out, ckpt_error *err)
 {
 	const struct ovl_chain *xa = ovl_chain_of(ca, r->h), *xb = live ? &r->mounted : ovl_chain_of(cb, r->h);
-	json_auto_t *cand = json_object(), *done = json_object();
+	_cleanup_(ovl_dcand_free) struct ovl_dcand cand = { 0 };
 	char na[OVL_NAME_LEN + 1] = "", nb[OVL_NAME_LEN + 1] = "";
-	struct ovl_dctx c = { .out = out, .root = r->path, .fd = { -1, -1 }, .done = done };
-	int q = ovl_diff_candidates(r, xa, xb, live ? r->upper : NULL, cand);
+	struct ovl_dctx c = { .out = out, .root = r->path, .fd = { -1, -1 } };
+	int q = ovl_diff_candidates(r, xa, xb, live ? r->upper : NULL, &cand);
 	if (q < 0)
 		q = err_set(err, -q, NULL, "read layers of '%s': %s", r->path, strerror(-q));
 	if (q == 0 && (c.fd[0] = overlay_chain_view(r, xa, na, err)) < 0)
@@ -260,22 +287,16 @@ static int ovl_diff_root(struct ovl_root *r, const struct ovl_chains *ca, const 
 		q = err_set(err, errno, NULL, "open root '%s': %m", r->path);
 	else if (q == 0 && !live && (c.fd[1] = overlay_chain_view(r, xb, nb, err)) < 0)
 		q = c.fd[1];
-	size_t n = json_object_size(cand), i = 0;
-	const char **keys = q == 0 ? calloc(n ? n : 1, sizeof(*keys)) : NULL;
-	if (q == 0 && !keys)
+	size_t n = strset_count(&cand.all);
+	const char **keys = NULL;
+	if (q == 0 && strset_sorted(&cand.all, &keys) < 0) /* parents before children */
 		q = err_set(err, ENOMEM, NULL, "out of memory");
-	if (q == 0) {
-		const char *k;
-		json_t *v;
-		json_object_foreach (cand, k, v)
-			keys[i++] = k;
-		qsort(keys, n, sizeof(*keys), ovl_diff_cmp); /* parents before children */
-		for (i = 0; i < n && c.q == 0; i++)
-			ovl_diff_path(&c, keys[i], json_is_true(json_object_get(cand, keys[i])));
-		if (c.q < 0)
-			q = err_set(err, -c.q, NULL, "compare '%s': %s", r->path, strerror(-c.q));
-	}
+	for (size_t i = 0; q == 0 && i < n && c.q == 0; i++)
+		ovl_diff_path(&c, keys[i], strset_has(&cand.deep, keys[i]));
+	if (q == 0 && c.q < 0)
+		q = err_set(err, -c.q, NULL, "compare '%s': %s", r->path, strerror(-c.q));
 	free(keys);
+	strset_free(&c.done);
 	for (int s = 0; s < 2; s++)
 		if (c.fd[s] >= 0)
 			close(c.fd[s]);

@@ -5,6 +5,7 @@
  * layer takes along what older layers held under its old name. Files are
  * shared with the source layers by hard links: layers are immutable. */
 #include "backend/overlay/overlay_internal.h"
+#include "lib/strset.h"
 
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -219,7 +220,7 @@ static int fl_entry(struct fl *f, const struct fl_dir *d, int sfd, const char *n
 	return errno == EMLINK && S_ISREG(st.st_mode) ? fl_copy_file(sfd, name, dst, &st) : -errno;
 }
 
-static int fl_merge_layer(struct fl *f, const struct fl_dir *d, size_t k, json_t *seen, int dst)
+static int fl_merge_layer(struct fl *f, const struct fl_dir *d, size_t k, struct strset *seen, int dst)
 {
 	_cleanup_closedir_ DIR *dir = NULL;
 	int fd = openat(f->lfd[k], *d->at[k] ? d->at[k] : ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -231,11 +232,15 @@ static int fl_merge_layer(struct fl *f, const struct fl_dir *d, size_t k, json_t
 	}
 	struct dirent *de;
 	while ((errno = 0, de = readdir(dir))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || json_object_get(seen, de->d_name))
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		if (json_object_set_new_nocheck(seen, de->d_name, json_true()) < 0)
-			return -ENOMEM;
-		int q = fl_entry(f, d, dirfd(dir), de->d_name, k, dst);
+		int q = strset_add(seen, de->d_name); /* 0: a layer above holds it */
+		if (q <= 0) {
+			if (q < 0)
+				return q;
+			continue;
+		}
+		q = fl_entry(f, d, dirfd(dir), de->d_name, k, dst);
 		if (q < 0)
 			return q;
 	}
@@ -245,11 +250,11 @@ static int fl_merge_layer(struct fl *f, const struct fl_dir *d, size_t k, json_t
 /* Every name of d's layer dirs, its topmost entry winning. */
 static int fl_merge_dir(struct fl *f, const struct fl_dir *d, int dst, const char *where)
 {
-	json_auto_t *seen = json_object();
-	int q = seen ? 0 : -ENOMEM;
+	_cleanup_(strset_free) struct strset seen = { 0 };
+	int q = 0;
 	for (size_t k = 0; q == 0 && k < f->n; k++)
 		if (d->at[k])
-			q = fl_merge_layer(f, d, k, seen, dst);
+			q = fl_merge_layer(f, d, k, &seen, dst);
 	if (q < 0 && !f->err->msg[0])
 		err_set(f->err, -q, NULL, "flatten '%s': %s", *where ? where : ".", strerror(-q));
 	return q;

@@ -7,6 +7,7 @@
  * back shows. Inode ctimes cannot stand in: linking a file into a newer layer
  * or removing an older layer changes them. The base is not recorded. */
 #include "backend/overlay/overlay_internal.h"
+#include "lib/strset.h"
 #include "lib/walk.h"
 
 #include <sys/stat.h>
@@ -16,7 +17,7 @@
 
 struct rec_walk {
 	FILE *out;                  /* writing: the record */
-	json_t *map;                /* verifying: escaped path -> fields, removed when seen */
+	struct strset *map;         /* verifying: escaped path -> fields, removed when seen */
 	struct verify_diffs *diffs; /* verifying */
 	const char *root_path;
 	size_t max;
@@ -77,12 +78,12 @@ static void rec_entry(struct rec_walk *w, const char *rel, const struct stat *st
 		fprintf(w->out, "%s %s\n", f, key);
 		return;
 	}
-	const char *want = json_string_value(json_object_get(w->map, key));
+	const char *want = strset_get(w->map, key);
 	if (!want)
 		rec_differ(w, rel, "unexpected");
 	else if (strcmp(want, f))
 		rec_differ(w, rel, rec_reason(want, f));
-	json_object_del(w->map, key);
+	strset_del(w->map, key);
 }
 
 static int rec_walk_pre(void *ctx, struct walk_entry *e)
@@ -125,44 +126,47 @@ int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name)
 	return q;
 }
 
-/* rec/<name> as escaped path -> fields; NULL when there is none. */
-static json_t *rec_load(struct ovl_root *r, const char *name)
+/* rec/<name> into map as escaped path -> fields: 1, or 0 when there is
+ * none, or -ENOMEM. */
+static int rec_load(struct ovl_root *r, const char *name, struct strset *map)
 {
 	_cleanup_free_ char *text = NULL;
 	_cleanup_close_ int rfd = openat(r->rdir_fd, "rec", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	char *save = NULL;
 
 	if (rfd < 0 || read_file_at(rfd, name, REC_MAX, &text, NULL) < 0 || strncmp(text, REC_MAGIC, strlen(REC_MAGIC)))
-		return NULL;
-	json_t *map = json_object();
+		return 0;
 	for (char *l = strtok_r(text + strlen(REC_MAGIC), "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
 		char *sp = strrchr(l, ' ');
 		if (!sp)
 			continue;
 		*sp = '\0';
-		json_object_set_new(map, sp + 1, json_string(l));
+		if (strset_put(map, sp + 1, l) < 0)
+			return -ENOMEM;
 	}
-	return map;
+	return 1;
 }
 
 static int verify_layer(struct ovl_root *r, int layers_fd, const char *name, struct rec_walk *w)
 {
-	json_auto_t *map = rec_load(r, name);
+	_cleanup_(strset_free) struct strset map = { 0 };
 	const char *key;
-	json_t *v;
+	size_t i = 0;
+	int q = rec_load(r, name, &map);
 
-	if (!map) {
-		log_debug("overlay: layer '%s' of '%s' has no record: not compared", name, r->path);
-		return 0;
+	if (q <= 0) {
+		if (q == 0)
+			log_debug("overlay: layer '%s' of '%s' has no record: not compared", name, r->path);
+		return q;
 	}
 	_cleanup_close_ int lfd = openat(layers_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (lfd < 0) {
 		rec_differ(w, NULL, "layer");
 		return 0;
 	}
-	w->map = map;
-	int q = rec_walk_dir(w, lfd);
-	json_object_foreach (map, key, v) {
+	w->map = &map;
+	q = rec_walk_dir(w, lfd);
+	while ((key = strset_next(&map, &i, NULL))) {
 		char raw[4096];
 		size_t n = 0;
 		for (const char *p = key; *p && n + 1 < sizeof(raw); n++) { /* undo rec_escape */

@@ -31,13 +31,6 @@ static int tar_probe(const struct backend_ctx *ctx, ckpt_error *err)
 	return 0; /* needs nothing but a writable state dir */
 }
 
-static json_t *stats_json(const struct tar_restore_stats *t)
-{
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "rewritten", (json_int_t)t->rewritten, "removed",
-			 (json_int_t)t->removed, "kept", (json_int_t)t->kept, "bytes", (json_int_t)t->bytes, "archives",
-			 (json_int_t)t->archives, "entered", (json_int_t)t->entered);
-}
-
 static int state_init(struct tar_state *s, const struct backend_ctx *ctx, ckpt_error *err)
 {
 	struct stat st;
@@ -170,23 +163,29 @@ static void tar_maintain(void *st)
 static void tar_health(void *st, struct backend_health *h)
 {
 	struct tar_state *s = st;
+	struct backend_tar_health *t = &h->tar;
 	struct stat b;
 
-	if (!s || !(h->extra = json_object()))
+	if (!s)
 		return;
-	json_t *out = h->extra;
-	json_object_set_new(out, "tar_compression", json_string(s->zstd ? "zstd" : "none"));
-	json_object_set_new(out, "tar_base", json_boolean(fstatat(s->tar_fd, BASE, &b, AT_SYMLINK_NOFOLLOW) == 0));
-	tar_excl_health(s, out);
+	h->has_tar = true;
+	t->zstd = s->zstd;
+	t->base = fstatat(s->tar_fd, BASE, &b, AT_SYMLINK_NOFOLLOW) == 0;
+	tar_excl_health(s, t);
 	pthread_mutex_lock(&s->lock);
 	h->preparing = s->base_state == BASE_PREPARING;
-	if (s->base_state == BASE_FAILED)
-		json_object_set_new(out, "tar_base_error", json_string(s->base_error));
-	json_object_set_new(out, "tar_last_restore", stats_json(&s->last));
+	t->base_failed = s->base_state == BASE_FAILED;
+	if (t->base_failed)
+		snprintf(t->base_error, sizeof(t->base_error), "%s", s->base_error);
+	t->rewritten = s->last.rewritten;
+	t->removed = s->last.removed;
+	t->kept = s->last.kept;
+	t->bytes = s->last.bytes;
+	t->archives = s->last.archives;
+	t->entered = s->last.entered;
 	tar_track_health(s, h);
-	if (s->pending[0])
-		json_object_set_new(out, "tar_unfinished_restore",
-				    json_pack("{s:s, s:s}", "id", s->pending, "error", s->pending_msg));
+	snprintf(t->pending, sizeof(t->pending), "%s", s->pending);
+	snprintf(t->pending_msg, sizeof(t->pending_msg), "%s", s->pending_msg);
 	pthread_mutex_unlock(&s->lock);
 }
 

@@ -11,15 +11,10 @@ int tar_excl_build(const struct tar_state *s, struct rootexcl *x, ckpt_error *er
 	return r < 0 ? err_set(err, -r, NULL, "cannot list what the roots leave out: %s", strerror(-r)) : 0;
 }
 
-/* "excluded": [{path, reason}] for GET /v1/health. */
-void tar_excl_health(const struct tar_state *s, json_t *out)
+/* What the roots leave out now, for GET /v1/health; or why it is unknown. */
+void tar_excl_health(const struct tar_state *s, struct backend_tar_health *out)
 {
-	struct rootexcl x;
 	ckpt_error err = { 0 };
-	if (tar_excl_build(s, &x, &err) < 0) {
-		json_object_set_new(out, "excluded_error", json_string(err.msg));
-		return;
-	}
-	json_object_set_new(out, "excluded", rootexcl_json(&x));
-	rootexcl_free(&x);
+	if (tar_excl_build(s, &out->excluded, &err) < 0)
+		snprintf(out->excluded_error, sizeof(out->excluded_error), "%s", err.msg);
 }

@@ -3,18 +3,19 @@
  * sweeper's cleanup, off the operation lock). */
 #include "backend/tar/tar_internal.h"
 #include "lib/failpoint.h"
+#include "lib/strset.h"
 
-/* Every archive some checkpoint (other than skip) still reads: the union of
- * the "refs" of the checkpoint directories (names as keys). */
-static json_t *tar_gc_refs_live(struct tar_state *s, const char *skip)
+/* Every archive some checkpoint (other than skip) still reads, into set:
+ * the union of the "refs" of the checkpoint directories. 0 or -ENOMEM. */
+static int tar_gc_refs_live(struct tar_state *s, const char *skip, struct strset *set)
 {
-	json_t *set = json_object();
 	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
+	int q = 0;
 
-	if (!set || walk_open(s->tar_fd, NULL, &d) < 0)
-		return set;
-	while ((de = walk_next(d))) {
+	if (walk_open(s->tar_fd, NULL, &d) < 0)
+		return 0;
+	while (q >= 0 && (de = walk_next(d))) {
 		if ((!id_valid(de->d_name) && strcmp(de->d_name, BASE)) || (skip && !strcmp(de->d_name, skip)))
 			continue;
 		_cleanup_close_ int cfd =
@@ -23,24 +24,25 @@ static json_t *tar_gc_refs_live(struct tar_state *s, const char *skip)
 		size_t i;
 		json_t *v;
 		json_array_foreach (json_object_get(meta, "refs"), i, v)
-			if (json_is_string(v))
-				json_object_set_new(set, json_string_value(v), json_true());
+			if (q >= 0 && json_is_string(v))
+				q = strset_add(set, json_string_value(v));
 	}
-	return set;
+	return q < 0 ? q : 0;
 }
 
 /* Remove what nothing reads any more: kept archives no checkpoint names,
  * and checkpoint directories a compaction replaced. Idempotent. */
 void tar_gc_kept(struct tar_state *s)
 {
-	json_auto_t *live = tar_gc_refs_live(s, NULL);
+	_cleanup_(strset_free) struct strset live = { 0 };
+	bool known = tar_gc_refs_live(s, NULL, &live) == 0;
 	_cleanup_close_ int kfd = openat(s->tar_fd, KEEP, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	_cleanup_closedir_ DIR *d = NULL, *top = NULL;
 	struct dirent *de;
 
-	if (kfd >= 0 && live && walk_open(kfd, NULL, &d) >= 0)
+	if (kfd >= 0 && known && walk_open(kfd, NULL, &d) >= 0)
 		while ((de = walk_next(d)))
-			if (!json_object_get(live, de->d_name))
+			if (!strset_has(&live, de->d_name))
 				FAILPOINT_AROUND("tar.gc.kept.remove", rm_rf_at(kfd, de->d_name));
 	if (walk_open(s->tar_fd, NULL, &top) >= 0)
 		while ((de = walk_next(top)))
@@ -58,11 +60,14 @@ void tar_gc_kept(struct tar_state *s)
  * start finishes a delete a crash interrupted, maybe after the move. */
 int tar_gc_drop(struct tar_state *s, const char *name)
 {
-	json_auto_t *live = tar_gc_refs_live(s, name);
+	_cleanup_(strset_free) struct strset live = { 0 };
 	char keep[128];
 	struct stat st;
+	int q = tar_gc_refs_live(s, name, &live);
 
-	if (json_object_get(live, name)) {
+	if (q < 0)
+		return q;
+	if (strset_has(&live, name)) {
 		if (fstatat(s->tar_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			return errno == ENOENT ? 0 : -errno; /* moved already: .keep/ holds it */
 		int made = mkdirat_durable(s->tar_fd, KEEP, 0700);

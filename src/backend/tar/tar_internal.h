@@ -163,7 +163,7 @@ void tar_probe_ctime(int tar_fd, const char *root, struct tar_ctime_probe *p);
 
 /* tar_excl.c */
 int tar_excl_build(const struct tar_state *s, struct rootexcl *x, ckpt_error *err);
-void tar_excl_health(const struct tar_state *s, json_t *out);
+void tar_excl_health(const struct tar_state *s, struct backend_tar_health *out);
 
 /* tar_count.c */
 void tar_count_raise(_Atomic uint64_t *total, uint64_t v);
