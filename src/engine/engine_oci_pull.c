@@ -43,13 +43,13 @@ struct pull {
 	 * this image's first skip layers; linked, then only the layers from
 	 * skip on apply. */
 	char held_id[32];
-	json_t *held_data;
 	char held_tree[80];
 	size_t skip;
 	bool keep_prefix;                   /* keep the tree below the last layer for the next pull */
 	const char *image_roots[MAX_ROOTS]; /* image root mapped to local root i */
 	struct oci_map map[MAX_ROOTS];
 	char dirs[MAX_ROOTS][24]; /* "0", "1", ...: the trees below tmp */
+	int tmp_fd;
 	int64_t budget;
 	ckpt_error *err;
 	int status;
@@ -352,6 +352,15 @@ static bool pull_tree_held(struct pull *p, const char *key)
 	return fstatat(p->e->state_fd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* Whether to keep the tree below the image's last layer for the next pull. */
+static void pull_keep_decide(struct pull *p)
+{
+	size_t n = json_array_size(p->layers);
+	char key[2 * SHA256_DIGEST_SIZE + 1];
+	pull_tree_key(p, n - 1, key);
+	p->keep_prefix = n >= 2 && p->skip < n && !pull_tree_held(p, key);
+}
+
 /* Where the trees start: the checkpoint or kept tree that holds the most of
  * this image's first layers; and whether to keep the tree below its last. */
 static void pull_start(struct pull *p)
@@ -366,8 +375,6 @@ static void pull_start(struct pull *p)
 		if (k > p->skip) {
 			p->skip = k;
 			snprintf(p->held_id, sizeof(p->held_id), "%s", all.v[i]->id);
-			json_decref(p->held_data);
-			p->held_data = json_incref(all.v[i]->backend_data);
 		}
 	}
 	catalog_list_free(&all);
@@ -380,34 +387,68 @@ static void pull_start(struct pull *p)
 			break;
 		}
 	}
-	pull_tree_key(p, n - 1, key);
-	p->keep_prefix = n >= 2 && p->skip < n && !pull_tree_held(p, key);
+	pull_keep_decide(p);
 }
 
 /* Each root's tree where the pull starts, linked into the temp dir. Under
- * the operation lock: no delete or trim removes those files meanwhile. */
-static int pull_link_start(struct pull *p)
+ * the operation lock: no delete or trim removes those files meanwhile. The
+ * checkpoint is looked up again there: it may be gone since it was chosen. */
+static int pull_link_start(struct pull *p, ckpt_error *err)
 {
 	struct engine *e = p->e;
 	char **dirs = NULL, src[PATH_MAX];
 	_cleanup_free_ char *vdir = NULL;
-	int q = p->held_id[0] ? engine_xfer_tmp(e, &vdir, p->err) : 0;
+	int q = p->held_id[0] ? engine_xfer_tmp(e, &vdir, err) : 0;
 	if (q < 0)
 		return q;
 	pthread_mutex_lock(&e->op_lock);
-	if (p->held_id[0])
-		q = e->backend->xfer->view_open(e->bst, p->held_id, p->held_data, vdir, &dirs, p->err);
+	if (p->held_id[0]) {
+		const struct ckpt_record *rec = catalog_get(e->catalog, p->held_id);
+		q = rec && rec->status == CKPT_ACTIVE
+			? e->backend->xfer->view_open(e->bst, rec->id, rec->backend_data, vdir, &dirs, err)
+			: err_set(err, ENOENT, NULL, "it was deleted");
+		if (rec)
+			record_unref(rec);
+	}
 	for (size_t i = 0; q == 0 && i < e->cfg->n_roots; i++) {
-		_cleanup_close_ int dfd = open(p->dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		_cleanup_close_ int dfd = openat(p->tmp_fd, p->dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		snprintf(src, sizeof(src), "%s/%s/%s/%zu", e->cfg->state_dir, TREES_DIR, p->held_tree, i);
-		q = dfd < 0 ? err_set(p->err, errno, NULL, "open '%s': %m", p->dirs[i])
-			    : oci_clone_tree(dirs ? dirs[i] : src, dfd, p->err);
+		q = dfd < 0 ? err_set(err, errno, NULL, "open '%s': %m", p->dirs[i])
+			    : oci_clone_tree(dirs ? dirs[i] : src, dfd, err);
 	}
 	if (dirs)
 		e->backend->xfer->view_close(e->bst, dirs);
 	pthread_mutex_unlock(&e->op_lock);
 	engine_xfer_rm(e, vdir);
 	return q;
+}
+
+static int pull_mkdirs(struct pull *p)
+{
+	for (size_t i = 0; i < p->e->cfg->n_roots; i++)
+		if (mkdirat(p->tmp_fd, p->dirs[i], 0755) < 0)
+			return err_set(p->err, errno, NULL, "create '%s/%s': %m", p->tmp, p->dirs[i]);
+	return 0;
+}
+
+/* The trees where the pull starts, before anything downloads: a start
+ * that cannot be linked (its checkpoint deleted since pull_start chose it)
+ * costs the shortcut only, and the pull fetches and applies every layer. */
+static int pull_setup(struct pull *p)
+{
+	ckpt_error lerr = { 0 };
+	int q = pull_mkdirs(p);
+	if (q < 0 || (!p->held_id[0] && !p->held_tree[0]) || pull_link_start(p, &lerr) == 0)
+		return q;
+	log_info("pull: cannot start from %s %s (%s): applying every layer", p->held_id[0] ? "checkpoint" : "kept tree",
+		 p->held_id[0] ? p->held_id : p->held_tree, lerr.msg);
+	for (size_t i = 0; i < p->e->cfg->n_roots; i++)
+		if ((q = rm_rf_at(p->tmp_fd, p->dirs[i])) < 0)
+			return err_set(p->err, -q, NULL, "empty '%s/%s': %s", p->tmp, p->dirs[i], strerror(-q));
+	p->skip = 0;
+	p->held_id[0] = p->held_tree[0] = '\0';
+	pull_keep_decide(p);
+	return pull_mkdirs(p);
 }
 
 /* The trees before the last layer, linked aside ("pre/N") to be kept. */
@@ -442,18 +483,12 @@ static void pull_keep_prefix(struct pull *p)
 static void *pull_apply_main(void *arg)
 {
 	struct pull *p = arg;
-	_cleanup_close_ int dfd = open(p->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int q = dfd < 0 ? err_set(p->err, errno, NULL, "open '%s': %m", p->tmp) : 0;
+	int q = 0;
 	/* libarchive extracts relative to the working directory: this thread's own */
-	if (q == 0 && (unshare(CLONE_FS) < 0 || fchdir(dfd) < 0))
+	if (unshare(CLONE_FS) < 0 || fchdir(p->tmp_fd) < 0)
 		q = err_set(p->err, errno, NULL, "enter '%s': %m", p->tmp);
-	for (size_t i = 0; q == 0 && i < p->e->cfg->n_roots; i++)
-		if (mkdir(p->dirs[i], 0755) < 0)
-			q = err_set(p->err, errno, NULL, "create '%s': %m", p->dirs[i]);
 	const char *bl = json_string_value(json_object_get(p->annotations, "io.ckptd.base_layer"));
-	if (q == 0 && (p->held_id[0] || p->held_tree[0]))
-		q = pull_link_start(p);
-	else if (q == 0 && bl && !strcmp(bl, "false"))
+	if (q == 0 && p->skip == 0 && bl && !strcmp(bl, "false"))
 		q = pull_local_base(p);
 	json_t *l;
 	size_t i;
@@ -467,7 +502,7 @@ static void *pull_apply_main(void *arg)
 	return NULL;
 }
 
-static int pull_run(struct pull *p, json_t **ret_record)
+static int pull_run(struct pull *p, struct ckpt_view *ret)
 {
 	struct engine *e = p->e;
 	int q = oci_cache_dirs(e, p->err);
@@ -502,6 +537,8 @@ static int pull_run(struct pull *p, json_t **ret_record)
 	json_t *l;
 	size_t i;
 	pull_start(p);
+	if ((q = pull_setup(p)) < 0)
+		return q;
 	json_array_foreach (p->layers, i, l) {
 		if (q == 0 && i >= p->skip)
 			q = pull_blob(p, json_string_value(json_object_get(l, "digest")),
@@ -541,14 +578,14 @@ static int pull_run(struct pull *p, json_t **ret_record)
 			  : p->held_tree[0] ? "kept tree "
 					    : "nothing",
 		  p->held_id[0] ? p->held_id : p->held_tree);
-	*ret_record = engine_public(e, rec);
+	engine_view(e, rec, ret);
 	record_unref(rec);
 	return 0;
 }
 
-int engine_pull(struct engine *e, const struct pull_req *req, json_t **ret_record, ckpt_error *err)
+int engine_pull(struct engine *e, const struct pull_req *req, struct ckpt_view *ret, ckpt_error *err)
 {
-	struct pull p = { .e = e, .req = req, .err = err, .mapping = json_object() };
+	struct pull p = { .e = e, .req = req, .err = err, .mapping = json_object(), .tmp_fd = -1 };
 	if (!e->backend->xfer)
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "unsupported", "the %s backend cannot import",
 				    e->backend->name);
@@ -556,16 +593,20 @@ int engine_pull(struct engine *e, const struct pull_req *req, json_t **ret_recor
 	if (q == 0 && req->roots && !json_is_object(req->roots))
 		q = err_set_kind(err, ERR_INVALID, EINVAL, "bad_request", "roots must be an object");
 	pthread_rwlock_rdlock(&e->oci_lock); /* no trim of the cache meanwhile */
-	if (q == 0 && (q = engine_xfer_tmp(e, &p.tmp, err)) == 0)
-		q = pull_run(&p, ret_record);
+	if (q == 0 && (q = engine_xfer_tmp(e, &p.tmp, err)) == 0 &&
+	    (p.tmp_fd = open(p.tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		q = err_set(err, errno, NULL, "open '%s': %m", p.tmp);
+	if (q == 0)
+		q = pull_run(&p, ret);
 	oci_reg_free(p.r);
+	if (p.tmp_fd >= 0)
+		close(p.tmp_fd);
 	engine_xfer_rm(e, p.tmp);
 	pthread_rwlock_unlock(&e->oci_lock);
 	engine_kick_maintenance(e); /* trim what a failed pull left, count what it added */
 	free(p.tmp);
 	json_decref(p.manifest);
 	json_decref(p.mapping);
-	json_decref(p.held_data);
 	free(p.mtext);
 	if (q < 0) {
 		log_event(LOG_WARN_, &(struct log_fields){ "pull", NULL, NULL, -1 }, "pull refused: %s", err->msg);

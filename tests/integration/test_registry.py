@@ -280,6 +280,30 @@ def test_next_pull_links_the_tree_below_the_last_layer(daemon_factory, registry,
     assert os.listdir(trees) == [] and os.listdir(b.state_dir / "oci/blobs") == []
 
 
+def test_pull_applies_every_layer_when_its_start_cannot_be_linked(daemon_factory, registry, tmp_path):
+    """The start a pull chose may be gone when it links it (a checkpoint
+    deleted meanwhile; here, a kept tree with a root missing): the pull then
+    fetches and applies every layer, and the result is exact."""
+    reg = registry()
+    a = daemon_factory(backend="overlay", config=reg_config(tmp_path, reg, track_changes="never"))
+    b = daemon_factory(backend="overlay", config=reg_config(tmp_path, reg))
+    (a.roots[0] / "one").write_text("one\n")
+    out1 = push(a, a.create("one")["checkpoint_id"], f"{reg.host}/fall/back")
+    (a.roots[0] / "two").write_text("two\n")
+    want = tree_state(a.roots[0])
+    out2 = push(a, a.create("two")["checkpoint_id"], f"{reg.host}/fall/back")
+    roots = {str(a.roots[0]): str(b.roots[0])}
+    pull(b, out1["ref"], roots=roots)
+    tree = next((b.state_dir / "oci/trees").iterdir())
+    shutil.rmtree(tree / "0")
+    p2 = pull(b, out2["ref"], roots=roots)
+    assert f"cannot start from kept tree {tree.name}" in b.log()
+    assert "2 of 2 layers applied over nothing" in b.log().split(f"cannot start from kept tree {tree.name}")[1]
+    b.restore(p2["checkpoint_id"])
+    assert_same_tree(want, tree_state(b.roots[0]))
+    assert xfer_empty(b)
+
+
 def test_oci_cache_trimmed_and_counted(daemon_factory, registry, tmp_path):
     """A deleted checkpoint's layers, keys and config leave the cache, the
     base's stay; what the cache holds counts toward max_state_bytes; leftovers
