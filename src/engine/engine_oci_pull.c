@@ -1,13 +1,19 @@
 /* engine_oci_pull.c: pull an OCI image from a registry as a new checkpoint
  * (docs/registry.md).
  *
- * Manifest (an index must have linux/amd64), config, then each layer not
- * already in the cache (oci_cache.c) is downloaded into <state>/xfer/<rnd>/,
- * checked for size and digest as it arrives, and kept by digest. The layers
- * are applied in order into one tree per root below the same temp dir,
- * which becomes a checkpoint as an import does. Until that commit nothing
- * but verified blobs in the cache is written, and the temp dir goes at the
- * next start if the daemon is killed. */
+ * Manifest (an index must have linux/amd64) and config first. The trees
+ * start empty, or linked from what this daemon holds (a checkpoint pulled
+ * before, a tree kept below an image's last layer). Then two threads: this
+ * one downloads each layer the cache (oci_cache.c) lacks, checking size
+ * and digest as the bytes arrive, writes it to <state>/xfer/<rnd>/ to be
+ * kept by digest, and hands the same bytes through a few blocks of memory
+ * (oci_feed.c) to one that applies the layers in order into one tree per
+ * root below the same temp dir; a layer the cache holds applies from there.
+ * A blob that fails its checks at its end fails the pull, tree and all:
+ * the trees become a checkpoint, as an import does, only when every layer
+ * verified and applied. Until then nothing but verified blobs in the cache
+ * is written, and the temp dir goes at the next start if the daemon is
+ * killed. */
 #include "engine/engine_oci.h"
 
 #include <pthread.h>
@@ -21,11 +27,14 @@
 #include "engine/engine_xfer.h"
 #include "engine/oci_cache.h"
 #include "engine/oci_clone.h"
+#include "engine/oci_feed.h"
 #include "engine/oci_layer.h"
 #include "engine/oci_reg.h"
 #include "lib/failpoint.h"
 
 #define CONFIG_MAX (4u << 20)
+#define LAYERS_MAX 500
+#define FLUSH_EVERY (8u << 20) /* start writeback of a blob as it grows */
 
 struct pull {
 	struct engine *e;
@@ -50,8 +59,12 @@ struct pull {
 	struct oci_map map[MAX_ROOTS];
 	char dirs[MAX_ROOTS][24]; /* "0", "1", ...: the trees below tmp */
 	int tmp_fd;
+	bool fetch[LAYERS_MAX]; /* downloaded and fed; else applied from the cache */
+	struct oci_feed *feed;  /* from the download to the thread that applies */
+	uint64_t fetched;       /* bytes downloaded */
 	int64_t budget;
-	ckpt_error *err;
+	ckpt_error *err; /* the caller's: the apply thread's errors */
+	ckpt_error ferr; /* the download's: it wins, its blob failed first */
 	int status;
 };
 
@@ -118,7 +131,7 @@ static int pull_manifest(struct pull *p)
 	p->mlen = len;
 	p->layers = json_object_get(p->manifest, "layers");
 	p->annotations = json_object_get(p->manifest, "annotations");
-	if (!json_is_array(p->layers) || json_array_size(p->layers) == 0 || json_array_size(p->layers) > 500)
+	if (!json_is_array(p->layers) || json_array_size(p->layers) == 0 || json_array_size(p->layers) > LAYERS_MAX)
 		return unsupported(p, "it has no layers, or more than 500");
 	json_t *l;
 	size_t i;
@@ -200,24 +213,16 @@ static int pull_roots(struct pull *p, json_t *image_roots)
 	return 0;
 }
 
-/* Every layer (and the config) in the cache, downloaded where missing. */
-static void pull_progress(void *arg, uint64_t n)
+/* The config into the cache, downloaded when missing. */
+static int pull_config_blob(struct pull *p, const char *digest, int64_t size)
 {
-	(void)arg;
-	(void)n;
-}
-
-static int pull_blob(struct pull *p, const char *digest, int64_t size, size_t n)
-{
-	char name[64];
 	if (oci_cache_held(p->e, digest, size))
 		return 0;
-	snprintf(name, sizeof(name), "blob.%zu", n);
-	_cleanup_free_ char *f = path_join(p->tmp, name);
+	_cleanup_free_ char *f = path_join(p->tmp, "config.blob");
 	_cleanup_close_ int fd = f ? open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
 	if (fd < 0)
-		return err_set(p->err, errno ? errno : ENOMEM, NULL, "create '%s': %m", name);
-	int q = oci_reg_blob_get(p->r, digest, size, p->e->cfg->max_import_bytes, fd, pull_progress, p, p->err);
+		return err_set(p->err, errno ? errno : ENOMEM, NULL, "create the config's file: %m");
+	int q = oci_reg_blob_get(p->r, digest, size, CONFIG_MAX, fd, NULL, NULL, p->err);
 	return q < 0 ? q : oci_cache_keep(p->e, f, digest, true, p->err);
 }
 
@@ -231,7 +236,7 @@ static int pull_config(struct pull *p)
 	size_t len;
 	if (!d || strncmp(d, "sha256:", 7) || strlen(d) != 71 || size <= 0 || size > CONFIG_MAX)
 		return unsupported(p, "its config descriptor is missing or too large");
-	int q = pull_blob(p, d, size, 9999);
+	int q = pull_config_blob(p, d, size);
 	oci_cache_blob_name(d, path, sizeof(path));
 	if (q == 0 && read_file_at(p->e->state_fd, path, CONFIG_MAX, &text, &len) < 0)
 		q = err_set(p->err, errno, NULL, "read the image config: %m");
@@ -392,7 +397,7 @@ static void pull_start(struct pull *p)
 
 /* Each root's tree where the pull starts, linked into the temp dir. Under
  * the operation lock: no delete or trim removes those files meanwhile. The
- * checkpoint is looked up again there: it may be gone since it was chosen. */
+ * checkpoint is looked up again there: a delete since it was chosen. */
 static int pull_link_start(struct pull *p, ckpt_error *err)
 {
 	struct engine *e = p->e;
@@ -451,6 +456,17 @@ static int pull_setup(struct pull *p)
 	return pull_mkdirs(p);
 }
 
+/* Which layers to download: from the start on, those the cache lacks. */
+static void pull_plan(struct pull *p)
+{
+	json_t *l;
+	size_t i;
+	json_array_foreach (p->layers, i, l)
+		p->fetch[i] = i >= p->skip &&
+			!oci_cache_held(p->e, json_string_value(json_object_get(l, "digest")),
+					json_integer_value(json_object_get(l, "size")));
+}
+
 /* The trees before the last layer, linked aside ("pre/N") to be kept. */
 static int pull_link_prefix(struct pull *p)
 {
@@ -480,9 +496,31 @@ static void pull_keep_prefix(struct pull *p)
 		log_info("pull: the tree below the last layer is not kept: %m");
 }
 
+static ssize_t pull_feed_read(void *ctx, const void **buf)
+{
+	return oci_feed_read(ctx, buf);
+}
+
+/* Layer i, as it downloads or from the cache. A downloaded one has applied
+ * only once its blob verified: its end in the feed says so. */
+static int pull_apply_layer(struct pull *p, size_t i)
+{
+	const char *digest = json_string_value(json_object_get(json_array_get(p->layers, i), "digest"));
+	bool (*portable)(const char *) = p->e->backend->xfer->xattr_portable;
+	if (!p->fetch[i])
+		return pull_apply_one(p, digest);
+	int q = oci_layer_apply_read(pull_feed_read, p->feed, p->map, p->e->cfg->n_roots, &p->budget, portable, p->err);
+	int st = q < 0 ? 0 : oci_feed_skip(p->feed); /* what follows the tar's end, then the blob's checks */
+	if (st < 0)
+		q = err_set(p->err, -st, NULL, "blob %s failed: %s", digest, strerror(-st));
+	oci_feed_next(p->feed);
+	return q;
+}
+
 static void *pull_apply_main(void *arg)
 {
 	struct pull *p = arg;
+	size_t n = json_array_size(p->layers);
 	int q = 0;
 	/* libarchive extracts relative to the working directory: this thread's own */
 	if (unshare(CLONE_FS) < 0 || fchdir(p->tmp_fd) < 0)
@@ -490,16 +528,140 @@ static void *pull_apply_main(void *arg)
 	const char *bl = json_string_value(json_object_get(p->annotations, "io.ckptd.base_layer"));
 	if (q == 0 && p->skip == 0 && bl && !strcmp(bl, "false"))
 		q = pull_local_base(p);
-	json_t *l;
-	size_t i;
-	json_array_foreach (p->layers, i, l) {
-		if (q == 0 && i >= p->skip && p->keep_prefix && i + 1 == json_array_size(p->layers))
+	for (size_t i = p->skip; q == 0 && i < n; i++) {
+		if (p->keep_prefix && i + 1 == n)
 			q = pull_link_prefix(p);
-		if (q == 0 && i >= p->skip)
-			q = pull_apply_one(p, json_string_value(json_object_get(l, "digest")));
+		if (q == 0)
+			q = pull_apply_layer(p, i);
 	}
+	if (q < 0) /* the download stops at the end of its blob */
+		oci_feed_cancel(p->feed);
 	p->status = q;
 	return NULL;
+}
+
+/* Where a downloaded layer's bytes go: its file, then the feed. */
+struct pull_out {
+	struct oci_feed *feed;
+	int fd;
+	uint64_t got, flushed;
+};
+
+static int pull_sink(void *arg, const void *buf, size_t len)
+{
+	struct pull_out *s = arg;
+	for (size_t done = 0; done < len;) {
+		ssize_t k = write(s->fd, (const char *)buf + done, len - done);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -errno;
+		done += (size_t)k;
+	}
+	s->got += len;
+	if (s->got - s->flushed >= FLUSH_EVERY) { /* the fsync before keeping it waits less */
+		sync_file_range(s->fd, (off_t)s->flushed, (off_t)(s->got - s->flushed), SYNC_FILE_RANGE_WRITE);
+		s->flushed = s->got;
+	}
+	oci_feed_put(s->feed, buf, len);
+	return 0;
+}
+
+/* Layer i into its file and the feed; its end, with the checks' outcome,
+ * into the feed; then the verified file into the cache. */
+static int pull_fetch(struct pull *p, size_t i, const char *digest, int64_t size)
+{
+	char name[64];
+	snprintf(name, sizeof(name), "blob.%zu", i);
+	_cleanup_free_ char *f = path_join(p->tmp, name);
+	struct pull_out s = { .feed = p->feed, .fd = f ? open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1 };
+	int q = s.fd < 0 ? err_set(&p->ferr, errno ? errno : ENOMEM, NULL, "create '%s': %m", name)
+			 : oci_reg_blob_read(p->r, digest, size, p->e->cfg->max_import_bytes, pull_sink, &s, &p->ferr);
+	oci_feed_end(p->feed, q);
+	if (s.fd >= 0)
+		close(s.fd);
+	return q < 0 ? q : oci_cache_keep(p->e, f, digest, true, &p->ferr);
+}
+
+/* Download, in order, the layers the apply thread reads from the feed.
+ * After the apply thread gave up, the blob under way is still read to its
+ * end: a blob that fails its digest answers digest_mismatch, whatever its
+ * bytes did to the layer's tar. */
+static int pull_download(struct pull *p)
+{
+	json_t *l;
+	size_t i;
+	int q = 0;
+	json_array_foreach (p->layers, i, l) {
+		int64_t size = json_integer_value(json_object_get(l, "size"));
+		if (!p->fetch[i] || q < 0 || oci_feed_cancelled(p->feed))
+			continue;
+		q = pull_fetch(p, i, json_string_value(json_object_get(l, "digest")), size);
+		if (q == 0)
+			p->fetched += (uint64_t)size;
+	}
+	if (q < 0) /* the apply thread stops at once */
+		oci_feed_cancel(p->feed);
+	return q;
+}
+
+/* The layers applied while they download, on two threads. */
+static int pull_layers(struct pull *p)
+{
+	pthread_t t;
+	int q = oci_feed_new(&p->feed);
+	if (q < 0)
+		return err_set(p->err, -q, NULL, "start the pull: %s", strerror(-q));
+	p->budget = p->e->cfg->max_import_bytes;
+	if ((q = pthread_create(&t, NULL, pull_apply_main, p)) != 0)
+		return err_set(p->err, q, NULL, "start the pull: %s", strerror(q));
+	q = pull_download(p);
+	pthread_join(t, NULL);
+	if (q < 0) {
+		*p->err = p->ferr;
+		return q;
+	}
+	return p->status;
+}
+
+/* The image's roots: as its annotation says, or, for an image ckptd did
+ * not make, where ours are, or as "roots" says. */
+static json_t *pull_image_roots(struct pull *p)
+{
+	const char *ra = json_string_value(json_object_get(p->annotations, "io.ckptd.roots")), *k;
+	json_t *v, *image_roots;
+	if (ra)
+		return json_loads(ra, 0, NULL);
+	image_roots = json_array();
+	json_object_foreach (p->req->roots, k, v)
+		json_array_append_new(image_roots, json_string(k));
+	for (size_t i = 0; i < p->e->cfg->n_roots; i++) {
+		bool taken = false;
+		json_object_foreach (p->req->roots, k, v)
+			taken |= !strcmp(json_string_value(v) ?: "", p->e->cfg->roots[i]);
+		if (!taken)
+			json_array_append_new(image_roots, json_string(p->e->cfg->roots[i]));
+	}
+	return image_roots;
+}
+
+/* The checkpoint the trees become, with pull_of {ref, digest, roots}. */
+static int pull_commit(struct pull *p, struct ckpt_record **ret_rec, char *ref, size_t cap)
+{
+	if (p->ref.tag[0] || !p->ref.digest[0])
+		snprintf(ref, cap, "%s/%s:%s", p->ref.host, p->ref.repo, p->ref.tag[0] ? p->ref.tag : "latest");
+	else
+		snprintf(ref, cap, "%s/%s@%s", p->ref.host, p->ref.repo, p->ref.digest);
+	const char *nm = json_string_value(json_object_get(p->annotations, "io.ckptd.name"));
+	int q = pull_keep_manifest(p);
+	if (q == 0)
+		q = FAILPOINT_AROUND("pull.import",
+				     engine_import_trees(p->e, p->tmp, nm && name_valid(nm) ? nm : "pulled", NULL,
+							 "pull_of",
+							 json_pack("{s:s, s:s, s:O}", "ref", ref, "digest", p->digest,
+								   "roots", p->mapping),
+							 ret_rec, p->err));
+	return q;
 }
 
 static int pull_run(struct pull *p, struct ckpt_view *ret)
@@ -512,72 +674,30 @@ static int pull_run(struct pull *p, struct ckpt_view *ret)
 		q = pull_manifest(p);
 	if (q < 0)
 		return q;
-	json_auto_t *image_roots = NULL;
-	const char *ra = json_string_value(json_object_get(p->annotations, "io.ckptd.roots"));
-	if (ra) {
-		image_roots = json_loads(ra, 0, NULL);
-	} else { /* an image ckptd did not make: its roots are where ours are, or as "roots" says */
-		image_roots = json_array();
-		const char *k;
-		json_t *v;
-		json_object_foreach (p->req->roots, k, v)
-			json_array_append_new(image_roots, json_string(k));
-		for (size_t i = 0; i < e->cfg->n_roots; i++) {
-			bool taken = false;
-			json_object_foreach (p->req->roots, k, v)
-				taken |= !strcmp(json_string_value(v) ?: "", e->cfg->roots[i]);
-			if (!taken)
-				json_array_append_new(image_roots, json_string(e->cfg->roots[i]));
-		}
-	}
+	json_auto_t *image_roots = pull_image_roots(p);
 	if (!json_is_array(image_roots))
 		return unsupported(p, "its io.ckptd.roots annotation is not a JSON list");
 	if ((q = pull_roots(p, image_roots)) < 0 || (q = pull_config(p)) < 0)
 		return q;
-	json_t *l;
-	size_t i;
 	pull_start(p);
 	if ((q = pull_setup(p)) < 0)
 		return q;
-	json_array_foreach (p->layers, i, l) {
-		if (q == 0 && i >= p->skip)
-			q = pull_blob(p, json_string_value(json_object_get(l, "digest")),
-				      json_integer_value(json_object_get(l, "size")), i);
-	}
-	if (q == 0)
-		q = pull_keep_manifest(p);
-	if (q < 0)
-		return q;
-	pthread_t t;
-	p->budget = e->cfg->max_import_bytes;
-	if ((q = pthread_create(&t, NULL, pull_apply_main, p)) != 0)
-		return err_set(p->err, q, NULL, "start the pull: %s", strerror(q));
-	pthread_join(t, NULL);
-	if ((q = p->status) < 0)
+	pull_plan(p);
+	if ((q = pull_layers(p)) < 0)
 		return q;
 	char ref[700];
-	if (p->ref.tag[0] || !p->ref.digest[0])
-		snprintf(ref, sizeof(ref), "%s/%s:%s", p->ref.host, p->ref.repo, p->ref.tag[0] ? p->ref.tag : "latest");
-	else
-		snprintf(ref, sizeof(ref), "%s/%s@%s", p->ref.host, p->ref.repo, p->ref.digest);
-	const char *nm = json_string_value(json_object_get(p->annotations, "io.ckptd.name"));
 	struct ckpt_record *rec = NULL;
-	q = FAILPOINT_AROUND(
-		"pull.import",
-		engine_import_trees(e, p->tmp, nm && name_valid(nm) ? nm : "pulled", NULL, "pull_of",
-				    json_pack("{s:s, s:s, s:O}", "ref", ref, "digest", p->digest, "roots", p->mapping),
-				    &rec, p->err));
-	if (q < 0)
+	if ((q = pull_commit(p, &rec, ref, sizeof(ref))) < 0)
 		return q;
 	if (p->keep_prefix)
 		pull_keep_prefix(p);
 	log_event(LOG_INFO_, &(struct log_fields){ "pull", rec->id, NULL, -1 },
-		  "pulled %s (%s) as %s: %zu of %zu layers applied over %s%s", ref, p->digest, rec->id,
-		  json_array_size(p->layers) - p->skip, json_array_size(p->layers),
+		  "pulled %s (%s) as %s: %zu of %zu layers applied over %s%s, %llu bytes fetched", ref, p->digest,
+		  rec->id, json_array_size(p->layers) - p->skip, json_array_size(p->layers),
 		  p->held_id[0]             ? "checkpoint "
 			  : p->held_tree[0] ? "kept tree "
 					    : "nothing",
-		  p->held_id[0] ? p->held_id : p->held_tree);
+		  p->held_id[0] ? p->held_id : p->held_tree, (unsigned long long)p->fetched);
 	engine_view(e, rec, ret);
 	record_unref(rec);
 	return 0;
@@ -599,6 +719,7 @@ int engine_pull(struct engine *e, const struct pull_req *req, struct ckpt_view *
 	if (q == 0)
 		q = pull_run(&p, ret);
 	oci_reg_free(p.r);
+	oci_feed_free(p.feed);
 	if (p.tmp_fd >= 0)
 		close(p.tmp_fd);
 	engine_xfer_rm(e, p.tmp);

@@ -215,7 +215,8 @@ def test_push_pull_two_machines(daemon_factory, registry, tmp_path, backend):
     p2 = pull(b, out2["ref"], roots={str(a.roots[0]): str(b.roots[0])})
     assert {l["digest"][7:] for l in out["layers"]} <= held  # held, so not fetched again
     # and not applied again either: the first pull's tree is linked, the new layer goes over it
-    assert f"1 of 3 layers applied over checkpoint {p['checkpoint_id']}" in b.log()
+    assert (f"1 of 3 layers applied over checkpoint {p['checkpoint_id']}, "
+            f"{out2['layers'][2]['size']} bytes fetched") in b.log()
     b.restore(p2["checkpoint_id"])
     assert_same_tree(want2, tree_state(b.roots[0]))
     b.restore(p["checkpoint_id"])
