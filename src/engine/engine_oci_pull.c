@@ -3,17 +3,17 @@
  *
  * Manifest (an index must have linux/amd64) and config first. The trees
  * start empty, or linked from what this daemon holds (a checkpoint pulled
- * before, a tree kept below an image's last layer). Then two threads: this
- * one downloads each layer the cache (oci_cache.c) lacks, checking size
- * and digest as the bytes arrive, writes it to <state>/xfer/<rnd>/ to be
- * kept by digest, and hands the same bytes through a few blocks of memory
- * (oci_feed.c) to one that applies the layers in order into one tree per
- * root below the same temp dir; a layer the cache holds applies from there.
- * A blob that fails its checks at its end fails the pull, tree and all:
- * the trees become a checkpoint, as an import does, only when every layer
- * verified and applied. Until then nothing but verified blobs in the cache
- * is written, and the temp dir goes at the next start if the daemon is
- * killed. */
+ * before, a tree kept below an image's last layer): that is how a layer
+ * held by digest is not downloaded again. Then two threads: this one
+ * downloads each other layer, checking size and digest as the bytes
+ * arrive, and hands them through a few blocks of memory (oci_feed.c) to
+ * one that applies the layers in order into one tree per root below
+ * <state>/xfer/<rnd>/. The blob is never written: only its files are. A
+ * layer the blob cache holds (a push made it here) applies from there. A
+ * blob that fails its checks at its end fails the pull, tree and all: the
+ * trees become a checkpoint, as an import does, only when every layer
+ * verified and applied. A daemon killed meanwhile leaves only the temp
+ * dir, which the next start removes. */
 #include "engine/engine_oci.h"
 
 #include <pthread.h>
@@ -34,7 +34,6 @@
 
 #define CONFIG_MAX (4u << 20)
 #define LAYERS_MAX 500
-#define FLUSH_EVERY (8u << 20) /* start writeback of a blob as it grows */
 
 struct pull {
 	struct engine *e;
@@ -540,47 +539,19 @@ static void *pull_apply_main(void *arg)
 	return NULL;
 }
 
-/* Where a downloaded layer's bytes go: its file, then the feed. */
-struct pull_out {
-	struct oci_feed *feed;
-	int fd;
-	uint64_t got, flushed;
-};
-
 static int pull_sink(void *arg, const void *buf, size_t len)
 {
-	struct pull_out *s = arg;
-	for (size_t done = 0; done < len;) {
-		ssize_t k = write(s->fd, (const char *)buf + done, len - done);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return -errno;
-		done += (size_t)k;
-	}
-	s->got += len;
-	if (s->got - s->flushed >= FLUSH_EVERY) { /* the fsync before keeping it waits less */
-		sync_file_range(s->fd, (off_t)s->flushed, (off_t)(s->got - s->flushed), SYNC_FILE_RANGE_WRITE);
-		s->flushed = s->got;
-	}
-	oci_feed_put(s->feed, buf, len);
+	oci_feed_put(arg, buf, len);
 	return 0;
 }
 
-/* Layer i into its file and the feed; its end, with the checks' outcome,
- * into the feed; then the verified file into the cache. */
-static int pull_fetch(struct pull *p, size_t i, const char *digest, int64_t size)
+/* Layer i into the feed, then its end with the checks' outcome. The blob
+ * itself is not kept: the trees a pull keeps serve the next pull. */
+static int pull_fetch(struct pull *p, const char *digest, int64_t size)
 {
-	char name[64];
-	snprintf(name, sizeof(name), "blob.%zu", i);
-	_cleanup_free_ char *f = path_join(p->tmp, name);
-	struct pull_out s = { .feed = p->feed, .fd = f ? open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1 };
-	int q = s.fd < 0 ? err_set(&p->ferr, errno ? errno : ENOMEM, NULL, "create '%s': %m", name)
-			 : oci_reg_blob_read(p->r, digest, size, p->e->cfg->max_import_bytes, pull_sink, &s, &p->ferr);
+	int q = oci_reg_blob_read(p->r, digest, size, p->e->cfg->max_import_bytes, pull_sink, p->feed, &p->ferr);
 	oci_feed_end(p->feed, q);
-	if (s.fd >= 0)
-		close(s.fd);
-	return q < 0 ? q : oci_cache_keep(p->e, f, digest, true, &p->ferr);
+	return q;
 }
 
 /* Download, in order, the layers the apply thread reads from the feed.
@@ -596,7 +567,7 @@ static int pull_download(struct pull *p)
 		int64_t size = json_integer_value(json_object_get(l, "size"));
 		if (!p->fetch[i] || q < 0 || oci_feed_cancelled(p->feed))
 			continue;
-		q = pull_fetch(p, i, json_string_value(json_object_get(l, "digest")), size);
+		q = pull_fetch(p, json_string_value(json_object_get(l, "digest")), size);
 		if (q == 0)
 			p->fetched += (uint64_t)size;
 	}
