@@ -174,9 +174,9 @@ static void trim_small(struct trim *t, const char *dir)
 void oci_trim(struct engine *e)
 {
 	struct catalog_list all = { 0 };
-	struct trim t = { .e = e, .ids = json_object(), .blobs = json_object(), .trees = json_object() };
 	if (pthread_rwlock_trywrlock(&e->oci_lock) != 0)
 		return; /* a push or pull runs: it asks for a trim when it ends */
+	struct trim t = { .e = e, .ids = json_object(), .blobs = json_object(), .trees = json_object() };
 	pthread_mutex_lock(&e->op_lock);
 	if (t.ids && t.blobs && t.trees && catalog_list(e->catalog, NULL, &all) == 0) {
 		for (size_t i = 0; i < all.n; i++) {
