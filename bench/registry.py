@@ -15,12 +15,14 @@ VmHWM after the operation less VmRSS before it, with the peak reset
 (clear_refs 5) first. CPU is user+sys seconds: the daemon's for its rows,
 skopeo's for its own (the registry's is not counted in either). Prints a
 markdown table, the ratios to skopeo and the load average: the machine may
-be shared, so compare within one run."""
+be shared, so compare within one run. A pull's bytes are those its log
+line says it fetched."""
 import argparse
 import base64
 import json
 import os
 import pathlib
+import re
 import resource
 import shutil
 import signal
@@ -106,6 +108,10 @@ class Daemon:
         fields = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def fetched(self):
+        """The bytes the last pull fetched, as its log line says."""
+        return int(re.findall(r"(\d+) bytes fetched", (self.base / "log").read_text())[-1])
+
     def measured(self, path, body, expect):
         """(answer, seconds, peak RSS growth in bytes, CPU seconds)."""
         with open(f"/proc/{self.proc.pid}/clear_refs", "w") as f:
@@ -163,17 +169,14 @@ def one(size_name, size, work):
         p0, t, rss, cpu = a.measured(f"/v1/checkpoints/{c1}/push", {"ref": f"{host2}/bench/cached"}, 200)
         rows.append(("ckptd push, whole, layers already made", t, cpu, p0["uploaded_bytes"], rss))
         roots = {str(a.root): str(b.root)}
-        blobs = b.base / "state/oci/blobs"
         _, t, rss, cpu = b.measured("/v1/checkpoints/pull", {"ref": p1["ref"], "roots": roots}, 201)
-        got = sum(f.stat().st_size for f in blobs.iterdir())
-        rows.append(("ckptd pull, whole", t, cpu, got, rss))
+        rows.append(("ckptd pull, whole", t, cpu, b.fetched(), rss))
         ten_changes(a.root)
         c2 = a.post("/v1/checkpoints", {"name": "two"}, 201)["checkpoint_id"]
         p2, t, rss, cpu = a.measured(f"/v1/checkpoints/{c2}/push", {"ref": f"{host}/bench/img"}, 200)
         rows.append(("ckptd push, next after 10 changes", t, cpu, p2["uploaded_bytes"], rss))
         _, t, rss, cpu = b.measured("/v1/checkpoints/pull", {"ref": p2["ref"], "roots": roots}, 201)
-        rows.append(("ckptd pull, next after 10 changes", t, cpu,
-                     sum(f.stat().st_size for f in blobs.iterdir()) - got, rss))
+        rows.append(("ckptd pull, next after 10 changes", t, cpu, b.fetched(), rss))
         c.start()
         fill(c.root, size)
         c3 = c.post("/v1/checkpoints", {"name": "three"}, 201)["checkpoint_id"]

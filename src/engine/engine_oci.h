@@ -62,6 +62,8 @@ struct pull_req {
 	const char *ref; /* HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:HEX */
 	json_t *roots;   /* {"/path/in/image": "/local/root"} or NULL (borrowed) */
 };
-/* Pull an image as a new checkpoint; *ret_record is its public record with
- * pull_of {ref, digest}. Nothing is kept of a failed pull. */
-int engine_pull(struct engine *e, const struct pull_req *req, json_t **ret_record, ckpt_error *err);
+struct ckpt_view;
+/* Pull an image as a new checkpoint; *ret is its record (with pull_of
+ * {ref, digest, roots}), ckpt_view_free it. Nothing is kept of a failed
+ * pull. */
+int engine_pull(struct engine *e, const struct pull_req *req, struct ckpt_view *ret, ckpt_error *err);

@@ -1,13 +1,19 @@
 /* engine_oci_pull.c: pull an OCI image from a registry as a new checkpoint
  * (docs/registry.md).
  *
- * Manifest (an index must have linux/amd64), config, then each layer not
- * already in the cache (oci_cache.c) is downloaded into <state>/xfer/<rnd>/,
- * checked for size and digest as it arrives, and kept by digest. The layers
- * are applied in order into one tree per root below the same temp dir,
- * which becomes a checkpoint as an import does. Until that commit nothing
- * but verified blobs in the cache is written, and the temp dir goes at the
- * next start if the daemon is killed. */
+ * Manifest (an index must have linux/amd64) and config first. The trees
+ * start empty, or linked from what this daemon holds (a checkpoint pulled
+ * before, a tree kept below an image's last layer): that is how a layer
+ * held by digest is not downloaded again. Then two threads: this one
+ * downloads each other layer, checking size and digest as the bytes
+ * arrive, and hands them through a few blocks of memory (oci_feed.c) to
+ * one that applies the layers in order into one tree per root below
+ * <state>/xfer/<rnd>/. The blob is never written: only its files are. A
+ * layer the blob cache holds (a push made it here) applies from there. A
+ * blob that fails its checks at its end fails the pull, tree and all: the
+ * trees become a checkpoint, as an import does, only when every layer
+ * verified and applied. A daemon killed meanwhile leaves only the temp
+ * dir, which the next start removes. */
 #include "engine/engine_oci.h"
 
 #include <pthread.h>
@@ -21,11 +27,13 @@
 #include "engine/engine_xfer.h"
 #include "engine/oci_cache.h"
 #include "engine/oci_clone.h"
+#include "engine/oci_feed.h"
 #include "engine/oci_layer.h"
 #include "engine/oci_reg.h"
 #include "lib/failpoint.h"
 
 #define CONFIG_MAX (4u << 20)
+#define LAYERS_MAX 500
 
 struct pull {
 	struct engine *e;
@@ -43,15 +51,19 @@ struct pull {
 	 * this image's first skip layers; linked, then only the layers from
 	 * skip on apply. */
 	char held_id[32];
-	json_t *held_data;
 	char held_tree[80];
 	size_t skip;
 	bool keep_prefix;                   /* keep the tree below the last layer for the next pull */
 	const char *image_roots[MAX_ROOTS]; /* image root mapped to local root i */
 	struct oci_map map[MAX_ROOTS];
 	char dirs[MAX_ROOTS][24]; /* "0", "1", ...: the trees below tmp */
+	int tmp_fd;
+	bool fetch[LAYERS_MAX]; /* downloaded and fed; else applied from the cache */
+	struct oci_feed *feed;  /* from the download to the thread that applies */
+	uint64_t fetched;       /* bytes downloaded */
 	int64_t budget;
-	ckpt_error *err;
+	ckpt_error *err; /* the caller's: the apply thread's errors */
+	ckpt_error ferr; /* the download's: it wins, its blob failed first */
 	int status;
 };
 
@@ -118,7 +130,7 @@ static int pull_manifest(struct pull *p)
 	p->mlen = len;
 	p->layers = json_object_get(p->manifest, "layers");
 	p->annotations = json_object_get(p->manifest, "annotations");
-	if (!json_is_array(p->layers) || json_array_size(p->layers) == 0 || json_array_size(p->layers) > 500)
+	if (!json_is_array(p->layers) || json_array_size(p->layers) == 0 || json_array_size(p->layers) > LAYERS_MAX)
 		return unsupported(p, "it has no layers, or more than 500");
 	json_t *l;
 	size_t i;
@@ -200,24 +212,16 @@ static int pull_roots(struct pull *p, json_t *image_roots)
 	return 0;
 }
 
-/* Every layer (and the config) in the cache, downloaded where missing. */
-static void pull_progress(void *arg, uint64_t n)
+/* The config into the cache, downloaded when missing. */
+static int pull_config_blob(struct pull *p, const char *digest, int64_t size)
 {
-	(void)arg;
-	(void)n;
-}
-
-static int pull_blob(struct pull *p, const char *digest, int64_t size, size_t n)
-{
-	char name[64];
 	if (oci_cache_held(p->e, digest, size))
 		return 0;
-	snprintf(name, sizeof(name), "blob.%zu", n);
-	_cleanup_free_ char *f = path_join(p->tmp, name);
+	_cleanup_free_ char *f = path_join(p->tmp, "config.blob");
 	_cleanup_close_ int fd = f ? open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
 	if (fd < 0)
-		return err_set(p->err, errno ? errno : ENOMEM, NULL, "create '%s': %m", name);
-	int q = oci_reg_blob_get(p->r, digest, size, p->e->cfg->max_import_bytes, fd, pull_progress, p, p->err);
+		return err_set(p->err, errno ? errno : ENOMEM, NULL, "create the config's file: %m");
+	int q = oci_reg_blob_get(p->r, digest, size, CONFIG_MAX, fd, NULL, NULL, p->err);
 	return q < 0 ? q : oci_cache_keep(p->e, f, digest, true, p->err);
 }
 
@@ -231,7 +235,7 @@ static int pull_config(struct pull *p)
 	size_t len;
 	if (!d || strncmp(d, "sha256:", 7) || strlen(d) != 71 || size <= 0 || size > CONFIG_MAX)
 		return unsupported(p, "its config descriptor is missing or too large");
-	int q = pull_blob(p, d, size, 9999);
+	int q = pull_config_blob(p, d, size);
 	oci_cache_blob_name(d, path, sizeof(path));
 	if (q == 0 && read_file_at(p->e->state_fd, path, CONFIG_MAX, &text, &len) < 0)
 		q = err_set(p->err, errno, NULL, "read the image config: %m");
@@ -352,6 +356,15 @@ static bool pull_tree_held(struct pull *p, const char *key)
 	return fstatat(p->e->state_fd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* Whether to keep the tree below the image's last layer for the next pull. */
+static void pull_keep_decide(struct pull *p)
+{
+	size_t n = json_array_size(p->layers);
+	char key[2 * SHA256_DIGEST_SIZE + 1];
+	pull_tree_key(p, n - 1, key);
+	p->keep_prefix = n >= 2 && p->skip < n && !pull_tree_held(p, key);
+}
+
 /* Where the trees start: the checkpoint or kept tree that holds the most of
  * this image's first layers; and whether to keep the tree below its last. */
 static void pull_start(struct pull *p)
@@ -366,8 +379,6 @@ static void pull_start(struct pull *p)
 		if (k > p->skip) {
 			p->skip = k;
 			snprintf(p->held_id, sizeof(p->held_id), "%s", all.v[i]->id);
-			json_decref(p->held_data);
-			p->held_data = json_incref(all.v[i]->backend_data);
 		}
 	}
 	catalog_list_free(&all);
@@ -380,34 +391,79 @@ static void pull_start(struct pull *p)
 			break;
 		}
 	}
-	pull_tree_key(p, n - 1, key);
-	p->keep_prefix = n >= 2 && p->skip < n && !pull_tree_held(p, key);
+	pull_keep_decide(p);
 }
 
 /* Each root's tree where the pull starts, linked into the temp dir. Under
- * the operation lock: no delete or trim removes those files meanwhile. */
-static int pull_link_start(struct pull *p)
+ * the operation lock: no delete or trim removes those files meanwhile. The
+ * checkpoint is looked up again there: a delete since it was chosen. */
+static int pull_link_start(struct pull *p, ckpt_error *err)
 {
 	struct engine *e = p->e;
 	char **dirs = NULL, src[PATH_MAX];
 	_cleanup_free_ char *vdir = NULL;
-	int q = p->held_id[0] ? engine_xfer_tmp(e, &vdir, p->err) : 0;
+	int q = p->held_id[0] ? engine_xfer_tmp(e, &vdir, err) : 0;
 	if (q < 0)
 		return q;
 	pthread_mutex_lock(&e->op_lock);
-	if (p->held_id[0])
-		q = e->backend->xfer->view_open(e->bst, p->held_id, p->held_data, vdir, &dirs, p->err);
+	if (p->held_id[0]) {
+		const struct ckpt_record *rec = catalog_get(e->catalog, p->held_id);
+		q = rec && rec->status == CKPT_ACTIVE
+			? e->backend->xfer->view_open(e->bst, rec->id, rec->backend_data, vdir, &dirs, err)
+			: err_set(err, ENOENT, NULL, "it was deleted");
+		if (rec)
+			record_unref(rec);
+	}
 	for (size_t i = 0; q == 0 && i < e->cfg->n_roots; i++) {
-		_cleanup_close_ int dfd = open(p->dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		_cleanup_close_ int dfd = openat(p->tmp_fd, p->dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		snprintf(src, sizeof(src), "%s/%s/%s/%zu", e->cfg->state_dir, TREES_DIR, p->held_tree, i);
-		q = dfd < 0 ? err_set(p->err, errno, NULL, "open '%s': %m", p->dirs[i])
-			    : oci_clone_tree(dirs ? dirs[i] : src, dfd, p->err);
+		q = dfd < 0 ? err_set(err, errno, NULL, "open '%s': %m", p->dirs[i])
+			    : oci_clone_tree(dirs ? dirs[i] : src, dfd, err);
 	}
 	if (dirs)
 		e->backend->xfer->view_close(e->bst, dirs);
 	pthread_mutex_unlock(&e->op_lock);
 	engine_xfer_rm(e, vdir);
 	return q;
+}
+
+static int pull_mkdirs(struct pull *p)
+{
+	for (size_t i = 0; i < p->e->cfg->n_roots; i++)
+		if (mkdirat(p->tmp_fd, p->dirs[i], 0755) < 0)
+			return err_set(p->err, errno, NULL, "create '%s/%s': %m", p->tmp, p->dirs[i]);
+	return 0;
+}
+
+/* The trees where the pull starts, before anything downloads: a start
+ * that cannot be linked (its checkpoint deleted since pull_start chose it)
+ * costs the shortcut only, and the pull fetches and applies every layer. */
+static int pull_setup(struct pull *p)
+{
+	ckpt_error lerr = { 0 };
+	int q = pull_mkdirs(p);
+	if (q < 0 || (!p->held_id[0] && !p->held_tree[0]) || pull_link_start(p, &lerr) == 0)
+		return q;
+	log_info("pull: cannot start from %s %s (%s): applying every layer", p->held_id[0] ? "checkpoint" : "kept tree",
+		 p->held_id[0] ? p->held_id : p->held_tree, lerr.msg);
+	for (size_t i = 0; i < p->e->cfg->n_roots; i++)
+		if ((q = rm_rf_at(p->tmp_fd, p->dirs[i])) < 0)
+			return err_set(p->err, -q, NULL, "empty '%s/%s': %s", p->tmp, p->dirs[i], strerror(-q));
+	p->skip = 0;
+	p->held_id[0] = p->held_tree[0] = '\0';
+	pull_keep_decide(p);
+	return pull_mkdirs(p);
+}
+
+/* Which layers to download: from the start on, those the cache lacks. */
+static void pull_plan(struct pull *p)
+{
+	json_t *l;
+	size_t i;
+	json_array_foreach (p->layers, i, l)
+		p->fetch[i] = i >= p->skip &&
+			!oci_cache_held(p->e, json_string_value(json_object_get(l, "digest")),
+					json_integer_value(json_object_get(l, "size")));
 }
 
 /* The trees before the last layer, linked aside ("pre/N") to be kept. */
@@ -439,35 +495,147 @@ static void pull_keep_prefix(struct pull *p)
 		log_info("pull: the tree below the last layer is not kept: %m");
 }
 
+static ssize_t pull_feed_read(void *ctx, const void **buf)
+{
+	return oci_feed_read(ctx, buf);
+}
+
+/* Layer i, as it downloads or from the cache. A downloaded one has applied
+ * only once its blob verified: its end in the feed says so. */
+static int pull_apply_layer(struct pull *p, size_t i)
+{
+	const char *digest = json_string_value(json_object_get(json_array_get(p->layers, i), "digest"));
+	bool (*portable)(const char *) = p->e->backend->xfer->xattr_portable;
+	if (!p->fetch[i])
+		return pull_apply_one(p, digest);
+	int q = oci_layer_apply_read(pull_feed_read, p->feed, p->map, p->e->cfg->n_roots, &p->budget, portable, p->err);
+	int st = q < 0 ? 0 : oci_feed_skip(p->feed); /* what follows the tar's end, then the blob's checks */
+	if (st < 0)
+		q = err_set(p->err, -st, NULL, "blob %s failed: %s", digest, strerror(-st));
+	oci_feed_next(p->feed);
+	return q;
+}
+
 static void *pull_apply_main(void *arg)
 {
 	struct pull *p = arg;
-	_cleanup_close_ int dfd = open(p->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int q = dfd < 0 ? err_set(p->err, errno, NULL, "open '%s': %m", p->tmp) : 0;
+	size_t n = json_array_size(p->layers);
+	int q = 0;
 	/* libarchive extracts relative to the working directory: this thread's own */
-	if (q == 0 && (unshare(CLONE_FS) < 0 || fchdir(dfd) < 0))
+	if (unshare(CLONE_FS) < 0 || fchdir(p->tmp_fd) < 0)
 		q = err_set(p->err, errno, NULL, "enter '%s': %m", p->tmp);
-	for (size_t i = 0; q == 0 && i < p->e->cfg->n_roots; i++)
-		if (mkdir(p->dirs[i], 0755) < 0)
-			q = err_set(p->err, errno, NULL, "create '%s': %m", p->dirs[i]);
 	const char *bl = json_string_value(json_object_get(p->annotations, "io.ckptd.base_layer"));
-	if (q == 0 && (p->held_id[0] || p->held_tree[0]))
-		q = pull_link_start(p);
-	else if (q == 0 && bl && !strcmp(bl, "false"))
+	if (q == 0 && p->skip == 0 && bl && !strcmp(bl, "false"))
 		q = pull_local_base(p);
-	json_t *l;
-	size_t i;
-	json_array_foreach (p->layers, i, l) {
-		if (q == 0 && i >= p->skip && p->keep_prefix && i + 1 == json_array_size(p->layers))
+	for (size_t i = p->skip; q == 0 && i < n; i++) {
+		if (p->keep_prefix && i + 1 == n)
 			q = pull_link_prefix(p);
-		if (q == 0 && i >= p->skip)
-			q = pull_apply_one(p, json_string_value(json_object_get(l, "digest")));
+		if (q == 0)
+			q = pull_apply_layer(p, i);
 	}
+	if (q < 0) /* the download stops at the end of its blob */
+		oci_feed_cancel(p->feed);
 	p->status = q;
 	return NULL;
 }
 
-static int pull_run(struct pull *p, json_t **ret_record)
+static int pull_sink(void *arg, const void *buf, size_t len)
+{
+	oci_feed_put(arg, buf, len);
+	return 0;
+}
+
+/* Layer i into the feed, then its end with the checks' outcome. The blob
+ * itself is not kept: the trees a pull keeps serve the next pull. */
+static int pull_fetch(struct pull *p, const char *digest, int64_t size)
+{
+	int q = oci_reg_blob_read(p->r, digest, size, p->e->cfg->max_import_bytes, pull_sink, p->feed, &p->ferr);
+	oci_feed_end(p->feed, q);
+	return q;
+}
+
+/* Download, in order, the layers the apply thread reads from the feed.
+ * After the apply thread gave up, the blob under way is still read to its
+ * end: a blob that fails its digest answers digest_mismatch, whatever its
+ * bytes did to the layer's tar. */
+static int pull_download(struct pull *p)
+{
+	json_t *l;
+	size_t i;
+	int q = 0;
+	json_array_foreach (p->layers, i, l) {
+		int64_t size = json_integer_value(json_object_get(l, "size"));
+		if (!p->fetch[i] || q < 0 || oci_feed_cancelled(p->feed))
+			continue;
+		q = pull_fetch(p, json_string_value(json_object_get(l, "digest")), size);
+		if (q == 0)
+			p->fetched += (uint64_t)size;
+	}
+	if (q < 0) /* the apply thread stops at once */
+		oci_feed_cancel(p->feed);
+	return q;
+}
+
+/* The layers applied while they download, on two threads. */
+static int pull_layers(struct pull *p)
+{
+	pthread_t t;
+	int q = oci_feed_new(&p->feed);
+	if (q < 0)
+		return err_set(p->err, -q, NULL, "start the pull: %s", strerror(-q));
+	p->budget = p->e->cfg->max_import_bytes;
+	if ((q = pthread_create(&t, NULL, pull_apply_main, p)) != 0)
+		return err_set(p->err, q, NULL, "start the pull: %s", strerror(q));
+	q = pull_download(p);
+	pthread_join(t, NULL);
+	if (q < 0) {
+		*p->err = p->ferr;
+		return q;
+	}
+	return p->status;
+}
+
+/* The image's roots: as its annotation says, or, for an image ckptd did
+ * not make, where ours are, or as "roots" says. */
+static json_t *pull_image_roots(struct pull *p)
+{
+	const char *ra = json_string_value(json_object_get(p->annotations, "io.ckptd.roots")), *k;
+	json_t *v, *image_roots;
+	if (ra)
+		return json_loads(ra, 0, NULL);
+	image_roots = json_array();
+	json_object_foreach (p->req->roots, k, v)
+		json_array_append_new(image_roots, json_string(k));
+	for (size_t i = 0; i < p->e->cfg->n_roots; i++) {
+		bool taken = false;
+		json_object_foreach (p->req->roots, k, v)
+			taken |= !strcmp(json_string_value(v) ?: "", p->e->cfg->roots[i]);
+		if (!taken)
+			json_array_append_new(image_roots, json_string(p->e->cfg->roots[i]));
+	}
+	return image_roots;
+}
+
+/* The checkpoint the trees become, with pull_of {ref, digest, roots}. */
+static int pull_commit(struct pull *p, struct ckpt_record **ret_rec, char *ref, size_t cap)
+{
+	if (p->ref.tag[0] || !p->ref.digest[0])
+		snprintf(ref, cap, "%s/%s:%s", p->ref.host, p->ref.repo, p->ref.tag[0] ? p->ref.tag : "latest");
+	else
+		snprintf(ref, cap, "%s/%s@%s", p->ref.host, p->ref.repo, p->ref.digest);
+	const char *nm = json_string_value(json_object_get(p->annotations, "io.ckptd.name"));
+	int q = pull_keep_manifest(p);
+	if (q == 0)
+		q = FAILPOINT_AROUND("pull.import",
+				     engine_import_trees(p->e, p->tmp, nm && name_valid(nm) ? nm : "pulled", NULL,
+							 "pull_of",
+							 json_pack("{s:s, s:s, s:O}", "ref", ref, "digest", p->digest,
+								   "roots", p->mapping),
+							 ret_rec, p->err));
+	return q;
+}
+
+static int pull_run(struct pull *p, struct ckpt_view *ret)
 {
 	struct engine *e = p->e;
 	int q = oci_cache_dirs(e, p->err);
@@ -477,78 +645,38 @@ static int pull_run(struct pull *p, json_t **ret_record)
 		q = pull_manifest(p);
 	if (q < 0)
 		return q;
-	json_auto_t *image_roots = NULL;
-	const char *ra = json_string_value(json_object_get(p->annotations, "io.ckptd.roots"));
-	if (ra) {
-		image_roots = json_loads(ra, 0, NULL);
-	} else { /* an image ckptd did not make: its roots are where ours are, or as "roots" says */
-		image_roots = json_array();
-		const char *k;
-		json_t *v;
-		json_object_foreach (p->req->roots, k, v)
-			json_array_append_new(image_roots, json_string(k));
-		for (size_t i = 0; i < e->cfg->n_roots; i++) {
-			bool taken = false;
-			json_object_foreach (p->req->roots, k, v)
-				taken |= !strcmp(json_string_value(v) ?: "", e->cfg->roots[i]);
-			if (!taken)
-				json_array_append_new(image_roots, json_string(e->cfg->roots[i]));
-		}
-	}
+	json_auto_t *image_roots = pull_image_roots(p);
 	if (!json_is_array(image_roots))
 		return unsupported(p, "its io.ckptd.roots annotation is not a JSON list");
 	if ((q = pull_roots(p, image_roots)) < 0 || (q = pull_config(p)) < 0)
 		return q;
-	json_t *l;
-	size_t i;
 	pull_start(p);
-	json_array_foreach (p->layers, i, l) {
-		if (q == 0 && i >= p->skip)
-			q = pull_blob(p, json_string_value(json_object_get(l, "digest")),
-				      json_integer_value(json_object_get(l, "size")), i);
-	}
-	if (q == 0)
-		q = pull_keep_manifest(p);
-	if (q < 0)
+	if ((q = pull_setup(p)) < 0)
 		return q;
-	pthread_t t;
-	p->budget = e->cfg->max_import_bytes;
-	if ((q = pthread_create(&t, NULL, pull_apply_main, p)) != 0)
-		return err_set(p->err, q, NULL, "start the pull: %s", strerror(q));
-	pthread_join(t, NULL);
-	if ((q = p->status) < 0)
+	pull_plan(p);
+	if ((q = pull_layers(p)) < 0)
 		return q;
 	char ref[700];
-	if (p->ref.tag[0] || !p->ref.digest[0])
-		snprintf(ref, sizeof(ref), "%s/%s:%s", p->ref.host, p->ref.repo, p->ref.tag[0] ? p->ref.tag : "latest");
-	else
-		snprintf(ref, sizeof(ref), "%s/%s@%s", p->ref.host, p->ref.repo, p->ref.digest);
-	const char *nm = json_string_value(json_object_get(p->annotations, "io.ckptd.name"));
 	struct ckpt_record *rec = NULL;
-	q = FAILPOINT_AROUND(
-		"pull.import",
-		engine_import_trees(e, p->tmp, nm && name_valid(nm) ? nm : "pulled", NULL, "pull_of",
-				    json_pack("{s:s, s:s, s:O}", "ref", ref, "digest", p->digest, "roots", p->mapping),
-				    &rec, p->err));
-	if (q < 0)
+	if ((q = pull_commit(p, &rec, ref, sizeof(ref))) < 0)
 		return q;
 	if (p->keep_prefix)
 		pull_keep_prefix(p);
 	log_event(LOG_INFO_, &(struct log_fields){ "pull", rec->id, NULL, -1 },
-		  "pulled %s (%s) as %s: %zu of %zu layers applied over %s%s", ref, p->digest, rec->id,
-		  json_array_size(p->layers) - p->skip, json_array_size(p->layers),
+		  "pulled %s (%s) as %s: %zu of %zu layers applied over %s%s, %llu bytes fetched", ref, p->digest,
+		  rec->id, json_array_size(p->layers) - p->skip, json_array_size(p->layers),
 		  p->held_id[0]             ? "checkpoint "
 			  : p->held_tree[0] ? "kept tree "
 					    : "nothing",
-		  p->held_id[0] ? p->held_id : p->held_tree);
-	*ret_record = engine_public(e, rec);
+		  p->held_id[0] ? p->held_id : p->held_tree, (unsigned long long)p->fetched);
+	engine_view(e, rec, ret);
 	record_unref(rec);
 	return 0;
 }
 
-int engine_pull(struct engine *e, const struct pull_req *req, json_t **ret_record, ckpt_error *err)
+int engine_pull(struct engine *e, const struct pull_req *req, struct ckpt_view *ret, ckpt_error *err)
 {
-	struct pull p = { .e = e, .req = req, .err = err, .mapping = json_object() };
+	struct pull p = { .e = e, .req = req, .err = err, .mapping = json_object(), .tmp_fd = -1 };
 	if (!e->backend->xfer)
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "unsupported", "the %s backend cannot import",
 				    e->backend->name);
@@ -556,16 +684,21 @@ int engine_pull(struct engine *e, const struct pull_req *req, json_t **ret_recor
 	if (q == 0 && req->roots && !json_is_object(req->roots))
 		q = err_set_kind(err, ERR_INVALID, EINVAL, "bad_request", "roots must be an object");
 	pthread_rwlock_rdlock(&e->oci_lock); /* no trim of the cache meanwhile */
-	if (q == 0 && (q = engine_xfer_tmp(e, &p.tmp, err)) == 0)
-		q = pull_run(&p, ret_record);
+	if (q == 0 && (q = engine_xfer_tmp(e, &p.tmp, err)) == 0 &&
+	    (p.tmp_fd = open(p.tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		q = err_set(err, errno, NULL, "open '%s': %m", p.tmp);
+	if (q == 0)
+		q = pull_run(&p, ret);
 	oci_reg_free(p.r);
+	oci_feed_free(p.feed);
+	if (p.tmp_fd >= 0)
+		close(p.tmp_fd);
 	engine_xfer_rm(e, p.tmp);
 	pthread_rwlock_unlock(&e->oci_lock);
 	engine_kick_maintenance(e); /* trim what a failed pull left, count what it added */
 	free(p.tmp);
 	json_decref(p.manifest);
 	json_decref(p.mapping);
-	json_decref(p.held_data);
 	free(p.mtext);
 	if (q < 0) {
 		log_event(LOG_WARN_, &(struct log_fields){ "pull", NULL, NULL, -1 }, "pull refused: %s", err->msg);

@@ -666,8 +666,34 @@ static void la_restore_times(struct la *l)
 	}
 }
 
-int oci_layer_apply(int fd, const struct oci_map *map, size_t n, int64_t *budget, bool (*portable)(const char *name),
-		    ckpt_error *err)
+/* Where a layer's bytes come from: a file, or a reader's blocks. */
+struct la_src {
+	int fd;
+	oci_layer_read_fn read;
+	void *ctx;
+};
+
+static la_ssize_t la_read(struct archive *a, void *cls, const void **buf)
+{
+	const struct la_src *src = cls;
+	ssize_t k = src->read(src->ctx, buf);
+	if (k < 0)
+		archive_set_error(a, (int)-k, "the layer's stream broke: %s", strerror((int)-k));
+	return k < 0 ? ARCHIVE_FATAL : (la_ssize_t)k;
+}
+
+static int la_open(struct la *l, struct archive *a, struct la_src *src)
+{
+	archive_read_support_format_tar(a);
+	archive_read_support_filter_zstd(a);
+	archive_read_support_filter_gzip(a);
+	int r = src->read ? archive_read_open(a, src, NULL, la_read, NULL)
+			  : archive_read_open_fd(a, src->fd, ENGINE_XFER_BLOCK);
+	return r == ARCHIVE_OK ? 0 : hostile(l, "not a tar layer: %s", archive_error_string(a));
+}
+
+static int la_apply(struct la_src *src, const struct oci_map *map, size_t n, int64_t *budget,
+		    bool (*portable)(const char *name), ckpt_error *err)
 {
 	struct la l = { .map = map, .n = n, .budget = budget, .portable = portable, .err = err };
 	struct archive *a = archive_read_new(), *w = archive_write_disk_new();
@@ -678,16 +704,12 @@ int oci_layer_apply(int fd, const struct oci_map *map, size_t n, int64_t *budget
 	if (!a || !w || !l.written || !l.touched)
 		q = err_set(err, ENOMEM, NULL, "out of memory");
 	if (q == 0) {
-		archive_read_support_format_tar(a);
-		archive_read_support_filter_zstd(a);
-		archive_read_support_filter_gzip(a);
 		archive_write_disk_set_options(w,
 					       ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
 						       ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
 						       ARCHIVE_EXTRACT_SECURE_SYMLINKS |
 						       ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
-		if (archive_read_open_fd(a, fd, ENGINE_XFER_BLOCK) != ARCHIVE_OK)
-			q = hostile(&l, "not a tar layer: %s", archive_error_string(a));
+		q = la_open(&l, a, src);
 	}
 	while (q == 0 && (r = archive_read_next_header(a, &ae)) != ARCHIVE_EOF) {
 		if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
@@ -705,4 +727,18 @@ int oci_layer_apply(int fd, const struct oci_map *map, size_t n, int64_t *budget
 	json_decref(l.written);
 	json_decref(l.touched);
 	return q;
+}
+
+int oci_layer_apply(int fd, const struct oci_map *map, size_t n, int64_t *budget, bool (*portable)(const char *name),
+		    ckpt_error *err)
+{
+	struct la_src src = { .fd = fd };
+	return la_apply(&src, map, n, budget, portable, err);
+}
+
+int oci_layer_apply_read(oci_layer_read_fn read, void *ctx, const struct oci_map *map, size_t n, int64_t *budget,
+			 bool (*portable)(const char *name), ckpt_error *err)
+{
+	struct la_src src = { .fd = -1, .read = read, .ctx = ctx };
+	return la_apply(&src, map, n, budget, portable, err);
 }

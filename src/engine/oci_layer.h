@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include "lib/util.h"
 
 struct oci_blob {
@@ -51,3 +52,9 @@ struct oci_map {
  * foreign hard links and device nodes fail with invalid_layer. */
 int oci_layer_apply(int fd, const struct oci_map *map, size_t n, int64_t *budget, bool (*portable)(const char *name),
 		    ckpt_error *err);
+/* The same, from a reader: read(ctx, &buf) gives the next block of the
+ * layer (>0 bytes, valid until the next call), 0 at its end, or -errno.
+ * The layer's tar may end before its stream does: the caller reads the rest. */
+typedef ssize_t (*oci_layer_read_fn)(void *ctx, const void **buf);
+int oci_layer_apply_read(oci_layer_read_fn read, void *ctx, const struct oci_map *map, size_t n, int64_t *budget,
+			 bool (*portable)(const char *name), ckpt_error *err);

@@ -57,7 +57,8 @@ struct reg_call {
 	int werr;
 	void (*on_bytes)(void *arg, uint64_t n);
 	void *arg;
-	long status;
+	int (*sink)(void *arg, const void *buf, size_t len); /* a blob's bytes, instead of out_fd */
+	long status, hstatus; /* hstatus: the status line of the response whose body arrives */
 	char location[2048], challenge[1024], rtype[128], rdigest[80], range[64];
 };
 
@@ -213,6 +214,9 @@ static size_t on_header(char *b, size_t sz, size_t n, void *arg)
 {
 	struct reg_call *q = arg;
 	size_t len = sz * n, k;
+	const char *sp = len > 5 && !strncmp(b, "HTTP/", 5) ? memchr(b, ' ', len) : NULL;
+	if (sp) /* the line ends with CRLF: strtol stops there */
+		q->hstatus = strtol(sp + 1, NULL, 10);
 	struct {
 		const char *name;
 		char *dst;
@@ -250,7 +254,15 @@ static size_t on_body(char *b, size_t sz, size_t n, void *arg)
 		return 0;
 	}
 	q->got += (int64_t)len;
-	if (q->out_fd >= 0) {
+	/* only a 200's body is the blob: a 401's or 404's stays in memory */
+	if (q->sink && q->hstatus == 200) {
+		sha256_update(&q->h, len, (const uint8_t *)b);
+		int k = q->sink(q->arg, b, len);
+		if (k < 0)
+			q->werr = -k;
+		return k < 0 ? 0 : len;
+	}
+	if (q->out_fd >= 0 && q->hstatus == 200) {
 		sha256_update(&q->h, len, (const uint8_t *)b);
 		for (size_t done = 0; done < len;) {
 			ssize_t k = write(q->out_fd, b + done, len - done);
@@ -320,7 +332,7 @@ static int reg_once(struct oci_reg *r, struct reg_call *q, ckpt_error *err)
 	struct curl_slist *h = NULL;
 	char line[2400];
 	curl_easy_reset(c);
-	q->status = 0;
+	q->status = q->hstatus = 0;
 	q->location[0] = q->challenge[0] = q->rtype[0] = q->rdigest[0] = q->range[0] = '\0';
 	q->got = 0;
 	q->flushed = 0;
@@ -343,7 +355,7 @@ static int reg_once(struct oci_reg *r, struct reg_call *q, ckpt_error *err)
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, q);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
-	if (q->out_fd >= 0)
+	if (q->out_fd >= 0 || q->sink)
 		curl_easy_setopt(c, CURLOPT_BUFFERSIZE, RECV_BUF);
 	if (!strcmp(q->method, "HEAD")) {
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
@@ -729,37 +741,50 @@ int oci_reg_manifest_get(struct oci_reg *r, const char *reference, char **body, 
 	return 0;
 }
 
-int oci_reg_blob_get(struct oci_reg *r, const char *digest, int64_t size, int64_t max, int fd,
-		     void (*on_bytes)(void *arg, uint64_t n), void *arg, ckpt_error *err)
+/* GET blob digest through q (out_fd or sink set), checked for size and
+ * digest. */
+static int blob_fetch(struct oci_reg *r, const char *digest, int64_t size, int64_t max, struct reg_call *q,
+		      ckpt_error *err)
 {
 	char url[700], got[80];
 	url_of(r, url, sizeof(url), "blobs", digest);
-	struct reg_call q = { .method = "GET",
-			      .url = url,
-			      .in_fd = -1,
-			      .out_fd = fd,
-			      .max = size >= 0 ? size : max,
-			      .on_bytes = on_bytes,
-			      .arg = arg };
-	int rc = reg_call(r, &q, err);
-	if (rc == 0 && q.status == 404)
+	q->method = "GET";
+	q->url = url;
+	q->in_fd = -1;
+	q->max = size >= 0 ? size : max;
+	int rc = reg_call(r, q, err);
+	if (rc == 0 && q->status == 404)
 		rc = err_set_kind(err, ERR_UPSTREAM, ENOENT, "blob_unknown", "registry %s has no blob %s in %s",
 				  r->ref.host, digest, r->ref.repo);
-	else if (rc == 0 && q.status != 200)
-		rc = reg_unexpected(r, &q, "GET blob", err);
-	if (rc == 0 && size >= 0 && q.got != size)
+	else if (rc == 0 && q->status != 200)
+		rc = reg_unexpected(r, q, "GET blob", err);
+	if (rc == 0 && size >= 0 && q->got != size)
 		rc = err_set_kind(err, ERR_UPSTREAM, EBADMSG, "size_mismatch",
-				  "blob %s is %lld bytes, the manifest says %lld", digest, (long long)q.got,
+				  "blob %s is %lld bytes, the manifest says %lld", digest, (long long)q->got,
 				  (long long)size);
 	if (rc == 0) {
-		hex_digest(&q.h, got);
+		hex_digest(&q->h, got);
 		if (strcmp(got, digest))
 			rc = err_set_kind(err, ERR_UPSTREAM, EBADMSG, "digest_mismatch",
 					  "blob %s from registry %s has digest %s", digest, r->ref.host, got);
 	}
-	if (rc < 0 && size < 0 && q.over)
+	if (rc < 0 && size < 0 && q->over)
 		rc = err_set_kind(err, ERR_LIMIT, EFBIG, "too_large", "blob %s is over the limit of %lld bytes", digest,
 				  (long long)max);
-	free(q.mem);
+	free(q->mem);
 	return rc;
+}
+
+int oci_reg_blob_get(struct oci_reg *r, const char *digest, int64_t size, int64_t max, int fd,
+		     void (*on_bytes)(void *arg, uint64_t n), void *arg, ckpt_error *err)
+{
+	struct reg_call q = { .out_fd = fd, .on_bytes = on_bytes, .arg = arg };
+	return blob_fetch(r, digest, size, max, &q, err);
+}
+
+int oci_reg_blob_read(struct oci_reg *r, const char *digest, int64_t size, int64_t max,
+		      int (*sink)(void *arg, const void *buf, size_t len), void *arg, ckpt_error *err)
+{
+	struct reg_call q = { .out_fd = -1, .sink = sink, .arg = arg };
+	return blob_fetch(r, digest, size, max, &q, err);
 }

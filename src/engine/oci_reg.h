@@ -78,3 +78,8 @@ int oci_reg_manifest_get(struct oci_reg *r, const char *reference, char **body, 
  * (when size >= 0) and no more than max, and that its sha256 matches. */
 int oci_reg_blob_get(struct oci_reg *r, const char *digest, int64_t size, int64_t max, int fd,
 		     void (*on_bytes)(void *arg, uint64_t n), void *arg, ckpt_error *err);
+/* The same, handing the bytes to sink as they arrive (a pull applies them
+ * while they come); the checks are done once the last byte went to sink.
+ * A negative return from sink (-errno) stops the transfer. */
+int oci_reg_blob_read(struct oci_reg *r, const char *digest, int64_t size, int64_t max,
+		      int (*sink)(void *arg, const void *buf, size_t len), void *arg, ckpt_error *err);

@@ -3,13 +3,14 @@
  *
  * Needed: a push's key while the checkpoints its name holds are kept (base
  * keys always), and the blob it names; a push's config while its checkpoint
- * is kept; a pulled checkpoint's manifest, config and layers, and the tree
- * kept below its image's last layer. The rest goes, with the temp files a
- * killed push or pull left. It runs at start and from the sweeper after a
- * delete, push or pull, never while a push or pull runs (oci_lock), under
- * the operation lock (a pull links from the trees under it). Bytes count a
- * tree's files only where the tree alone holds them: the others are a
- * checkpoint's, counted in its size. */
+ * is kept; a pulled checkpoint's manifest, config and layers (where a push
+ * left them: a pull keeps none), and the tree kept below its image's last
+ * layer. The rest goes, with the temp files a killed push or pull left. It
+ * runs at start and from the sweeper after a delete, push or pull, never
+ * while a push or pull runs (oci_lock), under the operation lock (a pull
+ * links from the trees under it). Bytes count a tree's files only where
+ * the tree alone holds them: the others are a checkpoint's, counted in its
+ * size. */
 #include <sys/stat.h>
 
 #include "engine/engine_internal.h"
@@ -173,9 +174,9 @@ static void trim_small(struct trim *t, const char *dir)
 void oci_trim(struct engine *e)
 {
 	struct catalog_list all = { 0 };
-	struct trim t = { .e = e, .ids = json_object(), .blobs = json_object(), .trees = json_object() };
 	if (pthread_rwlock_trywrlock(&e->oci_lock) != 0)
 		return; /* a push or pull runs: it asks for a trim when it ends */
+	struct trim t = { .e = e, .ids = json_object(), .blobs = json_object(), .trees = json_object() };
 	pthread_mutex_lock(&e->op_lock);
 	if (t.ids && t.blobs && t.trees && catalog_list(e->catalog, NULL, &all) == 0) {
 		for (size_t i = 0; i < all.n; i++) {

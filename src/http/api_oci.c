@@ -72,6 +72,7 @@ void api_pull(void *app, const struct http_request *req, struct http_response *r
 	json_auto_t *obj = api_parse_object(req, true, resp);
 	struct pull_req pr = { 0 };
 	ckpt_error err = { 0 };
+	struct ckpt_view view;
 	json_t *out, *v;
 
 	if (!obj || !oci_fields(obj, allowed, resp))
@@ -90,8 +91,14 @@ void api_pull(void *app, const struct http_request *req, struct http_response *r
 		}
 		pr.roots = v;
 	}
-	if (engine_pull(app, &pr, &out, &err) < 0)
+	if (engine_pull(app, &pr, &view, &err) < 0) {
 		http_error(resp, &err);
-	else
+		return;
+	}
+	out = api_record_json(&view);
+	ckpt_view_free(&view);
+	if (out)
 		http_json(resp, 201, out);
+	else
+		http_fail(resp, ERR_INTERNAL, NULL, "out of memory");
 }

@@ -1,6 +1,7 @@
 /* Unit tests of the registry code's pure parts: the pipe that makes a layer
  * on two threads (oci_pipe.c), the stream that reads a layer while it is
- * written (oci_stream.c) and the tree of hard links a pull starts from
+ * written (oci_stream.c), the feed from a pull's download to the thread
+ * that applies (oci_feed.c) and the tree of hard links a pull starts from
  * (oci_clone.c). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,8 +9,10 @@
 #include <cmocka.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <pthread.h>
 
 #include "engine/oci_clone.h"
+#include "engine/oci_feed.h"
 #include "engine/oci_pipe.h"
 #include "engine/oci_stream.h"
 #include "testlib.h"
@@ -190,6 +193,84 @@ static void test_stream_sender_fails(void **state)
 	testlib_rmdir(dir);
 }
 
+#define FEED_BLOBS 3
+static const size_t feed_sizes[FEED_BLOBS] = { 3u << 20, 0, 700001 };
+static const int feed_status[FEED_BLOBS] = { 0, 0, -EBADMSG };
+
+static unsigned char feed_byte(size_t blob, size_t i)
+{
+	return (unsigned char)(i * 13 + i / 4093 + blob);
+}
+
+/* The producer: each blob in puts of growing sizes, then its end. */
+static void *feed_producer(void *arg)
+{
+	struct oci_feed *f = arg;
+	static unsigned char buf[1u << 20];
+	for (size_t b = 0; b < FEED_BLOBS; b++) {
+		for (size_t done = 0, n = 1; done < feed_sizes[b]; done += n, n = n * 2 + 1) {
+			if (n > sizeof(buf))
+				n = sizeof(buf);
+			if (n > feed_sizes[b] - done)
+				n = feed_sizes[b] - done;
+			for (size_t i = 0; i < n; i++)
+				buf[i] = feed_byte(b, done + i);
+			oci_feed_put(f, buf, n);
+		}
+		oci_feed_end(f, feed_status[b]);
+	}
+	return NULL;
+}
+
+/* Blobs arrive whole, in order, each with its end and status; a read after
+ * the end gives the status again and never the next blob's bytes. */
+static void test_feed_blobs(void **state)
+{
+	(void)state;
+	struct oci_feed *f;
+	pthread_t t;
+	assert_int_equal(oci_feed_new(&f), 0);
+	assert_int_equal(pthread_create(&t, NULL, feed_producer, f), 0);
+	for (size_t b = 0; b < FEED_BLOBS; b++) {
+		const void *buf;
+		size_t got = 0;
+		ssize_t k;
+		while ((k = oci_feed_read(f, &buf)) > 0) {
+			for (ssize_t i = 0; i < k; i++)
+				assert_int_equal(((const unsigned char *)buf)[i], feed_byte(b, got + (size_t)i));
+			got += (size_t)k;
+		}
+		assert_int_equal(got, feed_sizes[b]);
+		assert_int_equal(k, feed_status[b]);
+		assert_int_equal(oci_feed_read(f, &buf), feed_status[b]);
+		assert_int_equal(oci_feed_skip(f), feed_status[b]);
+		oci_feed_next(f);
+	}
+	pthread_join(t, NULL);
+	assert_false(oci_feed_cancelled(f));
+	oci_feed_free(f);
+}
+
+/* A consumer that gives up mid-blob: the producer's puts no longer wait
+ * (it reads its blob to the end), and it learns not to start another. */
+static void test_feed_cancel(void **state)
+{
+	(void)state;
+	static unsigned char block[1u << 20];
+	struct oci_feed *f;
+	const void *buf;
+	assert_int_equal(oci_feed_new(&f), 0);
+	oci_feed_put(f, block, sizeof(block)); /* four blocks published */
+	assert_int_equal(oci_feed_read(f, &buf), 256 * 1024);
+	oci_feed_cancel(f);
+	for (size_t i = 0; i < 16; i++) /* 16 MiB: far more than the feed holds */
+		oci_feed_put(f, block, sizeof(block));
+	oci_feed_end(f, 0);
+	assert_true(oci_feed_cancelled(f));
+	assert_int_equal(oci_feed_read(f, &buf), -ECANCELED);
+	oci_feed_free(f);
+}
+
 /* Files linked, the rest made anew with the same metadata, the top's too. */
 static void test_clone(void **state)
 {
@@ -252,6 +333,8 @@ int main(void)
 		cmocka_unit_test(test_stream_reads_as_written),
 		cmocka_unit_test(test_stream_writer_fails),
 		cmocka_unit_test(test_stream_sender_fails),
+		cmocka_unit_test(test_feed_blobs),
+		cmocka_unit_test(test_feed_cancel),
 		cmocka_unit_test(test_clone),
 	};
 	return cmocka_run_group_tests_name("oci", tests, NULL, NULL);
