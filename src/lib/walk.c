@@ -106,9 +106,15 @@ static int walk_post(struct walk_run *w, struct walk_entry *e, int err, int r)
 /* Into directory e: bounded by depth, opened by fd, never through a link. */
 static int walk_descend(struct walk_run *w, struct walk_entry *e)
 {
-	if (e->depth > w->max_depth)
+	int fd = e->fd; /* what pre opened, if it did */
+	e->fd = -1;
+	if (e->depth > w->max_depth) {
+		if (fd >= 0)
+			close(fd);
 		return walk_post(w, e, -ELOOP, walk_fail(w, e, -ELOOP, WALK_AT_DEPTH));
-	int fd = openat(e->dirfd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	}
+	if (fd < 0)
+		fd = openat(e->dirfd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	DIR *d = fd < 0 ? NULL : fdopendir(fd);
 	if (!d) {
 		int err = -errno;
@@ -156,6 +162,8 @@ static int walk_one(struct walk_run *w, struct walk_entry *parent, const char *n
 	r = o->pre ? o->pre(o->ctx, &e) : 0;
 	if (r == 0 && e.type == DT_DIR)
 		r = walk_descend(w, &e);
+	else if (e.fd >= 0)
+		close(e.fd); /* handed over by pre, not to be read */
 out:
 	w->len = plen;
 	w->path[plen] = '\0';

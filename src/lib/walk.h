@@ -59,9 +59,11 @@ struct walk_entry {
 	const char *path; /* below the root, prefixed as walk_opts.prefix; valid in this call only */
 	size_t path_len;
 	int depth;           /* 1 for the root's entries */
-	unsigned char type;  /* DT_* (never DT_UNKNOWN) */
+	unsigned char type;  /* DT_* (never DT_UNKNOWN); pre may correct it from a stat of its own */
 	struct stat st;      /* with WALK_STAT, or where d_type was DT_UNKNOWN */
-	int fd;              /* a directory's own fd in post and in fail at WALK_AT_READ; else -1 */
+	int fd;              /* a directory's own fd in post and in fail at WALK_AT_READ; else -1.
+			      * pre may set it to the directory, opened as it likes: the walk then
+			      * reads through that fd (and closes it) instead of opening the name */
 	int err;             /* in post: 0, or why this directory did not end well */
 	enum walk_step step; /* in fail: where */
 	intptr_t data;       /* the caller's, per directory: set in pre, seen by children and post */
@@ -89,7 +91,7 @@ struct walk_opts {
 
 /* Walk below name in dirfd (as walk_open; the root itself reaches no hook).
  * 0, WALK_STOP, or -errno: the root's open, ENOMEM, or what a hook said. */
+int walk_tree(int dirfd, const char *name, const struct walk_opts *o);
+
 /* A fail hook for best-effort walks: what cannot be read is left out. */
 int walk_fail_ignore(void *ctx, const struct walk_entry *e, int err);
-
-int walk_tree(int dirfd, const char *name, const struct walk_opts *o);

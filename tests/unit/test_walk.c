@@ -1,6 +1,7 @@
 /* Unit tests of walk_tree (src/lib/walk.c), the one recursive walk: sorted
  * order, pre- and post-order, skip and stop, the depth bound, the path bound,
- * symlinks never followed, and a directory it cannot read. */
+ * symlinks never followed, a directory it cannot read, a directory pre
+ * opened. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -247,6 +248,43 @@ static void test_walk_data(void **state)
 	assert_int_equal(walk_tree(dfd, "missing", &o), -ENOENT);
 }
 
+/* pre may hand the walk a directory it opened itself: the walk reads
+ * through that fd (post sees it) and closes it, also when pre skips. */
+struct handed {
+	int fd[8];
+	size_t n;
+};
+
+static int handed_pre(void *ctx, struct walk_entry *e)
+{
+	struct handed *h = ctx;
+	if (e->type != DT_DIR)
+		return 0;
+	e->fd = openat(e->dirfd, e->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(e->fd >= 0 && h->n < 8);
+	h->fd[h->n++] = e->fd;
+	return strcmp(e->name, "skip") ? 0 : WALK_SKIP;
+}
+
+static int handed_post(void *ctx, struct walk_entry *e)
+{
+	struct handed *h = ctx;
+	assert_int_equal(e->fd, h->fd[0]); /* only "a" is entered: "skip" was skipped */
+	return 0;
+}
+
+static void test_walk_handed_fd(void **state)
+{
+	(void)state;
+	mk("t", true), mk("t/a", true), mk("t/a/skip", true), mk("t/a/skip/x", false);
+	struct handed h = { 0 };
+	struct walk_opts o = { .pre = handed_pre, .post = handed_post, .ctx = &h };
+	assert_int_equal(walk_tree(dfd, "t", &o), 0);
+	assert_int_equal(h.n, 2);
+	for (size_t i = 0; i < h.n; i++)
+		assert_int_equal(fcntl(h.fd[i], F_GETFD), -1); /* closed by the walk */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -257,6 +295,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_walk_symlink, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_unreadable, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_data, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_handed_fd, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
