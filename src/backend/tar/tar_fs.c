@@ -203,7 +203,7 @@ void tar_wait_past(struct timespec t)
 
 int tar_walk_failed(ckpt_error *err, const struct walk_entry *e, int r)
 {
-	const char *at = e->depth && e->path[0] ? e->path : ".";
+	const char *at = e->path[0] ? e->path : "."; /* the root of a walk: its prefix */
 	switch (e->step) {
 	case WALK_AT_PATH:
 		return err_set(err, ENAMETOOLONG, NULL, "path too long below '%s'", at);
