@@ -226,23 +226,3 @@ int tar_walk_root(int dirfd, const struct walk_opts *o, ckpt_error *err)
 	int r = walk_tree(fd, NULL, o);
 	return r == -ENOMEM ? err_set(err, ENOMEM, NULL, "out of memory") : r;
 }
-
-int tar_walk_dir(int dirfd, const char *rel, tar_walk_fn fn, void *ctx, ckpt_error *err)
-{
-	_cleanup_closedir_ DIR *d = NULL;
-	char path[PATH_MAX];
-	struct dirent *de;
-	int q = walk_open(dirfd, NULL, &d);
-
-	if (q < 0)
-		return err_set(err, -q, NULL, "cannot open '%s': %s", rel ? rel : ".", strerror(-q));
-	while ((de = walk_next(d))) {
-		if ((size_t)snprintf(path, sizeof(path), "%s%s%s", rel ? rel : "", rel ? "/" : "", de->d_name) >=
-		    sizeof(path))
-			return err_set(err, ENAMETOOLONG, NULL, "path too long below '%s'", rel ? rel : ".");
-		int r = fn(ctx, dirfd, de->d_name, rel, path);
-		if (r < 0)
-			return r;
-	}
-	return errno ? err_set(err, errno, NULL, "cannot list '%s': %m", rel ? rel : ".") : 0;
-}

@@ -25,14 +25,8 @@ int tar_open_parent(int root_fd, const char *path, const char **leaf);
 int tar_cwd_enter(int dir_fd, int *ret_saved);
 void tar_cwd_leave(int *saved);
 
-/* Call fn for each entry of the directory dirfd ("." and ".." left out) with
- * its name and its path below the root (rel is the directory's own path, NULL
- * at the root). Stops at the first error fn returns. */
-typedef int (*tar_walk_fn)(void *ctx, int dirfd, const char *name, const char *rel, const char *path);
-int tar_walk_dir(int dirfd, const char *rel, tar_walk_fn fn, void *ctx, ckpt_error *err);
-
-/* A failure of walk_tree at e into err, worded as tar_walk_dir words it;
- * for fail hooks. */
+/* A failure of walk_tree at e into err ("cannot stat 'a/b': ..."), for
+ * the fail hooks of the tar backend's walks. */
 int tar_walk_failed(ckpt_error *err, const struct walk_entry *e, int r);
 /* walk_tree below dirfd for a walk whose hooks fill err: err also when the
  * root cannot be opened or memory runs out. */
