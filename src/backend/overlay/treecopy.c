@@ -50,6 +50,13 @@ static int tc_push(struct tc *t, const char *name, size_t *saved)
 	return 0;
 }
 
+/* The current entry is now path (a walk's, shorter than t->path). */
+static void tc_at(struct tc *t, const char *path, size_t len)
+{
+	memmove(t->path, path, len + 1);
+	t->len = len;
+}
+
 static void tc_progress(struct tc *t, uint64_t bytes)
 {
 	t->st->files++;
@@ -558,6 +565,7 @@ static int treecopy_dirs_meta_set(struct tc *t, int s, int d, const struct stat 
 static int treecopy_dirs_meta_pre(void *ctx, struct walk_entry *e)
 {
 	struct tc_dm *m = ctx;
+	tc_at(m->t, e->path, e->path_len);
 	int d = openat((int)e->parent->data, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	e->data = d;
 	m->failed |= d < 0;
@@ -569,6 +577,7 @@ static int treecopy_dirs_meta_pre(void *ctx, struct walk_entry *e)
 static int treecopy_dirs_meta_post(void *ctx, struct walk_entry *e)
 {
 	struct tc_dm *m = ctx;
+	tc_at(m->t, e->path, e->path_len);
 	int r = e->err ? e->err : treecopy_dirs_meta_set(m->t, e->fd, (int)e->data, &e->st);
 	close((int)e->data);
 	m->failed |= r < 0;
@@ -580,9 +589,9 @@ static int treecopy_dirs_meta_post(void *ctx, struct walk_entry *e)
 static int treecopy_dirs_meta_fail(void *ctx, const struct walk_entry *e, int err)
 {
 	struct tc_dm *m = ctx;
-	(void)e;
 	if (err != -ELOOP)
 		return 0;
+	tc_at(m->t, e->path, e->path_len);
 	m->failed = true;
 	return tc_fail(m->t, err, "directory depth");
 }
@@ -601,9 +610,12 @@ static int treecopy_dirs_meta(struct tc *t, int s, int d)
 			       .post = treecopy_dirs_meta_post,
 			       .fail = treecopy_dirs_meta_fail,
 			       .ctx = &m };
+	t->len = 0; /* the root: not the last directory treecopy_update_one named */
+	t->path[0] = '\0';
 	if (fstat(s, &ss) < 0)
 		return tc_fail(t, -errno, "stat dir");
 	int r = walk_tree(s, NULL, &o);
+	tc_at(t, "", 0); /* the root again: the hooks named each directory */
 	if (r < 0)
 		return m.failed ? r : tc_fail(t, r, "open dir");
 	return treecopy_dirs_meta_set(t, s, d, &ss);
@@ -617,6 +629,10 @@ static int treecopy_dirs_meta_listed(struct tc *t, int src_fd, int dst_fd, const
 	for (size_t i = dirs->n; i-- > 0;) {
 		const char *p = dirs->v[i][0] ? dirs->v[i] : ".";
 		struct stat ss, ds;
+		size_t n = strlen(dirs->v[i]);
+		if (n >= sizeof(t->path))
+			return tc_fail(t, -ENAMETOOLONG, "path");
+		tc_at(t, dirs->v[i], n); /* what tc_fail names */
 		if (fstatat(src_fd, p, &ss, AT_SYMLINK_NOFOLLOW) < 0) {
 			if (errno == ENOENT || errno == ENOTDIR)
 				continue;
