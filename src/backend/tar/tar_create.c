@@ -448,8 +448,8 @@ static ssize_t taken_first(struct cctx *c, const char *rel)
 }
 
 struct create_walk {
+	struct tar_walk tw; /* first: tar_walk_fail_gone's */
 	struct cctx *c;
-	bool failed; /* a hook filled c->err */
 };
 
 /* walk_tree's part of a create: each entry archived as it is listed, a
@@ -474,18 +474,8 @@ static int create_pre(void *ctx, struct walk_entry *e)
 		r = walk_taken(c, sub, e->path, (size_t)first);
 		close(sub);
 	}
-	w->failed |= r < 0;
+	w->tw.failed |= r < 0;
 	return r < 0 ? r : WALK_SKIP;
-}
-
-/* Gone since listed: not archived, as a failed stat of archive_one's. */
-static int create_fail(void *ctx, const struct walk_entry *e, int err)
-{
-	struct create_walk *w = ctx;
-	if (e->step == WALK_AT_STAT && err == -ENOENT)
-		return 0;
-	w->failed = true;
-	return tar_walk_failed(w->c->err, e, err);
 }
 
 /* Below directory dirfd (rel its path, NULL at the root). The nesting of
@@ -496,19 +486,9 @@ static int walk_dir(struct cctx *c, int dirfd, const char *rel)
 	if (first >= 0)
 		return walk_taken(c, dirfd, rel, (size_t)first);
 	c->o->dirs_read++;
-	struct create_walk w = { .c = c };
-	struct walk_opts o = { .flags = WALK_STAT,
-			       .path_max = PATH_MAX,
-			       .prefix = rel,
-			       .pre = create_pre,
-			       .fail = create_fail,
-			       .ctx = &w };
-	int r = walk_tree(dirfd, NULL, &o);
-	if (r >= 0 || w.failed)
-		return r;
-	if (r == -ENOMEM)
-		return err_set(c->err, ENOMEM, NULL, "out of memory");
-	return err_set(c->err, -r, NULL, "cannot open '%s': %s", rel ? rel : ".", strerror(-r));
+	struct create_walk w = { .tw = { .err = c->err }, .c = c };
+	struct walk_opts o = { .flags = WALK_STAT, .pre = create_pre, .ctx = &w };
+	return tar_walk_below(dirfd, rel, &o, &w.tw); /* an entry gone since listed: not archived */
 }
 
 bool tar_create_count_journal(int root_fd, const struct tar_create_opts *o, uint64_t *files, uint64_t *bytes)

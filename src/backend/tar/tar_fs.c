@@ -226,3 +226,25 @@ int tar_walk_root(int dirfd, const struct walk_opts *o, ckpt_error *err)
 	int r = walk_tree(fd, NULL, o);
 	return r == -ENOMEM ? err_set(err, ENOMEM, NULL, "out of memory") : r;
 }
+
+int tar_walk_fail_gone(void *ctx, const struct walk_entry *e, int err)
+{
+	struct tar_walk *w = ctx;
+	if (e->step == WALK_AT_STAT && err == -ENOENT)
+		return 0;
+	w->failed = true;
+	return tar_walk_failed(w->err, e, err);
+}
+
+int tar_walk_below(int dirfd, const char *rel, struct walk_opts *o, struct tar_walk *w)
+{
+	o->path_max = PATH_MAX;
+	o->prefix = rel;
+	o->fail = tar_walk_fail_gone;
+	int r = walk_tree(dirfd, NULL, o);
+	if (r >= 0 || w->failed)
+		return r;
+	if (r == -ENOMEM)
+		return err_set(w->err, ENOMEM, NULL, "out of memory");
+	return err_set(w->err, -r, NULL, "cannot open '%s': %s", rel ? rel : ".", strerror(-r));
+}

@@ -32,6 +32,19 @@ int tar_walk_failed(ckpt_error *err, const struct walk_entry *e, int r);
  * root cannot be opened or memory runs out. */
 int tar_walk_root(int dirfd, const struct walk_opts *o, ckpt_error *err);
 
+/* A walk of a live tree whose hooks fill err; first in the walk's ctx, so
+ * that tar_walk_fail_gone serves as its fail hook. */
+struct tar_walk {
+	ckpt_error *err;
+	bool failed; /* a hook filled err (a pre hook sets it too) */
+};
+/* fail hook: an entry gone since it was listed is skipped; any other
+ * failure fills err as tar_walk_failed words it. */
+int tar_walk_fail_gone(void *ctx, const struct walk_entry *e, int err);
+/* walk_tree of dirfd, whose path is rel (NULL: the root), paths below
+ * PATH_MAX; err also when dirfd cannot be read or memory runs out. */
+int tar_walk_below(int dirfd, const char *rel, struct walk_opts *o, struct tar_walk *w);
+
 /* Files and regular-file bytes below dirfd, skipping the (dev, ino)
  * directory and what excl leaves out. */
 void tar_count_tree(int dirfd, dev_t skip_dev, ino_t skip_ino, const struct rootexcl *excl, const atomic_bool *stop,

@@ -100,45 +100,29 @@ static int live_entry(struct rctx *c, int dirfd, const char *name, const char *p
 }
 
 struct live_walk_ctx {
+	struct tar_walk tw; /* first: tar_walk_fail_gone's */
 	struct rctx *c;
-	bool deep;   /* below the directories listed too */
-	bool failed; /* a hook filled c->err */
+	bool deep; /* below the directories listed too */
 };
 
 /* An entry is removed while its directory is read (unless before_change
- * defers it): the walk never goes below what it removed. */
+ * defers it): the walk never goes below what it removed. An entry gone
+ * since its directory was listed is no longer there to remove. */
 static int live_pre(void *ctx, struct walk_entry *e)
 {
 	struct live_walk_ctx *w = ctx;
 	int r = live_entry(w->c, e->dirfd, e->name, e->path, &e->st);
-	w->failed |= r < 0;
+	w->tw.failed |= r < 0;
 	return r < 0 ? r : r == 1 && w->deep ? 0 : WALK_SKIP;
-}
-
-/* An entry gone since its directory was listed is no longer there to remove. */
-static int live_fail(void *ctx, const struct walk_entry *e, int err)
-{
-	struct live_walk_ctx *w = ctx;
-	if (e->step == WALK_AT_STAT && err == -ENOENT)
-		return 0;
-	w->failed = true;
-	return tar_walk_failed(w->c->err, e, err);
 }
 
 /* The live entries below dirfd (whose path is rel, NULL at the root): each
  * directory with its subtree when deep, else only the entries of dirfd. */
 static int live_walk(struct rctx *c, int dirfd, const char *rel, bool deep)
 {
-	struct live_walk_ctx w = { .c = c, .deep = deep };
-	struct walk_opts o = {
-		.flags = WALK_STAT, .path_max = PATH_MAX, .prefix = rel, .pre = live_pre, .fail = live_fail, .ctx = &w
-	};
-	int r = walk_tree(dirfd, NULL, &o);
-	if (r >= 0 || w.failed)
-		return r;
-	if (r == -ENOMEM)
-		return err_set(c->err, ENOMEM, NULL, "out of memory");
-	return err_set(c->err, -r, NULL, "cannot open '%s': %s", rel ? rel : ".", strerror(-r));
+	struct live_walk_ctx w = { .tw = { .err = c->err }, .c = c, .deep = deep };
+	struct walk_opts o = { .flags = WALK_STAT, .pre = live_pre, .ctx = &w };
+	return tar_walk_below(dirfd, rel, &o, &w.tw);
 }
 
 static const struct pathindex_dirty *dirty_find(const struct tar_restore_opts *o, const char *dir)
