@@ -20,6 +20,7 @@
  * paths. */
 #include "backend/change_track_internal.h"
 #include "lib/util.h"
+#include "lib/walk.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -165,25 +166,16 @@ static int stat_rel(struct chg_track *t, const char *rel, struct stat *st)
 
 static int scan(struct chg_track *t, const char *rel, struct chg_dirty_set *s);
 
-/* One entry found by a scan, or named by a create or move: watched (a
- * directory, and what it holds, or a regular file of a plain_dir). A file
- * already watched under another name has that name's directory compared. */
-static int entry_found(struct chg_track *t, const char *rel, struct chg_dirty_set *s)
+/* A regular file of a plain_dir, found by a scan or named by an event:
+ * watched for its link count. A file already watched under another name
+ * has that name's directory compared. */
+static int file_found(struct chg_track *t, const char *rel, const struct stat *st, struct chg_dirty_set *s)
 {
-	struct stat st;
 	char *old = NULL;
-	if (stat_rel(t, rel, &st) < 0)
-		return 0; /* gone since: its directory has the event */
-	if (S_ISDIR(st.st_mode))
-		return (st.st_dev == t->skip_dev && st.st_ino == t->skip_ino) || rootexcl_has(t->excl, &st)
-			? 0
-			: scan(t, rel, s);
-	if (!S_ISREG(st.st_mode) || !t->plain_dir)
-		return 0;
-	int r = watch_add(t, rel, &st, &old);
+	int r = watch_add(t, rel, st, &old);
 	struct stat ost;
 	/* the other name still names it: two names in the root */
-	if (r > 0 && old && stat_rel(t, old, &ost) == 0 && ost.st_ino == st.st_ino)
+	if (r > 0 && old && stat_rel(t, old, &ost) == 0 && ost.st_ino == st->st_ino)
 		map_get(t->ino, r)->multi = true;
 	if (old && s) {
 		const char *slash = strrchr(old, '/');
@@ -191,6 +183,69 @@ static int entry_found(struct chg_track *t, const char *rel, struct chg_dirty_se
 	}
 	free(old);
 	return r;
+}
+
+static bool dir_skipped(const struct chg_track *t, const struct stat *st)
+{
+	return (st->st_dev == t->skip_dev && st->st_ino == t->skip_ino) || rootexcl_has(t->excl, st);
+}
+
+/* One entry named by a create or move: watched (a directory, and what it
+ * holds, or a regular file of a plain_dir). */
+static int entry_found(struct chg_track *t, const char *rel, struct chg_dirty_set *s)
+{
+	struct stat st;
+	if (stat_rel(t, rel, &st) < 0)
+		return 0; /* gone since: its directory has the event */
+	if (S_ISDIR(st.st_mode))
+		return dir_skipped(t, &st) ? 0 : scan(t, rel, s);
+	if (!S_ISREG(st.st_mode) || !t->plain_dir)
+		return 0;
+	return file_found(t, rel, &st, s);
+}
+
+struct scan_ctx {
+	struct chg_track *t;
+	struct chg_dirty_set *s;
+};
+
+/* An entry below a scanned directory, as entry_found takes it: a
+ * directory is watched before the walk reads it, so what is made in it
+ * meanwhile has an event. Only directories (and a plain_dir's regular
+ * files) are stat'ed. */
+static int scan_pre(void *ctx, struct walk_entry *e)
+{
+	struct scan_ctx *c = ctx;
+	struct stat st;
+	if (e->type != DT_DIR && (e->type != DT_REG || !c->t->plain_dir))
+		return 0;
+	if (fstatat(e->dirfd, e->name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return WALK_SKIP; /* gone since: its directory has the event */
+	if (S_ISREG(st.st_mode)) {
+		int r = c->t->plain_dir ? file_found(c->t, e->path, &st, c->s) : 0;
+		return r < 0 ? r : WALK_SKIP;
+	}
+	/* a directory that replaced what was listed: its parent has the event */
+	if (!S_ISDIR(st.st_mode) || e->type != DT_DIR || dir_skipped(c->t, &st))
+		return WALK_SKIP;
+	int r = watch_add(c->t, e->path, &st, NULL);
+	return r < 0 ? r : r == 0 ? WALK_SKIP : 0;
+}
+
+/* What is gone or unreadable since is its directory's event; a path too
+ * long or a tree too deep ends the scan, as an error. */
+static int scan_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	(void)ctx;
+	switch (e->step) {
+	case WALK_AT_OPEN:
+		return err == -ENOENT || err == -ENOTDIR ? 0 : err;
+	case WALK_AT_STAT:
+	case WALK_AT_READ:
+		return 0;
+	default:
+		return err;
+	}
 }
 
 /* Watch directory rel, then everything below it: what was made in it
@@ -203,27 +258,11 @@ static int scan(struct chg_track *t, const char *rel, struct chg_dirty_set *s)
 	int r = watch_add(t, rel, &st, NULL);
 	if (r <= 0)
 		return r;
-	int fd = rel[0] ? openat(t->upper, rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-			: openat(t->upper, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	_cleanup_closedir_ DIR *d = fd < 0 ? NULL : fdopendir(fd);
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
-		return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
-	}
-	/* on the heap: scan recurses once per level of the tree */
-	_cleanup_free_ char *child = malloc(PATH_MAX);
-	if (!child)
-		return -ENOMEM;
-	for (struct dirent *de; r >= 0 && (de = readdir(d));) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN && (de->d_type != DT_REG || !t->plain_dir))
-			continue;
-		if ((r = join(child, PATH_MAX, rel, de->d_name)) < 0)
-			break;
-		r = entry_found(t, child, s);
-	}
+	struct scan_ctx c = { t, s };
+	struct walk_opts o = { .path_max = PATH_MAX, .prefix = rel, .pre = scan_pre, .fail = scan_fail, .ctx = &c };
+	r = walk_tree(t->upper, rel[0] ? rel : NULL, &o);
+	if (r == -ENOENT || r == -ENOTDIR)
+		return 0; /* the root of the scan: gone since */
 	return r < 0 ? r : 0;
 }
 

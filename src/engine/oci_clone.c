@@ -57,52 +57,48 @@ static int clone_copy(int sdir, int ddir, const char *name, const struct stat *s
 	return clone_meta(sdir, name, ddir, st);
 }
 
-static int clone_dir(int sfd, int dfd);
-
-static int clone_one(int sfd, int dfd, const char *name)
+/* One entry of the source, made in its directory's clone (the parent's
+ * data). A directory is made here; its metadata waits for post. */
+static int clone_pre(void *ctx, struct walk_entry *e)
 {
-	struct stat st;
+	(void)ctx;
+	int dfd = (int)e->parent->data, sfd = e->dirfd;
+	const struct stat *st = &e->st;
 	char t[PATH_MAX];
-	if (fstatat(sfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return -errno;
-	if (S_ISREG(st.st_mode)) {
-		if (linkat(sfd, name, dfd, name, 0) == 0)
+	if (S_ISREG(st->st_mode)) {
+		if (linkat(sfd, e->name, dfd, e->name, 0) == 0)
 			return 0;
-		return errno == EXDEV || errno == EMLINK || errno == EPERM ? clone_copy(sfd, dfd, name, &st) : -errno;
+		return errno == EXDEV || errno == EMLINK || errno == EPERM ? clone_copy(sfd, dfd, e->name, st) : -errno;
 	}
-	if (S_ISLNK(st.st_mode)) {
-		ssize_t k = readlinkat(sfd, name, t, sizeof(t) - 1);
+	if (S_ISDIR(st->st_mode)) {
+		if (mkdirat(dfd, e->name, 0700) < 0)
+			return -errno;
+		int d = openat(dfd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		e->data = d;
+		return d < 0 ? -errno : 0;
+	}
+	if (S_ISLNK(st->st_mode)) {
+		ssize_t k = readlinkat(sfd, e->name, t, sizeof(t) - 1);
 		if (k < 0)
 			return -errno;
 		t[k] = '\0';
-		if (symlinkat(t, dfd, name) < 0)
+		if (symlinkat(t, dfd, e->name) < 0)
 			return -errno;
-	} else if (S_ISFIFO(st.st_mode)) {
-		if (mkfifoat(dfd, name, 0600) < 0)
+	} else if (S_ISFIFO(st->st_mode)) {
+		if (mkfifoat(dfd, e->name, 0600) < 0)
 			return -errno;
-	} else if (S_ISDIR(st.st_mode)) {
-		if (mkdirat(dfd, name, 0700) < 0)
-			return -errno;
-		_cleanup_close_ int s = openat(sfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		_cleanup_close_ int d = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		int q = s < 0 || d < 0 ? -errno : clone_dir(s, d);
-		if (q < 0)
-			return q;
 	} else {
 		return 0; /* devices and sockets are no checkpointed data */
 	}
-	return clone_meta(sfd, name, dfd, &st);
+	return clone_meta(sfd, e->name, dfd, st);
 }
 
-static int clone_dir(int sfd, int dfd)
+/* A directory's metadata after its children; its clone's fd closed. */
+static int clone_post(void *ctx, struct walk_entry *e)
 {
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
-	int q = walk_open(sfd, NULL, &d);
-	while (q == 0 && (de = walk_next(d)))
-		q = clone_one(dirfd(d), dfd, de->d_name);
-	if (q == 0 && errno)
-		q = -errno;
+	(void)ctx;
+	int q = e->err ? e->err : clone_meta(e->dirfd, e->name, (int)e->parent->data, &e->st);
+	close((int)e->data);
 	return q;
 }
 
@@ -110,7 +106,8 @@ int oci_clone_tree(const char *src, int dst_fd, ckpt_error *err)
 {
 	struct stat st;
 	_cleanup_close_ int s = open(src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int q = s < 0 || fstat(s, &st) < 0 ? -errno : clone_dir(s, dst_fd);
+	struct walk_opts o = { .flags = WALK_STAT, .data = dst_fd, .pre = clone_pre, .post = clone_post };
+	int q = s < 0 || fstat(s, &st) < 0 ? -errno : walk_tree(s, NULL, &o);
 	if (q == 0) /* the top's own metadata, after its children */
 		q = clone_meta(s, ".", dst_fd, &st);
 	return q < 0 ? err_set(err, -q, NULL, "link the tree of '%s': %s", src, strerror(-q)) : 0;

@@ -49,6 +49,8 @@ struct lw {
 	unsigned char *out;
 	char *buf;
 	json_t *links;
+	const char *prefix;                 /* the tar path of the root being walked */
+	bool walk_failed;                   /* a hook of its walk filled err */
 	bool (*portable)(const char *name); /* the xattrs that may cross */
 	struct oci_pipe *pipe;              /* to the thread that compresses, hashes and writes */
 	const struct oci_layer_watch *watch;
@@ -248,8 +250,6 @@ static bool lw_same(int ofd, const char *name, const struct stat *a, int nfd, co
 	return true;
 }
 
-static int lw_tree(struct lw *w, int ofd, int nfd, const char *prefix);
-
 static int lw_whiteout(struct lw *w, const char *prefix, const char *name)
 {
 	char path[PATH_MAX];
@@ -259,59 +259,77 @@ static int lw_whiteout(struct lw *w, const char *prefix, const char *name)
 	return lw_entry(w, AT_FDCWD, NULL, path, &st);
 }
 
-static int lw_sub(struct lw *w, int ofd, int nfd, const char *name, const char *path, bool both)
+/* The tar path of e: the walk's path below a root's prefix, or "/name..."
+ * for the whole root (prefix ""), as the layer has always named them. */
+static const char *lw_path(const struct lw *w, const struct walk_merge_entry *e, char buf[PATH_MAX])
 {
-	_cleanup_close_ int n = openat(nfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	_cleanup_close_ int o = both ? openat(ofd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
-	if (n < 0 || (both && o < 0))
-		return err_set(w->err, errno, NULL, "open '%s': %m", path);
-	return lw_tree(w, o, n, path);
+	if (*w->prefix)
+		return e->path;
+	snprintf(buf, PATH_MAX, "/%s", e->path);
+	return buf;
 }
 
-/* One name of a directory: in the old view (os), the new (ns), or both. */
-static int lw_one(struct lw *w, int ofd, int nfd, const char *prefix, const char *name, bool in_old, bool in_new)
+/* One name of a directory of the union: in the old view (tree 0), the new
+ * (tree 1), or both. The walk goes below a directory of the new view, and
+ * below the old one's only where that is a directory too. */
+static int lw_pre(void *ctx, struct walk_merge_entry *e)
 {
-	char path[PATH_MAX];
-	struct stat os, ns;
-	if (snprintf(path, sizeof(path), "%s/%s", prefix, name) >= (int)sizeof(path))
-		return err_set(w->err, ENAMETOOLONG, NULL, "path too long: '%s/%s'", prefix, name);
-	if ((in_old && fstatat(ofd, name, &os, AT_SYMLINK_NOFOLLOW) < 0) ||
-	    (in_new && fstatat(nfd, name, &ns, AT_SYMLINK_NOFOLLOW) < 0))
-		return err_set(w->err, errno, NULL, "stat '%s': %m", path);
-	if (!in_new)
-		return engine_xfer_type(&os, false) ? lw_whiteout(w, prefix, name) : 0;
-	bool same_type = in_old && (os.st_mode & S_IFMT) == (ns.st_mode & S_IFMT);
+	struct lw *w = ctx;
+	struct walk_merge_side *o = &e->side[0], *n = &e->side[1];
+	char buf[PATH_MAX], parent[PATH_MAX];
+	const char *path = lw_path(w, e, buf);
+	size_t plen = strlen(path) - strlen(e->name) - 1;
+	snprintf(parent, sizeof(parent), "%.*s", (int)plen, path);
 	int q = 0;
-	if (in_old && !same_type && engine_xfer_type(&os, false))
-		q = lw_whiteout(w, prefix, name); /* a new type replaces, it does not merge */
-	if (q == 0 && !(same_type && lw_same(ofd, name, &os, nfd, &ns)))
-		q = lw_entry(w, nfd, name, path, &ns);
-	if (q == 0 && S_ISDIR(ns.st_mode))
-		q = lw_sub(w, ofd, nfd, name, path, same_type);
+	if (!n->held) {
+		q = engine_xfer_type(&o->st, false) ? lw_whiteout(w, parent, e->name) : 0;
+		w->walk_failed |= q < 0;
+		return q < 0 ? q : WALK_SKIP;
+	}
+	bool same_type = o->held && (o->st.st_mode & S_IFMT) == (n->st.st_mode & S_IFMT);
+	if (o->held && !same_type && engine_xfer_type(&o->st, false))
+		q = lw_whiteout(w, parent, e->name); /* a new type replaces, it does not merge */
+	if (q == 0 && !(same_type && lw_same(o->dirfd, e->name, &o->st, n->dirfd, &n->st)))
+		q = lw_entry(w, n->dirfd, e->name, path, &n->st);
+	o->descend = o->descend && same_type;
+	w->walk_failed |= q < 0;
 	return q;
 }
 
+static int lw_walk_fail(void *ctx, const struct walk_merge_entry *e, int err)
+{
+	struct lw *w = ctx;
+	char buf[PATH_MAX];
+	const char *path = lw_path(w, e, buf);
+	w->walk_failed = true;
+	switch (e->step) {
+	case WALK_AT_PATH: /* e->path is still the parent's */
+		return err_set(w->err, ENAMETOOLONG, NULL, "path too long: '%s/%s'", path, e->name);
+	case WALK_AT_STAT:
+		return err_set(w->err, -err, NULL, "stat '%s': %s", path, strerror(-err));
+	case WALK_AT_DEPTH:
+		return err_set(w->err, ELOOP, NULL, "'%s' is more than %d directories deep", path, WALK_DEPTH_MAX);
+	case WALK_AT_OPEN:
+		return err_set(w->err, -err, NULL, "open '%s': %s", path, strerror(-err));
+	default:
+		return err_set(w->err, -err, NULL, "list '%s': %s", path, strerror(-err));
+	}
+}
+
+/* The union of the old view ofd (-1: none) and the new one nfd, below
+ * their root whose tar path is prefix. */
 static int lw_tree(struct lw *w, int ofd, int nfd, const char *prefix)
 {
-	char **on = NULL, **nn = NULL;
-	size_t no = 0, nw = 0, i = 0, j = 0;
-	int q = lw_names(ofd, &on, &no);
-	if (q == 0)
-		q = lw_names(nfd, &nn, &nw);
-	if (q < 0)
-		err_set(w->err, -q, NULL, "list '%s': %s", prefix, strerror(-q));
-	while (q == 0 && (i < no || j < nw)) {
-		int c = i == no ? 1 : j == nw ? -1 : strcmp(on[i], nn[j]);
-		if (c < 0)
-			q = lw_one(w, ofd, nfd, prefix, on[i++], true, false);
-		else if (c > 0)
-			q = lw_one(w, ofd, nfd, prefix, nn[j++], false, true);
-		else
-			q = lw_one(w, ofd, nfd, prefix, nn[j++], true, true), i++;
-	}
-	lw_names_free(on, no);
-	lw_names_free(nn, nw);
-	return q;
+	int roots[2] = { ofd, nfd };
+	struct walk_merge_opts o = {
+		.path_max = PATH_MAX - !*prefix, .prefix = prefix, .pre = lw_pre, .fail = lw_walk_fail, .ctx = w
+	};
+	w->prefix = prefix;
+	w->walk_failed = false;
+	int q = walk_merge(roots, 2, &o);
+	if (q >= 0 || w->walk_failed)
+		return q;
+	return err_set(w->err, -q, NULL, "list '%s': %s", prefix, strerror(-q)); /* a root, or memory */
 }
 
 /* The parents of a root's prefix ("srv" for "srv/data"), for a whole layer. */

@@ -120,26 +120,20 @@ static void trim_blobs(struct trim *t)
 	}
 }
 
-/* The bytes below dfd that no checkpoint shares. */
+static int trim_tree_one(void *ctx, struct walk_entry *e)
+{
+	struct trim *t = ctx;
+	if (S_ISDIR(e->st.st_mode) || e->st.st_nlink == 1)
+		t->bytes += (uint64_t)e->st.st_blocks * 512;
+	return 0;
+}
+
+/* The bytes below dfd that no checkpoint shares; what cannot be read is
+ * left out of the count. */
 static void trim_tree_bytes(struct trim *t, int dfd)
 {
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
-	struct stat st;
-	if (walk_open(dfd, NULL, &d) < 0)
-		return;
-	while ((de = walk_next(d))) {
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			continue;
-		if (S_ISDIR(st.st_mode) || st.st_nlink == 1)
-			t->bytes += (uint64_t)st.st_blocks * 512;
-		if (S_ISDIR(st.st_mode)) {
-			_cleanup_close_ int sub =
-				openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub >= 0)
-				trim_tree_bytes(t, sub);
-		}
-	}
+	struct walk_opts o = { .flags = WALK_STAT, .pre = trim_tree_one, .fail = walk_fail_ignore, .ctx = t };
+	walk_tree(dfd, NULL, &o);
 }
 
 static void trim_trees(struct trim *t)

@@ -106,9 +106,15 @@ static int walk_post(struct walk_run *w, struct walk_entry *e, int err, int r)
 /* Into directory e: bounded by depth, opened by fd, never through a link. */
 static int walk_descend(struct walk_run *w, struct walk_entry *e)
 {
-	if (e->depth > w->max_depth)
+	int fd = e->fd; /* what pre opened, if it did */
+	e->fd = -1;
+	if (e->depth > w->max_depth) {
+		if (fd >= 0)
+			close(fd);
 		return walk_post(w, e, -ELOOP, walk_fail(w, e, -ELOOP, WALK_AT_DEPTH));
-	int fd = openat(e->dirfd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	}
+	if (fd < 0)
+		fd = openat(e->dirfd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	DIR *d = fd < 0 ? NULL : fdopendir(fd);
 	if (!d) {
 		int err = -errno;
@@ -156,6 +162,8 @@ static int walk_one(struct walk_run *w, struct walk_entry *parent, const char *n
 	r = o->pre ? o->pre(o->ctx, &e) : 0;
 	if (r == 0 && e.type == DT_DIR)
 		r = walk_descend(w, &e);
+	else if (e.fd >= 0)
+		close(e.fd); /* handed over by pre, not to be read */
 out:
 	w->len = plen;
 	w->path[plen] = '\0';
@@ -258,4 +266,189 @@ int walk_fail_ignore(void *ctx, const struct walk_entry *e, int err)
 	(void)e;
 	(void)err;
 	return 0;
+}
+
+/* walk_merge: one directory's sorted names in one tree. */
+struct wm_list {
+	struct walk_name **v;
+	size_t n, i;
+};
+
+struct wm_run {
+	const struct walk_merge_opts *o;
+	struct walk_opts po; /* the path bound, for walk_path_push */
+	struct walk_run w;   /* the path */
+	int max_depth;
+};
+
+static int wm_fail(struct wm_run *m, struct walk_merge_entry *e, int tree, int err, enum walk_step step)
+{
+	e->step = step;
+	e->tree = tree;
+	return m->o->fail ? m->o->fail(m->o->ctx, e, err) : err;
+}
+
+static int wm_post(struct wm_run *m, struct walk_merge_entry *e, int err, int r)
+{
+	if (!m->o->post)
+		return r;
+	e->err = err;
+	int p = m->o->post(m->o->ctx, e);
+	return err == 0 && p != WALK_SKIP ? p : r;
+}
+
+static int wm_list(struct wm_run *m, struct walk_merge_entry *dir, struct wm_list *l);
+
+/* Open e in tree i and read its names. A root's failure is walk_merge's
+ * answer; below, fail's: 0 goes on without tree i, WALK_SKIP skips e. */
+static int wm_open(struct wm_run *m, struct walk_merge_entry *e, size_t i, DIR **d, struct wm_list *l)
+{
+	struct walk_merge_side *s = &e->side[i];
+	int fd = openat(s->dirfd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	*d = fd < 0 ? NULL : fdopendir(fd);
+	if (!*d) {
+		int err = -errno;
+		if (fd >= 0)
+			close(fd);
+		if (!e->depth)
+			return err;
+		e->err = err;
+		s->descend = false;
+		return wm_fail(m, e, (int)i, err, WALK_AT_OPEN);
+	}
+	s->fd = fd;
+	int r = walk_read_sorted(*d, &l->v, &l->n);
+	if (r < 0 && r != -ENOMEM)
+		r = wm_fail(m, e, (int)i, r, WALK_AT_READ); /* 0: go on with what was read */
+	return r;
+}
+
+/* List e in each tree it descends into and walk the union; then post
+ * (below the roots), while e's fds are still open. */
+static int wm_enter(struct wm_run *m, struct walk_merge_entry *e)
+{
+	DIR **d = calloc(e->n ? e->n : 1, sizeof(*d));
+	struct wm_list *l = calloc(e->n ? e->n : 1, sizeof(*l));
+	int r = d && l ? 0 : -ENOMEM;
+	for (size_t i = 0; r == 0 && i < e->n; i++)
+		if (e->side[i].descend)
+			r = wm_open(m, e, i, &d[i], &l[i]);
+	if (r == 0)
+		r = wm_list(m, e, l);
+	e->path = m->w.path ? m->w.path : ""; /* the children may have moved the buffer */
+	if (e->depth && r == WALK_SKIP)       /* fail said skip it */
+		r = wm_post(m, e, e->err, 0);
+	else if (e->depth)
+		r = wm_post(m, e, r, r);
+	for (size_t i = 0; d && l && i < e->n; i++) {
+		for (size_t k = 0; k < l[i].n; k++)
+			free(l[i].v[k]);
+		free(l[i].v);
+		if (d[i])
+			closedir(d[i]);
+		e->side[i].fd = -1;
+	}
+	free(d);
+	free(l);
+	return r;
+}
+
+/* Into directory e, bounded by depth. */
+static int wm_descend(struct wm_run *m, struct walk_merge_entry *e)
+{
+	if (e->depth > m->max_depth)
+		return wm_post(m, e, -ELOOP, wm_fail(m, e, -1, -ELOOP, WALK_AT_DEPTH));
+	return wm_enter(m, e);
+}
+
+/* One name of dir, held by the trees c->side[i].held says. */
+static int wm_one(struct wm_run *m, struct walk_merge_entry *c, const char *name)
+{
+	size_t plen = m->w.len;
+	bool any = false, down = false;
+	c->name = name;
+	c->path = m->w.path ? m->w.path : "";
+	c->path_len = plen;
+	c->data = 0;
+	c->tree = -1;
+	int r = walk_path_push(&m->w, name);
+	if (r < 0)
+		return r == -ENOMEM ? r : wm_fail(m, c, -1, r, WALK_AT_PATH);
+	c->path = m->w.path;
+	c->path_len = m->w.len;
+	for (size_t i = 0; r == 0 && i < c->n; i++) {
+		struct walk_merge_side *s = &c->side[i];
+		if (s->held && fstatat(s->dirfd, name, &s->st, AT_SYMLINK_NOFOLLOW) < 0) {
+			s->held = false;
+			r = wm_fail(m, c, (int)i, -errno, WALK_AT_STAT);
+		}
+		s->descend = s->held && S_ISDIR(s->st.st_mode);
+		any |= s->held;
+	}
+	if (r == 0 && any && m->o->pre)
+		r = m->o->pre(m->o->ctx, c);
+	for (size_t i = 0; r == 0 && any && i < c->n; i++)
+		down |= c->side[i].descend;
+	if (r == 0 && any && down)
+		r = wm_descend(m, c);
+	m->w.len = plen;
+	m->w.path[plen] = '\0';
+	return r == WALK_SKIP ? 0 : r;
+}
+
+/* The smallest name not yet walked in any tree, or NULL at the end. */
+static const char *wm_next(const struct wm_list *l, size_t n)
+{
+	const char *min = NULL;
+	for (size_t i = 0; i < n; i++)
+		if (l[i].i < l[i].n && (!min || strcmp(l[i].v[l[i].i]->name, min) < 0))
+			min = l[i].v[l[i].i]->name;
+	return min;
+}
+
+static int wm_list(struct wm_run *m, struct walk_merge_entry *dir, struct wm_list *l)
+{
+	struct walk_merge_side *side = calloc(dir->n ? dir->n : 1, sizeof(*side));
+	struct walk_merge_entry c = { .parent = dir, .depth = dir->depth + 1, .n = dir->n, .side = side };
+	const char *name;
+	int r = side ? 0 : -ENOMEM;
+	while (r == 0 && (name = wm_next(l, dir->n))) {
+		for (size_t i = 0; i < dir->n; i++) {
+			bool held = l[i].i < l[i].n && !strcmp(l[i].v[l[i].i]->name, name);
+			side[i] = (struct walk_merge_side){ .dirfd = dir->side[i].fd, .held = held, .fd = -1 };
+		}
+		r = wm_one(m, &c, name);
+		for (size_t i = 0; i < dir->n; i++) /* past it in each tree (name stays valid) */
+			if (l[i].i < l[i].n && !strcmp(l[i].v[l[i].i]->name, name))
+				l[i].i++;
+	}
+	free(side);
+	return r;
+}
+
+int walk_merge(const int *roots, size_t n, const struct walk_merge_opts *o)
+{
+	struct wm_run m = { .o = o, .max_depth = o->max_depth > 0 ? o->max_depth : WALK_DEPTH_MAX };
+	m.po.path_max = o->path_max;
+	m.w.o = &m.po;
+	struct walk_merge_side *side = calloc(n ? n : 1, sizeof(*side));
+	int r = side ? 0 : -ENOMEM;
+	if (r == 0 && o->prefix && *o->prefix)
+		r = walk_path_push(&m.w, o->prefix);
+	for (size_t i = 0; r == 0 && i < n; i++)
+		side[i] = (struct walk_merge_side){
+			.dirfd = roots[i], .held = roots[i] >= 0, .descend = roots[i] >= 0, .fd = -1
+		};
+	struct walk_merge_entry root = { .name = ".",
+					 .path = m.w.path ? m.w.path : "",
+					 .path_len = m.w.len,
+					 .n = n,
+					 .side = side,
+					 .tree = -1,
+					 .data = o->data };
+	if (r == 0)
+		r = wm_enter(&m, &root);
+	free(side);
+	free(m.w.path);
+	return r;
 }

@@ -3,6 +3,7 @@
  * caller; a read error is told apart from the end of the directory. */
 #pragma once
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -59,9 +60,11 @@ struct walk_entry {
 	const char *path; /* below the root, prefixed as walk_opts.prefix; valid in this call only */
 	size_t path_len;
 	int depth;           /* 1 for the root's entries */
-	unsigned char type;  /* DT_* (never DT_UNKNOWN) */
+	unsigned char type;  /* DT_* (never DT_UNKNOWN); pre may correct it from a stat of its own */
 	struct stat st;      /* with WALK_STAT, or where d_type was DT_UNKNOWN */
-	int fd;              /* a directory's own fd in post and in fail at WALK_AT_READ; else -1 */
+	int fd;              /* a directory's own fd in post and in fail at WALK_AT_READ; else -1.
+			      * pre may set it to the directory, opened as it likes: the walk then
+			      * reads through that fd (and closes it) instead of opening the name */
 	int err;             /* in post: 0, or why this directory did not end well */
 	enum walk_step step; /* in fail: where */
 	intptr_t data;       /* the caller's, per directory: set in pre, seen by children and post */
@@ -89,7 +92,54 @@ struct walk_opts {
 
 /* Walk below name in dirfd (as walk_open; the root itself reaches no hook).
  * 0, WALK_STOP, or -errno: the root's open, ENOMEM, or what a hook said. */
+int walk_tree(int dirfd, const char *name, const struct walk_opts *o);
+
 /* A fail hook for best-effort walks: what cannot be read is left out. */
 int walk_fail_ignore(void *ctx, const struct walk_entry *e, int err);
 
-int walk_tree(int dirfd, const char *name, const struct walk_opts *o);
+/* walk_merge: the union of n trees walked as one, for comparing and
+ * merging them. Each name comes once, in strcmp order, with which trees
+ * hold it and its stat in each; the walk goes below it in each tree where
+ * it is a directory (pre may leave trees out). Same depth and path bounds,
+ * hooks and answers as walk_tree; every entry is stat'ed. */
+struct walk_merge_side {
+	int dirfd;      /* the parent's fd in this tree, or -1 where the parent is not entered there */
+	bool held;      /* this tree has the name (listed and stat'ed) */
+	bool descend;   /* for pre: go below it in this tree; preset where held and a directory */
+	struct stat st; /* where held */
+	int fd;         /* the directory's own fd in this tree in post and at WALK_AT_READ; else -1 */
+};
+
+struct walk_merge_entry {
+	struct walk_merge_entry *parent; /* depth 0: the roots */
+	const char *name;
+	const char *path; /* as walk_entry's */
+	size_t path_len;
+	int depth;
+	size_t n;                     /* trees */
+	struct walk_merge_side *side; /* n of them, in the order of the roots */
+	int tree;                     /* in fail: the tree where it failed, or -1 */
+	int err;                      /* in post, as walk_entry's */
+	enum walk_step step;          /* in fail: where */
+	intptr_t data;                /* the caller's, per directory, as walk_entry's */
+};
+
+/* As walk_opts, for walk_merge. fail at WALK_AT_STAT: 0 takes the entry as
+ * not held by that tree; at WALK_AT_OPEN: 0 goes on without that tree,
+ * WALK_SKIP skips the entry in every tree (post still runs); at
+ * WALK_AT_READ: 0 goes on with what was read. */
+struct walk_merge_opts {
+	int max_depth;
+	size_t path_max;
+	const char *prefix;
+	intptr_t data;
+	int (*pre)(void *ctx, struct walk_merge_entry *e);
+	int (*post)(void *ctx, struct walk_merge_entry *e);
+	int (*fail)(void *ctx, const struct walk_merge_entry *e, int err);
+	void *ctx;
+};
+
+/* Walk the union of the directories roots[0..n) (-1: a tree that has
+ * none; each opened anew, as walk_open with a NULL name). 0, WALK_STOP,
+ * or -errno: a root's open, ENOMEM, or what a hook said. */
+int walk_merge(const int *roots, size_t n, const struct walk_merge_opts *o);

@@ -214,3 +214,28 @@ def test_new_directories_stay_in_deltas(daemon_factory):
     for cid, state in saved + saved[::-1]:
         d.restore(cid)
         assert_same_tree(state, tree_state(root))
+
+
+@pytest.mark.parametrize("name", ["d1x", "a-base-directory-with-a-long-name"])
+def test_a_moved_base_directory_makes_a_full_layer(daemon_factory, name):
+    """A directory of the base renamed since the last create carries its
+    old name in trusted.overlay.redirect, however long that name is. A
+    delta never copies such a directory: the layer is full."""
+    d = daemon_factory(backend="overlay", start=False, config={"track_changes": "always"})
+    root = d.roots[0]
+    (root / name / "sub").mkdir(parents=True)
+    (root / name / "sub" / "f").write_text("in the base\n")
+    (root / "other").mkdir()
+    d.start()
+    d.create("full")
+    (root / "other" / "g").write_text("g\n")
+    d.create("delta")  # the previous layer is a full one of the upper
+    full = "gets a full layer, not a delta"
+    before = d.log().count(full)
+    os.rename(root / name, root / "moved")
+    state = tree_state(root)
+    cid = d.create("moved")["checkpoint_id"]
+    assert d.log().count(full) == before + 1, d.log()
+    (root / "moved" / "sub" / "f").write_text("changed\n")
+    d.restore(cid)
+    assert_same_tree(state, tree_state(root))

@@ -1,6 +1,7 @@
 /* Unit tests of walk_tree (src/lib/walk.c), the one recursive walk: sorted
  * order, pre- and post-order, skip and stop, the depth bound, the path bound,
- * symlinks never followed, and a directory it cannot read. */
+ * symlinks never followed, a directory it cannot read, a directory pre
+ * opened; and of walk_merge, the walk of several trees' union. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -247,6 +248,167 @@ static void test_walk_data(void **state)
 	assert_int_equal(walk_tree(dfd, "missing", &o), -ENOENT);
 }
 
+/* pre may hand the walk a directory it opened itself: the walk reads
+ * through that fd (post sees it) and closes it, also when pre skips. */
+struct handed {
+	int fd[8];
+	size_t n;
+};
+
+static int handed_pre(void *ctx, struct walk_entry *e)
+{
+	struct handed *h = ctx;
+	if (e->type != DT_DIR)
+		return 0;
+	e->fd = openat(e->dirfd, e->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(e->fd >= 0 && h->n < 8);
+	h->fd[h->n++] = e->fd;
+	return strcmp(e->name, "skip") ? 0 : WALK_SKIP;
+}
+
+static int handed_post(void *ctx, struct walk_entry *e)
+{
+	struct handed *h = ctx;
+	assert_int_equal(e->fd, h->fd[0]); /* only "a" is entered: "skip" was skipped */
+	return 0;
+}
+
+static void test_walk_handed_fd(void **state)
+{
+	(void)state;
+	mk("t", true), mk("t/a", true), mk("t/a/skip", true), mk("t/a/skip/x", false);
+	struct handed h = { 0 };
+	struct walk_opts o = { .pre = handed_pre, .post = handed_post, .ctx = &h };
+	assert_int_equal(walk_tree(dfd, "t", &o), 0);
+	assert_int_equal(h.n, 2);
+	for (size_t i = 0; i < h.n; i++)
+		assert_int_equal(fcntl(h.fd[i], F_GETFD), -1); /* closed by the walk */
+}
+
+/* walk_merge: what the hooks saw, "pre HELD path" with HELD a letter per
+ * tree (d, f, or - where it lacks the name), "post path", "fail step tree
+ * err path". */
+static int merge_pre(void *ctx, struct walk_merge_entry *e)
+{
+	struct seen *s = ctx;
+	char what[32] = "pre ";
+	for (size_t i = 0; i < e->n; i++)
+		what[4 + i] = e->side[i].held ? (S_ISDIR(e->side[i].st.st_mode) ? 'd' : 'f') : '-';
+	seen_add(s, what, e->path);
+	if (s->skip && !strcmp(e->path, s->skip))
+		e->side[0].descend = false; /* below it in the other trees only */
+	return s->stop && !strcmp(e->path, s->stop) ? WALK_STOP : 0;
+}
+
+static int merge_post(void *ctx, struct walk_merge_entry *e)
+{
+	struct seen *s = ctx;
+	if (e->err)
+		s->post_err = e->err;
+	seen_add(s, "post", e->path);
+	return 0;
+}
+
+static int merge_fail(void *ctx, const struct walk_merge_entry *e, int err)
+{
+	struct seen *s = ctx;
+	char what[48];
+	static const char *const steps[] = { "", "path", "stat", "depth", "open", "read" };
+	snprintf(what, sizeof(what), "fail %s %d %d", steps[e->step], e->tree, -err);
+	seen_add(s, what, e->path);
+	return s->fail_answer;
+}
+
+static int merge_roots(struct seen *s, const char *a, const char *b, int max_depth)
+{
+	int fds[2] = { a ? openat(dfd, a, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1,
+		       b ? openat(dfd, b, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1 };
+	struct walk_merge_opts o = {
+		.max_depth = max_depth, .pre = merge_pre, .post = merge_post, .fail = merge_fail, .ctx = s
+	};
+	int r = walk_merge(fds, 2, &o);
+	for (int i = 0; i < 2; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	return r;
+}
+
+/* Each name once, in strcmp order, with the trees holding it; below a
+ * name wherever it is a directory, and only there. */
+static void test_walk_merge_union(void **state)
+{
+	(void)state;
+	mk("A", true), mk("A/d", false), mk("A/b", true), mk("A/b/x", false), mk("A/a", false), mk("A/e", true);
+	mk("A/e/in", false);
+	mk("B", true), mk("B/c", false), mk("B/b", true), mk("B/b/y", false), mk("B/d", true), mk("B/d/z", false);
+	mk("B/e", true), mk("B/e/in", false);
+	struct seen s = { 0 };
+	assert_int_equal(merge_roots(&s, "A", "B", 0), 0);
+	assert_string_equal(s.log,
+			    "pre f- a\npre dd b\npre f- b/x\npre -f b/y\npost b\npre -f c\n"
+			    "pre fd d\npre -f d/z\npost d\npre dd e\npre ff e/in\npost e\n");
+	/* pre leaves a tree out; WALK_STOP ends the walk, posts still run */
+	memset(&s, 0, sizeof(s));
+	s.skip = "b";
+	s.stop = "d/z";
+	assert_int_equal(merge_roots(&s, "A", "B", 0), WALK_STOP);
+	assert_string_equal(s.log, "pre f- a\npre dd b\npre -f b/y\npost b\npre -f c\npre fd d\npre -f d/z\npost d\n");
+	/* a tree without a root: the other alone */
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(merge_roots(&s, NULL, "A", 0), 0);
+	assert_string_equal(s.log, "pre -f a\npre -d b\npre -f b/x\npost b\npre -f d\npre -d e\npre -f e/in\npost e\n");
+	/* the depth bound, as walk_tree's */
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(merge_roots(&s, "A", "B", 1), 0);
+	memset(&s, 0, sizeof(s));
+	s.fail_answer = -ELOOP;
+	mk("A/b/deep", true);
+	assert_int_equal(merge_roots(&s, "A", "B", 1), -ELOOP);
+	assert_non_null(strstr(s.log, "fail depth -1 40 b/deep\npost b/deep\npost b\n"));
+	memset(&s, 0, sizeof(s));
+	int fds[2] = { -1, -1 };
+	struct walk_merge_opts o = { .pre = merge_pre, .ctx = &s };
+	assert_int_equal(walk_merge(fds, 2, &o), 0);
+	assert_string_equal(s.log, "");
+}
+
+/* Where a tree's directory cannot be opened, fail's 0 goes on without
+ * that tree, WALK_SKIP skips the entry in all (its post runs with the
+ * error); else the walk ends with fail's answer. As nobody, as
+ * test_walk_unreadable. */
+static void test_walk_merge_unreadable(void **state)
+{
+	(void)state;
+	mk("A", true), mk("A/l", true), mk("A/l/x", false), mk("A/m", false);
+	mk("B", true), mk("B/l", true), mk("B/l/y", false);
+	assert_int_equal(fchmodat(dfd, "A/l", 0, 0), 0);
+	assert_int_equal(fchmodat(dfd, ".", 0755, 0), 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct seen s = { 0 };
+		if (setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(100);
+		int r = merge_roots(&s, "A", "B", 0);
+		if (r != 0 || strcmp(s.log, "pre dd l\nfail open 0 13 l\npre -f l/y\npost l\npre f- m\n"))
+			_exit(101);
+		memset(&s, 0, sizeof(s));
+		s.fail_answer = WALK_SKIP;
+		r = merge_roots(&s, "A", "B", 0);
+		if (r != 0 || strcmp(s.log, "pre dd l\nfail open 0 13 l\npost l\npre f- m\n") || s.post_err != -EACCES)
+			_exit(103);
+		memset(&s, 0, sizeof(s));
+		s.fail_answer = -EACCES;
+		r = merge_roots(&s, "A", "B", 0);
+		_exit(r == -EACCES && !strcmp(s.log, "pre dd l\nfail open 0 13 l\npost l\n") ? 0 : 102);
+	}
+	int status;
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(fchmodat(dfd, "A/l", 0700, 0), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -257,6 +419,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_walk_symlink, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_unreadable, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_data, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_handed_fd, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_merge_union, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_merge_unreadable, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

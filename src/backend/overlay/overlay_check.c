@@ -87,81 +87,70 @@ static bool overlay_check_same_link(int a, int b, const char *name)
 	return ka == kb && ka >= 0 && !memcmp(la, lb, (size_t)ka);
 }
 
-/* What differs between name in a (the layer's side) and in b (the live
- * side), or NULL. */
-static const char *overlay_check_entry(int a, int b, const char *name)
+/* What differs between name in a (the layer's side, stat sa, NULL where it
+ * lacks the name) and in b (the live side, sb), or NULL. */
+static const char *overlay_check_entry(int a, int b, const char *name, const struct stat *sa, const struct stat *sb)
 {
-	struct stat sa, sb;
-	bool ia = fstatat(a, name, &sa, AT_SYMLINK_NOFOLLOW) == 0, ib = fstatat(b, name, &sb, AT_SYMLINK_NOFOLLOW) == 0;
-	if (!ia || !ib)
-		return !ia ? "missing from the checkpoint" : "not in the root";
-	if (sa.st_mode != sb.st_mode)
+	if (!sa || !sb)
+		return !sa ? "missing from the checkpoint" : "not in the root";
+	if (sa->st_mode != sb->st_mode)
 		return "mode or type";
-	if (sa.st_uid != sb.st_uid || sa.st_gid != sb.st_gid)
+	if (sa->st_uid != sb->st_uid || sa->st_gid != sb->st_gid)
 		return "owner";
-	if (sa.st_mtim.tv_sec != sb.st_mtim.tv_sec || sa.st_mtim.tv_nsec != sb.st_mtim.tv_nsec)
+	if (sa->st_mtim.tv_sec != sb->st_mtim.tv_sec || sa->st_mtim.tv_nsec != sb->st_mtim.tv_nsec)
 		return "mtime";
-	if (!S_ISDIR(sa.st_mode) && sa.st_size != sb.st_size)
+	if (!S_ISDIR(sa->st_mode) && sa->st_size != sb->st_size)
 		return "size";
-	if ((S_ISCHR(sa.st_mode) || S_ISBLK(sa.st_mode)) && sa.st_rdev != sb.st_rdev)
+	if ((S_ISCHR(sa->st_mode) || S_ISBLK(sa->st_mode)) && sa->st_rdev != sb->st_rdev)
 		return "device number";
-	if (S_ISREG(sa.st_mode) && sa.st_size <= OC_DATA_MAX && !overlay_check_same_data(a, b, name))
+	if (S_ISREG(sa->st_mode) && sa->st_size <= OC_DATA_MAX && !overlay_check_same_data(a, b, name))
 		return "data";
-	if (S_ISLNK(sa.st_mode) && !overlay_check_same_link(a, b, name))
+	if (S_ISLNK(sa->st_mode) && !overlay_check_same_link(a, b, name))
 		return "link target";
 	return NULL;
 }
 
-static int overlay_check_dir(struct oc *c, int a, int b, const char *rel, int depth);
-
-/* name, in both a and b: 1 with c->path and c->why at a difference no
- * later change explains, 0 when none, < 0 on error. */
-static int overlay_check_name(struct oc *c, int a, int b, const char *rel, const char *name, int depth)
+/* A difference at path: excused when a later change explains it, else
+ * the answer (WALK_STOP) with c->path and c->why. */
+static int overlay_check_differs(struct oc *c, const char *path, const char *why)
 {
-	int n = snprintf(c->path, sizeof(c->path), "%s%s%s", rel, *rel ? "/" : "", name);
-	if (n < 0 || (size_t)n >= sizeof(c->path))
-		return -ENAMETOOLONG;
-	const char *why = overlay_check_entry(a, b, name);
-	if (!why && !overlay_check_same_xattrs(c, a, b, name))
-		why = "xattrs";
-	if (why && chg_track_changed_at(c->trk, c->path)) {
-		log_info("create: track check: '%s' differs (%s) after a later change there", c->path, why);
+	if (chg_track_changed_at(c->trk, path)) {
+		log_info("create: track check: '%s' differs (%s) after a later change there", path, why);
 		c->excused++;
-		return 0;
+		return WALK_SKIP;
 	}
-	if (why) {
-		c->why = why;
-		return 1;
-	}
-	struct stat st;
-	if (fstatat(a, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
-		return 0;
-	char sub[PATH_MAX];
-	memcpy(sub, c->path, (size_t)n + 1);
-	_cleanup_close_ int ca = openat(a, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	_cleanup_close_ int cb = openat(b, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (ca < 0 || cb < 0) {
-		c->why = "cannot open the directory";
-		return chg_track_changed_at(c->trk, sub) ? 0 : 1;
-	}
-	return overlay_check_dir(c, ca, cb, sub, depth + 1);
+	snprintf(c->path, sizeof(c->path), "%s", path);
+	c->why = why;
+	return WALK_STOP;
 }
 
-static int overlay_check_dir(struct oc *c, int a, int b, const char *rel, int depth)
+/* One name of the union (tree 0 the layer's side, 1 the live side): the
+ * walk goes below a directory only where both sides are the same. */
+static int overlay_check_pre(void *ctx, struct walk_merge_entry *e)
 {
-	struct ovl_names na = { 0 }, nb = { 0 };
-	int r = depth > 4096 ? -ELOOP : overlay_delta_names_read(a, &na);
-	if (r == 0)
-		r = overlay_delta_names_read(b, &nb);
-	for (size_t i = 0; r == 0 && i < na.n + nb.n; i++) {
-		const char *name = i < na.n ? na.v[i] : nb.v[i - na.n];
-		if (i >= na.n && overlay_delta_names_has(&na, name))
-			continue;
-		r = overlay_check_name(c, a, b, rel, name, depth);
-	}
-	overlay_delta_names_free(&na);
-	overlay_delta_names_free(&nb);
-	return r;
+	struct oc *c = ctx;
+	const struct walk_merge_side *a = &e->side[0], *b = &e->side[1];
+	const char *why =
+		overlay_check_entry(a->dirfd, b->dirfd, e->name, a->held ? &a->st : NULL, b->held ? &b->st : NULL);
+	if (!why && !overlay_check_same_xattrs(c, a->dirfd, b->dirfd, e->name))
+		why = "xattrs";
+	return why ? overlay_check_differs(c, e->path, why) : 0;
+}
+
+/* A directory that cannot be opened differs, unless a later change
+ * explains it; a read error or a path too long ends the check. */
+static int overlay_check_fail(void *ctx, const struct walk_merge_entry *e, int err)
+{
+	struct oc *c = ctx;
+	if (e->step == WALK_AT_STAT)
+		return 0; /* gone since listed: missing on that side */
+	if (e->step != WALK_AT_OPEN)
+		return err;
+	if (chg_track_changed_at(c->trk, e->path))
+		return WALK_SKIP; /* neither side is compared below it */
+	snprintf(c->path, sizeof(c->path), "%s", e->path);
+	c->why = "cannot open the directory";
+	return WALK_STOP;
 }
 
 /* Compare trees a (the checkpoint's) and b (live); what the create answers. */
@@ -169,7 +158,11 @@ static int overlay_check_trees(struct ovl_root *r, int a, int b, const char *wha
 {
 	_cleanup_free_ char *buf = malloc(2 * (XATTR_LIST_BUF + XATTR_VALUE_BUF));
 	struct oc c = { .trk = &r->trk, .buf = buf };
-	int d = buf ? overlay_check_dir(&c, a, b, "", 0) : -ENOMEM;
+	int roots[2] = { a, b };
+	struct walk_merge_opts o = {
+		.path_max = PATH_MAX, .pre = overlay_check_pre, .fail = overlay_check_fail, .ctx = &c
+	};
+	int d = buf ? walk_merge(roots, 2, &o) : -ENOMEM;
 	if (d < 0)
 		return err_set(err, -d, NULL, "track check of '%s': %s", r->path, strerror(-d));
 	if (d > 0)

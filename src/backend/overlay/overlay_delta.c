@@ -31,6 +31,10 @@
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 
+/* Asked with a size of 0: a redirect is any length, and a short buffer
+ * would give ERANGE, which reads as no redirect. */
+#define DL_REDIRECT "trusted.overlay.redirect"
+
 struct dl {
 	const struct ovl_delta_opts *o;
 	struct treecopy_stats *st;
@@ -446,14 +450,13 @@ static int dl_times(int up, int dfd)
 static int dl_scan_pre(void *ctx, struct walk_entry *e)
 {
 	struct dl *t = ctx;
-	char v[8];
 	struct xattr_ref x;
 	if (S_ISREG(e->st.st_mode))
 		return e->st.st_nlink > 1 ? -EAGAIN : pathindex_put(t->o->dix, e->path, &e->st);
 	if (!S_ISDIR(e->st.st_mode))
 		return 0;
 	xattr_ref_init(&x, -1, e->dirfd, e->name);
-	if (xattr_get(&x, "trusted.overlay.redirect", v, sizeof(v)) >= 0)
+	if (xattr_get(&x, DL_REDIRECT, NULL, 0) >= 0)
 		return -EAGAIN;
 	return t->o->dirs && overlay_delta_dirs_add(t->o->dirs, e->path, &e->st) < 0 ? -ENOMEM : 0;
 }
@@ -471,8 +474,7 @@ static int dl_scan_fail(void *ctx, const struct walk_entry *e, int err)
 static int dl_scan_new(struct dl *t, int fd)
 {
 	struct stat st;
-	char v[8];
-	if (fgetxattr(fd, "trusted.overlay.redirect", v, sizeof(v)) >= 0 || fstat(fd, &st) < 0)
+	if (fgetxattr(fd, DL_REDIRECT, NULL, 0) >= 0 || fstat(fd, &st) < 0)
 		return -EAGAIN;
 	if (t->o->dirs && overlay_delta_dirs_add(t->o->dirs, t->path, &st) < 0)
 		return -ENOMEM;

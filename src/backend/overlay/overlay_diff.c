@@ -84,39 +84,44 @@ static bool ovl_diff_first(struct ovl_dctx *c, const char *rel)
 	return added > 0;
 }
 
-static void ovl_diff_path(struct ovl_dctx *c, const char *rel, bool deep);
-
-static int ovl_diff_children(struct ovl_dctx *c, const char *rel, int side, struct strset *names)
+/* One path of the union below an expanded directory, from the stats the
+ * walk took: compared, and walked below wherever a side has a directory. */
+static int ovl_diff_walk_pre(void *ctx, struct walk_merge_entry *e)
 {
-	_cleanup_close_ int fd = ovl_diff_open(c->fd[side], rel, O_RDONLY | O_DIRECTORY);
-	DIR *d;
-	int q = 0;
-	if (fd < 0 || walk_open(fd, NULL, &d) < 0)
-		return 0;
-	struct dirent *de;
-	while (q >= 0 && (de = walk_next(d)))
-		q = strset_add(names, de->d_name);
-	closedir(d);
-	return q < 0 ? q : 0;
+	struct ovl_dctx *c = ctx;
+	struct bdiff_ent ab[2];
+	if (!ovl_diff_first(c, e->path))
+		return c->q < 0 ? c->q : WALK_SKIP;
+	for (int s = 0; s < 2; s++) {
+		memset(&ab[s], 0, sizeof(ab[s]));
+		if (e->side[s].held)
+			bdiff_from_stat(&ab[s], &e->side[s].st);
+	}
+	int r = bdiff_compare(c->out, c->root, e->path, &ab[0], &ab[1]);
+	return r < 0 ? (c->q = r) : 0;
 }
 
+/* What a side cannot open or read counts as absent there, as a failed
+ * stat does; past the depth bound the diff fails. */
+static int ovl_diff_walk_fail(void *ctx, const struct walk_merge_entry *e, int err)
+{
+	struct ovl_dctx *c = ctx;
+	(void)e;
+	return err == -ELOOP ? (c->q = err) : 0;
+}
+
+/* Both sides below rel in full (a and b: what rel is on each). */
 static void ovl_diff_expand(struct ovl_dctx *c, const char *rel, const struct bdiff_ent *a, const struct bdiff_ent *b)
 {
-	_cleanup_(strset_free) struct strset names = { 0 };
-	int q = a->type == 'd' ? ovl_diff_children(c, rel, 0, &names) : 0;
-	if (q == 0 && b->type == 'd')
-		q = ovl_diff_children(c, rel, 1, &names);
-	const char *name;
-	size_t i = 0;
-	while (q == 0 && (name = strset_next(&names, &i, NULL))) {
-		_cleanup_free_ char *child = path_join(rel, name);
-		if (!child)
-			q = -ENOMEM;
-		else
-			ovl_diff_path(c, child, true);
-	}
-	if (q < 0)
-		c->q = q;
+	int fds[2] = { a->type == 'd' ? ovl_diff_open(c->fd[0], rel, O_RDONLY | O_DIRECTORY) : -1,
+		       b->type == 'd' ? ovl_diff_open(c->fd[1], rel, O_RDONLY | O_DIRECTORY) : -1 };
+	struct walk_merge_opts o = { .prefix = rel, .pre = ovl_diff_walk_pre, .fail = ovl_diff_walk_fail, .ctx = c };
+	int r = walk_merge(fds, 2, &o);
+	if (r == -ENOMEM && c->q == 0)
+		c->q = r; /* else a side that cannot be opened is absent, as above */
+	for (int s = 0; s < 2; s++)
+		if (fds[s] >= 0)
+			close(fds[s]);
 }
 
 static void ovl_diff_path(struct ovl_dctx *c, const char *rel, bool deep)

@@ -172,6 +172,13 @@ static int fl_dir_xattrs(struct fl *f, const struct fl_dir *p, const char *name,
 
 static int fl_merge_dir(struct fl *f, const struct fl_dir *d, int dst, const char *where);
 
+/* The flatten's own recursion, not walk_merge's (src/lib/walk.c): below a
+ * directory each layer holds its part at a path of its own (a redirect
+ * renames it in the layers under the one holding the redirect, also on an
+ * intermediate component; an opaque one cuts them off), found by
+ * fl_resolve as overlayfs looks it up. walk_merge goes down every tree by
+ * the same name. Its depth is bounded by the length of those paths: a
+ * lookup past PATH_MAX fails. */
 static int fl_subdir(struct fl *f, const struct fl_dir *p, const char *name, size_t top, int dst)
 {
 	struct fl_dir c = { 0 };

@@ -153,19 +153,22 @@ void overlay_layers_trash(struct ovl_root *r, int dfd, const char *sub, const ch
 /* Truncate the regular files only this name holds: their pages and blocks
  * go at once, even while a detached mount still holds the inode. A file
  * with other links (a layer's, shared with a newer one) is left whole. */
-static int overlay_layers_truncate(void *ctx, int dfd, const char *name)
+static int overlay_layers_truncate_one(void *ctx, struct walk_entry *e)
 {
-	struct stat st;
-	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return 0;
-	if (S_ISDIR(st.st_mode))
-		walk_each(dfd, name, overlay_layers_truncate, ctx); /* best effort: rm -rf follows */
-	if (S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_size > 0) {
-		_cleanup_close_ int fd = openat(dfd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	(void)ctx;
+	if (S_ISREG(e->st.st_mode) && e->st.st_nlink == 1 && e->st.st_size > 0) {
+		_cleanup_close_ int fd = openat(e->dirfd, e->name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 		if (fd >= 0 && ftruncate(fd, 0) < 0)
-			log_debug("overlay: truncate trash file '%s': %m", name);
+			log_debug("overlay: truncate trash file '%s': %m", e->name);
 	}
 	return 0;
+}
+
+/* Best effort: rm -rf follows. */
+static void overlay_layers_truncate(int dfd, const char *name)
+{
+	struct walk_opts o = { .flags = WALK_STAT, .pre = overlay_layers_truncate_one, .fail = walk_fail_ignore };
+	walk_tree(dfd, name, &o);
 }
 
 void overlay_layers_empty_trash(struct ovl_root *r)
@@ -176,7 +179,7 @@ void overlay_layers_empty_trash(struct ovl_root *r)
 	struct dirent *de;
 	while ((de = walk_next(d))) {
 		if (!strncmp(de->d_name, "u-", 2)) /* an upper (layers share inodes) */
-			overlay_layers_truncate(NULL, dirfd(d), de->d_name);
+			overlay_layers_truncate(dirfd(d), de->d_name);
 		if (FAILPOINT_AROUND("overlay.trash.remove", rm_rf_at(dirfd(d), de->d_name)) < 0)
 			log_debug("overlay: remove '%s/t/%s' failed", r->rdir, de->d_name);
 	}

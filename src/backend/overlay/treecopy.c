@@ -50,6 +50,13 @@ static int tc_push(struct tc *t, const char *name, size_t *saved)
 	return 0;
 }
 
+/* The current entry is now path (a walk's, shorter than t->path). */
+static void tc_at(struct tc *t, const char *path, size_t len)
+{
+	memmove(t->path, path, len + 1);
+	t->len = len;
+}
+
 static void tc_progress(struct tc *t, uint64_t bytes)
 {
 	t->st->files++;
@@ -140,21 +147,36 @@ static int treecopy_special(struct tc *t, int sfd, int dfd, const char *name, co
 static int treecopy_dir_contents(struct tc *t, int sfd, int dfd);
 static int treecopy_update_dir(struct tc *t, int sfd, int dfd);
 
+/* A directory made (unless it exists) and opened in dfd, made opaque when
+ * it replaced a non-directory: lower layers stay hidden. Its fd, or < 0. */
+static int treecopy_mkdir(struct tc *t, int dfd, const char *name, bool exists, bool make_opaque)
+{
+	if (!exists && mkdirat(dfd, name, 0700) < 0)
+		return tc_fail(t, -errno, "mkdir");
+	int d = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (d < 0)
+		return tc_fail(t, -errno, "open dir");
+	if (make_opaque && fsetxattr(d, OPAQUE_XATTR, "y", 1, 0) < 0) {
+		int r = tc_fail(t, -errno, "set opaque");
+		close(d);
+		return r;
+	}
+	return d;
+}
+
 /* update: dst's dir is an earlier copy, brought up to date (treecopy_update). */
 static int treecopy_dir(struct tc *t, int sfd, int dfd, const char *name, const struct stat *st, bool exists,
 			bool make_opaque, bool update)
 {
-	if (!exists && mkdirat(dfd, name, 0700) < 0)
-		return tc_fail(t, -errno, "mkdir");
+	_cleanup_close_ int d = treecopy_mkdir(t, dfd, name, exists, make_opaque);
+	if (d < 0)
+		return d;
 	_cleanup_close_ int s = openat(sfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	_cleanup_close_ int d = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (s < 0 || d < 0)
+	if (s < 0)
 		return tc_fail(t, -errno, "open dir");
 	int r = update ? treecopy_update_dir(t, s, d) : treecopy_dir_contents(t, s, d);
 	if (r < 0)
 		return r;
-	if (make_opaque && fsetxattr(d, OPAQUE_XATTR, "y", 1, 0) < 0)
-		return tc_fail(t, -errno, "set opaque");
 	r = update ? treecopy_update_meta(s, d, st) : treecopy_copy_meta(sfd, dfd, name, s, d, st);
 	if (r < 0)
 		return tc_fail(t, r, "dir metadata");
@@ -209,14 +231,16 @@ static int treecopy_dirs_add(struct treecopy_dirs *d, const char *rel)
 	return (d->v[d->n] = strdup(rel)) ? (d->n++, 0) : -ENOMEM;
 }
 
-static int treecopy_entry(struct tc *t, int sfd, int dfd, const char *name)
+/* One entry of src (its stat st) into dfd. A directory is copied whole;
+ * or, for a walk (e), made and opened in e->data for its entries, its
+ * metadata left to the walk's post. */
+static int treecopy_entry_st(struct tc *t, int sfd, int dfd, const char *name, const struct stat *st_,
+			     struct walk_entry *e)
 {
-	struct stat st;
+	const struct stat st = *st_;
 	bool exists = false, make_opaque = false;
 	int r;
 
-	if (fstatat(sfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return errno == ENOENT ? 0 : tc_fail(t, -errno, "stat");
 	if (t->partial && !S_ISDIR(st.st_mode) && st.st_nlink > 1 && !treecopy_is_whiteout(&st))
 		return -EAGAIN; /* its other names may be in directories not compared */
 	if (t->o->mode == TREECOPY_MERGE) {
@@ -227,8 +251,13 @@ static int treecopy_entry(struct tc *t, int sfd, int dfd, const char *name)
 	if (S_ISDIR(st.st_mode) && t->o->dirs && t->o->mode == TREECOPY_NEW && !t->partial &&
 	    (r = treecopy_dirs_add(t->o->dirs, t->path)) < 0)
 		return tc_fail(t, r, "directory list");
-	if (S_ISDIR(st.st_mode))
+	if (S_ISDIR(st.st_mode) && !e)
 		return treecopy_dir(t, sfd, dfd, name, &st, exists, make_opaque, false);
+	if (S_ISDIR(st.st_mode)) {
+		int d = treecopy_mkdir(t, dfd, name, exists, make_opaque);
+		e->data = d;
+		return d < 0 ? d : 0;
+	}
 	if (S_ISREG(st.st_mode) && (r = tc_index_put(t, &st)) < 0)
 		return tc_fail(t, r, "index");
 	r = treecopy_try_link(t, sfd, dfd, name, &st);
@@ -244,26 +273,77 @@ static int treecopy_entry(struct tc *t, int sfd, int dfd, const char *name)
 	return r < 0 ? r : 0;
 }
 
+static int treecopy_entry(struct tc *t, int sfd, int dfd, const char *name)
+{
+	struct stat st;
+	if (fstatat(sfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : tc_fail(t, -errno, "stat");
+	return treecopy_entry_st(t, sfd, dfd, name, &st, NULL);
+}
+
+struct tc_walk {
+	struct tc *t;
+	bool failed; /* a hook answered an error: the walk's own are told here */
+};
+
+/* Each entry into its directory's copy (the parent's data). */
+static int treecopy_copy_pre(void *ctx, struct walk_entry *e)
+{
+	struct tc_walk *w = ctx;
+	tc_at(w->t, e->path, e->path_len);
+	int r = treecopy_entry_st(w->t, e->dirfd, (int)e->parent->data, e->name, &e->st, e);
+	w->failed |= r < 0;
+	return r;
+}
+
+/* A directory's metadata after its children, as treecopy_dir sets it. */
+static int treecopy_copy_post(void *ctx, struct walk_entry *e)
+{
+	struct tc_walk *w = ctx;
+	int d = (int)e->data, r = e->err;
+	tc_at(w->t, e->path, e->path_len);
+	if (r == 0 && (r = treecopy_copy_meta(e->dirfd, (int)e->parent->data, e->name, e->fd, d, &e->st)) < 0)
+		r = tc_fail(w->t, r, "dir metadata");
+	else if (r == 0)
+		tc_progress(w->t, 0);
+	close(d);
+	w->failed |= r < 0;
+	return r;
+}
+
+/* An entry gone since listed is skipped, as treecopy_entry skips it;
+ * anything else fails the copy. */
+static int treecopy_copy_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	struct tc_walk *w = ctx;
+	static const char *const what[] = {
+		[WALK_AT_PATH] = "path",     [WALK_AT_STAT] = "stat",    [WALK_AT_DEPTH] = "directory depth",
+		[WALK_AT_OPEN] = "open dir", [WALK_AT_READ] = "readdir",
+	};
+	if (e->step == WALK_AT_STAT && err == -ENOENT)
+		return 0;
+	tc_at(w->t, e->path, strlen(e->path)); /* at WALK_AT_PATH: the parent's */
+	w->failed = true;
+	return tc_fail(w->t, err, what[e->step]);
+}
+
+/* The entries of src directory sfd into dfd, whose path is t->path. */
 static int treecopy_dir_contents(struct tc *t, int sfd, int dfd)
 {
-	_cleanup_closedir_ DIR *d = NULL;
-	int q = walk_open(sfd, NULL, &d);
-	if (q < 0)
-		return tc_fail(t, q, "open dir");
-	struct dirent *de;
-	while ((de = walk_next(d))) {
-		size_t saved;
-		int r = tc_push(t, de->d_name, &saved);
-		if (r == 0)
-			r = treecopy_entry(t, sfd, dfd, de->d_name);
-		else
-			tc_fail(t, r, "path");
-		t->len = saved;
-		t->path[saved] = 0;
-		if (r < 0)
-			return r;
-	}
-	return errno ? tc_fail(t, -errno, "readdir") : 0;
+	size_t len = t->len;
+	struct tc_walk w = { .t = t };
+	struct walk_opts o = { .flags = WALK_STAT,
+			       .path_max = sizeof(t->path) - 1,
+			       .prefix = t->path,
+			       .data = dfd,
+			       .pre = treecopy_copy_pre,
+			       .post = treecopy_copy_post,
+			       .fail = treecopy_copy_fail,
+			       .ctx = &w };
+	int r = walk_tree(sfd, NULL, &o);
+	t->len = len; /* the walk's paths all start with it */
+	t->path[len] = '\0';
+	return r < 0 && !w.failed ? tc_fail(t, r, "open dir") : r;
 }
 
 int treecopy_copy(int src_fd, int dst_fd, const struct treecopy_opts *o, struct treecopy_stats *stats, ckpt_error *err)
@@ -449,7 +529,12 @@ static int treecopy_update_entry(struct tc *t, int sfd, int dfd, const char *nam
 	return r < 0 ? tc_fail(t, r, "replace") : treecopy_entry(t, sfd, dfd, name);
 }
 
-/* dst's names src no longer has go after src's are done. */
+/* dst's names src no longer has go after src's are done. The update's own
+ * recursion (through treecopy_update_entry and treecopy_dir), not
+ * walk_merge's: walk_merge stats every name in each tree and sorts both
+ * listings, where this pass, run while the services are frozen, stats only
+ * src and takes dst's types from d_type. Paths stay below PATH_MAX
+ * (tc_push), which bounds its depth. */
 static int treecopy_update_dir(struct tc *t, int sfd, int dfd)
 {
 	struct tc_names ns = { 0 };
@@ -558,6 +643,7 @@ static int treecopy_dirs_meta_set(struct tc *t, int s, int d, const struct stat 
 static int treecopy_dirs_meta_pre(void *ctx, struct walk_entry *e)
 {
 	struct tc_dm *m = ctx;
+	tc_at(m->t, e->path, e->path_len);
 	int d = openat((int)e->parent->data, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	e->data = d;
 	m->failed |= d < 0;
@@ -569,6 +655,7 @@ static int treecopy_dirs_meta_pre(void *ctx, struct walk_entry *e)
 static int treecopy_dirs_meta_post(void *ctx, struct walk_entry *e)
 {
 	struct tc_dm *m = ctx;
+	tc_at(m->t, e->path, e->path_len);
 	int r = e->err ? e->err : treecopy_dirs_meta_set(m->t, e->fd, (int)e->data, &e->st);
 	close((int)e->data);
 	m->failed |= r < 0;
@@ -580,9 +667,9 @@ static int treecopy_dirs_meta_post(void *ctx, struct walk_entry *e)
 static int treecopy_dirs_meta_fail(void *ctx, const struct walk_entry *e, int err)
 {
 	struct tc_dm *m = ctx;
-	(void)e;
 	if (err != -ELOOP)
 		return 0;
+	tc_at(m->t, e->path, e->path_len);
 	m->failed = true;
 	return tc_fail(m->t, err, "directory depth");
 }
@@ -601,9 +688,12 @@ static int treecopy_dirs_meta(struct tc *t, int s, int d)
 			       .post = treecopy_dirs_meta_post,
 			       .fail = treecopy_dirs_meta_fail,
 			       .ctx = &m };
+	t->len = 0; /* the root: not the last directory treecopy_update_one named */
+	t->path[0] = '\0';
 	if (fstat(s, &ss) < 0)
 		return tc_fail(t, -errno, "stat dir");
 	int r = walk_tree(s, NULL, &o);
+	tc_at(t, "", 0); /* the root again: the hooks named each directory */
 	if (r < 0)
 		return m.failed ? r : tc_fail(t, r, "open dir");
 	return treecopy_dirs_meta_set(t, s, d, &ss);
@@ -617,6 +707,10 @@ static int treecopy_dirs_meta_listed(struct tc *t, int src_fd, int dst_fd, const
 	for (size_t i = dirs->n; i-- > 0;) {
 		const char *p = dirs->v[i][0] ? dirs->v[i] : ".";
 		struct stat ss, ds;
+		size_t n = strlen(dirs->v[i]);
+		if (n >= sizeof(t->path))
+			return tc_fail(t, -ENAMETOOLONG, "path");
+		tc_at(t, dirs->v[i], n); /* what tc_fail names */
 		if (fstatat(src_fd, p, &ss, AT_SYMLINK_NOFOLLOW) < 0) {
 			if (errno == ENOENT || errno == ENOTDIR)
 				continue;

@@ -343,18 +343,19 @@ static int new_ctime(int fd, struct stat *st)
 	return -EAGAIN;
 }
 
-static int archive_one(struct cctx *c, int dirfd, const char *name, const char *path)
+/* One entry (its stat st) into the archive and the manifest. A
+ * directory's own fd, in *ret_dir, for the caller to go below it through. */
+static int archive_one_st(struct cctx *c, int dirfd, const char *name, const char *path, const struct stat *st_,
+			  int *ret_dir)
 {
 	_cleanup_entry_ struct archive_entry *ae = archive_entry_new();
 	_cleanup_close_ int fd = -1;
 	struct tar_mentry me = { 0 };
-	struct stat st;
+	struct stat st = *st_;
 	int r;
 
 	if (!ae)
 		return err_set(c->err, ENOMEM, NULL, "out of memory");
-	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return errno == ENOENT ? 0 : err_set(c->err, errno, NULL, "cannot stat '%s': %m", path);
 	if (!tar_type_of(st.st_mode) || tar_skipped(&st, c->o->skip_dev, c->o->skip_ino, c->o->excl))
 		return 0; /* sockets cannot be archived; the state dir and exclusions are not content */
 	const struct tar_mentry *pe = reusable(c, dirfd, name, path, &st);
@@ -384,13 +385,17 @@ static int archive_one(struct cctx *c, int dirfd, const char *name, const char *
 	if (tar_manifest_write_entry(c->mf, &me) < 0)
 		return err_set(c->err, tar_errno_norm(errno), NULL, "cannot write manifest line for '%s'", path);
 	prog(c, 1, 0);
-	return S_ISDIR(st.st_mode) ? walk_dir(c, fd, path) : 0;
+	if (S_ISDIR(st.st_mode))
+		*ret_dir = TAKE_FD(fd);
+	return 0;
 }
 
-static int walk_visit(void *ctx, int dirfd, const char *name, const char *rel, const char *path)
+static int archive_one(struct cctx *c, int dirfd, const char *name, const char *path, int *ret_dir)
 {
-	(void)rel;
-	return archive_one(ctx, dirfd, name, path);
+	struct stat st;
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : err_set(c->err, errno, NULL, "cannot stat '%s': %m", path);
+	return archive_one_st(c, dirfd, name, path, &st, ret_dir);
 }
 
 /* Did the journal see the directory rel ("" the root) change: itself, or
@@ -416,7 +421,10 @@ static int walk_taken(struct cctx *c, int dirfd, const char *rel, size_t first)
 	for (size_t i = first; i < pm->n && (!rel || below(pm->v[i].path, rel, len));) {
 		const struct tar_mentry *e = &pm->v[i];
 		const char *name = rel ? e->path + len + 1 : e->path;
-		int r = taken_as_is(c, e) ? take_one(c, e) : archive_one(c, dirfd, name, e->path);
+		_cleanup_close_ int sub = -1;
+		int r = taken_as_is(c, e) ? take_one(c, e) : archive_one(c, dirfd, name, e->path, &sub);
+		if (r == 0 && sub >= 0)
+			r = walk_dir(c, sub, e->path);
 		if (r < 0)
 			return r;
 		size_t elen = strlen(e->path);
@@ -426,15 +434,61 @@ static int walk_taken(struct cctx *c, int dirfd, const char *rel, size_t first)
 	return 0;
 }
 
+/* A directory the journal saw no change in: -1 when it changed (or is not
+ * the parent's directory), else the index of the line after its own (0
+ * for the root). */
+static ssize_t taken_first(struct cctx *c, const char *rel)
+{
+	if (!c->o->journal || !c->o->parent || dir_dirty(c->o, rel ? rel : ""))
+		return -1;
+	if (!rel)
+		return 0;
+	const struct tar_mentry *e = tar_manifest_find(c->o->parent, rel);
+	return e && e->type == 'd' ? (ssize_t)(e - c->o->parent->v) + 1 : -1;
+}
+
+struct create_walk {
+	struct tar_walk tw; /* first: tar_walk_fail_gone's */
+	struct cctx *c;
+};
+
+/* walk_tree's part of a create: each entry archived as it is listed, a
+ * directory's subtree right after it (the archive's and the manifest's
+ * order). A directory the journal saw no change in is listed from the
+ * parent's manifest instead; one that changed is read through the fd
+ * archive_one opened, so the walk lists the inode it archived. */
+static int create_pre(void *ctx, struct walk_entry *e)
+{
+	struct create_walk *w = ctx;
+	struct cctx *c = w->c;
+	int sub = -1;
+	int r = archive_one_st(c, e->dirfd, e->name, e->path, &e->st, &sub);
+	if (r >= 0 && sub >= 0) {
+		ssize_t first = taken_first(c, e->path);
+		if (first < 0) {
+			c->o->dirs_read++;
+			e->type = DT_DIR; /* what archive_one's stat saw decides */
+			e->fd = sub;
+			return 0;
+		}
+		r = walk_taken(c, sub, e->path, (size_t)first);
+		close(sub);
+	}
+	w->tw.failed |= r < 0;
+	return r < 0 ? r : WALK_SKIP;
+}
+
+/* Below directory dirfd (rel its path, NULL at the root). The nesting of
+ * walk_taken and walk_tree is bounded by the length of a path (PATH_MAX). */
 static int walk_dir(struct cctx *c, int dirfd, const char *rel)
 {
-	if (c->o->journal && c->o->parent && !dir_dirty(c->o, rel ? rel : "")) {
-		const struct tar_mentry *e = rel ? tar_manifest_find(c->o->parent, rel) : NULL;
-		if (!rel || (e && e->type == 'd'))
-			return walk_taken(c, dirfd, rel, rel ? (size_t)(e - c->o->parent->v) + 1 : 0);
-	}
+	ssize_t first = taken_first(c, rel);
+	if (first >= 0)
+		return walk_taken(c, dirfd, rel, (size_t)first);
 	c->o->dirs_read++;
-	return tar_walk_dir(dirfd, rel, walk_visit, c, c->err);
+	struct create_walk w = { .tw = { .err = c->err }, .c = c };
+	struct walk_opts o = { .flags = WALK_STAT, .pre = create_pre, .ctx = &w };
+	return tar_walk_below(dirfd, rel, &o, &w.tw); /* an entry gone since listed: not archived */
 }
 
 bool tar_create_count_journal(int root_fd, const struct tar_create_opts *o, uint64_t *files, uint64_t *bytes)

@@ -203,7 +203,7 @@ void tar_wait_past(struct timespec t)
 
 int tar_walk_failed(ckpt_error *err, const struct walk_entry *e, int r)
 {
-	const char *at = e->depth && e->path[0] ? e->path : ".";
+	const char *at = e->path[0] ? e->path : "."; /* the root of a walk: its prefix */
 	switch (e->step) {
 	case WALK_AT_PATH:
 		return err_set(err, ENAMETOOLONG, NULL, "path too long below '%s'", at);
@@ -227,22 +227,24 @@ int tar_walk_root(int dirfd, const struct walk_opts *o, ckpt_error *err)
 	return r == -ENOMEM ? err_set(err, ENOMEM, NULL, "out of memory") : r;
 }
 
-int tar_walk_dir(int dirfd, const char *rel, tar_walk_fn fn, void *ctx, ckpt_error *err)
+int tar_walk_fail_gone(void *ctx, const struct walk_entry *e, int err)
 {
-	_cleanup_closedir_ DIR *d = NULL;
-	char path[PATH_MAX];
-	struct dirent *de;
-	int q = walk_open(dirfd, NULL, &d);
+	struct tar_walk *w = ctx;
+	if (e->step == WALK_AT_STAT && err == -ENOENT)
+		return 0;
+	w->failed = true;
+	return tar_walk_failed(w->err, e, err);
+}
 
-	if (q < 0)
-		return err_set(err, -q, NULL, "cannot open '%s': %s", rel ? rel : ".", strerror(-q));
-	while ((de = walk_next(d))) {
-		if ((size_t)snprintf(path, sizeof(path), "%s%s%s", rel ? rel : "", rel ? "/" : "", de->d_name) >=
-		    sizeof(path))
-			return err_set(err, ENAMETOOLONG, NULL, "path too long below '%s'", rel ? rel : ".");
-		int r = fn(ctx, dirfd, de->d_name, rel, path);
-		if (r < 0)
-			return r;
-	}
-	return errno ? err_set(err, errno, NULL, "cannot list '%s': %m", rel ? rel : ".") : 0;
+int tar_walk_below(int dirfd, const char *rel, struct walk_opts *o, struct tar_walk *w)
+{
+	o->path_max = PATH_MAX;
+	o->prefix = rel;
+	o->fail = tar_walk_fail_gone;
+	int r = walk_tree(dirfd, NULL, o);
+	if (r >= 0 || w->failed)
+		return r;
+	if (r == -ENOMEM)
+		return err_set(w->err, ENOMEM, NULL, "out of memory");
+	return err_set(w->err, -r, NULL, "cannot open '%s': %s", rel ? rel : ".", strerror(-r));
 }

@@ -25,18 +25,25 @@ int tar_open_parent(int root_fd, const char *path, const char **leaf);
 int tar_cwd_enter(int dir_fd, int *ret_saved);
 void tar_cwd_leave(int *saved);
 
-/* Call fn for each entry of the directory dirfd ("." and ".." left out) with
- * its name and its path below the root (rel is the directory's own path, NULL
- * at the root). Stops at the first error fn returns. */
-typedef int (*tar_walk_fn)(void *ctx, int dirfd, const char *name, const char *rel, const char *path);
-int tar_walk_dir(int dirfd, const char *rel, tar_walk_fn fn, void *ctx, ckpt_error *err);
-
-/* A failure of walk_tree at e into err, worded as tar_walk_dir words it;
- * for fail hooks. */
+/* A failure of walk_tree at e into err ("cannot stat 'a/b': ..."), for
+ * the fail hooks of the tar backend's walks. */
 int tar_walk_failed(ckpt_error *err, const struct walk_entry *e, int r);
 /* walk_tree below dirfd for a walk whose hooks fill err: err also when the
  * root cannot be opened or memory runs out. */
 int tar_walk_root(int dirfd, const struct walk_opts *o, ckpt_error *err);
+
+/* A walk of a live tree whose hooks fill err; first in the walk's ctx, so
+ * that tar_walk_fail_gone serves as its fail hook. */
+struct tar_walk {
+	ckpt_error *err;
+	bool failed; /* a hook filled err (a pre hook sets it too) */
+};
+/* fail hook: an entry gone since it was listed is skipped; any other
+ * failure fills err as tar_walk_failed words it. */
+int tar_walk_fail_gone(void *ctx, const struct walk_entry *e, int err);
+/* walk_tree of dirfd, whose path is rel (NULL: the root), paths below
+ * PATH_MAX; err also when dirfd cannot be read or memory runs out. */
+int tar_walk_below(int dirfd, const char *rel, struct walk_opts *o, struct tar_walk *w);
 
 /* Files and regular-file bytes below dirfd, skipping the (dev, ino)
  * directory and what excl leaves out. */

@@ -62,13 +62,6 @@ static bool kept_as_is(const struct rctx *c, const struct tar_mentry *e, const s
 	return unchanged(e, st) && (!c->o->xattrs_blind || tar_xattrs_match(dirfd, name, e->xhash));
 }
 
-static void mark_parent(struct rctx *c, const char *path)
-{
-	struct tar_mentry *p = path ? tar_manifest_find(&c->m, path) : NULL;
-	if (p)
-		p->needed = true;
-}
-
 static void mark_parent_of(struct rctx *c, const char *path)
 {
 	struct tar_mentry *p = tar_manifest_parent(&c->m, path);
@@ -81,19 +74,14 @@ static bool suspect(const struct rctx *c, const char *path)
 	return c->o->suspects && pathindex_has(c->o->suspects, path);
 }
 
-typedef int (*visit_fn)(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path);
-static int live_walk(struct rctx *c, int dirfd, const char *rel, visit_fn fn);
-
 /* One live entry: removed when the checkpoint does not list it (or lists
  * another type), else marked seen, and needed when it changed. 1: a
  * directory that stays. */
-static int live_entry(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path)
+static int live_entry(struct rctx *c, int dirfd, const char *name, const char *path, const struct stat *st_)
 {
-	struct stat st;
+	const struct stat st = *st_;
 	struct tar_mentry *e;
 
-	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return errno == ENOENT ? 0 : err_set(c->err, errno, NULL, "cannot stat '%s': %m", path);
 	if (tar_skipped(&st, c->o->skip_dev, c->o->skip_ino, c->o->excl))
 		return 0; /* never captured: never removed */
 	e = tar_manifest_find(&c->m, path);
@@ -102,7 +90,7 @@ static int live_entry(struct rctx *c, int dirfd, const char *name, const char *r
 		if (r < 0)
 			return err_set(c->err, -r, NULL, "cannot remove '%s': %s", path, strerror(-r));
 		c->st->removed++;
-		mark_parent(c, rel);
+		mark_parent_of(c, path);
 		return 0;
 	}
 	e->seen = true;
@@ -111,40 +99,30 @@ static int live_entry(struct rctx *c, int dirfd, const char *name, const char *r
 	return S_ISDIR(st.st_mode) ? 1 : 0;
 }
 
-static int live_one(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path)
-{
-	int r = live_entry(c, dirfd, name, rel, path);
-	if (r <= 0)
-		return r;
-	_cleanup_close_ int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (sub < 0)
-		return err_set(c->err, errno, NULL, "cannot open '%s': %m", path);
-	return live_walk(c, sub, path, live_one);
-}
-
-/* live_one for the entries of one directory: a directory below is read
- * only if the journal names it too. */
-static int live_one_flat(struct rctx *c, int dirfd, const char *name, const char *rel, const char *path)
-{
-	int r = live_entry(c, dirfd, name, rel, path);
-	return r < 0 ? r : 0;
-}
-
 struct live_walk_ctx {
+	struct tar_walk tw; /* first: tar_walk_fail_gone's */
 	struct rctx *c;
-	visit_fn fn;
+	bool deep; /* below the directories listed too */
 };
 
-static int live_visit(void *ctx, int dirfd, const char *name, const char *rel, const char *path)
+/* An entry is removed while its directory is read (unless before_change
+ * defers it): the walk never goes below what it removed. An entry gone
+ * since its directory was listed is no longer there to remove. */
+static int live_pre(void *ctx, struct walk_entry *e)
 {
 	struct live_walk_ctx *w = ctx;
-	return w->fn(w->c, dirfd, name, rel, path);
+	int r = live_entry(w->c, e->dirfd, e->name, e->path, &e->st);
+	w->tw.failed |= r < 0;
+	return r < 0 ? r : r == 1 && w->deep ? 0 : WALK_SKIP;
 }
 
-static int live_walk(struct rctx *c, int dirfd, const char *rel, visit_fn fn)
+/* The live entries below dirfd (whose path is rel, NULL at the root): each
+ * directory with its subtree when deep, else only the entries of dirfd. */
+static int live_walk(struct rctx *c, int dirfd, const char *rel, bool deep)
 {
-	struct live_walk_ctx w = { c, fn };
-	return tar_walk_dir(dirfd, rel, live_visit, &w, c->err);
+	struct live_walk_ctx w = { .tw = { .err = c->err }, .c = c, .deep = deep };
+	struct walk_opts o = { .flags = WALK_STAT, .pre = live_pre, .ctx = &w };
+	return tar_walk_below(dirfd, rel, &o, &w.tw);
 }
 
 static const struct pathindex_dirty *dirty_find(const struct tar_restore_opts *o, const char *dir)
@@ -207,7 +185,7 @@ static int journal_walk(struct rctx *c, int root_fd)
 			if (c->o->trust_nothing || !kept_as_is(c, de, &st, dfd, NULL))
 				de->needed = true;
 		}
-		int r = live_walk(c, dfd, d->path[0] ? d->path : NULL, d->deep ? live_one : live_one_flat);
+		int r = live_walk(c, dfd, d->path[0] ? d->path : NULL, d->deep);
 		if (r < 0)
 			return r;
 	}
@@ -772,7 +750,7 @@ int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const cha
 	bool journal =
 		o->journal && !o->trust_nothing && !tar_manifest_holds_ino(&c.m, o->outside_inos, o->n_outside_inos);
 	stats->tracked = journal;
-	r = journal ? journal_walk(&c, root_fd) : live_walk(&c, root_fd, NULL, live_one);
+	r = journal ? journal_walk(&c, root_fd) : live_walk(&c, root_fd, NULL, true);
 	if (r >= 0)
 		close_needed(&c);
 	if (r >= 0 && o->before_change) /* the whole root: what changes is said first */
