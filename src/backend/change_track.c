@@ -47,6 +47,39 @@ static int resolve(struct chg_track *t, struct file_handle *fh, char *rel, size_
 	return 1;
 }
 
+/* The last handle resolved, and what resolve said of it: the events of one
+ * read come in runs on one directory and one file (a file made, written,
+ * closed and renamed), and each resolve costs four system calls. A memo
+ * lives for one read of the queue: what it says is as old as that read. */
+struct resolve_memo {
+	bool valid;
+	int r;
+	struct stat st;
+	int type;
+	unsigned bytes;
+	unsigned char handle[MAX_HANDLE_SZ];
+	char rel[PATH_MAX];
+};
+
+static int resolve_memo(struct chg_track *t, struct resolve_memo *mm, struct file_handle *fh, char *rel, size_t size,
+			struct stat *st)
+{
+	if (mm->valid && mm->type == fh->handle_type && mm->bytes == fh->handle_bytes &&
+	    !memcmp(mm->handle, fh->f_handle, fh->handle_bytes)) {
+		*st = mm->st;
+		snprintf(rel, size, "%s", mm->rel);
+		return mm->r;
+	}
+	int r = resolve(t, fh, rel, size, st);
+	mm->valid = r >= 0 && fh->handle_bytes <= sizeof(mm->handle);
+	if (mm->valid) {
+		mm->r = r, mm->st = *st, mm->type = fh->handle_type, mm->bytes = fh->handle_bytes;
+		memcpy(mm->handle, fh->f_handle, fh->handle_bytes);
+		snprintf(mm->rel, sizeof(mm->rel), "%s", r == 1 ? rel : "");
+	}
+	return r;
+}
+
 const char *chg_track_method_name(enum chg_track_method m)
 {
 	return m == CHG_TRACK_FANOTIFY ? "fanotify" : m == CHG_TRACK_INOTIFY ? "inotify" : "none";
@@ -192,7 +225,7 @@ static void outside_put(struct chg_outside *o, uint64_t h)
  * may be one the file no longer has, in a directory removed since: overlayfs
  * keeps, per inode, the upper dentry it first found a file of several names
  * by, and reports every write through any of its names under that one. */
-static int one_event(struct chg_track *t, struct chg_dirty_set *s, struct chg_outside *out,
+static int one_event(struct chg_track *t, struct chg_dirty_set *s, struct chg_outside *out, struct resolve_memo *mm,
 		     const struct fanotify_event_metadata *m, const char *raw, const char **why)
 {
 	char rel[PATH_MAX], child[PATH_MAX + NAME_MAX + 2];
@@ -220,7 +253,7 @@ static int one_event(struct chg_track *t, struct chg_dirty_set *s, struct chg_ou
 	uint64_t dh = dir ? handle_hash(dir) : 0;
 	if (dir && outside_has(out, dh))
 		return 0; /* a write of ckptd's own, or of another program elsewhere */
-	int r = dir ? resolve(t, dir, rel, sizeof(rel), &st) : 0;
+	int r = dir ? resolve_memo(t, &mm[0], dir, rel, sizeof(rel), &st) : 0;
 	if (dir && r == 0) {
 		outside_put(out, dh);
 		return 0; /* outside (a file of the upper has its directory there) */
@@ -241,7 +274,7 @@ static int one_event(struct chg_track *t, struct chg_dirty_set *s, struct chg_ou
 	if (!obj || (dir && (m->mask & FAN_ONDIR)))
 		return 0;
 	st = (struct stat){ 0 };
-	if ((r = resolve(t, obj, rel, sizeof(rel), &st)) < 0 && (!dir || dir_gone))
+	if ((r = resolve_memo(t, &mm[1], obj, rel, sizeof(rel), &st)) < 0 && (!dir || dir_gone))
 		return *why = "a file of an event could not be resolved", -EAGAIN;
 	/* an event on the file alone (its link count: link(2), unlink(2))
 	 * that names it outside: one of its names may be in the root, and the
@@ -282,7 +315,11 @@ static int read_events(struct chg_track *t, struct chg_dirty_set *s, const char 
 		return chg_inotify_read(t, s, false, why);
 	char buf[16384] __attribute__((aligned(8)));
 	struct chg_outside *out = &t->seen->out;
+	_cleanup_free_ struct resolve_memo *mm = calloc(2, sizeof(*mm)); /* directory, file */
+	if (!mm)
+		return *why = "out of memory", -EAGAIN;
 	for (;;) {
+		mm[0].valid = mm[1].valid = false; /* as old as this read */
 		ssize_t len = read(t->fan, buf, sizeof(buf));
 		if (len < 0 && errno == EAGAIN)
 			return 0;
@@ -299,7 +336,8 @@ static int read_events(struct chg_track *t, struct chg_dirty_set *s, const char 
 				return *why = "a fanotify event of unexpected shape", -EAGAIN;
 			if (m.vers != FANOTIFY_METADATA_VERSION || (m.mask & FAN_Q_OVERFLOW))
 				return *why = "fanotify queue overflowed", -EAGAIN;
-			int r = t->skip_self && (pid_t)m.pid == t->self ? 0 : one_event(t, s, out, &m, buf + off, why);
+			int r = t->skip_self && (pid_t)m.pid == t->self ? 0
+									: one_event(t, s, out, mm, &m, buf + off, why);
 			if (r < 0)
 				return r;
 			off += m.event_len;

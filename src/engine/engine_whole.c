@@ -46,7 +46,10 @@ int engine_whole_before(void *ctx, const char *const *paths, size_t n, const str
 		log_warn("whole-root restore: out of memory planning the restarts");
 	services_plan_free(&users);
 	json_auto_t *owed = whole_owed(w, planned);
-	engine_svc_journal_save_whole(w->e, w->id, w->units, owed); /* a crash now: done at the next start */
+	/* a crash now: done at the next start (with systemd to reach: else
+	 * there is nothing to owe, and the write would cost two fsyncs) */
+	if (services_available(w->e->services))
+		engine_svc_journal_save_whole(w->e, w->id, w->units, owed);
 	if (w->units->n == before)
 		return 0;
 	r = services_stop(w->e->services, w->units);

@@ -239,7 +239,7 @@ static int write_all(int fd, const void *data, size_t len)
 	return 0;
 }
 
-int write_file_atomic(int dirfd, const char *name, const void *data, size_t len, mode_t mode)
+static int write_file_put(int dirfd, const char *name, const void *data, size_t len, mode_t mode, bool sync)
 {
 	char tmp[512], rnd[9];
 	int r;
@@ -252,7 +252,7 @@ int write_file_atomic(int dirfd, const char *name, const void *data, size_t len,
 	if (fd < 0)
 		return -errno;
 	r = write_all(fd, data, len);
-	if (r == 0 && fsync(fd) < 0)
+	if (r == 0 && sync && fsync(fd) < 0)
 		r = -errno;
 	if (r == 0)
 		FAILPOINT("file.atomic.synced"); /* the temp file whole, not yet renamed */
@@ -263,7 +263,17 @@ int write_file_atomic(int dirfd, const char *name, const void *data, size_t len,
 		return r;
 	}
 	FAILPOINT("file.atomic.renamed"); /* renamed, the directory not yet synced */
-	return fsync_dirfd(dirfd);
+	return sync ? fsync_dirfd(dirfd) : 0;
+}
+
+int write_file_atomic(int dirfd, const char *name, const void *data, size_t len, mode_t mode)
+{
+	return write_file_put(dirfd, name, data, len, mode, true);
+}
+
+int write_file_replace(int dirfd, const char *name, const void *data, size_t len, mode_t mode)
+{
+	return write_file_put(dirfd, name, data, len, mode, false);
 }
 
 static bool write_file_atomic_is_temp(const char *n)

@@ -143,6 +143,10 @@ int random_hex(char *buf, size_t nbytes);
 /* Crash-safe file replacement relative to a directory fd:
  * write name.tmp.XXXX, fsync, rename over name, fsync the directory. */
 int write_file_atomic(int dirfd, const char *name, const void *data, size_t len, mode_t mode);
+/* The same without either fsync: the old or the new file after a crash,
+ * or an empty one. Only for caches and hints whose readers take that, and
+ * whose writer makes them durable later (a syncfs). */
+int write_file_replace(int dirfd, const char *name, const void *data, size_t len, mode_t mode);
 /* Remove the temp files write_file_atomic leaves in dirfd when killed midway
  * (".<name>.tmp.<8 hex>"); for a component's start, before anyone writes. */
 int write_file_atomic_sweep(int dirfd);

@@ -496,9 +496,6 @@ bool tar_create_count_journal(int root_fd, const struct tar_create_opts *o, uint
 	const struct tar_manifest *pm = o->parent;
 	char dir[PATH_MAX];
 
-	for (size_t i = 0; i < o->n_dirty; i++)
-		if (o->dirty[i].deep)
-			return false;
 	for (size_t i = 0; pm && i < pm->n; i++) { /* what the clean directories hold */
 		const struct tar_mentry *e = &pm->v[i];
 		const char *slash = strrchr(e->path, '/');
@@ -509,6 +506,8 @@ bool tar_create_count_journal(int root_fd, const struct tar_create_opts *o, uint
 		*bytes += e->type == 'f' ? e->size : 0;
 	}
 	for (size_t i = 0; i < o->n_dirty; i++) { /* and the others, read */
+		if (pathindex_dirty_below_deep(o->dirty, o->n_dirty, o->dirty[i].path))
+			continue; /* counted with its deep ancestor */
 		const char *leaf;
 		_cleanup_close_ int pfd = o->dirty[i].path[0] ? tar_open_parent(root_fd, o->dirty[i].path, &leaf) : -1;
 		_cleanup_close_ int dfd = o->dirty[i].path[0]
@@ -517,6 +516,10 @@ bool tar_create_count_journal(int root_fd, const struct tar_create_opts *o, uint
 		_cleanup_closedir_ DIR *d = NULL;
 		struct dirent *de;
 		struct stat st;
+		if (dfd >= 0 && o->dirty[i].deep) { /* made or moved: its subtree, all of it */
+			tar_count_tree(dfd, o->skip_dev, o->skip_ino, o->excl, NULL, files, bytes);
+			continue;
+		}
 		if (dfd < 0 || walk_open(dfd, NULL, &d) < 0)
 			continue;
 		while ((de = walk_next(d)))

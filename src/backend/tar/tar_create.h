@@ -56,9 +56,9 @@ int tar_create_root(int root_fd, int out_dirfd, const char *archive, const char 
 		    ckpt_error *err);
 
 /* The progress totals of a create in journal mode: the parent's entries in
- * directories that did not change, and those of the ones that did, read.
- * false (nothing counted) when a directory changed deep, as one made or
- * moved: only a walk can count that. */
+ * directories that did not change, and those of the ones that did, read
+ * (a directory made or moved, deep, with its whole subtree). This spares
+ * the walk of the whole root a count beside the create would make. */
 bool tar_create_count_journal(int root_fd, const struct tar_create_opts *o, uint64_t *files, uint64_t *bytes);
 
 /* track_check (ckptd.json(5), the tests): every entry of the live tree that has not

@@ -83,6 +83,7 @@ struct tar_state {
 		uint64_t tracked, walked; /* creates and restores that read only what changed, or all */
 	} * tinfo;
 	struct tar_ctime_probe blind[MAX_ROOTS]; /* per root, probed at open */
+	struct tar_mcache mcache[MAX_ROOTS];     /* the last restore's manifests (operation lock) */
 	/* The last run did not end cleanly (RUNNING was left): after a power
 	 * cut a file can hold data newer than its ctime (fdatasync logs no
 	 * timestamp), so (inode, ctime, size) proves nothing until a restore

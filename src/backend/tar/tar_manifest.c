@@ -545,5 +545,7 @@ int tar_manifest_alias_save(int dirfd, const char *name, const struct tar_manife
 				(long long)m->v[i].alias_ctime.tv_sec, m->v[i].alias_ctime.tv_nsec);
 	if (fclose(f) != 0)
 		return -ENOMEM;
-	return write_file_atomic(dirfd, name, text, len, 0600);
+	/* a cache, read only while ckptd's run is clean (tar_internal.h's
+	 * RUNNING): a restore's syncfs, or the clean stop's, makes it durable */
+	return write_file_replace(dirfd, name, text, len, 0600);
 }

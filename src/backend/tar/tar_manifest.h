@@ -40,6 +40,7 @@ struct tar_mentry {
 	unsigned char sha256[TAR_SHA256_LEN];
 	int32_t group;     /* index of the hardlink group's first member, or -1 */
 	bool seen, needed; /* restore's bookkeeping */
+	bool direct;       /* restore: set from this line, not read from an archive */
 	/* Identity of the copy a past restore wrote (the "seen" file): a live
 	 * entry still matching it holds the checkpoint's content too. */
 	bool has_alias;

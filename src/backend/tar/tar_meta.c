@@ -19,13 +19,15 @@ int tar_meta_open_root(const struct tar_state *s, size_t i, ckpt_error *err)
 }
 
 /* Only a hint (any checkpoint is a correct parent: reuse compares every
- * file with what the parent recorded), so a failure to save it is ignored. */
+ * file with what the parent recorded), so a failure to save it is ignored.
+ * Not synced: a crash leaves RUNNING, and then no create takes a parent
+ * until a restore rewrote every file; a clean stop syncs it. */
 void tar_meta_head_set(struct tar_state *s, const char *name)
 {
 	pthread_mutex_lock(&s->lock);
 	snprintf(s->head, sizeof(s->head), "%s", name);
 	pthread_mutex_unlock(&s->lock);
-	FAILPOINT_AROUND("tar.head.write", write_file_atomic(s->tar_fd, HEAD, name, strlen(name), 0600));
+	FAILPOINT_AROUND("tar.head.write", write_file_replace(s->tar_fd, HEAD, name, strlen(name), 0600));
 }
 
 void tar_meta_head_load(struct tar_state *s)
@@ -158,8 +160,9 @@ void tar_meta_running_trust(struct tar_state *s)
 		s->ctime_suspect = false;
 }
 
-/* A clean stop: the roots on disk as ckptd last saw them (syncfs), then
- * RUNNING goes. It stays while ctimes are still suspect. */
+/* A clean stop: the roots on disk as ckptd last saw them (syncfs), and the
+ * state dir's head and alias caches (write_file_replace), then RUNNING
+ * goes. It stays while ctimes are still suspect. */
 void tar_meta_running_close(struct tar_state *s)
 {
 	for (size_t i = 0; i < s->n_roots && !s->ctime_suspect; i++) {
@@ -167,6 +170,8 @@ void tar_meta_running_close(struct tar_state *s)
 		if (fd < 0 || syncfs(fd) < 0)
 			return;
 	}
+	if (!s->ctime_suspect && syncfs(s->tar_fd) < 0)
+		return;
 	if (!s->ctime_suspect && FAILPOINT_AROUND("tar.running.unlink", unlinkat(s->tar_fd, RUNNING, 0)) == 0)
 		fsync(s->tar_fd);
 }

@@ -32,6 +32,7 @@ struct rctx {
 	int pdir_fd; /* the directory of the last regular file written */
 	char pdir[PATH_MAX];
 	struct tar_plan plan; /* removals deferred until before_change ran */
+	size_t n_direct;      /* directories set from the manifest (dir_direct) */
 };
 
 int tar_extract_flags(void)
@@ -214,6 +215,19 @@ static void close_needed(struct rctx *c)
 			mark_parent_of(c, v[i].path);
 }
 
+/* A directory that stays, with the checkpoint's xattrs: owner and mode from
+ * its manifest line, times by fix_dir_times; its header adds nothing. */
+static int dir_direct(struct rctx *c, int dfd, struct tar_mentry *e)
+{
+	if (fchown(dfd, e->uid, e->gid) < 0 || fchmod(dfd, e->mode) < 0)
+		return err_set(c->err, errno, NULL, "cannot set the owner or mode of '%s': %m", e->path);
+	tar_replace_note(c->o, e->path, true);
+	e->direct = true;
+	c->n_direct++;
+	c->st->rewritten++;
+	return 0;
+}
+
 /* Clear the way for the rewrite: a non-directory is unlinked (a hardlink never
  * writes through to a shared inode); a directory that stays loses its xattrs. */
 static int prepare_one(struct rctx *c, int root_fd, struct tar_mentry *e)
@@ -235,6 +249,8 @@ static int prepare_one(struct rctx *c, int root_fd, struct tar_mentry *e)
 	_cleanup_close_ int dfd = openat(pfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0)
 		return err_set(c->err, errno, NULL, "cannot open '%s': %m", e->path);
+	if (!c->o->trust_nothing && tar_xattrs_match(dfd, NULL, e->xhash))
+		return dir_direct(c, dfd, e);
 	r = tar_xattrs_apply_fd(dfd, NULL, 0);
 	return r < 0 ? err_set(c->err, r, NULL, "cannot clear xattrs of '%s': %s", e->path, strerror(-r)) : 0;
 }
@@ -248,13 +264,18 @@ static int prepare(struct rctx *c, int root_fd, uint64_t *ret_files, uint64_t *r
 			c->st->kept++;
 			continue;
 		}
-		(*ret_files)++;
-		*ret_bytes += e->type == 'f' ? e->size : 0;
-		if (!e->seen)
+		if (!e->seen) {
+			(*ret_files)++;
+			*ret_bytes += e->type == 'f' ? e->size : 0;
 			continue;
+		}
 		int r = prepare_one(c, root_fd, e);
 		if (r < 0)
 			return r;
+		if (!e->direct) {
+			(*ret_files)++;
+			*ret_bytes += e->type == 'f' ? e->size : 0;
+		}
 	}
 	return 0;
 }
@@ -512,7 +533,7 @@ static int extract_loop(struct rctx *c, struct archive *a, struct archive *w, in
 		struct tar_mentry *e = check_entry(c, ae, src, &skip);
 		if (!e && !skip)
 			return -EBADMSG;
-		if (skip || !e->needed) {
+		if (skip || !e->needed || e->direct) {
 			if (archive_read_data_skip(a) < ARCHIVE_WARN)
 				return err_set(c->err, EBADMSG, NULL, "cannot read archive: %s",
 					       archive_error_string(a));
@@ -523,29 +544,6 @@ static int extract_loop(struct rctx *c, struct archive *a, struct archive *w, in
 		done++;
 	}
 	return 0;
-}
-
-int tar_source_open(int store_fd, const char *src, const char *archive)
-{
-	char alt[64], path[PATH_MAX];
-	const char *dirs[] = { "", ".keep/" }, *names[] = { archive, alt };
-	size_t len = strlen(archive);
-	int e = ENOENT;
-
-	if (len > 4 && !strcmp(archive + len - 4, ".zst"))
-		snprintf(alt, sizeof(alt), "%.*s", (int)(len - 4), archive);
-	else
-		snprintf(alt, sizeof(alt), "%s.zst", archive);
-	for (size_t d = 0; d < 2; d++)
-		for (size_t n = 0; n < 2; n++) {
-			snprintf(path, sizeof(path), "%s%s/%s", dirs[d], src, names[n]);
-			int fd = openat(store_fd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-			if (fd >= 0)
-				return fd;
-			if (errno != ENOENT)
-				e = errno;
-		}
-	return -e;
 }
 
 static int cmp_off(const void *a, const void *b)
@@ -592,7 +590,7 @@ static int extract_seek(struct rctx *c, int afd, int ckpt_dirfd, const char *arc
 	size_t n = 0;
 	for (size_t i = 0; v && i < c->m.n && n < total; i++) {
 		struct tar_mentry *e = &c->m.v[i];
-		if (e->needed && (src ? e->src && !strcmp(e->src, src) : !e->src))
+		if (e->needed && !e->direct && (src ? e->src && !strcmp(e->src, src) : !e->src))
 			v[n++] = e;
 	}
 	for (size_t i = 0; v && i < n; i++)
@@ -682,7 +680,7 @@ static int extract_chain(struct rctx *c, int root_fd, int ckpt_dirfd, const char
 	for (size_t i = 0; i < c->m.n; i++) {
 		const struct tar_mentry *e = &c->m.v[i];
 		size_t k = 0;
-		if (!e->needed)
+		if (!e->needed || e->direct)
 			continue;
 		if (e->src) {
 			for (k = 1; k < n_src && strcmp(src[k], e->src); k++)
@@ -743,10 +741,9 @@ int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const cha
 	memset(stats, 0, sizeof(*stats));
 	char alias[PATH_MAX];
 	snprintf(alias, sizeof(alias), "%s.alias", manifest);
-	r = tar_manifest_load(ckpt_dirfd, manifest, &c.m, err);
+	r = tar_mcache_get(o->mcache, ckpt_dirfd, manifest, alias, &c.m, err);
 	if (r < 0)
 		return r;
-	tar_manifest_alias_load(ckpt_dirfd, alias, &c.m);
 	bool journal =
 		o->journal && !o->trust_nothing && !tar_manifest_holds_ino(&c.m, o->outside_inos, o->n_outside_inos);
 	stats->tracked = journal;
@@ -764,15 +761,18 @@ int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const cha
 	}
 	if (r >= 0 && files > 0)
 		r = extract_chain(&c, root_fd, ckpt_dirfd, archive);
-	if (r >= 0 && files > 0)
+	if (r >= 0 && (files > 0 || c.n_direct > 0))
 		r = fix_dir_times(&c, root_fd);
 	if (r >= 0)
 		r = apply_root(&c, root_fd);
 	/* Only a cache: without it the next restore rewrites more, nothing worse. */
-	if (r >= 0 && files > 0 && !o->no_alias) {
+	if (r >= 0 && (files > 0 || c.n_direct > 0) && !o->no_alias) {
 		record_written(&c, root_fd);
 		tar_manifest_alias_save(ckpt_dirfd, alias, &c.m);
 	}
-	tar_manifest_free(&c.m);
+	if (r >= 0)
+		tar_mcache_put(o->mcache, ckpt_dirfd, manifest, alias, &c.m);
+	else
+		tar_manifest_free(&c.m);
 	return r;
 }

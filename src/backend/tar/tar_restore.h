@@ -8,6 +8,25 @@
 #include "backend/backend.h"
 #include "backend/tar/tar_manifest.h"
 
+/* The manifest a restore of one root read last, as parsed, with its aliases
+ * as it left them: a restore of the same checkpoint again (a retry loop)
+ * reads no file. Known by the identity of the manifest file and of its
+ * alias file, so a checkpoint compacted or restored elsewhere is read
+ * again. */
+struct tar_mcache {
+	bool valid;
+	struct stat man, alias;
+	struct tar_manifest m;
+};
+void tar_mcache_free(struct tar_mcache *mc);
+/* The manifest and its aliases into *m: mc's when its files are the ones
+ * it was read from (mc may be NULL), else read from ckpt_dirfd. */
+int tar_mcache_get(struct tar_mcache *mc, int ckpt_dirfd, const char *manifest, const char *alias,
+		   struct tar_manifest *m, ckpt_error *err);
+/* After a restore that succeeded: *m kept in mc (or freed when mc is NULL). */
+void tar_mcache_put(struct tar_mcache *mc, int ckpt_dirfd, const char *manifest, const char *alias,
+		    struct tar_manifest *m);
+
 struct tar_restore_opts {
 	dev_t skip_dev; /* a directory never touched (the state dir) */
 	ino_t skip_ino;
@@ -57,6 +76,7 @@ struct tar_restore_opts {
 	int (*before_change)(void *ctx, const char *const *paths, size_t n, const struct restore_details *planned);
 	void *before_change_ctx;
 	bool held;
+	struct tar_mcache *mcache; /* may be NULL: read the manifest each time */
 };
 
 struct tar_restore_stats {

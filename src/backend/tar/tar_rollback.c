@@ -49,6 +49,7 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 		o.units_linked = whole ? whole->units_linked : NULL;
 		o.before_change = whole ? whole->before_change : NULL;
 		o.before_change_ctx = whole ? whole->before_change_ctx : NULL;
+		o.mcache = &s->mcache[i];
 		int r = tar_restore_root(fd, cfd, arch, man, &o, &one, err);
 		if (whole && o.unit_files_changed)
 			whole->unit_files_changed = true;
