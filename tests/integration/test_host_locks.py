@@ -160,8 +160,8 @@ def etcd(tmp_path):
     e.stop()
 
 
-def etcd_host(hosts, etcd, name, proxy=None, mount=None):
-    return hosts(name, mount=mount, lock_backend="etcd", etcd_endpoints=[(proxy or etcd).url])
+def etcd_host(hosts, etcd, name, proxy=None, mount=None, **cfg):
+    return hosts(name, mount=mount, lock_backend="etcd", etcd_endpoints=[(proxy or etcd).url], **cfg)
 
 
 def test_config_rejects_a_bad_lock_backend(hosts, tmp_path):
@@ -304,8 +304,10 @@ def soak(hosts, fuse, etcd, backend, rounds):
     px = {}
     if backend == "etcd":
         px = {"A": etcd.proxy(), "B": etcd.proxy()}
-        a = etcd_host(hosts, etcd, "A", px["A"], mount=fa.mnt)
-        b = etcd_host(hosts, etcd, "B", px["B"], mount=fb.mnt)
+        # 6 s leases: at load 13 a 3 s lease through the proxy ran out
+        # under the new owner, which then rightly refused to checkpoint
+        a = etcd_host(hosts, etcd, "A", px["A"], mount=fa.mnt, lock_ttl_secs=2 * LOCK_TTL)
+        b = etcd_host(hosts, etcd, "B", px["B"], mount=fb.mnt, lock_ttl_secs=2 * LOCK_TTL)
     else:
         a, b = hosts("A", mount=fa.mnt), hosts("B", mount=fb.mnt)
     fz = {"A": fa, "B": fb}
