@@ -151,14 +151,16 @@ struct ovl_delta_opts {
 	bool xattrs_keep_ctime;      /* gVisor: treecopy_opts' */
 };
 /* Make the delta dst hold what the dirty directories of the upper hold,
- * relative to the previous layers. -EAGAIN: a change a delta does not
- * express (a directory moved with a redirect, or made where the previous
- * layers hold something and not opaque; a changed file of several names):
- * make a full layer instead. */
+ * relative to the previous layers; the directories' times are left to
+ * overlay_delta_dir_meta. -EAGAIN: a change a delta does not express (a
+ * directory moved with a redirect, or made where the previous layers hold
+ * something and not opaque; a changed file of several names): make a full
+ * layer instead. */
 int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct pathindex_dirty *dirty, size_t n,
 		       struct treecopy_stats *st, ckpt_error *err);
 /* The directories whose own metadata changed with no event (dirs: every
- * directory of the upper), into dst; dirs then says what dst has. */
+ * directory of the upper), into dst; dirs then says what dst has. Then
+ * every directory of dst takes its twin's times in the upper. */
 int overlay_delta_dir_meta(const struct ovl_delta_opts *o, int dst, struct ovl_delta_dirs *dirs,
 			   struct treecopy_stats *st, ckpt_error *err);
 /* Every directory of layer_fd (a full layer just made) with its metadata. */
