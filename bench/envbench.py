@@ -107,12 +107,19 @@ def _why_create(r):
     t = _tracking(r)
     if t.get("tracking") in (None, "none"):
         return "no change tracking here (%s): the create walks every file" % t.get("tracking_reason", "?")
-    return "tracked with %s, yet the create still reads more than the changes" % t["tracking"]
+    # profiled (nocap, 10k files): the /proc scan of every process, the
+    # parent's manifest and the new one (a line per file), and the syncs
+    return ("tracked with %s, yet the create scans /proc, reads and writes a manifest line per file "
+            "and syncs its files" % t["tracking"])
 
 
 def _why_restore(r):
     if r["backend"] == "tar":
-        return "tar (no overlay here): the restore compares every file with the checkpoint"
+        # profiled (nocap, 10k files, tracked): no walk of the tree; the
+        # /proc scan, the changed directories read whole, decompressing the
+        # frames that hold the changed files, and the syncs
+        return ("tar (no overlay here): a fixed part (the /proc scan of every process, the changed "
+                "directories read whole, the syncs) against rsync's 10 files")
     return "the overlay swap itself"
 
 

@@ -398,13 +398,11 @@ static bool in_use_skip_fd(struct in_use *u, const struct procscan_ref *ref)
 		return false;
 	if (u->plain || (u->t && u->t->plain_dir))
 		return true;
-	if (!ref->same_mntns)
-		return false;
 	if (!u->once_known) {
 		u->once = dev_mounted_once(u->dev);
 		u->once_known = true;
 	}
-	return u->once;
+	return u->once && procscan_ref_same_mntns(ref); /* the namespace read only when it matters */
 }
 
 static int in_use_ref(void *ctx, const struct procscan_ref *ref_in)

@@ -21,12 +21,42 @@ static bool strip_deleted(char *path)
 	return true;
 }
 
-/* One magic link (cwd, root, fd/N) below dirfd. */
-static int scan_link(struct procscan_ref *ref, int dirfd, const char *name, unsigned flags, procscan_fn fn, void *ctx)
+/* One scan of a proc filesystem: its fd, what was asked, and one buffer
+ * for the listings and maps files it reads (grown as needed). */
+struct scan {
+	int proc_fd;
+	unsigned flags;
+	procscan_fn fn;
+	void *ctx;
+	struct stat own_ns; /* the scanner's ns/mnt (PROCSCAN_MNTNS); st_ino 0: unknown */
+	char *buf;
+	size_t cap;
+};
+
+/* What a reference's process is, for procscan_ref_same_mntns. */
+struct procscan_pid {
+	const struct scan *s;
+	char name[12];     /* the pid as proc lists it */
+	signed char mntns; /* -1 not read yet, else 0 or 1 */
+};
+
+/* "<pid>/<what>", relative to the proc fd. */
+static void pid_path(char *buf, size_t size, const struct procscan_pid *p, const char *what)
+{
+	snprintf(buf, size, "%s/%s", p->name, what);
+}
+
+/* One magic link (cwd, root, fd/N): name below dirfd. *denied when the
+ * kernel refuses to read it (ptrace access to the process, the same for
+ * every link of it). */
+static int scan_link(struct procscan_ref *ref, int dirfd, const char *name, unsigned flags, procscan_fn fn, void *ctx,
+		     bool *denied)
 {
 	char buf[PATH_MAX];
 	struct stat st;
 	ssize_t n = readlinkat(dirfd, name, buf, sizeof(buf) - 1);
+	if (n < 0 && (errno == EACCES || errno == EPERM))
+		*denied = true;
 	if (n <= 0 || buf[0] != '/')
 		return PROCSCAN_CONTINUE;
 	buf[n] = '\0';
@@ -40,16 +70,48 @@ static int scan_link(struct procscan_ref *ref, int dirfd, const char *name, unsi
 	return fn(ctx, ref);
 }
 
-static int scan_fds(struct procscan_ref *ref, unsigned flags, procscan_fn fn, void *ctx)
+/* Room for at least want bytes in s->buf. */
+static int scan_reserve(struct scan *s, size_t want)
 {
-	_cleanup_closedir_ DIR *d = NULL;
-	struct dirent *de;
-	int r = PROCSCAN_CONTINUE;
-	if (walk_open(ref->pid_fd, "fd", &d) < 0)
-		return r; /* gone, or not ours to read */
+	if (s->cap >= want)
+		return 0;
+	size_t cap = s->cap ? s->cap : 64 << 10;
+	while (cap < want)
+		cap *= 2;
+	char *b = realloc(s->buf, cap);
+	if (!b)
+		return -ENOMEM;
+	s->buf = b;
+	s->cap = cap;
+	return 0;
+}
+
+/* The fds, read with getdents64 into the scan's buffer (no stdio DIR: a
+ * scan opens one fd directory per process). The first link the kernel
+ * refuses ends them: it refuses every one of that process. */
+static int scan_fds(struct scan *s, struct procscan_ref *ref, const struct procscan_pid *p)
+{
+	char path[32];
+	pid_path(path, sizeof(path), p, "fd");
+	_cleanup_close_ int dfd = openat(s->proc_fd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return PROCSCAN_CONTINUE; /* gone, or not ours to read */
 	ref->kind = PROCSCAN_FD;
-	while (r == PROCSCAN_CONTINUE && (de = walk_next(d)))
-		r = scan_link(ref, dirfd(d), de->d_name, flags, fn, ctx);
+	int r = PROCSCAN_CONTINUE;
+	bool denied = false;
+	if (scan_reserve(s, 32 << 10) < 0)
+		return -ENOMEM;
+	while (r == PROCSCAN_CONTINUE && !denied) {
+		ssize_t n = getdents64(dfd, s->buf, s->cap);
+		if (n <= 0)
+			break;
+		for (ssize_t off = 0; off < n && r == PROCSCAN_CONTINUE && !denied;) {
+			struct dirent64 *de = (struct dirent64 *)(s->buf + off);
+			off += de->d_reclen;
+			if (de->d_name[0] != '.')
+				r = scan_link(ref, dfd, de->d_name, s->flags, s->fn, s->ctx, &denied);
+		}
+	}
 	return r;
 }
 
@@ -60,12 +122,12 @@ static char *parse_map_field(char *p)
 	return p + strspn(p, " ");
 }
 
-/* A maps line: "addr perms offset maj:min inode   /path"; the path starts at
- * the first '/' after the inode field (names may hold spaces). */
+/* A maps line (NUL-terminated): "addr perms offset maj:min inode   /path";
+ * the path starts at the first '/' after the inode field (names may hold
+ * spaces). */
 static bool parse_map(char *line, struct procscan_ref *ref)
 {
 	char *p = line, *perms, *end;
-	line[strcspn(line, "\n")] = '\0';
 	/* by hand, not sscanf: a scan parses thousands of lines */
 	p = parse_map_field(p); /* the address range */
 	perms = p;
@@ -96,36 +158,56 @@ static bool parse_map(char *line, struct procscan_ref *ref)
 	return true;
 }
 
-static int scan_maps(struct procscan_ref *ref, unsigned flags, procscan_fn fn, void *ctx)
+/* The whole maps file into s->buf, NUL-terminated; its length, or < 0. */
+static ssize_t read_maps(struct scan *s, const struct procscan_pid *p)
 {
-	int fd = openat(ref->pid_fd, "maps", O_RDONLY | O_CLOEXEC);
+	char path[32];
+	pid_path(path, sizeof(path), p, "maps");
+	_cleanup_close_ int fd = openat(s->proc_fd, path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return PROCSCAN_CONTINUE;
-	_cleanup_fclose_ FILE *f = fdopen(fd, "re");
-	if (!f) {
-		close(fd);
-		return -ENOMEM;
+		return -errno;
+	size_t len = 0;
+	for (;;) {
+		if (scan_reserve(s, len + 4096 + 1) < 0)
+			return -ENOMEM;
+		ssize_t n = read(fd, s->buf + len, s->cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		len += (size_t)n;
 	}
-	/* one read for most maps files, not one per 4 KiB */
-	setvbuf(f, NULL, _IOFBF, 64 << 10);
-	_cleanup_free_ char *line = NULL, *prev = NULL;
-	size_t cap = 0;
+	s->buf[len] = '\0';
+	return (ssize_t)len;
+}
+
+static int scan_maps(struct scan *s, struct procscan_ref *ref, const struct procscan_pid *p)
+{
+	ssize_t len = read_maps(s, p);
+	if (len == -ENOMEM)
+		return -ENOMEM;
+	if (len <= 0)
+		return PROCSCAN_CONTINUE; /* gone, not ours to read, or no memory map (a kernel thread) */
+	const char *prev = NULL;          /* the last path given: they point into s->buf, which stays */
 	bool prev_sw = false;
 	int r = PROCSCAN_CONTINUE;
 	ref->kind = PROCSCAN_MAP;
 	ref->link_dirfd = -1;
 	ref->link_name = NULL;
-	while (r == PROCSCAN_CONTINUE && getline(&line, &cap, f) > 0) {
+	for (char *line = s->buf, *next; r == PROCSCAN_CONTINUE && line && *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
 		/* a run of lines of one file is given once, again where it
 		 * becomes a shared writable mapping */
 		if (!parse_map(line, ref) || (prev && !strcmp(prev, ref->path) && (prev_sw || !ref->shared_write)))
 			continue;
 		prev_sw = ref->shared_write;
-		free(prev);
-		if (!(prev = strdup(ref->path)))
-			return -ENOMEM;
-		ref->has_id = ref->has_id && (flags & (PROCSCAN_STAT | PROCSCAN_MNTNS));
-		r = fn(ctx, ref);
+		prev = ref->path;
+		ref->has_id = ref->has_id && (s->flags & (PROCSCAN_STAT | PROCSCAN_MNTNS));
+		r = s->fn(s->ctx, ref);
 	}
 	return r;
 }
@@ -145,32 +227,45 @@ int procscan_ref_stat(struct procscan_ref *ref)
 	return 0;
 }
 
-/* Whether the process of pid_fd is in the mount namespace own (the
- * scanner's ns/mnt), by the identity of its ns/mnt link. */
-static bool same_mntns(int pid_fd, const struct stat *own)
+/* Read at the first call for a process, by the identity of its ns/mnt
+ * link: most scans never ask (a tar root, or no fd outside the root). */
+bool procscan_ref_same_mntns(const struct procscan_ref *ref)
 {
-	struct stat st;
-	return own->st_ino && fstatat(pid_fd, "ns/mnt", &st, 0) == 0 && st.st_dev == own->st_dev &&
-		st.st_ino == own->st_ino;
+	struct procscan_pid *p = ref->pid_state;
+	if (!p || !(p->s->flags & PROCSCAN_MNTNS))
+		return false;
+	if (p->mntns < 0) {
+		char path[32];
+		struct stat st;
+		pid_path(path, sizeof(path), p, "ns/mnt");
+		p->mntns = p->s->own_ns.st_ino && fstatat(p->s->proc_fd, path, &st, 0) == 0 &&
+			st.st_dev == p->s->own_ns.st_dev && st.st_ino == p->s->own_ns.st_ino;
+	}
+	return p->mntns > 0;
 }
 
-static int scan_pid(int pid_fd, pid_t pid, unsigned flags, const struct stat *own_ns, procscan_fn fn, void *ctx)
+/* One process: its cwd and root (as "<pid>/cwd" below the proc fd), fds
+ * and maps, each read by a path below the proc fd (no fd of its own). */
+static int scan_pid(struct scan *s, pid_t pid)
 {
-	struct procscan_ref ref = { .pid = pid, .pid_fd = pid_fd, .kind = PROCSCAN_CWD };
-	ref.same_mntns = (flags & PROCSCAN_MNTNS) && same_mntns(pid_fd, own_ns);
-	if (flags & PROCSCAN_MAPS_ONLY) {
-		int r = scan_maps(&ref, flags, fn, ctx);
-		return r < 0 ? r : 0;
-	}
-	int r = flags & PROCSCAN_NO_DIRS ? PROCSCAN_CONTINUE : scan_link(&ref, pid_fd, "cwd", flags, fn, ctx);
-	if (r == PROCSCAN_CONTINUE && !(flags & PROCSCAN_NO_DIRS)) {
+	struct procscan_pid p = { .s = s, .mntns = -1 };
+	struct procscan_ref ref = { .pid = pid, .kind = PROCSCAN_CWD, .pid_state = &p };
+	char cwd[32], root[32];
+	bool denied = false;
+	int r = PROCSCAN_CONTINUE;
+	snprintf(p.name, sizeof(p.name), "%d", (int)pid); /* as proc lists it (pid_of took it whole) */
+	if (!(s->flags & (PROCSCAN_MAPS_ONLY | PROCSCAN_NO_DIRS))) {
+		pid_path(cwd, sizeof(cwd), &p, "cwd");
+		pid_path(root, sizeof(root), &p, "root");
+		r = scan_link(&ref, s->proc_fd, cwd, s->flags, s->fn, s->ctx, &denied);
 		ref.kind = PROCSCAN_ROOT;
-		r = scan_link(&ref, pid_fd, "root", flags, fn, ctx);
+		if (r == PROCSCAN_CONTINUE && !denied)
+			r = scan_link(&ref, s->proc_fd, root, s->flags, s->fn, s->ctx, &denied);
 	}
+	if (r == PROCSCAN_CONTINUE && !denied && !(s->flags & PROCSCAN_MAPS_ONLY))
+		r = scan_fds(s, &ref, &p);
 	if (r == PROCSCAN_CONTINUE)
-		r = scan_fds(&ref, flags, fn, ctx);
-	if (r == PROCSCAN_CONTINUE)
-		r = scan_maps(&ref, flags, fn, ctx);
+		r = scan_maps(s, &ref, &p);
 	return r < 0 ? r : 0;
 }
 
@@ -188,21 +283,22 @@ int procscan_each(const char *proc, pid_t skip_pid, unsigned flags, procscan_fn 
 {
 	_cleanup_closedir_ DIR *d = NULL;
 	struct dirent *de;
-	struct stat own_ns = { 0 };
+	struct scan s = { .flags = flags, .fn = fn, .ctx = ctx };
 	int r = walk_open(AT_FDCWD, proc, &d);
 	if (r < 0)
 		return r;
-	if ((flags & PROCSCAN_MNTNS) && fstatat(dirfd(d), "self/ns/mnt", &own_ns, 0) < 0)
-		own_ns.st_ino = 0; /* then no process is taken as sharing it */
+	s.proc_fd = dirfd(d);
+	if ((flags & PROCSCAN_MNTNS) && fstatat(s.proc_fd, "self/ns/mnt", &s.own_ns, 0) < 0)
+		s.own_ns.st_ino = 0; /* then no process is taken as sharing it */
 	while ((de = walk_next(d))) {
 		pid_t pid = pid_of(de->d_name);
 		if (pid == 0 || pid == skip_pid)
 			continue;
-		_cleanup_close_ int pfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (pfd >= 0 && (r = scan_pid(pfd, pid, flags, &own_ns, fn, ctx)) < 0)
-			return r;
+		if ((r = scan_pid(&s, pid)) < 0)
+			break;
 	}
-	return 0;
+	free(s.buf);
+	return r < 0 ? r : 0;
 }
 
 bool procscan_path_under(const char *path, const char *root)

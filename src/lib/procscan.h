@@ -15,9 +15,11 @@ enum procscan_kind {
 	PROCSCAN_MAP
 };
 
+struct procscan_pid; /* the scan's, for procscan_ref_same_mntns */
+
 struct procscan_ref {
 	pid_t pid;
-	int pid_fd; /* <proc>/<pid>, for further reads by the callback */
+	struct procscan_pid *pid_state;
 	enum procscan_kind kind;
 	const char *path; /* absolute, without the kernel's " (deleted)" suffix */
 	bool deleted;     /* the kernel marked the path " (deleted)" */
@@ -27,7 +29,6 @@ struct procscan_ref {
 	int link_dirfd;        /* cwd, root, fd: the magic link is link_name below this fd; */
 	const char *link_name; /* maps: -1 and NULL */
 	bool shared_write;     /* maps: a shared mapping that may be written (perms rw-s) */
-	bool same_mntns;       /* PROCSCAN_MNTNS: the process shares the scanner's mount namespace */
 };
 
 /* Fill dev and ino: a link's target by stat through the proc link itself (so
@@ -36,11 +37,11 @@ struct procscan_ref {
 #define PROCSCAN_STAT 1u
 /* Only the mappings: no cwd, root or fd is read. */
 #define PROCSCAN_MAPS_ONLY 2u
-/* Tell, once per process, whether it shares the scanner's mount namespace
- * (same_mntns): its paths then read as the scanner's would, so a caller can
- * decide by path which links to stat (procscan_ref_stat) rather than stat
- * every one, the most of a scan's cost on a busy machine. A mapping's id,
- * which its maps line gives, is filled with this flag too. */
+/* Let a caller ask whether a process shares the scanner's mount namespace
+ * (procscan_ref_same_mntns): its paths then read as the scanner's would, so
+ * a caller can decide by path which links to stat (procscan_ref_stat) rather
+ * than stat every one, the most of a scan's cost on a busy machine. A
+ * mapping's id, which its maps line gives, is filled with this flag too. */
 #define PROCSCAN_MNTNS 4u
 /* No cwd or root: the fds and mappings only (files, not directories in use). */
 #define PROCSCAN_NO_DIRS 8u
@@ -56,9 +57,15 @@ typedef int (*procscan_fn)(void *ctx, const struct procscan_ref *ref);
  * fds, maps; references that name no file (sockets, pipes, anonymous
  * inodes) are left out, and a mapped file is given once per run of lines
  * (again where a line of the run maps it shared and writable). A
- * process that goes away during the scan is skipped. 0, fn's error or -errno
- * when proc cannot be listed. */
+ * process that goes away during the scan is skipped, and so are the links
+ * of one whose links the kernel refuses to read (it refuses all of them,
+ * as it does its maps). 0, fn's error or -errno when proc cannot be listed. */
 int procscan_each(const char *proc, pid_t skip_pid, unsigned flags, procscan_fn fn, void *ctx);
+
+/* With PROCSCAN_MNTNS: whether ref's process shares the scanner's mount
+ * namespace, read once per process at the first call (false without the
+ * flag, or when it cannot be told). */
+bool procscan_ref_same_mntns(const struct procscan_ref *ref);
 
 /* Fill ref's dev and ino (has_id) where the scan did not (no PROCSCAN_STAT):
  * a link's target stat'ed through the proc link. 0, or -errno (the process

@@ -404,7 +404,7 @@ static int lazy_ref(void *ctx, const struct procscan_ref *ref)
 	struct lazy_seen *s = ctx;
 	if (ref->pid != getpid())
 		return PROCSCAN_CONTINUE;
-	s->ns_ok += ref->same_mntns;
+	s->ns_ok += procscan_ref_same_mntns(ref);
 	s->dirs += ref->kind == PROCSCAN_CWD || ref->kind == PROCSCAN_ROOT;
 	if (strcmp(ref->path, s->path))
 		return PROCSCAN_CONTINUE;

@@ -631,7 +631,7 @@ int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_si
 	    ((q = overlay_create_chains(o, names, delta, &chains)) < 0 || !(data = overlay_json_data(o, &chains))))
 		q = err_set(err, ENOMEM, NULL, "out of memory");
 	if (q == 0 &&
-	    (q = FAILPOINT_AROUND("overlay.create.chain.write", overlay_layers_chain_save(o, id, &chains))) < 0)
+	    (q = FAILPOINT_AROUND("overlay.create.chain.write", overlay_layers_chain_save(o, id, &chains, true))) < 0)
 		err_set(err, -q, NULL, "record layer chain: %s", strerror(-q));
 	if (q < 0)
 		overlay_create_discard_layers(o, names, done);

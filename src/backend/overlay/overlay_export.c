@@ -158,7 +158,7 @@ int overlay_import(void *st, const char *id, char *const *dirs, json_t **ret_dat
 	if (q == 0 && !(data = overlay_json_data(o, &chains)))
 		q = err_set(err, ENOMEM, NULL, "out of memory");
 	if (q == 0 &&
-	    (q = FAILPOINT_AROUND("overlay.import.chain.write", overlay_layers_chain_save(o, id, &chains))) < 0)
+	    (q = FAILPOINT_AROUND("overlay.import.chain.write", overlay_layers_chain_save(o, id, &chains, true))) < 0)
 		err_set(err, -q, NULL, "record layer chain: %s", strerror(-q));
 	if (q < 0) {
 		for (size_t i = 0; names && i < done; i++) {

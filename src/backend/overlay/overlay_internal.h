@@ -151,14 +151,16 @@ struct ovl_delta_opts {
 	bool xattrs_keep_ctime;      /* gVisor: treecopy_opts' */
 };
 /* Make the delta dst hold what the dirty directories of the upper hold,
- * relative to the previous layers. -EAGAIN: a change a delta does not
- * express (a directory moved with a redirect, or made where the previous
- * layers hold something and not opaque; a changed file of several names):
- * make a full layer instead. */
+ * relative to the previous layers; the directories' times are left to
+ * overlay_delta_dir_meta. -EAGAIN: a change a delta does not express (a
+ * directory moved with a redirect, or made where the previous layers hold
+ * something and not opaque; a changed file of several names): make a full
+ * layer instead. */
 int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct pathindex_dirty *dirty, size_t n,
 		       struct treecopy_stats *st, ckpt_error *err);
 /* The directories whose own metadata changed with no event (dirs: every
- * directory of the upper), into dst; dirs then says what dst has. */
+ * directory of the upper), into dst; dirs then says what dst has. Then
+ * every directory of dst takes its twin's times in the upper. */
 int overlay_delta_dir_meta(const struct ovl_delta_opts *o, int dst, struct ovl_delta_dirs *dirs,
 			   struct treecopy_stats *st, ckpt_error *err);
 /* Every directory of layer_fd (a full layer just made) with its metadata. */
@@ -269,7 +271,10 @@ static inline bool overlay_layer_is_base(const char *name)
 /* overlay_layers.c (the names: overlay_root.c) */
 int overlay_layers_new_name(int dirfd, char name[OVL_NAME_LEN + 1]);
 int overlay_layers_new_base_name(int dirfd, char name[OVL_NAME_LEN + 1]);
-int overlay_layers_chain_save(struct ovl *o, const char *id, const struct ovl_chains *cs);
+/* c/<id>.json and the chains in memory. new_record: a checkpoint whose
+ * record, written durably next, names the same chains (the record data a
+ * missing or torn c/<id>.json falls back to): the file is not synced. */
+int overlay_layers_chain_save(struct ovl *o, const char *id, const struct ovl_chains *cs, bool new_record);
 /* Checkpoint id's chains into out: the cache, else c/<id>.json, else what
  * its record data names; -ENOENT when none says. */
 int overlay_layers_chain_get(struct ovl *o, const char *id, json_t *data, struct ovl_chains *out);
@@ -296,8 +301,10 @@ int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, c
  * dir dst so that dst over base shows what the chain over base shows. */
 int overlay_flatten(const int *lfd, size_t n, int dst, ckpt_error *err);
 /* overlay_verify.c */
-/* Record the layer being written in layer_fd as rec/<name>. */
-int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name);
+/* Record the layer being written in layer_fd as rec/<name>. synced_after:
+ * the caller's syncfs of the layer comes next, and covers the record too
+ * (rec/ and l/ share the root's state dir): it is not synced on its own. */
+int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name, bool synced_after);
 /* Append to diffs what differs in r from chain: mount (mounted_ok false or
  * another chain), a non-empty upper, layers that no longer match their records. */
 int overlay_verify_root(struct ovl_root *r, const struct ovl_chain *chain, bool mounted_ok, struct verify_diffs *diffs,

@@ -8,22 +8,24 @@
 #include <sys/stat.h>
 #include "lib/failpoint.h"
 
-static int overlay_layers_chain_write(struct ovl *o, const char *id, const struct ovl_chains *cs)
+static int overlay_layers_chain_write(struct ovl *o, const char *id, const struct ovl_chains *cs, bool synced)
 {
 	char name[64];
 	_cleanup_free_ char *s = overlay_json_chains_dump(cs);
 	if (!s)
 		return -ENOMEM;
 	snprintf(name, sizeof(name), "%s.json", id);
-	return FAILPOINT_AROUND("overlay.chain.write", write_file_atomic(o->cdir_fd, name, s, strlen(s), 0600));
+	return FAILPOINT_AROUND("overlay.chain.write",
+				synced ? write_file_atomic(o->cdir_fd, name, s, strlen(s), 0600)
+				       : write_file_replace(o->cdir_fd, name, s, strlen(s), 0600));
 }
 
-int overlay_layers_chain_save(struct ovl *o, const char *id, const struct ovl_chains *cs)
+int overlay_layers_chain_save(struct ovl *o, const char *id, const struct ovl_chains *cs, bool new_record)
 {
 	struct ovl_chains copy = { 0 };
 	if (overlay_chains_copy(&copy, cs) < 0)
 		return -ENOMEM;
-	int q = overlay_layers_chain_write(o, id, cs);
+	int q = overlay_layers_chain_write(o, id, cs, !new_record);
 	if (q < 0) {
 		overlay_chains_free(&copy);
 		return q;
@@ -252,7 +254,7 @@ int overlay_layers_merge(struct ovl_root *r, const struct ovl_chain *chain, char
 	if (q == 0)
 		q = dst < 0 ? err_set(err, errno, NULL, "open merged layer: %m") : overlay_flatten(lfd, n, dst, err);
 	if (q == 0 &&
-	    (q = FAILPOINT_AROUND("overlay.flatten.record.write", overlay_record_write(r, dst, ret_name))) < 0)
+	    (q = FAILPOINT_AROUND("overlay.flatten.record.write", overlay_record_write(r, dst, ret_name, true))) < 0)
 		err_set(err, -q, NULL, "record merged layer: %s", strerror(-q));
 	if (q == 0 && FAILPOINT_AROUND("overlay.flatten.syncfs", syncfs(dst)) < 0)
 		q = err_set(err, errno, NULL, "sync merged layer: %m");
@@ -311,7 +313,7 @@ int overlay_layers_chain_set_root(struct ovl *o, const char *id, const char *h, 
 	if (q == 0)
 		q = overlay_chains_set(&nc, h, x);
 	if (q == 0)
-		q = overlay_layers_chain_save(o, id, &nc);
+		q = overlay_layers_chain_save(o, id, &nc, false);
 	overlay_chains_free(&nc);
 	return q;
 }
@@ -389,7 +391,8 @@ int overlay_layers_flatten(struct ovl *o, size_t depth, ckpt_error *err)
  * it, make it durable, publish it as name. On any failure it is removed. */
 int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q, ckpt_error *err)
 {
-	if (q == 0 && (q = FAILPOINT_AROUND("overlay.layer.record.write", overlay_record_write(r, dst, name))) < 0)
+	if (q == 0 &&
+	    (q = FAILPOINT_AROUND("overlay.layer.record.write", overlay_record_write(r, dst, name, true))) < 0)
 		err_set(err, -q, NULL, "record layer: %s", strerror(-q));
 	if (q == 0 && FAILPOINT_AROUND("overlay.layer.syncfs", syncfs(dst)) < 0)
 		q = err_set(err, errno, NULL, "sync layer: %m");

@@ -99,7 +99,7 @@ static int rel_keep_base(struct ovl_root *r, struct rel_paths *p, const char *ke
 	snprintf(rec, sizeof(rec), "rec/%s", keep);
 	if (faccessat(r->rdir_fd, rec, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
 		_cleanup_close_ int fd = openat(l, keep, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		int q = fd < 0 ? -errno : overlay_record_write(r, fd, keep);
+		int q = fd < 0 ? -errno : overlay_record_write(r, fd, keep, false);
 		if (q < 0)
 			return err_set(err, -q, NULL, "record the old base of '%s': %s", r->path, strerror(-q));
 	}

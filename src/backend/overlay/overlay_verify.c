@@ -106,7 +106,7 @@ static int rec_walk_dir(struct rec_walk *w, int dfd)
 	return walk_tree(dfd, NULL, &o);
 }
 
-int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name)
+int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name, bool synced_after)
 {
 	_cleanup_free_ char *text = NULL;
 	size_t len = 0;
@@ -122,7 +122,9 @@ int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name)
 		q = -ENOMEM;
 	_cleanup_close_ int rfd = openat(r->rdir_fd, "rec", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (q == 0)
-		q = rfd < 0 ? -errno : write_file_atomic(rfd, name, text, len, 0600);
+		q = rfd < 0            ? -errno
+			: synced_after ? write_file_replace(rfd, name, text, len, 0600)
+				       : write_file_atomic(rfd, name, text, len, 0600);
 	return q;
 }
 

@@ -80,14 +80,90 @@ void tar_mentry_from_stat(struct tar_mentry *e, const struct stat *st)
 	e->off = -1;
 }
 
-static void put_escaped(FILE *f, const char *s)
+/* A manifest has a line per file: each is built in a buffer by hand and
+ * written with one call, not with fprintf's conversions and a locked fputc
+ * per character of its paths. */
+struct mline {
+	char *p, *end; /* end: where the line must stop (it then says so) */
+	bool over;
+};
+
+static void ml_char(struct mline *l, char c)
+{
+	if (l->p < l->end)
+		*l->p++ = c;
+	else
+		l->over = true;
+}
+
+static void ml_str(struct mline *l, const char *s)
+{
+	while (*s)
+		ml_char(l, *s++);
+}
+
+/* v in decimal, at least width digits (zeros before). */
+static void ml_dec(struct mline *l, unsigned long long v, int width)
+{
+	char tmp[24];
+	int n = 0;
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	while (n < width)
+		tmp[n++] = '0';
+	while (n)
+		ml_char(l, tmp[--n]);
+}
+
+/* v in octal (a mode), or in lowercase hex with all 16 digits (a hash). */
+static void ml_oct(struct mline *l, unsigned v)
+{
+	char tmp[12];
+	int n = 0;
+	do {
+		tmp[n++] = (char)('0' + (v & 7));
+		v >>= 3;
+	} while (v);
+	while (n)
+		ml_char(l, tmp[--n]);
+}
+
+static void ml_hex16(struct mline *l, unsigned long long v)
+{
+	for (int shift = 60; shift >= 0; shift -= 4)
+		ml_char(l, "0123456789abcdef"[(v >> shift) & 15]);
+}
+
+static void ml_time(struct mline *l, struct timespec t)
+{
+	if (t.tv_sec < 0)
+		ml_char(l, '-');
+	ml_dec(l, t.tv_sec < 0 ? 0ULL - (unsigned long long)t.tv_sec : (unsigned long long)t.tv_sec, 1);
+	ml_char(l, '.');
+	ml_dec(l, (unsigned long long)t.tv_nsec, 9);
+}
+
+static void ml_escaped(struct mline *l, const char *s)
 {
 	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p <= ' ' || *p == '%' || *p == 0x7f)
-			fprintf(f, "%%%02X", *p);
-		else
-			fputc(*p, f);
+		if (*p <= ' ' || *p == '%' || *p == 0x7f) {
+			ml_char(l, '%');
+			ml_char(l, "0123456789ABCDEF"[*p >> 4]);
+			ml_char(l, "0123456789ABCDEF"[*p & 15]);
+		} else {
+			ml_char(l, (char)*p);
+		}
 	}
+}
+
+static void put_escaped(FILE *f, const char *s)
+{
+	char buf[3 * PATH_MAX + 1];
+	struct mline l = { buf, buf + sizeof(buf), false };
+	ml_escaped(&l, s);
+	fwrite(buf, 1, (size_t)(l.p - buf), f);
 }
 
 static int unescape(char *s)
@@ -108,46 +184,70 @@ static int unescape(char *s)
 	return 0;
 }
 
-static void put_line(FILE *f, const struct tar_mentry *e)
+/* One entry's line (fields: tar_manifest.h); 0, or -ENAMETOOLONG. */
+static int put_line(FILE *f, const struct tar_mentry *e)
 {
-	fprintf(f, "%c\t%o\t%u\t%u\t%llu\t%lld.%09ld\t%lld.%09ld\t%llu\t%u\t", e->type, (unsigned)e->mode,
-		(unsigned)e->uid, (unsigned)e->gid, (unsigned long long)e->size, (long long)e->mtime.tv_sec,
-		e->mtime.tv_nsec, (long long)e->ctime.tv_sec, e->ctime.tv_nsec, (unsigned long long)e->ino, e->nlink);
+	/* room for two paths of PATH_MAX bytes, each escaped to three times
+	 * its length, and the numbers; a longer line is refused */
+	char buf[2 * 3 * PATH_MAX + 512];
+	struct mline l = { buf, buf + sizeof(buf), false };
+	ml_char(&l, e->type);
+	ml_char(&l, '\t');
+	ml_oct(&l, (unsigned)e->mode);
+	ml_char(&l, '\t');
+	ml_dec(&l, (unsigned)e->uid, 1);
+	ml_char(&l, '\t');
+	ml_dec(&l, (unsigned)e->gid, 1);
+	ml_char(&l, '\t');
+	ml_dec(&l, e->size, 1);
+	ml_char(&l, '\t');
+	ml_time(&l, e->mtime);
+	ml_char(&l, '\t');
+	ml_time(&l, e->ctime);
+	ml_char(&l, '\t');
+	ml_dec(&l, e->ino, 1);
+	ml_char(&l, '\t');
+	ml_dec(&l, e->nlink, 1);
+	ml_char(&l, '\t');
 	if (e->xhash)
-		fprintf(f, "%016llx\t", (unsigned long long)e->xhash);
+		ml_hex16(&l, e->xhash);
 	else
-		fputs("none\t", f);
-	put_escaped(f, e->path);
-	fputc('\t', f);
+		ml_str(&l, "none");
+	ml_char(&l, '\t');
+	ml_escaped(&l, e->path);
+	ml_char(&l, '\t');
 	if (e->link)
-		put_escaped(f, e->link);
+		ml_escaped(&l, e->link);
 	else
-		fputc('-', f);
-	fputc('\t', f);
-	if (e->has_sha256) { /* one call per line: manifests have a line per file */
-		static const char hex[] = "0123456789abcdef";
-		char buf[2 * TAR_SHA256_LEN + 2];
+		ml_char(&l, '-');
+	ml_char(&l, '\t');
+	if (e->has_sha256) {
 		for (size_t i = 0; i < TAR_SHA256_LEN; i++) {
-			buf[2 * i] = hex[e->sha256[i] >> 4];
-			buf[2 * i + 1] = hex[e->sha256[i] & 15];
+			ml_char(&l, "0123456789abcdef"[e->sha256[i] >> 4]);
+			ml_char(&l, "0123456789abcdef"[e->sha256[i] & 15]);
 		}
-		buf[2 * TAR_SHA256_LEN] = '\t';
-		buf[2 * TAR_SHA256_LEN + 1] = '\0';
-		fputs(buf, f);
 	} else {
-		fputs("-\t", f);
+		ml_char(&l, '-');
 	}
-	fputs(e->src ? e->src : "-", f);
+	ml_char(&l, '\t');
+	ml_str(&l, e->src ? e->src : "-");
+	ml_char(&l, '\t');
 	if (e->off >= 0)
-		fprintf(f, "\t%lld\n", (long long)e->off);
+		ml_dec(&l, (unsigned long long)e->off, 1);
 	else
-		fputs("\t-\n", f);
+		ml_char(&l, '-');
+	ml_char(&l, '\n');
+	if (l.over)
+		return -ENAMETOOLONG;
+	fwrite(buf, 1, (size_t)(l.p - buf), f);
+	return 0;
 }
 
 int tar_manifest_write_header(FILE *f, const struct tar_mentry *root, const struct tar_xattr *xa, size_t n_xa)
 {
 	fputs(TAR_MANIFEST_MAGIC "\n", f);
-	put_line(f, root);
+	if (put_line(f, root) < 0)
+		return -ENAMETOOLONG;
 	for (size_t i = 0; i < n_xa; i++) {
 		fputs("x\t", f);
 		put_escaped(f, xa[i].name);
@@ -161,7 +261,8 @@ int tar_manifest_write_header(FILE *f, const struct tar_mentry *root, const stru
 
 int tar_manifest_write_entry(FILE *f, const struct tar_mentry *e)
 {
-	put_line(f, e);
+	if (put_line(f, e) < 0)
+		return errno = ENAMETOOLONG, -ENAMETOOLONG;
 	return ferror(f) ? -(errno ? errno : EIO) : 0;
 }
 
@@ -230,15 +331,17 @@ static size_t split_tabs(char *line, char **f, size_t max)
 	return n;
 }
 
+/* By table (each value plus one; 0: not a digit): a manifest holds a
+ * digest per file. */
+static const unsigned char hex_plus1[256] = {
+	['0'] = 1,  ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,  ['6'] = 7,  ['7'] = 8,
+	['8'] = 9,  ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+	['A'] = 11, ['B'] = 12, ['C'] = 13, ['D'] = 14, ['E'] = 15, ['F'] = 16
+};
+
 static int hexval(char c)
 {
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
+	return (int)hex_plus1[(unsigned char)c] - 1;
 }
 
 static int parse_sha256(const char *s, struct tar_mentry *e)
@@ -281,15 +384,17 @@ static int parse_entry(char *line, size_t n_fields, struct tar_mentry *e)
 	if (parse_ts(f[5], &e->mtime) < 0 || parse_ts(f[6], &e->ctime) < 0)
 		return -EINVAL;
 	e->xhash = strcmp(f[9], "none") ? strtoull(f[9], NULL, 16) : 0;
-	if (unescape(f[10]) < 0 || !(e->path = strdup(f[10])))
+	if (unescape(f[10]) < 0)
 		return -EINVAL;
+	e->path = f[10]; /* in the manifest's text, as link and src */
 	e->group = -1;
 	if (n_fields > 12 && parse_sha256(f[12], e) < 0)
 		return -EINVAL;
 	if (n_fields > 13 && strcmp(f[13], "-")) {
 		/* a data source: only a regular file's, only a checkpoint's name */
-		if (e->type != 'f' || (!id_valid(f[13]) && strcmp(f[13], "base")) || !(e->src = strdup(f[13])))
+		if (e->type != 'f' || (!id_valid(f[13]) && strcmp(f[13], "base")))
 			return -EINVAL;
+		e->src = f[13];
 	}
 	e->off = -1;
 	if (n_fields > 14 && strcmp(f[14], "-")) {
@@ -300,8 +405,9 @@ static int parse_entry(char *line, size_t n_fields, struct tar_mentry *e)
 	}
 	if (e->type != 'h')
 		return strcmp(f[11], "-") ? -EINVAL : 0;
-	if (unescape(f[11]) < 0 || !(e->link = strdup(f[11])))
+	if (unescape(f[11]) < 0)
 		return -EINVAL;
+	e->link = f[11];
 	return 0;
 }
 
@@ -415,13 +521,6 @@ static int manifest_index(struct tar_manifest *m, ckpt_error *err)
 	return 0;
 }
 
-static void mentry_free(struct tar_mentry *e)
-{
-	free(e->path);
-	free(e->link);
-	free(e->src);
-}
-
 static int manifest_append(struct tar_manifest *m, const struct tar_mentry *e)
 {
 	if (m->n == m->cap) {
@@ -436,7 +535,7 @@ static int manifest_append(struct tar_manifest *m, const struct tar_mentry *e)
 	return 0;
 }
 
-/* Parse one line into m; on failure nothing the line allocated is kept. */
+/* Parse one line into m (its strings stay in the text). */
 static int manifest_add_line(struct tar_manifest *m, char *line, size_t lineno, size_t n_fields, ckpt_error *err)
 {
 	struct tar_mentry e = { 0 };
@@ -456,8 +555,6 @@ static int manifest_add_line(struct tar_manifest *m, char *line, size_t lineno, 
 		r = err_set(err, EBADMSG, "unsafe_path", "unsafe path in manifest: '%s'", e.path);
 	else if (manifest_append(m, &e) < 0)
 		r = err_set(err, ENOMEM, NULL, "out of memory");
-	if (r < 0)
-		mentry_free(&e);
 	return r;
 }
 
@@ -474,6 +571,12 @@ static int manifest_parse(struct tar_manifest *m, char *text, ckpt_error *err)
 		n_fields = 14;
 	else if (!line || strcmp(line, TAR_MANIFEST_MAGIC))
 		return err_set(err, EBADMSG, NULL, "not a ckptd tar manifest");
+	size_t lines = 0; /* the entries' room, made once */
+	for (const char *p = save; p && (p = strchr(p, '\n')); p++)
+		lines++;
+	if (lines && !(m->v = malloc((lines + 1) * sizeof(*m->v))))
+		return err_set(err, ENOMEM, NULL, "out of memory");
+	m->cap = lines ? lines + 1 : 0;
 	while ((line = strtok_r(NULL, "\n", &save))) {
 		int r = manifest_add_line(m, line, ++lineno, n_fields, err);
 		if (r < 0)
@@ -486,13 +589,14 @@ static int manifest_parse(struct tar_manifest *m, char *text, ckpt_error *err)
 
 int tar_manifest_load(int dirfd, const char *name, struct tar_manifest *m, ckpt_error *err)
 {
-	_cleanup_free_ char *text = NULL;
+	char *text = NULL;
 	int r;
 
 	memset(m, 0, sizeof(*m));
 	r = read_file_at(dirfd, name, MANIFEST_MAX, &text, NULL);
 	if (r < 0)
 		return err_set(err, r, NULL, "cannot read manifest '%s': %s", name, strerror(-r));
+	m->text = text; /* the entries' strings: freed with m */
 	r = manifest_parse(m, text, err);
 	if (r < 0) {
 		err_prefix(err, "manifest '%s'", name);
@@ -503,9 +607,7 @@ int tar_manifest_load(int dirfd, const char *name, struct tar_manifest *m, ckpt_
 
 void tar_manifest_free(struct tar_manifest *m)
 {
-	for (size_t i = 0; i < m->n; i++)
-		mentry_free(&m->v[i]);
-	mentry_free(&m->root);
+	free(m->text);
 	free(m->v);
 	free(m->slots);
 	tar_xattrs_free(m->root_xattrs, m->n_root_xattrs);

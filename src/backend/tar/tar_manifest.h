@@ -55,6 +55,9 @@ struct tar_xattr {
 };
 
 struct tar_manifest {
+	/* the text loaded: the entries' path, link and src point into it
+	 * (a manifest has a line per file: no copy of each) */
+	char *text;
 	struct tar_mentry root; /* the root directory's own metadata */
 	struct tar_xattr *root_xattrs;
 	size_t n_root_xattrs;

@@ -624,10 +624,27 @@ static int extract_seek(struct rctx *c, int afd, int ckpt_dirfd, const char *arc
 	return r < 0 ? r : r == 1 ? 0 : 1;
 }
 
-/* Read one archive: the checkpoint's own (src NULL) or an older one. */
-static int extract(struct rctx *c, int root_fd, int ckpt_dirfd, const char *archive, const char *src, uint64_t total)
+/* The archive afd read from its start (its needed entries not entered
+ * where they begin): extract_loop. */
+static int extract_whole(struct rctx *c, int afd, const char *archive, const char *src, uint64_t total, int root_fd,
+			 struct archive *w)
 {
 	_cleanup_archive_ struct archive *a = archive_read_new();
+	if (!a)
+		return err_set(c->err, ENOMEM, NULL, "out of memory");
+	archive_read_support_format_tar(a);
+	archive_read_support_filter_zstd(a);
+	archive_read_support_filter_none(a);
+	if (archive_read_open_fd(a, afd, TAR_BLOCK) != ARCHIVE_OK)
+		return err_set(c->err, EBADMSG, NULL, "cannot open archive '%s': %s", archive, archive_error_string(a));
+	return extract_loop(c, a, w, root_fd, src, total);
+}
+
+/* Read one archive: the checkpoint's own (src NULL) or an older one. The
+ * whole-archive reader is opened only when entering it where the entries
+ * begin cannot be done (opening one reads and decompresses its first MiB). */
+static int extract(struct rctx *c, int root_fd, int ckpt_dirfd, const char *archive, const char *src, uint64_t total)
+{
 	_cleanup_archive_ struct archive *w = archive_write_disk_new();
 	_cleanup_close_ int afd = -1;
 	int saved = -1, r;
@@ -641,20 +658,15 @@ static int extract(struct rctx *c, int root_fd, int ckpt_dirfd, const char *arch
 	if (afd < 0)
 		return err_set(c->err, errno, NULL, "cannot open archive '%s' of '%s': %m", archive, src ? src : "");
 	c->st->archives++;
-	if (!a || !w)
+	if (!w)
 		return err_set(c->err, ENOMEM, NULL, "out of memory");
-	archive_read_support_format_tar(a);
-	archive_read_support_filter_zstd(a);
-	archive_read_support_filter_none(a);
 	archive_write_disk_set_options(w, tar_extract_flags());
-	if (archive_read_open_fd(a, afd, TAR_BLOCK) != ARCHIVE_OK)
-		return err_set(c->err, EBADMSG, NULL, "cannot open archive '%s': %s", archive, archive_error_string(a));
 	r = tar_cwd_enter(root_fd, &saved);
 	if (r < 0)
 		return err_set(c->err, r, NULL, "cannot enter the root: %s", strerror(-r));
 	r = extract_seek(c, afd, ckpt_dirfd, archive, src, total, root_fd, w);
-	if (r == 0)
-		r = extract_loop(c, a, w, root_fd, src, total);
+	if (r == 0) /* extract_seek reads with pread: afd is still at its start */
+		r = extract_whole(c, afd, archive, src, total, root_fd, w);
 	else if (r > 0)
 		r = 0;
 	if (c->pdir_fd >= 0)

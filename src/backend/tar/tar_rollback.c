@@ -59,10 +59,11 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 			return err_prefix(err, "root '%s'", s->roots[i]);
 		tar_track_count(s, i, one.tracked);
 		add_stats(sum, &one);
-		tar_wait_past(o.max_ctime);
 		/* The intent goes only once the restored tree is on disk. */
 		if (FAILPOINT_AROUND("tar.restore.syncfs", syncfs(fd)) < 0)
 			return err_set(err, errno, NULL, "cannot sync root '%s': %m", s->roots[i]);
+		/* after the sync, which mostly outlasts the tick: no wait left */
+		tar_wait_past(o.max_ctime);
 	}
 	return 0;
 }
@@ -129,9 +130,8 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 		tar_meta_unfinished(s, name, err ? err->msg : "");
 		return r;
 	}
+	tar_meta_head_set(s, name); /* before the intent goes: its sync covers both */
 	r = tar_meta_intent_clear(s, err);
-	if (r >= 0)
-		tar_meta_head_set(s, name);
 	if (r >= 0 && suspect) /* every entry rewritten, and synced (restore_roots) */
 		tar_meta_running_trust(s);
 	tar_track_mark(s, r >= 0 ? name : "");

@@ -12,8 +12,10 @@ static void tar_snapshot_srcs_free(struct tar_create_opts *o)
 	o->n_srcs = 0;
 }
 
-/* from: the trees to capture, one per root (NULL: the roots themselves). */
-static int tar_snapshot_roots(struct tar_state *s, int dirfd, char *const *from, struct progress *p, ckpt_error *err)
+/* from: the trees to capture, one per root (NULL: the roots themselves).
+ * *max_ctime: the newest ctime captured, for the caller's tar_wait_past. */
+static int tar_snapshot_roots(struct tar_state *s, int dirfd, char *const *from, struct progress *p,
+			      struct timespec *max_ctime, ckpt_error *err)
 {
 	struct tar_create_opts o = { .zstd = s->zstd, .skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p };
 	_cleanup_(rootexcl_free) struct rootexcl excl = { 0 };
@@ -133,7 +135,7 @@ static int tar_snapshot_roots(struct tar_state *s, int dirfd, char *const *from,
 		atomic_store(&p->files_total, atomic_load(&p->files_done));
 		atomic_store(&p->bytes_total, atomic_load(&p->bytes_done));
 	}
-	tar_wait_past(o.max_ctime);
+	*max_ctime = o.max_ctime;
 	if (!from) {
 		pthread_mutex_lock(&s->lock);
 		s->last_reused = o.reused;
@@ -157,6 +159,7 @@ static int tar_snapshot_make(struct tar_state *s, const char *name, char *const 
 			     ckpt_error *err)
 {
 	char tmp[64];
+	struct timespec max_ctime = { 0 };
 	int r;
 
 	snprintf(tmp, sizeof(tmp), ".tmp-%s", name);
@@ -166,7 +169,7 @@ static int tar_snapshot_make(struct tar_state *s, const char *name, char *const 
 	_cleanup_close_ int dfd = openat(s->tar_fd, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	r = dfd < 0 ? err_set(err, errno, NULL, "cannot open '%s': %m", tmp) : 0;
 	if (r >= 0)
-		r = tar_snapshot_roots(s, dfd, from, p, err);
+		r = tar_snapshot_roots(s, dfd, from, p, &max_ctime, err);
 	if (r >= 0 && FAILPOINT_AROUND("tar.create.dir.fsync", fsync(dfd)) < 0)
 		r = err_set(err, tar_errno_norm(errno), NULL, "cannot sync '%s': %m", tmp);
 	if (r >= 0 && FAILPOINT_AROUND("tar.create.rename", renameat(s->tar_fd, tmp, s->tar_fd, name)) < 0)
@@ -177,7 +180,10 @@ static int tar_snapshot_make(struct tar_state *s, const char *name, char *const 
 		rm_rf_at(s->tar_fd, tmp);
 		rm_rf_at(s->tar_fd, name);
 		fsync(s->tar_fd);
+		return r;
 	}
+	/* after the syncs, which mostly outlast the tick: no wait left */
+	tar_wait_past(max_ctime);
 	return r;
 }
 
