@@ -113,6 +113,30 @@ def test_incremental_restore_keeps_unchanged_inodes(daemon_factory):
     assert_same_tree(before, tree_state(d.roots[0]))
 
 
+def test_restore_enters_an_archive_where_the_entries_begin(daemon_factory):
+    # 12 MB of big files make the archive a dozen zstd frames: a restore of
+    # a few small files enters it where they begin, several in one frame,
+    # one reader going on from one to the next, and writes the same tree.
+    d = daemon_factory(backend="tar", start=False)
+    root = d.roots[0]
+    for i in range(3):
+        (root / f"big{i}").write_bytes(os.urandom(4 << 20))
+    many = root / "many"
+    many.mkdir()
+    for i in range(200):
+        (many / f"f{i:03d}").write_bytes(os.urandom(2000))
+    d.start()
+    before = tree_state(root)
+    cp = d.create("base")["checkpoint_id"]
+    for i in (1, 2, 3, 150):
+        (many / f"f{i:03d}").write_bytes(b"changed")
+    rep = d.restore(cp)
+    assert_same_tree(before, tree_state(root))
+    assert rep["tar"]["rewritten"] == 5, rep["tar"]  # 4 files and their directory
+    last = d.health().get("tar_last_restore", {})
+    assert last.get("entered") == 4, last  # the files; the directory is set in place
+
+
 def test_kill9_during_restore_then_restart(daemon_factory):
     d = daemon_factory(backend="tar", start=False)
     r = d.roots[0]

@@ -98,6 +98,33 @@ static void check_entries(int afd, const struct tar_frames *fr, const int64_t *o
 	}
 }
 
+/* One reader goes on from entry to entry: to one in the block it is in or
+ * the next, not to one further or behind it; a header must begin at off. */
+static void check_going_on(int afd, const struct tar_frames *fr, const int64_t *off)
+{
+	struct archive *r = tar_seek_reader(afd, fr, off[0]);
+	struct archive_entry *e;
+	char buf[65536];
+	assert_non_null(r);
+	assert_true(tar_seek_header(r, off[0], off[0], &e));
+	assert_string_equal(archive_entry_pathname(e), "dir/file0");
+	assert_false(tar_seek_reuse(r, off[0], off[2]));            /* blocks ahead */
+	assert_true(tar_seek_reuse(r, off[0], off[3] - (3 << 20))); /* the same or next block */
+	assert_true(tar_seek_header(r, off[0], off[1], &e));        /* skips file0's data */
+	assert_string_equal(archive_entry_pathname(e), "dir/file1");
+	assert_false(tar_seek_reuse(r, off[0], off[0])); /* behind it */
+	while (archive_read_data(r, buf, sizeof(buf)) > 0)
+		;
+	assert_true(tar_seek_reuse(r, off[0], off[2]));             /* file1 read: file2 is next */
+	assert_false(tar_seek_header(r, off[0], off[2] + 512, &e)); /* no header there */
+	archive_read_free(r);
+	r = tar_seek_reader(afd, fr, off[2]);
+	assert_non_null(r);
+	assert_true(tar_seek_header(r, off[2], off[3], &e));
+	assert_string_equal(archive_entry_pathname(e), "dir/file3");
+	archive_read_free(r);
+}
+
 static void test_framed(void **state)
 {
 	(void)state;
@@ -113,6 +140,7 @@ static void test_framed(void **state)
 	assert_true(tar_frames_load_for(dfd, "a.tar.zst", afd, &loaded));
 	assert_int_equal(loaded.n, fr.n);
 	check_entries(afd, &loaded, off);
+	check_going_on(afd, &loaded, off);
 	/* the whole stream is one zstd stream to libarchive's own reader */
 	struct archive *r = archive_read_new();
 	struct archive_entry *e;
@@ -147,6 +175,7 @@ static void test_plain(void **state)
 	write_archive(path, NULL, off);
 	int afd = open(path, O_RDONLY | O_CLOEXEC);
 	check_entries(afd, NULL, off);
+	check_going_on(afd, NULL, off);
 	close(afd);
 }
 

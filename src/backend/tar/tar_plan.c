@@ -49,18 +49,53 @@ static const char *plan_bare(const char *path, char *buf, size_t len)
 	return buf;
 }
 
+/* The directory of the last removal, kept open: the removals of one
+ * directory come in a row, and opening each one's walks from the root.
+ * A removal never takes its own parent, so the fd stays good for the next
+ * of the same directory. */
+struct plan_parent {
+	int fd; /* -1: none */
+	char dir[PATH_MAX];
+};
+
+/* path's parent directory (owned by pp: not to be closed), and its leaf;
+ * < 0 as tar_open_parent. */
+static int plan_parent_open(struct plan_parent *pp, int root_fd, const char *path, const char **leaf)
+{
+	const char *slash = strrchr(path, '/');
+	size_t len = slash ? (size_t)(slash - path) : 0;
+
+	*leaf = slash ? slash + 1 : path;
+	if (pp->fd >= 0 && !strncmp(pp->dir, path, len) && pp->dir[len] == '\0')
+		return pp->fd;
+	if (pp->fd >= 0)
+		close(TAKE_FD(pp->fd));
+	int fd = tar_open_parent(root_fd, path, leaf);
+	if (fd >= 0 && len < sizeof(pp->dir)) {
+		snprintf(pp->dir, sizeof(pp->dir), "%.*s", (int)len, path);
+		pp->fd = fd;
+	} else if (fd >= 0) { /* cannot be: path is below PATH_MAX */
+		close(fd);
+		fd = -ENAMETOOLONG;
+	}
+	return fd;
+}
+
 /* What goes, recorded while it is still there: the files of each removal
  * (subtrees whole) and the entries about to be replaced. */
 static void plan_gone(struct tar_restore_opts *o, int root_fd, const struct tar_plan *p, const struct tar_manifest *m)
 {
 	char bare[PATH_MAX];
+	struct plan_parent pp = { .fd = -1 };
 	for (size_t i = 0; i < p->n; i++) {
 		const char *path = plan_bare(p->removals[i], bare, sizeof(bare)), *leaf;
 		struct stat st;
-		_cleanup_close_ int pfd = tar_open_parent(root_fd, path, &leaf);
+		int pfd = plan_parent_open(&pp, root_fd, path, &leaf);
 		if (pfd >= 0 && fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) == 0)
 			tar_gone_tree(o, pfd, leaf, &st, path);
 	}
+	if (pp.fd >= 0)
+		close(pp.fd);
 	/* the manifest is sorted: the files of a directory come in a row */
 	_cleanup_close_ int pfd = -1;
 	size_t dlen = SIZE_MAX;
@@ -85,16 +120,20 @@ static void plan_gone(struct tar_restore_opts *o, int root_fd, const struct tar_
 static int plan_remove(struct tar_plan *p, int root_fd, ckpt_error *err)
 {
 	char bare[PATH_MAX];
-	for (size_t i = 0; i < p->n; i++) {
+	struct plan_parent pp = { .fd = -1 };
+	int ret = 0;
+	for (size_t i = 0; ret == 0 && i < p->n; i++) {
 		const char *path = plan_bare(p->removals[i], bare, sizeof(bare)), *leaf;
-		_cleanup_close_ int pfd = tar_open_parent(root_fd, path, &leaf);
+		int pfd = plan_parent_open(&pp, root_fd, path, &leaf);
 		if (pfd == -ENOENT)
 			continue; /* below a removal made already */
 		int r = pfd < 0 ? pfd : FAILPOINT_AROUND("tar.restore.extra.remove", rm_rf_at(pfd, leaf));
 		if (r < 0 && r != -ENOENT)
-			return err_set(err, -r, NULL, "cannot remove '%s': %s", path, strerror(-r));
+			ret = err_set(err, -r, NULL, "cannot remove '%s': %s", path, strerror(-r));
 	}
-	return 0;
+	if (pp.fd >= 0)
+		close(pp.fd);
+	return ret;
 }
 
 int tar_plan_run(struct tar_restore_opts *o, int root_fd, struct tar_plan *p, const struct tar_manifest *m,

@@ -601,14 +601,21 @@ static int extract_seek(struct rctx *c, int afd, int ckpt_dirfd, const char *arc
 		return 0;
 	}
 	qsort(v, n, sizeof(*v), cmp_off);
+	struct archive *a = NULL;
+	int64_t base = 0; /* where a began in the tar stream */
 	for (size_t i = 0; r == 0 && i < n; i++) {
-		struct archive *a = tar_seek_reader(afd, zst ? &fr : NULL, v[i]->off);
+		if (a && !tar_seek_reuse(a, base, v[i]->off)) {
+			archive_read_free(a);
+			a = NULL;
+		}
+		if (!a)
+			a = tar_seek_reader(afd, zst ? &fr : NULL, base = v[i]->off);
 		struct archive_entry *ae;
 		bool skip = false;
 		ckpt_error quiet = { 0 }, *saved = c->err;
 		c->err = &quiet; /* a mismatch is not an error: the caller reads all */
 		struct tar_mentry *e =
-			a && archive_read_next_header(a, &ae) == ARCHIVE_OK ? check_entry(c, ae, src, &skip) : NULL;
+			a && tar_seek_header(a, base, v[i]->off, &ae) ? check_entry(c, ae, src, &skip) : NULL;
 		c->err = saved;
 		if (!e || skip || e != v[i]) {
 			log_warn("tar: '%s' is not where the manifest says in archive '%s'%s%s: reading it whole",
@@ -617,9 +624,9 @@ static int extract_seek(struct rctx *c, int afd, int ckpt_dirfd, const char *arc
 		} else if ((r = extract_one(c, a, w, root_fd, ae)) == 0) {
 			c->st->entered++;
 		}
-		if (a)
-			archive_read_free(a);
 	}
+	if (a)
+		archive_read_free(a);
 	tar_frames_free(&fr);
 	return r < 0 ? r : r == 1 ? 0 : 1;
 }

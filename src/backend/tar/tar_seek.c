@@ -315,6 +315,25 @@ fail:
 	return NULL;
 }
 
+bool tar_seek_reuse(struct archive *a, int64_t base, int64_t off)
+{
+	/* consumed so far: at most the last data block short of all read,
+	 * which only ever lets it go on a little further */
+	int64_t pos = base + archive_filter_bytes(a, 0);
+	return off >= pos && off / TAR_SEEK_BLOCK <= pos / TAR_SEEK_BLOCK + 1;
+}
+
+bool tar_seek_header(struct archive *a, int64_t base, int64_t off, struct archive_entry **ae)
+{
+	for (;;) {
+		if (archive_read_next_header(a, ae) != ARCHIVE_OK)
+			return false;
+		int64_t at = base + archive_read_header_position(a);
+		if (at >= off)
+			return at == off;
+	}
+}
+
 int tar_frames_save_for(int dirfd, const char *archive, const struct tar_frames *fr)
 {
 	char name[PATH_MAX];

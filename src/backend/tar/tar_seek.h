@@ -48,3 +48,14 @@ bool tar_frames_load_fd(int ffd, int afd, struct tar_frames *fr);
  * when it cannot be set up. The reader owns nothing of afd's: close it
  * after freeing the reader. */
 struct archive *tar_seek_reader(int afd, const struct tar_frames *fr, int64_t off);
+
+/* Whether reader a (begun at base in the tar stream by tar_seek_reader)
+ * should go on to the entry at off rather than a new reader start there:
+ * off is ahead of it, in the block it is in or the next. A new reader
+ * decompresses the whole block holding off; going on decompresses at most
+ * that block, so the entries of one block cost one pass, not one each. */
+bool tar_seek_reuse(struct archive *a, int64_t base, int64_t off);
+
+/* The header of the entry at off read from reader a (begun at base),
+ * skipping the entries before it; false when no header begins there. */
+bool tar_seek_header(struct archive *a, int64_t base, int64_t off, struct archive_entry **ae);
