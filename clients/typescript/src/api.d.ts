@@ -279,16 +279,17 @@ export interface paths {
          * Pull an OCI image from a registry as a new checkpoint
          * @description Fetches the image at `ref` (a tag or a digest; through an image
          *     index, its linux/amd64 entry). Each layer this daemon does not hold
-         *     is downloaded under the state dir, its size and digest checked as it
-         *     arrives. The layers are applied in order, OCI whiteouts included,
-         *     and the result becomes a new checkpoint as an import does, with
+         *     is applied under the state dir as it downloads, its size and digest
+         *     checked on the same bytes; a blob failing them at its end fails the
+         *     pull. The blob itself is not kept. The layers are applied in order, OCI whiteouts
+         *     included, and the result becomes a new checkpoint as an import does, with
          *     `pull_of` naming the ref, the manifest digest and the roots. The
          *     image's roots map onto this daemon's roots by path, or as `roots`
          *     says. A pull starts from a checkpoint pulled before whose image's
          *     layers are this image's first ones, or from the tree a pull keeps
          *     below its image's last layer: only the other layers are fetched and
-         *     applied. Nothing is kept of a failed pull but verified layers in the
-         *     cache.
+         *     applied. Nothing is kept of a failed pull but a verified config in
+         *     the cache.
          */
         post: operations["pullCheckpoint"];
         delete?: never;
