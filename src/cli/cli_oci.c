@@ -23,6 +23,12 @@ int cli_cmd_push(const struct cli_opts *o, const char *ref)
 	rc = cli_req_send(o, "POST", path, body, &r, watch ? cli_cmd_watch_tick : NULL, &w);
 	json_decref(body);
 	if (watch) {
+		if (rc < 0 && !w.progress && r.json) { /* done before a tick saw it: the answer's bytes */
+			json_int_t n = json_integer_value(json_object_get(r.json, "uploaded_bytes")) +
+				json_integer_value(json_object_get(r.json, "reused_bytes"));
+			w.progress = json_pack("{s:I, s:I, s:I, s:I}", "bytes_done", n, "bytes_total", n, "files_done",
+					       (json_int_t)0, "files_total", (json_int_t)0);
+		}
 		if (rc < 0 && w.progress) { /* the last frame says it all went */
 			json_object_set(w.progress, "bytes_done", json_object_get(w.progress, "bytes_total"));
 			cli_progress_bar(&w.p, w.progress);
