@@ -213,13 +213,14 @@ def test_overlay_diff_cost_follows_the_changes(daemon_factory):
     print(f"overlay diff, 10 changes in 20k files: live {min(times):.1f} ms, two checkpoints {t2:.1f} ms")
 
 
-def test_overlay_diff_out_of_fds_fails_rather_than_guess(daemon_factory):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_diff_out_of_fds_fails_rather_than_guess(daemon_factory, backend):
     """A directory the diff cannot open for want of fds (EMFILE) is no
     answer about the tree: the diff used to take it as absent and answer
     200 with a partial list. With ckptd's fd limit lowered below what a
     121-deep new directory needs, the diff fails with the reason; with the
     limit back, it lists every entry."""
-    d = daemon_factory(backend="overlay")
+    d = daemon_factory(backend=backend)
     cp = d.create("base")["checkpoint_id"]
     p = d.roots[0] / "new"
     for _ in range(120):
