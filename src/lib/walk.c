@@ -146,8 +146,10 @@ static int walk_one(struct walk_run *w, struct walk_entry *parent, const char *n
 		return 0; /* before the path: a file's length is no failure here */
 	size_t plen = w->len;
 	int r = walk_path_push(w, name);
-	if (r < 0)
-		return r == -ENOMEM ? r : walk_fail(w, &e, r, WALK_AT_PATH);
+	if (r == -ENOMEM)
+		return r;
+	if (r < 0) /* WALK_SKIP too skips this name only, never its siblings */
+		return (r = walk_fail(w, &e, r, WALK_AT_PATH)) == WALK_SKIP ? 0 : r;
 	e.path = w->path;
 	e.path_len = w->len;
 	if ((o->flags & WALK_STAT) || type == DT_UNKNOWN) {
@@ -318,8 +320,10 @@ static int wm_open(struct wm_run *m, struct walk_merge_entry *e, size_t i, DIR *
 	}
 	s->fd = fd;
 	int r = walk_read_sorted(*d, &l->v, &l->n);
-	if (r < 0 && r != -ENOMEM)
+	if (r < 0 && r != -ENOMEM) {
+		e->err = r;                                 /* what post sees if fail says skip */
 		r = wm_fail(m, e, (int)i, r, WALK_AT_READ); /* 0: go on with what was read */
+	}
 	return r;
 }
 
@@ -372,8 +376,10 @@ static int wm_one(struct wm_run *m, struct walk_merge_entry *c, const char *name
 	c->data = 0;
 	c->tree = -1;
 	int r = walk_path_push(&m->w, name);
-	if (r < 0)
-		return r == -ENOMEM ? r : wm_fail(m, c, -1, r, WALK_AT_PATH);
+	if (r == -ENOMEM)
+		return r;
+	if (r < 0) /* WALK_SKIP too skips this name only, never its siblings */
+		return (r = wm_fail(m, c, -1, r, WALK_AT_PATH)) == WALK_SKIP ? 0 : r;
 	c->path = m->w.path;
 	c->path_len = m->w.len;
 	for (size_t i = 0; r == 0 && i < c->n; i++) {

@@ -76,8 +76,8 @@ struct walk_entry {
  * only releases what pre took, and its return is ignored.
  * fail: a failure at entry e, e->step says where (at WALK_AT_PATH e->path
  * is still the parent's). 0 skips e and goes on (after a read error, with
- * what was read); anything else ends the walk with it.
- * Without fail every failure ends the walk. */
+ * what was read); so does WALK_SKIP at WALK_AT_PATH; anything else ends
+ * the walk with it. Without fail every failure ends the walk. */
 struct walk_opts {
 	unsigned flags;
 	int max_depth;      /* 0: WALK_DEPTH_MAX */
@@ -127,7 +127,10 @@ struct walk_merge_entry {
 /* As walk_opts, for walk_merge. fail at WALK_AT_STAT: 0 takes the entry as
  * not held by that tree; at WALK_AT_OPEN: 0 goes on without that tree,
  * WALK_SKIP skips the entry in every tree (post still runs); at
- * WALK_AT_READ: 0 goes on with what was read. */
+ * WALK_AT_READ: 0 goes on with what was read. An entry gone since it was
+ * listed fails with ENOENT (or ENOTDIR, replaced); a hook that takes
+ * failures as absence should take only those: EMFILE, ENFILE or EIO
+ * there is not an answer about the tree. */
 struct walk_merge_opts {
 	int max_depth;
 	size_t path_max;

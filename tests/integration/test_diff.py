@@ -3,6 +3,7 @@ both backends: adds, deletes, content/mode/owner/type changes, renamed files
 and directories (overlay redirects), opaque directories, against another
 checkpoint, pagination, and the cost on overlay (only what changed)."""
 import os
+import resource
 import shutil
 import subprocess
 import time
@@ -210,3 +211,30 @@ def test_overlay_diff_cost_follows_the_changes(daemon_factory):
     assert diff(d, cp, against=cp2)["total"] == 10
     t2 = (time.monotonic() - t0) * 1000
     print(f"overlay diff, 10 changes in 20k files: live {min(times):.1f} ms, two checkpoints {t2:.1f} ms")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_diff_out_of_fds_fails_rather_than_guess(daemon_factory, backend):
+    """A directory the diff cannot open for want of fds (EMFILE) is no
+    answer about the tree: the diff used to take it as absent and answer
+    200 with a partial list. With ckptd's fd limit lowered below what a
+    121-deep new directory needs, the diff fails with the reason; with the
+    limit back, it lists every entry."""
+    d = daemon_factory(backend=backend)
+    cp = d.create("base")["checkpoint_id"]
+    p = d.roots[0] / "new"
+    for _ in range(120):
+        p = p / "d"
+    p.mkdir(parents=True)
+    (p / "leaf").write_text("x")
+    assert diff(d, cp)["total"] == 122  # new, 120 d, leaf (and the connection is open)
+    pid = d.proc.pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    used = max(int(fd) for fd in os.listdir(f"/proc/{pid}/fd"))
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (used + 60, hard))
+    try:
+        r = d.request("GET", f"/v1/checkpoints/{cp}/diff")
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    assert r.status_code >= 500 and "open files" in r.text, (r.status_code, r.text[:300])
+    assert diff(d, cp)["total"] == 122

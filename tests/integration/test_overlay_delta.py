@@ -11,6 +11,7 @@ compared, read-only, with the live tree when made."""
 import json
 import mmap
 import os
+import resource
 import random
 import subprocess
 
@@ -243,3 +244,35 @@ def test_a_moved_base_directory_makes_a_full_layer(daemon_factory, name):
     (root / "moved" / "sub" / "f").write_text("changed\n")
     d.restore(cid)
     assert_same_tree(state, tree_state(root))
+
+
+def test_track_check_out_of_fds_says_so(daemon_factory):
+    """The track check walks the whole tree of a delta, two directories
+    open a level. Out of fds (EMFILE) in a 120-deep directory, it reported
+    a change the tracker missed ("cannot open the directory"), or skipped
+    the subtree where a later change was seen. The create now fails with
+    the cause; with the fd limit back, the same create is made."""
+    d = overlay(daemon_factory)
+    d.create("full")
+    p = d.roots[0] / "deep"
+    for _ in range(120):
+        p = p / "d"
+    p.mkdir(parents=True)
+    (p / "leaf").write_text("x")
+    d.create("with the deep dir")
+    (d.roots[0] / "d0" / "f0.txt").write_text("changed\n")
+    pid = d.proc.pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    used = max(int(fd) for fd in os.listdir(f"/proc/{pid}/fd"))
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (used + 100, hard))  # a tracked copy needs few
+    try:
+        r = d.request("POST", "/v1/checkpoints", json={"name": "delta"})
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    assert r.status_code == 500, r.text
+    assert "open files" in r.json()["detail"] and "missed" not in r.json()["detail"], r.text
+    before = tree_state(d.roots[0])
+    cp = d.create("delta")["checkpoint_id"]
+    (d.roots[0] / "d0" / "f0.txt").write_text("again\n")
+    d.restore(cp)
+    assert_same_tree(before, tree_state(d.roots[0]))

@@ -137,6 +137,79 @@ def test_restore_enters_an_archive_where_the_entries_begin(daemon_factory):
     assert last.get("entered") == 4, last  # the files; the directory is set in place
 
 
+def manifest_offsets(d, cp):
+    """path -> (type, link, offset in the tar stream) from the checkpoint's
+    manifest: the archive's order (a create lists directories as readdir
+    gives them, not sorted)."""
+    text = (d.state_dir / "tar" / cp / "r0.manifest").read_text(errors="replace")
+    out = {}
+    for line in text.splitlines()[1:]:
+        f = line.split("\t")
+        if len(f) >= 15 and f[14] != "-" and f[13] == "-":  # in this checkpoint's own archive
+            out[f[10]] = (f[0], f[11], int(f[14]))
+    return out
+
+
+def test_restore_enters_frames_at_the_edges(daemon_factory):
+    # A many-frame archive entered where the changed entries begin: its
+    # first and its last entry, a file whose data spans frames, a hard link
+    # whose first name (which holds the data) is frames before it, and a
+    # sparse file. Every one is entered (no fallback to reading it all),
+    # and the tree is the checkpoint's, holes and shared inodes too.
+    MB = 1 << 20
+    # every create full: one archive holds every entry (no data from a parent's)
+    d = daemon_factory(backend="tar", start=False, config={"tar_chain_max": 0})
+    root = d.roots[0]
+    for i in range(5):
+        (root / f"big{i}").write_bytes(os.urandom(3 * MB))
+    with open(root / "sparse.img", "wb") as f:
+        for at in (0, 2 * MB, 4 * MB - 4096):
+            f.seek(at)
+            f.write(os.urandom(4096))
+    d.start()
+    # The archive's order is readdir's: names are drawn again until the
+    # link's names are not all in one frame (a tenth of draws are).
+    for attempt in range(6):
+        names = [f"h{attempt}{i}" for i in range(3)]
+        (root / names[0]).write_bytes(os.urandom(5000))
+        for n in names[1:]:
+            os.link(root / names[0], root / n)
+        before = tree_state(root)
+        cp = d.create(f"base{attempt}")["checkpoint_id"]
+        offs = manifest_offsets(d, cp)
+        order = sorted(offs, key=lambda p: offs[p][2])
+        group = [p for p in order if p in names]
+        head, link = group[0], group[-1]
+        assert offs[head][0] == "f" and all(offs[p][0] == "h" and offs[p][1] == head for p in group[1:])
+        if offs[link][2] // MB > offs[head][2] // MB:
+            break
+        for n in names:
+            os.unlink(root / n)
+    else:
+        pytest.fail("six draws of names put a hard link's names in one frame")
+    first, last = order[0], order[-1]
+    middle = [p for p in order[1:-1] if p.startswith("big")][0]
+    # the changes: each rewritten where its entry begins
+    for p in {first, last}:
+        with open(root / p, "r+b") as f:
+            f.write(b"changed")
+    with open(root / middle, "r+b") as f:
+        f.seek(3 * MB // 2)
+        f.write(b"across frames")
+    os.unlink(root / link)  # the group comes back whole, its data from head's frame
+    with open(root / "sparse.img", "r+b") as f:
+        f.seek(MB)
+        f.write(b"in a hole")
+    needed = {first, last, middle, "sparse.img", *names}
+    rep = d.restore(cp)
+    assert rep["ok"] is True
+    assert_same_tree(before, tree_state(root))
+    assert len({os.stat(root / n).st_ino for n in names}) == 1
+    assert os.stat(root / "sparse.img").st_blocks * 512 < 64 << 10, "the sparse file was filled in"
+    last_rep = d.health().get("tar_last_restore", {})
+    assert last_rep.get("entered") == len(needed), last_rep  # none read from the archive's start
+
+
 def test_kill9_during_restore_then_restart(daemon_factory):
     d = daemon_factory(backend="tar", start=False)
     r = d.roots[0]

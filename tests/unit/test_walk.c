@@ -6,6 +6,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <dirent.h>
+#include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -409,6 +412,235 @@ static void test_walk_merge_unreadable(void **state)
 	assert_int_equal(fchmodat(dfd, "A/l", 0700, 0), 0);
 }
 
+/* Open fds of this process: a walk that ends any way leaves none behind. */
+static int fds_open(void)
+{
+	int n = 0;
+	DIR *d = opendir("/proc/self/fd");
+	assert_non_null(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* A name too long for path_max: fail's 0 or WALK_SKIP skips that name
+ * alone; the names after it in its directory are walked (WALK_SKIP used to
+ * end the directory's listing there, and reach walk_merge's answer). The
+ * longest name a directory holds (255 bytes) is walked as any other. */
+static void test_walk_long_name_skip(void **state)
+{
+	(void)state;
+	char lname[256], path[300];
+	memset(lname, 'l', 255);
+	lname[255] = '\0';
+	mk("A", true), mk("A/a", false), mk("A/z", false), mk("B", true);
+	snprintf(path, sizeof(path), "A/%s", lname);
+	mk(path, false);
+	snprintf(path, sizeof(path), "B/%s", lname);
+	mk(path, true);
+	struct seen s = { .fail_answer = WALK_SKIP };
+	int fds[2] = { openat(dfd, "A", O_RDONLY | O_DIRECTORY | O_CLOEXEC),
+		       openat(dfd, "B", O_RDONLY | O_DIRECTORY | O_CLOEXEC) };
+	struct walk_merge_opts o = { .path_max = 100, .pre = merge_pre, .fail = merge_fail, .ctx = &s };
+	int before = fds_open();
+	assert_int_equal(walk_merge(fds, 2, &o), 0);
+	assert_string_equal(s.log, "pre f- a\nfail path -1 36 \npre f- z\n");
+	/* fail's error ends the walk there, every fd closed */
+	memset(&s, 0, sizeof(s));
+	s.fail_answer = -ENAMETOOLONG;
+	assert_int_equal(walk_merge(fds, 2, &o), -ENAMETOOLONG);
+	assert_string_equal(s.log, "pre f- a\nfail path -1 36 \n");
+	assert_int_equal(fds_open(), before);
+	memset(&s, 0, sizeof(s));
+	o.path_max = 0; /* unbounded: the 255-byte name is one like any */
+	assert_int_equal(walk_merge(fds, 2, &o), 0);
+	snprintf(path, sizeof(path), "pre f- a\npre fd %s\npre f- z\n", lname);
+	assert_string_equal(s.log, path);
+	/* walk_tree the same */
+	memset(&s, 0, sizeof(s));
+	s.fail_answer = WALK_SKIP;
+	struct walk_opts wo = { .flags = WALK_SORTED, .path_max = 100, .pre = seen_pre, .fail = seen_fail, .ctx = &s };
+	assert_int_equal(walk_tree(dfd, "A", &wo), 0);
+	assert_string_equal(s.log, "pre a\nfail path 36 \npre z\n");
+	close(fds[0]);
+	close(fds[1]);
+}
+
+/* A name listed, then gone before its stat (pre of an earlier name removes
+ * it): fail at WALK_AT_STAT for that tree, whose 0 takes it as not held
+ * there; held by no tree, it reaches no pre. A directory gone between its
+ * stat and its open: fail at WALK_AT_OPEN with ENOENT. */
+struct vanish {
+	struct seen s;
+	int fd[2];
+};
+
+static int vanish_pre(void *ctx, struct walk_merge_entry *e)
+{
+	struct vanish *v = ctx;
+	if (!strcmp(e->path, "a")) {
+		assert_int_equal(unlinkat(v->fd[0], "b", 0), 0);   /* in A only */
+		assert_int_equal(unlinkat(v->fd[0], "c", 0), 0);   /* A's c; B keeps its own */
+		assert_int_equal(unlinkat(v->fd[1], "d/x", 0), 0); /* d: emptied, then gone */
+		assert_int_equal(unlinkat(v->fd[1], "d", AT_REMOVEDIR), 0);
+	}
+	return merge_pre(&v->s, e);
+}
+
+static int vanish_fail(void *ctx, const struct walk_merge_entry *e, int err)
+{
+	struct vanish *v = ctx;
+	return merge_fail(&v->s, e, err);
+}
+
+static void test_walk_merge_vanished(void **state)
+{
+	(void)state;
+	mk("A", true), mk("A/a", false), mk("A/b", false), mk("A/c", false);
+	mk("B", true), mk("B/c", false), mk("B/d", true), mk("B/d/x", false);
+	struct vanish v = { 0 };
+	v.fd[0] = openat(dfd, "A", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	v.fd[1] = openat(dfd, "B", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct walk_merge_opts o = { .pre = vanish_pre, .post = merge_post, .fail = vanish_fail, .ctx = &v };
+	int before = fds_open();
+	assert_int_equal(walk_merge(v.fd, 2, &o), 0);
+	assert_string_equal(v.s.log, "pre f- a\nfail stat 0 2 b\nfail stat 0 2 c\npre -f c\nfail stat 1 2 d\n");
+	assert_int_equal(fds_open(), before);
+	/* without a fail hook the race ends the walk, with its errno */
+	mk("A/b", false);
+	memset(&v.s, 0, sizeof(v.s));
+	o.fail = NULL;
+	mk("A/c", false), mk("B/d", true), mk("B/d/x", false);
+	assert_int_equal(walk_merge(v.fd, 2, &o), -ENOENT);
+	assert_int_equal(fds_open(), before);
+	close(v.fd[0]);
+	close(v.fd[1]);
+}
+
+/* A directory removed after its stat, before the walk opens it. */
+static int gone_pre(void *ctx, struct walk_merge_entry *e)
+{
+	struct vanish *v = ctx;
+	if (!strcmp(e->path, "d")) {
+		assert_int_equal(unlinkat(e->side[0].dirfd, "d/x", 0), 0);
+		assert_int_equal(unlinkat(e->side[0].dirfd, "d", AT_REMOVEDIR), 0);
+	}
+	return merge_pre(&v->s, e);
+}
+
+static void test_walk_merge_gone_before_open(void **state)
+{
+	(void)state;
+	mk("A", true), mk("A/d", true), mk("A/d/x", false), mk("B", true), mk("B/d", true), mk("B/d/y", false);
+	struct vanish v = { 0 };
+	v.fd[0] = openat(dfd, "A", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	v.fd[1] = openat(dfd, "B", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct walk_merge_opts o = { .pre = gone_pre, .post = merge_post, .fail = vanish_fail, .ctx = &v };
+	assert_int_equal(walk_merge(v.fd, 2, &o), 0);
+	assert_string_equal(v.s.log, "pre dd d\nfail open 0 2 d\npre -f d/y\npost d\n");
+	close(v.fd[0]);
+	close(v.fd[1]);
+}
+
+/* Out of fds (EMFILE) deep in the trees: fail at WALK_AT_OPEN with EMFILE,
+ * the walk ends with fail's answer, and every fd it opened is closed again
+ * (post runs for each directory it was in). In a child, whose fd limit is
+ * lowered. */
+static void test_walk_merge_emfile(void **state)
+{
+	(void)state;
+	char path[512] = "A";
+	mk("A", true), mk("B", true);
+	for (int i = 0; i < 40; i++) {
+		strcat(path, "/d");
+		mk(path, true);
+		path[0] = 'B';
+		mk(path, true);
+		path[0] = 'A';
+	}
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct seen s = { .fail_answer = -EMFILE };
+		int fds[2] = { openat(dfd, "A", O_RDONLY | O_DIRECTORY | O_CLOEXEC),
+			       openat(dfd, "B", O_RDONLY | O_DIRECTORY | O_CLOEXEC) };
+		int before = fds_open() - 1; /* opendir's own in fds_open */
+		struct rlimit rl, was;
+		if (getrlimit(RLIMIT_NOFILE, &was) < 0)
+			_exit(100);
+		rl = was;
+		rl.rlim_cur = (rlim_t)before + 40; /* the trees need 2 a level, 80 */
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			_exit(100);
+		struct walk_merge_opts o = { .pre = merge_pre, .post = merge_post, .fail = merge_fail, .ctx = &s };
+		int r = walk_merge(fds, 2, &o);
+		setrlimit(RLIMIT_NOFILE, &was);
+		if (r != -EMFILE || !strstr(s.log, "fail open") || !strstr(s.log, " 24 d/d/d"))
+			_exit(101);
+		if (s.post_err != -EMFILE && s.post_err != -ENOMEM)
+			_exit(102);
+		_exit(fds_open() - 1 == before ? 0 : 103);
+	}
+	int status;
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* The names a merge walk gives, checked in order as they come. */
+struct order {
+	char last[32];
+	int n, bad;
+	char held[300][2];
+};
+
+static int order_pre(void *ctx, struct walk_merge_entry *e)
+{
+	struct order *o = ctx;
+	int k = atoi(e->name + 1);
+	if ((o->n && strcmp(o->last, e->name) >= 0) || k < 0 || k >= 300)
+		o->bad++;
+	else
+		for (size_t i = 0; i < 2; i++)
+			o->held[k][i] = e->side[i].held ? 'f' : '-';
+	snprintf(o->last, sizeof(o->last), "%s", e->name);
+	o->n++;
+	return 0;
+}
+
+/* Many names, made in an order readdir does not keep: each tree's list is
+ * sorted before the merge, each name comes once, in strcmp order. */
+static void test_walk_merge_unsorted(void **state)
+{
+	(void)state;
+	char name[32];
+	mk("A", true), mk("B", true);
+	for (int i = 0; i < 300; i++) {
+		int k = (i * 7919) % 300; /* a scrambled order of making */
+		snprintf(name, sizeof(name), "%c/n%03d", k % 3 == 0 ? 'A' : 'B', k);
+		mk(name, false);
+		if (k % 5 == 0) {
+			name[0] = name[0] == 'A' ? 'B' : 'A';
+			mk(name, false);
+		}
+	}
+	struct order ord = { 0 };
+	int fds[2] = { openat(dfd, "A", O_RDONLY | O_DIRECTORY | O_CLOEXEC),
+		       openat(dfd, "B", O_RDONLY | O_DIRECTORY | O_CLOEXEC) };
+	struct walk_merge_opts o = { .pre = order_pre, .ctx = &ord };
+	assert_int_equal(walk_merge(fds, 2, &o), 0);
+	assert_int_equal(ord.bad, 0);
+	assert_int_equal(ord.n, 300);
+	for (int k = 0; k < 300; k++) {
+		bool a = k % 3 == 0 || k % 5 == 0, b = k % 3 != 0 || k % 5 == 0;
+		assert_int_equal(ord.held[k][0], a ? 'f' : '-');
+		assert_int_equal(ord.held[k][1], b ? 'f' : '-');
+	}
+	close(fds[0]);
+	close(fds[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -422,6 +654,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_walk_handed_fd, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_merge_union, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_merge_unreadable, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_long_name_skip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_merge_vanished, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_merge_gone_before_open, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_merge_emfile, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_merge_unsorted, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -411,14 +411,16 @@ static void backend_overlay_swap_undo(struct ovl *o, struct ovl_root *r, struct 
 }
 
 /* Every root's live.json as it is in memory now (the new chains, or the old
- * ones put back by an undo), after restore.json names them all. */
+ * ones put back by an undo), after restore.json names them all (with
+ * several roots: overlay_intent_needed). */
 static int backend_overlay_switch_record(struct ovl *o, size_t n, ckpt_error *err)
 {
 	struct ovl_intent intent = { 0 };
+	bool needed = overlay_intent_needed(o);
 	int q = 0;
-	for (size_t i = 0; q == 0 && i < o->n_roots; i++)
+	for (size_t i = 0; needed && q == 0 && i < o->n_roots; i++)
 		q = overlay_intent_add(&intent, &o->roots[i], &o->roots[i].chain, o->roots[i].upper);
-	if (q == 0)
+	if (needed && q == 0)
 		q = overlay_intent_write(o, &intent);
 	overlay_intent_free(&intent);
 	for (size_t i = 0; q == 0 && i < n; i++)
@@ -426,17 +428,19 @@ static int backend_overlay_switch_record(struct ovl *o, size_t n, ckpt_error *er
 	return q < 0 ? err_set(err, -q, NULL, "record restore intent: %s", strerror(-q)) : 0;
 }
 
-/* Put every prepared root back: restore.json first names the old chains,
- * so that a kill during the undo does not leave a mix either. */
+/* Put every prepared root back: restore.json (with several roots) first
+ * names the old chains, so that a kill during the undo does not leave a
+ * mix either. */
 static void backend_overlay_switch_undo(struct ovl *o, struct ovl_swap *sw, size_t prepared)
 {
 	struct ovl_intent intent = { 0 };
+	bool needed = overlay_intent_needed(o);
 	int q = 0;
-	for (size_t i = 0; q == 0 && i < o->n_roots; i++)
+	for (size_t i = 0; needed && q == 0 && i < o->n_roots; i++)
 		q = i < prepared && sw[i].prepared
 			? overlay_intent_add(&intent, &o->roots[i], &sw[i].old_chain, sw[i].old_upper)
 			: overlay_intent_add(&intent, &o->roots[i], &o->roots[i].chain, o->roots[i].upper);
-	if (q == 0)
+	if (needed && q == 0)
 		q = overlay_intent_write(o, &intent);
 	overlay_intent_free(&intent);
 	if (q < 0)
@@ -447,14 +451,14 @@ static void backend_overlay_switch_undo(struct ovl *o, struct ovl_swap *sw, size
 		if (sw[i].prepared)
 			backend_overlay_swap_undo(o, &o->roots[i], &sw[i]);
 	}
-	if (q == 0)
+	if (needed && q == 0)
 		overlay_intent_clear(o);
 }
 
-/* Switch every root to chains[h] with a fresh upper. restore.json, then each
- * root's live.json (with the new chain and upper) are written first: they
- * are the intent a restart finishes, so a crash leaves the roots before or
- * after, never a mix. */
+/* Switch every root to chains[h] with a fresh upper. restore.json (with
+ * several roots), then each root's live.json (with the new chain and
+ * upper) are written first: they are the intent a restart finishes, so a
+ * crash leaves the roots before or after, never a mix. */
 static int backend_overlay_switch(struct ovl *o, const struct ovl_chains *chains, struct restore_details *details,
 				  ckpt_error *err)
 {
@@ -513,7 +517,7 @@ static int backend_overlay_switch(struct ovl *o, const struct ovl_chains *chains
 	o->dirty_gc = true;
 	/* every root is switched; a failure is harmless: the next start finds
 	 * every root as restore.json names it */
-	int c = q == 0 ? overlay_intent_clear(o) : 0;
+	int c = q == 0 && overlay_intent_needed(o) ? overlay_intent_clear(o) : 0;
 	if (c < 0)
 		log_warn("overlay: cannot remove restore.json: %s", strerror(-c));
 	if (q == 0)

@@ -137,14 +137,15 @@ static int overlay_check_pre(void *ctx, struct walk_merge_entry *e)
 	return why ? overlay_check_differs(c, e->path, why) : 0;
 }
 
-/* A directory that cannot be opened differs, unless a later change
- * explains it; a read error or a path too long ends the check. */
+/* A directory gone since listed differs, unless a later change explains
+ * it; any other failure (out of fds, a read error, a path too long) ends
+ * the check with its errno: it says nothing about tracking. */
 static int overlay_check_fail(void *ctx, const struct walk_merge_entry *e, int err)
 {
 	struct oc *c = ctx;
 	if (e->step == WALK_AT_STAT)
 		return 0; /* gone since listed: missing on that side */
-	if (e->step != WALK_AT_OPEN)
+	if (e->step != WALK_AT_OPEN || (err != -ENOENT && err != -ENOTDIR))
 		return err;
 	if (chg_track_changed_at(c->trk, e->path))
 		return WALK_SKIP; /* neither side is compared below it */

@@ -84,6 +84,13 @@ static bool ovl_diff_first(struct ovl_dctx *c, const char *rel)
 	return added > 0;
 }
 
+/* An entry gone since its directory was listed (ENOENT), or replaced by a
+ * non-directory (ENOTDIR): absent there, as the live tree now is. */
+static bool ovl_diff_gone(int err)
+{
+	return err == -ENOENT || err == -ENOTDIR;
+}
+
 /* One path of the union below an expanded directory, from the stats the
  * walk took: compared, and walked below wherever a side has a directory. */
 static int ovl_diff_walk_pre(void *ctx, struct walk_merge_entry *e)
@@ -101,24 +108,34 @@ static int ovl_diff_walk_pre(void *ctx, struct walk_merge_entry *e)
 	return r < 0 ? (c->q = r) : 0;
 }
 
-/* What a side cannot open or read counts as absent there, as a failed
- * stat does; past the depth bound the diff fails. */
+/* What is gone from a side counts as absent there; any other failure
+ * (EMFILE, ENFILE, EIO, past the depth bound) fails the diff: taking it as
+ * absent would list a subtree that is there as added or deleted. */
 static int ovl_diff_walk_fail(void *ctx, const struct walk_merge_entry *e, int err)
 {
 	struct ovl_dctx *c = ctx;
 	(void)e;
-	return err == -ELOOP ? (c->q = err) : 0;
+	if (ovl_diff_gone(err))
+		return 0;
+	if (c->q == 0)
+		c->q = err;
+	return err;
 }
 
 /* Both sides below rel in full (a and b: what rel is on each). */
 static void ovl_diff_expand(struct ovl_dctx *c, const char *rel, const struct bdiff_ent *a, const struct bdiff_ent *b)
 {
-	int fds[2] = { a->type == 'd' ? ovl_diff_open(c->fd[0], rel, O_RDONLY | O_DIRECTORY) : -1,
-		       b->type == 'd' ? ovl_diff_open(c->fd[1], rel, O_RDONLY | O_DIRECTORY) : -1 };
+	const struct bdiff_ent *ab[2] = { a, b };
+	int fds[2] = { -1, -1 };
+	for (int s = 0; s < 2; s++) {
+		fds[s] = ab[s]->type == 'd' ? ovl_diff_open(c->fd[s], rel, O_RDONLY | O_DIRECTORY) : -1;
+		if (ab[s]->type == 'd' && fds[s] < 0 && !ovl_diff_gone(-errno) && c->q == 0)
+			c->q = -errno;
+	}
 	struct walk_merge_opts o = { .prefix = rel, .pre = ovl_diff_walk_pre, .fail = ovl_diff_walk_fail, .ctx = c };
-	int r = walk_merge(fds, 2, &o);
-	if (r == -ENOMEM && c->q == 0)
-		c->q = r; /* else a side that cannot be opened is absent, as above */
+	int r = c->q < 0 ? c->q : walk_merge(fds, 2, &o);
+	if (r < 0 && c->q == 0)
+		c->q = r; /* a root's open, memory */
 	for (int s = 0; s < 2; s++)
 		if (fds[s] >= 0)
 			close(fds[s]);
@@ -209,14 +226,14 @@ static int ovl_diff_collect_post(void *ctx, struct walk_entry *e)
 	return cand->q;
 }
 
-/* An entry gone since listed is left out; a directory that cannot be
- * opened still counts (its post marks it); a read error ends a listing
- * quietly. */
+/* An entry gone since listed (the live upper changes) is left out; any
+ * other failure fails the diff: a directory not read (EMFILE, EIO) would
+ * hide the changes below it. */
 static int ovl_diff_collect_fail(void *ctx, const struct walk_entry *e, int err)
 {
 	(void)ctx;
 	(void)e;
-	return err == -ELOOP ? err : 0;
+	return ovl_diff_gone(err) ? 0 : err;
 }
 
 /* Every path layer lfd holds, into cand. */

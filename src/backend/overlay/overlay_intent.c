@@ -22,6 +22,15 @@ int overlay_intent_add(struct ovl_intent *in, const struct ovl_root *r, const st
 	return q;
 }
 
+/* restore.json orders the live.json renames of several roots. With one,
+ * that one rename already leaves the root before or after, never between,
+ * and restore.json would only add three syncs (its file, its directory
+ * twice) to every restore: the retry loop's swap (issue 26). */
+bool overlay_intent_needed(const struct ovl *o)
+{
+	return o->n_roots > 1;
+}
+
 int overlay_intent_write(struct ovl *o, const struct ovl_intent *in)
 {
 	_cleanup_free_ char *s = overlay_json_intent_dump(in);

@@ -320,6 +320,9 @@ int overlay_intent_add(struct ovl_intent *in, const struct ovl_root *r, const st
 		       const char *upper);
 int overlay_intent_write(struct ovl *o, const struct ovl_intent *in);
 int overlay_intent_clear(struct ovl *o);
+/* Whether a restore writes restore.json: only with several roots (one
+ * root's live.json rename is the whole switch, atomic by itself). */
+bool overlay_intent_needed(const struct ovl *o);
 /* 1: o->intent holds restore.json; 0: there is none. */
 int overlay_intent_load(struct ovl *o);
 int overlay_intent_apply(const struct ovl_intent *in, struct ovl_root *r);

@@ -15,6 +15,12 @@ static int overlay_layers_chain_write(struct ovl *o, const char *id, const struc
 	if (!s)
 		return -ENOMEM;
 	snprintf(name, sizeof(name), "%s.json", id);
+	/* !synced (a new checkpoint, created or imported): harmless to lose.
+	 * The engine writes the record durably (catalog_put) before it
+	 * answers, and the record's data names the same chains; at start a
+	 * c/<id>.json missing, empty or torn (it does not parse) falls back to
+	 * them (overlay_layers_chain_get). A new id has no older file to come
+	 * back. Every later rewrite (flatten, release) is synced. */
 	return FAILPOINT_AROUND("overlay.chain.write",
 				synced ? write_file_atomic(o->cdir_fd, name, s, strlen(s), 0600)
 				       : write_file_replace(o->cdir_fd, name, s, strlen(s), 0600));

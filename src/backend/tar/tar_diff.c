@@ -50,12 +50,14 @@ static int tar_diff_live_pre(void *ctx, struct walk_entry *e)
 	return q < 0 ? q : 0;
 }
 
-/* An entry gone or unreadable since listed is left out of the live side. */
+/* An entry gone (ENOENT) or replaced by a file (ENOTDIR) since listed is
+ * left out of the live side. Any other failure fails the diff: a directory
+ * not read (EMFILE, EIO) would show what it holds as deleted. */
 static int tar_diff_live_fail(void *ctx, const struct walk_entry *e, int err)
 {
 	(void)ctx;
 	(void)e;
-	return err == -ELOOP ? err : 0;
+	return err == -ENOENT || err == -ENOTDIR ? 0 : err;
 }
 
 static int tar_diff_live(struct tar_dctx *c, int dfd)

@@ -647,7 +647,13 @@ int tar_manifest_alias_save(int dirfd, const char *name, const struct tar_manife
 				(long long)m->v[i].alias_ctime.tv_sec, m->v[i].alias_ctime.tv_nsec);
 	if (fclose(f) != 0)
 		return -ENOMEM;
-	/* a cache, read only while ckptd's run is clean (tar_internal.h's
-	 * RUNNING): a restore's syncfs, or the clean stop's, makes it durable */
+	/* A cache, not synced, and harmless to lose or find old: it counts
+	 * only while ctimes are trusted (tar_internal.h's RUNNING). A clean
+	 * stop syncs it (tar_meta_running_close's syncfs of the state dir).
+	 * After a crash RUNNING is left: the next restore trusts nothing and
+	 * rewrites every file, so each gets a new inode and a ctime after the
+	 * crash, which no line written before it (old, torn or empty) names.
+	 * (The restore's syncfs is of the root, often another file system: it
+	 * is not what makes this safe.) */
 	return write_file_replace(dirfd, name, text, len, 0600);
 }

@@ -20,8 +20,11 @@ int tar_meta_open_root(const struct tar_state *s, size_t i, ckpt_error *err)
 
 /* Only a hint (any checkpoint is a correct parent: reuse compares every
  * file with what the parent recorded), so a failure to save it is ignored.
- * Not synced: a crash leaves RUNNING, and then no create takes a parent
- * until a restore rewrote every file; a clean stop syncs it. */
+ * Not synced, and harmless to lose: a crash leaves RUNNING, and then no
+ * create takes a parent until a restore rewrote every file; a clean stop
+ * syncs it (tar_meta_running_close's syncfs). After a power cut it may be
+ * the old name, or empty: tar_meta_head_load takes only a name that is a
+ * checkpoint directory still there, and any such is a correct parent. */
 void tar_meta_head_set(struct tar_state *s, const char *name)
 {
 	pthread_mutex_lock(&s->lock);
