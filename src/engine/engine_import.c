@@ -323,28 +323,29 @@ static void *import_main(void *arg)
 }
 
 /* Make a checkpoint of the trees tmp/0 .. tmp/N-1 (one per root), named
- * name, with extra_key: extra_val (stolen) in its record. The commit half of
- * an import, shared with pull (engine_oci_pull.c). Errors come back
- * unclassified: the caller classifies them at its boundary. */
-int engine_import_trees(struct engine *e, const char *tmp, const char *name, json_t *labels, const char *extra_key,
-			json_t *extra_val, struct ckpt_record **ret_rec, ckpt_error *err)
+ * name, whose record says where it came from: origin's members (taken:
+ * *origin is empty after). The commit half of an import, shared with pull
+ * (engine_oci_pull.c). Errors come back unclassified: the caller classifies
+ * them at its boundary. */
+int engine_import_trees(struct engine *e, const char *tmp, const char *name, json_t *labels, struct ckpt_extra *origin,
+			struct ckpt_record **ret_rec, ckpt_error *err)
 {
 	struct ckpt_record *rec = NULL;
 	char id[32];
 	int q;
 	if ((q = id_generate(id, sizeof(id))) < 0) {
-		json_decref(extra_val);
+		ckpt_extra_free(origin);
 		return err_set(err, -q, NULL, "generate an id");
 	}
 	struct create_req cr = { .name = name && name_valid(name) ? name : "imported",
 				 .labels = json_is_object(labels) ? labels : NULL };
 	rec = create_record(e, &cr, id);
-	if (rec && !rec->extra) /* kept as is in the record file and answers */
-		rec->extra = json_object();
-	if (rec)
-		json_object_set_new(rec->extra, extra_key, extra_val);
-	else
-		json_decref(extra_val);
+	if (rec) {
+		ckpt_extra_free(&rec->extra);
+		rec->extra = *origin;
+		*origin = (struct ckpt_extra){ 0 };
+	}
+	ckpt_extra_free(origin);
 	char **dirs = calloc(e->cfg->n_roots + 1, sizeof(*dirs));
 	for (size_t i = 0; dirs && i < e->cfg->n_roots; i++)
 		if (asprintf(&dirs[i], "%s/%zu", tmp, i) < 0)
@@ -406,9 +407,11 @@ int engine_import(struct engine *e, int fd, struct ckpt_view *ret, ckpt_error *e
 	if (q == 0) {
 		json_t *orig = json_object_get(c.manifest, "checkpoint");
 		snprintf(oid, sizeof(oid), "%s", json_string_value(json_object_get(orig, "checkpoint_id")) ?: "");
+		struct ckpt_extra origin = { .has_import_of = true };
+		if (id_valid(oid))
+			snprintf(origin.import_of, sizeof(origin.import_of), "%s", oid);
 		q = engine_import_trees(e, c.tmp, json_string_value(json_object_get(orig, "name")),
-					json_object_get(orig, "labels"), "import_of",
-					id_valid(oid) ? json_string(oid) : json_null(), &rec, err);
+					json_object_get(orig, "labels"), &origin, &rec, err);
 	}
 	engine_xfer_rm(e, c.tmp);
 	free(c.tmp);

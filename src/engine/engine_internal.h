@@ -111,8 +111,8 @@ const struct ckpt_record *engine_resolve(struct engine *e, const char *id_or_nam
 int engine_resolve_active(struct engine *e, const char *id_or_name, const struct ckpt_record **ret, ckpt_error *err);
 int engine_drop(struct engine *e, const struct ckpt_record *rec, ckpt_error *err);
 /* engine_life.c */
-json_t *engine_public(struct engine *e, const struct ckpt_record *rec);
-/* The same as data: takes a reference to rec. */
+/* The client's view of a record, with live progress while an operation
+ * runs and its last push: takes a reference to rec. */
 void engine_view(struct engine *e, const struct ckpt_record *rec, struct ckpt_view *ret);
 void engine_set_status(struct engine *e, const char *op, const char *what);
 struct engine_op *engine_op_begin(struct engine *e, const char *id);

@@ -38,7 +38,7 @@ void api_push(void *app, const struct http_request *req, struct http_response *r
 	json_auto_t *obj = api_parse_object(req, true, resp);
 	struct push_req pr = { .base = true };
 	ckpt_error err = { 0 };
-	json_t *out, *v;
+	json_t *v;
 
 	if (!obj || !oci_fields(obj, allowed, resp))
 		return;
@@ -53,10 +53,13 @@ void api_push(void *app, const struct http_request *req, struct http_response *r
 		return;
 	}
 	if (json_is_true(v)) {
-		if (engine_push_async(app, req->params[0], &pr, &out, &err) < 0)
+		struct ckpt_view view;
+		if (engine_push_async(app, req->params[0], &pr, &view, &err) < 0) {
 			http_error(resp, &err);
-		else
-			http_json(resp, 202, out);
+			return;
+		}
+		http_json(resp, 202, api_record_json(&view));
+		ckpt_view_free(&view);
 		return;
 	}
 	struct push_result res;
