@@ -61,8 +61,9 @@ struct pull_root {
 	const char *image, *local;
 };
 struct pull_req {
-	const char *ref; /* HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:HEX */
-	json_t *roots;   /* {"/path/in/image": "/local/root"} or NULL (borrowed) */
+	const char *ref;               /* HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:HEX */
+	const struct pull_root *roots; /* borrowed; n_roots 0: each image root fills the root of its path */
+	size_t n_roots;
 };
 struct ckpt_view;
 /* Pull an image as a new checkpoint; *ret is its record (with pull_of

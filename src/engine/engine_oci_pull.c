@@ -170,16 +170,15 @@ static int unmapped(struct pull *p, const char *fmt, const char *what, json_t *i
 static int pull_roots(struct pull *p, json_t *image_roots)
 {
 	const struct config *cfg = p->e->cfg;
-	const char *k;
-	json_t *v;
 	size_t i;
-	json_object_foreach (p->req->roots, k, v) {
+	for (size_t r = 0; r < p->req->n_roots; r++) {
+		const char *k = p->req->roots[r].image;
 		bool known = false, local = false;
 		json_t *ir;
 		json_array_foreach (image_roots, i, ir)
 			known |= !strcmp(json_string_value(ir) ?: "", k);
 		for (i = 0; i < cfg->n_roots; i++)
-			local |= json_is_string(v) && !strcmp(cfg->roots[i], json_string_value(v));
+			local |= !strcmp(cfg->roots[i], p->req->roots[r].local);
 		if (!known)
 			return err_set_kind(p->err, ERR_INVALID, EINVAL, "bad_request",
 					    "roots: the image has no root '%.200s'", k);
@@ -193,8 +192,9 @@ static int pull_roots(struct pull *p, json_t *image_roots)
 		const char *path = json_string_value(ir), *to = path;
 		if (!path || path[0] != '/' || !engine_xfer_rel_valid(path + 1))
 			return unsupported(p, "its io.ckptd.roots annotation is not a list of absolute paths");
-		if ((v = json_object_get(p->req->roots, path)))
-			to = json_string_value(v);
+		for (i = 0; i < p->req->n_roots; i++)
+			if (!strcmp(p->req->roots[i].image, path))
+				to = p->req->roots[i].local;
 		for (i = 0; i < cfg->n_roots && strcmp(cfg->roots[i], to); i++)
 			;
 		if (i == cfg->n_roots)
@@ -611,17 +611,18 @@ static int pull_layers(struct pull *p)
  * not make, where ours are, or as "roots" says. */
 static json_t *pull_image_roots(struct pull *p)
 {
-	const char *ra = json_string_value(json_object_get(p->annotations, "io.ckptd.roots")), *k;
-	json_t *v, *image_roots;
+	const char *ra = json_string_value(json_object_get(p->annotations, "io.ckptd.roots"));
+	const struct pull_req *req = p->req;
+	json_t *image_roots;
 	if (ra)
 		return json_loads(ra, 0, NULL);
 	image_roots = json_array();
-	json_object_foreach (p->req->roots, k, v)
-		json_array_append_new(image_roots, json_string(k));
+	for (size_t r = 0; r < req->n_roots; r++)
+		json_array_append_new(image_roots, json_string(req->roots[r].image));
 	for (size_t i = 0; i < p->e->cfg->n_roots; i++) {
 		bool taken = false;
-		json_object_foreach (p->req->roots, k, v)
-			taken |= !strcmp(json_string_value(v) ?: "", p->e->cfg->roots[i]);
+		for (size_t r = 0; r < req->n_roots; r++)
+			taken |= !strcmp(req->roots[r].local, p->e->cfg->roots[i]);
 		if (!taken)
 			json_array_append_new(image_roots, json_string(p->e->cfg->roots[i]));
 	}
@@ -700,8 +701,6 @@ int engine_pull(struct engine *e, const struct pull_req *req, struct ckpt_view *
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "unsupported", "the %s backend cannot import",
 				    e->backend->name);
 	int q = oci_ref_parse(req->ref, &p.ref, err);
-	if (q == 0 && req->roots && !json_is_object(req->roots))
-		q = err_set_kind(err, ERR_INVALID, EINVAL, "bad_request", "roots must be an object");
 	pthread_rwlock_rdlock(&e->oci_lock); /* no trim of the cache meanwhile */
 	if (q == 0 && (q = engine_xfer_tmp(e, &p.tmp, err)) == 0 &&
 	    (p.tmp_fd = open(p.tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
