@@ -12,6 +12,7 @@
 #include "backend/rootexcl.h"
 #include "lib/devino.h"
 #include "lib/util.h"
+#include "services/services_ops.h"
 
 struct backend_ctx {
 	/* The config's settings a backend reads, copied by engine_open: a
@@ -120,7 +121,7 @@ struct restore_details {
 	 * the restore wrote (owned). */
 	struct devino_map *gone;
 	bool unit_files_changed;
-	json_t *units_linked;
+	struct strv units_linked;
 	/* In, whole root (may be NULL): called once the restore knows what it
 	 * will change, before it changes anything. paths are below "/", with
 	 * no leading slash; one ending in "/" is a directory removed with all
@@ -141,8 +142,7 @@ static inline void restore_details_free(struct restore_details *d)
 		devino_free(d->gone);
 	free(d->gone);
 	d->gone = NULL;
-	json_decref(d->units_linked);
-	d->units_linked = NULL;
+	services_strv_clear(&d->units_linked);
 }
 
 struct bdiff_list; /* backend_diff.h */

@@ -3,6 +3,7 @@
  * their index are catalog_index.c's; this file holds the lock around them. */
 #include "engine/catalog.h"
 #include "engine/catalog_index.h"
+#include "engine/engine_oci.h"
 #include "lib/walk.h"
 
 #include <sys/stat.h>
@@ -55,11 +56,62 @@ static json_t *copy_or_empty_array(json_t *j)
 	return j ? json_deep_copy(j) : json_array();
 }
 
+/* {unit: reason} */
+static json_t *failures_json(const struct ckpt_record *r)
+{
+	json_t *o = json_object();
+	for (size_t i = 0; o && i < r->n_freeze_failures; i++)
+		json_object_set_new(o, r->freeze_failures[i].unit, json_string(r->freeze_failures[i].reason));
+	return o;
+}
+
+json_t *record_push_json(const struct push_outcome *o)
+{
+	if (o->state == PUSH_DONE)
+		return json_pack("{s:s, s:s, s:I, s:I, s:s}", "ref", o->ref, "digest", o->digest, "uploaded_bytes",
+				 (json_int_t)o->uploaded_bytes, "reused_bytes", (json_int_t)o->reused_bytes, "status",
+				 "done");
+	if (o->state == PUSH_FAILED && o->code[0])
+		return json_pack("{s:s, s:s, s:{s:s, s:s}}", "ref", o->ref, "status", "failed", "error", "code",
+				 o->code, "detail", o->detail);
+	return json_pack("{s:s, s:s}", "ref", o->ref, "status", o->state == PUSH_FAILED ? "failed" : "pushing");
+}
+
+static json_t *pull_of_json(const struct ckpt_pull_of *p)
+{
+	json_t *roots = json_object();
+	for (size_t i = 0; roots && i < p->n_roots; i++)
+		json_object_set_new(roots, p->roots[i].image, json_string(p->roots[i].local));
+	return json_pack("{s:s?, s:s?, s:o?}", "ref", p->ref, "digest", p->digest, "roots", roots);
+}
+
+/* The members a create, push, pull or import added, then the unknown ones. */
+static void extra_json(json_t *o, const struct ckpt_extra *x, bool internal)
+{
+	const char *k;
+	json_t *v;
+
+	if (x->has_freeze_ms)
+		json_object_set_new(o, "freeze_ms", json_integer(x->freeze_ms));
+	if (x->has_queue_ms)
+		json_object_set_new(o, "queue_ms", json_integer(x->queue_ms));
+	if (x->push)
+		json_object_set_new(o, "push", record_push_json(x->push));
+	if (x->pull_of)
+		json_object_set_new(o, "pull_of", pull_of_json(x->pull_of));
+	if (x->has_import_of)
+		json_object_set_new(o, "import_of", x->import_of[0] ? json_string(x->import_of) : json_null());
+	/* one the struct holds now (a push after a "push" this version could
+	 * not read) wins over the member as read */
+	json_object_foreach (x->unknown, k, v)
+		if ((internal || k[0] != '_') && !json_object_get(o, k))
+			json_object_set_new(o, k, json_deep_copy(v));
+}
+
 /* Members in the order a fresh record always had them; unknown ones last. */
 json_t *record_json(const struct ckpt_record *r, bool internal)
 {
-	json_t *o = json_object(), *v;
-	const char *k;
+	json_t *o = json_object();
 
 	if (!o)
 		return NULL;
@@ -74,21 +126,20 @@ json_t *record_json(const struct ckpt_record *r, bool internal)
 	json_object_set_new(o, "backend", r->backend ? json_string(r->backend) : json_null());
 	json_object_set_new(o, "labels", copy_or_empty_object(r->labels));
 	json_object_set_new(o, "roots", copy_or_empty_array(r->roots));
-	json_object_set_new(o, "frozen_services", copy_or_empty_array(r->frozen_services));
+	json_object_set_new(o, "frozen_services", services_strv_json(&r->frozen_services));
 	json_object_set_new(o, "ttl_secs", json_integer(r->ttl_secs));
-	if (r->freeze_failures)
-		json_object_set_new(o, "freeze_failures", json_deep_copy(r->freeze_failures));
-	if (r->error)
-		json_object_set_new(o, "error", json_deep_copy(r->error));
+	if (r->n_freeze_failures)
+		json_object_set_new(o, "freeze_failures", failures_json(r));
+	if (r->error.code)
+		json_object_set_new(o, "error",
+				    json_pack("{s:s, s:s}", "code", r->error.code, "detail", r->error.detail ?: ""));
 	if (internal) {
 		json_object_set_new(o, "_created_ms", json_integer(r->created_ms));
 		json_object_set_new(o, "_expires_ms", json_integer(r->expires_ms));
 		if (r->backend_data)
 			json_object_set_new(o, "_backend", json_deep_copy(r->backend_data));
 	}
-	json_object_foreach (r->extra, k, v)
-		if (internal || k[0] != '_')
-			json_object_set_new(o, k, json_deep_copy(v));
+	extra_json(o, &r->extra, internal);
 	return o;
 }
 
@@ -124,6 +175,112 @@ static json_t *member_copy(json_t *j, const char *key, json_type type)
 	return v && json_typeof(v) == type ? json_deep_copy(v) : NULL;
 }
 
+static void freeze_from_json(struct ckpt_record *r, json_t *j)
+{
+	json_t *failures = json_object_get(j, "freeze_failures"), *v;
+	const char *k;
+
+	services_strv_from_json(&r->frozen_services, json_object_get(j, "frozen_services"));
+	size_t n = json_object_size(failures);
+	if (!n || !(r->freeze_failures = calloc(n, sizeof(*r->freeze_failures))))
+		return;
+	json_object_foreach (failures, k, v) {
+		struct svc_failure *f = &r->freeze_failures[r->n_freeze_failures];
+		if (!json_is_string(v) || !(f->unit = strdup(k)))
+			continue;
+		if ((f->reason = strdup(json_string_value(v))))
+			r->n_freeze_failures++;
+		else
+			free(f->unit);
+	}
+}
+
+static void error_from_json(struct ckpt_record *r, json_t *j)
+{
+	json_t *e = json_object_get(j, "error");
+	const char *code = json_string_value(json_object_get(e, "code"));
+	const char *detail = json_string_value(json_object_get(e, "detail"));
+	if (code) {
+		r->error.code = strdup(code);
+		r->error.detail = strdup(detail ?: "");
+	}
+}
+
+/* A member's value read back from its struct writes the same JSON: else the
+ * member stays as read, so a record file rewritten keeps its bytes. */
+static bool same_json(json_t *made, json_t *read)
+{
+	bool same = made && json_equal(made, read);
+	json_decref(made);
+	return same;
+}
+
+static struct push_outcome *push_from_json(json_t *v)
+{
+	const char *st = json_string_value(json_object_get(v, "status"));
+	json_t *error = json_object_get(v, "error");
+	struct push_outcome o = { .state = !st                     ? 0
+					  : !strcmp(st, "pushing") ? PUSH_PUSHING
+					  : !strcmp(st, "done")    ? PUSH_DONE
+					  : !strcmp(st, "failed")  ? PUSH_FAILED
+								   : 0 };
+	snprintf(o.ref, sizeof(o.ref), "%s", json_string_value(json_object_get(v, "ref")) ?: "");
+	snprintf(o.digest, sizeof(o.digest), "%s", json_string_value(json_object_get(v, "digest")) ?: "");
+	o.uploaded_bytes = (uint64_t)json_integer_value(json_object_get(v, "uploaded_bytes"));
+	o.reused_bytes = (uint64_t)json_integer_value(json_object_get(v, "reused_bytes"));
+	snprintf(o.code, sizeof(o.code), "%s", json_string_value(json_object_get(error, "code")) ?: "");
+	snprintf(o.detail, sizeof(o.detail), "%s", json_string_value(json_object_get(error, "detail")) ?: "");
+	struct push_outcome *ret = o.state && same_json(record_push_json(&o), v) ? malloc(sizeof(*ret)) : NULL;
+	if (ret)
+		*ret = o;
+	return ret;
+}
+
+/* NULL unless v is {ref, digest, roots} as pull_of_json writes it. */
+static struct ckpt_pull_of *pull_of_from_json(json_t *v)
+{
+	json_t *roots = json_object_get(v, "roots"), *l;
+	const char *ref = json_string_value(json_object_get(v, "ref")), *k;
+	const char *digest = json_string_value(json_object_get(v, "digest"));
+	struct ckpt_pull_of *ret =
+		json_is_object(v) && ref && digest && json_is_object(roots) ? calloc(1, sizeof(*ret)) : NULL;
+	bool ok = ret && (ret->ref = strdup(ref)) && (ret->digest = strdup(digest)) &&
+		(ret->roots = calloc(json_object_size(roots) + 1, sizeof(*ret->roots)));
+	json_object_foreach (roots, k, l) {
+		struct pull_root *m = ok ? &ret->roots[ret->n_roots] : NULL;
+		ok = ok && json_is_string(l) && (m->image = strdup(k)) && (m->local = strdup(json_string_value(l)));
+		if (m && m->image)
+			ret->n_roots++; /* freed with the rest */
+	}
+	if (ok && same_json(pull_of_json(ret), v))
+		return ret;
+	struct ckpt_extra drop = { .pull_of = ret };
+	ckpt_extra_free(&drop);
+	return NULL;
+}
+
+/* Takes member k into x when it is one of the extras; false: unknown. */
+static bool extra_take(struct ckpt_extra *x, const char *k, json_t *v)
+{
+	if (!strcmp(k, "freeze_ms") && json_is_integer(v)) {
+		x->freeze_ms = json_integer_value(v);
+		return x->has_freeze_ms = true;
+	}
+	if (!strcmp(k, "queue_ms") && json_is_integer(v)) {
+		x->queue_ms = json_integer_value(v);
+		return x->has_queue_ms = true;
+	}
+	if (!strcmp(k, "push"))
+		return (x->push = push_from_json(v)) != NULL;
+	if (!strcmp(k, "pull_of"))
+		return (x->pull_of = pull_of_from_json(v)) != NULL;
+	if (!strcmp(k, "import_of") && (json_is_null(v) || (json_is_string(v) && id_valid(json_string_value(v))))) {
+		snprintf(x->import_of, sizeof(x->import_of), "%s", json_string_value(v) ?: "");
+		return x->has_import_of = true;
+	}
+	return false;
+}
+
 static void record_fill(struct ckpt_record *r, json_t *j)
 {
 	const char *k;
@@ -138,24 +295,21 @@ static void record_fill(struct ckpt_record *r, json_t *j)
 	r->ttl_secs = json_integer_value(json_object_get(j, "ttl_secs"));
 	r->created_ms = json_integer_value(json_object_get(j, "_created_ms"));
 	r->expires_ms = json_integer_value(json_object_get(j, "_expires_ms"));
-	json_t *labels = member_copy(j, "labels", JSON_OBJECT), *roots = member_copy(j, "roots", JSON_ARRAY),
-	       *frozen = member_copy(j, "frozen_services", JSON_ARRAY);
+	json_t *labels = member_copy(j, "labels", JSON_OBJECT), *roots = member_copy(j, "roots", JSON_ARRAY);
 	if (labels)
 		json_decref(r->labels), r->labels = labels;
 	if (roots)
 		json_decref(r->roots), r->roots = roots;
-	if (frozen)
-		json_decref(r->frozen_services), r->frozen_services = frozen;
-	r->freeze_failures = member_copy(j, "freeze_failures", JSON_OBJECT);
-	r->error = member_copy(j, "error", JSON_OBJECT);
+	freeze_from_json(r, j);
+	error_from_json(r, j);
 	if (json_object_get(j, "_backend"))
 		r->backend_data = json_deep_copy(json_object_get(j, "_backend"));
 	json_object_foreach (j, k, v) {
-		if (member_known(k))
+		if (member_known(k) || extra_take(&r->extra, k, v))
 			continue;
-		if (!r->extra)
-			r->extra = json_object();
-		json_object_set_new(r->extra, k, json_deep_copy(v));
+		if (!r->extra.unknown)
+			r->extra.unknown = json_object();
+		json_object_set_new(r->extra.unknown, k, json_deep_copy(v));
 	}
 }
 

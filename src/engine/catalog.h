@@ -9,7 +9,9 @@
 #pragma once
 #include <jansson.h>
 #include <pthread.h>
+#include "engine/engine_oci.h"
 #include "lib/util.h"
+#include "services/services.h"
 
 struct catalog;
 
@@ -22,6 +24,32 @@ enum ckpt_status {
 };
 const char *ckpt_status_name(enum ckpt_status s);
 
+/* Why an async create failed: "error" {code, detail}; code NULL: absent. */
+struct ckpt_rec_error {
+	char *code, *detail;
+};
+
+/* Where a pulled checkpoint came from: "pull_of" {ref, digest, roots:
+ * {"/image/root": "/local/root"}}; the strings are its own. */
+struct ckpt_pull_of {
+	char *ref, *digest;
+	struct pull_root *roots;
+	size_t n_roots;
+};
+
+/* The members a create, a push, a pull or an import add to a record, each
+ * absent until set, and the ones this version does not know. */
+struct ckpt_extra {
+	bool has_freeze_ms, has_queue_ms;
+	int64_t freeze_ms, queue_ms; /* how long the create froze the units, waited its turn */
+	struct push_outcome *push;   /* the last async push, or NULL */
+	struct ckpt_pull_of *pull_of;
+	bool has_import_of;
+	char import_of[32]; /* the exported checkpoint's id; "": null (it had none valid) */
+	json_t *unknown;    /* members of a newer version, kept as read; NULL: none */
+};
+void ckpt_extra_free(struct ckpt_extra *x);
+
 struct ckpt_record {
 	char id[32];
 	char *name;
@@ -29,12 +57,14 @@ struct ckpt_record {
 	char *backend;                                         /* name of the backend that made it */
 	char created_at[40], expires_at[40], last_used_at[40]; /* RFC 3339; "" answers null */
 	int64_t size_bytes, duration_ms, ttl_secs;
-	int64_t created_ms, expires_ms;  /* expires_ms 0: never */
-	json_t *labels, *roots;          /* object, array */
-	json_t *frozen_services;         /* array */
-	json_t *freeze_failures, *error; /* objects, NULL when absent */
-	json_t *backend_data;            /* the backend's own (opaque); NULL when absent */
-	json_t *extra;                   /* members this version does not know, kept as read */
+	int64_t created_ms, expires_ms;      /* expires_ms 0: never */
+	json_t *labels, *roots;              /* object, array */
+	struct strv frozen_services;         /* the units the create froze */
+	struct svc_failure *freeze_failures; /* {unit: reason}; none: absent */
+	size_t n_freeze_failures;
+	struct ckpt_rec_error error; /* a failed async create's */
+	json_t *backend_data;        /* the backend's own (opaque); NULL when absent */
+	struct ckpt_extra extra;
 	int refs;
 };
 
@@ -48,6 +78,10 @@ void record_set_name(struct ckpt_record *r, const char *name);
 void record_set_backend(struct ckpt_record *r, const char *backend);
 /* The client's view (no internal members), or everything as stored on disk. */
 json_t *record_json(const struct ckpt_record *r, bool internal);
+/* The record's "push": {ref, status[, digest, uploaded_bytes,
+ * reused_bytes][, error: {code, detail}]}. The one writer of that shape, for
+ * the record file and for the API. */
+json_t *record_push_json(const struct push_outcome *o);
 /* A record from its JSON; NULL with *why set when it is not a valid record. */
 struct ckpt_record *record_from_json(json_t *j, const char **why);
 

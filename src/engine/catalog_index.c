@@ -4,6 +4,7 @@
  * newest first (name lookup), and counters per state. No JSON is read or
  * written here, no lock taken: catalog.c does both. */
 #include "engine/catalog_index.h"
+#include "engine/engine_oci.h"
 
 struct ckpt_record *record_new(const char *id, const char *name, enum ckpt_status status)
 {
@@ -16,12 +17,31 @@ struct ckpt_record *record_new(const char *id, const char *name, enum ckpt_statu
 	r->status = status;
 	r->labels = json_object();
 	r->roots = json_array();
-	r->frozen_services = json_array();
-	if (!r->name || !r->labels || !r->roots || !r->frozen_services) {
+	if (!r->name || !r->labels || !r->roots) {
 		record_unref(r);
 		return NULL;
 	}
 	return r;
+}
+
+static void pull_of_free(struct ckpt_pull_of *p)
+{
+	if (!p)
+		return;
+	free(p->ref);
+	free(p->digest);
+	for (size_t i = 0; i < p->n_roots; i++)
+		free((char *)p->roots[i].image), free((char *)p->roots[i].local);
+	free(p->roots);
+	free(p);
+}
+
+void ckpt_extra_free(struct ckpt_extra *x)
+{
+	free(x->push);
+	pull_of_free(x->pull_of);
+	json_decref(x->unknown);
+	*x = (struct ckpt_extra){ 0 };
 }
 
 static void record_free(struct ckpt_record *r)
@@ -30,11 +50,14 @@ static void record_free(struct ckpt_record *r)
 	free(r->backend);
 	json_decref(r->labels);
 	json_decref(r->roots);
-	json_decref(r->frozen_services);
-	json_decref(r->freeze_failures);
-	json_decref(r->error);
+	services_strv_clear(&r->frozen_services);
+	for (size_t i = 0; i < r->n_freeze_failures; i++)
+		free(r->freeze_failures[i].unit), free(r->freeze_failures[i].reason);
+	free(r->freeze_failures);
+	free(r->error.code);
+	free(r->error.detail);
 	json_decref(r->backend_data);
-	json_decref(r->extra);
+	ckpt_extra_free(&r->extra);
 	free(r);
 }
 
@@ -69,6 +92,58 @@ static json_t *copy_or_null(json_t *j)
 	return j ? json_deep_copy(j) : NULL;
 }
 
+static char *dup_or_null(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+/* The copy's pointers are its own; false when some copy failed. */
+static bool freeze_dup(struct ckpt_record *d, const struct ckpt_record *r)
+{
+	d->frozen_services = (struct strv){ 0 };
+	d->freeze_failures = r->n_freeze_failures ? calloc(r->n_freeze_failures, sizeof(*d->freeze_failures)) : NULL;
+	d->n_freeze_failures = d->freeze_failures ? r->n_freeze_failures : 0;
+	bool ok = d->n_freeze_failures == r->n_freeze_failures;
+	for (size_t i = 0; i < r->frozen_services.n; i++)
+		ok &= services_strv_add(&d->frozen_services, r->frozen_services.v[i]) == 0;
+	for (size_t i = 0; i < d->n_freeze_failures; i++) {
+		d->freeze_failures[i].unit = strdup(r->freeze_failures[i].unit);
+		d->freeze_failures[i].reason = strdup(r->freeze_failures[i].reason);
+		ok &= d->freeze_failures[i].unit && d->freeze_failures[i].reason;
+	}
+	return ok;
+}
+
+static struct ckpt_pull_of *pull_of_dup(const struct ckpt_pull_of *p)
+{
+	struct ckpt_pull_of *d = p ? calloc(1, sizeof(*d)) : NULL;
+	if (!d)
+		return NULL;
+	d->ref = dup_or_null(p->ref);
+	d->digest = dup_or_null(p->digest);
+	d->roots = calloc(p->n_roots + 1, sizeof(*d->roots));
+	bool ok = d->roots && (!p->ref || d->ref) && (!p->digest || d->digest);
+	for (size_t i = 0; ok && i < p->n_roots; i++, d->n_roots++) {
+		d->roots[i].image = strdup(p->roots[i].image);
+		d->roots[i].local = strdup(p->roots[i].local);
+		ok = d->roots[i].image && d->roots[i].local;
+	}
+	if (!ok)
+		pull_of_free(TAKE_PTR(d));
+	return d;
+}
+
+static bool extra_dup(struct ckpt_extra *d, const struct ckpt_extra *x)
+{
+	*d = *x;
+	d->push = x->push ? malloc(sizeof(*d->push)) : NULL;
+	if (d->push)
+		memcpy(d->push, x->push, sizeof(*d->push));
+	d->pull_of = pull_of_dup(x->pull_of);
+	d->unknown = copy_or_null(x->unknown);
+	return (!x->push || d->push) && (!x->pull_of || d->pull_of) && (!x->unknown || d->unknown);
+}
+
 struct ckpt_record *record_dup(const struct ckpt_record *r)
 {
 	struct ckpt_record *d = malloc(sizeof(*d));
@@ -77,16 +152,18 @@ struct ckpt_record *record_dup(const struct ckpt_record *r)
 	*d = *r;
 	d->refs = 1;
 	d->name = strdup(r->name);
-	d->backend = r->backend ? strdup(r->backend) : NULL;
+	d->backend = dup_or_null(r->backend);
 	d->labels = copy_or_null(r->labels);
 	d->roots = copy_or_null(r->roots);
-	d->frozen_services = copy_or_null(r->frozen_services);
-	d->freeze_failures = copy_or_null(r->freeze_failures);
-	d->error = copy_or_null(r->error);
+	d->error.code = dup_or_null(r->error.code);
+	d->error.detail = dup_or_null(r->error.detail);
 	d->backend_data = copy_or_null(r->backend_data);
-	d->extra = copy_or_null(r->extra);
-	if (!d->name || (r->backend && !d->backend) || (r->labels && !d->labels) || (r->roots && !d->roots) ||
-	    (r->frozen_services && !d->frozen_services)) {
+	/* both run: each replaces the pointers *d shares with r */
+	bool ok = freeze_dup(d, r);
+	ok = extra_dup(&d->extra, &r->extra) && ok;
+	if (!ok || !d->name || (r->backend && !d->backend) || (r->labels && !d->labels) || (r->roots && !d->roots) ||
+	    (r->error.code && !d->error.code) || (r->error.detail && !d->error.detail) ||
+	    (r->backend_data && !d->backend_data)) {
 		record_free(d);
 		return NULL;
 	}

@@ -187,7 +187,8 @@ void engine_adoption_free(struct engine *e)
 	for (size_t i = 0; i < e->n_plans; i++)
 		services_plan_free(&e->plans[i]);
 	free(e->plans);
-	json_decref(e->whole_owed);
+	engine_svc_journal_whole_free(e->whole_owed);
+	free(e->whole_owed);
 	e->whole_owed = NULL;
 	free(e->hidden);
 	e->plans = NULL;

@@ -153,19 +153,19 @@ static int create_frozen(struct engine *e, const char *id, struct engine_op *op,
 
 /* The record keeps what the freeze did, as the catalog writes it:
  * frozen_services [unit] and freeze_failures {unit: reason}. */
-static void create_note_freeze(struct ckpt_record *rec, const struct svc_report *rep)
+static void create_note_freeze(struct ckpt_record *rec, struct svc_report *rep)
 {
-	json_t *frozen = json_array(), *failures = rep->n_failures ? json_object() : NULL;
-	for (size_t i = 0; frozen && i < rep->frozen.n; i++)
-		json_array_append_new(frozen, json_string(rep->frozen.v[i]));
-	for (size_t i = 0; failures && i < rep->n_failures; i++)
-		json_object_set_new(failures, rep->failures[i].unit, json_string(rep->failures[i].reason));
-	json_decref(rec->frozen_services);
-	rec->frozen_services = frozen;
-	if (failures) {
-		json_decref(rec->freeze_failures);
-		rec->freeze_failures = failures;
-	}
+	services_strv_clear(&rec->frozen_services);
+	rec->frozen_services = rep->frozen;
+	rep->frozen = (struct strv){ 0 };
+	if (!rep->n_failures)
+		return;
+	for (size_t i = 0; i < rec->n_freeze_failures; i++)
+		free(rec->freeze_failures[i].unit), free(rec->freeze_failures[i].reason);
+	free(rec->freeze_failures);
+	rec->freeze_failures = TAKE_PTR(rep->failures);
+	rec->n_freeze_failures = rep->n_failures;
+	rep->n_failures = 0;
 }
 
 /* queue_ms: how long the create waited for the operation lock, counted in
@@ -190,11 +190,9 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	rec->backend_data = data ? data : json_object();
 	rec->size_bytes = (int64_t)size;
 	rec->duration_ms = mono_ms() - t0 + queue_ms;
-	if (!rec->extra)
-		rec->extra = json_object();
-	/* members the catalog keeps as they are */
-	json_object_set_new(rec->extra, "freeze_ms", json_integer(freeze_ms));
-	json_object_set_new(rec->extra, "queue_ms", json_integer(queue_ms));
+	rec->extra.has_freeze_ms = rec->extra.has_queue_ms = true;
+	rec->extra.freeze_ms = freeze_ms;
+	rec->extra.queue_ms = queue_ms;
 	create_note_freeze(rec, &rep);
 	svc_report_free(&rep);
 	/* The size counts toward the budget check; the record says "active" only
@@ -245,9 +243,10 @@ static int create_run(struct engine *e, struct ckpt_record *rec, struct engine_o
 		  id, err ? err->msg : "");
 	if (keep_failed) {
 		rec->status = CKPT_FAILED;
-		json_decref(rec->error);
-		rec->error = json_pack("{s:s, s:s}", "code", err->kind && err->code ? err->code : "internal", "detail",
-				       err->msg);
+		free(rec->error.code);
+		free(rec->error.detail);
+		rec->error.code = strdup(err->kind && err->code ? err->code : "internal");
+		rec->error.detail = strdup(err->msg);
 		catalog_put_volatile(e->catalog, rec);
 	} else {
 		catalog_remove(e->catalog, id, NULL);

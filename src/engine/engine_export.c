@@ -320,7 +320,7 @@ int engine_export_open(struct engine *e, const char *id_or_name, struct engine_e
 	x->rfd = x->wfd = -1;
 	x->links = json_object();
 	json_t *data = json_incref(rec->backend_data);
-	x->rec = engine_public(e, rec);
+	x->rec = record_json(rec, false); /* as the catalog keeps it, for the manifest */
 	snprintf(x->id, sizeof(x->id), "%s", rec->id);
 	record_unref(rec);
 	int q = engine_xfer_tmp(e, &x->tmp, err);

@@ -18,6 +18,7 @@
 #include "config.h"
 #include "engine/engine_internal.h"
 #include "engine/engine_xfer.h"
+#include "lib/strset.h"
 #include "lib/walk.h"
 #include "lib/xattr.h"
 #include "lib/failpoint.h"
@@ -27,7 +28,8 @@ struct import_ctx {
 	int fd;
 	char *tmp;
 	json_t *manifest;
-	json_t *expect; /* "N/path" -> manifest entry */
+	json_t *expect;     /* "N/path" -> manifest entry (read only) */
+	struct strset seen; /* the keys of expect the archive held so far */
 	ckpt_error *err;
 	int status;
 	char rel[PATH_MAX]; /* split_name's answer */
@@ -178,9 +180,10 @@ static int import_entry(struct import_ctx *c, struct archive *a, struct archive 
 	json_t *m = json_object_get(c->expect, key);
 	if (!m)
 		return bad(c, "entry '%.200s' is not in the manifest", name);
-	if (json_is_true(json_object_get(m, "_seen")))
+	if ((q = strset_add(&c->seen, key)) == 0)
 		return bad(c, "entry '%.200s' appears twice", name);
-	json_object_set_new(m, "_seen", json_true());
+	if (q < 0)
+		return err_set(c->err, ENOMEM, NULL, "out of memory");
 	want = json_string_value(json_object_get(m, "type"));
 	const char *hl = archive_entry_hardlink(ae);
 	mode_t ft = archive_entry_filetype(ae);
@@ -209,7 +212,7 @@ static int import_entry(struct import_ctx *c, struct archive *a, struct archive 
 		snprintf(lkey, sizeof(lkey), "%zu/%s", lroot, lrel);
 		json_t *t = json_object_get(c->expect, lkey);
 		if (lroot != root || !t || strcmp(json_string_value(json_object_get(t, "type")) ?: "", "file") ||
-		    !json_is_true(json_object_get(t, "_seen")))
+		    !strset_has(&c->seen, lkey))
 			return bad(c, "hard link '%.200s' leaves the tree or names no earlier file", name);
 		/* as a symlink's target: what the manifest announces is what comes */
 		if (strcmp(lrel, json_string_value(json_object_get(m, "link")) ?: ""))
@@ -300,7 +303,7 @@ static int import_extract(struct import_ctx *c)
 	const char *k;
 	json_t *v;
 	json_object_foreach (c->expect, k, v) {
-		if (q == 0 && !json_is_true(json_object_get(v, "_seen")))
+		if (q == 0 && !strset_has(&c->seen, k))
 			q = bad(c, "'%.200s' is in the manifest but not in the archive (truncated?)", k);
 	}
 	archive_read_free(a);
@@ -323,28 +326,29 @@ static void *import_main(void *arg)
 }
 
 /* Make a checkpoint of the trees tmp/0 .. tmp/N-1 (one per root), named
- * name, with extra_key: extra_val (stolen) in its record. The commit half of
- * an import, shared with pull (engine_oci_pull.c). Errors come back
- * unclassified: the caller classifies them at its boundary. */
-int engine_import_trees(struct engine *e, const char *tmp, const char *name, json_t *labels, const char *extra_key,
-			json_t *extra_val, struct ckpt_record **ret_rec, ckpt_error *err)
+ * name, whose record says where it came from: origin's members (taken:
+ * *origin is empty after). The commit half of an import, shared with pull
+ * (engine_oci_pull.c). Errors come back unclassified: the caller classifies
+ * them at its boundary. */
+int engine_import_trees(struct engine *e, const char *tmp, const char *name, json_t *labels, struct ckpt_extra *origin,
+			struct ckpt_record **ret_rec, ckpt_error *err)
 {
 	struct ckpt_record *rec = NULL;
 	char id[32];
 	int q;
 	if ((q = id_generate(id, sizeof(id))) < 0) {
-		json_decref(extra_val);
+		ckpt_extra_free(origin);
 		return err_set(err, -q, NULL, "generate an id");
 	}
 	struct create_req cr = { .name = name && name_valid(name) ? name : "imported",
 				 .labels = json_is_object(labels) ? labels : NULL };
 	rec = create_record(e, &cr, id);
-	if (rec && !rec->extra) /* kept as is in the record file and answers */
-		rec->extra = json_object();
-	if (rec)
-		json_object_set_new(rec->extra, extra_key, extra_val);
-	else
-		json_decref(extra_val);
+	if (rec) {
+		ckpt_extra_free(&rec->extra);
+		rec->extra = *origin;
+		*origin = (struct ckpt_extra){ 0 };
+	}
+	ckpt_extra_free(origin);
 	char **dirs = calloc(e->cfg->n_roots + 1, sizeof(*dirs));
 	for (size_t i = 0; dirs && i < e->cfg->n_roots; i++)
 		if (asprintf(&dirs[i], "%s/%zu", tmp, i) < 0)
@@ -406,14 +410,17 @@ int engine_import(struct engine *e, int fd, struct ckpt_view *ret, ckpt_error *e
 	if (q == 0) {
 		json_t *orig = json_object_get(c.manifest, "checkpoint");
 		snprintf(oid, sizeof(oid), "%s", json_string_value(json_object_get(orig, "checkpoint_id")) ?: "");
+		struct ckpt_extra origin = { .has_import_of = true };
+		if (id_valid(oid))
+			snprintf(origin.import_of, sizeof(origin.import_of), "%s", oid);
 		q = engine_import_trees(e, c.tmp, json_string_value(json_object_get(orig, "name")),
-					json_object_get(orig, "labels"), "import_of",
-					id_valid(oid) ? json_string(oid) : json_null(), &rec, err);
+					json_object_get(orig, "labels"), &origin, &rec, err);
 	}
 	engine_xfer_rm(e, c.tmp);
 	free(c.tmp);
 	json_decref(c.manifest);
 	json_decref(c.expect);
+	strset_free(&c.seen);
 	if ((q = engine_err_classify(err, ENGINE_CTX_CREATE, q)) < 0) {
 		log_event(LOG_WARN_, &(struct log_fields){ "import", NULL, NULL, -1 }, "import refused: %s", err->msg);
 		return q;

@@ -69,8 +69,8 @@ struct engine {
 	/* The base identity (engine_base_id.c), computed on first use, "" until
 	 * then; guarded by state_lock. */
 	char base_id[80];
-	bool restart_due;   /* a whole-root restore replaced ckptd's own files; state_lock */
-	json_t *whole_owed; /* an interrupted whole-root restore's services step, until done */
+	bool restart_due;              /* a whole-root restore replaced ckptd's own files; state_lock */
+	struct whole_owed *whole_owed; /* an interrupted whole-root restore's services step, until done */
 
 	pthread_t sweeper;
 	bool sweeper_running, stopping, maintenance_due;
@@ -111,8 +111,8 @@ const struct ckpt_record *engine_resolve(struct engine *e, const char *id_or_nam
 int engine_resolve_active(struct engine *e, const char *id_or_name, const struct ckpt_record **ret, ckpt_error *err);
 int engine_drop(struct engine *e, const struct ckpt_record *rec, ckpt_error *err);
 /* engine_life.c */
-json_t *engine_public(struct engine *e, const struct ckpt_record *rec);
-/* The same as data: takes a reference to rec. */
+/* The client's view of a record, with live progress while an operation
+ * runs and its last push: takes a reference to rec. */
 void engine_view(struct engine *e, const struct ckpt_record *rec, struct ckpt_view *ret);
 void engine_set_status(struct engine *e, const char *op, const char *what);
 struct engine_op *engine_op_begin(struct engine *e, const char *id);
@@ -126,8 +126,21 @@ void engine_kick_maintenance(struct engine *e);
  * until they are back, so that a start after a crash brings them back */
 struct svc_plan;
 int engine_svc_journal_save(struct engine *e, const char *op, const char *id, const struct svc_plan *p);
+/* What a whole-root restore's services step owes once the swap is done:
+ * services.json's "whole" {reload, restart, linked}. */
+struct whole_owed {
+	bool reload;         /* a unit file changed: daemon-reload */
+	struct strv restart; /* the units that use a file that went */
+	struct strv linked;  /* .service names whose unit file or enablement link came back */
+};
+void engine_svc_journal_whole_free(struct whole_owed *w);
+/* The one writer and reader of services.json's "whole"; read gives NULL
+ * when it is no object (caller frees with the above, then free()). */
+json_t *engine_svc_journal_whole_json(const struct whole_owed *w);
+struct whole_owed *engine_svc_journal_whole_read(json_t *whole);
 /* A whole-root restore's: with what its services step owes (whole, not NULL). */
-int engine_svc_journal_save_whole(struct engine *e, const char *id, const struct svc_plan *p, json_t *whole);
+int engine_svc_journal_save_whole(struct engine *e, const char *id, const struct svc_plan *p,
+				  const struct whole_owed *whole);
 void engine_svc_journal_clear(struct engine *e);
 void engine_svc_journal_recover(struct engine *e);
 /* A record reference dropped when the variable goes out of scope. */

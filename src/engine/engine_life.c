@@ -39,31 +39,6 @@ void engine_op_end(struct engine *e, struct engine_op *op)
 	free(op);
 }
 
-static json_t *progress_json(struct progress *p)
-{
-	return json_pack("{s:I, s:I, s:I, s:I}", "bytes_done", (json_int_t)atomic_load(&p->bytes_done), "bytes_total",
-			 (json_int_t)atomic_load(&p->bytes_total), "files_done",
-			 (json_int_t)atomic_load(&p->files_done), "files_total",
-			 (json_int_t)atomic_load(&p->files_total));
-}
-
-/* The client's view of a record, with live progress while an operation runs. */
-json_t *engine_public(struct engine *e, const struct ckpt_record *rec)
-{
-	json_t *pub = record_json(rec, false);
-	const char *id = rec->id;
-
-	pthread_mutex_lock(&e->state_lock);
-	for (struct engine_op *op = e->ops; op; op = op->next)
-		if (!strcmp(op->id, id))
-			json_object_set_new(pub, "progress", progress_json(&op->progress));
-	pthread_mutex_unlock(&e->state_lock);
-	_cleanup_free_ struct push_outcome *push = engine_push_of(e, id);
-	if (push)
-		json_object_set_new(pub, "push", engine_push_outcome_json(push));
-	return pub;
-}
-
 void engine_view(struct engine *e, const struct ckpt_record *rec, struct ckpt_view *ret)
 {
 	*ret = (struct ckpt_view){ .rec = record_ref(rec) };

@@ -46,7 +46,7 @@ struct push {
 	const struct push_req *req;
 	struct oci_ref ref;
 	char id[32];
-	json_t *rec; /* public record */
+	struct ckpt_view view; /* the record, its progress and push before this one */
 	json_t *data;
 	char *tmp;
 	struct push_view views[3]; /* the base, and two checkpoints */
@@ -164,15 +164,20 @@ static void push_ancestors(struct push *p)
 	catalog_list_free(&all);
 }
 
+/* The record's created_at, or NULL when it has none. */
+static const char *push_created(const struct push *p)
+{
+	return p->view.rec->created_at[0] ? p->view.rec->created_at : NULL;
+}
+
 static json_t *push_config(struct push *p)
 {
 	json_t *diff = json_array();
 	for (size_t i = 0; i < p->n_layers; i++)
 		json_array_append_new(diff, json_string(p->layers[i].diff_id));
 	return json_pack("{s:s, s:s, s:s?, s:{s:s, s:o}, s:{s:{s:s, s:s}}}", "architecture", "amd64", "os", "linux",
-			 "created", json_string_value(json_object_get(p->rec, "created_at")), "rootfs", "type",
-			 "layers", "diff_ids", diff, "config", "Labels", "io.ckptd.checkpoint_id", p->id,
-			 "io.ckptd.backend", p->e->backend->name);
+			 "created", push_created(p), "rootfs", "type", "layers", "diff_ids", diff, "config", "Labels",
+			 "io.ckptd.checkpoint_id", p->id, "io.ckptd.backend", p->e->backend->name);
 }
 
 static json_t *push_annotations(struct push *p)
@@ -182,8 +187,7 @@ static json_t *push_annotations(struct push *p)
 		json_array_append_new(roots, json_string(p->e->cfg->roots[i]));
 	_cleanup_free_ char *rs = json_dumps(roots, JSON_COMPACT);
 	json_decref(roots);
-	const char *name = json_string_value(json_object_get(p->rec, "name")),
-		   *created = json_string_value(json_object_get(p->rec, "created_at"));
+	const char *name = p->view.rec->name, *created = push_created(p);
 	return json_pack("{s:s, s:s?, s:s?, s:s?, s:s, s:s, s:s, s:s?}", "io.ckptd.checkpoint_id", p->id,
 			 "io.ckptd.name", name, "io.ckptd.created_at", created, "io.ckptd.roots", rs, "io.ckptd.base",
 			 p->base_id, "io.ckptd.base_layer", p->req->base ? "true" : "false", "io.ckptd.backend",
@@ -501,7 +505,7 @@ static void push_tag(struct push *p, char tag[129])
 {
 	snprintf(tag, 129, "%s", p->ref.tag);
 	if (!tag[0]) {
-		const char *nm = json_string_value(json_object_get(p->rec, "name"));
+		const char *nm = p->view.rec->name;
 		snprintf(tag, 129, "%s", nm && oci_tag_valid(nm) ? nm : p->id);
 	}
 }
@@ -563,7 +567,7 @@ static int push_prepare(struct push *p, const char *id_or_name)
 		return q;
 	snprintf(p->id, sizeof(p->id), "%s", rec->id);
 	p->data = json_incref(rec->backend_data);
-	p->rec = engine_public(e, rec);
+	engine_view(e, rec, &p->view);
 	record_unref(rec);
 	for (size_t i = 0; i < e->cfg->n_roots; i++)
 		p->prefixes[i] = e->cfg->roots[i] + 1; /* the tar paths: the root's own path */
@@ -582,7 +586,7 @@ static void push_cleanup(struct push *p)
 	free(p->tmp);
 	if (p->op)
 		engine_op_end(e, p->op);
-	json_decref(p->rec);
+	ckpt_view_free(&p->view);
 	json_decref(p->data);
 }
 
@@ -645,7 +649,7 @@ static void *push_async_main(void *arg)
 	return NULL;
 }
 
-int engine_push_async(struct engine *e, const char *id_or_name, const struct push_req *req, json_t **ret_record,
+int engine_push_async(struct engine *e, const char *id_or_name, const struct push_req *req, struct ckpt_view *ret,
 		      ckpt_error *err)
 {
 	struct push_async *a = calloc(1, sizeof(*a));
@@ -668,15 +672,17 @@ int engine_push_async(struct engine *e, const char *id_or_name, const struct pus
 	struct push_outcome o = engine_push_outcome_of(req->ref, NULL, NULL);
 	if (q == 0) {
 		engine_push_note(e, a->p.id, &o, false);
-		*ret_record = json_deep_copy(a->p.rec); /* the worker reads p.rec */
-		json_object_set_new(*ret_record, "push", engine_push_outcome_json(&o));
+		*ret = a->p.view; /* a copy with its own reference and push: the worker keeps p.view */
+		record_ref(ret->rec);
+		if ((ret->push = malloc(sizeof(o))))
+			*ret->push = o;
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		int r = pthread_create(&t, &attr, push_async_main, a);
 		pthread_attr_destroy(&attr);
 		if (r == 0)
 			return 0;
-		json_decref(TAKE_PTR(*ret_record));
+		ckpt_view_free(ret);
 		o.state = PUSH_FAILED;
 		engine_push_note(e, a->p.id, &o, false);
 		pthread_mutex_lock(&e->state_lock);

@@ -44,23 +44,26 @@ struct push_outcome {
 	char code[64];                         /* failed */
 	char detail[512];                      /* failed */
 };
-/* The record's "push" member: {ref, status[, digest, uploaded_bytes,
- * reused_bytes][, error: {code, detail}]}. The one writer of that shape,
- * for the record file and for the API. */
-json_t *engine_push_outcome_json(const struct push_outcome *o);
+/* catalog.h's record_push_json writes it as the record's "push". */
 
-/* The same in the background: *ret_record is the checkpoint's record, whose
- * "push" member says {ref, status: pushing|done|failed, ...} and whose
- * "progress" counts the bytes while it runs. */
-int engine_push_async(struct engine *e, const char *id_or_name, const struct push_req *req, json_t **ret_record,
+struct ckpt_view;
+/* The same in the background: *ret is the checkpoint's record, with its
+ * push "pushing" (ckpt_view_free it). While it runs the record's progress
+ * counts the bytes; its "push" says how it ended. */
+int engine_push_async(struct engine *e, const char *id_or_name, const struct push_req *req, struct ckpt_view *ret,
 		      ckpt_error *err);
 
 /* At start: a push a stop cut short ("pushing" on its record) is failed. */
 void engine_push_recover(struct engine *e);
 
+/* One root of the image and the local root it fills. */
+struct pull_root {
+	const char *image, *local;
+};
 struct pull_req {
-	const char *ref; /* HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:HEX */
-	json_t *roots;   /* {"/path/in/image": "/local/root"} or NULL (borrowed) */
+	const char *ref;               /* HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:HEX */
+	const struct pull_root *roots; /* borrowed; n_roots 0: each image root fills the root of its path */
+	size_t n_roots;
 };
 struct ckpt_view;
 /* Pull an image as a new checkpoint; *ret is its record (with pull_of

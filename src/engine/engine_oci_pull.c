@@ -45,7 +45,8 @@ struct pull {
 	json_t *manifest, *layers, *annotations;
 	char *mtext; /* the manifest's bytes, kept in the cache by digest */
 	size_t mlen;
-	json_t *mapping; /* {"/image/root": "/local/root"}, as pull_of records it */
+	struct pull_root mapping[MAX_ROOTS]; /* image root -> local root, as pull_of records it */
+	size_t n_mapping;
 	/* Where the trees start: a checkpoint pulled before from an image whose
 	 * layers are this one's first ones, or a tree kept in the cache after
 	 * this image's first skip layers; linked, then only the layers from
@@ -169,16 +170,15 @@ static int unmapped(struct pull *p, const char *fmt, const char *what, json_t *i
 static int pull_roots(struct pull *p, json_t *image_roots)
 {
 	const struct config *cfg = p->e->cfg;
-	const char *k;
-	json_t *v;
 	size_t i;
-	json_object_foreach (p->req->roots, k, v) {
+	for (size_t r = 0; r < p->req->n_roots; r++) {
+		const char *k = p->req->roots[r].image;
 		bool known = false, local = false;
 		json_t *ir;
 		json_array_foreach (image_roots, i, ir)
 			known |= !strcmp(json_string_value(ir) ?: "", k);
 		for (i = 0; i < cfg->n_roots; i++)
-			local |= json_is_string(v) && !strcmp(cfg->roots[i], json_string_value(v));
+			local |= !strcmp(cfg->roots[i], p->req->roots[r].local);
 		if (!known)
 			return err_set_kind(p->err, ERR_INVALID, EINVAL, "bad_request",
 					    "roots: the image has no root '%.200s'", k);
@@ -192,8 +192,9 @@ static int pull_roots(struct pull *p, json_t *image_roots)
 		const char *path = json_string_value(ir), *to = path;
 		if (!path || path[0] != '/' || !engine_xfer_rel_valid(path + 1))
 			return unsupported(p, "its io.ckptd.roots annotation is not a list of absolute paths");
-		if ((v = json_object_get(p->req->roots, path)))
-			to = json_string_value(v);
+		for (i = 0; i < p->req->n_roots; i++)
+			if (!strcmp(p->req->roots[i].image, path))
+				to = p->req->roots[i].local;
 		for (i = 0; i < cfg->n_roots && strcmp(cfg->roots[i], to); i++)
 			;
 		if (i == cfg->n_roots)
@@ -201,7 +202,7 @@ static int pull_roots(struct pull *p, json_t *image_roots)
 		if (p->image_roots[i])
 			return unmapped(p, "two of the image's roots map to %s", cfg->roots[i], image_roots);
 		p->image_roots[i] = path;
-		json_object_set_new(p->mapping, path, json_string(cfg->roots[i]));
+		p->mapping[p->n_mapping++] = (struct pull_root){ .image = path, .local = cfg->roots[i] };
 	}
 	for (i = 0; i < cfg->n_roots; i++) {
 		if (!p->image_roots[i])
@@ -312,17 +313,28 @@ static int pull_keep_manifest(struct pull *p)
 	return q < 0 ? err_set(p->err, -q, NULL, "keep the manifest: %s", strerror(-q)) : 0;
 }
 
+/* Does the pull that made a checkpoint map the roots as this one does? */
+static bool pull_same_mapping(const struct pull *p, const struct ckpt_pull_of *of)
+{
+	size_t same = 0;
+	for (size_t i = 0; i < p->n_mapping; i++)
+		for (size_t j = 0; j < of->n_roots; j++)
+			same += !strcmp(p->mapping[i].image, of->roots[j].image) &&
+				!strcmp(p->mapping[i].local, of->roots[j].local);
+	return same == p->n_mapping && of->n_roots == p->n_mapping;
+}
+
 /* How many of this image's first layers the pull that made rec applied,
  * with the same roots and base: 0 when it is no such pull. */
 static size_t pull_held_layers(struct pull *p, const struct ckpt_record *rec)
 {
-	json_t *of = json_object_get(rec->extra, "pull_of");
-	const char *d = json_string_value(json_object_get(of, "digest"));
+	const struct ckpt_pull_of *of = rec->extra.pull_of;
+	const char *d = of ? of->digest : NULL;
 	char path[200];
 	_cleanup_free_ char *text = NULL;
 	size_t len, n = 0;
 	if (rec->status != CKPT_ACTIVE || !d || strlen(d) != 71 || strncmp(d, "sha256:", 7) ||
-	    !json_equal(json_object_get(of, "roots"), p->mapping))
+	    !pull_same_mapping(p, of))
 		return 0;
 	oci_cache_blob_name(d, path, sizeof(path));
 	if (read_file_at(p->e->state_fd, path, 4u << 20, &text, &len) < 0)
@@ -345,7 +357,7 @@ static size_t pull_held_layers(struct pull *p, const struct ckpt_record *rec)
 
 static void pull_tree_key(struct pull *p, size_t k, char out[2 * SHA256_DIGEST_SIZE + 1])
 {
-	oci_cache_tree_key(p->mapping, p->annotations, p->layers, k, out);
+	oci_cache_tree_key(p->mapping, p->n_mapping, p->annotations, p->layers, k, out);
 }
 
 static bool pull_tree_held(struct pull *p, const char *key)
@@ -599,17 +611,18 @@ static int pull_layers(struct pull *p)
  * not make, where ours are, or as "roots" says. */
 static json_t *pull_image_roots(struct pull *p)
 {
-	const char *ra = json_string_value(json_object_get(p->annotations, "io.ckptd.roots")), *k;
-	json_t *v, *image_roots;
+	const char *ra = json_string_value(json_object_get(p->annotations, "io.ckptd.roots"));
+	const struct pull_req *req = p->req;
+	json_t *image_roots;
 	if (ra)
 		return json_loads(ra, 0, NULL);
 	image_roots = json_array();
-	json_object_foreach (p->req->roots, k, v)
-		json_array_append_new(image_roots, json_string(k));
+	for (size_t r = 0; r < req->n_roots; r++)
+		json_array_append_new(image_roots, json_string(req->roots[r].image));
 	for (size_t i = 0; i < p->e->cfg->n_roots; i++) {
 		bool taken = false;
-		json_object_foreach (p->req->roots, k, v)
-			taken |= !strcmp(json_string_value(v) ?: "", p->e->cfg->roots[i]);
+		for (size_t r = 0; r < req->n_roots; r++)
+			taken |= !strcmp(req->roots[r].local, p->e->cfg->roots[i]);
 		if (!taken)
 			json_array_append_new(image_roots, json_string(p->e->cfg->roots[i]));
 	}
@@ -625,13 +638,20 @@ static int pull_commit(struct pull *p, struct ckpt_record **ret_rec, char *ref, 
 		snprintf(ref, cap, "%s/%s@%s", p->ref.host, p->ref.repo, p->ref.digest);
 	const char *nm = json_string_value(json_object_get(p->annotations, "io.ckptd.name"));
 	int q = pull_keep_manifest(p);
+	struct ckpt_pull_of *of = q == 0 ? calloc(1, sizeof(*of)) : NULL;
+	bool ok = of && (of->ref = strdup(ref)) && (of->digest = strdup(p->digest)) &&
+		(of->roots = calloc(p->n_mapping + 1, sizeof(*of->roots)));
+	for (size_t i = 0; ok && i < p->n_mapping; i++, of->n_roots++)
+		ok = (of->roots[i].image = strdup(p->mapping[i].image)) &&
+			(of->roots[i].local = strdup(p->mapping[i].local));
+	if (q == 0 && !ok)
+		q = err_set(p->err, ENOMEM, NULL, "out of memory");
+	struct ckpt_extra origin = { .pull_of = TAKE_PTR(of) };
 	if (q == 0)
 		q = FAILPOINT_AROUND("pull.import",
 				     engine_import_trees(p->e, p->tmp, nm && name_valid(nm) ? nm : "pulled", NULL,
-							 "pull_of",
-							 json_pack("{s:s, s:s, s:O}", "ref", ref, "digest", p->digest,
-								   "roots", p->mapping),
-							 ret_rec, p->err));
+							 &origin, ret_rec, p->err));
+	ckpt_extra_free(&origin);
 	return q;
 }
 
@@ -676,13 +696,11 @@ static int pull_run(struct pull *p, struct ckpt_view *ret)
 
 int engine_pull(struct engine *e, const struct pull_req *req, struct ckpt_view *ret, ckpt_error *err)
 {
-	struct pull p = { .e = e, .req = req, .err = err, .mapping = json_object(), .tmp_fd = -1 };
+	struct pull p = { .e = e, .req = req, .err = err, .tmp_fd = -1 };
 	if (!e->backend->xfer)
 		return err_set_kind(err, ERR_INVALID, ENOTSUP, "unsupported", "the %s backend cannot import",
 				    e->backend->name);
 	int q = oci_ref_parse(req->ref, &p.ref, err);
-	if (q == 0 && req->roots && !json_is_object(req->roots))
-		q = err_set_kind(err, ERR_INVALID, EINVAL, "bad_request", "roots must be an object");
 	pthread_rwlock_rdlock(&e->oci_lock); /* no trim of the cache meanwhile */
 	if (q == 0 && (q = engine_xfer_tmp(e, &p.tmp, err)) == 0 &&
 	    (p.tmp_fd = open(p.tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
@@ -698,7 +716,6 @@ int engine_pull(struct engine *e, const struct pull_req *req, struct ckpt_view *
 	engine_kick_maintenance(e); /* trim what a failed pull left, count what it added */
 	free(p.tmp);
 	json_decref(p.manifest);
-	json_decref(p.mapping);
 	free(p.mtext);
 	if (q < 0) {
 		log_event(LOG_WARN_, &(struct log_fields){ "pull", NULL, NULL, -1 }, "pull refused: %s", err->msg);

@@ -15,18 +15,6 @@ struct push_note {
 	struct push_note *next;
 };
 
-json_t *engine_push_outcome_json(const struct push_outcome *o)
-{
-	if (o->state == PUSH_DONE)
-		return json_pack("{s:s, s:s, s:I, s:I, s:s}", "ref", o->ref, "digest", o->digest, "uploaded_bytes",
-				 (json_int_t)o->uploaded_bytes, "reused_bytes", (json_int_t)o->reused_bytes, "status",
-				 "done");
-	if (o->state == PUSH_FAILED && o->code[0])
-		return json_pack("{s:s, s:s, s:{s:s, s:s}}", "ref", o->ref, "status", "failed", "error", "code",
-				 o->code, "detail", o->detail);
-	return json_pack("{s:s, s:s}", "ref", o->ref, "status", o->state == PUSH_FAILED ? "failed" : "pushing");
-}
-
 struct push_outcome engine_push_outcome_of(const char *ref, const struct push_result *res, const ckpt_error *err)
 {
 	struct push_outcome o = { .state = res ? PUSH_DONE : err ? PUSH_FAILED : PUSH_PUSHING };
@@ -47,14 +35,14 @@ struct push_outcome engine_push_outcome_of(const char *ref, const struct push_re
 void engine_push_persist(struct engine *e, const char *id, const struct push_outcome *o)
 {
 	ckpt_error err = { 0 };
-	json_auto_t *v = engine_push_outcome_json(o);
 	pthread_mutex_lock(&e->op_lock);
 	const struct ckpt_record *cur = catalog_get(e->catalog, id);
 	struct ckpt_record *r = cur && cur->status == CKPT_ACTIVE ? record_dup(cur) : NULL;
-	if (r && !r->extra)
-		r->extra = json_object();
-	if (r && r->extra && v && json_object_set(r->extra, "push", v) == 0 && catalog_put(e->catalog, r, &err) < 0)
-		log_warn("push: cannot record the outcome on %s: %s", id, err.msg);
+	if (r && (r->extra.push || (r->extra.push = malloc(sizeof(*o))))) {
+		*r->extra.push = *o;
+		if (catalog_put(e->catalog, r, &err) < 0)
+			log_warn("push: cannot record the outcome on %s: %s", id, err.msg);
+	}
 	if (r)
 		record_unref(r);
 	if (cur)
@@ -120,11 +108,10 @@ void engine_push_recover(struct engine *e)
 	if (catalog_list(e->catalog, NULL, &all) < 0)
 		return;
 	for (size_t i = 0; i < all.n; i++) {
-		json_t *push = json_object_get(all.v[i]->extra, "push");
-		if (strcmp(json_string_value(json_object_get(push, "status")) ?: "", "pushing"))
+		const struct push_outcome *push = all.v[i]->extra.push;
+		if (!push || push->state != PUSH_PUSHING)
 			continue;
-		struct push_outcome o =
-			engine_push_outcome_of(json_string_value(json_object_get(push, "ref")) ?: "", NULL, &cut);
+		struct push_outcome o = engine_push_outcome_of(push->ref, NULL, &cut);
 		engine_push_persist(e, all.v[i]->id, &o);
 	}
 	catalog_list_free(&all);

@@ -11,25 +11,59 @@
 
 #define SVC_JOURNAL "services.json"
 
-/* A whole-root restore that owes nothing but what p says. */
-static bool svc_journal_owes(json_t *whole)
+void engine_svc_journal_whole_free(struct whole_owed *w)
 {
-	return whole &&
-		(json_is_true(json_object_get(whole, "reload")) || json_array_size(json_object_get(whole, "restart")) ||
-		 json_array_size(json_object_get(whole, "linked")));
+	if (!w)
+		return;
+	services_strv_clear(&w->restart);
+	services_strv_clear(&w->linked);
+	w->reload = false;
 }
 
-static int svc_journal_write(struct engine *e, const char *op, const char *id, const struct svc_plan *p, json_t *whole)
+/* A whole-root restore that owes nothing but what p says. */
+static bool svc_journal_owes(const struct whole_owed *w)
+{
+	return w && (w->reload || w->restart.n || w->linked.n);
+}
+
+static json_t *svc_journal_names_of(const struct svc_plan *p)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; a && i < p->n; i++)
+		json_array_append_new(a, json_string(p->units[i].name));
+	return a;
+}
+
+/* {reload, restart: [unit], linked: [unit]}, in that order */
+json_t *engine_svc_journal_whole_json(const struct whole_owed *w)
+{
+	return json_pack("{s:b,s:o,s:o}", "reload", w->reload, "restart", services_strv_json(&w->restart), "linked",
+			 services_strv_json(&w->linked));
+}
+
+/* The same read back; NULL when whole is no object. */
+struct whole_owed *engine_svc_journal_whole_read(json_t *whole)
+{
+	struct whole_owed *w = json_is_object(whole) ? calloc(1, sizeof(*w)) : NULL;
+	if (!w)
+		return NULL;
+	w->reload = json_is_true(json_object_get(whole, "reload"));
+	/* what is not a unit name is no unit to start */
+	services_strv_from_json(&w->restart, json_object_get(whole, "restart"));
+	services_strv_from_json(&w->linked, json_object_get(whole, "linked"));
+	return w;
+}
+
+static int svc_journal_write(struct engine *e, const char *op, const char *id, const struct svc_plan *p,
+			     const struct whole_owed *whole)
 {
 	if (p->n == 0 && !svc_journal_owes(whole))
 		return 0;
-	json_auto_t *units = json_array();
-	for (size_t i = 0; units && i < p->n; i++)
-		json_array_append_new(units, json_string(p->units[i].name));
+	json_auto_t *units = svc_journal_names_of(p);
 	json_auto_t *j =
 		units ? json_pack("{s:s,s:s,s:O}", "op", op, "checkpoint_id", id ? id : "", "units", units) : NULL;
 	if (j && svc_journal_owes(whole))
-		json_object_set(j, "whole", whole);
+		json_object_set_new(j, "whole", engine_svc_journal_whole_json(whole));
 	_cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	int r = s ? write_file_atomic(e->state_fd, SVC_JOURNAL, s, strlen(s), 0600) : -ENOMEM;
 	if (r < 0)
@@ -45,7 +79,8 @@ int engine_svc_journal_save(struct engine *e, const char *op, const char *id, co
 	return svc_journal_write(e, op, id, p, NULL);
 }
 
-int engine_svc_journal_save_whole(struct engine *e, const char *id, const struct svc_plan *p, json_t *whole)
+int engine_svc_journal_save_whole(struct engine *e, const char *id, const struct svc_plan *p,
+				  const struct whole_owed *whole)
 {
 	return svc_journal_write(e, "restore", id, p, whole);
 }
@@ -120,8 +155,7 @@ void engine_svc_journal_recover(struct engine *e)
 		engine_svc_journal_clear(e);
 		return;
 	}
-	json_t *whole = json_object_get(j, "whole");
-	if (json_is_object(whole)) /* run by engine_adoption_finish: engine_whole.c */
-		e->whole_owed = json_incref(whole);
+	/* run by engine_adoption_finish: engine_whole.c */
+	e->whole_owed = engine_svc_journal_whole_read(json_object_get(j, "whole"));
 	svc_journal_defer_start(e, &p);
 }

@@ -21,14 +21,13 @@ static void engine_whole_self(struct engine *e)
 }
 
 /* What the services step owes once the swap is done, for services.json. */
-static json_t *whole_owed(const struct whole_run *w, const struct restore_details *planned)
+static void whole_owed(const struct whole_run *w, const struct restore_details *planned, struct whole_owed *ret)
 {
-	json_t *restart = json_array();
-	for (size_t i = 0; restart && i < w->restart->n; i++)
-		json_array_append_new(restart, json_string(w->restart->units[i].name));
-	return json_pack("{s:b,s:o,s:o}", "reload", planned->unit_files_changed, "restart",
-			 restart ? restart : json_array(), "linked",
-			 planned->units_linked ? json_incref(planned->units_linked) : json_array());
+	*ret = (struct whole_owed){ .reload = planned->unit_files_changed };
+	for (size_t i = 0; i < w->restart->n; i++)
+		services_strv_add(&ret->restart, w->restart->units[i].name);
+	for (size_t i = 0; i < planned->units_linked.n; i++)
+		services_strv_add(&ret->linked, planned->units_linked.v[i]);
 }
 
 int engine_whole_before(void *ctx, const char *const *paths, size_t n, const struct restore_details *planned)
@@ -45,15 +44,16 @@ int engine_whole_before(void *ctx, const char *const *paths, size_t n, const str
 	if (services_plan_merge(w->restart, &users, w->units, false) < 0)
 		log_warn("whole-root restore: out of memory planning the restarts");
 	services_plan_free(&users);
-	json_auto_t *owed = whole_owed(w, planned);
+	_cleanup_(engine_svc_journal_whole_free) struct whole_owed owed;
+	whole_owed(w, planned, &owed);
 	/* a crash now: done at the next start (with systemd to reach: else
 	 * there is nothing to owe, and the write would cost two fsyncs) */
 	if (services_available(w->e->services))
-		engine_svc_journal_save_whole(w->e, w->id, w->units, owed);
+		engine_svc_journal_save_whole(w->e, w->id, w->units, &owed);
 	if (w->units->n == before)
 		return 0;
 	r = services_stop(w->e->services, w->units);
-	engine_svc_journal_save_whole(w->e, w->id, w->units, owed); /* with the units systemd stopped too */
+	engine_svc_journal_save_whole(w->e, w->id, w->units, &owed); /* with the units systemd stopped too */
 	return r < 0 ? -EBUSY : 0;
 }
 
@@ -67,15 +67,11 @@ void engine_whole_reload(struct whole_run *w, const struct restore_details *d)
 
 /* The units of linked (.service names whose unit file or enablement link
  * came back) that are enabled and do not run, added to p to be started. */
-static void whole_linked(struct engine *e, json_t *linked, struct svc_plan *p, const struct svc_plan *skip)
+static void whole_linked(struct engine *e, const struct strv *linked, struct svc_plan *p, const struct svc_plan *skip)
 {
-	size_t n = json_array_size(linked);
-	const char *names[n ? n : 1];
 	struct svc_plan lp;
 	bool self = false;
-	for (size_t i = 0; i < n; i++)
-		names[i] = json_string_value(json_array_get(linked, i));
-	int r = services_plan_gone(e->services, NULL, names, n, &lp, &self);
+	int r = services_plan_gone(e->services, NULL, (const char *const *)linked->v, linked->n, &lp, &self);
 	if (r < 0 || services_plan_merge(p, &lp, skip, true) < 0)
 		log_warn("whole-root restore: cannot find the units whose enablement came back: %s",
 			 strerror(r < 0 ? -r : ENOMEM));
@@ -84,7 +80,7 @@ static void whole_linked(struct engine *e, json_t *linked, struct svc_plan *p, c
 
 void engine_whole_services(struct whole_run *w, struct restore_report *rep)
 {
-	whole_linked(w->e, rep->details.units_linked, w->restart, w->units);
+	whole_linked(w->e, &rep->details.units_linked, w->restart, w->units);
 	if (w->self)
 		engine_whole_self(w->e);
 	if (services_restart(w->e->services, w->restart) < 0)
@@ -97,7 +93,7 @@ void engine_whole_owed_reload(struct engine *e)
 	_cleanup_free_ char *why = NULL;
 	if (!e->whole_owed)
 		return;
-	if (json_is_true(json_object_get(e->whole_owed, "reload")) && services_reload(e->services, &why) < 0)
+	if (e->whole_owed->reload && services_reload(e->services, &why) < 0)
 		log_warn("whole-root restore: daemon-reload failed: %s", why ? why : "unknown error");
 	for (size_t i = 0; i < e->n_plans; i++)
 		services_plan_mark_gone(e->services, &e->plans[i]);
@@ -105,22 +101,19 @@ void engine_whole_owed_reload(struct engine *e)
 
 void engine_whole_owed_restart(struct engine *e, struct svc_report *rep)
 {
-	json_t *names = json_object_get(e->whole_owed, "restart");
-	size_t n = json_array_size(names);
-	const char *v[n ? n : 1];
+	struct whole_owed *owed = e->whole_owed;
 	struct svc_plan p;
-	if (!e->whole_owed)
+	if (!owed)
 		return;
-	for (size_t i = 0; i < n; i++)
-		v[i] = json_string_value(json_array_get(names, i));
-	if (services_plan_running(e->services, v, n, &p) < 0)
+	if (services_plan_running(e->services, (const char *const *)owed->restart.v, owed->restart.n, &p) < 0)
 		log_warn("whole-root restore: cannot list the units the interrupted restore owed a restart");
-	whole_linked(e, json_object_get(e->whole_owed, "linked"), &p, NULL);
+	whole_linked(e, &owed->linked, &p, NULL);
 	if (services_restart(e->services, &p) < 0)
 		log_warn("whole-root restore: a unit did not come back after its restart");
 	services_report(&p, rep);
 	services_plan_free(&p);
-	json_decref(e->whole_owed);
+	engine_svc_journal_whole_free(owed);
+	free(owed);
 	e->whole_owed = NULL;
 }
 

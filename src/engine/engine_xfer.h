@@ -32,5 +32,6 @@ bool engine_xfer_rel_valid(const char *p);
 bool engine_xfer_link_stays(const char *rel, const char *target);
 
 /* engine_import.c */
-int engine_import_trees(struct engine *e, const char *tmp, const char *name, json_t *labels, const char *extra_key,
-			json_t *extra_val, struct ckpt_record **ret_rec, ckpt_error *err);
+struct ckpt_extra;
+int engine_import_trees(struct engine *e, const char *tmp, const char *name, json_t *labels, struct ckpt_extra *origin,
+			struct ckpt_record **ret_rec, ckpt_error *err);

@@ -103,11 +103,21 @@ int oci_cache_key_write(struct engine *e, const char *key, const struct oci_blob
 	return q < 0 ? err_set(err, -q, NULL, "record layer %s: %s", key, strerror(-q)) : 0;
 }
 
-void oci_cache_tree_key(json_t *mapping, json_t *annotations, json_t *layers, size_t k, char out[65])
+/* The mapping as the key hashes it: a JSON object, compact, keys sorted. */
+static char *oci_cache_mapping_text(const struct pull_root *mapping, size_t n)
+{
+	json_auto_t *o = json_object();
+	for (size_t i = 0; o && i < n; i++)
+		json_object_set_new(o, mapping[i].image, json_string(mapping[i].local));
+	return o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+}
+
+void oci_cache_tree_key(const struct pull_root *mapping, size_t n, json_t *annotations, json_t *layers, size_t k,
+			char out[65])
 {
 	struct sha256_ctx h;
 	uint8_t d[SHA256_DIGEST_SIZE];
-	_cleanup_free_ char *m = json_dumps(mapping, JSON_COMPACT | JSON_SORT_KEYS);
+	_cleanup_free_ char *m = oci_cache_mapping_text(mapping, n);
 	const char *parts[] = { m ? m : "", json_string_value(json_object_get(annotations, "io.ckptd.base")) ?: "",
 				json_string_value(json_object_get(annotations, "io.ckptd.base_layer")) ?: "" };
 	sha256_init(&h);

@@ -33,4 +33,6 @@ void oci_trim(struct engine *e);
 /* The name in TREES_DIR of the tree a pull has after an image's first k
  * layers: a digest of the roots' mapping ({"/image/root": "/local/root"}),
  * the image's base annotations and those layers' digests. */
-void oci_cache_tree_key(json_t *mapping, json_t *annotations, json_t *layers, size_t k, char out[65]);
+struct pull_root;
+void oci_cache_tree_key(const struct pull_root *mapping, size_t n, json_t *annotations, json_t *layers, size_t k,
+			char out[65]);

@@ -38,8 +38,9 @@ static void trim_need_blob(struct trim *t, const char *digest)
 /* A pulled checkpoint's manifest, what it names, and its kept tree. */
 static void trim_need_pull(struct trim *t, const struct ckpt_record *rec)
 {
-	json_t *of = json_object_get(rec->extra, "pull_of"), *l;
-	const char *d = json_string_value(json_object_get(of, "digest"));
+	const struct ckpt_pull_of *of = rec->extra.pull_of;
+	const char *d = of ? of->digest : NULL;
+	json_t *l;
 	char path[200], key[65];
 	_cleanup_free_ char *text = NULL;
 	size_t len, i;
@@ -54,8 +55,8 @@ static void trim_need_pull(struct trim *t, const struct ckpt_record *rec)
 	trim_need_blob(t, json_string_value(json_object_get(json_object_get(m, "config"), "digest")));
 	json_array_foreach (layers, i, l)
 		trim_need_blob(t, json_string_value(json_object_get(l, "digest")));
-	if (json_array_size(layers) >= 2 && json_is_object(json_object_get(of, "roots"))) {
-		oci_cache_tree_key(json_object_get(of, "roots"), json_object_get(m, "annotations"), layers,
+	if (json_array_size(layers) >= 2 && of->roots) {
+		oci_cache_tree_key(of->roots, of->n_roots, json_object_get(m, "annotations"), layers,
 				   json_array_size(layers) - 1, key);
 		json_object_set_new(t->trees, key, json_true());
 	}

@@ -16,16 +16,13 @@ json_t *api_record_json(const struct ckpt_view *v)
 					      "bytes_total", (json_int_t)v->bytes_total, "files_done",
 					      (json_int_t)v->files_done, "files_total", (json_int_t)v->files_total));
 	if (o && v->push)
-		json_object_set_new(o, "push", engine_push_outcome_json(v->push));
+		json_object_set_new(o, "push", record_push_json(v->push));
 	return o;
 }
 
 json_t *api_names_json(const struct strv *l)
 {
-	json_t *a = json_array();
-	for (size_t i = 0; a && i < l->n; i++)
-		json_array_append_new(a, json_string(l->v[i]));
-	return a;
+	return services_strv_json(l);
 }
 
 json_t *api_failures_json(const struct svc_report *r)

@@ -38,7 +38,7 @@ void api_push(void *app, const struct http_request *req, struct http_response *r
 	json_auto_t *obj = api_parse_object(req, true, resp);
 	struct push_req pr = { .base = true };
 	ckpt_error err = { 0 };
-	json_t *out, *v;
+	json_t *v;
 
 	if (!obj || !oci_fields(obj, allowed, resp))
 		return;
@@ -53,10 +53,13 @@ void api_push(void *app, const struct http_request *req, struct http_response *r
 		return;
 	}
 	if (json_is_true(v)) {
-		if (engine_push_async(app, req->params[0], &pr, &out, &err) < 0)
+		struct ckpt_view view;
+		if (engine_push_async(app, req->params[0], &pr, &view, &err) < 0) {
 			http_error(resp, &err);
-		else
-			http_json(resp, 202, out);
+			return;
+		}
+		http_json(resp, 202, api_record_json(&view));
+		ckpt_view_free(&view);
 		return;
 	}
 	struct push_result res;
@@ -64,6 +67,22 @@ void api_push(void *app, const struct http_request *req, struct http_response *r
 		http_error(resp, &err);
 	else
 		http_json(resp, 200, api_push_json(&res));
+}
+
+/* "roots" {"/image/root": "/local/root"} into ret (its strings borrowed
+ * from v): -EINVAL when it is no such object. */
+static int api_pull_roots(json_t *v, struct pull_root *ret, size_t *n)
+{
+	const char *k;
+	json_t *t;
+	if (!json_is_object(v))
+		return -EINVAL;
+	json_object_foreach (v, k, t) {
+		if (!json_is_string(t) || k[0] != '/')
+			return -EINVAL;
+		ret[(*n)++] = (struct pull_root){ .image = k, .local = json_string_value(t) };
+	}
+	return 0;
 }
 
 void api_pull(void *app, const struct http_request *req, struct http_response *resp)
@@ -78,19 +97,18 @@ void api_pull(void *app, const struct http_request *req, struct http_response *r
 	if (!obj || !oci_fields(obj, allowed, resp))
 		return;
 	pr.ref = json_string_value(json_object_get(obj, "ref"));
-	if ((v = json_object_get(obj, "roots")) && !json_is_null(v)) {
-		const char *k;
-		json_t *t;
-		bool ok = json_is_object(v);
-		json_object_foreach (v, k, t)
-			ok &= json_is_string(t) && k[0] == '/';
-		if (!ok) {
-			http_fail(resp, ERR_INVALID, "invalid_field",
-				  "roots must map absolute paths in the image to this daemon's roots");
-			return;
-		}
-		pr.roots = v;
+	v = json_object_get(obj, "roots");
+	_cleanup_free_ struct pull_root *roots = calloc(json_object_size(v) + 1, sizeof(*roots));
+	if (!roots) {
+		http_fail(resp, ERR_INTERNAL, NULL, "out of memory");
+		return;
 	}
+	if (v && !json_is_null(v) && api_pull_roots(v, roots, &pr.n_roots) < 0) {
+		http_fail(resp, ERR_INVALID, "invalid_field",
+			  "roots must map absolute paths in the image to this daemon's roots");
+		return;
+	}
+	pr.roots = roots;
 	if (engine_pull(app, &pr, &view, &err) < 0) {
 		http_error(resp, &err);
 		return;

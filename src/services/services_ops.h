@@ -3,6 +3,7 @@
  * tests pass a fake to services_open to drive stops, starts and freezes that
  * fail at will. */
 #pragma once
+#include <jansson.h>
 #include "lib/util.h"
 
 /* A small owned list of strings. */
@@ -13,6 +14,11 @@ struct strv {
 int services_strv_add(struct strv *s, const char *str); /* adds a copy, skips duplicates */
 bool services_strv_contains(const struct strv *s, const char *str);
 void services_strv_clear(struct strv *s);
+/* The list as a JSON array of strings, or NULL. */
+json_t *services_strv_json(const struct strv *s);
+/* Adds the strings of array a: -EINVAL when a is no array or holds
+ * something else (the strings are added still), -ENOMEM. */
+int services_strv_from_json(struct strv *s, json_t *a);
 
 enum services_job_kind {
 	SERVICES_JOB_STOP,

@@ -32,3 +32,25 @@ void services_strv_clear(struct strv *s)
 	s->v = NULL;
 	s->n = 0;
 }
+
+json_t *services_strv_json(const struct strv *s)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; a && i < s->n; i++)
+		json_array_append_new(a, json_string(s->v[i]));
+	return a;
+}
+
+int services_strv_from_json(struct strv *s, json_t *a)
+{
+	int r = json_is_array(a) ? 0 : -EINVAL;
+	size_t i;
+	json_t *v;
+	json_array_foreach (a, i, v) {
+		if (!json_is_string(v))
+			r = r < 0 ? r : -EINVAL;
+		else if (services_strv_add(s, json_string_value(v)) < 0)
+			return -ENOMEM;
+	}
+	return r;
+}

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "engine/catalog.h"
+#include "engine/engine_oci.h"
 #include "testlib.h"
 
 static struct ckpt_record *rec(const char *id, const char *name, int64_t created)
@@ -158,6 +159,7 @@ static void test_round_trip(void **state)
 			   "\"labels\":{\"k\":\"v\"},\"roots\":[\"/w\"],\"frozen_services\":[\"a.service\"],"
 			   "\"ttl_secs\":0,\"freeze_failures\":{\"b.service\":\"no\"},\"error\":{\"code\":\"internal\","
 			   "\"detail\":\"x\"},\"_created_ms\":5,\"_expires_ms\":0,\"_backend\":{\"layers\":[\"1\"]},"
+			   "\"freeze_ms\":3,\"queue_ms\":0,\"import_of\":null,"
 			   "\"future\":[1,2],\"_future\":true}";
 	json_t *in = json_loads(text, 0, NULL);
 	const char *why = NULL;
@@ -168,6 +170,14 @@ static void test_round_trip(void **state)
 	assert_int_equal(r->size_bytes, 4096);
 	assert_int_equal(r->created_ms, 5);
 	assert_string_equal(r->expires_at, "");
+	assert_int_equal(r->frozen_services.n, 1);
+	assert_string_equal(r->frozen_services.v[0], "a.service");
+	assert_int_equal(r->n_freeze_failures, 1);
+	assert_string_equal(r->freeze_failures[0].reason, "no");
+	assert_string_equal(r->error.code, "internal");
+	assert_true(r->extra.has_freeze_ms && r->extra.freeze_ms == 3 && r->extra.has_queue_ms);
+	assert_true(r->extra.has_import_of && !r->extra.import_of[0]);
+	assert_int_equal(json_object_size(r->extra.unknown), 2);
 
 	json_t *out = record_json(r, true);
 	assert_true(json_equal(in, out));
@@ -179,6 +189,7 @@ static void test_round_trip(void **state)
 	assert_null(json_object_get(pub, "_future"));
 	assert_non_null(json_object_get(pub, "future"));
 	assert_int_equal(json_object_size(pub), json_object_size(in) - 4);
+	assert_true(json_is_null(json_object_get(pub, "import_of")));
 	_cleanup_free_ char *s = json_dumps(pub, JSON_COMPACT);
 	assert_int_equal(strncmp(s,
 				 "{\"checkpoint_id\":\"cp_000000000021aaaaaaaaaaaa\",\"name\":\"rt\",\"status\":"
@@ -200,6 +211,81 @@ static void test_round_trip(void **state)
 
 /* A name means its newest active checkpoint; newer failed or in-flight ones
  * of that name do not hide it. The counters follow every change. */
+/* Record files as a daemon from before the typed members wrote them
+ * (compact, sorted keys): read and written back, each keeps its bytes, a
+ * member this version cannot read included. */
+static const char *const old_files[][2] = {
+	{ "cp_000000000031aaaaaaaaaaaa.json",
+	  "{\"_backend\":{\"layers\":[\"a\"]},\"_created_ms\":1700000000000,\"_expires_ms\":0,\"backend\":"
+	  "\"overlay\",\"checkpoint_id\":\"cp_000000000031aaaaaaaaaaaa\",\"created_at\":\"2026-11-22T10:00:00.123Z\","
+	  "\"duration_ms\":40,\"expires_at\":null,\"freeze_failures\":{\"a.service\":\"late\","
+	  "\"b.service\":\"not frozen: "
+	  "gone\"},\"freeze_ms\":3,\"frozen_services\":[\"c.service\",\"a.service\"],\"labels\":{"
+	  "\"k\":\"v\"},\"last_used_at\":null,\"name\":\"one\",\"push\":{\"digest\":\"sha256:ab\",\"ref\":"
+	  "\"reg:5000/x:one\",\"reused_bytes\":0,\"status\":\"done\",\"uploaded_bytes\":123},\"queue_ms\":0,"
+	  "\"roots\":[\"/w\"],\"size_bytes\":4096,\"status\":\"active\",\"ttl_secs\":0}" },
+	{ "cp_000000000032aaaaaaaaaaaa.json",
+	  "{\"_backend\":{},\"_created_ms\":2,\"_expires_ms\":9,\"backend\":\"tar\",\"checkpoint_id\":"
+	  "\"cp_000000000032aaaaaaaaaaaa\",\"created_at\":\"2026-11-22T10:00:01.000Z\",\"duration_ms\":0,"
+	  "\"expires_at\":\"2026-11-22T10:00:09.000Z\",\"frozen_services\":[],\"labels\":{},\"last_used_at\":null,"
+	  "\"name\":\"pulled\",\"pull_of\":{\"digest\":\"sha256:cd\",\"ref\":\"reg:5000/x:one\",\"roots\":{"
+	  "\"/img\":\"/w\"}},\"push\":{\"error\":{\"code\":\"registry_error\",\"detail\":\"refused\"},\"ref\":"
+	  "\"reg:5000/y:t\",\"status\":\"failed\"},\"roots\":[\"/w\"],\"size_bytes\":1,\"status\":\"active\","
+	  "\"ttl_secs\":7}" },
+	{ "cp_000000000033aaaaaaaaaaaa.json",
+	  "{\"_created_ms\":3,\"_expires_ms\":0,\"backend\":\"tar\",\"checkpoint_id\":\"cp_000000000033aaaaaaaaaaaa\","
+	  "\"created_at\":null,\"duration_ms\":0,\"expires_at\":null,\"frozen_services\":[],\"future\":{\"a\":2,"
+	  "\"b\":1},\"import_of\":\"cp_000000000031aaaaaaaaaaaa\",\"labels\":{},\"last_used_at\":null,\"name\":"
+	  "\"imp\",\"push\":{\"status\":\"odd\"},\"roots\":[],\"size_bytes\":0,\"status\":\"deleting\","
+	  "\"ttl_secs\":0}" },
+};
+
+static void test_old_files(void **state)
+{
+	(void)state;
+	ckpt_error err = { 0 };
+	struct catalog *c;
+
+	assert_int_equal(catalog_open(sfd, &c, &err), 0);
+	catalog_close(c);
+	for (size_t i = 0; i < ARRAY_SIZE(old_files); i++)
+		put_file(old_files[i][0], old_files[i][1]);
+	assert_int_equal(catalog_open(sfd, &c, &err), 0);
+	assert_int_equal(catalog_count(c), ARRAY_SIZE(old_files));
+	const struct ckpt_record *one = catalog_get(c, "cp_000000000031aaaaaaaaaaaa");
+	assert_int_equal(one->frozen_services.n, 2);
+	assert_int_equal(one->n_freeze_failures, 2);
+	assert_int_equal(one->extra.push->state, PUSH_DONE);
+	assert_int_equal(one->extra.push->uploaded_bytes, 123);
+	record_unref(one);
+	const struct ckpt_record *two = catalog_get(c, "cp_000000000032aaaaaaaaaaaa");
+	assert_string_equal(two->extra.pull_of->digest, "sha256:cd");
+	assert_string_equal(two->extra.push->code, "registry_error");
+	record_unref(two);
+	const struct ckpt_record *three = catalog_get(c, "cp_000000000033aaaaaaaaaaaa");
+	assert_null(three->extra.push); /* not a push this version knows: kept as read */
+	assert_string_equal(three->extra.import_of, "cp_000000000031aaaaaaaaaaaa");
+	record_unref(three);
+
+	int cfd = openat(sfd, "catalog", O_RDONLY | O_DIRECTORY);
+	assert_true(cfd >= 0);
+	for (size_t i = 0; i < ARRAY_SIZE(old_files); i++) {
+		char id[32];
+		snprintf(id, sizeof(id), "%.*s", (int)strlen(old_files[i][0]) - 5, old_files[i][0]);
+		const struct ckpt_record *r = catalog_get(c, id);
+		struct ckpt_record *d = record_dup(r);
+		assert_non_null(d);
+		assert_int_equal(catalog_put(c, d, &err), 0);
+		record_unref(d), record_unref(r);
+		_cleanup_free_ char *text = NULL;
+		size_t len;
+		assert_int_equal(read_file_at(cfd, old_files[i][0], 1 << 20, &text, &len), 0);
+		assert_string_equal(text, old_files[i][1]);
+	}
+	close(cfd);
+	catalog_close(c);
+}
+
 static void test_find_name_and_stats(void **state)
 {
 	(void)state;
@@ -340,6 +426,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_catalog, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_required, setup, teardown),
 		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test_setup_teardown(test_old_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_find_name_and_stats, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_scale, setup, teardown),
 	};

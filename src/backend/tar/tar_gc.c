@@ -20,12 +20,11 @@ static int tar_gc_refs_live(struct tar_state *s, const char *skip, struct strset
 			continue;
 		_cleanup_close_ int cfd =
 			openat(s->tar_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		json_auto_t *meta = cfd >= 0 ? tar_meta_load(cfd) : NULL;
-		size_t i;
-		json_t *v;
-		json_array_foreach (json_object_get(meta, "refs"), i, v)
-			if (q >= 0 && json_is_string(v))
-				q = strset_add(set, json_string_value(v));
+		_cleanup_(tar_meta_free) struct tar_meta meta = { 0 };
+		if (cfd >= 0)
+			tar_meta_load(cfd, &meta);
+		for (size_t i = 0; q >= 0 && i < meta.refs.n; i++)
+			q = strset_add(set, meta.refs.v[i]);
 	}
 	return q < 0 ? q : 0;
 }
@@ -105,13 +104,13 @@ static int tar_gc_compact_one(struct tar_state *s, const char *name, ckpt_error 
 {
 	char tmp[NAME_MAX + 16], trash[NAME_MAX + 16], arch[32], man[32], alias[48];
 	_cleanup_close_ int cfd = openat(s->tar_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	json_auto_t *meta = cfd >= 0 ? tar_meta_load(cfd) : NULL;
+	_cleanup_(tar_meta_free) struct tar_meta meta = { 0 };
 	_cleanup_close_ int ofd = -1;
 	int r = 0;
 
-	if (!meta)
+	if (cfd < 0 || tar_meta_load(cfd, &meta) < 0)
 		return 0; /* deleted meanwhile */
-	bool zstd = !strcmp(json_string_value(json_object_get(meta, "compression")) ?: "", "zstd");
+	bool zstd = meta.zstd;
 	snprintf(tmp, sizeof(tmp), ".compact-%s", name);
 	snprintf(trash, sizeof(trash), ".trash-%s", name);
 	rm_rf_at(s->tar_fd, tmp);
@@ -127,10 +126,10 @@ static int tar_gc_compact_one(struct tar_state *s, const char *name, ckpt_error 
 		if (r >= 0 && read_file_at(cfd, alias, 1 << 30, &text, &len) >= 0)
 			write_file_atomic(ofd, alias, text, len, 0600); /* only a cache */
 	}
-	json_object_set_new(meta, "depth", json_integer(0));
-	json_object_set_new(meta, "refs", json_array());
-	json_object_del(meta, "parent");
-	_cleanup_free_ char *text = r >= 0 ? json_dumps(meta, JSON_COMPACT) : NULL;
+	meta.depth = 0; /* whole now: one archive per root */
+	services_strv_clear(&meta.refs);
+	meta.parent[0] = '\0';
+	_cleanup_free_ char *text = r >= 0 ? tar_meta_text(&meta) : NULL;
 	if (r >= 0 && !text)
 		r = err_set(err, ENOMEM, NULL, "out of memory");
 	if (r >= 0 &&
@@ -173,8 +172,8 @@ int tar_cleanup(void *st)
 			continue;
 		_cleanup_close_ int cfd =
 			openat(s->tar_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		json_auto_t *meta = cfd >= 0 ? tar_meta_load(cfd) : NULL;
-		if (json_integer_value(json_object_get(meta, "depth")) <= max)
+		_cleanup_(tar_meta_free) struct tar_meta meta = { 0 };
+		if (cfd < 0 || tar_meta_load(cfd, &meta) < 0 || meta.depth <= max)
 			continue;
 		ckpt_error err = { 0 };
 		int64_t t0 = mono_ms();

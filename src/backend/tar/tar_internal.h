@@ -100,9 +100,23 @@ struct tar_state {
  * its capture began (what reusing its entries compares ctimes with). */
 struct chain {
 	const char *parent;
-	json_t *refs; /* array of names; borrowed */
-	json_int_t depth;
+	const struct strv *refs; /* borrowed */
+	int64_t depth;
 	struct timespec started;
+};
+
+/* A checkpoint directory's meta.json as data. tar_meta.c is the one reader
+ * and writer of the file. */
+struct tar_meta {
+	int version;         /* 0: absent */
+	bool zstd;           /* "compression": "zstd", else "none" */
+	struct strv roots;   /* the roots it was made for, in order */
+	int64_t depth;       /* the length of its incremental chain */
+	struct strv refs;    /* the older archives its manifests name */
+	bool has_started_ns; /* absent in checkpoints from before it */
+	int64_t started_ns;  /* when its capture began */
+	char parent[64];     /* "": none */
+	json_t *unknown;     /* members of a newer version, kept as read */
 };
 
 /* The progress totals of a create, counted by a thread beside it: a walk
@@ -137,7 +151,12 @@ void tar_meta_head_set(struct tar_state *s, const char *name);
 void tar_meta_head_load(struct tar_state *s);
 int tar_meta_write(struct tar_state *s, int dirfd, const struct chain *ch, ckpt_error *err);
 int tar_meta_read(struct tar_state *s, int dirfd, const char *name, bool *zstd, ckpt_error *err);
-json_t *tar_meta_load(int dirfd);
+/* The meta.json of dirfd into *ret (tar_meta_free it): 0, -errno when
+ * unreadable, -EBADMSG when no JSON object. */
+int tar_meta_load(int dirfd, struct tar_meta *ret);
+/* *m as meta.json's text (caller frees), or NULL. */
+char *tar_meta_text(const struct tar_meta *m);
+void tar_meta_free(struct tar_meta *m);
 int tar_meta_intent_write(struct tar_state *s, const char *name, ckpt_error *err);
 int tar_meta_intent_clear(struct tar_state *s, ckpt_error *err);
 void tar_meta_unfinished(struct tar_state *s, const char *name, const char *why);

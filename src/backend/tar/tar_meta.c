@@ -44,17 +44,110 @@ void tar_meta_head_load(struct tar_state *s)
 		snprintf(s->head, sizeof(s->head), "%s", text);
 }
 
+void tar_meta_free(struct tar_meta *m)
+{
+	services_strv_clear(&m->roots);
+	services_strv_clear(&m->refs);
+	json_decref(m->unknown);
+	*m = (struct tar_meta){ 0 };
+}
+
+/* {version, compression, roots, depth, refs, started_ns[, parent]}, in that
+ * order, then the members this version does not know. */
+char *tar_meta_text(const struct tar_meta *m)
+{
+	json_auto_t *o = json_object();
+	const char *k;
+	json_t *v;
+	if (!o)
+		return NULL;
+	if (m->version)
+		json_object_set_new(o, "version", json_integer(m->version));
+	json_object_set_new(o, "compression", json_string(m->zstd ? "zstd" : "none"));
+	json_object_set_new(o, "roots", services_strv_json(&m->roots));
+	json_object_set_new(o, "depth", json_integer(m->depth));
+	json_object_set_new(o, "refs", services_strv_json(&m->refs));
+	if (m->has_started_ns)
+		json_object_set_new(o, "started_ns", json_integer(m->started_ns));
+	if (m->parent[0])
+		json_object_set_new(o, "parent", json_string(m->parent));
+	json_object_foreach (m->unknown, k, v)
+		if (!json_object_get(o, k))
+			json_object_set_new(o, k, json_deep_copy(v));
+	return json_dumps(o, JSON_COMPACT);
+}
+
+/* An array of strings; false (and nothing kept) when a is not one. */
+static bool tar_meta_names_read(json_t *a, struct strv *ret)
+{
+	bool ok = services_strv_from_json(ret, a) == 0;
+	if (!ok)
+		services_strv_clear(ret);
+	return ok;
+}
+
+/* Takes member k into m when it has the shape this version writes. */
+static bool tar_meta_take(struct tar_meta *m, const char *k, json_t *v)
+{
+	const char *c = json_string_value(v);
+	if (!strcmp(k, "version") && json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) < 1000)
+		return (m->version = (int)json_integer_value(v)) > 0;
+	if (!strcmp(k, "compression") && c && (!strcmp(c, "zstd") || !strcmp(c, "none"))) {
+		m->zstd = !strcmp(c, "zstd");
+		return true;
+	}
+	if (!strcmp(k, "roots"))
+		return tar_meta_names_read(v, &m->roots);
+	if (!strcmp(k, "refs"))
+		return tar_meta_names_read(v, &m->refs);
+	if (!strcmp(k, "depth") && json_is_integer(v)) {
+		m->depth = json_integer_value(v);
+		return true;
+	}
+	if (!strcmp(k, "started_ns") && json_is_integer(v)) {
+		m->started_ns = json_integer_value(v);
+		return m->has_started_ns = true;
+	}
+	if (!strcmp(k, "parent") && c && c[0] && strlen(c) < sizeof(m->parent)) {
+		snprintf(m->parent, sizeof(m->parent), "%s", c);
+		return true;
+	}
+	return false;
+}
+
+int tar_meta_load(int dirfd, struct tar_meta *ret)
+{
+	_cleanup_free_ char *text = NULL;
+	const char *k;
+	json_t *v;
+	*ret = (struct tar_meta){ 0 };
+	int r = read_file_at(dirfd, META, 1 << 20, &text, NULL);
+	if (r < 0)
+		return r;
+	json_auto_t *j = json_loads(text, 0, NULL);
+	if (!json_is_object(j))
+		return -EBADMSG;
+	json_object_foreach (j, k, v) {
+		if (tar_meta_take(ret, k, v))
+			continue;
+		if (!ret->unknown)
+			ret->unknown = json_object();
+		json_object_set_new(ret->unknown, k, json_deep_copy(v));
+	}
+	return 0;
+}
+
 int tar_meta_write(struct tar_state *s, int dirfd, const struct chain *ch, ckpt_error *err)
 {
-	json_t *roots = json_array();
-	for (size_t i = 0; i < s->n_roots; i++)
-		json_array_append_new(roots, json_string(s->roots[i]));
-	json_auto_t *meta = json_pack("{s:i, s:s, s:o, s:I, s:O, s:I}", "version", 1, "compression",
-				      s->zstd ? "zstd" : "none", "roots", roots, "depth", ch->depth, "refs", ch->refs,
-				      "started_ns", (json_int_t)ch->started.tv_sec * 1000000000 + ch->started.tv_nsec);
-	if (meta && ch->parent)
-		json_object_set_new(meta, "parent", json_string(ch->parent));
-	_cleanup_free_ char *text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
+	struct tar_meta m = { .version = 1,
+			      .zstd = s->zstd,
+			      .roots = { .v = s->roots, .n = s->n_roots }, /* borrowed: not freed */
+			      .depth = ch->depth,
+			      .refs = *ch->refs,
+			      .has_started_ns = true,
+			      .started_ns = (int64_t)ch->started.tv_sec * 1000000000 + ch->started.tv_nsec };
+	snprintf(m.parent, sizeof(m.parent), "%s", ch->parent ? ch->parent : "");
+	_cleanup_free_ char *text = tar_meta_text(&m);
 	if (!text)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	int r = FAILPOINT_AROUND("tar.meta.write", write_file_atomic(dirfd, META, text, strlen(text), 0600));
@@ -66,33 +159,19 @@ int tar_meta_write(struct tar_state *s, int dirfd, const struct chain *ch, ckpt_
 /* Read meta.json of a checkpoint dir and check it covers our roots. */
 int tar_meta_read(struct tar_state *s, int dirfd, const char *name, bool *zstd, ckpt_error *err)
 {
-	_cleanup_free_ char *text = NULL;
-	json_auto_t *meta = NULL;
-	json_t *roots;
-	int r = read_file_at(dirfd, META, 1 << 20, &text, NULL);
+	_cleanup_(tar_meta_free) struct tar_meta m;
+	int r = tar_meta_load(dirfd, &m);
 
-	if (r < 0)
+	if (r < 0 && r != -EBADMSG)
 		return err_set(err, r, NULL, "checkpoint '%s' has no metadata: %s", name, strerror(-r));
-	meta = json_loads(text, 0, NULL);
-	roots = json_object_get(meta, "roots");
 	r = 0;
-	if (!json_is_array(roots) || json_array_size(roots) != s->n_roots)
+	if (m.roots.n != s->n_roots)
 		r = err_set(err, EINVAL, NULL, "checkpoint '%s' was made for other roots", name);
 	for (size_t i = 0; r == 0 && i < s->n_roots; i++)
-		if (!json_is_string(json_array_get(roots, i)) ||
-		    strcmp(json_string_value(json_array_get(roots, i)), s->roots[i]))
+		if (strcmp(m.roots.v[i], s->roots[i]))
 			r = err_set(err, EINVAL, NULL, "checkpoint '%s' was made for other roots", name);
-	*zstd = !strcmp(json_string_value(json_object_get(meta, "compression")) ?: "", "zstd");
+	*zstd = m.zstd;
 	return r;
-}
-
-/* The meta.json of dirfd as JSON, or NULL. */
-json_t *tar_meta_load(int dirfd)
-{
-	_cleanup_free_ char *text = NULL;
-	if (read_file_at(dirfd, META, 1 << 20, &text, NULL) < 0)
-		return NULL;
-	return json_loads(text, 0, NULL);
 }
 
 int tar_meta_intent_write(struct tar_state *s, const char *name, ckpt_error *err)

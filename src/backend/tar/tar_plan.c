@@ -155,7 +155,8 @@ int tar_plan_run(struct tar_restore_opts *o, int root_fd, struct tar_plan *p, co
 	plan_gone(o, root_fd, p, m);
 	struct restore_details planned = { .gone = o->gone,
 					   .unit_files_changed = o->unit_files_changed,
-					   .units_linked = o->units_linked };
+					   .units_linked = o->units_linked ? *o->units_linked : (struct strv){ 0 } };
+	/* planned borrows them: not freed here */
 	if (o->before_change(o->before_change_ctx, paths, n, &planned) < 0) {
 		o->held = true;
 		return err_set(err, EBUSY, "units_busy", "a unit whose files the restore changes could not be stopped");

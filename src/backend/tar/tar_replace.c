@@ -100,7 +100,7 @@ void tar_replace_note(struct tar_restore_opts *o, const char *path, bool written
 		o->unit_files_changed = true;
 		const char *slash = strrchr(path, '/');
 		if (written && o->units_linked && slash && tar_under(path, d) && tar_ends(path, ".service"))
-			json_array_append_new(o->units_linked, json_string(slash + 1));
+			services_strv_add(o->units_linked, slash + 1);
 		return;
 	}
 }

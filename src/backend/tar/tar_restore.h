@@ -68,9 +68,9 @@ struct tar_restore_opts {
 	bool by_rename;
 	/* Out, with gone: a unit file (a path below a systemd unit directory)
 	 * was written or removed; and the .service names of the unit files and
-	 * enablement links it wrote (array, NULL: not collected). */
+	 * enablement links it wrote (NULL: not collected). */
 	bool unit_files_changed;
-	json_t *units_linked;
+	struct strv *units_linked;
 	/* With gone (may be NULL): restore_details' before_change, called with
 	 * the plan before anything changes; held (out) when it refused. */
 	int (*before_change)(void *ctx, const char *const *paths, size_t n, const struct restore_details *planned);

@@ -46,7 +46,7 @@ static int restore_roots(struct tar_state *s, int cfd, bool zstd, bool trust_not
 		o.root_path = s->roots[i];
 		o.by_rename = s->ctx->whole_root; /* also when resumed at start */
 		o.gone = whole ? whole->gone : NULL;
-		o.units_linked = whole ? whole->units_linked : NULL;
+		o.units_linked = whole ? &whole->units_linked : NULL;
 		o.before_change = whole ? whole->before_change : NULL;
 		o.before_change_ctx = whole ? whole->before_change_ctx : NULL;
 		o.mcache = &s->mcache[i];
@@ -108,7 +108,7 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	bool want_whole = details && s->ctx->whole_root;
 	struct restore_details whole = { .before_change = want_whole ? details->before_change : NULL,
 					 .before_change_ctx = want_whole ? details->before_change_ctx : NULL };
-	if (want_whole && (!(whole.gone = calloc(1, sizeof(*whole.gone))) || !(whole.units_linked = json_array()))) {
+	if (want_whole && !(whole.gone = calloc(1, sizeof(*whole.gone)))) {
 		restore_details_free(&whole);
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	}
@@ -148,7 +148,7 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 						     .gone = whole.gone,
 						     .unit_files_changed = whole.unit_files_changed,
 						     .units_linked = whole.units_linked };
-		whole.gone = NULL, whole.units_linked = NULL; /* handed to details */
+		whole.gone = NULL, whole.units_linked = (struct strv){ 0 }; /* handed to details */
 	}
 	restore_details_free(&whole);
 	return r;

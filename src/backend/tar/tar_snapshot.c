@@ -19,8 +19,9 @@ static int tar_snapshot_roots(struct tar_state *s, int dirfd, char *const *from,
 {
 	struct tar_create_opts o = { .zstd = s->zstd, .skip_dev = s->state_dev, .skip_ino = s->state_ino, .p = p };
 	_cleanup_(rootexcl_free) struct rootexcl excl = { 0 };
-	json_auto_t *refs = json_array(), *pmeta = NULL;
-	struct chain ch = { .refs = refs };
+	_cleanup_(services_strv_clear) struct strv refs = { 0 };
+	_cleanup_(tar_meta_free) struct tar_meta pmeta = { 0 };
+	struct chain ch = { .refs = &refs };
 	_cleanup_close_ int pfd = -1;
 	struct stat ist;
 	char arch[32], man[32];
@@ -41,11 +42,10 @@ static int tar_snapshot_roots(struct tar_state *s, int dirfd, char *const *from,
 	if (!from && head[0] && s->ctx->tar_chain_max > 0 && !s->ctime_suspect &&
 	    fstatat(s->tar_fd, INTENT, &ist, AT_SYMLINK_NOFOLLOW) < 0)
 		pfd = openat(s->tar_fd, head, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	pmeta = pfd >= 0 ? tar_meta_load(pfd) : NULL;
-	if (pmeta) {
-		json_int_t ns = json_integer_value(json_object_get(pmeta, "started_ns"));
+	if (pfd >= 0 && tar_meta_load(pfd, &pmeta) == 0) {
+		int64_t ns = pmeta.started_ns;
 		ch.parent = head;
-		ch.depth = json_integer_value(json_object_get(pmeta, "depth")) + 1;
+		ch.depth = pmeta.depth + 1;
 		/* a parent from before started_ns: every entry counts as unsure */
 		o.parent_started =
 			ns > 0 ? (struct timespec){ ns / 1000000000, ns % 1000000000 } : (struct timespec){ 0 };
@@ -144,9 +144,12 @@ static int tar_snapshot_roots(struct tar_state *s, int dirfd, char *const *from,
 			  journal ? "the changed ones: change tracking" : "all of them");
 	}
 	/* refs: exactly the archives the manifests name (what deletion keeps) */
+	bool refs_ok = true;
 	for (size_t k = 0; k < o.n_srcs; k++)
-		json_array_append_new(refs, json_string(o.srcs[k]));
+		refs_ok = refs_ok && services_strv_add(&refs, o.srcs[k]) == 0;
 	tar_snapshot_srcs_free(&o);
+	if (!refs_ok)
+		return err_set(err, ENOMEM, NULL, "out of memory");
 	if (o.reused == 0) { /* nothing taken from older archives: a full one */
 		ch.parent = NULL;
 		ch.depth = 0;

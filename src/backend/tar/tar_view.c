@@ -67,12 +67,11 @@ json_t *tar_lineage(void *st, const char *id, json_t *data)
 	snprintf(name, sizeof(name), "%s", id);
 	for (int depth = 0; out && depth < 1000 && id_valid(name); depth++) {
 		_cleanup_close_ int fd = openat(s->tar_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		json_auto_t *meta = fd < 0 ? NULL : tar_meta_load(fd);
-		if (!meta)
+		_cleanup_(tar_meta_free) struct tar_meta meta = { 0 };
+		if (fd < 0 || tar_meta_load(fd, &meta) < 0)
 			break;
 		json_array_insert_new(out, 0, json_string(name));
-		const char *parent = json_string_value(json_object_get(meta, "parent"));
-		snprintf(name, sizeof(name), "%s", parent ? parent : "");
+		snprintf(name, sizeof(name), "%s", meta.parent);
 	}
 	return out;
 }
