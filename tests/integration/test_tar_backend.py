@@ -746,6 +746,15 @@ def test_restore_of_the_head_reads_only_what_changed(daemon_factory, track):
         lambda: os.chmod(root, 0o700),
         lambda: os.truncate(root / "d4" / "sub" / "g9", 0),
         lambda: [p.unlink() for p in (root / "d0").glob("f*")],
+        # what the events name in a directory: only those entries are compared
+        lambda: os.rename(root / "d0" / "f2", root / "d0" / "f4"),
+        lambda: os.link(root / "d1" / "f5", root / "d1" / "sub" / "hard"),
+        lambda: (os.unlink(root / "d4" / "f6"), os.symlink("f7", root / "d4" / "f6")),
+        lambda: ((root / "d4" / ".tmp").write_text("beside"), os.rename(root / "d4" / ".tmp", root / "d4" / "f8")),
+        lambda: os.setxattr(root / "d4" / "sub" / "g1", "user.k", b"v"),
+        lambda: (os.rename(root / "d1" / "sub", root / "d1" / "gone"), os.mkdir(root / "d1" / "sub")),
+        # more names than a directory keeps: it is read whole
+        lambda: [(root / "d4" / f"many{j:03d}").write_text("x") for j in range(300)] and os.unlink(root / "d4" / "f9"),
     ]
     for k, attempt in enumerate(attempts):
         attempt()

@@ -1,6 +1,8 @@
 /* tar_fs.c: xattrs, safe path opening and a private working directory. */
 #include "backend/tar/tar_fs.h"
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <limits.h>
 #include <sched.h>
 #include <sys/xattr.h>
@@ -95,6 +97,29 @@ int tar_xattrs_apply_fd(int fd, const struct tar_xattr *xa, size_t n)
 		if (fsetxattr(fd, xa[i].name, xa[i].value, xa[i].len, 0) < 0)
 			return -errno;
 	return 0;
+}
+
+void tar_archive_freep(struct archive **a)
+{
+	if (*a)
+		archive_free(*a);
+}
+
+int tar_xattrs_apply_entry(int fd, struct archive_entry *ae)
+{
+	size_t n = (size_t)archive_entry_xattr_reset(ae), i = 0;
+	struct tar_xattr *xa = n ? calloc(n, sizeof(*xa)) : NULL;
+	const char *name;
+	const void *value;
+	size_t len;
+
+	if (n && !xa)
+		return -ENOMEM;
+	while (i < n && archive_entry_xattr_next(ae, &name, &value, &len) == ARCHIVE_OK)
+		xa[i++] = (struct tar_xattr){ (char *)name, (void *)value, len };
+	int r = tar_xattrs_apply_fd(fd, xa, i);
+	free(xa);
+	return r;
 }
 
 int tar_open_parent(int root_fd, const char *path, const char **leaf)
