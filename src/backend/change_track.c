@@ -641,6 +641,11 @@ bool chg_track_changed_since(struct chg_track *t)
 
 void chg_track_drain_own(struct chg_track *t)
 {
+	/* fanotify tells ckptd's own events by pid whenever they are read:
+	 * the next drain (the sweeper's, kicked after each restore) or
+	 * collect reads them, outside the restore's time */
+	if (!t->ino)
+		return;
 	drain(t, true);
 }
 
