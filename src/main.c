@@ -1,5 +1,6 @@
 /* main.c: ckptd's main. Parses the configuration, recovers state, serves HTTP, and
  * talks to systemd (READY, STATUS, WATCHDOG, STOPPING, socket activation). */
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -56,6 +57,66 @@ static void app_http_limits(const struct config *cfg, struct http_server_opts *o
 	o->per_client_limit =
 		(unsigned)(cfg->max_connections_per_client > 65536 ? 65536 : cfg->max_connections_per_client);
 	o->header_timeout_s = (unsigned)(cfg->header_timeout_secs > 3600 ? 3600 : cfg->header_timeout_secs);
+}
+
+/* A start may take long: it finishes a restore cut short, which rewrites
+ * every file of the roots (of the whole system, for a root "/"). That grows
+ * with the roots, so no fixed TimeoutStartSec= fits every sandbox. While the
+ * start runs, ckptd asks systemd for more time (EXTEND_TIMEOUT_USEC: first
+ * at once, then from a thread every APP_EXTEND_EVERY_MS) and pets the
+ * watchdog. A start that hangs is then not cut by a timeout: it stays
+ * "activating" until stopped. */
+#define APP_EXTEND_EVERY_MS 5000
+#define APP_EXTEND_USEC (3ULL * APP_EXTEND_EVERY_MS * 1000)
+
+struct app_extend {
+	pthread_t thread;
+	int pipe[2]; /* closed at the write end when the start is done */
+	bool running;
+};
+
+static void app_extend_send(bool wd)
+{
+	sd_notifyf(0, "EXTEND_TIMEOUT_USEC=%llu", (unsigned long long)APP_EXTEND_USEC);
+	if (wd)
+		sd_notify(0, "WATCHDOG=1");
+}
+
+static void *app_extend_main(void *arg)
+{
+	struct app_extend *x = arg;
+	uint64_t wd_usec = 0;
+	bool wd = sd_watchdog_enabled(0, &wd_usec) > 0;
+	int every = wd && wd_usec / 2000 < APP_EXTEND_EVERY_MS ? (int)(wd_usec / 2000) : APP_EXTEND_EVERY_MS;
+	struct pollfd pfd = { .fd = x->pipe[0], .events = POLLIN };
+
+	for (;;) {
+		int r = poll(&pfd, 1, every > 10 ? every : 10);
+		if (r != 0 && !(r < 0 && errno == EINTR))
+			return NULL; /* the write end closed: the start is done */
+		app_extend_send(wd);
+	}
+}
+
+/* Only when systemd waits for READY: without NOTIFY_SOCKET there is nobody to ask. */
+static void app_extend_begin(struct app_extend *x)
+{
+	*x = (struct app_extend){ .pipe = { -1, -1 } };
+	if (!getenv("NOTIFY_SOCKET") || pipe2(x->pipe, O_CLOEXEC) < 0)
+		return;
+	uint64_t wd_usec;
+	app_extend_send(sd_watchdog_enabled(0, &wd_usec) > 0);
+	x->running = pthread_create(&x->thread, NULL, app_extend_main, x) == 0;
+}
+
+static void app_extend_end(struct app_extend *x)
+{
+	if (x->pipe[1] >= 0)
+		close(x->pipe[1]);
+	if (x->running)
+		pthread_join(x->thread, NULL);
+	if (x->pipe[0] >= 0)
+		close(x->pipe[0]);
 }
 
 static int app_start_sandbox(struct app *a, ckpt_error *err)
@@ -192,7 +253,10 @@ int main(int argc, char **argv)
 	}
 	app_block_signals(); /* before any thread starts, so all inherit the mask */
 	app_listeners(&a);
+	struct app_extend extend;
+	app_extend_begin(&extend);
 	r = a.cfg.mode == MODE_HOST ? app_start_host(&a, &err) : app_start_sandbox(&a, &err);
+	app_extend_end(&extend);
 	if (r < 0) {
 		log_error("cannot start: %s", err.msg);
 		sd_notifyf(0, "STATUS=failed to start: %s", err.msg);

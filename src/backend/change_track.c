@@ -231,6 +231,7 @@ static int one_event(struct chg_track *t, struct chg_dirty_set *s, struct chg_ou
 	char rel[PATH_MAX], child[PATH_MAX + NAME_MAX + 2];
 	struct file_handle *dir = NULL, *obj = NULL;
 	const char *name = ".";
+	bool has_name = false; /* a DFID_NAME record: name is the kernel's */
 	struct stat st;
 
 	for (const char *p = raw + m->metadata_len, *end = raw + m->event_len; p < end;) {
@@ -242,7 +243,7 @@ static int one_event(struct chg_track *t, struct chg_dirty_set *s, struct chg_ou
 		    fid->hdr.info_type == FAN_EVENT_INFO_TYPE_DFID) {
 			dir = fh;
 			if (fid->hdr.info_type == FAN_EVENT_INFO_TYPE_DFID_NAME)
-				name = (const char *)fh->f_handle + fh->handle_bytes;
+				name = (const char *)fh->f_handle + fh->handle_bytes, has_name = true;
 		} else if (fid->hdr.info_type == FAN_EVENT_INFO_TYPE_FID) {
 			obj = fh;
 		}
@@ -264,7 +265,15 @@ static int one_event(struct chg_track *t, struct chg_dirty_set *s, struct chg_ou
 	 * tells (overlayfs reports every write to a file of several names
 	 * under the name it first found it by, which may be gone) */
 	bool dir_gone = r == 2;
-	if (r == 1 && chg_dirty_add(s, rel, strlen(rel), false) < 0)
+	/* the entry the event names: a child's name; "." with FAN_ONDIR for
+	 * the directory's own inode (its entries are reported on it with their
+	 * names); no name at all: what changed there is unknown */
+	bool self = has_name && !strcmp(name, ".") && (m->mask & FAN_ONDIR);
+	const char *entry = has_name && strcmp(name, ".") ? name : NULL;
+	if (r == 1 &&
+	    (entry          ? chg_dirty_add_name(s, rel, strlen(rel), entry)
+		     : self ? chg_dirty_add_name(s, rel, strlen(rel), NULL)
+			    : chg_dirty_add(s, rel, strlen(rel), false)) < 0)
 		return *why = "out of memory", -EAGAIN;
 	if (r == 1 && (m->mask & FAN_ONDIR) && (m->mask & DIR_CHANGES) && strcmp(name, ".")) {
 		snprintf(child, sizeof(child), "%s%s%s", rel, rel[0] ? "/" : "", name);
@@ -305,8 +314,9 @@ static int one_event(struct chg_track *t, struct chg_dirty_set *s, struct chg_ou
 	    chg_suspect_add(&t->seen->sus, rel) < 0)
 		return *why = "out of memory", -EAGAIN;
 	const char *slash = strrchr(rel, '/');
-	return chg_dirty_add(s, rel, slash ? (size_t)(slash - rel) : 0, false) < 0 ? (*why = "out of memory", -EAGAIN)
-										   : 0;
+	return chg_dirty_add_name(s, rel, slash ? (size_t)(slash - rel) : 0, slash ? slash + 1 : rel) < 0
+		? (*why = "out of memory", -EAGAIN)
+		: 0;
 }
 
 static int read_events(struct chg_track *t, struct chg_dirty_set *s, const char **why)
@@ -441,7 +451,10 @@ static int in_use_ref(void *ctx, const struct procscan_ref *ref_in)
 	const char *slash = strrchr(rel, '/');
 	if (sw && chg_suspect_add(&u->sus, rel) < 0)
 		return -ENOMEM;
-	if (u->s && chg_dirty_add(u->s, rel, slash ? (size_t)(slash - rel) : 0, false) < 0)
+	const char *leaf = slash ? slash + 1 : rel;
+	if (u->s &&
+	    (*leaf ? chg_dirty_add_name(u->s, rel, slash ? (size_t)(slash - rel) : 0, leaf)
+		   : chg_dirty_add(u->s, rel, 0, false)) < 0)
 		return -ENOMEM;
 	return PROCSCAN_CONTINUE;
 }
@@ -473,7 +486,47 @@ static int dirty_cmp(const void *a, const void *b)
 	return c ? c : (int)y->deep - (int)x->deep; /* deep first: it is the one kept */
 }
 
-/* Sorted, each path once (the deep one kept). */
+/* d's entries are all to be compared: its names go. */
+static void dirty_unname(struct pathindex_dirty *d)
+{
+	for (size_t i = 0; i < d->n_names; i++)
+		free(d->names[i]);
+	free(d->names);
+	d->names = NULL, d->n_names = 0, d->named = false;
+}
+
+/* The names of b (the same directory) join a's; a stays named only while
+ * both are and the names fit. b's names that a took are NULL then. */
+static void dirty_merge(struct pathindex_dirty *a, struct pathindex_dirty *b)
+{
+	if (!a->named)
+		return;
+	if (!b->named || b->deep) {
+		dirty_unname(a);
+		return;
+	}
+	for (size_t i = 0; i < b->n_names; i++) {
+		bool have = false;
+		for (size_t k = 0; k < a->n_names && !have; k++)
+			have = !strcmp(a->names[k], b->names[i]);
+		if (have)
+			continue;
+		char **v = a->n_names < PATHINDEX_DIRTY_NAMES ? realloc(a->names, (a->n_names + 1) * sizeof(*v)) : NULL;
+		if (!v) { /* too many to be worth it, or out of memory: all compared */
+			dirty_unname(a);
+			return;
+		}
+		a->names = v;
+		a->names[a->n_names++] = TAKE_PTR(b->names[i]);
+	}
+}
+
+static int dirty_name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorted, each path once (the deep one kept), its names merged and sorted. */
 static void dirty_dedup(struct chg_dirty_set *s)
 {
 	if (s->n)
@@ -481,12 +534,19 @@ static void dirty_dedup(struct chg_dirty_set *s)
 	size_t k = 0;
 	for (size_t i = 0; i < s->n; i++) {
 		if (k && !strcmp(s->v[k - 1].path, s->v[i].path)) {
+			dirty_merge(&s->v[k - 1], &s->v[i]);
+			dirty_unname(&s->v[i]); /* what a did not take */
 			free(s->v[i].path);
 			continue;
 		}
 		s->v[k++] = s->v[i];
+		if (s->v[k - 1].deep) /* its whole subtree is read */
+			dirty_unname(&s->v[k - 1]);
 	}
 	s->n = k;
+	for (size_t i = 0; i < k; i++)
+		if (s->v[i].n_names > 1)
+			qsort(s->v[i].names, s->v[i].n_names, sizeof(*s->v[i].names), dirty_name_cmp);
 }
 
 /* own: the events are ckptd's own writes (chg_track_drain_own). */
@@ -581,6 +641,11 @@ bool chg_track_changed_since(struct chg_track *t)
 
 void chg_track_drain_own(struct chg_track *t)
 {
+	/* fanotify tells ckptd's own events by pid whenever they are read:
+	 * the next drain (the sweeper's, kicked after each restore) or
+	 * collect reads them, outside the restore's time */
+	if (!t->ino)
+		return;
 	drain(t, true);
 }
 

@@ -100,8 +100,9 @@ uint64_t chg_track_fallbacks_total(void);
 
 /* Read the events queued so far as ckptd's own writes (a tar restore's):
  * the files they closed after writing are no suspects. fanotify tells them
- * by pid (own_pid); inotify cannot, so the caller reads them right after
- * its writes, while the services that use the root are stopped. */
+ * by pid (own_pid) whenever they are read, so this reads nothing then;
+ * inotify cannot, so the caller reads them right after its writes, while
+ * the services that use the root are stopped. */
 void chg_track_drain_own(struct chg_track *t);
 
 /* Read the events queued so far (chg_track_collect's first part), so that

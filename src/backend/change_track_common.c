@@ -23,6 +23,24 @@ int chg_dirty_add(struct chg_dirty_set *s, const char *path, size_t len, bool de
 	return 0;
 }
 
+int chg_dirty_add_name(struct chg_dirty_set *s, const char *path, size_t len, const char *name)
+{
+	char **names = name ? malloc(sizeof(*names)) : NULL;
+	if (name && (!names || !(names[0] = strdup(name)))) {
+		free(names);
+		return -ENOMEM;
+	}
+	if (chg_dirty_add(s, path, len, false) < 0) {
+		if (names)
+			free(names[0]);
+		free(names);
+		return -ENOMEM;
+	}
+	struct pathindex_dirty *d = &s->v[s->n - 1];
+	d->named = true, d->n_names = name ? 1 : 0, d->names = names;
+	return 0;
+}
+
 /* relpath into the set *sus (made when NULL). */
 int chg_suspect_add(struct pathindex **sus, const char *rel)
 {

@@ -27,6 +27,9 @@ struct chg_track_seen {
 
 /* path[0..len) into the set; deep: its whole subtree. */
 int chg_dirty_add(struct chg_dirty_set *s, const char *path, size_t len, bool deep);
+/* path[0..len) into the set, changed at its entry name alone (named), or
+ * only in its own metadata (name NULL). */
+int chg_dirty_add_name(struct chg_dirty_set *s, const char *path, size_t len, const char *name);
 /* relpath into the set *sus (made when NULL). */
 int chg_suspect_add(struct pathindex **sus, const char *rel);
 /* A collect gave up for lost events or watches: counted for /metrics. */

@@ -232,9 +232,23 @@ struct pathindex *pathindex_copy(const struct pathindex *ix)
 
 void pathindex_dirty_free(struct pathindex_dirty *v, size_t n)
 {
-	for (size_t i = 0; v && i < n; i++)
+	for (size_t i = 0; v && i < n; i++) {
 		free(v[i].path);
+		for (size_t k = 0; k < v[i].n_names; k++)
+			free(v[i].names[k]);
+		free(v[i].names);
+	}
 	free(v);
+}
+
+static int dirty_name_cmp(const void *key, const void *elem)
+{
+	return strcmp(key, *(char *const *)elem);
+}
+
+bool pathindex_dirty_named(const struct pathindex_dirty *d, const char *name)
+{
+	return d->named && d->n_names && bsearch(name, d->names, d->n_names, sizeof(*d->names), dirty_name_cmp);
 }
 
 static int dirty_cmp_key(const void *key, const void *elem)

@@ -41,12 +41,21 @@ struct pathindex *pathindex_copy(const struct pathindex *ix);
 
 /* A directory below src (relative, "" for src itself) that changed since
  * dst was copied from it: its entries and own metadata are compared, and with
- * deep its whole subtree (a directory made, moved or removed under that name). */
+ * deep its whole subtree (a directory made, moved or removed under that name).
+ * named: every event that marked it named the entry it changed, and those
+ * entries are all in names (sorted, at most PATHINDEX_DIRTY_NAMES): a
+ * reader may compare only them, and the directory's own metadata. */
+#define PATHINDEX_DIRTY_NAMES 128
 struct pathindex_dirty {
 	char *path;
 	bool deep;
+	bool named;
+	size_t n_names;
+	char **names;
 };
 void pathindex_dirty_free(struct pathindex_dirty *v, size_t n);
+/* d is named, and name is one of its names. */
+bool pathindex_dirty_named(const struct pathindex_dirty *d, const char *name);
 /* In a list sorted by path: the entry for path, or NULL. */
 const struct pathindex_dirty *pathindex_dirty_find(const struct pathindex_dirty *v, size_t n, const char *path);
 /* Some directory above path ("" included, path itself not) is listed deep. */

@@ -304,6 +304,22 @@ int write_file_atomic_sweep(int dirfd)
 	return removed;
 }
 
+int pwrite_all(int fd, const void *buf_, size_t len, off_t off)
+{
+	const char *buf = buf_;
+	while (len > 0) {
+		ssize_t n = pwrite(fd, buf, len, off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -ENOSPC;
+		buf += n, len -= (size_t)n, off += n;
+	}
+	return 0;
+}
+
 int read_file_at(int dirfd, const char *name, size_t max, char **ret, size_t *ret_len)
 {
 	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);

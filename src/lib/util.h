@@ -150,6 +150,8 @@ int write_file_replace(int dirfd, const char *name, const void *data, size_t len
 /* Remove the temp files write_file_atomic leaves in dirfd when killed midway
  * (".<name>.tmp.<8 hex>"); for a component's start, before anyone writes. */
 int write_file_atomic_sweep(int dirfd);
+/* All of buf at off (EINTR retried); a write of 0 bytes is -ENOSPC. */
+int pwrite_all(int fd, const void *buf, size_t len, off_t off);
 int read_file_at(int dirfd, const char *name, size_t max, char **ret, size_t *ret_len);
 int fsync_dirfd(int dirfd);
 int fsync_path(const char *path);

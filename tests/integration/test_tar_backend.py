@@ -1,8 +1,10 @@
 """The tar backend through the daemon: what only this backend has to get right
 (xattrs, hardlinks, fifos, devices, owners, sparse files, incremental restore,
 an interrupted restore finished at restart, out of space, reset to the base)."""
+import json
 import os
 import pathlib
+import socket
 import stat
 import subprocess
 import threading
@@ -245,6 +247,44 @@ def test_kill9_during_restore_then_restart(daemon_factory):
     assert not intent.exists()
     assert_same_tree(before, tree_state(r))
     assert [c["checkpoint_id"] for c in d.list()] == [cp]
+
+
+def test_start_that_recovers_asks_systemd_for_time(daemon_factory, tmp_path):
+    """A start that finishes a restore cut short may take long: it rewrites
+    every file of the roots. While it runs, ckptd asks systemd for more time
+    (EXTEND_TIMEOUT_USEC) and pets the watchdog, before READY=1. systemd is
+    this test: NOTIFY_SOCKET names a datagram socket that it reads."""
+    d = daemon_factory(backend="tar", start=False)
+    r = d.roots[0]
+    for i in range(50):
+        (r / f"f{i:02d}").write_bytes(os.urandom(4096))
+    d.start()
+    before = tree_state(r)
+    cp = d.create("clean")["checkpoint_id"]
+    for p in list(r.iterdir())[:10]:
+        p.unlink()
+    (r / "junk").write_text("added after the checkpoint")
+    d.stop()
+    # what a restore cut before its first change leaves (tar_meta_intent_write)
+    (d.state_dir / "tar" / "restoring.json").write_text(json.dumps({"id": cp}) + "\n")
+    path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind(str(path))
+        s.settimeout(60)
+        d.env = {"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "60000000"}
+        d.start()
+        msgs = []
+        while not any("READY=1" in m.split("\n") for m in msgs):
+            msgs.append(s.recv(4096).decode())
+    lines = [line for m in msgs[:-1] for line in m.split("\n")]
+    extend = [line for line in lines if line.startswith("EXTEND_TIMEOUT_USEC=")]
+    assert extend, f"no EXTEND_TIMEOUT_USEC before READY=1: {msgs}"
+    assert all(int(x.split("=", 1)[1]) >= 10_000_000 for x in extend), extend
+    assert "WATCHDOG=1" in lines, f"the watchdog was not petted during the start: {msgs}"
+    assert not (d.state_dir / "tar" / "restoring.json").exists()
+    assert_same_tree(before, tree_state(r))
+    d.stop()
+    d.env = None
 
 
 def test_out_of_space_leaves_no_trace(daemon_factory):
@@ -706,6 +746,15 @@ def test_restore_of_the_head_reads_only_what_changed(daemon_factory, track):
         lambda: os.chmod(root, 0o700),
         lambda: os.truncate(root / "d4" / "sub" / "g9", 0),
         lambda: [p.unlink() for p in (root / "d0").glob("f*")],
+        # what the events name in a directory: only those entries are compared
+        lambda: os.rename(root / "d0" / "f2", root / "d0" / "f4"),
+        lambda: os.link(root / "d1" / "f5", root / "d1" / "sub" / "hard"),
+        lambda: (os.unlink(root / "d4" / "f6"), os.symlink("f7", root / "d4" / "f6")),
+        lambda: ((root / "d4" / ".tmp").write_text("beside"), os.rename(root / "d4" / ".tmp", root / "d4" / "f8")),
+        lambda: os.setxattr(root / "d4" / "sub" / "g1", "user.k", b"v"),
+        lambda: (os.rename(root / "d1" / "sub", root / "d1" / "gone"), os.mkdir(root / "d1" / "sub")),
+        # more names than a directory keeps: it is read whole
+        lambda: [(root / "d4" / f"many{j:03d}").write_text("x") for j in range(300)] and os.unlink(root / "d4" / "f9"),
     ]
     for k, attempt in enumerate(attempts):
         attempt()

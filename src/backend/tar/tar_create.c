@@ -229,8 +229,18 @@ static bool same_xattrs(struct cctx *c, int dirfd, const char *name, const struc
 /* The parent's entry for a file that has not changed since it was captured:
  * any write moves ctime, and so do chmod, chown and xattr changes; the
  * caller's final tar_wait_past makes sure a change right after the capture
- * cannot keep the recorded ctime. Hardlinked files are always archived, so
- * a hardlink group lives in one archive. */
+ * cannot keep the recorded ctime.
+ * A file of several links is archived again each time, whole group, so
+ * that a hardlink group lives in one archive. Taking only its first member
+ * from the parent is not sound: a restore reads the checkpoint's own
+ * archive before the older ones, and so does a compaction, so a link line
+ * would be made before its target's data, or to the live inode about to be
+ * replaced. Taking the whole group from the parent would be sound in
+ * principle, but it needs a source on a link line ("h"): the manifest of
+ * every ckptd so far refuses one (tar_manifest.c, parse_entry), and a
+ * whole-root restore can bring back such an older ckptd, which could then
+ * not read the newer checkpoints. It also needs each member looked up: a
+ * directory renamed above a link moves it without a new ctime. */
 static const struct tar_mentry *reusable(struct cctx *c, int dirfd, const char *name, const char *path,
 					 const struct stat *st)
 {

@@ -1,8 +1,14 @@
 /* tar_fs.c: xattrs, safe path opening and a private working directory. */
 #include "backend/tar/tar_fs.h"
 
+#include <archive.h>
+#include <archive_entry.h>
+
 #include <limits.h>
+#include <linux/openat2.h>
 #include <sched.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <time.h>
 
@@ -97,15 +103,62 @@ int tar_xattrs_apply_fd(int fd, const struct tar_xattr *xa, size_t n)
 	return 0;
 }
 
+void tar_archive_freep(struct archive **a)
+{
+	if (*a)
+		archive_free(*a);
+}
+
+int tar_xattrs_apply_entry(int fd, struct archive_entry *ae)
+{
+	size_t n = (size_t)archive_entry_xattr_reset(ae), i = 0;
+	struct tar_xattr *xa = n ? calloc(n, sizeof(*xa)) : NULL;
+	const char *name;
+	const void *value;
+	size_t len;
+
+	if (n && !xa)
+		return -ENOMEM;
+	while (i < n && archive_entry_xattr_next(ae, &name, &value, &len) == ARCHIVE_OK)
+		xa[i++] = (struct tar_xattr){ (char *)name, (void *)value, len };
+	int r = tar_xattrs_apply_fd(fd, xa, i);
+	free(xa);
+	return r;
+}
+
+static atomic_bool tar_no_openat2;
+
+/* The directory path[0..len) below root_fd in one call: openat2 follows no
+ * symlink and never leaves root_fd, as the walk of tar_open_parent. < 0
+ * when it cannot (no openat2: an old kernel, gVisor, a seccomp filter), or
+ * on any error: the walk then reports it as it always did. */
+static int tar_open_dir_at_once(int root_fd, const char *path, size_t len)
+{
+	struct open_how how = { .flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+				.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	char dir[PATH_MAX];
+	if (atomic_load(&tar_no_openat2) || len >= sizeof(dir))
+		return -1;
+	memcpy(dir, path, len);
+	dir[len] = '\0';
+	int fd = (int)syscall(SYS_openat2, root_fd, dir, &how, sizeof(how));
+	if (fd < 0 && (errno == ENOSYS || errno == EPERM))
+		atomic_store(&tar_no_openat2, true);
+	return fd;
+}
+
 int tar_open_parent(int root_fd, const char *path, const char **leaf)
 {
 	const char *slash = strrchr(path, '/');
 	char comp[NAME_MAX + 1];
-	int fd = fcntl(root_fd, F_DUPFD_CLOEXEC, 3);
 
+	*leaf = slash ? slash + 1 : path;
+	int fd = slash ? tar_open_dir_at_once(root_fd, path, (size_t)(slash - path)) : -1;
+	if (fd >= 0)
+		return fd;
+	fd = fcntl(root_fd, F_DUPFD_CLOEXEC, 3);
 	if (fd < 0)
 		return -errno;
-	*leaf = slash ? slash + 1 : path;
 	for (const char *p = path; slash && p < slash;) {
 		const char *e = strchr(p, '/');
 		size_t len = (size_t)(e - p);

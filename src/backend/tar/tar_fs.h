@@ -15,6 +15,13 @@ int tar_xattrs_read(int dirfd, const char *name, struct tar_xattr **ret, size_t 
 bool tar_xattrs_match(int dirfd, const char *name, uint64_t xhash);
 /* Make fd's xattrs exactly xa[] (n may be 0: remove all). */
 int tar_xattrs_apply_fd(int fd, const struct tar_xattr *xa, size_t n);
+/* Make fd's xattrs exactly those of an archive entry. */
+struct archive_entry;
+int tar_xattrs_apply_entry(int fd, struct archive_entry *ae);
+/* archive_free for a cleanup attribute. */
+struct archive;
+void tar_archive_freep(struct archive **a);
+#define _cleanup_archive_ _cleanup_(tar_archive_freep)
 
 /* Open the directory holding path (relative to root_fd) component by
  * component with O_NOFOLLOW; *leaf points into path. */

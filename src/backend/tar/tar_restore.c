@@ -133,16 +133,48 @@ static const struct pathindex_dirty *dirty_find(const struct tar_restore_opts *o
 
 static int parent_fd(struct rctx *c, int root_fd, const char *path, const char **leaf);
 
+/* A changed directory whose events all named the entries they changed
+ * (pathindex.h): only those are compared there. NULL: all of them. */
+static const struct pathindex_dirty *named_dir(const struct rctx *c, const char *dir)
+{
+	const struct pathindex_dirty *d = dirty_find(c->o, dir);
+	return d && d->named && !d->deep && !pathindex_dirty_below_deep(c->o->dirty, c->o->n_dirty, dir) ? d : NULL;
+}
+
+/* The entries a named directory's events named, as live_walk compares
+ * each entry; one gone is not there to remove (its line stays unseen). */
+static int named_walk(struct rctx *c, int dfd, const struct pathindex_dirty *d)
+{
+	char path[PATH_MAX];
+	for (size_t i = 0; i < d->n_names; i++) {
+		const char *name = d->names[i];
+		struct stat st;
+		if (snprintf(path, sizeof(path), "%s%s%s", d->path, d->path[0] ? "/" : "", name) >= (int)sizeof(path))
+			return err_set(c->err, ENAMETOOLONG, NULL, "path too long below '%s'", d->path);
+		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno == ENOENT)
+				continue;
+			return err_set(c->err, errno, NULL, "cannot stat '%s': %m", path);
+		}
+		int r = live_entry(c, dfd, name, path, &st);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
 /* With the journal: only the changed directories are read, as live_walk
  * reads them (a deep one with its subtree), and each of them is compared
- * itself. The checkpoint's entries there count as unseen until found;
- * those of every other directory are as the checkpoint captured them. */
+ * itself; in a named one (named_dir), only the entries its events named.
+ * The checkpoint's entries there count as unseen until found; those of
+ * every other directory are as the checkpoint captured them. */
 static int journal_walk(struct rctx *c, int root_fd)
 {
 	char dir[PATH_MAX];
 	const char *last = NULL; /* the last entry's directory: they come in a row */
 	size_t last_len = 0;
 	bool changed = false;
+	const struct pathindex_dirty *named = NULL;
 	for (size_t i = 0; i < c->m.n; i++) {
 		struct tar_mentry *e = &c->m.v[i];
 		const char *slash = strrchr(e->path, '/');
@@ -150,10 +182,15 @@ static int journal_walk(struct rctx *c, int root_fd)
 		if (!last || len != last_len || strncmp(e->path, last, len)) {
 			snprintf(dir, sizeof(dir), "%.*s", (int)len, e->path);
 			changed = pathindex_dirty_covers(c->o->dirty, c->o->n_dirty, dir);
+			named = changed ? named_dir(c, dir) : NULL;
 			last = e->path;
 			last_len = len;
 		}
-		e->seen = !changed && !(e->type == 'd' && c->o->n_dirty && dirty_find(c->o, e->path));
+		/* in a named directory, an entry not named is as captured
+		 * (a suspect is named too: its close or its mapping is an event) */
+		bool here = changed &&
+			(!named || pathindex_dirty_named(named, slash ? slash + 1 : e->path) || suspect(c, e->path));
+		e->seen = !here && !(e->type == 'd' && c->o->n_dirty && dirty_find(c->o, e->path));
 		/* a file of several names may be written through one outside
 		 * the root, which no event of the root shows: looked at always */
 		if (e->seen && (e->type == 'h' || (e->type == 'f' && e->nlink > 1))) {
@@ -186,7 +223,8 @@ static int journal_walk(struct rctx *c, int root_fd)
 			if (c->o->trust_nothing || !kept_as_is(c, de, &st, dfd, NULL))
 				de->needed = true;
 		}
-		int r = live_walk(c, dfd, d->path[0] ? d->path : NULL, d->deep);
+		int r = named_dir(c, d->path) ? named_walk(c, dfd, d)
+					      : live_walk(c, dfd, d->path[0] ? d->path : NULL, d->deep);
 		if (r < 0)
 			return r;
 	}
@@ -280,13 +318,6 @@ static int prepare(struct rctx *c, int root_fd, uint64_t *ret_files, uint64_t *r
 	return 0;
 }
 
-static void archive_freep(struct archive **a)
-{
-	if (*a)
-		archive_free(*a);
-}
-#define _cleanup_archive_ _cleanup_(archive_freep)
-
 /* The archive entry must be one the manifest (already validated) lists,
  * with the same type; anything else means a tampered or corrupt checkpoint. */
 static struct tar_mentry *check_entry(struct rctx *c, struct archive_entry *ae, const char *src, bool *skip)
@@ -341,21 +372,6 @@ static int sys_err(struct rctx *c, int e, const char *what, const char *path)
 	return err_set(c->err, e, NULL, "cannot %s '%s': %s", what, path, strerror(e));
 }
 
-static int pwrite_all(int fd, const char *buf, size_t len, off_t off)
-{
-	while (len > 0) {
-		ssize_t n = pwrite(fd, buf, len, off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -ENOSPC;
-		buf += n, len -= (size_t)n, off += n;
-	}
-	return 0;
-}
-
 static int copy_blocks(struct rctx *c, struct archive *a, int fd, const char *path)
 {
 	const void *buf;
@@ -374,23 +390,6 @@ static int copy_blocks(struct rctx *c, struct archive *a, int fd, const char *pa
 		return err_set(c->err, EBADMSG, NULL, "cannot read '%s' from the archive: %s", path,
 			       archive_error_string(a));
 	return 0;
-}
-
-static int entry_xattrs_apply(struct archive_entry *ae, int fd)
-{
-	size_t n = (size_t)archive_entry_xattr_reset(ae), i = 0;
-	struct tar_xattr *xa = n ? calloc(n, sizeof(*xa)) : NULL;
-	const char *name;
-	const void *value;
-	size_t len;
-
-	if (n && !xa)
-		return -ENOMEM;
-	while (i < n && archive_entry_xattr_next(ae, &name, &value, &len) == ARCHIVE_OK)
-		xa[i++] = (struct tar_xattr){ (char *)name, (void *)value, len };
-	int r = tar_xattrs_apply_fd(fd, xa, i);
-	free(xa);
-	return r;
 }
 
 /* Files of one directory come in a row in the archive: keep its fd. */
@@ -457,7 +456,7 @@ static int write_regular(struct rctx *c, struct archive *a, int root_fd, struct 
 	    (fchown(fd, archive_entry_uid(ae), archive_entry_gid(ae)) < 0 ||
 	     fchmod(fd, archive_entry_mode(ae) & 07777) < 0))
 		r = sys_err(c, errno, "set the owner or mode of", path);
-	if (r >= 0 && (x = entry_xattrs_apply(ae, fd)) < 0)
+	if (r >= 0 && (x = tar_xattrs_apply_entry(fd, ae)) < 0)
 		r = sys_err(c, -x, "set the xattrs of", path);
 	if (r >= 0 && futimens(fd, ts) < 0)
 		r = sys_err(c, errno, "set the times of", path);
