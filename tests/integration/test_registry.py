@@ -993,6 +993,43 @@ def test_registry_lost_mid_streamed_push_then_retry(daemon_factory, registry, tm
         proxy.close()
 
 
+def test_layer_writer_fails_mid_streamed_push_then_retry(daemon_factory, registry, tmp_path):
+    """The state dir fills up while a checkpoint's layer is made and sent:
+    the writer fails with ENOSPC after the sender has sent part of it. The
+    push answers 507, never 200; the registry keeps no tag, no large blob
+    and no upload session; xfer/ is empty. With room again, a retry pushes
+    an image that pulls to the same tree."""
+    reg = registry()
+    # overlay: its views are mounts, so the layer file is the only thing written
+    a = daemon_factory(backend="overlay", start=False, config=reg_config(tmp_path, reg))
+    a.state_dir.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m,mode=0700", "tmpfs", str(a.state_dir)], check=True)
+    a.start()
+    slow_tree(a.roots[0])  # in the checkpoint's layer, which is streamed
+    cid = a.create("full")["checkpoint_id"]
+    st = os.statvfs(a.state_dir)
+    filler = a.state_dir / "filler"
+    with open(filler, "wb") as f:  # leave room for a quarter of the layer
+        for _ in range((st.f_bavail * st.f_frsize - (12 << 20)) >> 20):
+            f.write(b"\xff" * (1 << 20))
+    r = a.request("POST", f"/v1/checkpoints/{cid}/push", json={"ref": f"{reg.host}/full/img"})
+    assert r.status_code == 507 and r.json()["code"] == "insufficient_storage", r.text
+    assert "layer" in r.json()["detail"], r.text
+    assert xfer_empty(a)
+    tags = requests.get(f"{reg.url}/v2/full/img/tags/list", auth=(USER, PASSWORD))
+    assert tags.status_code == 404 or not tags.json().get("tags")
+    blobs = (reg.data / "docker/registry/v2/blobs/sha256").glob("*/*/data")
+    assert all(b.stat().st_size < (1 << 20) for b in blobs)
+    assert not uploads(reg, "full/img", 1), "the session of the layer that was not made is left"
+    filler.unlink()
+    out = push(a, cid, f"{reg.host}/full/img")
+    assert out["layers"][-1]["uploaded"] and out["layers"][-1]["size"] > (40 << 20), out
+    b = daemon_factory(backend="overlay", config=reg_config(tmp_path, reg))
+    p = pull(b, out["ref"], roots={str(a.roots[0]): str(b.roots[0])})
+    b.restore(p["checkpoint_id"])
+    assert_same_tree(tree_state(a.roots[0]), tree_state(b.roots[0]))
+
+
 def test_kill9_during_pull_then_retry(daemon_factory, registry, tmp_path):
     reg = registry()
     a = daemon_factory(backend="tar", start=False, config=reg_config(tmp_path, reg))
