@@ -425,13 +425,15 @@ static int dl_times_post(void *ctx, struct walk_entry *e)
 	return r;
 }
 
-/* Past the depth bound the walk fails; a directory that cannot be opened or
- * read is left as it is. */
+/* A directory gone from the delta (ENOENT) or replaced (ENOTDIR) has no
+ * times to take. Any other failure (EMFILE, EIO, past the depth bound)
+ * fails the create: the directory would keep the create's times, not the
+ * upper's, and a restore would bring back the wrong ones. */
 static int dl_times_fail(void *ctx, const struct walk_entry *e, int err)
 {
 	(void)ctx;
 	(void)e;
-	return err == -ELOOP ? err : 0;
+	return err == -ENOENT || err == -ENOTDIR ? 0 : err;
 }
 
 static int dl_times(int up, int dfd)
@@ -602,12 +604,15 @@ static int dl_dirs_pre(void *ctx, struct walk_entry *e)
 	return overlay_delta_dirs_add(ctx, e->path, &e->st);
 }
 
-/* A directory gone or unreadable since its parent listed it is left out. */
+/* A directory gone (ENOENT) or replaced (ENOTDIR) since its parent listed
+ * it is left out. Any other failure (EMFILE, EIO) fails the read: a
+ * directory missing from the list is one whose own metadata the next
+ * deltas never compare, so a chmod of it would be lost. */
 static int dl_dirs_fail(void *ctx, const struct walk_entry *e, int err)
 {
 	(void)ctx;
 	(void)e;
-	return err == -ELOOP || err == -ENAMETOOLONG ? err : 0;
+	return err == -ENOENT || err == -ENOTDIR ? 0 : err;
 }
 
 int overlay_delta_dirs_read(int layer_fd, struct ovl_delta_dirs *out)

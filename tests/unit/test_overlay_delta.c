@@ -1,0 +1,156 @@
+/* test_overlay_delta.c: the overlay delta's whole-tree walks fail on a
+ * failure that says nothing about the tree (out of fds), instead of
+ * leaving a directory out: the list of directories a full layer holds
+ * (overlay_delta_dirs_read) and the times pass (overlay_delta_dir_meta).
+ * Each runs in a child whose fd limit is lowered below what a deep tree
+ * needs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "backend/overlay/overlay_internal.h"
+#include "testlib.h"
+
+#define DEPTH 60
+
+static char dir[TESTLIB_DIR_LEN];
+
+static int setup(void **state)
+{
+	(void)state;
+	return testlib_mkdir(dir, "ovldelta");
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	testlib_rmdir(dir);
+	return 0;
+}
+
+/* name below dir, DEPTH directories deep ("name/d/d/..."); its fd. */
+static int deep_tree(const char *name)
+{
+	char p[TESTLIB_DIR_LEN + 16 + 2 * DEPTH];
+	int n = snprintf(p, sizeof(p), "%s/%s", dir, name);
+	assert_int_equal(mkdir(p, 0755), 0);
+	for (int i = 0; i < DEPTH; i++) {
+		n += snprintf(p + n, sizeof(p) - (size_t)n, "/d");
+		assert_int_equal(mkdir(p, 0755), 0);
+	}
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	return open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+static int fds_open(void)
+{
+	int n = -1; /* opendir's own */
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return -1;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n - 2; /* . and .. */
+}
+
+/* In a child allowed `spare` fds more than it has: fn's answer, or 100+ on
+ * a failure of the child itself. */
+static int with_fds(int spare, int (*fn)(void *), void *arg)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct rlimit rl;
+		if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+			_exit(100);
+		rl.rlim_cur = (rlim_t)(fds_open() + 3 + spare); /* 0, 1, 2 below the count too */
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			_exit(101);
+		int r = fn(arg);
+		_exit(r == -EMFILE ? 0 : r == 0 ? 1 : 2);
+	}
+	int status;
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	return WEXITSTATUS(status);
+}
+
+static int dirs_read(void *arg)
+{
+	struct ovl_delta_dirs d = { 0 };
+	int r = overlay_delta_dirs_read(*(int *)arg, &d);
+	overlay_delta_dirs_free(&d);
+	return r;
+}
+
+/* Every directory of a full layer is listed, or the read fails: a
+ * directory left out (it used to be, out of fds) is one whose chmod the
+ * next deltas would not see. With fds enough, all DEPTH + 1 are listed. */
+static void test_dirs_read_out_of_fds(void **state)
+{
+	(void)state;
+	int fd = deep_tree("layer");
+	assert_true(fd >= 0);
+	assert_int_equal(with_fds(DEPTH / 2, dirs_read, &fd), 0);
+	struct ovl_delta_dirs d = { 0 };
+	assert_int_equal(overlay_delta_dirs_read(fd, &d), 0);
+	assert_int_equal(d.n, DEPTH + 1);
+	overlay_delta_dirs_free(&d);
+	close(fd);
+}
+
+struct times_arg {
+	int up, dst;
+};
+
+static int dir_meta(void *arg)
+{
+	struct times_arg *a = arg;
+	struct ovl_delta_dirs dirs = { 0 };
+	struct treecopy_stats st = { 0 };
+	ckpt_error err = { 0 };
+	struct ovl_delta_opts o = { .up = a->up, .n_prev = 1 };
+	int r = overlay_delta_dir_meta(&o, a->dst, &dirs, &st, &err);
+	return r == -EAGAIN ? -EMFILE : r; /* the upper's twin not opened: a full layer, no loss either */
+}
+
+/* The times pass gives every directory of the delta its twin's times in
+ * the upper, or fails: a directory it cannot open (out of fds) used to
+ * keep the create's times, and the create succeeded. Each level takes two
+ * fds (the delta's and the upper's): both parities of the limit are
+ * tried, so the walk's own open is the one refused in one of them. */
+static void test_dir_meta_out_of_fds(void **state)
+{
+	(void)state;
+	struct times_arg a = { deep_tree("up"), deep_tree("delta") };
+	assert_true(a.up >= 0 && a.dst >= 0);
+	assert_int_equal(with_fds(DEPTH / 2, dir_meta, &a), 0);
+	assert_int_equal(with_fds(DEPTH / 2 + 1, dir_meta, &a), 0);
+	/* with fds enough, the deepest directory takes the upper's times */
+	struct timespec ts[2] = { { 1000000000, 0 }, { 1000000000, 0 } };
+	char p[2 * DEPTH + 1] = "";
+	for (int i = 0; i < DEPTH; i++)
+		strcat(p, i ? "/d" : "d");
+	assert_int_equal(utimensat(a.up, p, ts, AT_SYMLINK_NOFOLLOW), 0);
+	assert_int_equal(dir_meta(&a), 0);
+	struct stat s;
+	assert_int_equal(fstatat(a.dst, p, &s, AT_SYMLINK_NOFOLLOW), 0);
+	assert_int_equal(s.st_mtim.tv_sec, 1000000000);
+	close(a.up);
+	close(a.dst);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_dirs_read_out_of_fds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_meta_out_of_fds, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
