@@ -1,9 +1,9 @@
-/* test_overlay_delta.c: the overlay delta's whole-tree walks fail on a
- * failure that says nothing about the tree (out of fds), instead of
- * leaving a directory out: the list of directories a full layer holds
- * (overlay_delta_dirs_read) and the times pass (overlay_delta_dir_meta).
- * Each runs in a child whose fd limit is lowered below what a deep tree
- * needs. */
+/* test_walk_hooks.c: whole-tree walks whose fail hooks once took any
+ * failure as "leave it out" now fail on one that says nothing about the
+ * tree (out of fds): the overlay delta's list of directories a full layer
+ * holds (overlay_delta_dirs_read), its times pass (overlay_delta_dir_meta),
+ * and the tar track check (tar_create_check). Each runs in a child whose
+ * fd limit is lowered below what a deep tree needs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 
 #include "backend/overlay/overlay_internal.h"
+#include "backend/tar/tar_create.h"
 #include "testlib.h"
 
 #define DEPTH 60
@@ -23,7 +24,7 @@ static char dir[TESTLIB_DIR_LEN];
 static int setup(void **state)
 {
 	(void)state;
-	return testlib_mkdir(dir, "ovldelta");
+	return testlib_mkdir(dir, "walkhooks");
 }
 
 static int teardown(void **state)
@@ -146,11 +147,48 @@ static void test_dir_meta_out_of_fds(void **state)
 	close(a.dst);
 }
 
+struct check_arg {
+	int root, out;
+	struct timespec since;
+};
+
+static int tar_check(void *arg)
+{
+	struct check_arg *a = arg;
+	struct tar_create_opts o = { 0 };
+	ckpt_error err = { 0 };
+	return tar_create_check(a->root, a->out, "m", &o, a->since, &err);
+}
+
+/* The tar track check compares every entry of the tree with the manifest
+ * just written, or fails: a directory it could not open (out of fds) used
+ * to be skipped with its subtree unchecked, and the check passed. */
+static void test_tar_check_out_of_fds(void **state)
+{
+	(void)state;
+	struct check_arg a = { .root = deep_tree("root") };
+	char p[TESTLIB_DIR_LEN + 8];
+	snprintf(p, sizeof(p), "%s/out", dir);
+	assert_int_equal(mkdir(p, 0755), 0);
+	a.out = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(a.root >= 0 && a.out >= 0);
+	struct tar_create_opts o = { 0 };
+	ckpt_error err = { 0 };
+	assert_int_equal(tar_create_root(a.root, a.out, "a", "m", &o, &err), 0);
+	clock_gettime(CLOCK_REALTIME, &a.since);
+	a.since.tv_sec += 10; /* every entry settled before it: each is compared */
+	assert_int_equal(with_fds(DEPTH / 2, tar_check, &a), 0);
+	assert_int_equal(tar_check(&a), 0); /* with fds enough: nothing missed */
+	close(a.root);
+	close(a.out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_dirs_read_out_of_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_meta_out_of_fds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tar_check_out_of_fds, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
