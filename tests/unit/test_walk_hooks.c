@@ -2,7 +2,8 @@
  * failure as "leave it out" now fail on one that says nothing about the
  * tree (out of fds): the overlay delta's list of directories a full layer
  * holds (overlay_delta_dirs_read), its times pass (overlay_delta_dir_meta),
- * and the tar track check (tar_create_check). Each runs in a child whose
+ * a tracked layer update's metadata pass (treecopy_update_dirs), and the
+ * tar track check (tar_create_check). Each runs in a child whose
  * fd limit is lowered below what a deep tree needs. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <sys/wait.h>
 
 #include "backend/overlay/overlay_internal.h"
+#include "backend/overlay/treecopy.h"
 #include "backend/tar/tar_create.h"
 #include "testlib.h"
 
@@ -147,6 +149,38 @@ static void test_dir_meta_out_of_fds(void **state)
 	close(a.dst);
 }
 
+static int update_dirs(void *arg)
+{
+	struct times_arg *a = arg;
+	struct treecopy_opts o = { 0 };
+	ckpt_error err = { 0 };
+	int r = treecopy_update_dirs(a->up, a->dst, NULL, 0, &o, NULL, &err);
+	return r == -EAGAIN ? -EMFILE : r; /* dst's twin not opened: the full walk decides, no loss */
+}
+
+/* A tracked update of a full layer ends with every directory's own
+ * metadata from the upper. A directory it could not open (out of fds) was
+ * left with its subtree as it was, and the update succeeded: a chmod of
+ * it, or below, was lost. Both parities of the limit, as above. */
+static void test_update_dirs_out_of_fds(void **state)
+{
+	(void)state;
+	struct times_arg a = { deep_tree("up"), deep_tree("layer") };
+	assert_true(a.up >= 0 && a.dst >= 0);
+	char p[2 * DEPTH + 1] = "";
+	for (int i = 0; i < DEPTH; i++)
+		strcat(p, i ? "/d" : "d");
+	assert_int_equal(fchmodat(a.up, p, 0700, 0), 0);
+	assert_int_equal(with_fds(DEPTH / 2, update_dirs, &a), 0);
+	assert_int_equal(with_fds(DEPTH / 2 + 1, update_dirs, &a), 0);
+	assert_int_equal(update_dirs(&a), 0); /* with fds enough, the chmod is taken */
+	struct stat s;
+	assert_int_equal(fstatat(a.dst, p, &s, AT_SYMLINK_NOFOLLOW), 0);
+	assert_int_equal(s.st_mode & 07777, 0700);
+	close(a.up);
+	close(a.dst);
+}
+
 struct check_arg {
 	int root, out;
 	struct timespec since;
@@ -188,6 +222,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_dirs_read_out_of_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_meta_out_of_fds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_update_dirs_out_of_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tar_check_out_of_fds, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
