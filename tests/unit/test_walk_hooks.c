@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -22,6 +23,22 @@
 #define DEPTH 60
 
 static char dir[TESTLIB_DIR_LEN];
+
+/* readdir as the code calls it: the real one, save that the rd_fail-th
+ * call from now fails with EIO. */
+static int rd_fail;
+
+struct dirent *readdir(DIR *d)
+{
+	static struct dirent *(*real)(DIR *);
+	if (!real)
+		real = (struct dirent * (*)(DIR *)) dlsym(RTLD_NEXT, "readdir");
+	if (rd_fail > 0 && --rd_fail == 0) {
+		errno = EIO;
+		return NULL;
+	}
+	return real(d);
+}
 
 static int setup(void **state)
 {
@@ -181,6 +198,36 @@ static void test_update_dirs_out_of_fds(void **state)
 	close(a.dst);
 }
 
+/* A directory new since the last layer is scanned (its files into dix,
+ * its directories into dirs) before it is copied whole. A read error in
+ * the scan ended the listing quietly: the delta was made, and dirs lacked
+ * the directories below, whose chmod the next deltas would not see. It now
+ * makes a full layer (-EAGAIN). */
+static void test_delta_new_dir_read_error(void **state)
+{
+	(void)state;
+	int up = deep_tree("up"), prev = deep_tree("prev"), dst = deep_tree("dst");
+	assert_true(up >= 0 && prev >= 0 && dst >= 0);
+	assert_int_equal(mkdirat(up, "new", 0755), 0);
+	assert_int_equal(mkdirat(up, "new/sub", 0755), 0);
+	struct ovl_delta_dirs dirs = { 0 };
+	_cleanup_(pathindex_freep) struct pathindex *ix = pathindex_new(), *dix = pathindex_new();
+	struct ovl_delta_opts o = { .up = up, .prev = &prev, .n_prev = 1, .ix = ix, .dix = dix, .dirs = &dirs };
+	struct pathindex_dirty dirty = { .path = "new", .deep = true };
+	struct treecopy_stats st = { 0 };
+	ckpt_error err = { 0 };
+	rd_fail = 1; /* the scan's first read: "new" */
+	assert_int_equal(overlay_delta_dirs(&o, dst, &dirty, 1, &st, &err), -EAGAIN);
+	assert_int_equal(rd_fail, 0);
+	overlay_delta_dirs_free(&dirs);
+	assert_int_equal(overlay_delta_dirs(&o, dst, &dirty, 1, &st, &err), 0);
+	assert_int_equal(dirs.n, 2); /* new and new/sub */
+	overlay_delta_dirs_free(&dirs);
+	close(up);
+	close(prev);
+	close(dst);
+}
+
 struct check_arg {
 	int root, out;
 	struct timespec since;
@@ -224,6 +271,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_meta_out_of_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_update_dirs_out_of_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tar_check_out_of_fds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_delta_new_dir_read_error, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

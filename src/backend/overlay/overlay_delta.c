@@ -463,13 +463,14 @@ static int dl_scan_pre(void *ctx, struct walk_entry *e)
 	return t->o->dirs && overlay_delta_dirs_add(t->o->dirs, e->path, &e->st) < 0 ? -ENOMEM : 0;
 }
 
-/* An entry that cannot be read here is the full walk's to judge; a read
- * error ends a directory's listing quietly, as it always did. */
+/* An entry that cannot be stat'ed, opened or read here is the full walk's
+ * to judge (-EAGAIN: a full layer). A read error too: a directory listed
+ * in part would leave those below it out of dirs, and their metadata
+ * uncompared by the next deltas. */
 static int dl_scan_fail(void *ctx, const struct walk_entry *e, int err)
 {
 	(void)ctx;
-	if (e->fd >= 0)
-		return 0;
+	(void)e;
 	return err == -ELOOP || err == -ENAMETOOLONG ? err : -EAGAIN;
 }
 
