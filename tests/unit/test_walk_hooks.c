@@ -2,8 +2,9 @@
  * failure as "leave it out" now fail on one that says nothing about the
  * tree (out of fds): the overlay delta's list of directories a full layer
  * holds (overlay_delta_dirs_read), its times pass (overlay_delta_dir_meta),
- * a tracked layer update's metadata pass (treecopy_update_dirs), and the
- * tar track check (tar_create_check). Each runs in a child whose
+ * a tracked layer update's metadata pass (treecopy_update_dirs), the
+ * scan of a directory new since the last layer, a layer's record
+ * (overlay_record_write), and the tar track check (tar_create_check). Each runs in a child whose
  * fd limit is lowered below what a deep tree needs. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -228,6 +229,26 @@ static void test_delta_new_dir_read_error(void **state)
 	close(dst);
 }
 
+/* A layer's record lists every entry the layer holds: a read error used
+ * to end a listing quietly, and the record written lacked those entries
+ * (every later verify would report them). Now the write fails. */
+static void test_record_read_error(void **state)
+{
+	(void)state;
+	char p[TESTLIB_DIR_LEN + 8];
+	snprintf(p, sizeof(p), "%s/rec", dir);
+	assert_int_equal(mkdir(p, 0755), 0);
+	struct ovl_root r = { .rdir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) };
+	int layer = deep_tree("layer");
+	assert_true(r.rdir_fd >= 0 && layer >= 0);
+	rd_fail = 1; /* the layer's top */
+	assert_int_equal(overlay_record_write(&r, layer, "L", false), -EIO);
+	assert_int_equal(faccessat(r.rdir_fd, "rec/L", F_OK, 0), -1);
+	assert_int_equal(overlay_record_write(&r, layer, "L", false), 0);
+	close(layer);
+	close(r.rdir_fd);
+}
+
 struct check_arg {
 	int root, out;
 	struct timespec since;
@@ -272,6 +293,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_update_dirs_out_of_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tar_check_out_of_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_delta_new_dir_read_error, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_record_read_error, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
