@@ -4,7 +4,8 @@
  * holds (overlay_delta_dirs_read), its times pass (overlay_delta_dir_meta),
  * a tracked layer update's metadata pass (treecopy_update_dirs), the
  * scan of a directory new since the last layer, a layer's record
- * (overlay_record_write), and the tar track check (tar_create_check). Each runs in a child whose
+ * (overlay_record_write), the inotify tracker's scan, and the tar track
+ * check (tar_create_check). Each runs in a child whose
  * fd limit is lowered below what a deep tree needs. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "backend/change_track_internal.h"
 #include "backend/overlay/overlay_internal.h"
 #include "backend/overlay/treecopy.h"
 #include "backend/tar/tar_create.h"
@@ -249,6 +251,26 @@ static void test_record_read_error(void **state)
 	close(r.rdir_fd);
 }
 
+/* The inotify tracker watches every directory it scans: a read error
+ * used to end a listing quietly, and arming succeeded with the directories
+ * below unwatched, their changes never seen. Now arming fails (tracking
+ * is given up: every create reads the whole tree). */
+static void test_inotify_scan_read_error(void **state)
+{
+	(void)state;
+	char p[TESTLIB_DIR_LEN + 8];
+	snprintf(p, sizeof(p), "%s/root", dir);
+	struct chg_track t = { .fan = -1, .upper = deep_tree("root"), .path = p, .len = strlen(p) };
+	assert_true(t.upper >= 0);
+	rd_fail = 1; /* the root's listing */
+	assert_int_equal(chg_inotify_arm(&t), -EIO);
+	chg_inotify_free(t.ino);
+	t.ino = NULL;
+	assert_int_equal(chg_inotify_arm(&t), 0);
+	chg_inotify_free(t.ino);
+	close(t.upper);
+}
+
 struct check_arg {
 	int root, out;
 	struct timespec since;
@@ -294,6 +316,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_tar_check_out_of_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_delta_new_dir_read_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_record_read_error, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_inotify_scan_read_error, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
