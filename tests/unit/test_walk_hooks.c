@@ -12,7 +12,6 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <dirent.h>
-#include <dlfcn.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -22,26 +21,11 @@
 #include "backend/overlay/treecopy.h"
 #include "backend/tar/tar_create.h"
 #include "testlib.h"
+#include "testlib_readdir.h"
 
 #define DEPTH 60
 
 static char dir[TESTLIB_DIR_LEN];
-
-/* readdir as the code calls it: the real one, save that the rd_fail-th
- * call from now fails with EIO. */
-static int rd_fail;
-
-struct dirent *readdir(DIR *d)
-{
-	static struct dirent *(*real)(DIR *);
-	if (!real)
-		real = (struct dirent * (*)(DIR *)) dlsym(RTLD_NEXT, "readdir");
-	if (rd_fail > 0 && --rd_fail == 0) {
-		errno = EIO;
-		return NULL;
-	}
-	return real(d);
-}
 
 static int setup(void **state)
 {
