@@ -4,14 +4,15 @@
  * holds (overlay_delta_dirs_read), its times pass (overlay_delta_dir_meta),
  * a tracked layer update's metadata pass (treecopy_update_dirs), the
  * scan of a directory new since the last layer, a layer's record
- * (overlay_record_write), the inotify tracker's scan, and the tar track
- * check (tar_create_check). Each runs in a child whose
+ * (overlay_record_write), the inotify tracker's scan, the overlay and tar
+ * track checks (overlay_check_layer, tar_create_check). Each runs in a child whose
  * fd limit is lowered below what a deep tree needs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -24,6 +25,22 @@
 #include "testlib_readdir.h"
 
 #define DEPTH 60
+
+/* fstatat as the code calls it: the real one, save that a stat of the
+ * name st_fail fails with EIO. */
+static const char *st_fail;
+
+int fstatat(int fd, const char *restrict name, struct stat *restrict st, int flags)
+{
+	static int (*real)(int, const char *restrict, struct stat *restrict, int);
+	if (!real)
+		real = (int (*)(int, const char *restrict, struct stat *restrict, int))dlsym(RTLD_NEXT, "fstatat");
+	if (st_fail && !strcmp(name, st_fail)) {
+		errno = EIO;
+		return -1;
+	}
+	return real(fd, name, st, flags);
+}
 
 static char dir[TESTLIB_DIR_LEN];
 
@@ -255,6 +272,26 @@ static void test_inotify_scan_read_error(void **state)
 	close(t.upper);
 }
 
+/* The overlay track check took any failed stat as "missing on that side":
+ * the difference was then excused (here: no tracker, every difference is),
+ * or, failing on both sides, the name was never compared; the check
+ * passed. A stat's EIO now fails the check. */
+static void test_overlay_check_stat_error(void **state)
+{
+	(void)state;
+	struct ovl_root r = { .path = dir, .trk = { .fan = -1 } };
+	int up = deep_tree("up"), dst = deep_tree("layer");
+	assert_true(up >= 0 && dst >= 0);
+	ckpt_error err = { 0 };
+	assert_int_equal(overlay_check_layer(&r, up, dst, &err), 0); /* differences, all excused */
+	st_fail = "d";
+	int q = overlay_check_layer(&r, up, dst, &err);
+	st_fail = NULL;
+	assert_int_equal(q, -EIO);
+	close(up);
+	close(dst);
+}
+
 struct check_arg {
 	int root, out;
 	struct timespec since;
@@ -301,6 +338,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_delta_new_dir_read_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_record_read_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_inotify_scan_read_error, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_overlay_check_stat_error, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
