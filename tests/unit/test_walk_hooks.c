@@ -1,12 +1,13 @@
 /* test_walk_hooks.c: whole-tree walks whose fail hooks once took any
  * failure as "leave it out" now fail on one that says nothing about the
- * tree (out of fds): the overlay delta's list of directories a full layer
- * holds (overlay_delta_dirs_read), its times pass (overlay_delta_dir_meta),
- * a tracked layer update's metadata pass (treecopy_update_dirs), the
- * scan of a directory new since the last layer, a layer's record
- * (overlay_record_write), the inotify tracker's scan, the overlay and tar
- * track checks (overlay_check_layer, tar_create_check). Each runs in a child whose
- * fd limit is lowered below what a deep tree needs. */
+ * tree: the overlay delta's list of directories a full layer holds
+ * (overlay_delta_dirs_read), its times pass (overlay_delta_dir_meta), a
+ * tracked layer update's metadata pass (treecopy_update_dirs), the scan
+ * of a directory new since the last layer, a layer's record
+ * (overlay_record_write), the inotify tracker's scan, and the overlay and
+ * tar track checks (overlay_check_layer, tar_create_check). Out of fds:
+ * in a child whose fd limit is lowered below what a deep tree needs; a
+ * read or stat error: readdir or fstatat interposed in this binary. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
