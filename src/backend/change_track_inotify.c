@@ -232,15 +232,16 @@ static int scan_pre(void *ctx, struct walk_entry *e)
 	return r < 0 ? r : r == 0 ? WALK_SKIP : 0;
 }
 
-/* What is gone (ENOENT) or replaced (ENOTDIR) since it was listed is its
- * directory's event. Any other failure ends the scan with its errno (the
- * caller gives up on tracking): a directory not read in full (EIO, EMFILE)
- * leaves those below it unwatched, and their changes unseen. */
+/* What is gone (ENOENT, at a read too: a directory removed while it is
+ * listed) or replaced (ENOTDIR) since it was listed is its directory's
+ * event. Any other failure ends the scan with its errno (the caller gives
+ * up on tracking): a directory not read in full (EIO, EMFILE) leaves those
+ * below it unwatched, and their changes unseen. */
 static int scan_fail(void *ctx, const struct walk_entry *e, int err)
 {
 	(void)ctx;
-	bool gone = err == -ENOENT || err == -ENOTDIR;
-	return gone && (e->step == WALK_AT_OPEN || e->step == WALK_AT_STAT) ? 0 : err;
+	(void)e;
+	return err == -ENOENT || err == -ENOTDIR ? 0 : err;
 }
 
 /* Watch directory rel, then everything below it: what was made in it
