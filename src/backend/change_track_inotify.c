@@ -219,8 +219,8 @@ static int scan_pre(void *ctx, struct walk_entry *e)
 	struct stat st;
 	if (e->type != DT_DIR && (e->type != DT_REG || !c->t->plain_dir))
 		return 0;
-	if (fstatat(e->dirfd, e->name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return WALK_SKIP; /* gone since: its directory has the event */
+	if (fstatat(e->dirfd, e->name, &st, AT_SYMLINK_NOFOLLOW) < 0) /* gone since: its directory has the event */
+		return errno == ENOENT || errno == ENOTDIR ? WALK_SKIP : -errno;
 	if (S_ISREG(st.st_mode)) {
 		int r = c->t->plain_dir ? file_found(c->t, e->path, &st, c->s) : 0;
 		return r < 0 ? r : WALK_SKIP;
@@ -232,20 +232,16 @@ static int scan_pre(void *ctx, struct walk_entry *e)
 	return r < 0 ? r : r == 0 ? WALK_SKIP : 0;
 }
 
-/* What is gone or unreadable since is its directory's event; a path too
- * long or a tree too deep ends the scan, as an error. */
+/* What is gone (ENOENT, at a read too: a directory removed while it is
+ * listed) or replaced (ENOTDIR) since it was listed is its directory's
+ * event. Any other failure ends the scan with its errno (the caller gives
+ * up on tracking): a directory not read in full (EIO, EMFILE) leaves those
+ * below it unwatched, and their changes unseen. */
 static int scan_fail(void *ctx, const struct walk_entry *e, int err)
 {
 	(void)ctx;
-	switch (e->step) {
-	case WALK_AT_OPEN:
-		return err == -ENOENT || err == -ENOTDIR ? 0 : err;
-	case WALK_AT_STAT:
-	case WALK_AT_READ:
-		return 0;
-	default:
-		return err;
-	}
+	(void)e;
+	return err == -ENOENT || err == -ENOTDIR ? 0 : err;
 }
 
 /* Watch directory rel, then everything below it: what was made in it

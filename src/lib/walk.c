@@ -67,6 +67,14 @@ static int walk_fail(struct walk_run *w, struct walk_entry *e, int err, enum wal
 	return w->o->fail ? w->o->fail(w->o->ctx, e, err) : err;
 }
 
+/* A read error in directory e: e->err keeps it for post, should fail
+ * answer WALK_SKIP (skip e: the rest of its entries are not walked). */
+static int walk_fail_read(struct walk_run *w, struct walk_entry *e, int err)
+{
+	e->err = err;
+	return walk_fail(w, e, err, WALK_AT_READ);
+}
+
 /* Append "/name" (or "name" at an empty path) to w->path. */
 static int walk_path_push(struct walk_run *w, const char *name)
 {
@@ -124,8 +132,11 @@ static int walk_descend(struct walk_run *w, struct walk_entry *e)
 	}
 	e->fd = fd;
 	int r = walk_dir(w, e, d);
-	e->path = w->path; /* the children may have moved the buffer */
-	r = walk_post(w, e, r, r);
+	e->path = w->path;  /* the children may have moved the buffer */
+	if (r == WALK_SKIP) /* fail skipped it at a read error */
+		r = walk_post(w, e, e->err, 0);
+	else
+		r = walk_post(w, e, r, r);
 	closedir(d);
 	e->fd = -1;
 	return r;
@@ -177,7 +188,23 @@ static int walk_name_cmp(const void *a, const void *b)
 	return strcmp((*(struct walk_name *const *)a)->name, (*(struct walk_name *const *)b)->name);
 }
 
-/* Every name of d, sorted: read whole first. 0, or -errno of the read. */
+/* Drop the repeats of a sorted v: readdir can give a name twice (tmpfs,
+ * during a rename in the directory), and each name reaches the hooks
+ * once. The new count. */
+static size_t walk_names_unique(struct walk_name **v, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (k && !strcmp(v[k - 1]->name, v[i]->name))
+			free(v[i]);
+		else
+			v[k++] = v[i];
+	}
+	return k;
+}
+
+/* Every name of d, sorted, each once: read whole first. 0, or -errno of
+ * the read. */
 static int walk_read_sorted(DIR *d, struct walk_name ***ret, size_t *ret_n)
 {
 	struct walk_name **v = NULL;
@@ -206,7 +233,7 @@ static int walk_read_sorted(DIR *d, struct walk_name ***ret, size_t *ret_n)
 	if (n > 1)
 		qsort(v, n, sizeof(*v), walk_name_cmp);
 	*ret = v;
-	*ret_n = n;
+	*ret_n = walk_names_unique(v, n);
 	return r;
 }
 
@@ -216,7 +243,7 @@ static int walk_dir_sorted(struct walk_run *w, struct walk_entry *dir, DIR *d)
 	size_t n;
 	int r = walk_read_sorted(d, &v, &n);
 	if (r < 0 && r != -ENOMEM)
-		r = walk_fail(w, dir, r, WALK_AT_READ); /* 0: go on with what was read */
+		r = walk_fail_read(w, dir, r); /* 0: go on with what was read */
 	for (size_t i = 0; r == 0 && i < n; i++)
 		r = walk_one(w, dir, v[i]->name, v[i]->type);
 	for (size_t i = 0; i < n; i++)
@@ -234,7 +261,7 @@ static int walk_dir(struct walk_run *w, struct walk_entry *dir, DIR *d)
 	while (r == 0 && (de = walk_next(d)))
 		r = walk_one(w, dir, de->d_name, de->d_type);
 	if (r == 0 && !de && errno)
-		r = walk_fail(w, dir, -errno, WALK_AT_READ);
+		r = walk_fail_read(w, dir, -errno);
 	return r;
 }
 
@@ -259,7 +286,7 @@ int walk_tree(int dirfd_, const char *name, const struct walk_opts *o)
 	r = walk_dir(&w, &root, d);
 	closedir(d);
 	free(w.path);
-	return r;
+	return r == WALK_SKIP ? 0 : r; /* fail skipped the root at a read error */
 }
 
 int walk_fail_ignore(void *ctx, const struct walk_entry *e, int err)
@@ -340,8 +367,8 @@ static int wm_enter(struct wm_run *m, struct walk_merge_entry *e)
 	if (r == 0)
 		r = wm_list(m, e, l);
 	e->path = m->w.path ? m->w.path : ""; /* the children may have moved the buffer */
-	if (e->depth && r == WALK_SKIP)       /* fail said skip it */
-		r = wm_post(m, e, e->err, 0);
+	if (r == WALK_SKIP)                   /* fail said skip it; at the roots, the walk ends there with 0 */
+		r = e->depth ? wm_post(m, e, e->err, 0) : 0;
 	else if (e->depth)
 		r = wm_post(m, e, r, r);
 	for (size_t i = 0; d && l && i < e->n; i++) {

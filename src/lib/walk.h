@@ -31,7 +31,7 @@ int walk_each(int dirfd, const char *name, walk_fn fn, void *ctx);
 #define WALK_DEPTH_MAX 4096
 
 enum {
-	WALK_SORTED = 1 << 0, /* each directory's entries in strcmp order of names */
+	WALK_SORTED = 1 << 0, /* each directory's entries in strcmp order of names, each once */
 	WALK_STAT = 1 << 1,   /* fstatat every entry; else e->st only where d_type is unknown */
 	WALK_DIRS = 1 << 2,   /* only directories reach the hooks: files are not stat'ed */
 };
@@ -76,7 +76,9 @@ struct walk_entry {
  * only releases what pre took, and its return is ignored.
  * fail: a failure at entry e, e->step says where (at WALK_AT_PATH e->path
  * is still the parent's). 0 skips e and goes on (after a read error, with
- * what was read); so does WALK_SKIP at WALK_AT_PATH; anything else ends
+ * what was read); so does WALK_SKIP at WALK_AT_PATH; WALK_SKIP at
+ * WALK_AT_READ skips the rest of directory e (post sees the read error in
+ * e->err; at the root the walk ends there, with 0); anything else ends
  * the walk with it. Without fail every failure ends the walk. */
 struct walk_opts {
 	unsigned flags;
@@ -98,7 +100,8 @@ int walk_tree(int dirfd, const char *name, const struct walk_opts *o);
 int walk_fail_ignore(void *ctx, const struct walk_entry *e, int err);
 
 /* walk_merge: the union of n trees walked as one, for comparing and
- * merging them. Each name comes once, in strcmp order, with which trees
+ * merging them. Each name comes once (a name readdir repeats included),
+ * in strcmp order, with which trees
  * hold it and its stat in each; the walk goes below it in each tree where
  * it is a directory (pre may leave trees out). Same depth and path bounds,
  * hooks and answers as walk_tree; every entry is stat'ed. */
@@ -127,7 +130,9 @@ struct walk_merge_entry {
 /* As walk_opts, for walk_merge. fail at WALK_AT_STAT: 0 takes the entry as
  * not held by that tree; at WALK_AT_OPEN: 0 goes on without that tree,
  * WALK_SKIP skips the entry in every tree (post still runs); at
- * WALK_AT_READ: 0 goes on with what was read. An entry gone since it was
+ * WALK_AT_READ: 0 goes on with what was read, WALK_SKIP skips the entry in
+ * every tree (post sees the read error in e->err; at the roots the walk
+ * ends there, with 0). An entry gone since it was
  * listed fails with ENOENT (or ENOTDIR, replaced); a hook that takes
  * failures as absence should take only those: EMFILE, ENFILE or EIO
  * there is not an answer about the tree. */

@@ -15,6 +15,7 @@
 #include "lib/util.h"
 #include "lib/walk.h"
 #include "testlib.h"
+#include "testlib_readdir.h"
 
 static char dir[TESTLIB_DIR_LEN];
 static int dfd = -1;
@@ -641,6 +642,59 @@ static void test_walk_merge_unsorted(void **state)
 	close(fds[1]);
 }
 
+/* A name readdir gives twice reaches the hooks once: walk_merge's "each
+ * name once", and walk_tree's sorted order (it came twice before). */
+static void test_walk_repeated_name(void **state)
+{
+	(void)state;
+	mk("A", true), mk("A/a", false), mk("A/b", false), mk("A/c", false), mk("B", true), mk("B/b", false);
+	struct seen s = { 0 };
+	rd_twice = "b"; /* in A, read first */
+	assert_int_equal(merge_roots(&s, "A", "B", 0), 0);
+	assert_null(rd_twice);
+	assert_string_equal(s.log, "pre f- a\npre ff b\npre f- c\n");
+	memset(&s, 0, sizeof(s));
+	rd_twice = "b";
+	struct walk_opts o = { .flags = WALK_SORTED, .pre = seen_pre, .ctx = &s };
+	assert_int_equal(walk_tree(dfd, "A", &o), 0);
+	assert_null(rd_twice);
+	assert_string_equal(s.log, "pre a\npre b\npre c\n");
+}
+
+/* A read error fail answers WALK_SKIP: that directory's entries are
+ * skipped, its post sees the read error, and the walk goes on; at a root
+ * the walk ends with 0 (walk_merge and walk_tree answered WALK_SKIP, 1,
+ * and walk_tree's post saw 1 as the error). */
+static void test_walk_read_error_skip(void **state)
+{
+	(void)state;
+	mk("t", true), mk("t/a", true), mk("t/a/x", false), mk("t/b", false), mk("B", true), mk("B/y", false);
+	struct seen s = { .fail_answer = WALK_SKIP };
+	rd_fail = 1; /* the root of tree 0, t */
+	assert_int_equal(merge_roots(&s, "t", "B", 0), 0);
+	assert_string_equal(s.log, "fail read 0 5 \n");
+	memset(&s, 0, sizeof(s));
+	s.fail_answer = WALK_SKIP;
+	rd_fail = 1;
+	struct walk_opts o = { .pre = seen_pre, .post = seen_post, .fail = seen_fail, .ctx = &s };
+	for (unsigned flags = 0; flags <= WALK_SORTED; flags += WALK_SORTED) { /* listed as read, or sorted */
+		memset(&s, 0, sizeof(s));
+		s.fail_answer = WALK_SKIP;
+		o.flags = flags;
+		rd_fail = 1;
+		assert_int_equal(walk_tree(dfd, "t", &o), 0);
+		assert_string_equal(s.log, "fail read 5 \n");
+	}
+	memset(&s, 0, sizeof(s));
+	s.fail_answer = WALK_SKIP;
+	o.flags = WALK_SORTED;
+	rd_fail = 6; /* ., .., a, b and the end of t: then a's first */
+	assert_int_equal(walk_tree(dfd, "t", &o), 0);
+	assert_string_equal(s.log, "pre a\nfail read 5 a\npost a\npre b\n");
+	assert_int_equal(s.post_err, -EIO);
+	assert_int_equal(rd_fail, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -659,6 +713,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_walk_merge_gone_before_open, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_merge_emfile, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_merge_unsorted, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_repeated_name, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_read_error_skip, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -137,15 +137,19 @@ static int overlay_check_pre(void *ctx, struct walk_merge_entry *e)
 	return why ? overlay_check_differs(c, e->path, why) : 0;
 }
 
-/* A directory gone since listed differs, unless a later change explains
- * it; any other failure (out of fds, a read error, a path too long) ends
- * the check with its errno: it says nothing about tracking. */
+/* An entry gone since listed is missing on that side; a directory gone
+ * differs, unless a later change explains it. Any other failure (a stat's
+ * EIO, out of fds, a read error, a path too long) ends the check with its
+ * errno: it says nothing about tracking, and taken as missing it would be
+ * excused, or left uncompared where both sides fail. */
 static int overlay_check_fail(void *ctx, const struct walk_merge_entry *e, int err)
 {
 	struct oc *c = ctx;
+	if (err != -ENOENT && err != -ENOTDIR)
+		return err;
 	if (e->step == WALK_AT_STAT)
 		return 0; /* gone since listed: missing on that side */
-	if (e->step != WALK_AT_OPEN || (err != -ENOENT && err != -ENOTDIR))
+	if (e->step != WALK_AT_OPEN)
 		return err;
 	if (chg_track_changed_at(c->trk, e->path))
 		return WALK_SKIP; /* neither side is compared below it */

@@ -425,13 +425,15 @@ static int dl_times_post(void *ctx, struct walk_entry *e)
 	return r;
 }
 
-/* Past the depth bound the walk fails; a directory that cannot be opened or
- * read is left as it is. */
+/* A directory gone from the delta (ENOENT) or replaced (ENOTDIR) has no
+ * times to take. Any other failure (EMFILE, EIO, past the depth bound)
+ * fails the create: the directory would keep the create's times, not the
+ * upper's, and a restore would bring back the wrong ones. */
 static int dl_times_fail(void *ctx, const struct walk_entry *e, int err)
 {
 	(void)ctx;
 	(void)e;
-	return err == -ELOOP ? err : 0;
+	return err == -ENOENT || err == -ENOTDIR ? 0 : err;
 }
 
 static int dl_times(int up, int dfd)
@@ -461,13 +463,14 @@ static int dl_scan_pre(void *ctx, struct walk_entry *e)
 	return t->o->dirs && overlay_delta_dirs_add(t->o->dirs, e->path, &e->st) < 0 ? -ENOMEM : 0;
 }
 
-/* An entry that cannot be read here is the full walk's to judge; a read
- * error ends a directory's listing quietly, as it always did. */
+/* An entry that cannot be stat'ed, opened or read here is the full walk's
+ * to judge (-EAGAIN: a full layer). A read error too: a directory listed
+ * in part would leave those below it out of dirs, and their metadata
+ * uncompared by the next deltas. */
 static int dl_scan_fail(void *ctx, const struct walk_entry *e, int err)
 {
 	(void)ctx;
-	if (e->fd >= 0)
-		return 0;
+	(void)e;
 	return err == -ELOOP || err == -ENAMETOOLONG ? err : -EAGAIN;
 }
 
@@ -602,12 +605,15 @@ static int dl_dirs_pre(void *ctx, struct walk_entry *e)
 	return overlay_delta_dirs_add(ctx, e->path, &e->st);
 }
 
-/* A directory gone or unreadable since its parent listed it is left out. */
+/* A directory gone (ENOENT) or replaced (ENOTDIR) since its parent listed
+ * it is left out. Any other failure (EMFILE, EIO) fails the read: a
+ * directory missing from the list is one whose own metadata the next
+ * deltas never compare, so a chmod of it would be lost. */
 static int dl_dirs_fail(void *ctx, const struct walk_entry *e, int err)
 {
 	(void)ctx;
 	(void)e;
-	return err == -ELOOP || err == -ENAMETOOLONG ? err : 0;
+	return err == -ENOENT || err == -ENOTDIR ? 0 : err;
 }
 
 int overlay_delta_dirs_read(int layer_fd, struct ovl_delta_dirs *out)

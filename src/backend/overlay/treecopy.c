@@ -311,20 +311,22 @@ static int treecopy_copy_post(void *ctx, struct walk_entry *e)
 	return r;
 }
 
+/* What a walk was doing at a failure, by walk_step, for tc_fail. */
+static const char *const tc_walk_step[] = {
+	[WALK_AT_PATH] = "path",     [WALK_AT_STAT] = "stat",    [WALK_AT_DEPTH] = "directory depth",
+	[WALK_AT_OPEN] = "open dir", [WALK_AT_READ] = "readdir",
+};
+
 /* An entry gone since listed is skipped, as treecopy_entry skips it;
  * anything else fails the copy. */
 static int treecopy_copy_fail(void *ctx, const struct walk_entry *e, int err)
 {
 	struct tc_walk *w = ctx;
-	static const char *const what[] = {
-		[WALK_AT_PATH] = "path",     [WALK_AT_STAT] = "stat",    [WALK_AT_DEPTH] = "directory depth",
-		[WALK_AT_OPEN] = "open dir", [WALK_AT_READ] = "readdir",
-	};
 	if (e->step == WALK_AT_STAT && err == -ENOENT)
 		return 0;
 	tc_at(w->t, e->path, strlen(e->path)); /* at WALK_AT_PATH: the parent's */
 	w->failed = true;
-	return tc_fail(w->t, err, what[e->step]);
+	return tc_fail(w->t, err, tc_walk_step[e->step]);
 }
 
 /* The entries of src directory sfd into dfd, whose path is t->path. */
@@ -662,16 +664,18 @@ static int treecopy_dirs_meta_post(void *ctx, struct walk_entry *e)
 	return r;
 }
 
-/* A directory gone or unreadable in src is left to the next walk; past the
- * depth bound the walk fails. */
+/* A directory gone from src (ENOENT) or replaced (ENOTDIR) since listed is
+ * left to the next walk. Any other failure (EMFILE, EIO, past the depth
+ * bound) fails the update: the directories below it would keep stale
+ * metadata in the layer, a change lost. */
 static int treecopy_dirs_meta_fail(void *ctx, const struct walk_entry *e, int err)
 {
 	struct tc_dm *m = ctx;
-	if (err != -ELOOP)
+	if (err == -ENOENT || err == -ENOTDIR)
 		return 0;
 	tc_at(m->t, e->path, e->path_len);
 	m->failed = true;
-	return tc_fail(m->t, err, "directory depth");
+	return tc_fail(m->t, err, tc_walk_step[e->step]);
 }
 
 /* Every directory's own metadata, where it differs: overlayfs can touch an
