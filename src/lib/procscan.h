@@ -45,6 +45,11 @@ struct procscan_ref {
 #define PROCSCAN_MNTNS 4u
 /* No cwd or root: the fds and mappings only (files, not directories in use). */
 #define PROCSCAN_NO_DIRS 8u
+/* Of the mappings, only the shared writable ones (shared_write), asked of
+ * the kernel where it answers (PROCMAP_QUERY, Linux 6.11) rather than read
+ * from the text of maps, which the kernel writes line by line for every
+ * mapping of a process: most of a scan's cost on a busy machine. */
+#define PROCSCAN_SHARED_WRITE_MAPS 16u
 
 /* What the callback returns: < 0 stops the scan with that error. */
 #define PROCSCAN_CONTINUE 0
