@@ -518,7 +518,7 @@ static int overlay_create_publish_capture(struct ovl_root *r, char name[OVL_NAME
 		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
 	_cleanup_close_ int dst = openat(l, r->cap_tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int q = dst < 0 ? err_set(err, errno, NULL, "open layer: %m") : 0;
-	q = overlay_layer_publish(r, l, dst, r->cap_tmp, r->cap_name, q, err); /* removes tmp on failure */
+	q = overlay_layer_publish_new(r, l, dst, r->cap_tmp, r->cap_name, q, err); /* removes it on failure */
 	r->cap_tmp[0] = 0;
 	if (q < 0) {
 		overlay_create_drop_capture(r, l);
