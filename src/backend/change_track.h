@@ -100,9 +100,9 @@ const char *chg_track_method_name(enum chg_track_method m);
  * were lost (queue overflow) or a watch could not be added (the limit):
  * each made its caller walk the tree. For /metrics. */
 uint64_t chg_track_fallbacks_total(void);
-/* fanotify events every tracker of this process read from its queue, its
- * own writes (dropped by pid) included. For /metrics: what a create's own
- * writes into the layer store cost a tracker shows here. */
+/* Events every tracker of this process read from its queue (fanotify or
+ * inotify), its own writes (dropped by pid) included. For /metrics: what a
+ * create's own writes into the layer store cost a tracker shows here. */
 uint64_t chg_track_events_total(void);
 
 /* Read the events queued so far as ckptd's own writes (a tar restore's):

@@ -315,9 +315,10 @@ def test_tracker_hears_only_the_upper(daemon_factory, tmp_path):
     cid = d.create("one")["checkpoint_id"]
     heard = metric(d, "ckptd_change_tracking_events_total") - before
     # the changes: a write and its close for each file, a create for each
-    # new one (the kernel may merge some); not 400 and more from outside,
-    # nor one for each file, directory and record the delta wrote
-    assert 6 <= heard <= 30, heard
+    # new one (fanotify may merge some; inotify under gVisor); not 400 and
+    # more from outside, nor one for each file, directory and record the
+    # delta wrote (462 with the filesystem mark)
+    assert 6 <= heard <= 40, heard
     assert "gets a full layer, not a delta" not in d.log()
     d.restore(cid)
     assert_same_tree(state, tree_state(root))
