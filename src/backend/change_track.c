@@ -545,8 +545,7 @@ int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struc
 	struct in_use u = {
 		.plain = plain_dir, .sus = *sus, .root = root_path, .root_len = root_len(root_path), .dev = root_dev
 	};
-	int r = procscan_each("/proc", 0, PROCSCAN_STAT | PROCSCAN_MAPS_ONLY | PROCSCAN_SHARED_WRITE_MAPS, in_use_ref,
-			      &u);
+	int r = procscan_each("/proc", 0, PROCSCAN_STAT | PROCSCAN_MAPS_ONLY | PROCSCAN_SHARED_MAPS, in_use_ref, &u);
 	*sus = u.sus;
 	if (r < 0)
 		*why = u.why ? u.why : "scanning /proc failed";
@@ -677,11 +676,11 @@ static int collect(struct chg_track *t, const char *root_path, dev_t root_dev, s
 		t->outside_inos = TAKE_PTR(t->seen->ino);
 		t->n_outside_inos = t->seen->n_ino;
 		t->seen->n_ino = 0;
-		/* of the mappings, the shared writable ones: a file mapped
-		 * private or read-only is not written through its mapping (a
-		 * write after mprotect faults, and moves the ctime) */
-		r = procscan_each("/proc", 0, PROCSCAN_MNTNS | PROCSCAN_NO_DIRS | PROCSCAN_SHARED_WRITE_MAPS,
-				  in_use_ref, &u);
+		/* of the mappings, the shared ones: a private mapping never
+		 * writes its file. A read-only shared one is kept: its process
+		 * may have written through it before an mprotect took the write
+		 * away, and that dirty page gave no event */
+		r = procscan_each("/proc", 0, PROCSCAN_MNTNS | PROCSCAN_NO_DIRS | PROCSCAN_SHARED_MAPS, in_use_ref, &u);
 		t->suspects = u.sus;
 		if (r < 0)
 			*why = u.why ? u.why : "scanning /proc failed", r = -EAGAIN;

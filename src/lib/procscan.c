@@ -165,7 +165,8 @@ static bool parse_map(char *line, struct procscan_ref *ref)
 	p = end + strspn(end, " ");
 	if (*p != '/')
 		return false;
-	ref->shared_write = perms[1] == 'w' && perms[3] == 's';
+	ref->shared = perms[3] == 's';
+	ref->shared_write = perms[1] == 'w' && ref->shared;
 	ref->path = p;
 	ref->deleted = strip_deleted(p);
 	ref->has_id = true;
@@ -199,13 +200,16 @@ static ssize_t read_maps(struct scan *s, const struct procscan_pid *p)
 	return (ssize_t)len;
 }
 
-/* The shared writable file mappings, asked one at a time: the kernel skips
- * the others itself (what maps says of them: "rw-s" is VM_WRITE and
- * VM_MAYSHARE, the two flags asked). *text when it cannot answer: read the
- * text instead. */
+/* The shared file mappings, asked one at a time: the kernel skips the
+ * private ones itself (what maps says of them: "s" is VM_MAYSHARE, the flag
+ * asked; "w" is VM_WRITE, answered in vma_flags). A read-only shared mapping
+ * is given too: a process may have written through it before an mprotect
+ * took the write away, and the page it dirtied faults no more. *text when
+ * the kernel cannot answer: read the text instead. */
 static int scan_maps_query(struct scan *s, struct procscan_ref *ref, const struct procscan_pid *p, bool *text)
 {
 	char path[32], name[PATH_MAX], prev[PATH_MAX] = "";
+	bool prev_sw = false;
 	pid_path(path, sizeof(path), p, "maps");
 	_cleanup_close_ int fd = openat(s->proc_fd, path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -217,8 +221,7 @@ static int scan_maps_query(struct scan *s, struct procscan_ref *ref, const struc
 	for (uint64_t addr = 0; r == PROCSCAN_CONTINUE;) {
 		struct procscan_vma_query q = {
 			.size = sizeof(q),
-			.query_flags = PROCSCAN_VMA_WRITABLE | PROCSCAN_VMA_SHARED | PROCSCAN_VMA_COVERING_OR_NEXT |
-				PROCSCAN_VMA_FILE_BACKED,
+			.query_flags = PROCSCAN_VMA_SHARED | PROCSCAN_VMA_COVERING_OR_NEXT | PROCSCAN_VMA_FILE_BACKED,
 			.query_addr = addr,
 			.vma_name_size = sizeof(name),
 			.vma_name_addr = (uintptr_t)name,
@@ -232,15 +235,19 @@ static int scan_maps_query(struct scan *s, struct procscan_ref *ref, const struc
 			return PROCSCAN_CONTINUE;
 		}
 		addr = q.vma_end;
-		if (!q.vma_name_size || name[0] != '/' || !strcmp(prev, name))
-			continue; /* a run of one file is given once */
+		bool sw = q.vma_flags & PROCSCAN_VMA_WRITABLE;
+		/* a run of one file is given once, again where it becomes writable */
+		if (!q.vma_name_size || name[0] != '/' || (!strcmp(prev, name) && (prev_sw || !sw)))
+			continue;
 		snprintf(prev, sizeof(prev), "%s", name);
+		prev_sw = sw;
 		ref->path = name;
 		ref->deleted = strip_deleted(name);
 		ref->has_id = s->flags & (PROCSCAN_STAT | PROCSCAN_MNTNS);
 		ref->dev = makedev(q.dev_major, q.dev_minor);
 		ref->ino = (ino_t)q.inode;
-		ref->shared_write = true;
+		ref->shared = true;
+		ref->shared_write = sw;
 		r = s->fn(s->ctx, ref);
 	}
 	return r;
@@ -248,7 +255,7 @@ static int scan_maps_query(struct scan *s, struct procscan_ref *ref, const struc
 
 static int scan_maps(struct scan *s, struct procscan_ref *ref, const struct procscan_pid *p)
 {
-	if ((s->flags & PROCSCAN_SHARED_WRITE_MAPS) && !s->no_query) {
+	if ((s->flags & PROCSCAN_SHARED_MAPS) && !s->no_query) {
 		bool text = false;
 		int q = scan_maps_query(s, ref, p, &text);
 		if (!text)
@@ -273,7 +280,7 @@ static int scan_maps(struct scan *s, struct procscan_ref *ref, const struct proc
 		 * becomes a shared writable mapping */
 		if (!parse_map(line, ref) || (prev && !strcmp(prev, ref->path) && (prev_sw || !ref->shared_write)))
 			continue;
-		if ((s->flags & PROCSCAN_SHARED_WRITE_MAPS) && !ref->shared_write)
+		if ((s->flags & PROCSCAN_SHARED_MAPS) && !ref->shared)
 			continue;
 		prev_sw = ref->shared_write;
 		prev = ref->path;

@@ -8,6 +8,7 @@ the size the daemon tracks by default (2,000 entries), so each daemon names
 its tracking: "always" (deltas), or "never" where the same workload runs
 untracked. The daemons run with track_check: each tracked layer is also
 compared, read-only, with the live tree when made."""
+import ctypes
 import json
 import mmap
 import os
@@ -180,6 +181,41 @@ def test_delta_keeps_writes_through_a_mapping(daemon_factory):
     for cid, data in states:
         d.restore(cid)
         assert f.read_bytes() == data
+
+
+def test_delta_keeps_a_write_before_an_mprotect(daemon_factory):
+    """A file mapped shared with no fd left open, written, then made
+    read-only with mprotect: no event and no writable mapping, but its
+    write moved the ctime. The frozen pass still compares files mapped
+    shared read-only, so the delta keeps the write."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    d = overlay(daemon_factory)
+    root = d.roots[0]
+    f = root / "d1/f1.txt"
+    fd = os.open(f, os.O_RDWR)
+    addr = libc.mmap(None, 4096, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+    assert addr not in (None, ctypes.c_void_p(-1).value)
+    os.close(fd)  # only the mapping is left: no fd for the scan to find
+    try:
+        d.create("full")
+        ctypes.memmove(addr, b"write001", 8)
+        c1 = d.create("c1")["checkpoint_id"]
+        os.sync()  # writeback, as the kernel does in time: the next write faults
+        ctypes.memmove(addr, b"write002", 8)
+        assert libc.mprotect(addr, 4096, mmap.PROT_READ) == 0
+        (root / "d2" / "other").write_text("x\n")
+        c2 = d.create("c2")["checkpoint_id"]
+    finally:
+        libc.munmap(addr, 4096)
+    assert d.log().count("delta pass of") >= 2
+    d.restore(c1)
+    assert f.read_bytes()[:8] == b"write001"
+    d.restore(c2)
+    assert f.read_bytes()[:8] == b"write002"
 
 
 def test_delta_layers_stop_at_the_maximum(daemon_factory):
