@@ -9,6 +9,7 @@
 #include "lib/hash.h"
 #include "lib/procscan.h"
 #include "lib/util.h"
+#include "lib/walk.h"
 
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -21,6 +22,24 @@
 	(FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | \
 	 FAN_ONDIR)
 #define DIR_CHANGES (FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO)
+#ifndef FAN_REPORT_TARGET_FID
+#define FAN_REPORT_TARGET_FID 0x00001000 /* Linux 5.17 */
+#endif
+
+/* An overlay upper is tracked by inode marks on each of its directories, not
+ * by a mark on its whole filesystem: that filesystem also holds ckptd's layer
+ * store (every file a create writes would be an event) and, on a VM, every
+ * other program's files. A directory's mark reports the changes of its
+ * entries and, with FAN_EVENT_ON_CHILD, the writes and attribute changes of
+ * its files. A directory made or moved into a marked one is marked when its
+ * event is read (mark_tree); what changed in it before that is seen by the
+ * pass, which compares it whole (deep). A tar root (plain_dir) keeps the
+ * filesystem mark: a name outside the root of one of its files must be heard
+ * of (outside_inos). */
+static bool by_inode(const struct chg_track *t)
+{
+	return t->skip_self && !t->plain_dir;
+}
 
 /* What a handle of an event names, relative to the upper, and its stat: 1,
  * 0 when it is outside the upper (the work dir, ckptd's own layers, other
@@ -117,19 +136,59 @@ void chg_track_disarm(struct chg_track *t)
 	t->fallback_logged = keep.fallback_logged;
 }
 
+/* One directory's inode mark: name below dirfd, or dirfd itself (NULL). */
+static int mark_dir(struct chg_track *t, int dirfd, const char *name)
+{
+	unsigned flags = FAN_MARK_ADD | FAN_MARK_INODE | FAN_MARK_ONLYDIR | FAN_MARK_DONT_FOLLOW;
+	if (fanotify_mark(t->fan, flags, TRACK_EVENTS | FAN_EVENT_ON_CHILD, dirfd, name) < 0)
+		return -errno;
+	t->marks++;
+	return 0;
+}
+
+/* Each directory is marked before it is read: an entry made after its
+ * listing has an event; one made before is listed (and marked, if a
+ * directory). */
+static int mark_pre(void *ctx, struct walk_entry *e)
+{
+	int r = e->type == DT_DIR ? mark_dir(ctx, e->dirfd, e->name) : 0;
+	return r == -ENOENT || r == -ENOTDIR ? WALK_SKIP : r; /* gone since: its parent's event tells */
+}
+
+static int mark_fail(void *ctx, const struct walk_entry *e, int err)
+{
+	(void)ctx;
+	(void)e;
+	return err == -ENOENT || err == -ENOTDIR ? 0 : err;
+}
+
+/* name below dirfd (NULL: dirfd itself) and every directory below it. */
+static int mark_tree(struct chg_track *t, int dirfd, const char *name)
+{
+	int r = mark_dir(t, dirfd, name);
+	struct walk_opts o = { .flags = WALK_DIRS, .pre = mark_pre, .fail = mark_fail, .ctx = t };
+	return r < 0 ? r : walk_tree(dirfd, name, &o);
+}
+
 static int arm_fanotify(struct chg_track *t, int upper_fd)
 {
-	t->fan = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE |
-				       FAN_REPORT_DFID_NAME | FAN_REPORT_FID,
-			       O_RDONLY);
-	if (t->fan < 0 || fanotify_mark(t->fan, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, TRACK_EVENTS, upper_fd, NULL) < 0) {
-		int e = errno;
-		if (t->fan >= 0)
-			close(t->fan);
+	unsigned flags = FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE | FAN_REPORT_DFID_NAME |
+		FAN_REPORT_FID;
+	/* inode marks: as many as the upper has directories; the child of a
+	 * directory event named, so that a name made or removed for a file of
+	 * several names is seen (a filesystem mark hears of the link count) */
+	if (by_inode(t))
+		flags |= FAN_UNLIMITED_MARKS | FAN_REPORT_TARGET_FID;
+	t->fan = fanotify_init(flags, O_RDONLY);
+	int r = t->fan < 0    ? -errno
+		: by_inode(t) ? mark_tree(t, upper_fd, NULL)
+		: fanotify_mark(t->fan, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, TRACK_EVENTS, upper_fd, NULL) < 0 ? -errno
+													      : 0;
+	if (r < 0 && t->fan >= 0)
+		close(t->fan);
+	if (r < 0)
 		t->fan = -1;
-		return -e;
-	}
-	return 0;
+	return r;
 }
 
 /* The first arm: fanotify, else inotify where fanotify is refused (the
@@ -148,7 +207,9 @@ static int arm_choose(struct chg_track *t, int upper_fd)
 	int r = arm_fanotify(t, upper_fd);
 	if (r == 0 || t->method == CHG_TRACK_FANOTIFY) {
 		if (r == 0 && t->method == CHG_TRACK_NONE)
-			snprintf(t->reason, sizeof(t->reason), "fanotify marks the root's filesystem");
+			snprintf(t->reason, sizeof(t->reason), "%s",
+				 by_inode(t) ? "fanotify marks each directory of the upper"
+					     : "fanotify marks the root's filesystem");
 		t->method = r == 0 ? CHG_TRACK_FANOTIFY : t->method;
 		return r;
 	}
@@ -269,16 +330,24 @@ static int one_event(struct chg_track *t, struct chg_dirty_set *s, struct chg_ou
 	 * the directory's own inode (its entries are reported on it with their
 	 * names); no name at all: what changed there is unknown */
 	bool self = has_name && !strcmp(name, ".") && (m->mask & FAN_ONDIR);
+	bool kept = !(m->mask & (FAN_DELETE | FAN_MOVED_FROM)); /* no name left it */
 	const char *entry = has_name && strcmp(name, ".") ? name : NULL;
 	if (r == 1 &&
 	    (entry          ? chg_dirty_add_name(s, rel, strlen(rel), entry)
 		     : self ? chg_dirty_add_name(s, rel, strlen(rel), NULL)
 			    : chg_dirty_add(s, rel, strlen(rel), false)) < 0)
 		return *why = "out of memory", -EAGAIN;
+	if (r == 1)
+		s->v[s->n - 1].kept = kept;
 	if (r == 1 && (m->mask & FAN_ONDIR) && (m->mask & DIR_CHANGES) && strcmp(name, ".")) {
 		snprintf(child, sizeof(child), "%s%s%s", rel, rel[0] ? "/" : "", name);
 		if (chg_dirty_add(s, child, strlen(child), true) < 0)
 			return *why = "out of memory", -EAGAIN;
+		/* a directory made or moved here: marked from now on, compared
+		 * whole (deep) by the pass that follows this read */
+		int k = by_inode(t) && (m->mask & (FAN_CREATE | FAN_MOVED_TO)) ? mark_tree(t, t->upper, child) : 0;
+		if (k < 0 && k != -ENOENT && k != -ENOTDIR)
+			return *why = "a new directory of the upper could not be marked", -EAGAIN;
 	}
 	if (!obj || (dir && (m->mask & FAN_ONDIR)))
 		return 0;
@@ -300,7 +369,7 @@ static int one_event(struct chg_track *t, struct chg_dirty_set *s, struct chg_ou
 	}
 	if (r != 1) /* outside, or gone since (its directory is compared all the same) */
 		return 0;
-	if (S_ISDIR(st.st_mode)) /* an event on a directory itself */
+	if (S_ISDIR(st.st_mode)) /* an event on a directory itself (its own metadata) */
 		return chg_dirty_add(s, rel, strlen(rel), false) < 0 ? (*why = "out of memory", -EAGAIN) : 0;
 	/* a plain_dir caller looks at every file of several names anyway: only
 	 * a change of names (a link made, moved, removed: ATTRIB for the count)
@@ -313,10 +382,13 @@ static int one_event(struct chg_track *t, struct chg_dirty_set *s, struct chg_ou
 	if ((m->mask & FAN_CLOSE_WRITE) && S_ISREG(st.st_mode) && (pid_t)m->pid != t->own_pid &&
 	    chg_suspect_add(&t->seen->sus, rel) < 0)
 		return *why = "out of memory", -EAGAIN;
+	/* the file's directory now: the event removed no name of it (a name
+	 * removed elsewhere has an event of that directory) */
 	const char *slash = strrchr(rel, '/');
-	return chg_dirty_add_name(s, rel, slash ? (size_t)(slash - rel) : 0, slash ? slash + 1 : rel) < 0
-		? (*why = "out of memory", -EAGAIN)
-		: 0;
+	if (chg_dirty_add_name(s, rel, slash ? (size_t)(slash - rel) : 0, slash ? slash + 1 : rel) < 0)
+		return *why = "out of memory", -EAGAIN;
+	s->v[s->n - 1].kept = true;
+	return 0;
 }
 
 static int read_events(struct chg_track *t, struct chg_dirty_set *s, const char **why)
@@ -346,6 +418,7 @@ static int read_events(struct chg_track *t, struct chg_dirty_set *s, const char 
 				return *why = "a fanotify event of unexpected shape", -EAGAIN;
 			if (m.vers != FANOTIFY_METADATA_VERSION || (m.mask & FAN_Q_OVERFLOW))
 				return *why = "fanotify queue overflowed", -EAGAIN;
+			chg_track_count_events(1);
 			int r = t->skip_self && (pid_t)m.pid == t->self ? 0
 									: one_event(t, s, out, mm, &m, buf + off, why);
 			if (r < 0)
@@ -472,7 +545,7 @@ int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struc
 	struct in_use u = {
 		.plain = plain_dir, .sus = *sus, .root = root_path, .root_len = root_len(root_path), .dev = root_dev
 	};
-	int r = procscan_each("/proc", 0, PROCSCAN_STAT | PROCSCAN_MAPS_ONLY, in_use_ref, &u);
+	int r = procscan_each("/proc", 0, PROCSCAN_STAT | PROCSCAN_MAPS_ONLY | PROCSCAN_SHARED_MAPS, in_use_ref, &u);
 	*sus = u.sus;
 	if (r < 0)
 		*why = u.why ? u.why : "scanning /proc failed";
@@ -535,7 +608,8 @@ static void dirty_dedup(struct chg_dirty_set *s)
 	for (size_t i = 0; i < s->n; i++) {
 		if (k && !strcmp(s->v[k - 1].path, s->v[i].path)) {
 			dirty_merge(&s->v[k - 1], &s->v[i]);
-			dirty_unname(&s->v[i]); /* what a did not take */
+			s->v[k - 1].kept &= s->v[i].kept; /* kept only when every reason is */
+			dirty_unname(&s->v[i]);           /* what a did not take */
 			free(s->v[i].path);
 			continue;
 		}
@@ -602,7 +676,11 @@ static int collect(struct chg_track *t, const char *root_path, dev_t root_dev, s
 		t->outside_inos = TAKE_PTR(t->seen->ino);
 		t->n_outside_inos = t->seen->n_ino;
 		t->seen->n_ino = 0;
-		r = procscan_each("/proc", 0, PROCSCAN_MNTNS | PROCSCAN_NO_DIRS, in_use_ref, &u);
+		/* of the mappings, the shared ones: a private mapping never
+		 * writes its file. A read-only shared one is kept: its process
+		 * may have written through it before an mprotect took the write
+		 * away, and that dirty page gave no event */
+		r = procscan_each("/proc", 0, PROCSCAN_MNTNS | PROCSCAN_NO_DIRS | PROCSCAN_SHARED_MAPS, in_use_ref, &u);
 		t->suspects = u.sus;
 		if (r < 0)
 			*why = u.why ? u.why : "scanning /proc failed", r = -EAGAIN;

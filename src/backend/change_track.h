@@ -4,9 +4,11 @@
  * docs/overlay-create.md), or a tar root, so a create reads only the
  * directories that changed since its parent (plain_dir below).
  *
- * fanotify, marked on the filesystem that holds the upper (a mark on the
- * overlay mount is refused), reports each create, delete, move, write,
- * attribute change and last close of a written file by directory and name;
+ * fanotify reports each create, delete, move, write, attribute change and
+ * last close of a written file by directory and name: marked on each
+ * directory of an overlay upper (a mark on the overlay mount is refused, and
+ * one on its filesystem hears ckptd's own layer store too), on the whole
+ * filesystem of a tar root (whose files may have names outside it);
  * the writes it cannot see, through a shared mapping, belong to a file that
  * is still mapped or open when the pass runs (found in /proc) or whose last
  * close it reported. When anything is not sure, collect answers -EAGAIN and
@@ -53,13 +55,14 @@ struct chg_track {
 	 * after a write make no suspect. 0: none. */
 	pid_t own_pid;
 	/* This process never writes into the tree (an overlay upper, which
-	 * only the writers of its mount change): fanotify's events of its own
-	 * pid are its writes into the layer store, on the marked filesystem
-	 * too, and are dropped before any handle is resolved. A mark cannot
-	 * leave them out of the queue: the kernel filters create, delete and
-	 * move events by filesystem or inode only, not by mount or subtree. */
+	 * only the writers of its mount change): the tree is tracked by inode
+	 * marks on its directories, so that its writes into the layer store,
+	 * on the same filesystem, never reach the queue (the kernel filters
+	 * create, delete and move events by filesystem or inode only, not by
+	 * mount or subtree); an event of its own pid is dropped all the same. */
 	bool skip_self;
-	pid_t self; /* getpid() at arming */
+	pid_t self;   /* getpid() at arming */
+	size_t marks; /* inode marks made (an overlay upper's directories) */
 	ino_t *outside_inos;
 	size_t n_outside_inos;
 	/* Kept from one arm to the next (disarm leaves them): */
@@ -97,6 +100,10 @@ const char *chg_track_method_name(enum chg_track_method m);
  * were lost (queue overflow) or a watch could not be added (the limit):
  * each made its caller walk the tree. For /metrics. */
 uint64_t chg_track_fallbacks_total(void);
+/* Events every tracker of this process read from its queue (fanotify or
+ * inotify), its own writes (dropped by pid) included. For /metrics: what a
+ * create's own writes into the layer store cost a tracker shows here. */
+uint64_t chg_track_events_total(void);
 
 /* Read the events queued so far as ckptd's own writes (a tar restore's):
  * the files they closed after writing are no suspects. fanotify tells them

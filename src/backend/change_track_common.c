@@ -62,3 +62,15 @@ uint64_t chg_track_fallbacks_total(void)
 {
 	return atomic_load(&fallbacks_total);
 }
+
+static _Atomic uint64_t events_total;
+
+void chg_track_count_events(uint64_t n)
+{
+	atomic_fetch_add_explicit(&events_total, n, memory_order_relaxed);
+}
+
+uint64_t chg_track_events_total(void)
+{
+	return atomic_load(&events_total);
+}

@@ -488,6 +488,7 @@ int chg_inotify_read(struct chg_track *t, struct chg_dirty_set *s, bool own, con
 			const struct inotify_event *ev = (const void *)(buf + off);
 			if (off + sizeof(*ev) + ev->len > (size_t)len)
 				return give_up(t, why, "an inotify event of unexpected shape", false);
+			chg_track_count_events(1);
 			int r = one_event(t, s, ev, own, why);
 			if (r < 0)
 				return r;

@@ -34,6 +34,8 @@ int chg_dirty_add_name(struct chg_dirty_set *s, const char *path, size_t len, co
 int chg_suspect_add(struct pathindex **sus, const char *rel);
 /* A collect gave up for lost events or watches: counted for /metrics. */
 void chg_track_count_fallback(struct chg_track *t);
+/* n events read from a queue (fanotify or inotify): counted for /metrics. */
+void chg_track_count_events(uint64_t n);
 
 /* inotify (change_track_inotify.c): arm below t->upper (t->path set), read
  * the queued events into s (own: ckptd's own writes, no suspects), free. */

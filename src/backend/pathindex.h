@@ -49,6 +49,11 @@ struct pathindex *pathindex_copy(const struct pathindex *ix);
 struct pathindex_dirty {
 	char *path;
 	bool deep;
+	/* The events say no name left it since the last collect (no delete, no
+	 * move away): every name it had then is still there, so a delta need
+	 * not read what the previous layers held (overlay_delta.c). False
+	 * where a directory is named for another reason (a file in use). */
+	bool kept;
 	bool named;
 	size_t n_names;
 	char **names;

@@ -126,5 +126,6 @@ char *engine_metrics(struct engine *e)
 	/* a failed create's data is gone already */
 	g.checkpoint_bytes = st.bytes[CKPT_CREATING] + st.bytes[CKPT_ACTIVE] + st.bytes[CKPT_DELETING];
 	g.tracking_fallbacks = chg_track_fallbacks_total();
+	g.tracking_events = chg_track_events_total();
 	return metrics_render(&e->metrics, &g);
 }

@@ -150,6 +150,11 @@ char *metrics_render(struct metrics *m, const struct metrics_gauges *g)
 		"# TYPE ckptd_change_tracking_fallbacks_total counter\nckptd_change_tracking_fallbacks_total %llu\n",
 		(unsigned long long)g->tracking_fallbacks);
 	fprintf(f,
+		"# HELP ckptd_change_tracking_events_total Events change tracking read from its queues (fanotify, "
+		"inotify).\n"
+		"# TYPE ckptd_change_tracking_events_total counter\nckptd_change_tracking_events_total %llu\n",
+		(unsigned long long)g->tracking_events);
+	fprintf(f,
 		"# HELP ckptd_build_info Build information.\n# TYPE ckptd_build_info gauge\n"
 		"ckptd_build_info{version=\"%s\",backend=\"%s\"} 1\n",
 		g->version, g->backend);

@@ -37,6 +37,7 @@ struct metrics_gauges {
 	uint64_t creating, active, deleting, failed; /* failed: async creates that did not make it */
 	uint64_t checkpoint_bytes;
 	uint64_t tracking_fallbacks; /* change tracking lost events or watches: the tree was walked */
+	uint64_t tracking_events;    /* events change tracking read (fanotify, inotify) */
 	const char *version, *backend;
 };
 

@@ -3,6 +3,8 @@
 
 #include <ctype.h>
 #include <limits.h>
+#include <stdint.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -10,6 +12,19 @@
 #include "lib/walk.h"
 
 #define DELETED_SUFFIX " (deleted)"
+
+/* The maps ioctl of Linux 6.11 (uapi/linux/fs.h), for older headers. */
+struct procscan_vma_query {
+	uint64_t size, query_flags, query_addr;
+	uint64_t vma_start, vma_end, vma_flags, vma_page_size, vma_offset, inode;
+	uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
+	uint64_t vma_name_addr, build_id_addr;
+};
+#define PROCSCAN_VMA_QUERY _IOWR('f', 17, struct procscan_vma_query)
+#define PROCSCAN_VMA_WRITABLE 0x02
+#define PROCSCAN_VMA_SHARED 0x08
+#define PROCSCAN_VMA_COVERING_OR_NEXT 0x10
+#define PROCSCAN_VMA_FILE_BACKED 0x20
 
 /* Cut the kernel's " (deleted)" mark off path (in place). */
 static bool strip_deleted(char *path)
@@ -29,6 +44,7 @@ struct scan {
 	procscan_fn fn;
 	void *ctx;
 	struct stat own_ns; /* the scanner's ns/mnt (PROCSCAN_MNTNS); st_ino 0: unknown */
+	bool no_query;      /* the kernel has no maps ioctl (older, gVisor): read the text */
 	char *buf;
 	size_t cap;
 };
@@ -149,7 +165,8 @@ static bool parse_map(char *line, struct procscan_ref *ref)
 	p = end + strspn(end, " ");
 	if (*p != '/')
 		return false;
-	ref->shared_write = perms[1] == 'w' && perms[3] == 's';
+	ref->shared = perms[3] == 's';
+	ref->shared_write = perms[1] == 'w' && ref->shared;
 	ref->path = p;
 	ref->deleted = strip_deleted(p);
 	ref->has_id = true;
@@ -183,8 +200,67 @@ static ssize_t read_maps(struct scan *s, const struct procscan_pid *p)
 	return (ssize_t)len;
 }
 
+/* The shared file mappings, asked one at a time: the kernel skips the
+ * private ones itself (what maps says of them: "s" is VM_MAYSHARE, the flag
+ * asked; "w" is VM_WRITE, answered in vma_flags). A read-only shared mapping
+ * is given too: a process may have written through it before an mprotect
+ * took the write away, and the page it dirtied faults no more. *text when
+ * the kernel cannot answer: read the text instead. */
+static int scan_maps_query(struct scan *s, struct procscan_ref *ref, const struct procscan_pid *p, bool *text)
+{
+	char path[32], name[PATH_MAX], prev[PATH_MAX] = "";
+	bool prev_sw = false;
+	pid_path(path, sizeof(path), p, "maps");
+	_cleanup_close_ int fd = openat(s->proc_fd, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return PROCSCAN_CONTINUE; /* gone, or not ours to read */
+	ref->kind = PROCSCAN_MAP;
+	ref->link_dirfd = -1;
+	ref->link_name = NULL;
+	int r = PROCSCAN_CONTINUE;
+	for (uint64_t addr = 0; r == PROCSCAN_CONTINUE;) {
+		struct procscan_vma_query q = {
+			.size = sizeof(q),
+			.query_flags = PROCSCAN_VMA_SHARED | PROCSCAN_VMA_COVERING_OR_NEXT | PROCSCAN_VMA_FILE_BACKED,
+			.query_addr = addr,
+			.vma_name_size = sizeof(name),
+			.vma_name_addr = (uintptr_t)name,
+		};
+		if (ioctl(fd, PROCSCAN_VMA_QUERY, &q) < 0) {
+			if (errno == ENOENT || errno == ESRCH) /* no more; no memory map (a kernel thread) */
+				return PROCSCAN_CONTINUE;
+			/* the text then (what was given already is given again) */
+			s->no_query |= errno == ENOTTY || errno == EINVAL || errno == EOPNOTSUPP;
+			*text = true;
+			return PROCSCAN_CONTINUE;
+		}
+		addr = q.vma_end;
+		bool sw = q.vma_flags & PROCSCAN_VMA_WRITABLE;
+		/* a run of one file is given once, again where it becomes writable */
+		if (!q.vma_name_size || name[0] != '/' || (!strcmp(prev, name) && (prev_sw || !sw)))
+			continue;
+		snprintf(prev, sizeof(prev), "%s", name);
+		prev_sw = sw;
+		ref->path = name;
+		ref->deleted = strip_deleted(name);
+		ref->has_id = s->flags & (PROCSCAN_STAT | PROCSCAN_MNTNS);
+		ref->dev = makedev(q.dev_major, q.dev_minor);
+		ref->ino = (ino_t)q.inode;
+		ref->shared = true;
+		ref->shared_write = sw;
+		r = s->fn(s->ctx, ref);
+	}
+	return r;
+}
+
 static int scan_maps(struct scan *s, struct procscan_ref *ref, const struct procscan_pid *p)
 {
+	if ((s->flags & PROCSCAN_SHARED_MAPS) && !s->no_query) {
+		bool text = false;
+		int q = scan_maps_query(s, ref, p, &text);
+		if (!text)
+			return q;
+	}
 	ssize_t len = read_maps(s, p);
 	if (len == -ENOMEM)
 		return -ENOMEM;
@@ -203,6 +279,8 @@ static int scan_maps(struct scan *s, struct procscan_ref *ref, const struct proc
 		/* a run of lines of one file is given once, again where it
 		 * becomes a shared writable mapping */
 		if (!parse_map(line, ref) || (prev && !strcmp(prev, ref->path) && (prev_sw || !ref->shared_write)))
+			continue;
+		if ((s->flags & PROCSCAN_SHARED_MAPS) && !ref->shared)
 			continue;
 		prev_sw = ref->shared_write;
 		prev = ref->path;

@@ -28,6 +28,7 @@ struct procscan_ref {
 	ino_t ino;
 	int link_dirfd;        /* cwd, root, fd: the magic link is link_name below this fd; */
 	const char *link_name; /* maps: -1 and NULL */
+	bool shared;           /* maps: a shared mapping (perms ...s) */
 	bool shared_write;     /* maps: a shared mapping that may be written (perms rw-s) */
 };
 
@@ -45,6 +46,11 @@ struct procscan_ref {
 #define PROCSCAN_MNTNS 4u
 /* No cwd or root: the fds and mappings only (files, not directories in use). */
 #define PROCSCAN_NO_DIRS 8u
+/* Of the mappings, only the shared ones (writable or not: shared_write
+ * says), asked of the kernel where it answers (PROCMAP_QUERY, Linux 6.11) rather than read
+ * from the text of maps, which the kernel writes line by line for every
+ * mapping of a process: most of a scan's cost on a busy machine. */
+#define PROCSCAN_SHARED_MAPS 16u
 
 /* What the callback returns: < 0 stops the scan with that error. */
 #define PROCSCAN_CONTINUE 0

@@ -382,12 +382,58 @@ static void test_procscan_shared_write(void **state)
 		snprintf(m.path[i], sizeof(m.path[i]), "%s/m%d", dir, i);
 	assert_int_equal(procscan_each("/proc", 0, PROCSCAN_STAT, mapped_ref, &m), 0);
 	assert_int_equal(m.fds, 3);
+	/* only the shared mappings, asked of the kernel (PROCMAP_QUERY): m0's
+	 * read-only run, then its writable run again; m1 read-only shared (it
+	 * may have been written before an mprotect); never the private m2 */
+	m = (struct mapped_seen){ 0 };
+	for (int i = 0; i < 3; i++)
+		snprintf(m.path[i], sizeof(m.path[i]), "%s/m%d", dir, i);
+	assert_int_equal(
+		procscan_each("/proc", 0, PROCSCAN_STAT | PROCSCAN_MAPS_ONLY | PROCSCAN_SHARED_MAPS, mapped_ref, &m),
+		0);
+	assert_int_equal(m.sw[0], 1);
+	assert_int_equal(m.maps[0], 2);
+	assert_int_equal(m.maps[1], 1);
+	assert_int_equal(m.sw[1], 0);
+	assert_int_equal(m.maps[2] + m.fds, 0);
 	munmap(v[0], 2 * 4096);
 	for (int i = 0; i < 3; i++) {
 		if (i)
 			munmap(v[i], 4096);
 		close(fd[i]);
 	}
+}
+
+/* Where the kernel has no maps ioctl (older kernels, gVisor), the text is
+ * read: a proc of regular files stands for it (the ioctl gives ENOTTY). */
+static void test_procscan_shared_write_text(void **state)
+{
+	(void)state;
+	char p[512];
+	struct mapped_seen m = { 0 };
+	snprintf(m.path[0], sizeof(m.path[0]), "/x/shared");
+	snprintf(m.path[1], sizeof(m.path[1]), "/x/private");
+	snprintf(m.path[2], sizeof(m.path[2]), "/x/read only");
+	snprintf(p, sizeof(p), "%s/fakeproc/%d", dir, (int)getpid());
+	assert_int_equal(mkdir_p(p, 0700), 0);
+	snprintf(p, sizeof(p), "%s/fakeproc/%d/maps", dir, (int)getpid());
+	FILE *f = fopen(p, "w");
+	assert_non_null(f);
+	fputs("7f0000000000-7f0000001000 rw-s 00000000 fd:01 12   /x/shared\n"
+	      "7f0000001000-7f0000002000 rw-p 00000000 fd:01 13   /x/private\n"
+	      "7f0000002000-7f0000003000 r--s 00000000 fd:01 14   /x/read only\n",
+	      f);
+	fclose(f);
+	snprintf(p, sizeof(p), "%s/fakeproc", dir);
+	assert_int_equal(procscan_each(p, 0, PROCSCAN_MAPS_ONLY | PROCSCAN_SHARED_MAPS, mapped_ref, &m), 0);
+	assert_int_equal(m.sw[0], 1);
+	assert_int_equal(m.maps[1], 0);
+	assert_int_equal(m.maps[2], 1);
+	assert_int_equal(m.sw[2], 0);
+	m.sw[0] = m.maps[0] = m.maps[2] = 0;
+	assert_int_equal(procscan_each(p, 0, PROCSCAN_MAPS_ONLY, mapped_ref, &m), 0);
+	assert_int_equal(m.sw[0], 1);
+	assert_int_equal(m.maps[1] + m.maps[2], 2);
 }
 
 /* PROCSCAN_MNTNS: this process shares its own mount namespace; no cwd or
@@ -502,6 +548,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_walk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_real, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_shared_write, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_procscan_shared_write_text, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_lazy_stat, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_users_by_identity, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_users_hidden_under_mount, setup, teardown),

@@ -176,10 +176,12 @@ static int overlay_create_delta_pass(struct ovl_root *r, int l, int up, int dst,
 				    .suspects = r->trk.suspects,
 				    .dirs = &r->ddirs,
 				    .xattrs_keep_ctime = r->opts->kind == OVERLAY_GVISOR };
+	int64_t t1 = mono_ms();
 	if (q == 0) {
 		why = "a directory moved or made over another entry, or a changed file of several names";
 		q = overlay_delta_dirs(&o, dst, dirty, n, stats, err);
 	}
+	int64_t t2 = mono_ms();
 	if (q == 0 && frozen)
 		q = overlay_delta_dir_meta(&o, dst, &r->ddirs, stats, err);
 	pathindex_dirty_free(dirty, n);
@@ -187,10 +189,12 @@ static int overlay_create_delta_pass(struct ovl_root *r, int l, int up, int dst,
 	if (q == -EAGAIN)
 		log_info("create: '%s' gets a full layer, not a delta: %s", r->path, why);
 	else if (q == 0)
-		log_info("create: %s delta pass of '%s' compared %zu changed directories in %lld ms: %llu entries "
-			 "written, %llu bytes",
+		log_info("create: %s delta pass of '%s' compared %zu changed directories in %lld ms (events%s %lld "
+			 "ms, directories %lld ms, their metadata %lld ms): %llu entries written, %llu bytes",
 			 frozen ? "frozen" : "first", r->path, n, (long long)(mono_ms() - t0),
-			 (unsigned long long)stats->replaced, (unsigned long long)stats->bytes_copied);
+			 frozen ? " and /proc" : "", (long long)(t1 - t0), (long long)(t2 - t1),
+			 (long long)(mono_ms() - t2), (unsigned long long)stats->replaced,
+			 (unsigned long long)stats->bytes_copied);
 	return q;
 }
 
@@ -514,7 +518,7 @@ static int overlay_create_publish_capture(struct ovl_root *r, char name[OVL_NAME
 		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
 	_cleanup_close_ int dst = openat(l, r->cap_tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int q = dst < 0 ? err_set(err, errno, NULL, "open layer: %m") : 0;
-	q = overlay_layer_publish(r, l, dst, r->cap_tmp, r->cap_name, q, err); /* removes tmp on failure */
+	q = overlay_layer_publish_new(r, l, dst, r->cap_tmp, r->cap_name, q, err); /* removes it on failure */
 	r->cap_tmp[0] = 0;
 	if (q < 0) {
 		overlay_create_drop_capture(r, l);

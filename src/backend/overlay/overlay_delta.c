@@ -249,6 +249,19 @@ bool overlay_delta_names_has(const struct ovl_names *ns, const char *name)
 	return ns->n && bsearch(&name, ns->v, ns->n, sizeof(*ns->v), dl_names_cmp);
 }
 
+/* The names a dirty directory's events gave (sorted, each once) into ns. */
+static int dl_names_copy(const struct pathindex_dirty *d, struct ovl_names *ns)
+{
+	ns->v = d->n_names ? calloc(d->n_names, sizeof(*ns->v)) : NULL;
+	if (d->n_names && !ns->v)
+		return -ENOMEM;
+	ns->cap = d->n_names;
+	for (; ns->n < d->n_names; ns->n++)
+		if (!(ns->v[ns->n] = strdup(d->names[ns->n])))
+			return -ENOMEM;
+	return 0;
+}
+
 static int dl_push(struct dl *t, const char *dir, const char *name)
 {
 	int n = snprintf(t->path, sizeof(t->path), "%s%s%s", dir, *dir ? "/" : "", name);
@@ -304,11 +317,20 @@ static int dl_dir(struct dl *t, int dst, const char *rel)
 		r = dl_fail(t, dfd, "make directory");
 	if (r == 0 && (r = dl_dir_meta(ufd, dfd)) < 0)
 		dl_fail(t, r, "directory metadata");
-	if (r == 0)
+	/* no name left it since the last collect: the previous layers (the
+	 * upper at that collect) and an earlier pass of this delta hold no name
+	 * the upper lacks, and reading them is most of a small delta's cost */
+	const struct pathindex_dirty *self = pathindex_dirty_find(t->dirty, t->n_dirty, rel);
+	bool kept = self && self->kept && !self->deep;
+	/* and when the events name every entry that changed, those are all it
+	 * compares: the others are what the previous layers hold */
+	if (r == 0 && kept && self->named)
+		r = dl_names_copy(self, &un);
+	else if (r == 0)
 		r = overlay_delta_names_read(ufd, &un);
-	for (size_t j = 0; r == 0 && j < np; j++)
+	for (size_t j = 0; r == 0 && !kept && j < np; j++)
 		r = overlay_delta_names_read(pfd[j], &pn);
-	if (r == 0)
+	if (r == 0 && !kept)
 		r = overlay_delta_names_read(dfd, &dn);
 	if (r < 0 && r != -EAGAIN)
 		dl_fail(t, r, "read directory");

@@ -296,6 +296,10 @@ int overlay_layers_merge(struct ovl_root *r, const struct ovl_chain *chain, char
  * q == 0; remove it on any failure. Returns q or the new failure. */
 int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q,
 			  ckpt_error *err);
+/* The same for a create's new layer: renamed, then synced (one barrier; the
+ * chain and record that name it follow). */
+int overlay_layer_publish_new(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q,
+			      ckpt_error *err);
 
 /* overlay_flatten.c: merge layers lfd[0..n) (newest first) into the empty
  * dir dst so that dst over base shows what the chain over base shows. */

@@ -410,3 +410,28 @@ int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, c
 		rm_rf_at(l, tmp);
 	return q;
 }
+
+/* overlay_layer_publish for a create's new layer, with one barrier less:
+ * renamed before its syncfs, which then makes the data and the name durable
+ * at once (the fsync of the layer store it saves costs 1-2 ms on a VM's
+ * disk). A crash before that syncfs ends may leave l/<name> torn, but
+ * nothing durable names it yet: the chain and the catalog record are
+ * written after this returns, and a layer no chain holds is swept at the
+ * next start (overlay_layers_gc). Not for a step a restart skips when the
+ * name exists (a release keeping the old base). */
+int overlay_layer_publish_new(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q,
+			      ckpt_error *err)
+{
+	bool renamed = false;
+	if (q == 0 &&
+	    (q = FAILPOINT_AROUND("overlay.layer.record.write", overlay_record_write(r, dst, name, true))) < 0)
+		err_set(err, -q, NULL, "record layer: %s", strerror(-q));
+	if (q == 0 && FAILPOINT_AROUND("overlay.layer.rename", renameat(l, tmp, l, name)) < 0)
+		q = err_set(err, errno, NULL, "publish layer: %m");
+	renamed = q == 0;
+	if (q == 0 && FAILPOINT_AROUND("overlay.layer.syncfs", syncfs(dst)) < 0)
+		q = err_set(err, errno, NULL, "sync layer: %m");
+	if (q < 0)
+		rm_rf_at(l, renamed ? name : tmp);
+	return q;
+}
