@@ -767,7 +767,11 @@ def test_unmapped_root(one):
               annotations={"io.ckptd.roots": json.dumps(["/srv/other"])})
     p = refused(d, "POST", "/v1/checkpoints/pull", {"ref": f"{reg.host}/un/mapped:t"}, 409, "root_unmapped")
     assert "/srv/other" in p["detail"]
-    p = pull(d, f"{reg.host}/un/mapped:t", roots={"/srv/other": str(d.roots[0])})
+    ref = f"{reg.host}/un/mapped:t"
+    for bad in (["/srv/other"], "/srv/other", {"srv/other": str(d.roots[0])}, {"/srv/other": 7}):
+        p = refused(d, "POST", "/v1/checkpoints/pull", {"ref": ref, "roots": bad}, 400, "invalid_field")
+        assert "roots" in p["detail"]
+    p = pull(d, ref, roots={"/srv/other": str(d.roots[0])})
     d.restore(p["checkpoint_id"])
     assert (d.roots[0] / "a").read_text() == "a"
 
