@@ -52,7 +52,7 @@ CLI_OBJS  := $(CLI_SRCS:src/%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run check check-host check-crash check-failpoints check-failpoints-sanitize check-sanitize fuzz fuzz-build unit valgrind integration bench bench-registry deps deps-build install \
+.PHONY: all run check check-host check-crash check-failpoints check-failpoints-sanitize check-sanitize fuzz fuzz-build unit valgrind integration bench bench-registry bench-sha256 deps deps-build install \
 	clean fmt layers lint prose docs
 
 MAN_SRCS  := $(wildcard docs/man/*.scd)
@@ -251,6 +251,13 @@ bench: deps all
 SIZES ?= 100M,1G
 bench-registry: all
 	$(PYTHON) bench/registry.py --sizes $(SIZES)
+
+# SHA-256's speed here, nettle (the daemon's) against OpenSSL (bench/sha256.c).
+bench-sha256:
+	@mkdir -p $(BUILD)/bench
+	$(CC) $(CFLAGS_BASE) $(shell pkg-config --cflags nettle libcrypto) -o $(BUILD)/bench/sha256 bench/sha256.c \
+		$(shell pkg-config --libs nettle libcrypto)
+	$(BUILD)/bench/sha256
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DATADIR)/ckptd \
