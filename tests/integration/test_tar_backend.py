@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from conftest import assert_same_tree, make_full_tree, tree_state
+from test_failpoints import FPDaemon, fp_build
 
 
 def add_backend_extras(root):
@@ -249,12 +250,10 @@ def test_kill9_during_restore_then_restart(daemon_factory):
     assert [c["checkpoint_id"] for c in d.list()] == [cp]
 
 
-def test_start_that_recovers_asks_systemd_for_time(daemon_factory, tmp_path):
-    """A start that finishes a restore cut short may take long: it rewrites
-    every file of the roots. While it runs, ckptd asks systemd for more time
-    (EXTEND_TIMEOUT_USEC) and pets the watchdog, before READY=1. systemd is
-    this test: NOTIFY_SOCKET names a datagram socket that it reads."""
-    d = daemon_factory(backend="tar", start=False)
+def restore_cut_short(d):
+    """Fill d's stopped root, checkpoint it, change it, and leave what a
+    restore cut before its first change leaves (tar_meta_intent_write): the
+    next start finishes that restore. Returns the checkpoint's tree."""
     r = d.roots[0]
     for i in range(50):
         (r / f"f{i:02d}").write_bytes(os.urandom(4096))
@@ -265,8 +264,18 @@ def test_start_that_recovers_asks_systemd_for_time(daemon_factory, tmp_path):
         p.unlink()
     (r / "junk").write_text("added after the checkpoint")
     d.stop()
-    # what a restore cut before its first change leaves (tar_meta_intent_write)
     (d.state_dir / "tar" / "restoring.json").write_text(json.dumps({"id": cp}) + "\n")
+    return before
+
+
+def test_start_that_recovers_asks_systemd_for_time(daemon_factory, tmp_path):
+    """A start that finishes a restore cut short may take long: it rewrites
+    every file of the roots. While it runs, ckptd asks systemd for more time
+    (EXTEND_TIMEOUT_USEC) and pets the watchdog, before READY=1. systemd is
+    this test: NOTIFY_SOCKET names a datagram socket that it reads."""
+    d = daemon_factory(backend="tar", start=False)
+    r = d.roots[0]
+    before = restore_cut_short(d)
     path = tmp_path / "notify.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
         s.bind(str(path))
@@ -285,6 +294,67 @@ def test_start_that_recovers_asks_systemd_for_time(daemon_factory, tmp_path):
     assert_same_tree(before, tree_state(r))
     d.stop()
     d.env = None
+
+
+def test_start_that_hangs_stops_asking_systemd_for_time(tmp_path):
+    """A start that makes no progress gets no more time. After a minute
+    without a read, a write or CPU time (src/lib/startwatch.h), ckptd logs
+    why and stops sending EXTEND_TIMEOUT_USEC and WATCHDOG=1. systemd's
+    start timeout then fails the unit: it does not stay
+    "activating" forever. The failpoint build hangs the start's recovery
+    at its third unlink (CKPTD_FAILPOINT_ACTION=hang), as a lock that is
+    never released would. systemd is this test, as above."""
+    fp_build()
+    d = FPDaemon(tmp_path / "d", backend="tar")
+    try:
+        r = d.roots[0]
+        before = restore_cut_short(d)
+        intent = d.state_dir / "tar" / "restoring.json"
+        path = tmp_path / "notify.sock"
+        stalled = "start: no progress for"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.bind(str(path))
+            s.settimeout(1)
+            d.env = {"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "60000000",
+                     "CKPTD_FAILPOINT": "tar.restore.file.unlink.before:3", "CKPTD_FAILPOINT_ACTION": "hang"}
+            d.start(wait=False)
+            msgs = []
+            deadline = time.monotonic() + 600  # the window is a minute; this machine may be slow
+            while stalled not in d.log():
+                assert d.proc.poll() is None, f"ckptd exited:\n{d.log()[-3000:]}"
+                assert time.monotonic() < deadline, f"still asking for time:\n{msgs}\n{d.log()[-3000:]}"
+                try:
+                    msgs.append(s.recv(4096).decode())
+                except socket.timeout:
+                    pass
+            assert "failpoint hang tar.restore.file.unlink.before" in d.log()
+            # sent before the verdict, still queued: nothing is sent after it
+            s.setblocking(False)
+            while True:
+                try:
+                    msgs.append(s.recv(4096).decode())
+                except BlockingIOError:
+                    break
+            lines = [line for m in msgs for line in m.split("\n")]
+            assert any(x.startswith("EXTEND_TIMEOUT_USEC=") for x in lines), msgs
+            assert "WATCHDOG=1" in lines, msgs
+            assert "READY=1" not in lines, msgs
+            # three periods of 5 s and more: not one message
+            s.settimeout(20)
+            with pytest.raises(socket.timeout):
+                late = s.recv(4096).decode()
+                raise AssertionError(f"asked for time after logging the stall: {late!r}\n{d.log()[-3000:]}")
+            assert d.proc.poll() is None, "the hung start is ended by systemd, not by ckptd"
+        d.kill9()
+        # the next start finishes the restore the hang left
+        d.env = None
+        d.start()
+        assert not intent.exists()
+        assert_same_tree(before, tree_state(r))
+        d.stop()
+    finally:
+        d.kill9()
+        d.cleanup()
 
 
 def test_out_of_space_leaves_no_trace(daemon_factory):
