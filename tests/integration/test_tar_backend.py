@@ -898,3 +898,54 @@ def test_programs_at_work_with_change_tracking(daemon_factory, tmp_path, track):
             assert d.restore(cid)["ok"] is True
             assert_same_tree(want, tree_state(root))
     db.close()
+
+
+def burst(root, tag):
+    """600 writes into a and e (their handles repeat across several reads of
+    the queue), b renamed into c midway and its path made again, then
+    removals that name only their directory."""
+    for i in range(600):
+        if i <= 300 or i % 20 > 12:
+            (root / "a" / f"f{i % 20}").write_text(f"{tag}{i}")
+        if i == 300:
+            (root / "b" / "sub" / f"new{tag}").mkdir()
+            os.rename(root / "b", root / "c" / f"b{tag}")
+            (root / "b" / "sub").mkdir(parents=True)
+        if i > 300 and i % 50 == 0:
+            (root / "c" / f"b{tag}" / "sub" / f"old{i // 50}").unlink()
+            (root / "a" / f"f{i // 50}").unlink()
+            (root / "e" / f"old{i // 50}").unlink()
+            (root / "e" / f"{tag}{i}").write_text("e")
+            (root / "b" / "sub" / f"z{i}").write_text("z")
+    os.rename(root / "a" / "f1", root / "c" / f"f1{tag}")
+
+
+def test_tracking_repeated_handles_and_a_directory_renamed(daemon_factory):
+    """One collect resolves each directory handle once (change_track.c's
+    cache). A burst whose events repeat handles across several reads of the
+    queue, with a directory renamed midway, must give the dirty set a fresh
+    resolve would. A restore right after the burst compares only the
+    entries the events named in a directory; a create is checked against
+    the live tree (track_check, conftest)."""
+    d = daemon_factory(backend="tar", start=False)
+    root = d.roots[0]
+    for name in ("a", "b/sub", "c", "e"):
+        (root / name).mkdir(parents=True)
+    for i in range(20):
+        (root / "a" / f"f{i}").write_text(f"a{i}")
+        (root / "b" / "sub" / f"old{i}").write_text(f"b{i}")
+        (root / "e" / f"old{i}").write_text(f"e{i}")
+    d.start()
+    assert d.health()["root_details"][0]["tracking"] == "fanotify"
+    cid0, want0 = d.create("base")["checkpoint_id"], tree_state(root)
+    burst(root, "x")
+    tracked = d.health()["root_details"][0]["tracked"]
+    assert d.restore(cid0)["ok"] is True
+    assert_same_tree(want0, tree_state(root))
+    burst(root, "y")
+    cid1, want1 = d.create("after")["checkpoint_id"], tree_state(root)
+    assert d.health()["root_details"][0]["tracked"] == tracked + 2  # the restore and the create
+    assert d.restore(cid0)["ok"] is True
+    assert_same_tree(want0, tree_state(root))
+    assert d.restore(cid1)["ok"] is True
+    assert_same_tree(want1, tree_state(root))
