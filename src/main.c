@@ -11,7 +11,9 @@
 #include "config.h"
 #include "engine/engine.h"
 #include "host/host.h"
+#include "host/runsc.h"
 #include "lib/failpoint.h"
+#include "lib/startwatch.h"
 
 struct app {
 	struct config cfg;
@@ -62,14 +64,18 @@ static void app_http_limits(const struct config *cfg, struct http_server_opts *o
 /* A start may take long: it finishes a restore cut short, which rewrites
  * every file of the roots (of the whole system, for a root "/"). That grows
  * with the roots, so no fixed TimeoutStartSec= fits every sandbox. While the
- * start runs, ckptd asks systemd for more time (EXTEND_TIMEOUT_USEC: first
- * at once, then from a thread every APP_EXTEND_EVERY_MS) and pets the
- * watchdog. A start that hangs is then not cut by a timeout: it stays
- * "activating" until stopped. */
+ * start makes progress, ckptd asks systemd for more time (EXTEND_TIMEOUT_USEC:
+ * first at once, then from a thread every APP_EXTEND_EVERY_MS) and pets the
+ * watchdog. Progress is judged by lib/startwatch.c from the process's I/O,
+ * CPU and wakeup counters, and its children's. After app_extend_quiet_ms()
+ * without progress (STARTWATCH_WAIT_QUIET_MS while waiting on a disk) the thread
+ * says so in the log and asks for nothing more: a start that hangs then
+ * meets systemd's start timeout, and fails. */
 #define APP_EXTEND_EVERY_MS 5000
 #define APP_EXTEND_USEC (3ULL * APP_EXTEND_EVERY_MS * 1000)
 
 struct app_extend {
+	int64_t quiet_ms; /* the quiet window, app_extend_quiet_ms() */
 	pthread_t thread;
 	int pipe[2]; /* closed at the write end when the start is done */
 	bool running;
@@ -82,6 +88,20 @@ static void app_extend_send(bool wd)
 		sd_notify(0, "WATCHDOG=1");
 }
 
+/* One line when the verdict changes between asking and not asking. */
+static void app_extend_say(enum startwatch_verdict was, enum startwatch_verdict now, int64_t quiet_ms)
+{
+	if (now == STARTWATCH_STALLED && was != STARTWATCH_STALLED)
+		log_error("start: no progress for %lld s (no read, write, CPU time or wakeup%s); no longer asking "
+			  "systemd for more time, so its start timeout ends this start",
+			  (long long)(quiet_ms / 1000), was == STARTWATCH_WAITING ? ", though waiting on I/O" : "");
+	else if (now != STARTWATCH_STALLED && was == STARTWATCH_STALLED)
+		log_notice("start: %s; asking systemd for more time again",
+			   now == STARTWATCH_WAITING ? "waiting on I/O" : "progressing again");
+	else if (now == STARTWATCH_BLIND && was != STARTWATCH_BLIND)
+		log_warn("start: cannot read /proc/self/task to judge progress; asking systemd for more time anyway");
+}
+
 static void *app_extend_main(void *arg)
 {
 	struct app_extend *x = arg;
@@ -89,19 +109,45 @@ static void *app_extend_main(void *arg)
 	bool wd = sd_watchdog_enabled(0, &wd_usec) > 0;
 	int every = wd && wd_usec / 2000 < APP_EXTEND_EVERY_MS ? (int)(wd_usec / 2000) : APP_EXTEND_EVERY_MS;
 	struct pollfd pfd = { .fd = x->pipe[0], .events = POLLIN };
+	struct startwatch w;
+	struct startwatch_sample s;
+	enum startwatch_verdict was = STARTWATCH_MOVING;
+	pid_t self = gettid();
 
+	startwatch_init(&w, mono_ms(), x->quiet_ms);
+	startwatch_sample_self("/proc", self, &s);
+	startwatch_step(&w, &s, mono_ms());
 	for (;;) {
 		int r = poll(&pfd, 1, every > 10 ? every : 10);
 		if (r != 0 && !(r < 0 && errno == EINTR))
 			return NULL; /* the write end closed: the start is done */
-		app_extend_send(wd);
+		startwatch_sample_self("/proc", self, &s);
+		int64_t now = mono_ms();
+		enum startwatch_verdict v = startwatch_step(&w, &s, now);
+		app_extend_say(was, v, startwatch_quiet_ms(&w, now));
+		was = v;
+		if (v != STARTWATCH_STALLED)
+			app_extend_send(wd);
 	}
 }
 
-/* Only when systemd waits for READY: without NOTIFY_SOCKET there is nobody to ask. */
-static void app_extend_begin(struct app_extend *x)
+/* A start may wait silently, on purpose, for a unit that will not stop
+ * (service_timeout_secs, then SIGKILL and a few seconds), or in host mode
+ * for a runsc command that says nothing (RUNSC_TIMEOUT_MS, then killed).
+ * Those waits end by themselves: no hang. */
+static int64_t app_extend_quiet_ms(const struct config *cfg)
 {
-	*x = (struct app_extend){ .pipe = { -1, -1 } };
+	int64_t ms = (int64_t)cfg->service_timeout_secs * 1000;
+	if (cfg->mode == MODE_HOST && ms < RUNSC_TIMEOUT_MS)
+		ms = RUNSC_TIMEOUT_MS;
+	ms += STARTWATCH_QUIET_MS / 2;
+	return ms > STARTWATCH_QUIET_MS ? ms : STARTWATCH_QUIET_MS;
+}
+
+/* Only when systemd waits for READY: without NOTIFY_SOCKET there is nobody to ask. */
+static void app_extend_begin(struct app_extend *x, const struct config *cfg)
+{
+	*x = (struct app_extend){ .pipe = { -1, -1 }, .quiet_ms = app_extend_quiet_ms(cfg) };
 	if (!getenv("NOTIFY_SOCKET") || pipe2(x->pipe, O_CLOEXEC) < 0)
 		return;
 	uint64_t wd_usec;
@@ -204,7 +250,8 @@ static void app_stop(struct app *a)
 
 #ifdef CKPTD_FAILPOINTS
 /* The test build: --list-failpoints prints every crash point; CKPTD_FAILPOINT
- * ("name" or "name:N") arms one, CKPTD_FAILPOINT_TRACE=1 prints each hit. */
+ * ("name" or "name:N") arms one, CKPTD_FAILPOINT_TRACE=1 prints each hit.
+ * CKPTD_FAILPOINT_ACTION=hang blocks the thread there instead of killing. */
 static int app_failpoints(int argc, char **argv)
 {
 	if (argc == 2 && !strcmp(argv[1], "--list-failpoints")) {
@@ -212,7 +259,13 @@ static int app_failpoints(int argc, char **argv)
 		return 1;
 	}
 	const char *trace = getenv("CKPTD_FAILPOINT_TRACE");
-	if (failpoint_arm(getenv("CKPTD_FAILPOINT"), trace && *trace == '1') < 0) {
+	const char *action = getenv("CKPTD_FAILPOINT_ACTION");
+	bool hang = action && !strcmp(action, "hang");
+	if (action && *action && !hang && strcmp(action, "kill") != 0) {
+		fprintf(stderr, "ckptd: CKPTD_FAILPOINT_ACTION: expected kill or hang\n");
+		return -1;
+	}
+	if (failpoint_arm(getenv("CKPTD_FAILPOINT"), hang, trace && *trace == '1') < 0) {
 		fprintf(stderr, "ckptd: CKPTD_FAILPOINT: expected NAME or NAME:N\n");
 		return -1;
 	}
@@ -254,7 +307,7 @@ int main(int argc, char **argv)
 	app_block_signals(); /* before any thread starts, so all inherit the mask */
 	app_listeners(&a);
 	struct app_extend extend;
-	app_extend_begin(&extend);
+	app_extend_begin(&extend, &a.cfg);
 	r = a.cfg.mode == MODE_HOST ? app_start_host(&a, &err) : app_start_sandbox(&a, &err);
 	app_extend_end(&extend);
 	if (r < 0) {

@@ -16,10 +16,12 @@ static char failpoint_armed[128];
 static long failpoint_nth;
 static atomic_long failpoint_hits;
 static int failpoint_trace;
+static int failpoint_hang;
 
-int failpoint_arm(const char *spec, int trace)
+int failpoint_arm(const char *spec, int hang, int trace)
 {
 	failpoint_trace = trace;
+	failpoint_hang = hang;
 	failpoint_armed[0] = 0;
 	if (!spec || !*spec)
 		return 0;
@@ -58,6 +60,11 @@ void failpoint_hit(const struct failpoint *fp)
 		return;
 	if (atomic_fetch_add(&failpoint_hits, 1) + 1 != failpoint_nth)
 		return;
+	if (failpoint_hang) {
+		failpoint_say("hang", fp);
+		for (;;) /* asleep (S), not spinning: the signals are blocked, SIGKILL ends it */
+			pause();
+	}
 	failpoint_say("kill", fp);
 	/* SIGKILL: no handler, no exit hook, no stdio flush runs. */
 	raise(SIGKILL);

@@ -3,7 +3,8 @@
  * build defines CKPTD_FAILPOINTS (make FAILPOINTS=1). There each point is
  * registered in the linker section ckptd_fp, so `ckptd --list-failpoints`
  * prints every point there is, and the point armed by CKPTD_FAILPOINT
- * ("name" or "name:N") kills the process with SIGKILL at its Nth hit. */
+ * ("name" or "name:N") kills the process with SIGKILL at its Nth hit (or,
+ * armed to hang, blocks the thread there). */
 #pragma once
 #include <stdio.h>
 
@@ -16,8 +17,10 @@ struct failpoint {
 #ifdef CKPTD_FAILPOINTS
 void failpoint_hit(const struct failpoint *fp);
 /* Arm the point spec names ("name" or "name:N", N >= 1); NULL disarms.
+ * hang: block the thread at that hit forever instead of killing the
+ * process, as a lock never released or a volume that stopped answering would.
  * trace: print every hit on stderr (how a test learns what a workload reaches). */
-int failpoint_arm(const char *spec, int trace);
+int failpoint_arm(const char *spec, int hang, int trace);
 /* Print every registered name, one a line, sorted, each once. */
 void failpoint_list(FILE *f);
 

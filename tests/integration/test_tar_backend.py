@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from conftest import assert_same_tree, make_full_tree, tree_state
+from test_failpoints import FPDaemon, fp_build
 
 
 def add_backend_extras(root):
@@ -249,12 +250,10 @@ def test_kill9_during_restore_then_restart(daemon_factory):
     assert [c["checkpoint_id"] for c in d.list()] == [cp]
 
 
-def test_start_that_recovers_asks_systemd_for_time(daemon_factory, tmp_path):
-    """A start that finishes a restore cut short may take long: it rewrites
-    every file of the roots. While it runs, ckptd asks systemd for more time
-    (EXTEND_TIMEOUT_USEC) and pets the watchdog, before READY=1. systemd is
-    this test: NOTIFY_SOCKET names a datagram socket that it reads."""
-    d = daemon_factory(backend="tar", start=False)
+def restore_cut_short(d):
+    """Fill d's stopped root, checkpoint it, change it, and leave what a
+    restore cut before its first change leaves (tar_meta_intent_write): the
+    next start finishes that restore. Returns the checkpoint's tree."""
     r = d.roots[0]
     for i in range(50):
         (r / f"f{i:02d}").write_bytes(os.urandom(4096))
@@ -265,8 +264,18 @@ def test_start_that_recovers_asks_systemd_for_time(daemon_factory, tmp_path):
         p.unlink()
     (r / "junk").write_text("added after the checkpoint")
     d.stop()
-    # what a restore cut before its first change leaves (tar_meta_intent_write)
     (d.state_dir / "tar" / "restoring.json").write_text(json.dumps({"id": cp}) + "\n")
+    return before
+
+
+def test_start_that_recovers_asks_systemd_for_time(daemon_factory, tmp_path):
+    """A start that finishes a restore cut short may take long: it rewrites
+    every file of the roots. While it runs, ckptd asks systemd for more time
+    (EXTEND_TIMEOUT_USEC) and pets the watchdog, before READY=1. systemd is
+    this test: NOTIFY_SOCKET names a datagram socket that it reads."""
+    d = daemon_factory(backend="tar", start=False)
+    r = d.roots[0]
+    before = restore_cut_short(d)
     path = tmp_path / "notify.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
         s.bind(str(path))
@@ -285,6 +294,67 @@ def test_start_that_recovers_asks_systemd_for_time(daemon_factory, tmp_path):
     assert_same_tree(before, tree_state(r))
     d.stop()
     d.env = None
+
+
+def test_start_that_hangs_stops_asking_systemd_for_time(tmp_path):
+    """A start that makes no progress gets no more time. After a minute
+    without a read, a write or CPU time (src/lib/startwatch.h), ckptd logs
+    why and stops sending EXTEND_TIMEOUT_USEC and WATCHDOG=1. systemd's
+    start timeout then fails the unit: it does not stay
+    "activating" forever. The failpoint build hangs the start's recovery
+    at its third unlink (CKPTD_FAILPOINT_ACTION=hang), as a lock that is
+    never released would. systemd is this test, as above."""
+    fp_build()
+    d = FPDaemon(tmp_path / "d", backend="tar")
+    try:
+        r = d.roots[0]
+        before = restore_cut_short(d)
+        intent = d.state_dir / "tar" / "restoring.json"
+        path = tmp_path / "notify.sock"
+        stalled = "start: no progress for"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.bind(str(path))
+            s.settimeout(1)
+            d.env = {"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "60000000",
+                     "CKPTD_FAILPOINT": "tar.restore.file.unlink.before:3", "CKPTD_FAILPOINT_ACTION": "hang"}
+            d.start(wait=False)
+            msgs = []
+            deadline = time.monotonic() + 600  # the window is a minute; this machine may be slow
+            while stalled not in d.log():
+                assert d.proc.poll() is None, f"ckptd exited:\n{d.log()[-3000:]}"
+                assert time.monotonic() < deadline, f"still asking for time:\n{msgs}\n{d.log()[-3000:]}"
+                try:
+                    msgs.append(s.recv(4096).decode())
+                except socket.timeout:
+                    pass
+            assert "failpoint hang tar.restore.file.unlink.before" in d.log()
+            # sent before the verdict, still queued: nothing is sent after it
+            s.setblocking(False)
+            while True:
+                try:
+                    msgs.append(s.recv(4096).decode())
+                except BlockingIOError:
+                    break
+            lines = [line for m in msgs for line in m.split("\n")]
+            assert any(x.startswith("EXTEND_TIMEOUT_USEC=") for x in lines), msgs
+            assert "WATCHDOG=1" in lines, msgs
+            assert "READY=1" not in lines, msgs
+            # three periods of 5 s and more: not one message
+            s.settimeout(20)
+            with pytest.raises(socket.timeout):
+                late = s.recv(4096).decode()
+                raise AssertionError(f"asked for time after logging the stall: {late!r}\n{d.log()[-3000:]}")
+            assert d.proc.poll() is None, "the hung start is ended by systemd, not by ckptd"
+        d.kill9()
+        # the next start finishes the restore the hang left
+        d.env = None
+        d.start()
+        assert not intent.exists()
+        assert_same_tree(before, tree_state(r))
+        d.stop()
+    finally:
+        d.kill9()
+        d.cleanup()
 
 
 def test_out_of_space_leaves_no_trace(daemon_factory):
@@ -828,3 +898,54 @@ def test_programs_at_work_with_change_tracking(daemon_factory, tmp_path, track):
             assert d.restore(cid)["ok"] is True
             assert_same_tree(want, tree_state(root))
     db.close()
+
+
+def burst(root, tag):
+    """600 writes into a and e (their handles repeat across several reads of
+    the queue), b renamed into c midway and its path made again, then
+    removals that name only their directory."""
+    for i in range(600):
+        if i <= 300 or i % 20 > 12:
+            (root / "a" / f"f{i % 20}").write_text(f"{tag}{i}")
+        if i == 300:
+            (root / "b" / "sub" / f"new{tag}").mkdir()
+            os.rename(root / "b", root / "c" / f"b{tag}")
+            (root / "b" / "sub").mkdir(parents=True)
+        if i > 300 and i % 50 == 0:
+            (root / "c" / f"b{tag}" / "sub" / f"old{i // 50}").unlink()
+            (root / "a" / f"f{i // 50}").unlink()
+            (root / "e" / f"old{i // 50}").unlink()
+            (root / "e" / f"{tag}{i}").write_text("e")
+            (root / "b" / "sub" / f"z{i}").write_text("z")
+    os.rename(root / "a" / "f1", root / "c" / f"f1{tag}")
+
+
+def test_tracking_repeated_handles_and_a_directory_renamed(daemon_factory):
+    """One collect resolves each directory handle once (change_track.c's
+    cache). A burst whose events repeat handles across several reads of the
+    queue, with a directory renamed midway, must give the dirty set a fresh
+    resolve would. A restore right after the burst compares only the
+    entries the events named in a directory; a create is checked against
+    the live tree (track_check, conftest)."""
+    d = daemon_factory(backend="tar", start=False)
+    root = d.roots[0]
+    for name in ("a", "b/sub", "c", "e"):
+        (root / name).mkdir(parents=True)
+    for i in range(20):
+        (root / "a" / f"f{i}").write_text(f"a{i}")
+        (root / "b" / "sub" / f"old{i}").write_text(f"b{i}")
+        (root / "e" / f"old{i}").write_text(f"e{i}")
+    d.start()
+    assert d.health()["root_details"][0]["tracking"] == "fanotify"
+    cid0, want0 = d.create("base")["checkpoint_id"], tree_state(root)
+    burst(root, "x")
+    tracked = d.health()["root_details"][0]["tracked"]
+    assert d.restore(cid0)["ok"] is True
+    assert_same_tree(want0, tree_state(root))
+    burst(root, "y")
+    cid1, want1 = d.create("after")["checkpoint_id"], tree_state(root)
+    assert d.health()["root_details"][0]["tracked"] == tracked + 2  # the restore and the create
+    assert d.restore(cid0)["ok"] is True
+    assert_same_tree(want0, tree_state(root))
+    assert d.restore(cid1)["ok"] is True
+    assert_same_tree(want1, tree_state(root))
