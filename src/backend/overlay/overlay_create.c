@@ -648,8 +648,9 @@ int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_si
 		if (q == 0 && !delta[i]) { /* a delta leaves the index of the full layer below it */
 			char tag[2 * OVL_NAME_LEN + 2];
 			snprintf(tag, sizeof(tag), "%s:%s", r->upper, names[i]);
-			FAILPOINT_AROUND("overlay.create.index.write",
-					 pathindex_save(ixs[i], tag, r->rdir_fd, "idx/index"));
+			if (!o->index_unsaved) /* else a crash would leave it trusted */
+				FAILPOINT_AROUND("overlay.create.index.write",
+						 pathindex_save(ixs[i], tag, r->rdir_fd, "idx/index"));
 			pathindex_free(r->ix);
 			r->ix = TAKE_PTR(ixs[i]);
 			snprintf(r->ix_layer, sizeof(r->ix_layer), "%s", names[i]);
