@@ -699,7 +699,8 @@ static int backend_overlay_probe(const struct backend_ctx *ctx, ckpt_error *err)
 	return overlay_probe(ctx->state_dir, &opts, err);
 }
 
-static const struct backend_capture_ops backend_overlay_capture_ops = { .capture = overlay_capture };
+static const struct backend_capture_ops backend_overlay_capture_ops = { .capture = overlay_capture,
+									.create_defer = overlay_create_defer };
 static const struct backend_compare_ops backend_overlay_compare_ops = { .verify = backend_overlay_verify,
 									.diff = overlay_diff };
 static const struct backend_fork_ops backend_overlay_fork_ops = { .mount = overlay_fork_mount,

@@ -308,8 +308,9 @@ int overlay_layers_merge(struct ovl_root *r, const struct ovl_chain *chain, char
 int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q,
 			  ckpt_error *err);
 /* The same for a create's new layer: renamed, then synced (one barrier; the
- * chain and record that name it follow). */
-int overlay_layer_publish_new(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q,
+ * chain and record that name it follow). !sync: the caller syncs its file
+ * system before anything durable names it (overlay_create_defer). */
+int overlay_layer_publish_new(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, bool sync, int q,
 			      ckpt_error *err);
 
 /* overlay_flatten.c: merge layers lfd[0..n) (newest first) into the empty
@@ -387,6 +388,8 @@ int overlay_precopy(void *st, bool frozen, struct progress *p, ckpt_error *err);
 int overlay_capture(void *st, struct progress *p, ckpt_error *err);
 int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
 		   ckpt_error *err);
+int overlay_create_defer(void *st, const char *id, dev_t dev, json_t **ret_data, uint64_t *ret_size, struct progress *p,
+			 bool *ret_deferred, ckpt_error *err);
 
 /* overlay_export.c: the view_open, view_close and import ops. */
 int overlay_view_open(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);
