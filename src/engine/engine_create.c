@@ -180,17 +180,23 @@ static void create_note_freeze(struct ckpt_record *rec, struct svc_report *rep)
 	rep->n_failures = 0;
 }
 
-/* The record, durable, then in memory. deferred: the backend left its new layers unsynced on the catalog's
+/* The record, durable, then in memory. In memory its duration_ms also
+ * counts the time since taken (when the file's figure was taken), so the
+ * answer counts the record's sync; the file, written before, cannot.
+ * deferred: the backend left its new layers unsynced on the catalog's
  * file system; the record's temp file is written, one syncfs makes it and
  * them durable, then it is renamed into place and the catalog's directory
  * synced (catalog_write). A crash before that syncfs ends leaves no record,
  * and the start removes the layers nothing names; a record that exists
  * names only durable layers. That syncfs stands for the layers' own and
  * the temp file's fsync: one barrier less. */
-static int create_record_write(struct engine *e, const struct ckpt_record *rec, bool deferred, ckpt_error *err)
+static int create_record_write(struct engine *e, struct ckpt_record *rec, bool deferred, int64_t taken, ckpt_error *err)
 {
 	int r = catalog_write(e->catalog, rec, deferred, err);
-	return r < 0 ? r : catalog_put_volatile(e->catalog, rec);
+	if (r < 0)
+		return r;
+	rec->duration_ms += mono_ms() - taken;
+	return catalog_put_volatile(e->catalog, rec);
 }
 
 /* queue_ms: how long the create waited for the operation lock, counted in
@@ -215,7 +221,8 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	json_decref(rec->backend_data);
 	rec->backend_data = data ? data : json_object();
 	rec->size_bytes = (int64_t)size;
-	rec->duration_ms = mono_ms() - t0 + queue_ms;
+	int64_t t1 = mono_ms();
+	rec->duration_ms = t1 - t0 + queue_ms;
 	rec->extra.has_freeze_ms = rec->extra.has_queue_ms = true;
 	rec->extra.freeze_ms = freeze_ms;
 	rec->extra.queue_ms = queue_ms;
@@ -226,7 +233,7 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	catalog_put_volatile(e->catalog, rec);
 	if ((r = create_over_budget(e, err)) == 0) {
 		rec->status = CKPT_ACTIVE;
-		r = FAILPOINT_AROUND("create.record.write", create_record_write(e, rec, deferred, err));
+		r = FAILPOINT_AROUND("create.record.write", create_record_write(e, rec, deferred, t1, err));
 	}
 	if (r < 0) {
 		rec->status = CKPT_CREATING;
