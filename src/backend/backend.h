@@ -244,6 +244,13 @@ struct backend_capture_ops {
 	 * long as the copy. On failure nothing is kept and create is not
 	 * called. A backend without it runs create whole inside the freeze. */
 	int (*capture)(void *st, struct progress *p, ckpt_error *err);
+	/* Optional: create, except the last sync of what it wrote on the file
+	 * system dev (an st_dev; 0: none). *ret_deferred then says the caller
+	 * must syncfs that file system before anything durable names the
+	 * checkpoint (the catalog record), so one barrier covers both. What
+	 * lies on another file system is synced here, as create does. */
+	int (*create_defer)(void *st, const char *id, dev_t dev, json_t **ret_data, uint64_t *ret_size,
+			    struct progress *p, bool *ret_deferred, ckpt_error *err);
 };
 
 /* Every pointer of this table is set: the engine calls each without

@@ -450,23 +450,62 @@ void catalog_close(struct catalog *c)
 	free(c);
 }
 
-int catalog_put(struct catalog *c, const struct ckpt_record *r, ckpt_error *err)
+/* r's file name (<id>.json) and text, as the catalog writes them. */
+static int catalog_put_text(const struct ckpt_record *r, char file[static 64], char **ret_text, ckpt_error *err)
 {
-	char file[64];
-	int ret;
-
 	if (!id_valid(r->id))
 		return err_set(err, EINVAL, NULL, "invalid checkpoint id");
 	json_t *j = record_json(r, true);
-	_cleanup_free_ char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	*ret_text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 	json_decref(j);
-	if (!text)
-		return -ENOMEM;
-	snprintf(file, sizeof(file), "%s.json", r->id);
-	ret = FAILPOINT_AROUND("catalog.put.write", write_file_atomic(c->dirfd, file, text, strlen(text), 0600));
+	snprintf(file, 64, "%s.json", r->id);
+	return *ret_text ? 0 : -ENOMEM;
+}
+
+/* The record's file written with one syncfs of the catalog's file system
+ * for the temp file's fsync; in the same barrier it makes durable what the
+ * caller left unsynced there (a create's new layers). Only after it ends
+ * is the record renamed into place, so a crash before leaves no record
+ * (the temp file is swept at start: catalog_load_one), and a record that
+ * exists names only what that syncfs made durable. The rename must not
+ * come first: ext4 may commit a rename before the data written ahead of
+ * it. */
+static int catalog_write_syncfs(struct catalog *c, const char *file, const char *text)
+{
+	char tmp[WRITE_FILE_TMP_MAX];
+	int ret = write_file_stage(c->dirfd, file, text, strlen(text), 0600, tmp);
+	if (ret == 0 && FAILPOINT_AROUND("catalog.put.syncfs", syncfs(c->dirfd)) < 0) {
+		ret = -errno;
+		unlinkat(c->dirfd, tmp, 0);
+	}
+	return ret < 0 ? ret : FAILPOINT_AROUND("catalog.put.commit", write_file_commit(c->dirfd, tmp, file));
+}
+
+int catalog_write(struct catalog *c, const struct ckpt_record *r, bool by_syncfs, ckpt_error *err)
+{
+	char file[64];
+	_cleanup_free_ char *text = NULL;
+	int ret = catalog_put_text(r, file, &text, err);
+	if (ret < 0)
+		return ret;
+	ret = by_syncfs
+		? catalog_write_syncfs(c, file, text)
+		: FAILPOINT_AROUND("catalog.put.write", write_file_atomic(c->dirfd, file, text, strlen(text), 0600));
 	if (ret < 0)
 		return err_set(err, -ret, NULL, "cannot write checkpoint record: %s", strerror(-ret));
-	return catalog_put_volatile(c, r);
+	return 0;
+}
+
+int catalog_put(struct catalog *c, const struct ckpt_record *r, ckpt_error *err)
+{
+	int ret = catalog_write(c, r, false, err);
+	return ret < 0 ? ret : catalog_put_volatile(c, r);
+}
+
+dev_t catalog_dev(struct catalog *c)
+{
+	struct stat st;
+	return fstat(c->dirfd, &st) == 0 ? st.st_dev : 0;
 }
 
 int catalog_put_volatile(struct catalog *c, const struct ckpt_record *r)

@@ -7,6 +7,7 @@
  * catalog hands out references (record_unref them), and a caller that wants to
  * change one changes a record_dup() and puts that back. */
 #pragma once
+#include <sys/types.h>
 #include <jansson.h>
 #include <pthread.h>
 #include "engine/engine_oci.h"
@@ -90,6 +91,15 @@ void catalog_close(struct catalog *c);
 
 /* Write (create or replace) a copy of the record durably, then update memory. */
 int catalog_put(struct catalog *c, const struct ckpt_record *r, ckpt_error *err);
+/* catalog_put's write alone, for a caller that puts the record in memory
+ * itself next (catalog_put_volatile). by_syncfs: one syncfs of the catalog's
+ * file system, between the temp file's write and its rename, stands for
+ * the temp file's fsync; it also makes durable what the caller left
+ * unsynced on that file system (a create's new layers, when catalog_dev
+ * says they share it). */
+int catalog_write(struct catalog *c, const struct ckpt_record *r, bool by_syncfs, ckpt_error *err);
+/* The catalog directory's st_dev (0 if fstat fails: nothing shares it). */
+dev_t catalog_dev(struct catalog *c);
 /* Update memory only (transient states such as "creating"). */
 int catalog_put_volatile(struct catalog *c, const struct ckpt_record *r);
 int catalog_remove(struct catalog *c, const char *id, ckpt_error *err);

@@ -118,6 +118,18 @@ static int create_over_budget(struct engine *e, ckpt_error *err)
 			    (unsigned long long)bytes, (long long)e->cfg->max_state_bytes);
 }
 
+/* The backend's create after the thaw (its capture done). Where it can, it
+ * leaves the syncfs of its new layers on the catalog's file system to the
+ * record's write (*deferred: create_record_write), one barrier for both. */
+static int create_finish(struct engine *e, const char *id, struct engine_op *op, json_t **data, uint64_t *size,
+			 bool *deferred, ckpt_error *err)
+{
+	const struct backend_capture_ops *c = e->backend->capture;
+	if (!c->create_defer)
+		return e->backend->create(e->bst, id, data, size, &op->progress, err);
+	return c->create_defer(e->bst, id, catalog_dev(e->catalog), data, size, &op->progress, deferred, err);
+}
+
 /* The backend's copy inside a freeze of the units that use the roots, after
  * a first pass without the freeze (precopy) so the frozen one copies only
  * what changed meanwhile, and made durable after the thaw where the backend
@@ -125,7 +137,7 @@ static int create_over_budget(struct engine *e, ckpt_error *err)
  * long the units were frozen (the frozen pass, whether or not a unit was)
  * into freeze_ms. */
 static int create_frozen(struct engine *e, const char *id, struct engine_op *op, json_t **data, uint64_t *size,
-			 struct svc_report *rep, int64_t *freeze_ms, ckpt_error *err)
+			 struct svc_report *rep, int64_t *freeze_ms, bool *deferred, ckpt_error *err)
 {
 	struct svc_plan plan;
 	ckpt_error perr = { 0 };
@@ -145,7 +157,7 @@ static int create_frozen(struct engine *e, const char *id, struct engine_op *op,
 	*freeze_ms = mono_ms() - t0;
 	/* the copy is taken: recording and syncing it need no freeze */
 	if (r == 0 && split)
-		r = e->backend->create(e->bst, id, data, size, &op->progress, err);
+		r = create_finish(e, id, op, data, size, deferred, err);
 	services_report(&plan, rep);
 	services_plan_free(&plan);
 	return r;
@@ -168,6 +180,25 @@ static void create_note_freeze(struct ckpt_record *rec, struct svc_report *rep)
 	rep->n_failures = 0;
 }
 
+/* The record, durable, then in memory. In memory its duration_ms also
+ * counts the time since taken (when the file's figure was taken), so the
+ * answer counts the record's sync; the file, written before, cannot.
+ * deferred: the backend left its new layers unsynced on the catalog's
+ * file system; the record's temp file is written, one syncfs makes it and
+ * them durable, then it is renamed into place and the catalog's directory
+ * synced (catalog_write). A crash before that syncfs ends leaves no record,
+ * and the start removes the layers nothing names; a record that exists
+ * names only durable layers. That syncfs stands for the layers' own and
+ * the temp file's fsync: one barrier less. */
+static int create_record_write(struct engine *e, struct ckpt_record *rec, bool deferred, int64_t taken, ckpt_error *err)
+{
+	int r = catalog_write(e->catalog, rec, deferred, err);
+	if (r < 0)
+		return r;
+	rec->duration_ms += mono_ms() - taken;
+	return catalog_put_volatile(e->catalog, rec);
+}
+
 /* queue_ms: how long the create waited for the operation lock, counted in
  * its duration as restore does. */
 static int create_capture(struct engine *e, struct ckpt_record *rec, struct engine_op *op, int64_t queue_ms,
@@ -178,10 +209,11 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	json_t *data = NULL;
 	uint64_t size = 0;
 	int64_t t0 = mono_ms(), freeze_ms = 0;
+	bool deferred = false;
 	int r;
 
 	svc_report_init(&rep);
-	r = create_frozen(e, id, op, &data, &size, &rep, &freeze_ms, err);
+	r = create_frozen(e, id, op, &data, &size, &rep, &freeze_ms, &deferred, err);
 	if (r < 0) {
 		svc_report_free(&rep);
 		return r;
@@ -189,7 +221,8 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	json_decref(rec->backend_data);
 	rec->backend_data = data ? data : json_object();
 	rec->size_bytes = (int64_t)size;
-	rec->duration_ms = mono_ms() - t0 + queue_ms;
+	int64_t t1 = mono_ms();
+	rec->duration_ms = t1 - t0 + queue_ms;
 	rec->extra.has_freeze_ms = rec->extra.has_queue_ms = true;
 	rec->extra.freeze_ms = freeze_ms;
 	rec->extra.queue_ms = queue_ms;
@@ -200,7 +233,7 @@ static int create_capture(struct engine *e, struct ckpt_record *rec, struct engi
 	catalog_put_volatile(e->catalog, rec);
 	if ((r = create_over_budget(e, err)) == 0) {
 		rec->status = CKPT_ACTIVE;
-		r = FAILPOINT_AROUND("create.record.write", catalog_put(e->catalog, rec, err));
+		r = FAILPOINT_AROUND("create.record.write", create_record_write(e, rec, deferred, t1, err));
 	}
 	if (r < 0) {
 		rec->status = CKPT_CREATING;

@@ -239,31 +239,59 @@ static int write_all(int fd, const void *data, size_t len)
 	return 0;
 }
 
-static int write_file_put(int dirfd, const char *name, const void *data, size_t len, mode_t mode, bool sync)
+/* Write data into a new temp file beside name (its name into tmp), fsynced
+ * if sync; removed on failure. */
+static int write_file_temp(int dirfd, const char *name, const void *data, size_t len, mode_t mode, bool sync,
+			   char tmp[static WRITE_FILE_TMP_MAX])
 {
-	char tmp[512], rnd[9];
-	int r;
-
+	char rnd[9];
 	if (random_hex(rnd, 4) < 0)
 		return -EIO;
-	if ((size_t)snprintf(tmp, sizeof(tmp), ".%s.tmp.%s", name, rnd) >= sizeof(tmp))
+	if ((size_t)snprintf(tmp, WRITE_FILE_TMP_MAX, ".%s.tmp.%s", name, rnd) >= WRITE_FILE_TMP_MAX)
 		return -ENAMETOOLONG;
 	_cleanup_close_ int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
 	if (fd < 0)
 		return -errno;
-	r = write_all(fd, data, len);
+	int r = write_all(fd, data, len);
 	if (r == 0 && sync && fsync(fd) < 0)
 		r = -errno;
-	if (r == 0)
-		FAILPOINT("file.atomic.synced"); /* the temp file whole, not yet renamed */
-	if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
-		r = -errno;
-	if (r < 0) {
+	if (r < 0)
+		unlinkat(dirfd, tmp, 0);
+	return r;
+}
+
+/* Rename tmp over name, then fsync the directory if sync; tmp is removed
+ * on failure. */
+static int write_file_rename(int dirfd, const char *tmp, const char *name, bool sync)
+{
+	if (renameat(dirfd, tmp, dirfd, name) < 0) {
+		int r = -errno;
 		unlinkat(dirfd, tmp, 0);
 		return r;
 	}
 	FAILPOINT("file.atomic.renamed"); /* renamed, the directory not yet synced */
 	return sync ? fsync_dirfd(dirfd) : 0;
+}
+
+static int write_file_put(int dirfd, const char *name, const void *data, size_t len, mode_t mode, bool sync)
+{
+	char tmp[WRITE_FILE_TMP_MAX];
+	int r = write_file_temp(dirfd, name, data, len, mode, sync, tmp);
+	if (r < 0)
+		return r;
+	FAILPOINT("file.atomic.synced"); /* the temp file whole, not yet renamed */
+	return write_file_rename(dirfd, tmp, name, sync);
+}
+
+int write_file_stage(int dirfd, const char *name, const void *data, size_t len, mode_t mode,
+		     char tmp[static WRITE_FILE_TMP_MAX])
+{
+	return write_file_temp(dirfd, name, data, len, mode, false, tmp);
+}
+
+int write_file_commit(int dirfd, const char *tmp, const char *name)
+{
+	return write_file_rename(dirfd, tmp, name, true);
 }
 
 int write_file_atomic(int dirfd, const char *name, const void *data, size_t len, mode_t mode)

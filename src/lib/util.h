@@ -143,6 +143,15 @@ int random_hex(char *buf, size_t nbytes);
 /* Crash-safe file replacement relative to a directory fd:
  * write name.tmp.XXXX, fsync, rename over name, fsync the directory. */
 int write_file_atomic(int dirfd, const char *name, const void *data, size_t len, mode_t mode);
+/* write_file_atomic in two steps, for a caller whose own barrier between
+ * them (a syncfs of dirfd's file system) stands for the temp file's fsync.
+ * stage writes the temp file, unsynced, and puts its name in tmp; commit
+ * renames it over name and fsyncs the directory. Each removes the temp
+ * file on failure; a caller that gives up between them unlinks it. */
+#define WRITE_FILE_TMP_MAX 512
+int write_file_stage(int dirfd, const char *name, const void *data, size_t len, mode_t mode,
+		     char tmp[static WRITE_FILE_TMP_MAX]);
+int write_file_commit(int dirfd, const char *tmp, const char *name);
 /* The same without either fsync: the old or the new file after a crash,
  * or an empty one. Only for caches and hints whose readers take that, and
  * whose writer makes them durable later (a syncfs). */

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 
+import pytest
 import requests
 
 from conftest import TOP, Daemon, free_port, mounts_under, tree_state, unmount_all
@@ -643,6 +644,53 @@ def test_every_failpoint_is_crash_safe(tmp_path):
           f"in {time.monotonic() - t0:.0f} s, {len(failures)} broken", flush=True)
     assert not missed, f"no workload reaches these failpoints: {sorted(missed)}"
     assert not failures, "\n".join(failures)
+
+
+# Between a create's record temp file and its rename (catalog_write):
+# the one syncfs that makes the new layers and the record durable together.
+RECORD_SYNC = ["catalog.put.syncfs.before", "catalog.put.syncfs.after", "catalog.put.commit.before"]
+
+
+def layer_files(d):
+    """Each root's layers and their records (l/, rec/), temp ones left out."""
+    st = d.state_dir / "overlay" / "r"
+    return sorted(str(p.relative_to(st)) for sub in ("l", "rec") for p in st.glob(f"*/{sub}/*")
+                  if not p.name.startswith("."))
+
+
+@pytest.mark.parametrize("point", RECORD_SYNC)
+def test_create_killed_at_its_record_sync(point, tmp_path):
+    """A delta create killed before its record is renamed: no record is
+    listed after the restart, its layers are swept (none is left that
+    nothing names), and the next create and restores are exact."""
+    fp_build()
+    # hit 1 is the first create's (a full layer), hit 2 the delta's; only
+    # the first start is armed
+    run = Run(tmp_path, "overlay", {"CKPTD_FAILPOINT": f"{point}:2@0"}, short=True)
+    d = run.d
+    try:
+        run.seed()
+        run.start_checked()
+        first = run.create("first")
+        layers = layer_files(d)
+        assert layers, "the first create made no layer"
+        with pytest.raises(Died):
+            run.create("killed")
+        assert d.proc.wait(30) == -9 and f"failpoint kill {point}\n" in d.log(), d.log()[-2000:]
+        live = run.trees()
+        run.restart()
+        assert [c["checkpoint_id"] for c in d.list()] == [first]
+        assert not [p.name for p in (d.state_dir / "catalog").iterdir() if ".tmp" in p.name]
+        assert layer_files(d) == layers  # the killed create's layers and their records swept
+        assert run.trees() == live  # the roots keep what was written
+        after = run.create("after")
+        for cid in (first, after):
+            rep = d.restore(cid, verify=True)
+            assert rep["ok"] is True and rep["verified"] is True, rep
+            assert run.trees() == run.acked[cid], cid
+    finally:
+        d.cleanup()
+        unmount_all(tmp_path)
 
 
 if __name__ == "__main__":  # one point by hand: test_failpoints.py BACKEND POINT DIR [THEN]

@@ -588,6 +588,35 @@ def test_upper_index_outlives_a_restart(daemon_factory):
     assert layers[new[0]].st_ino == layers[before.pop()].st_ino  # linked, not copied
 
 
+def test_upper_index_is_not_trusted_after_a_kill(daemon_factory):
+    """A start after a kill (or a power cut) reads no upper's index: after
+    a power cut a file rewritten and fdatasynced has new data and its old
+    ctime, so the index would take it as unchanged. The first create after
+    it copies what it would have linked; a clean stop and start trust the
+    index again (overlay_running.c)."""
+    d = daemon_factory(backend="overlay")
+    root = d.roots[0]
+    (root / "big.bin").write_bytes(os.urandom(1 << 20))
+    d.create("one")
+    rdir = next((d.state_dir / "overlay/r").iterdir())
+    assert (d.state_dir / "overlay/running").exists()
+    d.kill9()
+    d.start()
+    assert "the last run did not end cleanly" in d.log()
+    assert not (rdir / "idx/index").exists()
+    inos = {p.stat().st_ino for p in (rdir / "l").glob("*/big.bin")}
+    (root / "small.txt").write_text("after the kill\n")
+    d.create("two")
+    after = {p.stat().st_ino for p in (rdir / "l").glob("*/big.bin")}
+    assert len(inos) == 1 and len(after) == 2, (inos, after)  # copied, not linked
+    d.stop()
+    assert not (d.state_dir / "overlay/running").exists()
+    d.start()
+    (root / "third.txt").write_text("after a clean stop\n")
+    d.create("three")
+    assert len({p.stat().st_ino for p in (rdir / "l").glob("*/big.bin")}) == 2  # linked again
+
+
 def traced_restore(d, cid, out):
     """d.restore(cid) while strace follows every thread of ckptd, writing the
     renames, unlinks and syncs it makes to out; the report."""

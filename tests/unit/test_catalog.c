@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <sys/stat.h>
+
 #include "engine/catalog.h"
 #include "engine/engine_oci.h"
 #include "testlib.h"
@@ -286,6 +288,50 @@ static void test_old_files(void **state)
 	catalog_close(c);
 }
 
+/* catalog_write writes the file catalog_put writes, through one syncfs
+ * and no fsync of its own too, and leaves memory as it was and no temp
+ * file; a bad id writes nothing. catalog_dev is the catalog directory's
+ * file system. */
+static void test_write(void **state)
+{
+	(void)state;
+	ckpt_error err = { 0 };
+	struct catalog *c;
+	struct stat st;
+	const char *a = "cp_000000000041aaaaaaaaaaaa", *b = "cp_000000000042aaaaaaaaaaaa";
+
+	assert_int_equal(catalog_open(sfd, &c, &err), 0);
+	assert_int_equal(fstatat(sfd, "catalog", &st, 0), 0);
+	assert_true(catalog_dev(c) == st.st_dev);
+	struct ckpt_record *r = rec(a, "one", 1), *q = rec(b, "one", 1);
+	assert_int_equal(catalog_write(c, r, true, &err), 0);
+	assert_null(catalog_get(c, a)); /* memory is the caller's */
+	assert_int_equal(catalog_put(c, q, &err), 0);
+	int cfd = openat(sfd, "catalog", O_RDONLY | O_DIRECTORY);
+	assert_true(cfd >= 0);
+	_cleanup_free_ char *ta = NULL, *tb = NULL;
+	size_t la, lb;
+	assert_int_equal(read_file_at(cfd, "cp_000000000041aaaaaaaaaaaa.json", 1 << 20, &ta, &la), 0);
+	assert_int_equal(read_file_at(cfd, "cp_000000000042aaaaaaaaaaaa.json", 1 << 20, &tb, &lb), 0);
+	assert_non_null(strstr(ta, a));
+	assert_string_equal(strstr(ta, "\"name\""), strstr(tb, "\"name\"")); /* the same fields as catalog_put */
+	assert_int_equal(write_file_atomic_sweep(cfd), 0);                   /* no temp file left */
+	close(cfd);
+
+	struct ckpt_record *bad = rec("../evil", "x", 1);
+	assert_int_equal(catalog_write(c, bad, true, &err), -EINVAL);
+	assert_false(file_exists("../evil.json"));
+	record_unref(bad);
+	catalog_close(c);
+	assert_int_equal(catalog_open(sfd, &c, &err), 0);
+	assert_int_equal(catalog_count(c), 2);
+	const struct ckpt_record *got = catalog_get(c, a);
+	assert_non_null(got);
+	assert_int_equal(got->status, CKPT_ACTIVE);
+	record_unref(got), record_unref(r), record_unref(q);
+	catalog_close(c);
+}
+
 static void test_find_name_and_stats(void **state)
 {
 	(void)state;
@@ -427,6 +473,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_status_required, setup, teardown),
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test_setup_teardown(test_old_files, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_write, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_find_name_and_stats, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_scale, setup, teardown),
 	};

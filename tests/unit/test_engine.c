@@ -749,6 +749,21 @@ static void test_failed_create_expires(void **state_)
 	json_decref(rec);
 }
 
+/* Each record's duration_ms taken off, after checking that the file's
+ * (after) is at most what the create answered (before): the answer counts
+ * the record's own sync, which the file, written before it, cannot. */
+static void take_durations(json_t *before, json_t *after)
+{
+	for (size_t i = 0; i < json_array_size(before); i++) {
+		json_t *b = json_array_get(before, i), *a = json_array_get(after, i);
+		assert_non_null(a);
+		assert_true(json_integer_value(json_object_get(a, "duration_ms")) <=
+			    json_integer_value(json_object_get(b, "duration_ms")));
+		json_object_del(b, "duration_ms");
+		json_object_del(a, "duration_ms");
+	}
+}
+
 static void test_reopen_lists_same(void **state_)
 {
 	(void)state_;
@@ -757,6 +772,7 @@ static void test_reopen_lists_same(void **state_)
 	reopen_engine();
 	json_t *after = list_json(NULL);
 	assert_int_equal(json_array_size(after), 3);
+	take_durations(before, after);
 	assert_true(json_equal(before, after));
 	for (int i = 0; i < 3; i++) {
 		assert_non_null(json_object_get(fake.store, ids[i]));

@@ -151,6 +151,42 @@ static void test_atomic_write(void **state)
 	assert_int_equal(rmdir(dir), 0);
 }
 
+/* write_file_atomic in two steps: staged, the temp file holds the data
+ * under a name the sweep knows, and name is untouched; committed, name
+ * holds it and no temp file is left. */
+static void test_atomic_write_staged(void **state)
+{
+	(void)state;
+	char dir[TESTLIB_DIR_LEN], tmp[WRITE_FILE_TMP_MAX];
+	assert_int_equal(testlib_mkdir(dir, "stage"), 0);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	char *buf = NULL;
+	size_t len;
+	assert_int_equal(write_file_atomic(dfd, "rec.json", "old", 3, 0600), 0);
+	assert_int_equal(write_file_stage(dfd, "rec.json", "new", 3, 0600, tmp), 0);
+	assert_int_equal(strncmp(tmp, ".rec.json.tmp.", 14), 0);
+	assert_int_equal(read_file_at(dfd, tmp, 100, &buf, &len), 0);
+	assert_string_equal(buf, "new");
+	free(buf);
+	assert_int_equal(read_file_at(dfd, "rec.json", 100, &buf, &len), 0);
+	assert_string_equal(buf, "old");
+	free(buf);
+	assert_int_equal(write_file_commit(dfd, tmp, "rec.json"), 0);
+	assert_int_equal(read_file_at(dfd, "rec.json", 100, &buf, &len), 0);
+	assert_string_equal(buf, "new");
+	free(buf);
+	assert_int_equal(write_file_atomic_sweep(dfd), 0);
+	/* a commit that cannot rename removes the temp file */
+	assert_int_equal(write_file_stage(dfd, "rec.json", "x", 1, 0600, tmp), 0);
+	assert_int_equal(mkdirat(dfd, "d", 0700), 0);
+	assert_int_equal(write_file_commit(dfd, tmp, "d"), -EISDIR);
+	assert_int_equal(write_file_atomic_sweep(dfd), 0);
+	assert_int_equal(unlinkat(dfd, "d", AT_REMOVEDIR), 0);
+	assert_int_equal(rm_rf_at(dfd, "rec.json"), 0);
+	close(dfd);
+	assert_int_equal(rmdir(dir), 0);
+}
+
 /* A mount point below the tree is never entered: rm_rf_at says -EXDEV and
  * removes everything else, keeping only the directories that lead to it. */
 static void test_rm_rf_mount(void **state)
@@ -198,8 +234,8 @@ int main(void)
 		cmocka_unit_test(test_name_valid),   cmocka_unit_test(test_utf8_valid),
 		cmocka_unit_test(test_id),           cmocka_unit_test(test_rfc3339),
 		cmocka_unit_test(test_secure_streq), cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_atomic_write), cmocka_unit_test(test_rm_rf_mount),
-		cmocka_unit_test(test_path_join),
+		cmocka_unit_test(test_atomic_write), cmocka_unit_test(test_atomic_write_staged),
+		cmocka_unit_test(test_rm_rf_mount),  cmocka_unit_test(test_path_join),
 	};
 	return cmocka_run_group_tests_name("util", tests, NULL, NULL);
 }

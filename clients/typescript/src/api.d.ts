@@ -618,7 +618,7 @@ export interface components {
              *     The sum over checkpoints is `ckptd_checkpoint_bytes`.
              */
             size_bytes: number;
-            /** @description how long the create took. */
+            /** @description How long the create took, until its record was durable (that sync included). The record's file is written before that sync, so it holds the figure up to its write; after a restart, that one is shown. */
             duration_ms: number;
             /** @description How long the create waited for another operation to finish; included in duration_ms. Absent in records made before. */
             queue_ms?: number;

@@ -215,7 +215,9 @@ static int backend_overlay_open_root(struct ovl *o, struct ovl_root *r, ckpt_err
 			q = FAILPOINT_AROUND("overlay.open.live.write", overlay_live_save(r));
 	}
 	overlay_mountinfo_clear(&mi);
-	if (q == 0) { /* the index of the live upper, if any */
+	if (q == 0 && o->index_distrust) /* nor by a later start (overlay_running.c) */
+		unlinkat(r->rdir_fd, "idx/index", 0);
+	else if (q == 0) { /* the index of the live upper, if any */
 		char *tag = NULL;
 		if (pathindex_load(r->rdir_fd, "idx/index", &r->ix, &tag) == 0 && strlen(tag) == 2 * OVL_NAME_LEN + 1 &&
 		    !strncmp(tag, r->upper, OVL_NAME_LEN))
@@ -312,6 +314,7 @@ static int backend_overlay_open(const struct backend_ctx *ctx, void **ret_st, ck
 	o->cdir_fd = open(cdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	backend_overlay_sweep_probes(o);
 	overlay_release_sweep_gone(o);
+	overlay_running_open(o); /* before the roots read their indexes */
 	if ((q = overlay_intent_load(o)) < 0)
 		err_set(err, -q, NULL, "read '%s/restore.json': %s", o->odir, strerror(-q));
 	o->has_intent = q == 1;
@@ -684,6 +687,8 @@ static void backend_overlay_close(void *st, bool unmount)
 		if (base)
 			overlay_umount(base, NULL, &e);
 	}
+	if (o)
+		overlay_running_close(o);
 	backend_overlay_free(o);
 }
 
@@ -694,7 +699,8 @@ static int backend_overlay_probe(const struct backend_ctx *ctx, ckpt_error *err)
 	return overlay_probe(ctx->state_dir, &opts, err);
 }
 
-static const struct backend_capture_ops backend_overlay_capture_ops = { .capture = overlay_capture };
+static const struct backend_capture_ops backend_overlay_capture_ops = { .capture = overlay_capture,
+									.create_defer = overlay_create_defer };
 static const struct backend_compare_ops backend_overlay_compare_ops = { .verify = backend_overlay_verify,
 									.diff = overlay_diff };
 static const struct backend_fork_ops backend_overlay_fork_ops = { .mount = overlay_fork_mount,

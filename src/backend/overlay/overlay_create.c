@@ -504,11 +504,31 @@ static int overlay_create_capture_layer(struct ovl_root *r, struct progress *p, 
 	return 0;
 }
 
-/* Make r's capture the durable layer r->cap_name; on success ix (the
- * upper's new index; NULL for a delta) is handed to the caller, and what
- * kind it was: a delta, or a full layer deltas can follow. */
+/* A create that leaves the syncfs of its new layers to its caller
+ * (overlay_create_defer): those whose layer store lies on file system dev,
+ * which the caller syncs before anything durable names them. deferred says
+ * one was left so. dev 0: each layer is synced as it is published. */
+struct ovl_defer {
+	dev_t dev;
+	bool deferred;
+};
+
+/* Whether layer store l lies on the file system the caller syncs. rec/, the
+ * chain's and the index's files are in the same state dir, so they do too,
+ * and that syncfs covers them as the layer's own would. */
+static bool overlay_create_defers(int l, const struct ovl_defer *d)
+{
+	struct stat st;
+	return d->dev != 0 && fstat(l, &st) == 0 && st.st_dev == d->dev;
+}
+
+/* Make r's capture the layer r->cap_name, durable unless defer takes its
+ * sync; on success ix (the upper's new index; NULL for a delta) is handed
+ * to the caller, and what kind it was: a delta, or a full layer deltas can
+ * follow. */
 static int overlay_create_publish_capture(struct ovl_root *r, char name[OVL_NAME_LEN + 1], struct pathindex **ret_ix,
-					  uint64_t *size, bool *ret_delta, bool *ret_tracked, ckpt_error *err)
+					  uint64_t *size, bool *ret_delta, bool *ret_tracked, struct ovl_defer *defer,
+					  ckpt_error *err)
 {
 	*ret_delta = r->cap_delta;
 	*ret_tracked = r->cap_tracked;
@@ -518,7 +538,9 @@ static int overlay_create_publish_capture(struct ovl_root *r, char name[OVL_NAME
 		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
 	_cleanup_close_ int dst = openat(l, r->cap_tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int q = dst < 0 ? err_set(err, errno, NULL, "open layer: %m") : 0;
-	q = overlay_layer_publish_new(r, l, dst, r->cap_tmp, r->cap_name, q, err); /* removes it on failure */
+	bool leave = q == 0 && overlay_create_defers(l, defer);
+	q = overlay_layer_publish_new(r, l, dst, r->cap_tmp, r->cap_name, !leave, q, err); /* removes it on failure */
+	defer->deferred |= q == 0 && leave;
 	r->cap_tmp[0] = 0;
 	if (q < 0) {
 		overlay_create_drop_capture(r, l);
@@ -611,7 +633,8 @@ static int overlay_create_chains(struct ovl *o, char (*names)[OVL_NAME_LEN + 1],
 
 /* Capture (unless overlay_capture just did, frozen), then publish the layers,
  * the chain and the upper's index. */
-int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p, ckpt_error *err)
+static int overlay_create_run(void *st, const char *id, struct ovl_defer *defer, json_t **ret_data, uint64_t *ret_size,
+			      struct progress *p, ckpt_error *err)
 {
 	struct ovl *o = st;
 	char(*names)[OVL_NAME_LEN + 1] = calloc(o->n_roots + 1, sizeof(*names));
@@ -630,7 +653,7 @@ int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_si
 			q = overlay_create_capture_layer(&o->roots[i], p, err);
 	for (; q == 0 && done < o->n_roots; done++)
 		q = overlay_create_publish_capture(&o->roots[done], names[done], &ixs[done], &size, &delta[done],
-						   &tracked[done], err);
+						   &tracked[done], defer, err);
 	if (q == 0 &&
 	    ((q = overlay_create_chains(o, names, delta, &chains)) < 0 || !(data = overlay_json_data(o, &chains))))
 		q = err_set(err, ENOMEM, NULL, "out of memory");
@@ -648,8 +671,9 @@ int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_si
 		if (q == 0 && !delta[i]) { /* a delta leaves the index of the full layer below it */
 			char tag[2 * OVL_NAME_LEN + 2];
 			snprintf(tag, sizeof(tag), "%s:%s", r->upper, names[i]);
-			FAILPOINT_AROUND("overlay.create.index.write",
-					 pathindex_save(ixs[i], tag, r->rdir_fd, "idx/index"));
+			if (!o->index_unsaved) /* else a crash would leave it trusted */
+				FAILPOINT_AROUND("overlay.create.index.write",
+						 pathindex_save(ixs[i], tag, r->rdir_fd, "idx/index"));
 			pathindex_free(r->ix);
 			r->ix = TAKE_PTR(ixs[i]);
 			snprintf(r->ix_layer, sizeof(r->ix_layer), "%s", names[i]);
@@ -666,4 +690,23 @@ int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_si
 	*ret_size = size;
 	*ret_data = TAKE_PTR(data);
 	return 0;
+}
+
+int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p, ckpt_error *err)
+{
+	struct ovl_defer none = { 0 };
+	return overlay_create_run(st, id, &none, ret_data, ret_size, p, err);
+}
+
+/* overlay_create leaving the syncfs of the layer stores on file system dev
+ * to the caller. The chain and the index are written before that syncfs,
+ * which then covers them too; neither needs it (a chain file lost falls
+ * back to the record's data, an index to a full copy). */
+int overlay_create_defer(void *st, const char *id, dev_t dev, json_t **ret_data, uint64_t *ret_size, struct progress *p,
+			 bool *ret_deferred, ckpt_error *err)
+{
+	struct ovl_defer defer = { .dev = dev };
+	int q = overlay_create_run(st, id, &defer, ret_data, ret_size, p, err);
+	*ret_deferred = q == 0 && defer.deferred;
+	return q;
 }

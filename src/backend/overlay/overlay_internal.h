@@ -24,6 +24,8 @@
  *     f/<fork>/u, f/<fork>/w   a fork's upper and work dirs (overlay_fork.c)
  *     dv/<name>/  a checkpoint's view mounted for a diff, while it runs
  *   restore.json    {h: {chain, upper}}: a restore's intent (overlay_intent.c)
+ *   running         empty, while ckptd runs: left by a kill or a power cut,
+ *                   and then no upper's index is trusted (overlay_running.c)
  *   fk/<fork>.json  each fork's chains {h: [layers]} (overlay_fork.c)
  *   c/<id>.json       each checkpoint's chains {h: [layers, newest first]};
  *                     flattening rewrites these, the catalog never changes. */
@@ -259,7 +261,16 @@ struct ovl {
 	_Atomic int64_t last_swap_ms; /* when a restore last swapped the mounts */
 	struct ovl_intent intent;     /* restore.json found at open (overlay_intent.c), or empty */
 	bool has_intent;
+	/* overlay_running.c: the uppers' indexes found at open are not read
+	 * (the last run did not end cleanly); none is saved either, when the
+	 * marker that says so could not be written. */
+	bool index_distrust, index_unsaved;
 };
+
+/* overlay_running.c: the marker, at open (before the roots' indexes are
+ * read) and at a clean stop. */
+void overlay_running_open(struct ovl *o);
+void overlay_running_close(struct ovl *o);
 
 /* A base layer (named "B" and 7 hex digits) holds a whole tree: a chain
  * ending with one is mounted without the root's base dir. A release keeps
@@ -297,8 +308,9 @@ int overlay_layers_merge(struct ovl_root *r, const struct ovl_chain *chain, char
 int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q,
 			  ckpt_error *err);
 /* The same for a create's new layer: renamed, then synced (one barrier; the
- * chain and record that name it follow). */
-int overlay_layer_publish_new(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q,
+ * chain and record that name it follow). !sync: the caller syncs its file
+ * system before anything durable names it (overlay_create_defer). */
+int overlay_layer_publish_new(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, bool sync, int q,
 			      ckpt_error *err);
 
 /* overlay_flatten.c: merge layers lfd[0..n) (newest first) into the empty
@@ -376,6 +388,8 @@ int overlay_precopy(void *st, bool frozen, struct progress *p, ckpt_error *err);
 int overlay_capture(void *st, struct progress *p, ckpt_error *err);
 int overlay_create(void *st, const char *id, json_t **ret_data, uint64_t *ret_size, struct progress *p,
 		   ckpt_error *err);
+int overlay_create_defer(void *st, const char *id, dev_t dev, json_t **ret_data, uint64_t *ret_size, struct progress *p,
+			 bool *ret_deferred, ckpt_error *err);
 
 /* overlay_export.c: the view_open, view_close and import ops. */
 int overlay_view_open(void *st, const char *id, json_t *data, const char *tmp, char ***ret_dirs, ckpt_error *err);

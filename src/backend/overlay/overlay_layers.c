@@ -417,9 +417,12 @@ int overlay_layer_publish(struct ovl_root *r, int l, int dst, const char *tmp, c
  * disk). A crash before that syncfs ends may leave l/<name> torn, but
  * nothing durable names it yet: the chain and the catalog record are
  * written after this returns, and a layer no chain holds is swept at the
- * next start (overlay_layers_gc). Not for a step a restart skips when the
- * name exists (a release keeping the old base). */
-int overlay_layer_publish_new(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, int q,
+ * next start (overlay_layers_gc). !sync leaves that syncfs to the caller,
+ * whose one syncfs of the file system comes before the record's rename
+ * (overlay_create_defer, catalog_write): until it ends, the same
+ * holds. Not for a step a restart skips when the name exists (a release
+ * keeping the old base). */
+int overlay_layer_publish_new(struct ovl_root *r, int l, int dst, const char *tmp, const char *name, bool sync, int q,
 			      ckpt_error *err)
 {
 	bool renamed = false;
@@ -429,7 +432,7 @@ int overlay_layer_publish_new(struct ovl_root *r, int l, int dst, const char *tm
 	if (q == 0 && FAILPOINT_AROUND("overlay.layer.rename", renameat(l, tmp, l, name)) < 0)
 		q = err_set(err, errno, NULL, "publish layer: %m");
 	renamed = q == 0;
-	if (q == 0 && FAILPOINT_AROUND("overlay.layer.syncfs", syncfs(dst)) < 0)
+	if (q == 0 && sync && FAILPOINT_AROUND("overlay.layer.syncfs", syncfs(dst)) < 0)
 		q = err_set(err, errno, NULL, "sync layer: %m");
 	if (q < 0)
 		rm_rf_at(l, renamed ? name : tmp);

@@ -124,11 +124,15 @@ int overlay_record_write(struct ovl_root *r, int layer_fd, const char *name, boo
 	if (fclose(f) != 0 && q == 0)
 		q = -ENOMEM;
 	_cleanup_close_ int rfd = openat(r->rdir_fd, "rec", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	/* synced_after: overlay_layer_publish and overlay_layers_merge syncfs
-	 * the layer next, before the layer is published or the create answers;
-	 * rec/ and l/ are both in the root's state dir, one file system, so
-	 * that syncfs makes the record durable too. A release's old base
-	 * record has no such sync: it is written atomically. */
+	/* synced_after: a syncfs of the layer's file system follows before
+	 * anything durable names the layer. overlay_layer_publish and
+	 * overlay_layers_merge make it themselves; a create's new layer gets
+	 * it from overlay_layer_publish_new or, when the catalog shares that
+	 * file system, from the record's write (catalog_write), before the
+	 * record's rename. rec/ and l/ are both in the root's state dir, one
+	 * file system, so that syncfs makes the record durable too. A
+	 * release's old base record has no such sync: it is written
+	 * atomically. */
 	if (q == 0)
 		q = rfd < 0            ? -errno
 			: synced_after ? write_file_replace(rfd, name, text, len, 0600)
