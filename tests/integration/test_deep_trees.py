@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 
+from test_registry import pull, push, reg_config, registry  # noqa: F401 (fixture)
 
 BACKENDS = ["tar", "overlay"]
 PATH_MAX = 4096
@@ -105,6 +106,13 @@ def export_import(d, cid):
     return r.json()["checkpoint_id"]
 
 
+def refused(r):
+    assert r.status_code == 409, r.text
+    body = r.json()
+    assert body["code"] == "path_too_long" and body["status"] == 409, body
+    return body
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_deepest_tree_every_operation(deep_cleanup, daemon_factory, backend):
     d = start(daemon_factory, backend)
@@ -143,3 +151,61 @@ def test_deepest_tree_every_operation(deep_cleanup, daemon_factory, backend):
     assert r.status_code == 201, r.text
     assert deep_state(where) == want1
     assert d.request("DELETE", f"/v1/forks/{r.json()['fork_id']}").status_code == 204
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_deeper_is_refused_and_changes_nothing(deep_cleanup, daemon_factory, backend):
+    d = start(daemon_factory, backend)
+    root = d.roots[0]
+    make_deep(root, 10)
+    want0 = deep_state(root)
+    cp0 = d.create("shallow")["checkpoint_id"]
+    held = {cp0}
+
+    # one level past the limit, and deeper than WALK_DEPTH_MAX (4096)
+    for depth in (DEEPEST + 1, 5000):
+        make_deep(root, depth)
+        live = deep_state(root)
+        body = refused(d.request("POST", "/v1/checkpoints", json={"name": f"deep-{depth}"}))
+        assert deep_state(root) == live
+        assert {c["checkpoint_id"] for c in d.list()} == held
+
+        assert body["detail"].startswith("a path below a root is 4096 bytes or longer")
+        r = d.request("GET", f"/v1/checkpoints/{cp0}/diff")
+        if depth <= 4096:
+            assert r.status_code == 200 and r.json()["changes"], r.text
+        else:  # the diff's walk, WALK_DEPTH_MAX levels deep, is stopped
+            refused(r)
+        held.add(export_import(d, cp0))  # reads the checkpoint only
+
+        # a restore takes the too deep tree away, however deep (the tar
+        # backend removes what lies past the walk's depth bound)
+        r = d.request("POST", f"/v1/checkpoints/{cp0}/restore", json={})
+        assert r.status_code == 200 and r.json()["ok"] is True, r.text
+        assert deep_state(root) == want0
+    assert d.health()["status"] in ("ok", "degraded")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_deep_push_pull(deep_cleanup, daemon_factory, registry, tmp_path, backend):  # noqa: F811
+    reg = registry()
+    a = start(daemon_factory, backend, config=reg_config(tmp_path, reg))
+    b = start(daemon_factory, backend, config=reg_config(tmp_path, reg))
+    # A layer names its entries by absolute path: the root's path counts
+    # against PATH_MAX too. 1,000 levels of "dd" stay well below it.
+    make_deep(a.roots[0], 1000, name="dd")
+    want = deep_state(a.roots[0])
+    cp = a.create("deep")["checkpoint_id"]
+    out = push(a, cp, f"{reg.host}/team/deep")
+    p = pull(b, out["ref"], roots={str(a.roots[0]): str(b.roots[0])})
+    restore_ok(b, p["checkpoint_id"])
+    assert deep_state(b.roots[0]) == want
+
+    # the deepest tree a root takes: its absolute paths pass PATH_MAX
+    root = a.roots[0]
+    subprocess.run(["rm", "-rf", str(root / "dd")], check=True)
+    make_deep(root, DEEPEST)
+    cp2 = a.create("deepest")["checkpoint_id"]
+    r = a.request("POST", f"/v1/checkpoints/{cp2}/push", json={"ref": f"{reg.host}/team/deep"})
+    refused(r)
+    assert a.health()["status"] in ("ok", "degraded")
