@@ -118,8 +118,14 @@ def test_deepest_tree_every_operation(deep_cleanup, daemon_factory, backend):
     d = start(daemon_factory, backend)
     root = d.roots[0]
     make_deep(root, DEEPEST)
+    # two names of one file at the bottom: an export's hard link entry
+    # names the first with "roots/0/" before it, past PATH_MAX
+    fd = open_at_depth(root, DEEPEST)
+    write_at(fd, "ab", b"linked\n")
+    os.link("ab", "ac", src_dir_fd=fd, dst_dir_fd=fd)
+    os.close(fd)
     want1 = deep_state(root)
-    assert len(want1) == DEEPEST + 1
+    assert len(want1) == DEEPEST + 3
     cp1 = d.create("one")["checkpoint_id"]
 
     # changed near the bottom: a new file two levels up, the leaf rewritten
