@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <systemd/sd-daemon.h>
@@ -230,6 +231,25 @@ static void *app_adoption_main(void *engine)
 	return NULL;
 }
 
+/* A walk holds a descriptor per directory level in each tree it reads (two
+ * or three in a merge), so a tree 2,000 levels deep needs thousands at
+ * once; the usual soft limit of 1024 would end it in EMFILE. The hard limit
+ * is what the system allows this process: take all of it. */
+static void app_raise_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rlim_t was = rl.rlim_cur;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		log_warn("open files: cannot raise the soft limit of %llu to %llu: %m", (unsigned long long)was,
+			 (unsigned long long)rl.rlim_max);
+	else
+		log_notice("open files: soft limit raised from %llu to the hard limit, %llu", (unsigned long long)was,
+			   (unsigned long long)rl.rlim_max);
+}
+
 static void app_block_signals(void)
 {
 	sigset_t set;
@@ -304,6 +324,7 @@ int main(int argc, char **argv)
 		log_error("%s", err.msg);
 		return 2;
 	}
+	app_raise_fd_limit();
 	app_block_signals(); /* before any thread starts, so all inherit the mask */
 	app_listeners(&a);
 	struct app_extend extend;

@@ -5,6 +5,10 @@
 #include <errno.h>
 #include "engine/engine_err.h"
 
+#include <limits.h>
+
+#include "lib/walk.h"
+
 #define CTX_ALL ((1u << ENGINE_CTX_COUNT_) - 1)
 #define CTX(c) (1u << (c))
 
@@ -16,18 +20,28 @@ static const struct engine_err_rule {
 	const char *code;
 	enum ckpt_err_kind kind;
 	const char *out_code; /* the code the client sees */
+	bool too_deep;        /* the message starts with the limit: its own may be cut short */
 } engine_err_rules[] = {
 	/* Reasons a backend names because its errno alone cannot say them. */
-	{ CTX_ALL, 0, "not_found", ERR_NOT_FOUND, "not_found" }, /* the checkpoint's data is gone */
-	{ CTX(ENGINE_CTX_RELEASE), 0, "forks_exist", ERR_CONFLICT, "forks_exist" },
-	{ CTX(ENGINE_CTX_RELEASE), 0, "root_busy", ERR_CONFLICT, "root_busy" },
+	{ CTX_ALL, 0, "not_found", ERR_NOT_FOUND, "not_found", false }, /* the checkpoint's data is gone */
+	{ CTX(ENGINE_CTX_RELEASE), 0, "forks_exist", ERR_CONFLICT, "forks_exist", false },
+	{ CTX(ENGINE_CTX_RELEASE), 0, "root_busy", ERR_CONFLICT, "root_busy", false },
 	/* released, but the next start has to finish it: the root counts as released */
-	{ CTX(ENGINE_CTX_RELEASE), 0, "release_incomplete", ERR_INTERNAL, "release_incomplete" },
+	{ CTX(ENGINE_CTX_RELEASE), 0, "release_incomplete", ERR_INTERNAL, "release_incomplete", false },
 	/* Unmounting a root something still holds open. */
-	{ CTX(ENGINE_CTX_RELEASE), EBUSY, NULL, ERR_CONFLICT, "root_busy" },
+	{ CTX(ENGINE_CTX_RELEASE), EBUSY, NULL, ERR_CONFLICT, "root_busy", false },
 	/* The disk's ENOSPC and a quota's EDQUOT both: out of room. */
-	{ CTX_ALL, ENOSPC, NULL, ERR_NO_SPACE, "insufficient_storage" },
-	{ CTX_ALL, EDQUOT, NULL, ERR_NO_SPACE, "insufficient_storage" },
+	{ CTX_ALL, ENOSPC, NULL, ERR_NO_SPACE, "insufficient_storage", false },
+	{ CTX_ALL, EDQUOT, NULL, ERR_NO_SPACE, "insufficient_storage", false },
+	/* A tree deeper than the walks go: a path below a root of PATH_MAX
+	 * bytes or more, or more than WALK_DEPTH_MAX levels. The tree's state,
+	 * not ckptd's failure: the client can make it shallower. Each walk says
+	 * it in its own words, with a path that fills the message: the same
+	 * reason comes first in every operation. */
+	{ CTX(ENGINE_CTX_CREATE) | CTX(ENGINE_CTX_RESTORE) | CTX(ENGINE_CTX_READ), ENAMETOOLONG, NULL, ERR_CONFLICT,
+	  "path_too_long", true },
+	{ CTX(ENGINE_CTX_CREATE) | CTX(ENGINE_CTX_RESTORE) | CTX(ENGINE_CTX_READ), ELOOP, NULL, ERR_CONFLICT,
+	  "path_too_long", true },
 };
 
 static bool engine_err_rule_matches(const struct engine_err_rule *rule, const ckpt_error *err, enum engine_err_ctx ctx)
@@ -51,6 +65,9 @@ int engine_err_classify(ckpt_error *err, enum engine_err_ctx ctx, int r)
 			err->errnum = ENOSPC;
 			r = -ENOSPC;
 		}
+		if (rule->too_deep)
+			err_prefix(err, "a path below a root is %d bytes or longer, or more than %d directories deep",
+				   PATH_MAX, WALK_DEPTH_MAX);
 		return err_mark(err, rule->kind, rule->out_code, r);
 	}
 	return r;

@@ -177,7 +177,7 @@ static int ar_entry(void *ctx, int dirfd, const char *name, const char *rel, con
 {
 	struct engine_export *x = ctx;
 	const char *link = engine_xfer_link_of(x->links, st, rel, true);
-	char path[PATH_MAX + 32], t[PATH_MAX];
+	char path[PATH_MAX + 32], t[PATH_MAX + 32]; /* "roots/N/" and a path of up to PATH_MAX - 1 */
 	int q = 0;
 
 	if (!engine_xfer_type(st, false))

@@ -63,7 +63,10 @@ static int split_name(struct import_ctx *c, const char *name, size_t *root, cons
 	}
 	/* a directory's name may end in one '/' (pax writers add it) */
 	size_t len = strlen(end + 1);
-	if (*end != '/' || len == 0 || len >= sizeof(c->rel))
+	if (*end == '/' && len >= sizeof(c->rel))
+		return bad(c, "entry '%.200s...' has a path of %zu bytes: a root takes them shorter than %d", name, len,
+			   PATH_MAX);
+	if (*end != '/' || len == 0)
 		return bad(c, "entry '%.200s' has an absolute, empty or '..' path", name);
 	memcpy(c->rel, end + 1, len + 1);
 	if (c->rel[len - 1] == '/')
@@ -114,6 +117,11 @@ static int import_manifest(struct import_ctx *c, struct archive *a, struct archi
 			const char *p = json_string_value(json_object_get(en, "path"));
 			const char *t = json_string_value(json_object_get(en, "type"));
 			char key[PATH_MAX + 32];
+			if (p && strlen(p) >= PATH_MAX)
+				return bad(c,
+					   "manifest entry '%.200s...' has a path of %zu bytes: a root takes them "
+					   "shorter than %d",
+					   p, strlen(p), PATH_MAX);
 			if (!p || !t || (strcmp(p, ".") && !engine_xfer_rel_valid(p)))
 				return bad(c, "manifest entry with an invalid path");
 			snprintf(key, sizeof(key), "%zu/%s", i, p);

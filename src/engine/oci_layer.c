@@ -580,6 +580,9 @@ static int la_whiteout(struct la *l, const char *name)
 	char parent[PATH_MAX], mapped[PATH_MAX], target[PATH_MAX];
 	size_t root;
 	const char *rest;
+	/* cut short, a whiteout would name another entry: a prefix of its own */
+	if (strlen(name) >= sizeof(target))
+		return hostile(l, "path too long ('%.200s...')", name);
 	snprintf(parent, sizeof(parent), "%.*s", (int)(base - name), name);
 	if (!strcmp(base, ".wh..wh..opq")) {
 		int q = la_map(l, parent[0] ? parent : ".", mapped, sizeof(mapped), &root, &rest);

@@ -475,12 +475,113 @@ static int rm_dir(void *ctx, struct walk_entry *e)
 	return 0;
 }
 
+/* rm_deep: what lies past the walk's depth bound, removed with one open
+ * directory at a time. It goes down by openat and back up by "..", whose
+ * identity it checks against the one it left, so a directory moved away
+ * meanwhile ends it (-ESTALE) instead of removing elsewhere. */
+struct rm_level {
+	dev_t dev;
+	ino_t ino;
+	char *name; /* this directory's name in its parent */
+};
+
+/* The first subdirectory of fd once its other entries are gone; NULL when
+ * fd is empty. *err: the first failure. */
+static char *rm_deep_clear(int fd, dev_t dev, int *err)
+{
+	DIR *d;
+	int r = walk_open(fd, NULL, &d);
+	if (r < 0) {
+		*err = r;
+		return NULL;
+	}
+	char *sub = NULL;
+	struct dirent *de;
+	struct stat st;
+	while (!sub && (de = walk_next(d))) {
+		if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno != ENOENT)
+				*err = -errno;
+		} else if (!S_ISDIR(st.st_mode)) {
+			if (unlinkat(fd, de->d_name, 0) < 0 && errno != ENOENT)
+				*err = -errno;
+		} else if (st.st_dev != dev) {
+			*err = -EXDEV; /* a mount point: never into another filesystem */
+		} else if (!(sub = strdup(de->d_name))) {
+			*err = -ENOMEM;
+		}
+	}
+	if (!sub && !de && errno)
+		*err = -errno;
+	closedir(d);
+	return *err < 0 ? (free(sub), NULL) : sub;
+}
+
+static int rm_deep(int dirfd, const char *name, dev_t dev)
+{
+	struct rm_level *v = NULL;
+	size_t n = 0, cap = 0;
+	int err = 0, fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	while (err == 0) {
+		struct stat st;
+		char *sub = rm_deep_clear(fd, dev, &err);
+		if (err == 0 && sub) { /* down one */
+			if (n == cap) {
+				struct rm_level *nv = realloc(v, (cap = cap ? cap * 2 : 64) * sizeof(*v));
+				if (!nv) {
+					free(sub);
+					err = -ENOMEM;
+					break;
+				}
+				v = nv;
+			}
+			int c = openat(fd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (c < 0 || fstat(fd, &st) < 0) {
+				err = -errno;
+				free(sub);
+				if (c >= 0)
+					close(c);
+				break;
+			}
+			v[n++] = (struct rm_level){ st.st_dev, st.st_ino, sub };
+			close(fd);
+			fd = c;
+			continue;
+		}
+		if (err < 0 || n == 0)
+			break;
+		/* fd is empty: up one, to the directory it was entered from */
+		int up = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (up < 0 || fstat(up, &st) < 0)
+			err = -errno;
+		else if (st.st_dev != v[n - 1].dev || st.st_ino != v[n - 1].ino)
+			err = -ESTALE;
+		else if (unlinkat(up, v[n - 1].name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+			err = -errno;
+		close(fd);
+		fd = up;
+		free(v[--n].name);
+	}
+	while (n > 0)
+		free(v[--n].name);
+	free(v);
+	if (fd >= 0)
+		close(fd);
+	if (err == 0 && unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+		err = -errno;
+	return err;
+}
+
 /* Reading the top fails the whole; below it a failure keeps that part. */
 static int rm_fail(void *ctx, const struct walk_entry *e, int err)
 {
 	struct rm *rm = ctx;
 	if (e->step == WALK_AT_STAT && err == -ENOENT)
 		return 0;
+	if (e->step == WALK_AT_DEPTH && (err = rm_deep(e->dirfd, e->name, rm->dev)) == 0)
+		return 0; /* removed; its post sees -ELOOP and leaves it */
 	if (e->step != WALK_AT_READ) {
 		rm_note(rm, e->parent, err);
 		return 0;

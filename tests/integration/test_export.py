@@ -249,6 +249,15 @@ def test_dotdot(victim):
     refused(victim, c.blob(), "'..' path")
 
 
+def test_path_past_path_max(victim):
+    c = Crafted(victim)
+    c.add_file("roots/0/" + "d/" * 2048 + "f", b"x")
+    refused(victim, c.blob(), "has a path of 4097 bytes: a root takes them shorter than 4096")
+    c = Crafted(victim)  # only the archive's entry is long: the manifest does not list it
+    c.add_file("roots/0/" + "d/" * 2048 + "f", b"x", manifest=False)
+    refused(victim, c.blob(), "has a path of 4097 bytes: a root takes them shorter than 4096")
+
+
 def test_symlink_that_escapes(victim):
     c = Crafted(victim)
     ti = tarfile.TarInfo("roots/0/ln")

@@ -572,7 +572,7 @@ def rootp(d):
 
 
 @pytest.mark.parametrize("case", ["absolute", "dotdot", "escaping-symlink", "device", "foreign-hardlink",
-                                  "through-symlink"])
+                                  "through-symlink", "long-whiteout"])
 def test_hostile_layers(one, case):
     reg, d, cp = one
     r = rootp(d)
@@ -584,6 +584,8 @@ def test_hostile_layers(one, case):
         "foreign-hardlink": [[(f"{r}/pw", "hardlink", "etc/passwd")]],
         # a symlink in one layer, then a path through it in the next
         "through-symlink": [[(f"{r}/d", "symlink", "/etc")], [(f"{r}/d/.wh.passwd", "file", b"")]],
+        # a whiteout past PATH_MAX, which a cut would have made name a prefix of it
+        "long-whiteout": [[(f"{r}/keep/f", "file", b"x"), (f"{r}/keep{'/d' * 2100}/.wh.x", "file", b"")]],
     }[case]
     built = [layer_tar(l) for l in layers]
     put_image(reg, "hostile/img", case, built)

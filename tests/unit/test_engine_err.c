@@ -84,6 +84,35 @@ static void test_unknown_stays_internal(void **state)
 	assert_int_equal(r, -EACCES);
 }
 
+/* A walk's ENAMETOOLONG or ELOOP, wherever it comes from, is one answer:
+ * 409 path_too_long, the limit first, then the walk's own message (which a
+ * 4,000-byte path would have cut short before its reason). */
+static void test_too_deep_is_one_answer(void **state)
+{
+	(void)state;
+	static const enum engine_err_ctx ctxs[] = { ENGINE_CTX_CREATE, ENGINE_CTX_RESTORE, ENGINE_CTX_READ };
+	static const int errnums[] = { ENAMETOOLONG, ELOOP };
+	for (size_t i = 0; i < ARRAY_SIZE(ctxs); i++) {
+		for (size_t k = 0; k < ARRAY_SIZE(errnums); k++) {
+			ckpt_error err = { 0 };
+			const char *code;
+			int r = err_set(&err, errnums[k], NULL, "path 'd/d/d': %s", strerror(errnums[k]));
+			assert_int_equal(engine_err_classify(&err, ctxs[i], r), -errnums[k]);
+			assert_int_equal(http_status_of(&err, &code), 409);
+			assert_string_equal(code, "path_too_long");
+			assert_non_null(strstr(err.msg,
+					       "a path below a root is 4096 bytes or longer, or more than "
+					       "4096 directories deep: path 'd/d/d'"));
+			assert_ptr_equal(strstr(err.msg, "a path below"), err.msg);
+		}
+	}
+	/* deleting or releasing reads no tree: nothing the client can change */
+	const char *code;
+	int r;
+	assert_int_equal(answer(ENAMETOOLONG, NULL, ENGINE_CTX_DELETE, &code, &r), 500);
+	assert_int_equal(answer(ELOOP, NULL, ENGINE_CTX_RELEASE, &code, &r), 500);
+}
+
 static void test_engine_kind_is_kept(void **state)
 {
 	(void)state;
@@ -104,7 +133,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_no_space_in_every_context), cmocka_unit_test(test_backend_not_found_is_404),
 		cmocka_unit_test(test_release_reasons),           cmocka_unit_test(test_unknown_stays_internal),
-		cmocka_unit_test(test_engine_kind_is_kept),
+		cmocka_unit_test(test_engine_kind_is_kept),       cmocka_unit_test(test_too_deep_is_one_answer),
 	};
 	return cmocka_run_group_tests_name("engine_err", tests, NULL, NULL);
 }

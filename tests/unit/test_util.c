@@ -187,6 +187,36 @@ static void test_atomic_write_staged(void **state)
 	assert_int_equal(rmdir(dir), 0);
 }
 
+/* Past the walk's WALK_DEPTH_MAX levels, rm_rf_at goes on one open
+ * directory at a time: a tree 5,000 levels deep, with files at every level
+ * and a second branch near the bottom, goes whole. */
+static void test_rm_rf_deeper_than_the_walk(void **state)
+{
+	(void)state;
+	char dir[TESTLIB_DIR_LEN];
+	assert_int_equal(testlib_mkdir(dir, "rmdeep"), 0);
+	int top = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(top >= 0);
+	int fd = dup(top);
+	for (int i = 0; i < 5000; i++) {
+		assert_int_equal(mkdirat(fd, "d", 0700), 0);
+		assert_int_equal(write_file_atomic(fd, "f", "x", 1, 0600), 0);
+		if (i == 4990)
+			assert_int_equal(mkdirat(fd, "branch", 0700), 0);
+		int c = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		assert_true(c >= 0);
+		close(fd);
+		fd = c;
+	}
+	assert_int_equal(write_file_atomic(fd, "bottom", "x", 1, 0600), 0);
+	close(fd);
+	assert_int_equal(rm_rf_at(top, "d"), 0);
+	assert_int_equal(faccessat(top, "d", F_OK, AT_SYMLINK_NOFOLLOW), -1);
+	assert_int_equal(unlinkat(top, "f", 0), 0);
+	close(top);
+	assert_int_equal(rmdir(dir), 0);
+}
+
 /* A mount point below the tree is never entered: rm_rf_at says -EXDEV and
  * removes everything else, keeping only the directories that lead to it. */
 static void test_rm_rf_mount(void **state)
@@ -235,7 +265,8 @@ int main(void)
 		cmocka_unit_test(test_id),           cmocka_unit_test(test_rfc3339),
 		cmocka_unit_test(test_secure_streq), cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_atomic_write), cmocka_unit_test(test_atomic_write_staged),
-		cmocka_unit_test(test_rm_rf_mount),  cmocka_unit_test(test_path_join),
+		cmocka_unit_test(test_rm_rf_mount),  cmocka_unit_test(test_rm_rf_deeper_than_the_walk),
+		cmocka_unit_test(test_path_join),
 	};
 	return cmocka_run_group_tests_name("util", tests, NULL, NULL);
 }
