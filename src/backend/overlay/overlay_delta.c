@@ -577,25 +577,41 @@ int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct pat
 	return 0; /* the times: overlay_delta_dir_meta, which every delta's frozen pass ends with */
 }
 
+void overlay_delta_dir_look(int up, struct ovl_delta_dirs *dirs)
+{
+	for (size_t i = 0; i < dirs->n; i++) {
+		struct ovl_dmeta *m = &dirs->v[i];
+		struct stat s;
+		/* gone: its parent's event made the parent dirty */
+		m->changed = fstatat(up, *m->path ? m->path : ".", &s, AT_SYMLINK_NOFOLLOW) == 0 &&
+			S_ISDIR(s.st_mode) &&
+			(s.st_mode != m->mode || s.st_uid != m->uid || s.st_gid != m->gid ||
+			 s.st_mtim.tv_sec != m->mtim.tv_sec || s.st_mtim.tv_nsec != m->mtim.tv_nsec);
+		if (m->changed)
+			m->now.mode = s.st_mode, m->now.uid = s.st_uid, m->now.gid = s.st_gid, m->now.mtim = s.st_mtim;
+	}
+	dirs->looked = true;
+}
+
 int overlay_delta_dir_meta(const struct ovl_delta_opts *o, int dst, struct ovl_delta_dirs *dirs,
 			   struct treecopy_stats *st, ckpt_error *err)
 {
 	struct dl t = { .o = o, .st = st, .err = err };
+	if (!dirs->looked)
+		overlay_delta_dir_look(o->up, dirs);
+	dirs->looked = false; /* each pass looks again */
 	for (size_t i = 0; i < dirs->n; i++) {
 		struct ovl_dmeta *m = &dirs->v[i];
-		struct stat s;
-		snprintf(t.path, sizeof(t.path), "%s", m->path);
-		if (fstatat(o->up, *m->path ? m->path : ".", &s, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(s.st_mode))
-			continue; /* gone: its parent's event made the parent dirty */
-		if (s.st_mode == m->mode && s.st_uid == m->uid && s.st_gid == m->gid &&
-		    s.st_mtim.tv_sec == m->mtim.tv_sec && s.st_mtim.tv_nsec == m->mtim.tv_nsec)
+		if (!m->changed)
 			continue;
+		m->changed = false;
+		snprintf(t.path, sizeof(t.path), "%s", m->path);
 		_cleanup_close_ int u = dl_open(o->up, m->path);
 		_cleanup_close_ int d = dl_ensure_dir(&t, dst, m->path);
 		int r = u < 0 ? -EAGAIN : d < 0 ? d : dl_dir_meta(u, d);
 		if (r < 0)
 			return dl_fail(&t, r, "directory metadata");
-		m->mode = s.st_mode, m->uid = s.st_uid, m->gid = s.st_gid, m->mtim = s.st_mtim;
+		m->mode = m->now.mode, m->uid = m->now.uid, m->gid = m->now.gid, m->mtim = m->now.mtim;
 		st->replaced++;
 	}
 	int r = dl_times(o->up, dst);
