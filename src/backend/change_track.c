@@ -575,11 +575,29 @@ int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev
 	struct chg_scan *sc = chg_track_armed(t) ? chg_scan_new(root_path, root_dev, t->plain_dir, true) : NULL;
 	if (chg_track_armed(t) && !sc)
 		return *why = "out of memory", -EAGAIN;
+	/* what is queued already is read before the scan too: its handles are
+	 * resolved while their files exist (a filesystem mark hears other
+	 * programs' short-lived files); collect reads what came since */
+	chg_track_drain(t);
 	if (sc)
 		chg_scan_run(sc);
 	int r = collect(t, sc, ret, ret_n, why);
 	chg_scan_free(sc);
 	return r;
+}
+
+int chg_track_scan_start(struct chg_track *t, const char *root_path, dev_t root_dev)
+{
+	chg_scan_free(chg_scan_join(t));
+	if (!chg_track_armed(t))
+		return -EAGAIN;
+	chg_track_drain(t); /* what is queued now, resolved while it exists (collect reads the rest) */
+	struct chg_scan *sc = chg_scan_new(root_path, root_dev, t->plain_dir, true);
+	if (!sc)
+		return -ENOMEM;
+	chg_scan_spawn(sc);
+	t->scan = sc;
+	return 0;
 }
 
 int chg_track_collect_scanned(struct chg_track *t, struct pathindex_dirty **ret, size_t *ret_n, const char **why)

@@ -42,6 +42,8 @@ void chg_track_count_events(uint64_t n);
  * collect's), else the files mapped shared only (chg_scan_mapped's). */
 struct chg_scan *chg_scan_new(const char *root_path, dev_t root_dev, bool plain, bool want_dirs);
 void chg_scan_run(struct chg_scan *sc);
+/* chg_scan_run on a thread of its own (here when none can be had). */
+void chg_scan_spawn(struct chg_scan *sc);
 void chg_scan_free(struct chg_scan *sc);
 /* t's scan started apart, waited for and taken from t; NULL when none. */
 struct chg_scan *chg_scan_join(struct chg_track *t);

@@ -228,19 +228,11 @@ struct chg_scan *chg_scan_join(struct chg_track *t)
 	return sc;
 }
 
-int chg_track_scan_start(struct chg_track *t, const char *root_path, dev_t root_dev)
+void chg_scan_spawn(struct chg_scan *sc)
 {
-	chg_scan_free(chg_scan_join(t));
-	if (!chg_track_armed(t))
-		return -EAGAIN;
-	struct chg_scan *sc = chg_scan_new(root_path, root_dev, t->plain_dir, true);
-	if (!sc)
-		return -ENOMEM;
 	sc->threaded = pthread_create(&sc->thread, NULL, scan_thread, sc) == 0;
 	if (!sc->threaded) /* no thread to be had: the scan runs here */
 		chg_scan_run(sc);
-	t->scan = sc;
-	return 0;
 }
 
 /* What collect adds from a scan that ended: its directories into s, its
