@@ -8,7 +8,9 @@ env_table(); this file, run inside an environment, measures it:
 
     envbench.py --dir D --files N --mb M --runs R [--tmpfs-state]
 
-- create after 10 changes against a full create (every file changed);
+- create after 10 changes against a full create (every file changed); each
+  create is sent right after its changes (an idle gap would add a VM's
+  vCPU wake-up, 2.5-5 ms here, to its wall time);
 - restore after 10 changes against `rsync -a --delete` from a pristine copy
   onto a copy with the same 10 changes, here;
 - the restore's wall time (overlay's target: 20 ms).
@@ -50,6 +52,9 @@ def daemon_figures(work, src, n_files, runs):
         creates, restores = [], []
         for i in range(runs):  # each over the previous one
             touch_10(src, n_files, f"x{i}", off=1 + i % 7)
+            # sent right after the changes, with no idle gap: on a VM a gap
+            # adds 2.5-5 ms of wall for the vCPU to wake (docs/overlay-create.md,
+            # "Measured")
             creates.append(d.create(f"ten-{i}")[1])
         for i in range(runs):
             touch_10(src, n_files, f"y{i}", off=2 + i % 7)

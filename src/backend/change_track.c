@@ -106,6 +106,7 @@ const char *chg_track_method_name(enum chg_track_method m)
 
 void chg_track_disarm(struct chg_track *t)
 {
+	chg_scan_free(chg_scan_join(t)); /* before the tracker it reads the settings of goes */
 	if (t->fan >= 0)
 		close(t->fan);
 	chg_inotify_free(t->ino);
@@ -428,130 +429,6 @@ static int read_events(struct chg_track *t, struct chg_dirty_set *s, const char 
 	}
 }
 
-struct in_use {
-	struct chg_track *t;     /* NULL: no plain_dir handling (but plain) */
-	bool plain;              /* a plain directory: files outside it are not its */
-	struct chg_dirty_set *s; /* NULL: only suspects are wanted (chg_scan_mapped) */
-	struct pathindex *sus;   /* files mapped shared and writable */
-	const char *root;
-	size_t root_len;
-	dev_t dev;
-	const char *why;
-	bool once, once_known; /* dev_mounted_once(dev), read at the first fd that asks */
-};
-
-/* A file of the root that a process has open or mapped: its directory is
- * compared (a write through a mapping makes no event). */
-/* The root's device, or a file whose path below the root names it: gVisor's
- * root overlay (runsc do) gives its files another st_dev than its
- * directories, so the root's own would be taken for another filesystem's. */
-static bool in_use_dev(const struct in_use *u, const struct procscan_ref *ref)
-{
-	struct stat st;
-	if (ref->dev == u->dev)
-		return true;
-	return procscan_path_under(ref->path, u->root) && lstat(ref->path, &st) == 0 && st.st_dev == ref->dev &&
-		st.st_ino == ref->ino;
-}
-
-/* Whether dev is mounted once in this mount namespace (at the root): then a
- * process of this namespace reads a file of it under the root's path only. */
-static bool dev_mounted_once(dev_t dev)
-{
-	char want[32], *line = NULL;
-	size_t cap = 0, n = 0;
-	snprintf(want, sizeof(want), " %u:%u ", major(dev), minor(dev));
-	_cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
-	while (f && n < 2 && getline(&line, &cap, f) > 0) {
-		char *sp = strchr(line, ' '); /* the mount id, the parent's, then maj:min */
-		sp = sp ? strchr(sp + 1, ' ') : NULL;
-		n += sp && !strncmp(sp, want, strlen(want));
-	}
-	free(line);
-	return f && n == 1;
-}
-
-/* An fd whose target need not be stat'ed: a path outside the root that
- * cannot name a root file, read by a process of this mount namespace (a
- * plain directory: any path outside it; an overlay: when its device is
- * mounted nowhere else). Most fds of a busy machine are such. */
-static bool in_use_skip_fd(struct in_use *u, const struct procscan_ref *ref)
-{
-	if (procscan_path_under(ref->path, u->root))
-		return false;
-	if (u->plain || (u->t && u->t->plain_dir))
-		return true;
-	if (!u->once_known) {
-		u->once = dev_mounted_once(u->dev);
-		u->once_known = true;
-	}
-	return u->once && procscan_ref_same_mntns(ref); /* the namespace read only when it matters */
-}
-
-static int in_use_ref(void *ctx, const struct procscan_ref *ref_in)
-{
-	struct in_use *u = ctx;
-	struct procscan_ref lazy;
-	const struct procscan_ref *ref = ref_in;
-	if (ref->kind == PROCSCAN_FD && !ref->has_id && !ref->deleted && u->s) {
-		if (in_use_skip_fd(u, ref))
-			return PROCSCAN_CONTINUE;
-		lazy = *ref;
-		if (procscan_ref_stat(&lazy) < 0)
-			return PROCSCAN_CONTINUE; /* gone since */
-		ref = &lazy;
-	}
-	bool sw = ref->kind == PROCSCAN_MAP && ref->shared_write;
-	if ((ref->kind != PROCSCAN_FD && ref->kind != PROCSCAN_MAP) || !ref->has_id || ref->deleted || (!u->s && !sw) ||
-	    !in_use_dev(u, ref))
-		return PROCSCAN_CONTINUE;
-	if (!procscan_path_under(ref->path, u->root) && (u->plain || (u->t && u->t->plain_dir))) {
-		if (!sw || !u->t)
-			return PROCSCAN_CONTINUE; /* another file of that filesystem */
-		ino_t *v = realloc(u->t->outside_inos, (u->t->n_outside_inos + 1) * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		v[u->t->n_outside_inos++] = ref->ino;
-		u->t->outside_inos = v;
-		return PROCSCAN_CONTINUE;
-	}
-	if (!procscan_path_under(ref->path, u->root)) {
-		u->why = "a file of the root is in use under another path (a mount namespace or chroot)";
-		return -EAGAIN;
-	}
-	const char *rel = ref->path + u->root_len;
-	rel += *rel == '/';
-	const char *slash = strrchr(rel, '/');
-	if (sw && chg_suspect_add(&u->sus, rel) < 0)
-		return -ENOMEM;
-	const char *leaf = slash ? slash + 1 : rel;
-	if (u->s &&
-	    (*leaf ? chg_dirty_add_name(u->s, rel, slash ? (size_t)(slash - rel) : 0, leaf)
-		   : chg_dirty_add(u->s, rel, 0, false)) < 0)
-		return -ENOMEM;
-	return PROCSCAN_CONTINUE;
-}
-
-static size_t root_len(const char *root_path)
-{
-	size_t n = strlen(root_path);
-	while (n > 1 && root_path[n - 1] == '/')
-		n--;
-	return n;
-}
-
-int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struct pathindex **sus, const char **why)
-{
-	struct in_use u = {
-		.plain = plain_dir, .sus = *sus, .root = root_path, .root_len = root_len(root_path), .dev = root_dev
-	};
-	int r = procscan_each("/proc", 0, PROCSCAN_STAT | PROCSCAN_MAPS_ONLY | PROCSCAN_SHARED_MAPS, in_use_ref, &u);
-	*sus = u.sus;
-	if (r < 0)
-		*why = u.why ? u.why : "scanning /proc failed";
-	return r < 0 ? r : 0;
-}
-
 static int dirty_cmp(const void *a, const void *b)
 {
 	const struct pathindex_dirty *x = a, *y = b;
@@ -646,8 +523,14 @@ void chg_track_drain(struct chg_track *t)
 	drain(t, false);
 }
 
-static int collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct pathindex_dirty **ret,
-		   size_t *ret_n, const char **why, bool scan)
+/* sc: a scan of /proc that ended before this call, or NULL (events only).
+ * The events are read after the scan: a file written through a mapping
+ * before the scan began, by a process that is not frozen, was still mapped
+ * or open when the scan read that process (and is named by it), or its last
+ * close came before: FAN_CLOSE_WRITE is in the queue read here. Read in the
+ * other order, a close between the read and the scan was in neither. */
+static int collect(struct chg_track *t, struct chg_scan *sc, struct pathindex_dirty **ret, size_t *ret_n,
+		   const char **why)
 {
 	*why = NULL;
 	if (!chg_track_armed(t))
@@ -661,29 +544,19 @@ static int collect(struct chg_track *t, const char *root_path, dev_t root_dev, s
 	t->seen->s = (struct chg_dirty_set){ 0 };
 	int r = read_events(t, &s, why);
 	/* the suspects of this collect: closed after a write since the last
-	 * one, and mapped shared and writable now (kept when it fails: the
-	 * caller's walk needs them too) */
+	 * one, and mapped shared now (kept when it fails: the caller's walk
+	 * needs them too) */
 	pathindex_free(t->suspects);
 	t->suspects = TAKE_PTR(t->seen->sus);
-	if (r == 0 && scan) {
-		struct in_use u = { .t = t,
-				    .s = &s,
-				    .sus = t->suspects,
-				    .root = root_path,
-				    .root_len = root_len(root_path),
-				    .dev = root_dev };
+	if (sc) { /* what the scan found: in use, mapped; outside a plain root */
 		free(t->outside_inos);
 		t->outside_inos = TAKE_PTR(t->seen->ino);
 		t->n_outside_inos = t->seen->n_ino;
 		t->seen->n_ino = 0;
-		/* of the mappings, the shared ones: a private mapping never
-		 * writes its file. A read-only shared one is kept: its process
-		 * may have written through it before an mprotect took the write
-		 * away, and that dirty page gave no event */
-		r = procscan_each("/proc", 0, PROCSCAN_MNTNS | PROCSCAN_NO_DIRS | PROCSCAN_SHARED_MAPS, in_use_ref, &u);
-		t->suspects = u.sus;
-		if (r < 0)
-			*why = u.why ? u.why : "scanning /proc failed", r = -EAGAIN;
+		const char *scan_why = NULL;
+		int q = chg_scan_merge(t, sc, &s, &scan_why);
+		if (r == 0 && q < 0)
+			r = q, *why = scan_why;
 	}
 	if (r < 0) {
 		pathindex_dirty_free(s.v, s.n);
@@ -698,12 +571,50 @@ static int collect(struct chg_track *t, const char *root_path, dev_t root_dev, s
 int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct pathindex_dirty **ret,
 		      size_t *ret_n, const char **why)
 {
-	return collect(t, root_path, root_dev, ret, ret_n, why, true);
+	chg_scan_free(chg_scan_join(t)); /* one started apart is too old for this collect */
+	struct chg_scan *sc = chg_track_armed(t) ? chg_scan_new(root_path, root_dev, t->plain_dir, true) : NULL;
+	if (chg_track_armed(t) && !sc)
+		return *why = "out of memory", -EAGAIN;
+	/* what is queued already is read before the scan too: its handles are
+	 * resolved while their files exist (a filesystem mark hears other
+	 * programs' short-lived files); collect reads what came since */
+	chg_track_drain(t);
+	if (sc)
+		chg_scan_run(sc);
+	int r = collect(t, sc, ret, ret_n, why);
+	chg_scan_free(sc);
+	return r;
+}
+
+int chg_track_scan_start(struct chg_track *t, const char *root_path, dev_t root_dev)
+{
+	chg_scan_free(chg_scan_join(t));
+	if (!chg_track_armed(t))
+		return -EAGAIN;
+	chg_track_drain(t); /* what is queued now, resolved while it exists (collect reads the rest) */
+	struct chg_scan *sc = chg_scan_new(root_path, root_dev, t->plain_dir, true);
+	if (!sc)
+		return -ENOMEM;
+	chg_scan_spawn(sc);
+	t->scan = sc;
+	return 0;
+}
+
+int chg_track_collect_scanned(struct chg_track *t, struct pathindex_dirty **ret, size_t *ret_n, const char **why)
+{
+	struct chg_scan *sc = chg_scan_join(t);
+	if (!sc) {
+		*why = "no /proc scan was started";
+		return -EAGAIN;
+	}
+	int r = collect(t, sc, ret, ret_n, why);
+	chg_scan_free(sc);
+	return r;
 }
 
 int chg_track_collect_events(struct chg_track *t, struct pathindex_dirty **ret, size_t *ret_n, const char **why)
 {
-	return collect(t, NULL, 0, ret, ret_n, why, false);
+	return collect(t, NULL, ret, ret_n, why);
 }
 
 /* The events read are kept for the next collect (a tracker kept between

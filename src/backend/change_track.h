@@ -23,6 +23,7 @@
 
 struct chg_track_seen;
 struct chg_inotify;
+struct chg_scan;
 
 /* How a tree is tracked: chosen at its first arm, kept with the reason. */
 enum chg_track_method {
@@ -61,8 +62,10 @@ struct chg_track {
 	 * create, delete and move events by filesystem or inode only, not by
 	 * mount or subtree); an event of its own pid is dropped all the same. */
 	bool skip_self;
-	pid_t self;   /* getpid() at arming */
-	size_t marks; /* inode marks made (an overlay upper's directories) */
+	pid_t self;            /* getpid() at arming */
+	size_t marks;          /* inode marks made (an overlay upper's directories) */
+	int64_t scan_us;       /* the last collect's /proc scan, µs (for the log) */
+	struct chg_scan *scan; /* a /proc scan started apart (chg_track_scan_start), or NULL */
 	ino_t *outside_inos;
 	size_t n_outside_inos;
 	/* Kept from one arm to the next (disarm leaves them): */
@@ -132,6 +135,16 @@ void chg_track_drain(struct chg_track *t);
  * under root_path); *why then says which. */
 int chg_track_collect(struct chg_track *t, const char *root_path, dev_t root_dev, struct pathindex_dirty **ret,
 		      size_t *ret_n, const char **why);
+
+/* chg_track_collect in two halves, so that the caller's own reads run
+ * while /proc is scanned: start the scan on a thread of its own (it reads
+ * no state of t but its settings; a failed thread runs it here), then
+ * collect_scanned waits for it and reads the events queued by then, after
+ * the scan (why that order: collect in change_track.c). Nothing else of t
+ * may be called in between but chg_track_collect_events (a delta's first
+ * pass) and disarm (which waits for the scan). */
+int chg_track_scan_start(struct chg_track *t, const char *root_path, dev_t root_dev);
+int chg_track_collect_scanned(struct chg_track *t, struct pathindex_dirty **ret, size_t *ret_n, const char **why);
 
 /* chg_track_collect from the events alone, with no /proc scan (about 4 ms):
  * for a pass a later collect completes (a delta's first pass: the frozen

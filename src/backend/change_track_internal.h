@@ -37,6 +37,20 @@ void chg_track_count_fallback(struct chg_track *t);
 /* n events read from a queue (fanotify or inotify): counted for /metrics. */
 void chg_track_count_events(uint64_t n);
 
+/* One /proc scan (change_track_scan.c): the directories of the files of the
+ * root at root_path (device root_dev) in use or mapped (want_dirs: a
+ * collect's), else the files mapped shared only (chg_scan_mapped's). */
+struct chg_scan *chg_scan_new(const char *root_path, dev_t root_dev, bool plain, bool want_dirs);
+void chg_scan_run(struct chg_scan *sc);
+/* chg_scan_run on a thread of its own (here when none can be had). */
+void chg_scan_spawn(struct chg_scan *sc);
+void chg_scan_free(struct chg_scan *sc);
+/* t's scan started apart, waited for and taken from t; NULL when none. */
+struct chg_scan *chg_scan_join(struct chg_track *t);
+/* What a scan that ended found, into a collect: its directories into s,
+ * its suspects into t's, the inodes outside a plain root into t's. */
+int chg_scan_merge(struct chg_track *t, struct chg_scan *sc, struct chg_dirty_set *s, const char **why);
+
 /* inotify (change_track_inotify.c): arm below t->upper (t->path set), read
  * the queued events into s (own: ckptd's own writes, no suspects), free. */
 int chg_inotify_arm(struct chg_track *t);

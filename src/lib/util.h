@@ -127,6 +127,7 @@ void log_event(int prio, const struct log_fields *f, const char *fmt, ...) _prin
 /* Time. */
 int64_t now_ms(void);  /* CLOCK_REALTIME, ms */
 int64_t mono_ms(void); /* CLOCK_MONOTONIC, ms */
+int64_t mono_us(void); /* CLOCK_MONOTONIC, µs */
 /* RFC 3339 UTC with milliseconds: "2026-11-22T10:00:00.123Z"; buf >= 32. */
 char *fmt_rfc3339_ms(int64_t ms, char *buf, size_t len);
 

@@ -90,6 +90,45 @@ def test_default_tracks_an_upper_of_2000_entries(daemon_factory):
     assert_same_tree(want, tree_state(root))
 
 
+def test_delta_keeps_a_time_a_refused_rename_moved(daemon_factory):
+    """A base directory in the upper (p/q, copied up) renamed over a
+    directory that is not empty: overlayfs renames with RENAME_WHITEOUT,
+    ext4 refuses with ENOTEMPTY after making the whiteout and, resetting the
+    entry, moves the mtime of the parent (p) with no event at all (the
+    second time: the first one sets q's redirect, which is an event on q).
+    Only the frozen pass's look at every directory's metadata finds it;
+    track_check fails the create if the delta misses it. On ext4 (/tmp):
+    the tmpfs of test_overlay_delta.py checks emptiness first."""
+    import errno
+    d = daemon_factory(backend="overlay", start=False, config={"track_changes": "always"})
+    root = d.roots[0]
+    (root / "p/q").mkdir(parents=True)
+    (root / "p/q/f").write_text("base\n")
+    d.start()
+    (root / "p/q/f").write_text("copied up\n")  # p and p/q now merge directories
+    (root / "full/x").mkdir(parents=True)  # only in the upper, and not empty
+    d.create("full")
+    moved, saved = 0, []
+    for i in range(2):
+        (root / "other").write_text(f"{i}\n")
+        d.create(f"before{i}")
+        mtime = os.stat(root / "p").st_mtime_ns
+        time.sleep(0.01)
+        with pytest.raises(OSError) as e:
+            os.rename(root / "p/q", root / "full")
+        assert e.value.errno == errno.ENOTEMPTY
+        moved += os.stat(root / "p").st_mtime_ns != mtime
+        # track_check: the create fails unless its delta has p's new mtime
+        saved.append((d.create(f"after{i}")["checkpoint_id"], os.stat(root / "p").st_mtime_ns))
+    for cid, want in saved:
+        d.restore(cid)
+        assert os.stat(root / "p").st_mtime_ns == want
+    assert moved == 2, "the kernel no longer moves the parent's mtime: the test shows nothing"
+    log = d.log()
+    assert log.count("frozen delta pass of") >= 4, log
+    assert "gets a full layer, not a delta" not in log, log
+
+
 def test_restore_deleted_replaced_renamed(daemon_factory):
     d = overlay_daemon(daemon_factory)
     root = d.roots[0]

@@ -23,6 +23,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <time.h>
 
@@ -968,6 +969,99 @@ static void test_silent_mapped_writes_are_compared(void **state)
 		close(fds[i]);
 }
 
+/* The child of one round: map p shared, no fd kept, write through the
+ * mapping, say so, then unmap (its last reference: CLOSE_WRITE) at a
+ * random moment after the parent's go, while the parent collects. */
+static void collect_race_child(const char *p, int ready, int go, unsigned delay_us)
+{
+	int fd = open(p, O_RDWR | O_CLOEXEC);
+	char *map = fd >= 0 ? mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+	if (fd >= 0)
+		close(fd);
+	char c = map == MAP_FAILED ? 'n' : 'y';
+	if (map != MAP_FAILED)
+		map[0] ^= 0x5a;
+	if (write(ready, &c, 1) != 1 || read(go, &c, 1) != 1)
+		_exit(1);
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do /* a spin, not a sleep: the moment is what is random */
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	while ((t.tv_sec - t0.tv_sec) * 1000000 + (t.tv_nsec - t0.tv_nsec) / 1000 < delay_us);
+	if (map != MAP_FAILED)
+		munmap(map, 4096);
+	_exit(0);
+}
+
+/* A file written through a shared mapping before a collect began, by a
+ * process that is not frozen, and unmapped while the collect runs: the
+ * /proc scan sees it mapped, or its CLOSE_WRITE is queued before the scan
+ * ends and read after it. Read in the other order (the events, then /proc),
+ * an unmap between the two is in neither, and some of these rounds, which
+ * unmap at random moments of the collect, would miss the file (3 or 4 of
+ * 24 did). Every other round scans on a thread (chg_track_scan_start).
+ * One miss is allowed: the kernel queues CLOSE_WRITE when the unmapping
+ * task returns to user space (its last fput is task work), after the
+ * mapping left /proc; a task preempted in between is in neither, for a
+ * moment (once in about 800 rounds on this loaded 2-vCPU VM). A frozen
+ * task has none pending: the freezer stops it after its task work. */
+static void test_collect_sees_a_mapping_gone_during_it(void **state)
+{
+	(void)state;
+	int fds[3];
+	mount_small_overlay("tcrace", 4, fds);
+	char p[600];
+	snprintf(p, sizeof(p), "%s/d1/sub/g2", mnt);
+	int fd = open(p, O_RDWR | O_CLOEXEC); /* copied up now, before the tracker */
+	assert_true(fd >= 0);
+	close(fd);
+	struct stat mst;
+	assert_int_equal(stat(mnt, &mst), 0);
+	struct chg_track trk = CHG_TRACK_INIT;
+	trk.skip_self = true;
+	assert_int_equal(chg_track_arm(&trk, fds[0]), 0);
+	int missed = 0, rounds = 48;
+	for (int i = 0; i < rounds; i++) {
+		int ready[2], go[2];
+		assert_int_equal(pipe(ready), 0);
+		assert_int_equal(pipe(go), 0);
+		unsigned delay = rnd(2000);
+		pid_t pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0)
+			collect_race_child(p, ready[1], go[0], delay);
+		char c = 0;
+		assert_int_equal(read(ready[0], &c, 1), 1);
+		assert_int_equal(c, 'y');
+		struct pathindex_dirty *dirty = NULL;
+		size_t n = 0;
+		const char *why = NULL;
+		/* what came before (the copy-up, earlier rounds): not this round's */
+		assert_int_equal(chg_track_collect_events(&trk, &dirty, &n, &why), 0);
+		pathindex_dirty_free(dirty, n);
+		assert_int_equal(write(go[1], "g", 1), 1);
+		if (i % 2) { /* the scan on a thread of its own, as a delta's frozen pass has it */
+			assert_int_equal(chg_track_scan_start(&trk, mnt, mst.st_dev), 0);
+			assert_int_equal(chg_track_collect_scanned(&trk, &dirty, &n, &why), 0);
+		} else {
+			assert_int_equal(chg_track_collect(&trk, mnt, mst.st_dev, &dirty, &n, &why), 0);
+		}
+		int status;
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+		missed += !pathindex_dirty_find(dirty, n, "d1/sub") || !pathindex_has(trk.suspects, "d1/sub/g2");
+		pathindex_dirty_free(dirty, n);
+		for (int k = 0; k < 2; k++)
+			close(ready[k]), close(go[k]);
+	}
+	assert_in_range(missed, 0, 1);
+	chg_track_disarm(&trk);
+	snprintf(p, sizeof(p), "%s/m", dir);
+	umount2(p, MNT_DETACH);
+	for (int i = 0; i < 3; i++)
+		close(fds[i]);
+}
+
 /* Also after a failed check: no mount or tree left behind. */
 static int teardown(void **state)
 {
@@ -984,6 +1078,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_tracked_pass_sees_a_held_mapping, teardown),
 		cmocka_unit_test_teardown(test_update_refreshes_changed_blocks, teardown),
 		cmocka_unit_test_teardown(test_silent_mapped_writes_are_compared, teardown),
+		cmocka_unit_test_teardown(test_collect_sees_a_mapping_gone_during_it, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

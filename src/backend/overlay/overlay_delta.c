@@ -86,9 +86,12 @@ static int dl_dir_meta(int ufd, int dfd)
 }
 
 /* The delta's directory at rel, made with its parents where missing (each
- * with the upper's metadata); an fd to it, or < 0. */
-static int dl_ensure_dir(struct dl *t, int dst, const char *rel)
+ * with the upper's metadata); an fd to it, or < 0. *made (may be NULL):
+ * rel itself was made here, its metadata the upper's already. */
+static int dl_ensure_dir_made(struct dl *t, int dst, const char *rel, bool *made_last)
 {
+	if (made_last)
+		*made_last = false;
 	int d = dl_open(dst, rel);
 	if (d >= 0 || errno != ENOENT)
 		return d >= 0 ? d : -errno;
@@ -121,6 +124,8 @@ static int dl_ensure_dir(struct dl *t, int dst, const char *rel)
 		cur = n;
 		if (made && (r = dl_dir_meta(ucur, cur)) < 0)
 			break;
+		if (made_last)
+			*made_last = made;
 	}
 	if (ucur >= 0)
 		close(ucur);
@@ -130,6 +135,11 @@ static int dl_ensure_dir(struct dl *t, int dst, const char *rel)
 		return r;
 	}
 	return cur;
+}
+
+static int dl_ensure_dir(struct dl *t, int dst, const char *rel)
+{
+	return dl_ensure_dir_made(t, dst, rel, NULL);
 }
 
 /* Remove name from the delta's directory dfd, whatever it is. */
@@ -290,6 +300,29 @@ static bool dl_prev_same_xattrs(const struct ovl_delta_opts *o, int ufd, const c
 	return false;
 }
 
+/* The previous layers' copies of rel into pfd (newest first; -1 where one
+ * holds none), those not opened yet. */
+static void dl_prev_all(const struct ovl_delta_opts *o, const char *rel, int *pfd, size_t np)
+{
+	for (size_t j = 0; j < np; j++)
+		if (pfd[j] == -2)
+			pfd[j] = dl_open(o->prev[j], rel);
+}
+
+/* Whether a previous layer holds rel: all opened (all), else from the
+ * oldest until one does (-2: not opened yet). */
+static bool dl_prev_held(const struct ovl_delta_opts *o, const char *rel, int *pfd, size_t np, bool all)
+{
+	bool held = false;
+	for (size_t j = 0; j < np; j++)
+		pfd[j] = -2;
+	if (all)
+		dl_prev_all(o, rel, pfd, np);
+	for (size_t j = np; j-- > 0 && !held;)
+		held = (pfd[j] = pfd[j] == -2 ? dl_open(o->prev[j], rel) : pfd[j]) >= 0;
+	return held;
+}
+
 /* One dirty directory rel: the delta's copy of it made what the upper's is,
  * relative to the previous layers. */
 static int dl_dir(struct dl *t, int dst, const char *rel)
@@ -303,25 +336,27 @@ static int dl_dir(struct dl *t, int dst, const char *rel)
 	size_t np = o->n_prev < ARRAY_SIZE(pfd) ? o->n_prev : ARRAY_SIZE(pfd);
 	struct ovl_names un = { 0 }, pn = { 0 }, dn = { 0 };
 	int r = 0;
-	bool held = false;
-	for (size_t j = 0; j < np; j++)
-		held |= (pfd[j] = dl_open(o->prev[j], rel)) >= 0;
+	/* no name left it since the last collect: the previous layers (the
+	 * upper at that collect) and an earlier pass of this delta hold no name
+	 * the upper lacks, and reading them is most of a small delta's cost */
+	const struct pathindex_dirty *self = pathindex_dirty_find(t->dirty, t->n_dirty, rel);
+	bool kept = self && self->kept && !self->deep;
+	/* the previous layers' copies of rel: a kept one needs only to know
+	 * that one holds it (the full layer, oldest, mostly does); the others
+	 * are opened when an entry is a directory (dl_prev_all) */
+	bool held = dl_prev_held(o, rel, pfd, np, !kept);
 	if (!held) { /* made since the previous create, its parent not dirty: copied whole */
 		for (size_t j = 0; j < np; j++)
 			if (pfd[j] >= 0)
 				close(pfd[j]);
 		return dl_new_dir(t, dst, rel);
 	}
-	int dfd = r == 0 ? dl_ensure_dir(t, dst, rel) : -1;
-	if (r == 0 && dfd < 0)
+	bool made = false;
+	int dfd = dl_ensure_dir_made(t, dst, rel, &made);
+	if (dfd < 0)
 		r = dl_fail(t, dfd, "make directory");
-	if (r == 0 && (r = dl_dir_meta(ufd, dfd)) < 0)
+	if (r == 0 && !made && (r = dl_dir_meta(ufd, dfd)) < 0)
 		dl_fail(t, r, "directory metadata");
-	/* no name left it since the last collect: the previous layers (the
-	 * upper at that collect) and an earlier pass of this delta hold no name
-	 * the upper lacks, and reading them is most of a small delta's cost */
-	const struct pathindex_dirty *self = pathindex_dirty_find(t->dirty, t->n_dirty, rel);
-	bool kept = self && self->kept && !self->deep;
 	/* and when the events name every entry that changed, those are all it
 	 * compares: the others are what the previous layers hold */
 	if (r == 0 && kept && self->named)
@@ -347,6 +382,7 @@ static int dl_dir(struct dl *t, int dst, const char *rel)
 			const struct pathindex_dirty *e = pathindex_dirty_find(t->dirty, t->n_dirty, t->path);
 			if (e && e->deep)
 				continue; /* made or moved here: copied whole (dl_new_dir) */
+			dl_prev_all(o, rel, pfd, np);
 			if (dl_prev(pfd, np, name, &ps) < 0 || !S_ISDIR(ps.st_mode)) {
 				/* new since the previous create: copied whole by an earlier
 				 * pass of this delta (then its own events say what changed in
@@ -577,25 +613,41 @@ int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct pat
 	return 0; /* the times: overlay_delta_dir_meta, which every delta's frozen pass ends with */
 }
 
+void overlay_delta_dir_look(int up, struct ovl_delta_dirs *dirs)
+{
+	for (size_t i = 0; i < dirs->n; i++) {
+		struct ovl_dmeta *m = &dirs->v[i];
+		struct stat s;
+		/* gone: its parent's event made the parent dirty */
+		m->changed = fstatat(up, *m->path ? m->path : ".", &s, AT_SYMLINK_NOFOLLOW) == 0 &&
+			S_ISDIR(s.st_mode) &&
+			(s.st_mode != m->mode || s.st_uid != m->uid || s.st_gid != m->gid ||
+			 s.st_mtim.tv_sec != m->mtim.tv_sec || s.st_mtim.tv_nsec != m->mtim.tv_nsec);
+		if (m->changed)
+			m->now.mode = s.st_mode, m->now.uid = s.st_uid, m->now.gid = s.st_gid, m->now.mtim = s.st_mtim;
+	}
+	dirs->looked = true;
+}
+
 int overlay_delta_dir_meta(const struct ovl_delta_opts *o, int dst, struct ovl_delta_dirs *dirs,
 			   struct treecopy_stats *st, ckpt_error *err)
 {
 	struct dl t = { .o = o, .st = st, .err = err };
+	if (!dirs->looked)
+		overlay_delta_dir_look(o->up, dirs);
+	dirs->looked = false; /* each pass looks again */
 	for (size_t i = 0; i < dirs->n; i++) {
 		struct ovl_dmeta *m = &dirs->v[i];
-		struct stat s;
-		snprintf(t.path, sizeof(t.path), "%s", m->path);
-		if (fstatat(o->up, *m->path ? m->path : ".", &s, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(s.st_mode))
-			continue; /* gone: its parent's event made the parent dirty */
-		if (s.st_mode == m->mode && s.st_uid == m->uid && s.st_gid == m->gid &&
-		    s.st_mtim.tv_sec == m->mtim.tv_sec && s.st_mtim.tv_nsec == m->mtim.tv_nsec)
+		if (!m->changed)
 			continue;
+		m->changed = false;
+		snprintf(t.path, sizeof(t.path), "%s", m->path);
 		_cleanup_close_ int u = dl_open(o->up, m->path);
 		_cleanup_close_ int d = dl_ensure_dir(&t, dst, m->path);
 		int r = u < 0 ? -EAGAIN : d < 0 ? d : dl_dir_meta(u, d);
 		if (r < 0)
 			return dl_fail(&t, r, "directory metadata");
-		m->mode = s.st_mode, m->uid = s.st_uid, m->gid = s.st_gid, m->mtim = s.st_mtim;
+		m->mode = m->now.mode, m->uid = m->now.uid, m->gid = m->now.gid, m->mtim = m->now.mtim;
 		st->replaced++;
 	}
 	int r = dl_times(o->up, dst);

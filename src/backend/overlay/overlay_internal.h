@@ -136,11 +136,19 @@ struct ovl_dmeta {
 	uid_t uid;
 	gid_t gid;
 	struct timespec mtim;
+	bool changed; /* overlay_delta_dir_look found the upper's differ: now */
+	struct {
+		mode_t mode;
+		uid_t uid;
+		gid_t gid;
+		struct timespec mtim;
+	} now;
 };
 /* Every directory of the upper with the metadata its newest copy has. */
 struct ovl_delta_dirs {
 	struct ovl_dmeta *v;
 	size_t n, cap;
+	bool looked; /* overlay_delta_dir_look ran since the last overlay_delta_dir_meta */
 };
 struct ovl_delta_opts {
 	int up;                /* the upper */
@@ -160,9 +168,13 @@ struct ovl_delta_opts {
  * layer instead. */
 int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct pathindex_dirty *dirty, size_t n,
 		       struct treecopy_stats *st, ckpt_error *err);
-/* The directories whose own metadata changed with no event (dirs: every
- * directory of the upper), into dst; dirs then says what dst has. Then
- * every directory of dst takes its twin's times in the upper. */
+/* Which directories' own metadata changed, with no event maybe (dirs:
+ * every directory of the upper): a stat of each, read only, so that it can
+ * run while the tracker scans /proc (overlay_create_delta_pass). */
+void overlay_delta_dir_look(int up, struct ovl_delta_dirs *dirs);
+/* Those directories into dst (looked at now unless overlay_delta_dir_look
+ * just did); dirs then says what dst has. Then every directory of dst
+ * takes its twin's times in the upper. */
 int overlay_delta_dir_meta(const struct ovl_delta_opts *o, int dst, struct ovl_delta_dirs *dirs,
 			   struct treecopy_stats *st, ckpt_error *err);
 /* Every directory of layer_fd (a full layer just made) with its metadata. */
