@@ -379,3 +379,36 @@ def test_directory_rename_storm_between_creates(checker):
             checker.restore(rng.choice(cids[:-1]))
     checker.restore_all(cids, seed=7)
     assert checker.deltas() >= 1
+
+
+def test_image_store_opaque_mark_survives_a_delta(checker, tmp_path):
+    """An image store in the root (Docker's overlay2, containerd) marks a
+    layer's directory opaque: setfattr trusted.overlay.opaque. Through the
+    root's own overlay the kernel keeps a user's trusted.overlay.* escaped
+    (trusted.overlay.overlay.* in the upper). A delta made after the mark
+    was set on a directory of the previous checkpoint must keep it; else the
+    restored store's merged view shows a file the layer hides."""
+    img = checker.root / "img"
+    (img / "l1/etc").mkdir(parents=True)
+    (img / "l1/etc/old.conf").write_text("old")
+    (img / "l2/etc").mkdir(parents=True)
+    (img / "l2/etc/new.conf").write_text("new")
+    checker.create("layers")
+    subprocess.run(["setfattr", "-n", "trusted.overlay.opaque", "-v", "y", str(img / "l2/etc")], check=True)
+    merged = tmp_path / "merged"
+    merged.mkdir()
+
+    def view():
+        subprocess.run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={img}/l2:{img}/l1", str(merged)],
+                       check=True)
+        try:
+            return sorted(os.listdir(merged / "etc"))
+        finally:
+            subprocess.run(["umount", str(merged)], check=True)
+
+    assert view() == ["new.conf"]
+    marked = checker.create("marked")
+    assert checker.deltas() >= 1
+    (img / "l2/etc/new.conf").write_text("changed")
+    checker.restore(marked)
+    assert view() == ["new.conf"]
