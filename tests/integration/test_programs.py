@@ -412,3 +412,24 @@ def test_image_store_opaque_mark_survives_a_delta(checker, tmp_path):
     (img / "l2/etc/new.conf").write_text("changed")
     checker.restore(marked)
     assert view() == ["new.conf"]
+
+
+@pytest.mark.parametrize("backend", ["tar", None])
+def test_setfacl_acls_of_directories_restored(daemon_factory, backend):
+    """setfacl gives a directory an access ACL and a default ACL, which new
+    files and directories in it inherit. A restore that must rewrite such a
+    directory (its ACLs differ now) sets them back exactly, and entries made
+    in it get only the ACLs they had: tar's and overlay's restores alike."""
+    d = daemon_factory(backend=backend)
+    c = Checker(d)
+    shared = c.root / "shared"
+    shared.mkdir()
+    (shared / "f").write_text("f")
+    plain = c.create("plain")
+    subprocess.run(["setfacl", "-m", "u:1234:rwx", "-m", "d:g:555:rx", str(shared)], check=True)
+    (shared / "sub").mkdir()  # inherits both ACLs
+    os.mkfifo(shared / "fifo")  # inherits the access ACL
+    (shared / "g").write_text("g")
+    acl = c.create("acl")
+    for cid in (plain, acl, plain, acl):
+        c.restore(cid)
