@@ -433,3 +433,26 @@ def test_setfacl_acls_of_directories_restored(daemon_factory, backend):
     acl = c.create("acl")
     for cid in (plain, acl, plain, acl):
         c.restore(cid)
+
+
+def test_setfacl_acls_survive_export_and_import(daemon_factory, tmp_path):
+    """A checkpoint holding setfacl's ACLs (a directory's access and default
+    ACL, and what entries made in it inherited), exported and imported by
+    another daemon, restores there with exactly those ACLs."""
+    src = daemon_factory(backend="tar")
+    shared = src.roots[0] / "shared"
+    shared.mkdir()
+    subprocess.run(["setfacl", "-m", "u:1234:rwx", "-m", "d:g:555:rx", str(shared)], check=True)
+    (shared / "sub").mkdir()
+    os.mkfifo(shared / "fifo")
+    (shared / "f").write_text("f")
+    subprocess.run(["setfacl", "-b", str(shared / "sub")], check=True)  # none of its own
+    want = tree_state(src.roots[0])
+    cid = src.create("acl")["checkpoint_id"]
+    r = src.request("GET", f"/v1/checkpoints/{cid}/export")
+    assert r.status_code == 200, r.text
+    dst = daemon_factory(backend="tar")
+    r = dst.request("POST", "/v1/checkpoints/import", data=r.content)
+    assert r.status_code == 201, r.text
+    assert dst.restore(r.json()["checkpoint_id"])["ok"]
+    assert_same_tree(want, tree_state(dst.roots[0]))
