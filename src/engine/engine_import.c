@@ -14,7 +14,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/xattr.h>
 
 #include "config.h"
 #include "engine/engine_internal.h"
@@ -172,27 +171,6 @@ static int import_base_check(struct import_ctx *c)
 	return 0;
 }
 
-/* libarchive's disk writer sets no system.posix_acl_* xattr (it leaves ACLs
- * to ARCHIVE_EXTRACT_ACL), and an entry made in a directory with a default
- * ACL inherits ACLs: path's ACLs are made exactly the entry's here. */
-static int import_acls(struct import_ctx *c, const char *path, struct archive_entry *ae)
-{
-	static const char *const acl[] = { "system.posix_acl_access", "system.posix_acl_default" };
-	for (size_t i = 0; i < sizeof(acl) / sizeof(acl[0]); i++) {
-		const char *n;
-		const void *v = NULL;
-		size_t len = 0;
-		bool found = false;
-		archive_entry_xattr_reset(ae);
-		while (!found && archive_entry_xattr_next(ae, &n, &v, &len) == ARCHIVE_OK)
-			found = !strcmp(n, acl[i]);
-		int r = found ? lsetxattr(path, acl[i], v, len, 0) : lremovexattr(path, acl[i]);
-		if (r < 0 && (found || (errno != ENODATA && errno != ENOTSUP)))
-			return err_set(c->err, errno, NULL, "cannot set the ACL of '%s': %m", path);
-	}
-	return 0;
-}
-
 static int import_entry(struct import_ctx *c, struct archive *a, struct archive *w, struct archive_entry *ae, char *buf)
 {
 	/* a copy: the entry's own name is replaced by the extraction path below */
@@ -291,7 +269,9 @@ static int import_entry(struct import_ctx *c, struct archive *a, struct archive 
 	}
 	if (archive_write_finish_entry(w) != ARCHIVE_OK)
 		return bad(c, "cannot extract '%.200s': %s", name, archive_error_string(w));
-	return hl || !strcmp(got, "symlink") ? 0 : import_acls(c, key, ae);
+	if (hl || !strcmp(got, "symlink") || (q = engine_xfer_acls(key, ae)) == 0)
+		return 0;
+	return err_set(c->err, -q, NULL, "cannot set the ACLs of '%s': %s", key, strerror(-q));
 }
 
 static int import_extract(struct import_ctx *c)

@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from conftest import assert_same_tree, tree_state
+from conftest import assert_same_tree, make_acl_tree, tree_state
 
 GIT_ENV = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
                GIT_COMMITTER_EMAIL="t@t", GIT_CONFIG_NOSYSTEM="1", HOME="/nonexistent")
@@ -440,12 +440,7 @@ def test_setfacl_acls_survive_export_and_import(daemon_factory, tmp_path):
     ACL, and what entries made in it inherited), exported and imported by
     another daemon, restores there with exactly those ACLs."""
     src = daemon_factory(backend="tar")
-    shared = src.roots[0] / "shared"
-    shared.mkdir()
-    subprocess.run(["setfacl", "-m", "u:1234:rwx", "-m", "d:g:555:rx", str(shared)], check=True)
-    (shared / "sub").mkdir()
-    os.mkfifo(shared / "fifo")
-    (shared / "f").write_text("f")
+    shared = make_acl_tree(src.roots[0])
     subprocess.run(["setfacl", "-b", str(shared / "sub")], check=True)  # none of its own
     want = tree_state(src.roots[0])
     cid = src.create("acl")["checkpoint_id"]
