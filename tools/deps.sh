@@ -8,7 +8,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 build_pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libarchive-dev
 libsystemd-dev nettle-dev libcurl4-openssl-dev libzstd-dev zstd scdoc"
 test_pkgs="libcmocka-dev python3 python3-pytest python3-requests python3-websocket
-python3-yaml python3-fusepy etcd-server runsc debootstrap systemd-container prometheus attr acl curl nodejs psmisc
+python3-yaml python3-fusepy git etcd-server runsc debootstrap systemd-container prometheus attr acl curl nodejs psmisc
 valgrind clang clang-format cppcheck libclang-rt-14-dev wrk python3-pip python3-setuptools python3-venv btrfs-progs rsync
 gnuplot-nox libcap2-bin util-linux fuse-overlayfs docker-registry skopeo umoci apache2-utils xfsprogs
 libssl-dev"

@@ -269,7 +269,9 @@ static int import_entry(struct import_ctx *c, struct archive *a, struct archive 
 	}
 	if (archive_write_finish_entry(w) != ARCHIVE_OK)
 		return bad(c, "cannot extract '%.200s': %s", name, archive_error_string(w));
-	return 0;
+	if (hl || !strcmp(got, "symlink") || (q = engine_xfer_acls(key, ae)) == 0)
+		return 0;
+	return err_set(c->err, -q, NULL, "cannot set the ACLs of '%s': %s", key, strerror(-q));
 }
 
 static int import_extract(struct import_ctx *c)

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/xattr.h>
 
 #include "config.h"
 #include "engine/engine_internal.h"
@@ -160,6 +161,27 @@ void engine_xfer_xattrs(struct archive_entry *ae, int dirfd, const char *name, b
 
 /* Drop the xattrs portable does not let cross from an entry read from an
  * archive (NULL: keep all). */
+/* libarchive's disk writer sets no system.posix_acl_* xattr (it leaves ACLs
+ * to ARCHIVE_EXTRACT_ACL), and an entry made in a directory with a default
+ * ACL inherits ACLs: path's two ACL xattrs are made exactly ae's here. */
+int engine_xfer_acls(const char *path, struct archive_entry *ae)
+{
+	static const char *const acl[] = { "system.posix_acl_access", "system.posix_acl_default" };
+	for (size_t i = 0; i < sizeof(acl) / sizeof(acl[0]); i++) {
+		const char *n;
+		const void *v = NULL;
+		size_t len = 0;
+		bool found = false;
+		archive_entry_xattr_reset(ae);
+		while (!found && archive_entry_xattr_next(ae, &n, &v, &len) == ARCHIVE_OK)
+			found = !strcmp(n, acl[i]);
+		int r = found ? lsetxattr(path, acl[i], v, len, 0) : lremovexattr(path, acl[i]);
+		if (r < 0 && (found || (errno != ENODATA && errno != ENOTSUP)))
+			return -errno;
+	}
+	return 0;
+}
+
 void engine_xfer_xattr_filter(struct archive_entry *ae, bool (*portable)(const char *name))
 {
 	const char *k;

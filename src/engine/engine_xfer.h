@@ -28,6 +28,8 @@ void engine_xfer_rm(struct engine *e, const char *tmp);
 struct archive_entry;
 void engine_xfer_xattrs(struct archive_entry *ae, int dirfd, const char *name, bool (*portable)(const char *name));
 void engine_xfer_xattr_filter(struct archive_entry *ae, bool (*portable)(const char *name));
+/* After libarchive's disk writer made path: its ACLs exactly ae's; -errno. */
+int engine_xfer_acls(const char *path, struct archive_entry *ae);
 bool engine_xfer_rel_valid(const char *p);
 bool engine_xfer_link_stays(const char *rel, const char *target);
 

@@ -669,7 +669,9 @@ static int la_entry(struct la *l, struct archive *a, struct archive *w, struct a
 		return q;
 	if (archive_write_finish_entry(w) != ARCHIVE_OK)
 		return hostile(l, "cannot extract '%.200s': %s", name, archive_error_string(w));
-	return 0;
+	if (hl || type == AE_IFLNK || (q = engine_xfer_acls(p, ae)) == 0)
+		return 0;
+	return err_set(l->err, -q, NULL, "cannot set the ACLs of '%s': %s", p, strerror(-q));
 }
 
 static void la_restore_times(struct la *l)

@@ -374,6 +374,18 @@ def make_full_tree(root, owner=(1234, 5678), xattrs=True):
     return root
 
 
+def make_acl_tree(root):
+    """setfacl's ACLs: a directory with an access and a default ACL, and a
+    directory, a fifo and a file made in it, which inherit ACLs from it."""
+    shared = pathlib.Path(root) / "shared"
+    shared.mkdir()
+    subprocess.run(["setfacl", "-m", "u:1234:rwx", "-m", "d:g:555:rx", str(shared)], check=True)
+    (shared / "sub").mkdir()
+    os.mkfifo(shared / "fifo")
+    (shared / "f").write_text("f")
+    return shared
+
+
 def assert_same_tree(a, b):
     """a and b are tree_state() dicts; give a readable difference."""
     if a == b:

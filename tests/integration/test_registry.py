@@ -21,7 +21,7 @@ import time
 import pytest
 import requests
 
-from conftest import assert_same_tree, free_port, make_full_tree, mounts_under, tree_state
+from conftest import assert_same_tree, free_port, make_acl_tree, make_full_tree, mounts_under, tree_state
 
 USER, PASSWORD = "ckptuser", "s3cret-pw"
 
@@ -1306,3 +1306,19 @@ def test_cli_push_bar_on_a_terminal(daemon_factory, registry, tmp_path):
     assert f"Pushed {cp['checkpoint_id']} to {reg.host}/tty/img:tty" in out, out
     # the record's progress (bytes of blobs handled, of their total) drew the bar
     assert BAR.search(out) and "100%" in out, out
+
+
+@pytest.mark.parametrize("backend", ["tar", "overlay"])
+def test_pull_keeps_setfacl_acls(daemon_factory, registry, tmp_path, backend):
+    """ACLs from setfacl (a directory's access and default ACL, and what
+    entries made in it inherited) come back exactly from a push and a pull:
+    libarchive's disk writer sets none of them itself."""
+    reg = registry()
+    a = daemon_factory(backend=backend, config=reg_config(tmp_path, reg))
+    b = daemon_factory(backend=backend, config=reg_config(tmp_path, reg))
+    make_acl_tree(a.roots[0])
+    want = tree_state(a.roots[0])
+    out = push(a, a.create("acl")["checkpoint_id"], f"{reg.host}/acl/img")
+    p = pull(b, out["ref"], roots={str(a.roots[0]): str(b.roots[0])})
+    assert b.restore(p["checkpoint_id"])["ok"]
+    assert_same_tree(want, tree_state(b.roots[0]))

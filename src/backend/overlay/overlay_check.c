@@ -4,7 +4,8 @@
  * and compares, entry by entry, what the new layer shows with what the
  * upper (or the mounted root) shows: type, mode, owner, mtime, size, the
  * data of files up to 1 MiB, link targets, xattrs (overlayfs's own
- * trusted.overlay.* left out: the upper keeps marks a layer need not).
+ * trusted.overlay.* left out: the upper keeps marks a layer need not; a
+ * user's, escaped as trusted.overlay.overlay.*, compared).
  *
  * It reads and never writes: no layer, index or timing rule differs from a
  * create without it, so the tests run the path that ships. A writer that is
@@ -47,7 +48,7 @@ static bool overlay_check_same_data(int a, int b, const char *name)
 
 static bool overlay_check_own_key(const char *k)
 {
-	return !strncmp(k, "trusted.overlay.", 16);
+	return ovl_own_xattr(k);
 }
 
 /* The keys of list l (n bytes) other than overlayfs's own. */

@@ -63,7 +63,8 @@ static int dl_open(int fd, const char *rel)
 }
 
 /* A directory of the delta takes the upper's: owner, mode, xattrs (none of
- * overlayfs's own: opaque and redirect stay the previous layers'), times. */
+ * overlayfs's own: opaque and redirect stay the previous layers'; a user's
+ * escaped ones stay), times. */
 static int dl_dir_meta(int ufd, int dfd)
 {
 	struct stat st;
@@ -79,7 +80,7 @@ static int dl_dir_meta(int ufd, int dfd)
 		return r;
 	n = flistxattr(dfd, names, sizeof(names));
 	for (char *k = names; n > 0 && k < names + n; k += strlen(k) + 1)
-		if (!strncmp(k, "trusted.overlay.", 16) && fremovexattr(dfd, k) < 0 && errno != ENODATA)
+		if (ovl_own_xattr(k) && fremovexattr(dfd, k) < 0 && errno != ENODATA)
 			return -errno;
 	struct timespec ts[2] = { st.st_atim, st.st_mtim };
 	return futimens(dfd, ts) < 0 ? -errno : 0;

@@ -32,6 +32,8 @@
 #pragma once
 #include <jansson.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <string.h>
 #include "backend/backend.h"
 #include "backend/change_track.h"
 #include "backend/overlay/overlay_mount.h"
@@ -126,6 +128,15 @@ struct ovl_release_intent {
 	bool layers;                 /* checkpoints use the root's layers */
 	char base[OVL_NAME_LEN + 1]; /* the base layer the old base becomes, or "" */
 };
+
+/* An xattr of overlayfs's own (opaque, redirect, origin...), which a layer
+ * keeps only where ckptd put it. The kernel stores a user's trusted.overlay.X
+ * escaped, as trusted.overlay.overlay.X: that one is the user's data (an
+ * image store's opaque mark in the root). */
+static inline bool ovl_own_xattr(const char *k)
+{
+	return !strncmp(k, "trusted.overlay.", 16) && strncmp(k + 16, "overlay.", 8);
+}
 
 /* overlay_delta.c: a create's layer that holds only what changed in the
  * upper since the previous create, over that create's layers. */

@@ -83,24 +83,33 @@ bool tar_xattrs_match(int dirfd, const char *name, uint64_t xhash)
 	return h == xhash;
 }
 
-int tar_xattrs_apply_fd(int fd, const struct tar_xattr *xa, size_t n)
+/* With proc (an O_PATH fd's /proc/self/fd link: a fifo or device must not
+ * be opened), through that path; else through fd. */
+static int tar_xattrs_apply_at(int fd, const char *proc, const struct tar_xattr *xa, size_t n)
 {
 	char list[XATTR_LIST_BUF];
-	ssize_t len = flistxattr(fd, list, sizeof(list));
+	ssize_t len = proc ? listxattr(proc, list, sizeof(list)) : flistxattr(fd, list, sizeof(list));
 
 	if (len < 0 && errno != ENOTSUP)
-		return -errno;
+		return proc && !n ? 0 : -errno; /* a /proc link some kernels refuse: nothing to set */
 	for (ssize_t off = 0; off < len; off += (ssize_t)strlen(list + off) + 1) {
 		bool keep = false;
 		for (size_t i = 0; i < n && !keep; i++)
 			keep = !strcmp(xa[i].name, list + off);
-		if (!keep && fremovexattr(fd, list + off) < 0 && errno != ENODATA)
+		if (!keep && (proc ? removexattr(proc, list + off) : fremovexattr(fd, list + off)) < 0 &&
+		    errno != ENODATA)
 			return -errno;
 	}
 	for (size_t i = 0; i < n; i++)
-		if (fsetxattr(fd, xa[i].name, xa[i].value, xa[i].len, 0) < 0)
+		if ((proc ? setxattr(proc, xa[i].name, xa[i].value, xa[i].len, 0)
+			  : fsetxattr(fd, xa[i].name, xa[i].value, xa[i].len, 0)) < 0)
 			return -errno;
 	return 0;
+}
+
+int tar_xattrs_apply_fd(int fd, const struct tar_xattr *xa, size_t n)
+{
+	return tar_xattrs_apply_at(fd, NULL, xa, n);
 }
 
 void tar_archive_freep(struct archive **a)
@@ -109,7 +118,7 @@ void tar_archive_freep(struct archive **a)
 		archive_free(*a);
 }
 
-int tar_xattrs_apply_entry(int fd, struct archive_entry *ae)
+int tar_xattrs_apply_entry(int fd, struct archive_entry *ae, bool opath)
 {
 	size_t n = (size_t)archive_entry_xattr_reset(ae), i = 0;
 	struct tar_xattr *xa = n ? calloc(n, sizeof(*xa)) : NULL;
@@ -121,9 +130,23 @@ int tar_xattrs_apply_entry(int fd, struct archive_entry *ae)
 		return -ENOMEM;
 	while (i < n && archive_entry_xattr_next(ae, &name, &value, &len) == ARCHIVE_OK)
 		xa[i++] = (struct tar_xattr){ (char *)name, (void *)value, len };
-	int r = tar_xattrs_apply_fd(fd, xa, i);
+	char proc[32];
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	int r = tar_xattrs_apply_at(fd, opath ? proc : NULL, xa, i);
 	free(xa);
 	return r;
+}
+
+/* libarchive's disk writer sets no system.posix_acl_* xattr (it leaves ACLs
+ * to ARCHIVE_EXTRACT_ACL), and an entry made in a directory with a default
+ * ACL inherits ACLs: the xattrs of what it made are set again here, exactly
+ * the archive's. A directory through its fd; a fifo or device through an
+ * O_PATH fd (opening a fifo would wake a writer blocked on it). */
+int tar_xattrs_fix_made(int pfd, const char *leaf, struct archive_entry *ae)
+{
+	bool dir = archive_entry_filetype(ae) == AE_IFDIR;
+	_cleanup_close_ int fd = openat(pfd, leaf, (dir ? O_RDONLY | O_DIRECTORY : O_PATH) | O_NOFOLLOW | O_CLOEXEC);
+	return fd < 0 ? -errno : tar_xattrs_apply_entry(fd, ae, !dir);
 }
 
 static atomic_bool tar_no_openat2;

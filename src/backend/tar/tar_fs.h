@@ -15,9 +15,12 @@ int tar_xattrs_read(int dirfd, const char *name, struct tar_xattr **ret, size_t 
 bool tar_xattrs_match(int dirfd, const char *name, uint64_t xhash);
 /* Make fd's xattrs exactly xa[] (n may be 0: remove all). */
 int tar_xattrs_apply_fd(int fd, const struct tar_xattr *xa, size_t n);
-/* Make fd's xattrs exactly those of an archive entry. */
+/* Make fd's xattrs exactly those of an archive entry. opath: fd is an
+ * O_PATH fd (a fifo or device, which must not be opened). */
 struct archive_entry;
-int tar_xattrs_apply_entry(int fd, struct archive_entry *ae);
+int tar_xattrs_apply_entry(int fd, struct archive_entry *ae, bool opath);
+/* After libarchive's disk writer made leaf in pfd: its xattrs exactly ae's. */
+int tar_xattrs_fix_made(int pfd, const char *leaf, struct archive_entry *ae);
 /* archive_free for a cleanup attribute. */
 struct archive;
 void tar_archive_freep(struct archive **a);

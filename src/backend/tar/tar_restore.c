@@ -456,7 +456,7 @@ static int write_regular(struct rctx *c, struct archive *a, int root_fd, struct 
 	    (fchown(fd, archive_entry_uid(ae), archive_entry_gid(ae)) < 0 ||
 	     fchmod(fd, archive_entry_mode(ae) & 07777) < 0))
 		r = sys_err(c, errno, "set the owner or mode of", path);
-	if (r >= 0 && (x = tar_xattrs_apply_entry(fd, ae)) < 0)
+	if (r >= 0 && (x = tar_xattrs_apply_entry(fd, ae, false)) < 0)
 		r = sys_err(c, -x, "set the xattrs of", path);
 	if (r >= 0 && futimens(fd, ts) < 0)
 		r = sys_err(c, errno, "set the times of", path);
@@ -507,6 +507,10 @@ static int extract_one(struct rctx *c, struct archive *a, struct archive *w, int
 			return disk_err(c, w, "extract", path);
 		if (archive_write_finish_entry(w) != ARCHIVE_OK)
 			return disk_err(c, w, "finish", path);
+		const char *leaf;
+		int pfd = archive_entry_hardlink(ae) ? 0 : parent_fd(c, root_fd, path, &leaf);
+		if (!archive_entry_hardlink(ae) && (r = pfd < 0 ? pfd : tar_xattrs_fix_made(pfd, leaf, ae)) < 0)
+			return sys_err(c, -r, "set the xattrs of", path);
 	}
 	c->st->rewritten++;
 	if (c->o->p)
