@@ -938,7 +938,7 @@ export interface components {
             status: number;
             detail: string;
             /** @enum {string} */
-            code: "bad_request" | "invalid_field" | "unauthorized" | "forbidden" | "checkpoint_limit" | "not_found" | "method_not_allowed" | "conflict" | "gone" | "checkpoint_expired" | "body_too_large" | "unsupported_media_type" | "insufficient_storage" | "internal" | "unavailable" | "invalid_path" | "checkpoint_forked" | "not_supported" | "invalid_idempotency_key" | "idempotency_in_progress" | "idempotency_key_reused" | "invalid_archive" | "base_mismatch" | "roots_mismatch" | "unsupported" | "root_released" | "root_busy" | "forks_exist" | "release_incomplete" | "services_busy" | "invalid_ref" | "unsupported_image" | "invalid_layer" | "too_large" | "manifest_unknown" | "root_unmapped" | "bad_gateway" | "registry_unreachable" | "registry_unauthorized" | "registry_forbidden" | "registry_auth" | "registry_error" | "digest_mismatch" | "size_mismatch" | "blob_unknown";
+            code: "bad_request" | "invalid_field" | "unauthorized" | "forbidden" | "checkpoint_limit" | "not_found" | "method_not_allowed" | "conflict" | "gone" | "checkpoint_expired" | "body_too_large" | "unsupported_media_type" | "insufficient_storage" | "internal" | "unavailable" | "invalid_path" | "checkpoint_forked" | "not_supported" | "invalid_idempotency_key" | "idempotency_in_progress" | "idempotency_key_reused" | "invalid_archive" | "base_mismatch" | "roots_mismatch" | "unsupported" | "root_released" | "root_busy" | "forks_exist" | "release_incomplete" | "services_busy" | "invalid_ref" | "unsupported_image" | "invalid_layer" | "too_large" | "manifest_unknown" | "root_unmapped" | "bad_gateway" | "registry_unreachable" | "registry_unauthorized" | "registry_forbidden" | "registry_auth" | "registry_error" | "digest_mismatch" | "size_mismatch" | "blob_unknown" | "path_too_long";
         };
     };
     responses: {
@@ -1001,7 +1001,11 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The checkpoint is still being created, or is being deleted (code `conflict`); answered at once. */
+        /**
+         * @description The checkpoint is still being created, or is being deleted (code `conflict`); answered at once.
+         *     Or a path is too long or too deep for a walk (code `path_too_long`): 4096 bytes (PATH_MAX) below
+         *     a root, more than 4096 directories deep, or, in a push, the root's path and the entry's together.
+         */
         Conflict: {
             headers: {
                 [name: string]: unknown;
@@ -1010,7 +1014,11 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description A request with the same Idempotency-Key still runs (code `idempotency_in_progress`); retry later. */
+        /**
+         * @description A request with the same Idempotency-Key still runs (code `idempotency_in_progress`); retry later.
+         *     Or, for a create, a path below a root is 4096 bytes (PATH_MAX) or longer (code `path_too_long`):
+         *     no checkpoint is made, and the roots are untouched.
+         */
         IdempotencyInProgress: {
             headers: {
                 [name: string]: unknown;
