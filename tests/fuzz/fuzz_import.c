@@ -171,10 +171,16 @@ static json_t *manifest_of(const void *buf, size_t len)
 	archive_read_support_filter_zstd(a);
 	if (archive_read_open_memory(a, buf, len) == ARCHIVE_OK && archive_read_next_header(a, &ae) == ARCHIVE_OK &&
 	    archive_entry_size(ae) > 0 && archive_entry_size(ae) < (64 << 20)) {
-		size_t n = (size_t)archive_entry_size(ae);
-		char *text = malloc(n);
-		if (text && archive_read_data(a, text, n) == (la_ssize_t)n)
-			m = json_loadb(text, n, 0, NULL);
+		size_t n = (size_t)archive_entry_size(ae), got = 0;
+		char *text = malloc(n + 1);
+		la_ssize_t k = 0;
+		/* in as many reads as libarchive gives it, as engine_import reads it */
+		while (text && got < n && (k = archive_read_data(a, text + got, n - got)) > 0)
+			got += (size_t)k;
+		if (text && got == n) {
+			text[n] = '\0';
+			m = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
+		}
 		free(text);
 	}
 	archive_read_free(a);
