@@ -164,9 +164,54 @@ void engine_xfer_xattrs(struct archive_entry *ae, int dirfd, const char *name, b
 /* libarchive's disk writer sets no system.posix_acl_* xattr (it leaves ACLs
  * to ARCHIVE_EXTRACT_ACL), and an entry made in a directory with a default
  * ACL inherits ACLs: path's two ACL xattrs are made exactly ae's here. */
-int engine_xfer_acls(const char *path, struct archive_entry *ae)
+/* A name for path that the kernel takes whatever its length: path itself,
+ * or "/proc/self/fd/<parent>/<leaf>" with *parent_fd its parent opened a
+ * component at a time (libarchive's disk writer makes paths of PATH_MAX
+ * bytes and more, below a root deep enough). */
+static int xfer_short_path(const char *path_in, char *buf, size_t size, int *parent_fd)
+{
+	*parent_fd = -1;
+	if (strlen(path_in) < size) {
+		snprintf(buf, size, "%s", path_in);
+		return 0;
+	}
+	_cleanup_free_ char *path = strdup(path_in);
+	if (!path)
+		return -ENOMEM;
+	for (size_t n = strlen(path); n > 1 && path[n - 1] == '/';)
+		path[--n] = '\0';
+	char *leaf = strrchr(path, '/');
+	if (!leaf || strlen(leaf + 1) > NAME_MAX)
+		return -ENAMETOOLONG;
+	*leaf++ = '\0';
+	int fd = open(*path_in == '/' ? "/" : ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	for (char *p = path, *next; fd >= 0 && *p; p = next) {
+		next = p + strcspn(p, "/");
+		if (*next)
+			*next++ = '\0';
+		if (!*p)
+			continue;
+		int c = openat(fd, p, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int e = errno;
+		close(fd);
+		fd = c;
+		errno = e;
+	}
+	if (fd < 0)
+		return -errno;
+	*parent_fd = fd;
+	snprintf(buf, size, "/proc/self/fd/%d/%s", fd, leaf);
+	return 0;
+}
+
+int engine_xfer_acls(const char *path_in, struct archive_entry *ae)
 {
 	static const char *const acl[] = { "system.posix_acl_access", "system.posix_acl_default" };
+	char path[PATH_MAX];
+	_cleanup_close_ int parent = -1;
+	int q = xfer_short_path(path_in, path, sizeof(path), &parent);
+	if (q < 0)
+		return q;
 	for (size_t i = 0; i < sizeof(acl) / sizeof(acl[0]); i++) {
 		const char *n;
 		const void *v = NULL;
