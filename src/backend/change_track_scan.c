@@ -5,11 +5,10 @@
  * it may run on a thread of its own (chg_track_scan_start), touching
  * nothing of the tracker but what it was given. */
 #include "backend/change_track_internal.h"
+#include "lib/beside.h"
 #include "lib/procscan.h"
 #include "lib/util.h"
 
-#include <pthread.h>
-#include <sched.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -32,10 +31,7 @@ struct chg_scan {
 	const char *why;
 	int r;
 	int64_t us;
-	pthread_t thread;
-	bool threaded; /* thread is to be joined */
-	bool hinted;   /* it was started off the caller's CPU: cpus gives it all back */
-	cpu_set_t cpus;
+	struct beside th; /* the thread it runs on, if any */
 };
 
 void chg_scan_free(struct chg_scan *sc)
@@ -226,40 +222,16 @@ int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struc
 struct chg_scan *chg_scan_join(struct chg_track *t)
 {
 	struct chg_scan *sc = TAKE_PTR(t->scan);
-	/* the caller waits now: its CPU is as good (ESRCH: done already) */
-	if (sc && sc->hinted)
-		pthread_setaffinity_np(sc->thread, sizeof(sc->cpus), &sc->cpus);
-	if (sc && sc->threaded)
-		pthread_join(sc->thread, NULL);
+	if (sc)
+		beside_join(&sc->th);
 	return sc;
 }
 
-/* The thread starts on another CPU than the caller's, which goes on with
- * its own reads: left to the scheduler, it was queued behind the caller
- * (an idle vCPU is halted, slow to wake), and the two ran one after the
- * other. Measured on a 2-vCPU VM: 2 ms of the caller's work beside a
- * 1.5 ms scan took 3.5 ms so, 2.05 ms with the hint. When the caller
- * waits for it, it may run anywhere again (chg_scan_join). */
+/* On a thread beside the caller (lib/beside.h), which goes on with its own
+ * reads meanwhile. */
 void chg_scan_spawn(struct chg_scan *sc)
 {
-	pthread_attr_t attr;
-	cpu_set_t other;
-	int cpu = sched_getcpu();
-	sc->hinted = cpu >= 0 && sched_getaffinity(0, sizeof(sc->cpus), &sc->cpus) == 0 && CPU_ISSET(cpu, &sc->cpus) &&
-		CPU_COUNT(&sc->cpus) > 1 && pthread_attr_init(&attr) == 0;
-	if (sc->hinted) {
-		other = sc->cpus;
-		CPU_CLR(cpu, &other);
-		if (pthread_attr_setaffinity_np(&attr, sizeof(other), &other) != 0) {
-			pthread_attr_destroy(&attr);
-			sc->hinted = false;
-		}
-	}
-	sc->threaded = pthread_create(&sc->thread, sc->hinted ? &attr : NULL, scan_thread, sc) == 0;
-	if (sc->hinted)
-		pthread_attr_destroy(&attr);
-	sc->hinted &= sc->threaded;
-	if (!sc->threaded) /* no thread to be had: the scan runs here */
+	if (!beside_spawn(&sc->th, scan_thread, sc)) /* no thread to be had: the scan runs here */
 		chg_scan_run(sc);
 }
 
