@@ -90,7 +90,8 @@ def test_default_tracks_an_upper_of_2000_entries(daemon_factory):
     assert_same_tree(want, tree_state(root))
 
 
-def test_delta_keeps_a_time_a_refused_rename_moved(daemon_factory):
+@pytest.mark.parametrize("dirs", [0, 300], ids=["few", "many"])
+def test_delta_keeps_a_time_a_refused_rename_moved(daemon_factory, dirs):
     """A base directory in the upper (p/q, copied up) renamed over a
     directory that is not empty: overlayfs renames with RENAME_WHITEOUT,
     ext4 refuses with ENOTEMPTY after making the whiteout and, resetting the
@@ -100,7 +101,10 @@ def test_delta_keeps_a_time_a_refused_rename_moved(daemon_factory):
     track_check fails the create if the delta misses it. On ext4 (/tmp):
     the tmpfs of test_overlay_delta.py checks emptiness first. Under gVisor
     (test_environments.py reruns this file there) nothing moves it, and
-    the test shows only that the restores are exact."""
+    the test shows only that the restores are exact. With 300 more
+    directories in the upper the look runs on a thread from the start of
+    the create (no unit is frozen): the rename is refused before the
+    request, so that look must find it too."""
     import errno
     d = daemon_factory(backend="overlay", start=False, config={"track_changes": "always"})
     root = d.roots[0]
@@ -109,6 +113,8 @@ def test_delta_keeps_a_time_a_refused_rename_moved(daemon_factory):
     d.start()
     (root / "p/q/f").write_text("copied up\n")  # p and p/q now merge directories
     (root / "full/x").mkdir(parents=True)  # only in the upper, and not empty
+    for i in range(dirs):
+        (root / "many" / f"d{i:03d}").mkdir(parents=True)
     d.create("full")
     moved, saved = 0, []
     for i in range(2):
@@ -133,6 +139,8 @@ def test_delta_keeps_a_time_a_refused_rename_moved(daemon_factory):
     log = d.log()
     assert log.count("frozen delta pass of") >= 4, log
     assert "gets a full layer, not a delta" not in log, log
+    begun = log.count("begun with the first pass")
+    assert begun >= 4 if dirs else begun == 0, log
 
 
 def test_restore_deleted_replaced_renamed(daemon_factory):

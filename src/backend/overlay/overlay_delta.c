@@ -614,22 +614,6 @@ int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct pat
 	return 0; /* the times: overlay_delta_dir_meta, which every delta's frozen pass ends with */
 }
 
-void overlay_delta_dir_look(int up, struct ovl_delta_dirs *dirs)
-{
-	for (size_t i = 0; i < dirs->n; i++) {
-		struct ovl_dmeta *m = &dirs->v[i];
-		struct stat s;
-		/* gone: its parent's event made the parent dirty */
-		m->changed = fstatat(up, *m->path ? m->path : ".", &s, AT_SYMLINK_NOFOLLOW) == 0 &&
-			S_ISDIR(s.st_mode) &&
-			(s.st_mode != m->mode || s.st_uid != m->uid || s.st_gid != m->gid ||
-			 s.st_mtim.tv_sec != m->mtim.tv_sec || s.st_mtim.tv_nsec != m->mtim.tv_nsec);
-		if (m->changed)
-			m->now.mode = s.st_mode, m->now.uid = s.st_uid, m->now.gid = s.st_gid, m->now.mtim = s.st_mtim;
-	}
-	dirs->looked = true;
-}
-
 int overlay_delta_dir_meta(const struct ovl_delta_opts *o, int dst, struct ovl_delta_dirs *dirs,
 			   struct treecopy_stats *st, ckpt_error *err)
 {
@@ -709,6 +693,7 @@ int overlay_delta_dirs_read(int layer_fd, struct ovl_delta_dirs *out)
 
 void overlay_delta_dirs_free(struct ovl_delta_dirs *d)
 {
+	overlay_delta_dir_look_drop(d);
 	for (size_t i = 0; i < d->n; i++)
 		free(d->v[i].path);
 	free(d->v);

@@ -155,11 +155,15 @@ struct ovl_dmeta {
 		struct timespec mtim;
 	} now;
 };
+struct ovl_look;
 /* Every directory of the upper with the metadata its newest copy has. */
 struct ovl_delta_dirs {
 	struct ovl_dmeta *v;
 	size_t n, cap;
-	bool looked; /* overlay_delta_dir_look ran since the last overlay_delta_dir_meta */
+	bool looked;           /* overlay_delta_dir_look ran since the last overlay_delta_dir_meta */
+	struct ovl_look *look; /* overlay_delta_dir_look_start's, running or done */
+	int64_t look_us;       /* the last look's on its thread (0: it had none) */
+	int64_t look_wait_us;  /* and how long overlay_delta_dir_look waited for it */
 };
 struct ovl_delta_opts {
 	int up;                /* the upper */
@@ -179,10 +183,18 @@ struct ovl_delta_opts {
  * layer instead. */
 int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct pathindex_dirty *dirty, size_t n,
 		       struct treecopy_stats *st, ckpt_error *err);
-/* Which directories' own metadata changed, with no event maybe (dirs:
+/* overlay_look.c. Which directories' own metadata changed, with no event maybe (dirs:
  * every directory of the upper): a stat of each, read only, so that it can
  * run while the tracker scans /proc (overlay_create_delta_pass). */
 void overlay_delta_dir_look(int up, struct ovl_delta_dirs *dirs);
+/* That look begun now on a thread beside the caller (when dirs are many)
+ * and ended by the next overlay_delta_dir_look, which waits for it and
+ * looks itself only at the directories added since: for a create that
+ * freezes no unit, whose look need not wait for its first pass. Any look
+ * begun before and not ended is dropped. */
+void overlay_delta_dir_look_start(int up, struct ovl_delta_dirs *dirs);
+/* A look begun and not ended, waited for and forgotten. */
+void overlay_delta_dir_look_drop(struct ovl_delta_dirs *dirs);
 /* Those directories into dst (looked at now unless overlay_delta_dir_look
  * just did); dirs then says what dst has. Then every directory of dst
  * takes its twin's times in the upper. */
