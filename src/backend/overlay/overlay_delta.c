@@ -75,15 +75,9 @@ static int dl_dir_meta(int ufd, int dfd)
 	for (char *k = names; n > 0 && k < names + n; k += strlen(k) + 1)
 		if (fremovexattr(dfd, k) < 0 && errno != ENODATA)
 			return -errno;
-	int r = treecopy_copy_meta(-1, -1, NULL, ufd, dfd, &st);
-	if (r < 0)
-		return r;
-	n = flistxattr(dfd, names, sizeof(names));
-	for (char *k = names; n > 0 && k < names + n; k += strlen(k) + 1)
-		if (ovl_own_xattr(k) && fremovexattr(dfd, k) < 0 && errno != ENODATA)
-			return -errno;
-	struct timespec ts[2] = { st.st_atim, st.st_mtim };
-	return futimens(dfd, ts) < 0 ? -errno : 0;
+	/* overlayfs's own xattrs are never set: set and removed, each was a
+	 * journaled write (six calls a directory) */
+	return treecopy_copy_meta_but(-1, -1, NULL, ufd, dfd, &st, ovl_own_xattr);
 }
 
 /* The delta's directory at rel, made with its parents where missing (each

@@ -91,6 +91,9 @@ bool treecopy_is_whiteout(const struct stat *st);
 /* Owner, mode, xattrs, then times of a created inode, from st and the source:
  * through fds (sfd_entry, dfd_entry >= 0) or by (sfd|dfd, name). */
 int treecopy_copy_meta(int sfd, int dfd, const char *name, int sfd_entry, int dfd_entry, const struct stat *st);
+/* The same, leaving out the xattrs skip names. */
+int treecopy_copy_meta_but(int sfd, int dfd, const char *name, int sfd_entry, int dfd_entry, const struct stat *st,
+			   bool (*skip)(const char *));
 
 /* The same xattr names and values on (afd, a) and (bfd, b) (treecopy_data.c). */
 bool treecopy_same_xattrs(int afd, const char *a, int bfd, const char *b);

@@ -99,7 +99,7 @@ int treecopy_file_data(int in, int out, off_t size, uint64_t *ret_copied)
 	return 0;
 }
 
-static int treecopy_xattrs(const struct xattr_ref *src, const struct xattr_ref *dst)
+static int treecopy_xattrs(const struct xattr_ref *src, const struct xattr_ref *dst, bool (*skip)(const char *))
 {
 	char names[XATTR_LIST_BUF];
 	static __thread char val[XATTR_VALUE_BUF];
@@ -107,6 +107,8 @@ static int treecopy_xattrs(const struct xattr_ref *src, const struct xattr_ref *
 	if (n < 0)
 		return errno == ENOTSUP ? 0 : -errno;
 	for (char *k = names; k < names + n; k += strlen(k) + 1) {
+		if (skip && skip(k))
+			continue;
 		ssize_t v = xattr_get(src, k, val, sizeof(val));
 		if (v < 0) {
 			if (errno == ENODATA)
@@ -123,6 +125,12 @@ static int treecopy_xattrs(const struct xattr_ref *src, const struct xattr_ref *
  * files and dirs; else the entry is addressed by (dfd, name). */
 int treecopy_copy_meta(int sfd, int dfd, const char *name, int sfd_entry, int dfd_entry, const struct stat *st)
 {
+	return treecopy_copy_meta_but(sfd, dfd, name, sfd_entry, dfd_entry, st, NULL);
+}
+
+int treecopy_copy_meta_but(int sfd, int dfd, const char *name, int sfd_entry, int dfd_entry, const struct stat *st,
+			   bool (*skip)(const char *))
+{
 	struct xattr_ref xs, xd;
 	struct timespec ts[2] = { st->st_atim, st->st_mtim };
 	bool lnk = S_ISLNK(st->st_mode);
@@ -135,7 +143,7 @@ int treecopy_copy_meta(int sfd, int dfd, const char *name, int sfd_entry, int df
 		return -errno;
 	xattr_ref_init(&xs, sfd_entry, sfd, name);
 	xattr_ref_init(&xd, dfd_entry, dfd, name);
-	int r = treecopy_xattrs(&xs, &xd);
+	int r = treecopy_xattrs(&xs, &xd, skip);
 	if (r < 0)
 		return r;
 	if (dfd_entry >= 0 ? futimens(dfd_entry, ts) : utimensat(dfd, name, ts, AT_SYMLINK_NOFOLLOW))
