@@ -653,7 +653,7 @@ bool chg_track_changed_at(struct chg_track *t, const char *rel)
 	if (!chg_track_armed(t) || t->seen->why)
 		return true;
 	chg_track_drain(t);
-	if (t->seen->why || pathindex_has(t->seen->sus, rel))
+	if (t->seen->why || pathindex_has(t->seen->sus, rel) || pathindex_has(t->suspects, rel))
 		return true;
 	const char *slash = strrchr(rel, '/');
 	size_t plen = slash ? (size_t)(slash - rel) : 0;

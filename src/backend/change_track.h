@@ -174,5 +174,8 @@ int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struc
 bool chg_track_changed_since(struct chg_track *t);
 /* Narrower, for a difference found at rel (relative to the upper): whether
  * a change since the last collect explains it (the check of a tracked pass
- * excuses that difference, and no other). The events stay, as above. */
+ * excuses that difference, and no other). A file the last collect found
+ * mapped shared (a suspect, copied by the pass) may have been written
+ * through that mapping since, which no event tells: it is excused too. The
+ * events stay, as above. */
 bool chg_track_changed_at(struct chg_track *t, const char *rel);
