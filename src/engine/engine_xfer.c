@@ -159,11 +159,6 @@ void engine_xfer_xattrs(struct archive_entry *ae, int dirfd, const char *name, b
 	}
 }
 
-/* Drop the xattrs portable does not let cross from an entry read from an
- * archive (NULL: keep all). */
-/* libarchive's disk writer sets no system.posix_acl_* xattr (it leaves ACLs
- * to ARCHIVE_EXTRACT_ACL), and an entry made in a directory with a default
- * ACL inherits ACLs: path's two ACL xattrs are made exactly ae's here. */
 /* A name for path that the kernel takes whatever its length: path itself,
  * or "/proc/self/fd/<parent>/<leaf>" with *parent_fd its parent opened a
  * component at a time (libarchive's disk writer makes paths of PATH_MAX
@@ -204,6 +199,9 @@ static int xfer_short_path(const char *path_in, char *buf, size_t size, int *par
 	return 0;
 }
 
+/* libarchive's disk writer sets no system.posix_acl_* xattr (it leaves ACLs
+ * to ARCHIVE_EXTRACT_ACL), and an entry made in a directory with a default
+ * ACL inherits ACLs: path's two ACL xattrs are made exactly ae's here. */
 int engine_xfer_acls(const char *path_in, struct archive_entry *ae)
 {
 	static const char *const acl[] = { "system.posix_acl_access", "system.posix_acl_default" };
@@ -227,6 +225,8 @@ int engine_xfer_acls(const char *path_in, struct archive_entry *ae)
 	return 0;
 }
 
+/* Drop the xattrs portable does not let cross from an entry read from an
+ * archive (NULL: keep all). */
 void engine_xfer_xattr_filter(struct archive_entry *ae, bool (*portable)(const char *name))
 {
 	const char *k;

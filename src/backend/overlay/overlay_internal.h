@@ -163,7 +163,6 @@ struct ovl_delta_dirs {
 	bool looked;           /* overlay_delta_dir_look ran since the last overlay_delta_dir_meta */
 	struct ovl_look *look; /* overlay_delta_dir_look_start's, running or done */
 	int64_t look_us;       /* the last look's on its thread (0: it had none) */
-	int64_t look_wait_us;  /* and how long overlay_delta_dir_look waited for it */
 };
 struct ovl_delta_opts {
 	int up;                /* the upper */

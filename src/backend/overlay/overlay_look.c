@@ -117,11 +117,9 @@ void overlay_delta_dir_look(int up, struct ovl_delta_dirs *dirs)
 {
 	struct ovl_look *k = TAKE_PTR(dirs->look);
 	size_t i = 0;
-	dirs->look_us = dirs->look_wait_us = 0;
-	if (k) {
-		int64_t t0 = mono_us();
+	dirs->look_us = 0;
+	if (k) { /* the caller times its wait (overlay_create_delta_collect) */
 		beside_join(&k->th);
-		dirs->look_wait_us = mono_us() - t0;
 		dirs->look_us = k->us;
 		for (; i < k->n && i < dirs->n; i++)
 			dl_look_take(&dirs->v[i], &k->res[i]);
