@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <sys/mman.h>
+#include <grp.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -404,6 +405,89 @@ static void test_procscan_shared_write(void **state)
 	}
 }
 
+/* A process the scanner may not read (another user's) gives nothing and
+ * costs no listing of its fds; one it may read still gives its fds and its
+ * mappings, its maps being opened before its fds. Scanned as nobody: the
+ * holder, nobody too, holds one file open and another mapped shared; this
+ * (root) process holds a third open. */
+struct refused_seen {
+	const char *held, *mapped, *root_held;
+	int held_fd, mapped_map, root_fd;
+};
+
+static int refused_ref(void *ctx, const struct procscan_ref *ref)
+{
+	struct refused_seen *r = ctx;
+	r->held_fd += ref->kind == PROCSCAN_FD && !strcmp(ref->path, r->held);
+	r->mapped_map += ref->kind == PROCSCAN_MAP && !strcmp(ref->path, r->mapped);
+	r->root_fd += ref->kind == PROCSCAN_FD && !strcmp(ref->path, r->root_held);
+	return PROCSCAN_CONTINUE;
+}
+
+static void as_nobody(void)
+{
+	if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0 || prctl(PR_SET_DUMPABLE, 1) < 0)
+		_exit(2);
+}
+
+static void test_procscan_skips_what_it_may_not_read(void **state)
+{
+	(void)state;
+	char held[300], mapped[300], root_held[300];
+	snprintf(held, sizeof(held), "%s/held", dir);
+	snprintf(mapped, sizeof(mapped), "%s/mapped", dir);
+	snprintf(root_held, sizeof(root_held), "%s/root-held", dir);
+	int rfd = open(root_held, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+	assert_true(rfd >= 0);
+	assert_int_equal(chmod(dir, 0755), 0);
+	for (const char *f = held, *const *p = (const char *const[]){ held, mapped, NULL }; (f = *p); p++) {
+		int fd = open(f, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+		assert_true(fd >= 0);
+		assert_int_equal(ftruncate(fd, 4096), 0);
+		assert_int_equal(fchown(fd, 65534, 65534), 0);
+		close(fd);
+	}
+	int go[2], ready[2];
+	assert_int_equal(pipe(go), 0);
+	assert_int_equal(pipe(ready), 0);
+	pid_t holder = fork();
+	assert_true(holder >= 0);
+	if (holder == 0) {
+		close(go[1]); /* its end is the parent's: EOF says go */
+		close(rfd);
+		as_nobody();
+		int a = open(held, O_RDWR | O_CLOEXEC), b = open(mapped, O_RDWR | O_CLOEXEC);
+		void *m = b >= 0 ? mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, b, 0) : MAP_FAILED;
+		if (a < 0 || m == MAP_FAILED)
+			_exit(3);
+		close(b);
+		char c = 1;
+		if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) < 0)
+			_exit(4);
+		_exit(0);
+	}
+	char c;
+	assert_int_equal(read(ready[0], &c, 1), 1);
+	pid_t scanner = fork();
+	assert_true(scanner >= 0);
+	if (scanner == 0) {
+		close(rfd); /* the parent's alone, which the scan may not read */
+		as_nobody();
+		struct refused_seen r = { .held = held, .mapped = mapped, .root_held = root_held };
+		unsigned flags = PROCSCAN_MNTNS | PROCSCAN_NO_DIRS | PROCSCAN_SHARED_MAPS;
+		if (procscan_each("/proc", 0, flags, refused_ref, &r) < 0)
+			_exit(5);
+		_exit(r.held_fd == 1 && r.mapped_map == 1 && r.root_fd == 0 ? 0 : 6);
+	}
+	int st;
+	assert_int_equal(waitpid(scanner, &st, 0), scanner);
+	close(go[1]);
+	assert_int_equal(waitpid(holder, NULL, 0), holder);
+	close(rfd);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* Where the kernel has no maps ioctl (older kernels, gVisor), the text is
  * read: a proc of regular files stands for it (the ioctl gives ENOTTY). */
 static void test_procscan_shared_write_text(void **state)
@@ -549,6 +633,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_procscan_real, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_shared_write, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_shared_write_text, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_procscan_skips_what_it_may_not_read, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_lazy_stat, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_users_by_identity, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_users_hidden_under_mount, setup, teardown),
