@@ -201,7 +201,8 @@ static int overlay_create_delta_pass(struct ovl_root *r, int l, int up, int dst,
 				    .dix = r->dix,
 				    .suspects = r->trk.suspects,
 				    .dirs = &r->ddirs,
-				    .xattrs_keep_ctime = r->opts->kind == OVERLAY_GVISOR };
+				    .xattrs_keep_ctime = r->opts->kind == OVERLAY_GVISOR,
+				    .early_writeback = r->opts->kind != OVERLAY_GVISOR };
 	int64_t t1 = mono_us();
 	if (q == 0) {
 		why = "a directory moved or made over another entry, or a changed file of several names";

@@ -173,6 +173,7 @@ struct ovl_delta_opts {
 	const struct pathindex *suspects;
 	struct ovl_delta_dirs *dirs; /* every directory of the upper: new ones added */
 	bool xattrs_keep_ctime;      /* gVisor: treecopy_opts' */
+	bool early_writeback;        /* start each copied file's writeback (not gVisor: a full fsync there) */
 };
 /* Make the delta dst hold what the dirty directories of the upper hold,
  * relative to the previous layers; the directories' times are left to
