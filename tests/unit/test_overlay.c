@@ -5,8 +5,11 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <glob.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "backend/backend.h"
 #include "config.h"
@@ -66,6 +69,19 @@ static bool has(const char *rel, const char *data)
 	buf[n] = 0;
 	fclose(f);
 	return !data || !strcmp(buf, data);
+}
+
+/* Whether rel begins with data. */
+static bool has_start(const char *rel, const char *data)
+{
+	char p[256], buf[64] = "";
+	snprintf(p, sizeof(p), "%s/%s", root, rel);
+	FILE *f = fopen(p, "re");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, strlen(data), f);
+	fclose(f);
+	return n == strlen(data) && !memcmp(buf, data, n);
 }
 
 static const struct backend_ops *B = &backend_overlay_ops;
@@ -353,6 +369,146 @@ static void test_userxattr_renames_give_exdev(void **s)
 	close(fd);
 }
 
+/* put from another process: the tracker takes its own process's writes
+ * for ckptd's and does not hear them. */
+static void put_apart(const char *rel, const char *data)
+{
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		put(rel, data);
+		_exit(0);
+	}
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static void rename_apart(const char *a, const char *b)
+{
+	char pa[256], pb[256];
+	snprintf(pa, sizeof(pa), "%s/%s", root, a);
+	snprintf(pb, sizeof(pb), "%s/%s", root, b);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(rename(pa, pb) < 0);
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* A create as the engine makes it: the first pass (units: one will be
+ * frozen after it), then between (NULL: nothing), the capture, the rest. */
+static json_t *create_passes(void *st, const char *id, bool units, void (*between)(void))
+{
+	ckpt_error err = { 0 };
+	json_t *data = NULL;
+	uint64_t size = 0;
+	if (B->precopy(st, units, NULL, &err) < 0)
+		fail_msg("precopy: %s", err.msg);
+	if (between)
+		between();
+	if (B->capture->capture(st, NULL, &err) < 0 || B->create(st, id, &data, &size, NULL, &err) < 0)
+		fail_msg("create: %s", err.msg);
+	return data;
+}
+
+/* The layers of the checkpoint's one root: {roots: [{path, layers}]}. */
+static size_t chain_len(json_t *data)
+{
+	return json_array_size(json_object_get(json_array_get(json_object_get(data, "roots"), 0), "layers"));
+}
+
+static size_t first_passes(void)
+{
+	char pat[200];
+	glob_t g;
+	snprintf(pat, sizeof(pat), "%s/overlay/r/*/l/.pre-*", state);
+	size_t n = glob(pat, GLOB_PERIOD, NULL, &g) == 0 ? g.gl_pathc : 0;
+	globfree(&g);
+	return n;
+}
+
+static char *map_at; /* a file of the root mapped shared and writable, or NULL */
+static size_t map_len;
+
+/* Written through a mapping made now: no event says so. */
+static void map_and_write(void)
+{
+	char p[160];
+	snprintf(p, sizeof(p), "%s/m/mapped", root);
+	int fd = open(p, O_RDWR | O_CLOEXEC);
+	assert_true(fd >= 0);
+	map_len = 4096;
+	map_at = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(map_at != MAP_FAILED);
+	close(fd);
+	memcpy(map_at, "written ", 8);
+}
+
+static void unmap(void)
+{
+	munmap(map_at, map_len);
+	map_at = NULL;
+}
+
+/* Deltas made both ways: with a first pass when units will be frozen
+ * (their mapping written between the passes is the frozen pass's /proc
+ * scan's to find), and in one pass when none will (no l/.pre-* is made);
+ * each checkpoint restores to what was written. */
+static void test_delta_passes(void **s)
+{
+	(void)s;
+	ctx.track_changes = TRACK_ALWAYS;
+	ctx.track_check = true;
+	char p[160];
+	snprintf(p, sizeof(p), "%s/m", root);
+	mkdir(p, 0755);
+	put("m/mapped", "");
+	snprintf(p, sizeof(p), "%s/m/mapped", root);
+	assert_int_equal(truncate(p, 4096), 0);
+	void *st = open_backend();
+	json_t *full = create_passes(st, "full", true, NULL);
+	put_apart("a.txt", "one");
+	json_t *two = create_passes(st, "two", true, map_and_write);
+	unmap();
+	assert_int_equal(chain_len(two), chain_len(full) + 1); /* a delta over the full layer */
+	put_apart("a.txt", "three");
+	json_t *one = create_passes(st, "one", false, NULL);
+	assert_int_equal(first_passes(), 0);
+	assert_int_equal(chain_len(one), chain_len(two) + 1);
+	map_and_write();
+	memcpy(map_at, "again   ", 8);
+	put_apart("a.txt", "four");
+	json_t *again = create_passes(st, "again", false, NULL); /* mapped all along */
+	unmap();
+	assert_int_equal(chain_len(again), chain_len(one) + 1);
+	/* a base directory renamed: no delta can say it (a redirect); the
+	 * one pass gives way to a first pass, tracked, so deltas follow */
+	rename_apart("m", "moved");
+	json_t *moved = create_passes(st, "moved", false, NULL);
+	assert_true(chain_len(moved) <= chain_len(again));
+	put_apart("a.txt", "after");
+	json_t *after = create_passes(st, "after", false, NULL);
+	assert_int_equal(chain_len(after), chain_len(moved) + 1);
+	json_decref(moved), json_decref(after);
+	snprintf(p, sizeof(p), "%s/m/mapped", root);
+	put_apart("a.txt", "five");
+	restore(st, "two", two);
+	assert_true(has("a.txt", "one"));
+	assert_true(has_start("m/mapped", "written "));
+	restore(st, "again", again);
+	assert_true(has("a.txt", "four"));
+	assert_true(has_start("m/mapped", "again   "));
+	restore(st, "one", one);
+	assert_true(has("a.txt", "three"));
+	json_decref(full), json_decref(two), json_decref(one), json_decref(again);
+	B->close(st, true);
+	ctx.track_changes = TRACK_AUTO;
+	ctx.track_check = false;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -364,6 +520,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_remove_gc, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_legacy_many_layers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_chain_500, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_delta_passes, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

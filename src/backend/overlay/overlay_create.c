@@ -159,14 +159,16 @@ static int overlay_create_delta_collect(struct ovl_root *r, int up, dev_t dev, s
 					size_t *n, const char **why, int64_t *look_us)
 {
 	int64_t t0;
+	bool scanning = r->trk.scan != NULL; /* begun with a create made in one pass */
 	if (r->ddirs.look) {
-		int q = chg_track_collect(&r->trk, r->path, dev, dirty, n, why);
+		int q = scanning ? chg_track_collect_scanned(&r->trk, dirty, n, why)
+				 : chg_track_collect(&r->trk, r->path, dev, dirty, n, why);
 		t0 = mono_us();
 		overlay_delta_dir_look(up, &r->ddirs);
 		*look_us = mono_us() - t0;
 		return q;
 	}
-	if (chg_track_scan_start(&r->trk, r->path, dev) < 0)
+	if (!scanning && chg_track_scan_start(&r->trk, r->path, dev) < 0)
 		return chg_track_collect(&r->trk, r->path, dev, dirty, n, why);
 	t0 = mono_us();
 	overlay_delta_dir_look(up, &r->ddirs);
@@ -254,17 +256,22 @@ static int overlay_create_pre_make(struct ovl_root *r, int l, ckpt_error *err)
 	return 0;
 }
 
-/* Create's first pass as a delta (overlay_delta.c): l/.pre-<name> holds
- * what changed since the last create. -EAGAIN: a full one is needed.
- * units: units will be frozen after it. When none will, the frozen pass's
- * look at every directory's metadata begins now, beside this pass: what
- * it must see was done before the request, and nothing is frozen that a
- * later look would wait for. */
-static int overlay_create_delta_first(struct ovl_root *r, int l, int up, bool units, struct progress *p,
-				      ckpt_error *err)
+/* The pass's totals to the progress bar: what it copied, known once done. */
+static void overlay_create_delta_progress(struct progress *p, const struct treecopy_stats *stats)
 {
-	if (!units)
-		overlay_delta_dir_look_start(up, &r->ddirs);
+	if (!p)
+		return;
+	atomic_fetch_add(&p->files_total, stats->files);
+	atomic_fetch_add(&p->bytes_total, stats->bytes_copied);
+	atomic_fetch_add(&p->files_done, stats->files);
+	atomic_fetch_add(&p->bytes_done, stats->bytes_copied);
+}
+
+/* Create's first pass as a delta (overlay_delta.c), when units will be
+ * frozen after it: l/.pre-<name> holds what changed since the last create.
+ * -EAGAIN: a full one is needed. */
+static int overlay_create_delta_first(struct ovl_root *r, int l, int up, struct progress *p, ckpt_error *err)
+{
 	int q = overlay_create_pre_make(r, l, err);
 	if (q < 0)
 		return q;
@@ -277,12 +284,7 @@ static int overlay_create_delta_first(struct ovl_root *r, int l, int up, bool un
 		overlay_create_drop_pre(r, l); /* and the delta state with it */
 		return q;
 	}
-	if (p) { /* the totals are what it copied: known once done */
-		atomic_fetch_add(&p->files_total, stats.files);
-		atomic_fetch_add(&p->bytes_total, stats.bytes_copied);
-		atomic_fetch_add(&p->files_done, stats.files);
-		atomic_fetch_add(&p->bytes_done, stats.bytes_copied);
-	}
+	overlay_create_delta_progress(p, &stats);
 	r->pre_bytes = stats.bytes_copied;
 	chg_track_drain(&r->trk); /* its own writes, read now rather than frozen */
 	return 0;
@@ -298,8 +300,10 @@ static int overlay_create_precopy_root(struct ovl_root *r, bool units, struct pr
 	if (l < 0 || up < 0)
 		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
 	overlay_create_drop_pre(r, l);
+	if (overlay_delta_ready(r) && !units)
+		return 0; /* nothing will be frozen: the capture makes the delta in one pass */
 	if (overlay_delta_ready(r)) {
-		int d = overlay_create_delta_first(r, l, up, units, p, err);
+		int d = overlay_create_delta_first(r, l, up, p, err);
 		if (d != -EAGAIN)
 			return d;
 	}
@@ -450,15 +454,36 @@ static void overlay_create_drop_capture(struct ovl_root *r, int l)
 	r->cap_size = 0;
 }
 
+/* A delta made in one pass, when no unit will be frozen: a first pass
+ * would only shorten a freeze that does not happen. The /proc scan, and the
+ * look at the directories' metadata when they are many, begin on threads;
+ * the events queued are read and their directories made meanwhile. Then,
+ * as the frozen pass after a first one, the directories the scan and the
+ * events since name, and every directory's metadata. */
+static int overlay_create_delta_one(struct ovl_root *r, int l, int up, int dst, struct treecopy_stats *stats,
+				    ckpt_error *err)
+{
+	struct stat rst;
+	overlay_delta_dir_look_start(up, &r->ddirs);
+	/* one thread beside: with the look on one, the second part scans */
+	if (!r->ddirs.look && stat(r->path, &rst) == 0) /* else the second part fails and says why */
+		chg_track_scan_start(&r->trk, r->path, rst.st_dev);
+	int q = overlay_create_delta_pass(r, l, up, dst, false, stats, err);
+	return q < 0 ? q : overlay_create_delta_pass(r, l, up, dst, true, stats, err);
+}
+
 /* The frozen pass of a delta: the first pass (l/<pre>) becomes l/<tmp>,
- * brought up to date. -EAGAIN (the delta state then reset): copy in full. */
+ * brought up to date; with no first pass (none made when no unit is
+ * frozen), l/<tmp> is made in one (overlay_create_delta_one). -EAGAIN (the
+ * delta state then reset): copy in full. */
 static int overlay_create_capture_delta(struct ovl_root *r, int l, int up, const char *name, const char *tmp,
-					ckpt_error *err)
+					struct progress *p, ckpt_error *err)
 {
 	struct treecopy_stats stats = { 0 };
-	int q = FAILPOINT_AROUND("overlay.create.delta.rename", renameat(l, r->pre, l, tmp)) < 0
-		? err_set(err, errno, NULL, "create layer: %m")
-		: 0;
+	bool one = !r->pre[0];
+	int q = one ? mkdirat(l, tmp, 0700)
+		    : FAILPOINT_AROUND("overlay.create.delta.rename", renameat(l, r->pre, l, tmp));
+	q = q < 0 ? err_set(err, errno, NULL, "create layer: %m") : 0;
 	if (q == 0) {
 		r->pre[0] = 0; /* now tmp */
 		r->pre_delta = false;
@@ -467,7 +492,8 @@ static int overlay_create_capture_delta(struct ovl_root *r, int l, int up, const
 	if (q == 0 && dst < 0)
 		q = err_set(err, errno, NULL, "open layer: %m");
 	if (q == 0)
-		q = overlay_create_delta_pass(r, l, up, dst, true, &stats, err);
+		q = one ? overlay_create_delta_one(r, l, up, dst, &stats, err)
+			: overlay_create_delta_pass(r, l, up, dst, true, &stats, err);
 	if (q == 0 && r->track_check)
 		q = overlay_check_delta(r, tmp, err);
 	if (q < 0) {
@@ -476,6 +502,8 @@ static int overlay_create_capture_delta(struct ovl_root *r, int l, int up, const
 		overlay_delta_reset(r);
 		return q;
 	}
+	if (one)
+		overlay_create_delta_progress(p, &stats);
 	memcpy(r->cap_tmp, tmp, sizeof(r->cap_tmp));
 	memcpy(r->cap_name, name, sizeof(r->cap_name));
 	r->cap_ix = NULL;
@@ -501,11 +529,15 @@ static int overlay_create_capture_layer(struct ovl_root *r, struct progress *p, 
 	if (q < 0)
 		return err_set(err, -q, NULL, "name a layer: %s", strerror(-q));
 	snprintf(tmp, sizeof(tmp), ".tmp-%s", name);
-	if (r->pre[0] && r->pre_delta) {
-		q = overlay_create_capture_delta(r, l, up, name, tmp, err);
+	bool one = !r->pre[0] && overlay_delta_ready(r); /* no first pass was made for this delta */
+	if (one || (r->pre[0] && r->pre_delta)) {
+		q = overlay_create_capture_delta(r, l, up, name, tmp, p, err);
 		if (q != -EAGAIN)
 			return q;
-		/* a change a delta cannot say: the full copy, frozen (rare) */
+		/* a change a delta cannot say: the full copy, frozen (rare); with
+		 * no first pass, one is made now, tracked, that deltas can follow */
+		if (one && (q = overlay_create_precopy_root(r, false, p, err)) < 0)
+			return q;
 	}
 	bool update = r->pre_ix != NULL; /* the first pass becomes the layer */
 	if (update ? FAILPOINT_AROUND("overlay.create.full.rename", renameat(l, r->pre, l, tmp)) < 0
