@@ -481,8 +481,7 @@ static int overlay_create_capture_delta(struct ovl_root *r, int l, int up, const
 {
 	struct treecopy_stats stats = { 0 };
 	bool one = !r->pre[0];
-	int q = one ? mkdirat(l, tmp, 0700)
-		    : FAILPOINT_AROUND("overlay.create.delta.rename", renameat(l, r->pre, l, tmp));
+	int q = FAILPOINT_AROUND("overlay.create.delta.tmp", one ? mkdirat(l, tmp, 0700) : renameat(l, r->pre, l, tmp));
 	q = q < 0 ? err_set(err, errno, NULL, "create layer: %m") : 0;
 	if (q == 0) {
 		r->pre[0] = 0; /* now tmp */
