@@ -841,7 +841,13 @@ def test_restore_of_the_head_reads_only_what_changed(daemon_factory, track):
     assert_same_tree(want, tree_state(root))
     log = d.log()
     if track == "auto":
-        assert log.count("read the directories that changed (change tracking)") >= len(attempts)
+        # every restore is answered by tracking, but for the one that may
+        # read the events of a directory already removed (rm -rf): its
+        # handle no longer resolves (ESTALE), and the restore walks, as
+        # designed; under load that happened once in CI (and in stop 35)
+        unresolved = log.count("(a directory of an event could not be resolved)")
+        assert unresolved <= 1, log
+        assert log.count("read the directories that changed (change tracking)") >= len(attempts) - unresolved
     assert_tracking_used(d, track, "read the directories that changed (change tracking)")
 
 
