@@ -371,9 +371,14 @@ static int dir_event(struct chg_track *t, struct chg_dirty_set *s, const char *r
 {
 	char child[PATH_MAX];
 	struct stat st;
-	if (chg_dirty_add(s, rel, strlen(rel), false) < 0)
+	/* named as fanotify's are (pathindex.h): an event of the directory's
+	 * own metadata names no entry; one of an entry names it, and says
+	 * whether a name left (a delta then reads the previous layers) */
+	const char *entry = ev->len && ev->name[0] ? ev->name : NULL;
+	if (chg_dirty_add_name(s, rel, strlen(rel), entry) < 0)
 		return -ENOMEM;
-	if (!ev->len || !ev->name[0])
+	s->v[s->n - 1].kept = !(ev->mask & (IN_DELETE | IN_MOVED_FROM));
+	if (!entry)
 		return 0;
 	if (join(child, sizeof(child), rel, ev->name) < 0)
 		return give_up(t, why, "a path of an event is too long", false);
