@@ -58,30 +58,36 @@ static void put(const char *rel, const char *data)
 	fclose(f);
 }
 
-static bool has(const char *rel, const char *data)
+/* Up to len bytes of rel into buf; -1 when it cannot be opened. */
+static ssize_t read_start(const char *rel, char *buf, size_t len)
 {
-	char p[256], buf[256] = "";
+	char p[256];
 	snprintf(p, sizeof(p), "%s/%s", root, rel);
 	FILE *f = fopen(p, "re");
 	if (!f)
-		return false;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = 0;
+		return -1;
+	size_t n = fread(buf, 1, len, f);
 	fclose(f);
+	return (ssize_t)n;
+}
+
+static bool has(const char *rel, const char *data)
+{
+	char buf[256];
+	ssize_t n = read_start(rel, buf, sizeof(buf) - 1);
+	if (n < 0)
+		return false;
+	buf[n] = 0;
 	return !data || !strcmp(buf, data);
 }
 
 /* Whether rel begins with data. */
 static bool has_start(const char *rel, const char *data)
 {
-	char p[256], buf[64] = "";
-	snprintf(p, sizeof(p), "%s/%s", root, rel);
-	FILE *f = fopen(p, "re");
-	if (!f)
-		return false;
-	size_t n = fread(buf, 1, strlen(data), f);
-	fclose(f);
-	return n == strlen(data) && !memcmp(buf, data, n);
+	char buf[64];
+	size_t len = strlen(data);
+	assert_true(len <= sizeof(buf));
+	return read_start(rel, buf, len) == (ssize_t)len && !memcmp(buf, data, len);
 }
 
 static const struct backend_ops *B = &backend_overlay_ops;
