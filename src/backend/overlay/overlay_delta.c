@@ -63,8 +63,9 @@ static int dl_open(int fd, const char *rel)
 }
 
 /* A directory of the delta takes the upper's: owner, mode, xattrs (none of
- * overlayfs's own: opaque and redirect stay the previous layers'; a user's
- * escaped ones stay), times. */
+ * overlayfs's own: a plain one has none, and one copied whole keeps its
+ * opaque mark, which hides the previous layers' entries; a user's escaped
+ * ones are copied), times. */
 static int dl_dir_meta(int ufd, int dfd)
 {
 	struct stat st;
@@ -73,7 +74,7 @@ static int dl_dir_meta(int ufd, int dfd)
 		return -errno;
 	ssize_t n = flistxattr(dfd, names, sizeof(names));
 	for (char *k = names; n > 0 && k < names + n; k += strlen(k) + 1)
-		if (fremovexattr(dfd, k) < 0 && errno != ENODATA)
+		if (!ovl_own_xattr(k) && fremovexattr(dfd, k) < 0 && errno != ENODATA)
 			return -errno;
 	/* overlayfs's own xattrs are never set: set and removed, each was a
 	 * journaled write (six calls a directory) */
