@@ -52,9 +52,12 @@ struct scan {
 /* What a reference's process is, for procscan_ref_same_mntns. */
 struct procscan_pid {
 	const struct scan *s;
-	char name[12];     /* the pid as proc lists it */
+	char name[28];     /* "<pid>", or "<pid>/task/<tid>" (scan_pid_task) */
 	signed char mntns; /* -1 not read yet, else 0 or 1 */
 };
+
+/* Room for "<name>/<what>", what up to "fd/2147483647". */
+#define PID_PATH_MAX 48
 
 /* "<pid>/<what>", relative to the proc fd. */
 static void pid_path(char *buf, size_t size, const struct procscan_pid *p, const char *what)
@@ -107,7 +110,7 @@ static int scan_reserve(struct scan *s, size_t want)
  * refuses ends them: it refuses every one of that process. */
 static int scan_fds(struct scan *s, struct procscan_ref *ref, const struct procscan_pid *p)
 {
-	char path[32];
+	char path[PID_PATH_MAX];
 	pid_path(path, sizeof(path), p, "fd");
 	_cleanup_close_ int dfd = openat(s->proc_fd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
@@ -309,7 +312,7 @@ bool procscan_ref_same_mntns(const struct procscan_ref *ref)
 	if (!p || !(p->s->flags & PROCSCAN_MNTNS))
 		return false;
 	if (p->mntns < 0) {
-		char path[32];
+		char path[PID_PATH_MAX];
 		struct stat st;
 		pid_path(path, sizeof(path), p, "ns/mnt");
 		p->mntns = p->s->own_ns.st_ino && fstatat(p->s->proc_fd, path, &st, 0) == 0 &&
@@ -326,9 +329,63 @@ bool procscan_ref_same_mntns(const struct procscan_ref *ref)
  * and a sandbox's init here held 252 (half of a cold scan, 1 of 2 ms). */
 static bool links_refused(const struct scan *s, const struct procscan_pid *p)
 {
-	char path[32], buf[8];
+	char path[PID_PATH_MAX], buf[8];
 	pid_path(path, sizeof(path), p, "fd/0");
 	return readlinkat(s->proc_fd, path, buf, sizeof(buf)) < 0 && (errno == EACCES || errno == EPERM);
+}
+
+static pid_t pid_of(const char *s)
+{
+	char *end;
+	if (!isdigit((unsigned char)*s))
+		return 0;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	return *end || errno || v <= 0 || v > INT_MAX ? 0 : (pid_t)v;
+}
+
+/* Which task stands for process p in the scan, from p->name "<pid>". Its
+ * exe names the file of its memory map; the kernel answers ENOENT where the
+ * first thread has none. Then "<pid>/task" counts the threads (its link
+ * count is 2 plus their number):
+ * - one: a kernel thread, or a process whose every thread has left its map
+ *   on the way out. It runs no code that could write a file, through an fd
+ *   or a mapping: false, and a collect's scan (PROCSCAN_NO_DIRS) skips it.
+ *   A VM's /proc holds dozens of kernel threads; listing their fds was most
+ *   of the scan.
+ * - more: the first thread has exited (pthread_exit) while others run. The
+ *   process's own maps, fds, cwd and root are then empty, though the others
+ *   still write through them; another thread's are read instead, p->name
+ *   becoming "<pid>/task/<tid>".
+ * True: read p->name. */
+static bool scan_pid_task(const struct scan *s, struct procscan_pid *p)
+{
+	char path[PID_PATH_MAX], buf[8];
+	struct stat st;
+	pid_path(path, sizeof(path), p, "exe");
+	if (readlinkat(s->proc_fd, path, buf, sizeof(buf)) >= 0 || errno != ENOENT)
+		return true;
+	pid_path(path, sizeof(path), p, "task");
+	if (fstatat(s->proc_fd, path, &st, 0) < 0 || st.st_nlink <= 3)
+		return !(s->flags & PROCSCAN_NO_DIRS);
+	_cleanup_closedir_ DIR *d = NULL;
+	if (walk_open(s->proc_fd, path, &d) < 0)
+		return true;
+	const struct dirent *de;
+	char pid[12];
+	snprintf(pid, sizeof(pid), "%s", p->name);
+	while ((de = walk_next(d))) {
+		int n = pid_of(de->d_name) && strcmp(de->d_name, pid)
+			? snprintf(p->name, sizeof(p->name), "%s/task/%s", pid, de->d_name)
+			: -1;
+		if (n < 0 || (size_t)n >= sizeof(p->name))
+			continue;
+		pid_path(path, sizeof(path), p, "exe");
+		if (readlinkat(s->proc_fd, path, buf, sizeof(buf)) >= 0 || errno != ENOENT)
+			return true;
+	}
+	snprintf(p->name, sizeof(p->name), "%s", pid); /* every thread on its way out */
+	return !(s->flags & PROCSCAN_NO_DIRS);
 }
 
 /* One process: its cwd and root (as "<pid>/cwd" below the proc fd), fds
@@ -338,10 +395,12 @@ static int scan_pid(struct scan *s, pid_t pid)
 {
 	struct procscan_pid p = { .s = s, .mntns = -1 };
 	struct procscan_ref ref = { .pid = pid, .kind = PROCSCAN_CWD, .pid_state = &p };
-	char cwd[32], root[32], maps[32];
+	char cwd[PID_PATH_MAX], root[PID_PATH_MAX], maps[PID_PATH_MAX];
 	bool denied = false;
 	int r = PROCSCAN_CONTINUE;
 	snprintf(p.name, sizeof(p.name), "%d", (int)pid); /* as proc lists it (pid_of took it whole) */
+	if (!scan_pid_task(s, &p))
+		return 0;
 	pid_path(maps, sizeof(maps), &p, "maps");
 	_cleanup_close_ int maps_fd = openat(s->proc_fd, maps, O_RDONLY | O_CLOEXEC);
 	bool maps_refused = maps_fd < 0 && (errno == EACCES || errno == EPERM);
@@ -360,16 +419,6 @@ static int scan_pid(struct scan *s, pid_t pid)
 	if (r == PROCSCAN_CONTINUE)
 		r = scan_maps(s, &ref, maps_fd);
 	return r < 0 ? r : 0;
-}
-
-static pid_t pid_of(const char *s)
-{
-	char *end;
-	if (!isdigit((unsigned char)*s))
-		return 0;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	return *end || errno || v <= 0 || v > INT_MAX ? 0 : (pid_t)v;
 }
 
 int procscan_each(const char *proc, pid_t skip_pid, unsigned flags, procscan_fn fn, void *ctx)

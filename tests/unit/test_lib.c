@@ -6,6 +6,7 @@
 #include <cmocka.h>
 #include <sys/mman.h>
 #include <grp.h>
+#include <pthread.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -405,6 +406,79 @@ static void test_procscan_shared_write(void **state)
 	}
 }
 
+/* A process whose first thread has exited (pthread_exit) while another
+ * runs: its own maps, fds, cwd and root read empty, so a scan reads another
+ * thread's. The holder maps one file shared (its fd closed) and keeps
+ * another open; a collect's scan (PROCSCAN_NO_DIRS) and a whole one
+ * (PROCSCAN_STAT) give both. */
+struct leader_seen {
+	pid_t pid;
+	char mapped[128], held[128];
+	int maps, fds, cwd;
+};
+
+static int leader_ref(void *ctx, const struct procscan_ref *ref)
+{
+	struct leader_seen *l = ctx;
+	if (ref->pid != l->pid)
+		return PROCSCAN_CONTINUE;
+	l->maps += ref->kind == PROCSCAN_MAP && !strcmp(ref->path, l->mapped) && ref->shared_write;
+	l->fds += ref->kind == PROCSCAN_FD && !strcmp(ref->path, l->held);
+	l->cwd += ref->kind == PROCSCAN_CWD;
+	return PROCSCAN_CONTINUE;
+}
+
+static void *leader_holder(void *arg)
+{
+	char c;
+	while (read(*(int *)arg, &c, 1) != 0) /* until the test closes its end */
+		;
+	return NULL;
+}
+
+static void test_procscan_reads_another_thread_when_the_first_exited(void **state)
+{
+	(void)state;
+	struct leader_seen l = { 0 };
+	int p[2];
+	snprintf(l.mapped, sizeof(l.mapped), "%s/mapped", dir);
+	snprintf(l.held, sizeof(l.held), "%s/held", dir);
+	assert_int_equal(pipe(p), 0);
+	l.pid = fork();
+	assert_true(l.pid >= 0);
+	if (l.pid == 0) {
+		close(p[1]);
+		int fd = open(l.mapped, O_RDWR | O_CREAT, 0600);
+		if (fd < 0 || ftruncate(fd, 4096) < 0 ||
+		    mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED ||
+		    open(l.held, O_WRONLY | O_CREAT, 0600) < 0)
+			_exit(1);
+		close(fd);
+		pthread_t t;
+		if (pthread_create(&t, NULL, leader_holder, &p[0]))
+			_exit(1);
+		pthread_exit(NULL);
+	}
+	close(p[0]);
+	char exe[64], buf[8];
+	snprintf(exe, sizeof(exe), "/proc/%d/exe", (int)l.pid);
+	for (int i = 0; i < 500 && (readlink(exe, buf, sizeof(buf)) >= 0 || errno != ENOENT); i++)
+		usleep(10000);
+	assert_true(readlink(exe, buf, sizeof(buf)) < 0 && errno == ENOENT); /* the first thread is gone */
+	assert_int_equal(
+		procscan_each("/proc", 0, PROCSCAN_MNTNS | PROCSCAN_NO_DIRS | PROCSCAN_SHARED_MAPS, leader_ref, &l), 0);
+	assert_int_equal(l.maps, 1);
+	assert_int_equal(l.fds, 1);
+	assert_int_equal(l.cwd, 0);
+	l.maps = l.fds = 0;
+	assert_int_equal(procscan_each("/proc", 0, PROCSCAN_STAT, leader_ref, &l), 0);
+	assert_int_equal(l.maps, 1);
+	assert_int_equal(l.fds, 1);
+	assert_int_equal(l.cwd, 1);
+	close(p[1]);
+	assert_int_equal(waitpid(l.pid, NULL, 0), l.pid);
+}
+
 /* A process the scanner may not read (another user's) gives nothing and
  * costs no listing of its fds; one it may read still gives its fds and its
  * mappings, its maps being opened before its fds. Scanned as nobody: the
@@ -634,6 +708,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_procscan_shared_write, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_shared_write_text, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_skips_what_it_may_not_read, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_procscan_reads_another_thread_when_the_first_exited, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_lazy_stat, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_users_by_identity, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procscan_users_hidden_under_mount, setup, teardown),
