@@ -372,8 +372,8 @@ static bool scan_pid_task(const struct scan *s, struct procscan_pid *p)
 	if (walk_open(s->proc_fd, path, &d) < 0)
 		return true;
 	const struct dirent *de;
-	char pid[12];
-	snprintf(pid, sizeof(pid), "%s", p->name);
+	char pid[sizeof(p->name)];
+	memcpy(pid, p->name, sizeof(pid));
 	while ((de = walk_next(d))) {
 		int n = pid_of(de->d_name) && strcmp(de->d_name, pid)
 			? snprintf(p->name, sizeof(p->name), "%s/task/%s", pid, de->d_name)
@@ -384,7 +384,7 @@ static bool scan_pid_task(const struct scan *s, struct procscan_pid *p)
 		if (readlinkat(s->proc_fd, path, buf, sizeof(buf)) >= 0 || errno != ENOENT)
 			return true;
 	}
-	snprintf(p->name, sizeof(p->name), "%s", pid); /* every thread on its way out */
+	memcpy(p->name, pid, sizeof(pid)); /* every thread on its way out */
 	return !(s->flags & PROCSCAN_NO_DIRS);
 }
 
