@@ -21,7 +21,6 @@ import os
 import pathlib
 import random
 import re
-import shlex
 import shutil
 import sqlite3
 import struct
@@ -34,6 +33,7 @@ import time
 import pytest
 
 from conftest import assert_same_tree, make_acl_tree, tree_state
+from test_environments import NOBODY, wrap
 
 GIT_ENV = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
                GIT_COMMITTER_EMAIL="t@t", GIT_CONFIG_NOSYSTEM="1", HOME="/nonexistent")
@@ -488,15 +488,11 @@ def test_the_same_under_gvisor():
     assert re.search(r"\b5 passed\b", out), out[-3000:]
 
 
-NOBODY = 65534
-# each sandbox without mounts, as test_environments.py makes it: as nobody in
-# its own user and mount namespace, and as root without CAP_SYS_ADMIN; the
-# ACL tests name ids a user namespace does not map, so they run in the second
+# what each sandbox without mounts runs (test_environments.py's wrap makes
+# them): the ACL tests name ids a user namespace does not map
 NO_MOUNTS = {
-    "userns": (["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "unshare", "-Urm"],
-               "not gvisor and not without_mounts and not opaque and not setfacl", 5),
-    "nocap": (["capsh", "--drop=cap_sys_admin", "--"],
-              "not gvisor and not without_mounts and not opaque", 8),
+    "userns": ("not gvisor and not without_mounts and not opaque and not setfacl", 5),
+    "nocap": ("not gvisor and not without_mounts and not opaque", 8),
 }
 
 
@@ -509,15 +505,14 @@ def test_the_same_without_mounts(env):
     that the programs write as the daemon's user. The opaque test needs the
     host's overlay."""
     top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    wrap, select, want = NO_MOUNTS[env]
+    select, want = NO_MOUNTS[env]
     tmp = tempfile.mkdtemp(prefix=f"ckptd-programs-{env}-", dir="/tmp")
     try:
         os.chown(tmp, NOBODY, NOBODY)
-        inner = shlex.join(["env", "CKPTD_TEST_PROGRAMS_BACKEND=tar", "PYTHONDONTWRITEBYTECODE=1",
-                            sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                            f"--basetemp={tmp}/pt", "tests/integration/test_programs.py", "-k", select])
-        argv = wrap + ["-c", inner] if env == "nocap" else wrap + ["bash", "-c", inner]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=1800, cwd=top)
+        inner = ["env", "CKPTD_TEST_PROGRAMS_BACKEND=tar", "PYTHONDONTWRITEBYTECODE=1", sys.executable, "-m",
+                 "pytest", "-q", "-x", "-p", "no:cacheprovider", f"--basetemp={tmp}/pt",
+                 "tests/integration/test_programs.py", "-k", select]
+        r = subprocess.run(wrap(env, inner), capture_output=True, text=True, timeout=1800, cwd=top)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
