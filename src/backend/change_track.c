@@ -121,6 +121,7 @@ void chg_track_disarm(struct chg_track *t)
 	free(t->seen);
 	free(t->outside_inos);
 	pathindex_free(t->suspects);
+	pathindex_free(t->mapped);
 	/* what the caller set, and the choice made at the first arm, stay */
 	struct chg_track keep = *t;
 	*t = (struct chg_track)CHG_TRACK_INIT;
@@ -523,6 +524,28 @@ void chg_track_drain(struct chg_track *t)
 	drain(t, false);
 }
 
+struct mapped_add {
+	struct chg_track *t;
+	struct chg_dirty_set *s;
+};
+
+static int mapped_add_one(void *ctx, const char *rel)
+{
+	struct mapped_add *a = ctx;
+	const char *slash = strrchr(rel, '/');
+	if (chg_suspect_add(&a->t->suspects, rel) < 0 ||
+	    chg_dirty_add_name(a->s, rel, slash ? (size_t)(slash - rel) : 0, slash ? slash + 1 : rel) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+/* t->mapped_last into this collect's suspects and directories. */
+static int add_mapped_last(struct chg_track *t, struct chg_dirty_set *s)
+{
+	struct mapped_add a = { t, s };
+	return pathindex_each(t->mapped_last, mapped_add_one, &a);
+}
+
 /* sc: a scan of /proc that ended before this call, or NULL (events only).
  * The events are read after the scan: a file written through a mapping
  * before the scan began, by a process that is not frozen, was still mapped
@@ -558,6 +581,8 @@ static int collect(struct chg_track *t, struct chg_scan *sc, struct pathindex_di
 		if (r == 0 && q < 0)
 			r = q, *why = scan_why;
 	}
+	if (r == 0 && add_mapped_last(t, &s) < 0)
+		r = -EAGAIN, *why = "out of memory";
 	if (r < 0) {
 		pathindex_dirty_free(s.v, s.n);
 		return r;

@@ -41,6 +41,14 @@ struct chg_track {
 	struct chg_track_seen *seen; /* what the events read so far say */
 	/* the last collect's suspects (treecopy_opts.suspects), or NULL */
 	struct pathindex *suspects;
+	/* of those, what its /proc scan found mapped shared, or NULL */
+	struct pathindex *mapped;
+	/* Set by the caller before a collect (borrowed, may be NULL): the
+	 * files mapped shared at its last operation. Each is a suspect of the
+	 * collect, named in its directory: a store into a page that was dirty
+	 * and writable then makes no fault, so no new ctime and no event, and
+	 * its last close may have come before this collect's scan. */
+	const struct pathindex *mapped_last;
 	/* A plain directory on a shared filesystem (the tar backend), not a
 	 * mount of its own: a file of that filesystem in use or changed
 	 * outside the root is no sign of a root file seen under another path,

@@ -253,7 +253,9 @@ int chg_scan_merge(struct chg_track *t, struct chg_scan *sc, struct chg_dirty_se
 		memcpy(s->v + s->n, sc->s.v, sc->s.n * sizeof(*s->v));
 	s->n += sc->s.n;
 	sc->s.n = 0; /* taken: scan_free frees the array alone */
-	if (scan_suspects_into(sc, &t->suspects) < 0)
+	pathindex_free(t->mapped);
+	t->mapped = NULL;
+	if (scan_suspects_into(sc, &t->suspects) < 0 || scan_suspects_into(sc, &t->mapped) < 0)
 		return *why = "out of memory", -EAGAIN;
 	ino_t *v = sc->n_ino ? realloc(t->outside_inos, (t->n_outside_inos + sc->n_ino) * sizeof(*v)) : NULL;
 	if (sc->n_ino && !v)

@@ -230,6 +230,30 @@ struct pathindex *pathindex_copy(const struct pathindex *ix)
 	return c;
 }
 
+int pathindex_each(const struct pathindex *ix, int (*fn)(void *ctx, const char *path), void *ctx)
+{
+	for (size_t i = 0; ix && i < ix->cap; i++) {
+		int r = ix->v[i].path ? fn(ctx, ix->v[i].path) : 0;
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int merge_one(void *ctx, const char *path)
+{
+	return pathindex_set(ctx, path, 0, 0, 0, 0);
+}
+
+int pathindex_merge(struct pathindex **dst, const struct pathindex *src)
+{
+	if (!pathindex_count(src))
+		return 0;
+	if (!*dst && !(*dst = pathindex_new()))
+		return -ENOMEM;
+	return pathindex_each(src, merge_one, *dst);
+}
+
 void pathindex_dirty_free(struct pathindex_dirty *v, size_t n)
 {
 	for (size_t i = 0; v && i < n; i++) {

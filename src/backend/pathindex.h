@@ -38,6 +38,11 @@ int pathindex_load(int dirfd, const char *name, struct pathindex **ret, char **r
 
 /* A copy of ix (NULL when out of memory). */
 struct pathindex *pathindex_copy(const struct pathindex *ix);
+/* fn(ctx, path) for each path of ix (may be NULL), in no order, until one
+ * answers < 0: that answer. */
+int pathindex_each(const struct pathindex *ix, int (*fn)(void *ctx, const char *path), void *ctx);
+/* The paths of src added to *dst (made when NULL), as a set of paths. */
+int pathindex_merge(struct pathindex **dst, const struct pathindex *src);
 
 /* A directory below src (relative, "" for src itself) that changed since
  * dst was copied from it: its entries and own metadata are compared, and with

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "backend/change_track.h"
+#include "backend/change_track_internal.h"
 #include "testlib.h"
 
 static char dir[TESTLIB_DIR_LEN];
@@ -105,6 +106,21 @@ static void test_inotify_names_what_changed(void **state)
 	/* a directory made: its parent names it, it is compared whole */
 	assert_int_equal(mkdirat(d, "e", 0755), 0);
 	collect_is(&t, (struct want[]){ { "d", true, true, false, "e" }, { "d/e", false, false, true, "" } }, 2);
+
+	/* the files mapped at the caller's last operation: suspects, named
+	 * in their directories, though no event came (a store into a page
+	 * that was dirty makes none); at this collect only */
+	struct pathindex *last = NULL;
+	assert_int_equal(chg_suspect_add(&last, "d/a"), 0);
+	assert_int_equal(chg_suspect_add(&last, "top"), 0);
+	t.mapped_last = last;
+	collect_is(&t, (struct want[]){ { "", true, false, false, "top" }, { "d", true, false, false, "a" } }, 2);
+	assert_true(pathindex_has(t.suspects, "d/a") && pathindex_has(t.suspects, "top"));
+	assert_int_equal(pathindex_count(t.suspects), 2);
+	t.mapped_last = NULL;
+	collect_is(&t, NULL, 0);
+	assert_int_equal(pathindex_count(t.suspects), 0);
+	pathindex_free(last);
 
 	chg_track_disarm(&t);
 	close(d);

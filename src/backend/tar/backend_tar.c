@@ -77,8 +77,11 @@ static void tar_close(void *st, bool unmount)
 	pthread_mutex_destroy(&s->trk_lock);
 	free(s->no_compact);
 	free(s->tinfo);
-	for (size_t i = 0; i < MAX_ROOTS; i++)
+	for (size_t i = 0; i < MAX_ROOTS; i++) {
 		tar_mcache_free(&s->mcache[i]);
+		pathindex_free(s->mapped_last[i]);
+		pathindex_free(s->mapped_now[i]);
+	}
 	free(s);
 }
 

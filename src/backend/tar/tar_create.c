@@ -332,9 +332,9 @@ static int take_one(struct cctx *c, const struct tar_mentry *pe)
 	return reuse_entry(c, pe, me);
 }
 
-/* A suspect, where a write through a mapping leaves ctime (gVisor): its
- * data may differ from what an older capture read under the same (inode,
- * ctime). A chmod to its own mode moves ctime and nothing else a checkpoint
+/* A suspect, where a write through a mapping leaves ctime (gVisor; and
+ * anywhere, a store into a page already dirty): its data may differ from
+ * what an older capture read under the same (inode, ctime). A chmod to its own mode moves ctime and nothing else a checkpoint
  * holds, so every older manifest's line stops matching it. (A later write
  * through a mapping makes it a suspect again: mapped at a collect, or closed
  * since.) *st is stat-ed again. */
@@ -376,8 +376,8 @@ static int archive_one_st(struct cctx *c, int dirfd, const char *name, const cha
 		return 0; /* removed since readdir */
 	if ((S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) && (fd < 0 || fstat(fd, &st) < 0))
 		return err_set(c->err, errno, NULL, "cannot open '%s': %m", path);
-	if (S_ISREG(st.st_mode) && c->o->mapped_blind && c->o->suspects && pathindex_has(c->o->suspects, path) &&
-	    (r = new_ctime(fd, &st)) < 0)
+	if (S_ISREG(st.st_mode) && c->o->suspects && pathindex_has(c->o->suspects, path) &&
+	    (c->o->mapped_blind || pathindex_has(c->o->mapped, path)) && (r = new_ctime(fd, &st)) < 0)
 		return err_set(c->err, -r, NULL, "cannot give '%s' a new ctime: %s", path, strerror(-r));
 	r = describe(c, dirfd, name, path, &st, fd, ae, &me);
 	if (r < 0)

@@ -82,6 +82,11 @@ struct tar_state {
 		char reason[160];
 		uint64_t tracked, walked; /* creates and restores that read only what changed, or all */
 	} * tinfo;
+	/* Per root, the files a process mapped shared at the last create or
+	 * restore, and at the one running (tar_track_mapped_*): a store into a
+	 * page that was dirty then leaves ctime as it was, on every filesystem.
+	 * The operation lock's. */
+	struct pathindex *mapped_last[MAX_ROOTS], *mapped_now[MAX_ROOTS];
 	struct tar_ctime_probe blind[MAX_ROOTS]; /* per root, probed at open */
 	struct tar_mcache mcache[MAX_ROOTS];     /* the last restore's manifests (operation lock) */
 	/* The last run did not end cleanly (RUNNING was left): after a power
@@ -176,6 +181,8 @@ void tar_track_count(struct tar_state *s, size_t i, bool tracked);
 void tar_track_health(struct tar_state *s, struct backend_health *out);
 bool tar_track_changed_elsewhere(const struct chg_track *t, const struct tar_manifest *pm);
 void tar_track_scan_suspects(struct tar_state *s, struct pathindex **sus);
+int tar_track_mapped_join(struct tar_state *s, struct pathindex **sus, struct pathindex **mapped);
+void tar_track_mapped_free(struct pathindex *(*mapped)[MAX_ROOTS]);
 void tar_track_journal_free(struct journal_bufs *j);
 
 /* tar_probe.c */

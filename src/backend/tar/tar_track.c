@@ -132,15 +132,20 @@ void tar_track_arm(struct tar_state *s)
 }
 
 /* Add the files of root i a process maps shared and writable now to *sus
- * (made when NULL). A scan that fails is logged. */
+ * (made when NULL), and keep them as the ones mapped at this operation. A
+ * scan that fails is logged. */
 static void trk_scan_one(struct tar_state *s, size_t i, struct pathindex **sus)
 {
 	struct stat rst;
 	const char *why = "cannot stat the root";
-	if (stat(s->roots[i], &rst) < 0 || chg_scan_mapped(s->roots[i], rst.st_dev, true, sus, &why) < 0)
+	_cleanup_(pathindex_freep) struct pathindex *now = NULL;
+	if (stat(s->roots[i], &rst) < 0 || chg_scan_mapped(s->roots[i], rst.st_dev, true, &now, &why) < 0 ||
+	    pathindex_merge(sus, now) < 0)
 		log_warn("tar: cannot tell which files of '%s' are mapped shared and writable (%s): a write through "
 			 "such a mapping may be missed",
 			 s->roots[i], why);
+	pathindex_free(s->mapped_now[i]);
+	s->mapped_now[i] = TAKE_PTR(now);
 }
 
 /* What changed in each root since the last collect, into dirty[i] (when
@@ -158,9 +163,13 @@ static int trk_collect_locked(struct tar_state *s, struct pathindex_dirty **dirt
 		size_t n = 0;
 		const char *why = "cannot stat the root";
 		struct stat rst;
+		s->trk[i].mapped_last = s->mapped_last[i];
 		int r = stat(s->roots[i], &rst) < 0
 			? -EAGAIN
 			: chg_track_collect(&s->trk[i], s->roots[i], rst.st_dev, &d, &n, &why);
+		s->trk[i].mapped_last = NULL;
+		pathindex_free(s->mapped_now[i]); /* this collect's scan's, or trk_scan_one's below */
+		s->mapped_now[i] = r >= 0 ? TAKE_PTR(s->trk[i].mapped) : NULL;
 		if (r < 0 && s->trk[i].fallbacks && !s->trk[i].fallback_logged) {
 			s->trk[i].fallback_logged = true; /* once per root; /metrics counts them all */
 			log_info("tar: %s change tracking of '%s' lost track (%s): this create or restore reads the "
@@ -234,12 +243,25 @@ void tar_track_drain_own(struct tar_state *s)
 	pthread_mutex_unlock(&s->trk_lock);
 }
 
+/* The operation ended: what it found mapped is what the next one reads
+ * again; after a failure, what the last one found too. */
+static void tar_track_mapped_done(struct tar_state *s, bool ok)
+{
+	for (size_t i = 0; i < s->n_roots; i++) {
+		if (!ok && pathindex_merge(&s->mapped_now[i], s->mapped_last[i]) < 0)
+			continue; /* out of memory: the older set stays */
+		pathindex_free(s->mapped_last[i]);
+		s->mapped_last[i] = TAKE_PTR(s->mapped_now[i]);
+	}
+}
+
 /* name's capture or restore began at the last collect: it is the one the
  * events since count for, if that collect saw everything. */
 void tar_track_mark(struct tar_state *s, const char *name)
 {
 	snprintf(s->trk_for, sizeof(s->trk_for), "%s", s->trk && s->trk_collected ? name : "");
 	s->trk_collected = false;
+	tar_track_mapped_done(s, name[0] != '\0');
 }
 
 /* A file the checkpoint holds that is mapped for writing, or got another
@@ -264,6 +286,27 @@ void tar_track_scan_suspects(struct tar_state *s, struct pathindex **sus)
 	for (size_t i = 0; i < s->n_roots; i++)
 		if (!sus[i])
 			trk_scan_one(s, i, &sus[i]);
+}
+
+/* The files mapped shared at the last operation stay suspects of this one
+ * in every root (the trackers named them already), and *mapped gets, per
+ * root, those and the ones mapped now: a capture gives each a new ctime
+ * (tar_create_opts.mapped). Called once the suspects are known. */
+int tar_track_mapped_join(struct tar_state *s, struct pathindex **sus, struct pathindex **mapped)
+{
+	for (size_t i = 0; i < s->n_roots; i++)
+		if (pathindex_merge(&sus[i], s->mapped_last[i]) < 0 ||
+		    (mapped &&
+		     (pathindex_merge(&mapped[i], s->mapped_last[i]) < 0 ||
+		      pathindex_merge(&mapped[i], s->mapped_now[i]) < 0)))
+			return -ENOMEM;
+	return 0;
+}
+
+void tar_track_mapped_free(struct pathindex *(*mapped)[MAX_ROOTS])
+{
+	for (size_t i = 0; i < MAX_ROOTS; i++)
+		pathindex_free((*mapped)[i]);
 }
 
 void tar_track_journal_free(struct journal_bufs *j)
