@@ -4,6 +4,7 @@ an interrupted restore finished at restart, out of space, reset to the base)."""
 import json
 import os
 import pathlib
+import re
 import socket
 import stat
 import subprocess
@@ -926,6 +927,12 @@ def burst(root, tag):
     os.rename(root / "a" / "f1", root / "c" / f"f1{tag}")
 
 
+def walk_reasons(d):
+    """The daemon's words on why an operation read the whole tree."""
+    return "\n".join(l for l in d.log().splitlines()
+                     if re.search(r"change tracking|whole tree|outside the root|read the", l))[-4000:]
+
+
 def test_tracking_repeated_handles_and_a_directory_renamed(daemon_factory):
     """One collect resolves each directory handle once (change_track.c's
     cache). A burst whose events repeat handles across several reads of the
@@ -933,7 +940,7 @@ def test_tracking_repeated_handles_and_a_directory_renamed(daemon_factory):
     resolve would. A restore right after the burst compares only the
     entries the events named in a directory; a create is checked against
     the live tree (track_check, conftest)."""
-    d = daemon_factory(backend="tar", start=False)
+    d = daemon_factory(backend="tar", start=False, extra_args=["--verbose"])  # why a walk, if one comes
     root = d.roots[0]
     for name in ("a", "b/sub", "c", "e"):
         (root / name).mkdir(parents=True)
@@ -950,8 +957,79 @@ def test_tracking_repeated_handles_and_a_directory_renamed(daemon_factory):
     assert_same_tree(want0, tree_state(root))
     burst(root, "y")
     cid1, want1 = d.create("after")["checkpoint_id"], tree_state(root)
-    assert d.health()["root_details"][0]["tracked"] == tracked + 2  # the restore and the create
+    assert d.health()["root_details"][0]["tracked"] == tracked + 2, walk_reasons(d)  # the restore and the create
     assert d.restore(cid0)["ok"] is True
     assert_same_tree(want0, tree_state(root))
     assert d.restore(cid1)["ok"] is True
     assert_same_tree(want1, tree_state(root))
+
+
+
+def test_a_restored_file_linked_outside_the_root(daemon_factory):
+    """A file a restore wrote (a new inode, recorded as the checkpoint's
+    alias) gets a second name outside the root and is written through it:
+    the writes' events name the outside directory only. Whichever name the
+    kernel gives the link's event, the next create captures the new data
+    (found by its inode among the checkpoint's, the restored one included,
+    or in its directory)."""
+    d = daemon_factory(backend="tar", start=False)
+    root = d.roots[0]
+    (root / "d").mkdir()
+    for i in range(5):
+        (root / "d" / f"f{i}").write_text(f"file {i}")
+    d.start()
+    assert d.health()["root_details"][0]["tracking"] == "fanotify"
+    c0 = d.create("base")["checkpoint_id"]
+    ino0 = (root / "d" / "f2").stat().st_ino
+    with open(root / "d" / "f2") as held:  # its number stays taken
+        (root / "d" / "f2").unlink()
+        assert d.restore(c0)["ok"] is True  # f2 made again: another inode
+    assert (root / "d" / "f2").stat().st_ino != ino0
+    outside = d.base / "outside"
+    outside.mkdir()
+    os.link(root / "d" / "f2", outside / "f2")
+    with open(outside / "f2", "a") as f:
+        f.write(" and written elsewhere")
+    want = tree_state(root)
+    c1 = d.create("after")["checkpoint_id"]
+    (outside / "f2").unlink()
+    (root / "d" / "f2").write_text("later")
+    assert d.restore(c1)["ok"] is True
+    assert_same_tree(want, tree_state(root))
+    assert (root / "d" / "f2").read_text() == "file 2 and written elsewhere"
+
+
+def test_a_number_given_again_outside_is_not_the_roots_file(daemon_factory):
+    """A file of the checkpoint is removed and the filesystem gives its inode
+    number to a new file outside the root, which gets a second name there
+    (its link event names the inode alone). That inode is not the
+    checkpoint's file any more: the next create, and a restore of it, still
+    read only what changed (a test run beside on the same filesystem made
+    them read the whole tree), and both are exact."""
+    d = daemon_factory(backend="tar", start=False, extra_args=["--verbose"])  # why a walk, if one comes
+    root = d.roots[0]
+    (root / "d").mkdir()
+    for i in range(20):
+        (root / "d" / f"f{i}").write_text(f"file {i}")
+    outside = d.base / "outside"
+    outside.mkdir()
+    d.start()
+    c0, want0 = d.create("base")["checkpoint_id"], tree_state(root)
+    freed, reused = set(), False
+    for i in range(20):  # a test run beside may take a number first
+        freed.add((root / "d" / f"f{i}").stat().st_ino)
+        (root / "d" / f"f{i}").unlink()
+        (outside / f"o{i}").write_text("another file")
+        if (outside / f"o{i}").stat().st_ino in freed:
+            os.link(outside / f"o{i}", outside / f"o{i}.link")
+            reused = True
+            break
+    assert reused, "the filesystem gave none of 20 removed files' inode numbers to a new file"
+    tracked = d.health()["root_details"][0]["tracked"]
+    c1, want1 = d.create("after")["checkpoint_id"], tree_state(root)
+    (root / "d" / "f19").write_text("changed")
+    assert d.restore(c1)["ok"] is True  # the head again: only what changed
+    assert_same_tree(want1, tree_state(root))
+    assert d.health()["root_details"][0]["tracked"] == tracked + 2, walk_reasons(d)
+    assert d.restore(c0)["ok"] is True
+    assert_same_tree(want0, tree_state(root))

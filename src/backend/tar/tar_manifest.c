@@ -463,12 +463,19 @@ struct tar_mentry *tar_manifest_find(const struct tar_manifest *m, const char *p
 	return NULL;
 }
 
-const struct tar_mentry *tar_manifest_holds_ino(const struct tar_manifest *m, const ino_t *inos, size_t n)
+const struct tar_mentry *tar_manifest_holds_ino(const struct tar_manifest *m, int root_fd, const ino_t *inos, size_t n)
 {
+	struct stat st;
 	for (size_t k = 0; k < n; k++)
-		for (size_t i = 0; i < m->n; i++)
-			if (m->v[i].ino == (uint64_t)inos[k])
-				return &m->v[i];
+		for (size_t i = 0; i < m->n; i++) {
+			const struct tar_mentry *e = &m->v[i];
+			if (e->ino != (uint64_t)inos[k] && !(e->has_alias && e->alias_ino == (uint64_t)inos[k]))
+				continue;
+			if (fstatat(root_fd, e->path, &st, AT_SYMLINK_NOFOLLOW) == 0
+				    ? st.st_ino == inos[k]
+				    : errno != ENOENT && errno != ENOTDIR)
+				return e; /* that file still, or cannot tell */
+		}
 	return NULL;
 }
 

@@ -85,9 +85,13 @@ int tar_manifest_write_entry(FILE *f, const struct tar_mentry *e);
 int tar_manifest_load(int dirfd, const char *name, struct tar_manifest *m, ckpt_error *err);
 void tar_manifest_free(struct tar_manifest *m);
 struct tar_mentry *tar_manifest_find(const struct tar_manifest *m, const char *path);
-/* One of the n inodes is an entry's (the root's filesystem): the first such
- * entry, or NULL. */
-const struct tar_mentry *tar_manifest_holds_ino(const struct tar_manifest *m, const ino_t *inos, size_t n);
+/* One of the n inodes (of the root's filesystem, named outside the root) is
+ * an entry's, captured or written by a restore, and the entry's path below
+ * root_fd still names that inode: the first such entry, or NULL. An entry
+ * whose path names another inode now, or none, no longer holds it: removed
+ * (and the number given to another file since) or moved within the root,
+ * where its directory's events name it. */
+const struct tar_mentry *tar_manifest_holds_ino(const struct tar_manifest *m, int root_fd, const ino_t *inos, size_t n);
 /* The manifest entry of path's parent directory, NULL for top-level entries. */
 struct tar_mentry *tar_manifest_parent(const struct tar_manifest *m, const char *path);
 

@@ -766,8 +766,8 @@ int tar_restore_root(int root_fd, int ckpt_dirfd, const char *archive, const cha
 	r = tar_mcache_get(o->mcache, ckpt_dirfd, manifest, alias, &c.m, err);
 	if (r < 0)
 		return r;
-	bool journal =
-		o->journal && !o->trust_nothing && !tar_manifest_holds_ino(&c.m, o->outside_inos, o->n_outside_inos);
+	bool journal = o->journal && !o->trust_nothing &&
+		!tar_manifest_holds_ino(&c.m, root_fd, o->outside_inos, o->n_outside_inos);
 	stats->tracked = journal;
 	r = journal ? journal_walk(&c, root_fd) : live_walk(&c, root_fd, NULL, true);
 	if (r >= 0)

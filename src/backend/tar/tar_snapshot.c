@@ -116,7 +116,7 @@ static int tar_snapshot_roots(struct tar_state *s, int dirfd, char *const *from,
 		struct tar_manifest *pm = have_pm[i] ? &pms[i] : NULL;
 		o.parent = pm;
 		o.parent_name = ch.parent;
-		o.journal = journal && pm && !tar_track_changed_elsewhere(&s->trk[i], pm);
+		o.journal = journal && pm && !tar_track_changed_elsewhere(&s->trk[i], fd, pm);
 		if (!from)
 			tar_track_count(s, i, o.journal);
 		o.dirty = dirty[i];

@@ -267,9 +267,9 @@ void tar_track_mark(struct tar_state *s, const char *name)
 /* A file the checkpoint holds that is mapped for writing, or got another
  * name, outside the root (a chroot, a mount namespace, a hard link): its
  * writes make no event in the root, so only the walk can see them. */
-bool tar_track_changed_elsewhere(const struct chg_track *t, const struct tar_manifest *pm)
+bool tar_track_changed_elsewhere(const struct chg_track *t, int root_fd, const struct tar_manifest *pm)
 {
-	const struct tar_mentry *e = tar_manifest_holds_ino(pm, t->outside_inos, t->n_outside_inos);
+	const struct tar_mentry *e = tar_manifest_holds_ino(pm, root_fd, t->outside_inos, t->n_outside_inos);
 	if (e)
 		log_debug("tar: '%s' is mapped for writing or linked under a path outside the root: the whole tree "
 			  "is read",
