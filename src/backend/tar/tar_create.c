@@ -242,7 +242,7 @@ static bool same_xattrs(struct cctx *c, int dirfd, const char *name, const struc
  * not read the newer checkpoints. It also needs each member looked up: a
  * directory renamed above a link moves it without a new ctime. */
 static const struct tar_mentry *reusable(struct cctx *c, int dirfd, const char *name, const char *path,
-					 const struct stat *st)
+					 const struct stat *st, bool *differs)
 {
 	const struct tar_mentry *e;
 
@@ -258,9 +258,10 @@ static const struct tar_mentry *reusable(struct cctx *c, int dirfd, const char *
 		return e;
 	if (e->ino != (uint64_t)st->st_ino || !ts_eq(e->ctime, st->st_ctim))
 		return NULL;
-	/* unsure: changed while (or right before) the parent read it */
+	/* unsure: changed while (or right before) the parent read it; data
+	 * unlike the parent's under its (inode, ctime): *differs */
 	if (!ts_before(st->st_ctim, c->o->parent_started) && !same_content(c, dirfd, name, e->sha256))
-		return NULL;
+		return *differs = true, NULL;
 	return same_xattrs(c, dirfd, name, e) ? e : NULL;
 }
 
@@ -333,8 +334,9 @@ static int take_one(struct cctx *c, const struct tar_mentry *pe)
 }
 
 /* A suspect, where a write through a mapping leaves ctime (gVisor; and
- * anywhere, a store into a page already dirty): its data may differ from
- * what an older capture read under the same (inode, ctime). A chmod to its own mode moves ctime and nothing else a checkpoint
+ * anywhere, a store into a page already dirty), or a file whose data the
+ * parent holds otherwise under the same (inode, ctime): its data may differ
+ * from what an older capture read under that identity. A chmod to its own mode moves ctime and nothing else a checkpoint
  * holds, so every older manifest's line stops matching it. (A later write
  * through a mapping makes it a suspect again: mapped at a collect, or closed
  * since.) *st is stat-ed again. */
@@ -368,7 +370,8 @@ static int archive_one_st(struct cctx *c, int dirfd, const char *name, const cha
 		return err_set(c->err, ENOMEM, NULL, "out of memory");
 	if (!tar_type_of(st.st_mode) || tar_skipped(&st, c->o->skip_dev, c->o->skip_ino, c->o->excl))
 		return 0; /* sockets cannot be archived; the state dir and exclusions are not content */
-	const struct tar_mentry *pe = reusable(c, dirfd, name, path, &st);
+	bool differs = false;
+	const struct tar_mentry *pe = reusable(c, dirfd, name, path, &st, &differs);
 	if (pe)
 		return reuse_one(c, pe, path, &st);
 	fd = open_entry(dirfd, name, &st);
@@ -376,8 +379,10 @@ static int archive_one_st(struct cctx *c, int dirfd, const char *name, const cha
 		return 0; /* removed since readdir */
 	if ((S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) && (fd < 0 || fstat(fd, &st) < 0))
 		return err_set(c->err, errno, NULL, "cannot open '%s': %m", path);
-	if (S_ISREG(st.st_mode) && c->o->suspects && pathindex_has(c->o->suspects, path) &&
-	    (c->o->mapped_blind || pathindex_has(c->o->mapped, path)) && (r = new_ctime(fd, &st)) < 0)
+	bool suspect = c->o->suspects && pathindex_has(c->o->suspects, path);
+	if (S_ISREG(st.st_mode) &&
+	    (differs || (suspect && (c->o->mapped_blind || pathindex_has(c->o->mapped, path)))) &&
+	    (r = new_ctime(fd, &st)) < 0)
 		return err_set(c->err, -r, NULL, "cannot give '%s' a new ctime: %s", path, strerror(-r));
 	r = describe(c, dirfd, name, path, &st, fd, ae, &me);
 	if (r < 0)
