@@ -172,6 +172,18 @@ def test_mapped_writes_without_tracking(daemon_factory):
     assert roots_health(d)["not_guaranteed"] == ([DOWN_GAP, MAPPED_GAP] if IN_GVISOR else [])
 
 
+def mapped_across_a_create(d, f):
+    """f mapped and stored into, a create, another store into the same
+    pages, the unmap: that create's id and tree, and the tree after."""
+    with open(f, "r+b") as h:
+        m = mmap.mmap(h.fileno(), 0)
+    m[0:6] = b"first!"
+    c1, want1 = d.create("mapped")["checkpoint_id"], tree_state(d.roots[0])
+    m[6:12] = b"second"
+    m.close()
+    return c1, want1, tree_state(d.roots[0])
+
+
 @pytest.mark.parametrize("tracking", [True, False], ids=["tracked", "untracked"])
 def test_a_mapping_kept_across_a_create_then_closed(daemon_factory, tracking):
     """A file mapped at a create, stored into again after it and unmapped
@@ -182,19 +194,12 @@ def test_a_mapping_kept_across_a_create_then_closed(daemon_factory, tracking):
     every checkpoint restores exactly."""
     d = start(daemon_factory, tracking, small_tree)
     root = d.roots[0]
-    f = root / "d1" / "f2"
     c0, want0 = d.create("start")["checkpoint_id"], tree_state(root)
-    with open(f, "r+b") as h:
-        m = mmap.mmap(h.fileno(), 0)
-    m[0:6] = b"first!"
-    c1, want1 = d.create("mapped")["checkpoint_id"], tree_state(root)
-    m[6:12] = b"second"
-    m.close()
-    c2, want2 = d.create("closed")["checkpoint_id"], tree_state(root)
+    c1, want1, want2 = mapped_across_a_create(d, root / "d1" / "f2")
+    c2 = d.create("closed")["checkpoint_id"]
     for cid, want in ((c1, want1), (c2, want2), (c0, want0), (c2, want2), (c1, want1)):
         assert d.restore(cid)["ok"] is True
         assert_same_tree(want, tree_state(root))
-
 
 
 def test_a_mapping_kept_across_a_create_then_a_clean_stop(daemon_factory):
@@ -205,20 +210,14 @@ def test_a_mapping_kept_across_a_create_then_a_clean_stop(daemon_factory):
     it gives the file a new ctime, and each checkpoint restores its own."""
     d = start(daemon_factory, True, small_tree)
     root = d.roots[0]
-    f = root / "d2" / "f1"
-    with open(f, "r+b") as h:
-        m = mmap.mmap(h.fileno(), 0)
-    m[0:6] = b"first!"
-    c1, want1 = d.create("mapped")["checkpoint_id"], tree_state(root)
-    m[6:12] = b"second"
-    m.close()
-    want2 = tree_state(root)
+    c1, want1, want2 = mapped_across_a_create(d, root / "d2" / "f1")
     assert d.stop() == 0
     d.start()
     c2 = d.create("after-restart")["checkpoint_id"]
     for cid, want in ((c1, want1), (c2, want2), (c1, want1)):
         assert d.restore(cid)["ok"] is True
         assert_same_tree(want, tree_state(root))
+
 
 @pytest.mark.xfail(IN_GVISOR, strict=True, reason="gVisor: a mapped write while ckptd is down leaves no trace")
 def test_mapped_write_while_ckptd_is_down(daemon_factory):
