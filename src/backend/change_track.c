@@ -400,13 +400,14 @@ static int read_events(struct chg_track *t, struct chg_dirty_set *s, const char 
 	char buf[16384] __attribute__((aligned(8)));
 	struct chg_outside *out = &t->seen->out;
 	_cleanup_free_ struct resolve_memo *mm = calloc(2, sizeof(*mm)); /* directory, file */
+	int ret = 0;
 	if (!mm)
 		return *why = "out of memory", -EAGAIN;
 	for (;;) {
 		mm[0].valid = mm[1].valid = false; /* as old as this read */
 		ssize_t len = read(t->fan, buf, sizeof(buf));
 		if (len < 0 && errno == EAGAIN)
-			return 0;
+			return ret;
 		if (len < 0)
 			return *why = "reading fanotify events failed", -EAGAIN;
 		/* events with names are 4-byte aligned, not 8 as the header's
@@ -418,13 +419,15 @@ static int read_events(struct chg_track *t, struct chg_dirty_set *s, const char 
 			if (m.event_len < sizeof(m) || m.metadata_len < sizeof(m) || m.metadata_len > m.event_len ||
 			    off + m.event_len > (size_t)len)
 				return *why = "a fanotify event of unexpected shape", -EAGAIN;
-			if (m.vers != FANOTIFY_METADATA_VERSION || (m.mask & FAN_Q_OVERFLOW))
-				return *why = "fanotify queue overflowed", -EAGAIN;
+			if (m.vers != FANOTIFY_METADATA_VERSION)
+				return *why = "a fanotify event of unexpected shape", -EAGAIN;
 			chg_track_count_events(1);
-			int r = t->skip_self && (pid_t)m.pid == t->self ? 0
-									: one_event(t, s, out, mm, &m, buf + off, why);
-			if (r < 0)
-				return r;
+			const char *w = "fanotify queue overflowed";
+			int r = m.mask & FAN_Q_OVERFLOW                   ? -EAGAIN
+				: t->skip_self && (pid_t)m.pid == t->self ? 0
+									  : one_event(t, s, out, mm, &m, buf + off, &w);
+			if (r < 0 && !ret) /* the first reason; the rest is read for its suspects */
+				ret = r, *why = w;
 			off += m.event_len;
 		}
 	}
@@ -501,15 +504,24 @@ static void dirty_dedup(struct chg_dirty_set *s)
 			qsort(s->v[i].names, s->v[i].n_names, sizeof(*s->v[i].names), dirty_name_cmp);
 }
 
-/* own: the events are ckptd's own writes (chg_track_drain_own). */
+/* own: the events are ckptd's own writes (chg_track_drain_own). Once the
+ * events cannot tell what changed (seen->why), they are still read, for the
+ * files closed after a write: the walk that follows trusts every other
+ * file's ctime, which a write through a mapping may leave (gVisor). */
 static void drain(struct chg_track *t, bool own)
 {
-	if (!chg_track_armed(t) || t->seen->why)
+	if (!chg_track_armed(t))
 		return;
-	if (t->ino)
-		chg_inotify_read(t, &t->seen->s, own, &t->seen->why);
-	else /* fanotify knows them by pid */
-		read_events(t, &t->seen->s, &t->seen->why);
+	const char *why = NULL;
+	int r = t->ino ? chg_inotify_read(t, &t->seen->s, own, &why)
+		       : read_events(t, &t->seen->s, &why); /* fanotify knows them by pid */
+	if (r < 0 && !t->seen->why)
+		t->seen->why = why ? why : "reading the events failed";
+	if (t->seen->why) { /* what changed is not kept: the next collect walks */
+		pathindex_dirty_free(t->seen->s.v, t->seen->s.n);
+		t->seen->s = (struct chg_dirty_set){ 0 };
+		return;
+	}
 	/* a tracker armed for long (tar's, between creates) must not grow
 	 * with every write: a directory is kept once, and past a bound the
 	 * next collect says to walk */
@@ -558,7 +570,8 @@ static int collect(struct chg_track *t, struct chg_scan *sc, struct pathindex_di
 	*why = NULL;
 	if (!chg_track_armed(t))
 		return *why = "not tracking", -EAGAIN;
-	if (t->seen->why) { /* the drain gave up already */
+	if (t->seen->why) { /* the drain gave up already: the rest read for its suspects */
+		drain(t, false);
 		pathindex_free(t->suspects);
 		t->suspects = TAKE_PTR(t->seen->sus);
 		return *why = t->seen->why, -EAGAIN;
@@ -644,6 +657,11 @@ int chg_track_collect_events(struct chg_track *t, struct pathindex_dirty **ret, 
 
 /* The events read are kept for the next collect (a tracker kept between
  * creates for deltas must not lose them). */
+const char *chg_track_lost(const struct chg_track *t)
+{
+	return chg_track_armed(t) ? t->seen->why : NULL;
+}
+
 bool chg_track_changed_since(struct chg_track *t)
 {
 	if (!chg_track_armed(t) || t->seen->why)

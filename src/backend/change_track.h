@@ -85,6 +85,7 @@ struct chg_track {
 	bool fanotify_only;           /* never inotify: a watch per file of a whole system */
 	uint64_t fallbacks;           /* collects that gave up for lost events or watches */
 	bool fallback_logged;         /* the caller logged the first of those */
+	bool lost_logged;             /* the caller logged chg_track_lost's, this arm */
 };
 
 #define CHG_TRACK_INIT                 \
@@ -175,6 +176,11 @@ int chg_track_collect_events(struct chg_track *t, struct pathindex_dirty **ret, 
  * plain_dir: the root is a directory of a filesystem others use too (tar),
  * so files mapped outside its path are taken as not its own. */
 int chg_scan_mapped(const char *root_path, dev_t root_dev, bool plain_dir, struct pathindex **sus, const char **why);
+
+/* Why the events read since the last collect cannot tell what changed
+ * (the next collect fails), or NULL. They are still read, for the files
+ * closed after a write (the suspects that collect gives all the same). */
+const char *chg_track_lost(const struct chg_track *t);
 
 /* Whether anything changed in the upper since the last collect (or this
  * cannot be told): what makes a check of collect's answer inconclusive. The

@@ -60,6 +60,7 @@ struct chg_inotify {
 	size_t n_mv;
 	int *unres; /* files whose IN_ATTRIB could not be placed yet */
 	size_t n_unres;
+	bool gave_up; /* the events could not tell, since this arm: counted once */
 };
 
 static size_t slot(const struct chg_inotify *in, int wd)
@@ -300,8 +301,9 @@ int chg_inotify_arm(struct chg_track *t)
 
 static int give_up(struct chg_track *t, const char **why, const char *msg, bool count)
 {
-	if (count)
+	if (count && !t->ino->gave_up)
 		chg_track_count_fallback(t);
+	t->ino->gave_up = true;
 	*why = msg;
 	return -EAGAIN;
 }
@@ -483,10 +485,11 @@ static int read_end(struct chg_track *t, struct chg_dirty_set *s)
 int chg_inotify_read(struct chg_track *t, struct chg_dirty_set *s, bool own, const char **why)
 {
 	char buf[16384] __attribute__((aligned(__alignof__(struct inotify_event))));
+	int ret = 0;
 	for (;;) {
 		ssize_t len = read(t->ino->fd, buf, sizeof(buf));
 		if (len < 0 && errno == EAGAIN)
-			return read_end(t, s) < 0 ? (*why = "out of memory", -EAGAIN) : 0;
+			return read_end(t, s) < 0 ? (*why = "out of memory", -EAGAIN) : ret;
 		if (len < 0)
 			return give_up(t, why, "reading inotify events failed", false);
 		for (size_t off = 0; off + sizeof(struct inotify_event) <= (size_t)len;) {
@@ -494,9 +497,10 @@ int chg_inotify_read(struct chg_track *t, struct chg_dirty_set *s, bool own, con
 			if (off + sizeof(*ev) + ev->len > (size_t)len)
 				return give_up(t, why, "an inotify event of unexpected shape", false);
 			chg_track_count_events(1);
-			int r = one_event(t, s, ev, own, why);
-			if (r < 0)
-				return r;
+			const char *w = NULL;
+			int r = one_event(t, s, ev, own, &w);
+			if (r < 0 && !ret) /* the first reason; the rest is read for its suspects */
+				ret = r, *why = w ? w : "out of memory";
 			off += sizeof(*ev) + ev->len;
 		}
 	}

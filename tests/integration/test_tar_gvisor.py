@@ -16,6 +16,7 @@ import mmap
 import os
 import pathlib
 import re
+import shutil
 import stat
 import subprocess
 import time
@@ -219,6 +220,45 @@ def test_a_mapping_kept_across_a_create_then_a_clean_stop(daemon_factory):
         assert_same_tree(want, tree_state(root))
 
 
+
+def too_deep(top):
+    """A chain of directories below top whose path is longer than PATH_MAX,
+    made through each one's fd: the tracker cannot name what changed there."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(18):
+            os.mkdir("n" * 250, dir_fd=fd)
+            sub = os.open("n" * 250, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+    finally:
+        os.close(fd)
+
+
+def test_a_mapped_write_after_tracking_gave_up(daemon_factory):
+    """The events stop telling what changed (a path longer than PATH_MAX),
+    and a file is then mapped, written and unmapped: the next create walks,
+    and its close after the write, read from the events all the same, makes
+    it a suspect. Under gVisor nothing else tells (no new ctime); before,
+    the events after the first the tracker could not place went unread."""
+    d = daemon_factory(backend="tar", start=False, extra_args=["--verbose"],
+                       config={"track_changes": "always", "cleanup_interval_secs": 1})
+    small_tree(d.roots[0])
+    d.start()
+    root = d.roots[0]
+    c0, want0 = d.create("start")["checkpoint_id"], tree_state(root)
+    (root / "deep").mkdir()
+    too_deep(root / "deep")
+    d.wait_log("cannot tell what changed", 1)  # the sweeper read the events
+    shutil.rmtree(root / "deep")
+    map_write(root / "d0" / "f3", b"after it gave up")
+    walked = roots_health(d)["walked"]
+    c1, want1 = d.create("after")["checkpoint_id"], tree_state(root)
+    assert roots_health(d)["walked"] == walked + 1
+    for cid, want in ((c1, want1), (c0, want0), (c1, want1)):
+        assert d.restore(cid)["ok"] is True
+        assert_same_tree(want, tree_state(root))
+
 @pytest.mark.xfail(IN_GVISOR, strict=True, reason="gVisor: a mapped write while ckptd is down leaves no trace")
 def test_mapped_write_while_ckptd_is_down(daemon_factory):
     """The gap health declares under gVisor: a file mapped, written and
@@ -319,4 +359,4 @@ def test_the_same_under_gvisor():
                         "-p", "no:cacheprovider", os.path.join(here, "test_tar_gvisor.py"), "-k", "not under_gvisor"],
                        capture_output=True, text=True, timeout=1800, cwd=os.path.dirname(os.path.dirname(here)))
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
-    assert re.search(r"\b11 passed\b.*\b1 xfailed\b", r.stdout), r.stdout[-3000:]
+    assert re.search(r"\b12 passed\b.*\b1 xfailed\b", r.stdout), r.stdout[-3000:]

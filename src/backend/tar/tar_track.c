@@ -229,8 +229,15 @@ int tar_track_collect(struct tar_state *s, struct pathindex_dirty **dirty, size_
 void tar_track_drain(struct tar_state *s)
 {
 	pthread_mutex_lock(&s->trk_lock);
-	for (size_t i = 0; s->trk && i < s->n_roots; i++)
+	for (size_t i = 0; s->trk && i < s->n_roots; i++) {
 		chg_track_drain(&s->trk[i]);
+		const char *why = chg_track_lost(&s->trk[i]);
+		if (why && !s->trk[i].lost_logged)
+			log_debug("tar: change tracking of '%s' cannot tell what changed (%s): the next create or "
+				  "restore reads the whole tree, and the files closed after a write since",
+				  s->roots[i], why);
+		s->trk[i].lost_logged = why != NULL;
+	}
 	pthread_mutex_unlock(&s->trk_lock);
 }
 
