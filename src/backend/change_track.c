@@ -45,6 +45,35 @@ static bool by_inode(const struct chg_track *t)
  * 0 when it is outside the upper (the work dir, ckptd's own layers, other
  * files of that filesystem), 2 when it is removed since (wherever it was:
  * its parent has an event too), < 0 when it cannot be told. */
+/* Whether the directory dir is the upper or below it, going up through
+ * "..": a path too long for readlink may still be outside (another
+ * program's deep tree on a tar root's filesystem). true when unsure. */
+static bool dir_below_upper(const struct chg_track *t, int dir)
+{
+	struct stat top, st, up;
+	_cleanup_close_ int cur = -1;
+	if (fstat(t->upper, &top) < 0 || fstat(dir, &st) < 0)
+		return true;
+	for (int at = dir, n = 0; n < PATH_MAX; n++) {
+		if (st.st_dev == top.st_dev && st.st_ino == top.st_ino)
+			return true;
+		int p = openat(at, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+		if (p < 0 || fstat(p, &up) < 0) {
+			if (p >= 0)
+				close(p);
+			return true;
+		}
+		if (up.st_dev == st.st_dev && up.st_ino == st.st_ino) {
+			close(p);
+			return false; /* "/" reached, the upper not met */
+		}
+		if (cur >= 0)
+			close(cur);
+		at = cur = p, st = up;
+	}
+	return true;
+}
+
 static int resolve(struct chg_track *t, struct file_handle *fh, char *rel, size_t size, struct stat *st)
 {
 	char link[64], path[PATH_MAX];
@@ -55,6 +84,8 @@ static int resolve(struct chg_track *t, struct file_handle *fh, char *rel, size_
 		return -errno;
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", d);
 	ssize_t n = readlink(link, path, sizeof(path) - 1);
+	if (n < 0 && errno == ENAMETOOLONG && S_ISDIR(st->st_mode) && !dir_below_upper(t, d))
+		return 0; /* outside */
 	if (n < 0)
 		return -errno;
 	path[n] = 0;

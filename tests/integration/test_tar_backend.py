@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import socket
 import stat
 import subprocess
@@ -1033,3 +1034,48 @@ def test_a_number_given_again_outside_is_not_the_roots_file(daemon_factory):
     assert d.health()["root_details"][0]["tracked"] == tracked + 2, walk_reasons(d)
     assert d.restore(c0)["ok"] is True
     assert_same_tree(want0, tree_state(root))
+
+
+def too_deep(top, data=None):
+    """A chain of directories below top whose path is longer than PATH_MAX
+    (18 x 251 bytes), made through each one's fd; with data, a file at the
+    bottom: the tracker cannot name by path what changes there."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(18):
+            os.mkdir("n" * 250, dir_fd=fd)
+            sub = os.open("n" * 250, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        if data is not None:
+            f = os.open("file", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644, dir_fd=fd)
+            os.write(f, data)
+            os.close(f)
+    finally:
+        os.close(fd)
+
+
+def test_a_deep_tree_outside_the_root_is_none_of_its_business(daemon_factory):
+    """Another program makes a tree deeper than PATH_MAX elsewhere on the
+    root's filesystem (a build, a test of PATH_MAX): the tracker, which
+    hears that whole filesystem, cannot name those directories by path, but
+    finds them outside the root, and the next create still reads only what
+    changed (it read the whole tree before: "a directory of an event could
+    not be resolved"), and is exact."""
+    d = daemon_factory(backend="tar", start=False, extra_args=["--verbose"])  # why a walk, if one comes
+    root = d.roots[0]
+    (root / "d").mkdir()
+    (root / "d" / "f").write_text("before")
+    outside = d.base / "outside"
+    outside.mkdir()
+    d.start()
+    c0, want0 = d.create("base")["checkpoint_id"], tree_state(root)
+    too_deep(outside, b"deep")
+    (root / "d" / "f").write_text("after")
+    tracked = d.health()["root_details"][0]["tracked"]
+    c1, want1 = d.create("after")["checkpoint_id"], tree_state(root)
+    assert d.health()["root_details"][0]["tracked"] == tracked + 1, walk_reasons(d)
+    shutil.rmtree(outside)
+    for cid, want in ((c0, want0), (c1, want1)):
+        assert d.restore(cid)["ok"] is True
+        assert_same_tree(want, tree_state(root))

@@ -24,7 +24,7 @@ import time
 import pytest
 
 from conftest import assert_same_tree, make_full_tree, tree_state
-from test_tar_backend import add_backend_extras, mutate_everything
+from test_tar_backend import add_backend_extras, mutate_everything, too_deep
 
 IN_GVISOR = os.environ.get("CKPTD_TEST_IN_GVISOR") == "1"
 # what health declares under gVisor: always, and without tracking
@@ -219,20 +219,6 @@ def test_a_mapping_kept_across_a_create_then_a_clean_stop(daemon_factory):
         assert d.restore(cid)["ok"] is True
         assert_same_tree(want, tree_state(root))
 
-
-
-def too_deep(top):
-    """A chain of directories below top whose path is longer than PATH_MAX,
-    made through each one's fd: the tracker cannot name what changed there."""
-    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for _ in range(18):
-            os.mkdir("n" * 250, dir_fd=fd)
-            sub = os.open("n" * 250, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = sub
-    finally:
-        os.close(fd)
 
 
 def test_a_mapped_write_after_tracking_gave_up(daemon_factory):
