@@ -41,10 +41,6 @@ static bool by_inode(const struct chg_track *t)
 	return t->skip_self && !t->plain_dir;
 }
 
-/* What a handle of an event names, relative to the upper, and its stat: 1,
- * 0 when it is outside the upper (the work dir, ckptd's own layers, other
- * files of that filesystem), 2 when it is removed since (wherever it was:
- * its parent has an event too), < 0 when it cannot be told. */
 /* Whether the directory dir is the upper or below it, going up through
  * "..": a path too long for readlink may still be outside (another
  * program's deep tree on a tar root's filesystem). true when unsure. */
@@ -74,6 +70,10 @@ static bool dir_below_upper(const struct chg_track *t, int dir)
 	return true;
 }
 
+/* What a handle of an event names, relative to the upper, and its stat: 1,
+ * 0 when it is outside the upper (the work dir, ckptd's own layers, other
+ * files of that filesystem), 2 when it is removed since (wherever it was:
+ * its parent has an event too), < 0 when it cannot be told. */
 static int resolve(struct chg_track *t, struct file_handle *fh, char *rel, size_t size, struct stat *st)
 {
 	char link[64], path[PATH_MAX];
@@ -453,12 +453,12 @@ static int read_events(struct chg_track *t, struct chg_dirty_set *s, const char 
 			if (m.vers != FANOTIFY_METADATA_VERSION)
 				return *why = "a fanotify event of unexpected shape", -EAGAIN;
 			chg_track_count_events(1);
-			const char *w = "fanotify queue overflowed";
-			int r = m.mask & FAN_Q_OVERFLOW                   ? -EAGAIN
+			const char *w = NULL;
+			int r = m.mask & FAN_Q_OVERFLOW                   ? (w = "fanotify queue overflowed", -EAGAIN)
 				: t->skip_self && (pid_t)m.pid == t->self ? 0
 									  : one_event(t, s, out, mm, &m, buf + off, &w);
 			if (r < 0 && !ret) /* the first reason; the rest is read for its suspects */
-				ret = r, *why = w;
+				ret = r, *why = w ? w : "an event could not be placed";
 			off += m.event_len;
 		}
 	}
@@ -686,13 +686,13 @@ int chg_track_collect_events(struct chg_track *t, struct pathindex_dirty **ret, 
 	return collect(t, NULL, ret, ret_n, why);
 }
 
-/* The events read are kept for the next collect (a tracker kept between
- * creates for deltas must not lose them). */
 const char *chg_track_lost(const struct chg_track *t)
 {
 	return chg_track_armed(t) ? t->seen->why : NULL;
 }
 
+/* The events read are kept for the next collect (a tracker kept between
+ * creates for deltas must not lose them). */
 bool chg_track_changed_since(struct chg_track *t)
 {
 	if (!chg_track_armed(t) || t->seen->why)
