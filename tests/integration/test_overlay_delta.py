@@ -183,6 +183,29 @@ def test_delta_keeps_writes_through_a_mapping(daemon_factory):
         assert f.read_bytes() == data
 
 
+@pytest.mark.parametrize("track", ["always", "never"])
+def test_a_mapping_kept_across_a_create_then_closed(daemon_factory, track):
+    """The tar backend's case (test_tar_gvisor.py) on overlay: a file mapped
+    at a create, stored into again after it (a dirty page: no new ctime, no
+    event) and unmapped before the next create. The next create copies it
+    again, tracked or not, and a restore from either to the other gives
+    each checkpoint's data."""
+    d = overlay(daemon_factory, track)
+    root = d.roots[0]
+    f = root / "d1/f1.txt"
+    c0, want0 = d.create("full")["checkpoint_id"], tree_state(root)
+    with open(f, "r+b") as h:
+        m = mmap.mmap(h.fileno(), 0)
+    m[0:6] = b"first!"
+    c1, want1 = d.create("mapped")["checkpoint_id"], tree_state(root)
+    m[6:12] = b"second"
+    m.close()
+    c2, want2 = d.create("closed")["checkpoint_id"], tree_state(root)
+    for cid, want in ((c1, want1), (c2, want2), (c0, want0), (c2, want2), (c1, want1)):
+        d.restore(cid)
+        assert_same_tree(want, tree_state(root))
+
+
 def test_delta_keeps_a_write_before_an_mprotect(daemon_factory):
     """A file mapped shared with no fd left open, written, then made
     read-only with mprotect: no event and no writable mapping, but its
