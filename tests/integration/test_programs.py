@@ -496,7 +496,7 @@ def test_the_same_under_gvisor():
     top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     inner = ("mkdir -p /tmp/gv && mount -t tmpfs -o size=4g tmpfs /tmp/gv && exec /usr/bin/python3 -m pytest -q -x "
              "-p no:cacheprovider --basetemp=/tmp/gv/pt tests/integration/test_programs.py "
-             "-k 'not gvisor and not without_mounts and not opaque and not setfacl'")
+             "-k 'not gvisor and not without_mounts and not untracked and not opaque and not setfacl'")
     r = subprocess.run(["runsc", "--network=none", "do", "/usr/bin/env", f"BUILD={os.environ.get('BUILD', 'build')}",
                         "bash", "-c", inner], capture_output=True, text=True, timeout=1800, cwd=top)
     out = r.stdout.replace("\r", "")
@@ -507,8 +507,8 @@ def test_the_same_under_gvisor():
 # what each sandbox without mounts runs (test_environments.py's wrap makes
 # them): the ACL tests name ids a user namespace does not map
 NO_MOUNTS = {
-    "userns": ("not gvisor and not without_mounts and not opaque and not setfacl", 5),
-    "nocap": ("not gvisor and not without_mounts and not opaque", 8),
+    "userns": ("not gvisor and not without_mounts and not untracked and not opaque and not setfacl", 5),
+    "nocap": ("not gvisor and not without_mounts and not untracked and not opaque", 8),
 }
 
 
@@ -545,7 +545,7 @@ def test_the_same_on_tar_untracked():
     top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, CKPTD_TEST_PROGRAMS_BACKEND="tar", CKPTD_TEST_PROGRAMS_TRACK="never")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                        "tests/integration/test_programs.py", "-k", NO_MOUNTS["userns"][0] + " and not untracked"],
+                        "tests/integration/test_programs.py", "-k", NO_MOUNTS["userns"][0]],
                        capture_output=True, text=True, timeout=1800, cwd=top, env=env)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert re.search(r"\b5 passed\b", r.stdout), r.stdout[-3000:]
