@@ -41,33 +41,20 @@ static bool by_inode(const struct chg_track *t)
 	return t->skip_self && !t->plain_dir;
 }
 
+static int is_upper(void *ctx, const struct stat *st, dev_t below)
+{
+	const struct stat *top = ctx;
+	(void)below;
+	return st->st_dev == top->st_dev && st->st_ino == top->st_ino ? 1 : -1;
+}
+
 /* Whether the directory dir is the upper or below it, going up through
  * "..": a path too long for readlink may still be outside (another
  * program's deep tree on a tar root's filesystem). true when unsure. */
 static bool dir_below_upper(const struct chg_track *t, int dir)
 {
-	struct stat top, st, up;
-	_cleanup_close_ int cur = -1;
-	if (fstat(t->upper, &top) < 0 || fstat(dir, &st) < 0)
-		return true;
-	for (int at = dir, n = 0; n < PATH_MAX; n++) {
-		if (st.st_dev == top.st_dev && st.st_ino == top.st_ino)
-			return true;
-		int p = openat(at, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
-		if (p < 0 || fstat(p, &up) < 0) {
-			if (p >= 0)
-				close(p);
-			return true;
-		}
-		if (up.st_dev == st.st_dev && up.st_ino == st.st_ino) {
-			close(p);
-			return false; /* "/" reached, the upper not met */
-		}
-		if (cur >= 0)
-			close(cur);
-		at = cur = p, st = up;
-	}
-	return true;
+	struct stat top;
+	return fstat(t->upper, &top) < 0 || dir_walk_up(dir, PATH_MAX, is_upper, &top) != -1;
 }
 
 /* What a handle of an event names, relative to the upper, and its stat: 1,

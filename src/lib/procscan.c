@@ -513,41 +513,35 @@ static int target_of_id(const struct stat *st, const struct procscan_target *t, 
 	return -1;
 }
 
+struct dir_hit {
+	const struct procscan_target *t;
+	size_t n;
+};
+
+/* The target a directory is (dir_walk_up's fn). ".." from the top of a
+ * directory a mount hides lands on the mount: the device of the step below
+ * tells them apart. */
+static int dir_hit(void *ctx, const struct stat *st, dev_t below)
+{
+	const struct dir_hit *h = ctx;
+	int hit = target_of_id(st, h->t, h->n);
+	for (size_t j = 0; hit >= 0 && below != h->t[hit].dev && j < h->n; j++)
+		if (h->t[j].dev == below && !strcmp(h->t[j].path, h->t[hit].path))
+			hit = (int)j;
+	return hit;
+}
+
 /* Walk up from a directory by "..": the kernel follows the dentries, not
  * the path the link reads (but steps onto a mount over the parent it
  * reaches). -2 when the link is not a directory. */
 static int dir_target(const struct procscan_ref *ref, const struct procscan_target *t, size_t n)
 {
-	int fd = openat(ref->link_dirfd, ref->link_name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int fd = openat(ref->link_dirfd, ref->link_name, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -2;
-	struct stat st, up;
-	int hit = -1;
-	if (fstat(fd, &st) < 0) {
-		close(fd);
-		return -1;
-	}
-	dev_t below = st.st_dev;
-	for (int depth = 0; depth < 4096; depth++) {
-		if ((hit = target_of_id(&st, t, n)) >= 0) {
-			/* ".." from the top of a directory a mount hides lands on the
-			 * mount: the device of the step below tells them apart. */
-			for (size_t j = 0; below != t[hit].dev && j < n; j++)
-				if (t[j].dev == below && !strcmp(t[j].path, t[hit].path))
-					hit = (int)j;
-			break;
-		}
-		below = st.st_dev;
-		int pfd = openat(fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
-		close(fd);
-		fd = pfd;
-		if (fd < 0 || fstat(fd, &up) < 0 || (up.st_dev == st.st_dev && up.st_ino == st.st_ino))
-			break; /* the top of what we can see */
-		st = up;
-	}
-	if (fd >= 0)
-		close(fd);
-	return hit;
+	struct dir_hit h = { t, n };
+	int hit = dir_walk_up(fd, 4096, dir_hit, &h);
+	return hit < 0 ? -1 : hit;
 }
 
 static int path_target(const char *path, const struct procscan_target *t, size_t n)

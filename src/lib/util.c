@@ -601,6 +601,35 @@ static int rm_fail(void *ctx, const struct walk_entry *e, int err)
 	return 0;
 }
 
+int dir_walk_up(int dirfd, int max, int (*fn)(void *ctx, const struct stat *st, dev_t below), void *ctx)
+{
+	struct stat st, up;
+	_cleanup_close_ int cur = -1;
+	if (fstat(dirfd, &st) < 0)
+		return -2;
+	dev_t below = st.st_dev;
+	for (int at = dirfd, n = 0; n < max; n++) {
+		int r = fn(ctx, &st, below);
+		if (r >= 0)
+			return r;
+		below = st.st_dev;
+		int p = openat(at, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+		if (p < 0 || fstat(p, &up) < 0) {
+			if (p >= 0)
+				close(p);
+			return -2;
+		}
+		if (up.st_dev == st.st_dev && up.st_ino == st.st_ino) {
+			close(p);
+			return -1;
+		}
+		if (cur >= 0)
+			close(cur);
+		at = cur = p, st = up;
+	}
+	return -2;
+}
+
 int rm_rf_at(int dirfd, const char *name)
 {
 	struct stat st, parent;

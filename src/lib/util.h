@@ -173,6 +173,13 @@ int mkdir_p(const char *path, mode_t mode);
 int mkdirat_durable(int dirfd, const char *name, mode_t mode);
 /* Remove name below dirfd recursively, not following symlinks, not crossing mounts. */
 int rm_rf_at(int dirfd, const char *name);
+/* Up from the directory dirfd through "..", dirfd itself first: fn(ctx, st,
+ * below) with each one's stat and the device of the step it was reached
+ * from (its own at the first; ".." from a directory a mount hides lands on
+ * the mount), until fn answers >= 0: that answer. -1 when "/" (which ".."
+ * does not leave) came first; -2 when a step failed or max steps were
+ * taken. dirfd stays open. */
+int dir_walk_up(int dirfd, int max, int (*fn)(void *ctx, const struct stat *st, dev_t below), void *ctx);
 /* Join a and b with one '/'. Returns malloc'd string or NULL. */
 char *path_join(const char *a, const char *b);
 /* Sum of st_blocks*512 of a tree (not following symlinks); hardlinked inodes once. */
