@@ -336,8 +336,9 @@ static int take_one(struct cctx *c, const struct tar_mentry *pe)
 /* A suspect, where a write through a mapping leaves ctime (gVisor; and
  * anywhere, a store into a page already dirty), or a file whose data the
  * parent holds otherwise under the same (inode, ctime): its data may differ
- * from what an older capture read under that identity. A chmod to its own mode moves ctime and nothing else a checkpoint
- * holds, so every older manifest's line stops matching it. (A later write
+ * from what an older capture read under that identity. A chmod to its own
+ * mode moves ctime and nothing else a checkpoint holds, so every older
+ * manifest's line stops matching it. (A later write
  * through a mapping makes it a suspect again: mapped at a collect, or closed
  * since.) *st is stat-ed again. */
 static int new_ctime(int fd, struct stat *st)
@@ -381,7 +382,10 @@ static int archive_one_st(struct cctx *c, int dirfd, const char *name, const cha
 		return err_set(c->err, errno, NULL, "cannot open '%s': %m", path);
 	bool suspect = c->o->suspects && pathindex_has(c->o->suspects, path);
 	if (S_ISREG(st.st_mode) &&
-	    (differs || (suspect && (c->o->mapped_blind || pathindex_has(c->o->mapped, path)))) &&
+	    (differs ||
+	     (suspect &&
+	      (c->o->mapped_blind || pathindex_has(c->o->mapped_now, path) ||
+	       pathindex_has(c->o->mapped_last, path)))) &&
 	    (r = new_ctime(fd, &st)) < 0)
 		return err_set(c->err, -r, NULL, "cannot give '%s' a new ctime: %s", path, strerror(-r));
 	r = describe(c, dirfd, name, path, &st, fd, ae, &me);

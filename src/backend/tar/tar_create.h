@@ -43,10 +43,10 @@ struct tar_create_opts {
 	 * names the data it holds now. */
 	bool xattrs_blind;
 	bool mapped_blind;
-	/* Files mapped shared at this capture or the last operation (or NULL):
-	 * a suspect among them is given a new ctime on any filesystem, for a
-	 * store into a page that was already dirty leaves ctime everywhere. */
-	const struct pathindex *mapped;
+	/* Files mapped shared at this capture and at the last operation (each
+	 * may be NULL): a suspect among them is given a new ctime on any
+	 * filesystem, for a store into a page already dirty leaves ctime. */
+	const struct pathindex *mapped_now, *mapped_last;
 	uint64_t dirs_read; /* out: directories read rather than taken */
 	uint64_t reused;    /* out: files whose data stayed in an older archive */
 	char **srcs;        /* out: the distinct checkpoints those are in */

@@ -181,8 +181,7 @@ void tar_track_count(struct tar_state *s, size_t i, bool tracked);
 void tar_track_health(struct tar_state *s, struct backend_health *out);
 bool tar_track_changed_elsewhere(const struct chg_track *t, int root_fd, const struct tar_manifest *pm);
 void tar_track_scan_suspects(struct tar_state *s, struct pathindex **sus);
-int tar_track_mapped_join(struct tar_state *s, struct pathindex **sus, struct pathindex **mapped);
-void tar_track_mapped_free(struct pathindex *(*mapped)[MAX_ROOTS]);
+int tar_track_mapped_join(struct tar_state *s, struct pathindex **sus);
 void tar_track_journal_free(struct journal_bufs *j);
 
 /* tar_probe.c */

@@ -104,7 +104,7 @@ static int do_restore(struct tar_state *s, const char *name, struct restore_deta
 	bool journal = tar_track_collect(s, dirty, n_dirty, sus) == 0 && same;
 	_cleanup_(tar_track_journal_free) struct journal_bufs jb = { dirty, n_dirty, sus, NULL, s->n_roots };
 	tar_track_scan_suspects(s, sus);
-	if (tar_track_mapped_join(s, sus, NULL) < 0) /* out of memory: rewrite them all */
+	if (tar_track_mapped_join(s, sus) < 0) /* out of memory: rewrite them all */
 		journal = false, trust_nothing = true;
 	/* The whole sandbox: what the restore replaced, for the services step */
 	bool want_whole = details && s->ctx->whole_root;

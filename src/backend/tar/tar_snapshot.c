@@ -61,10 +61,9 @@ static int tar_snapshot_roots(struct tar_state *s, int dirfd, char *const *from,
 		bool for_head = ch.parent && !strcmp(s->trk_for, ch.parent);
 		journal = tar_track_collect(s, dirty, n_dirty, sus) == 0 && for_head;
 	}
-	_cleanup_(tar_track_mapped_free) struct pathindex *mapped[MAX_ROOTS] = { 0 };
 	if (!from)
 		tar_track_scan_suspects(s, sus);
-	if (!from && tar_track_mapped_join(s, sus, mapped) < 0)
+	if (!from && tar_track_mapped_join(s, sus) < 0)
 		return err_set(err, ENOMEM, NULL, "out of memory");
 	/* the parents' manifests, with what past restores wrote (aliases) */
 	struct tar_manifest pms[MAX_ROOTS] = { 0 };
@@ -124,7 +123,8 @@ static int tar_snapshot_roots(struct tar_state *s, int dirfd, char *const *from,
 		o.suspects = sus[i];
 		o.xattrs_blind = s->blind[i].xattrs_blind;
 		o.mapped_blind = s->blind[i].mapped_blind;
-		o.mapped = mapped[i];
+		o.mapped_now = from ? NULL : s->mapped_now[i];
+		o.mapped_last = from ? NULL : s->mapped_last[i];
 		tar_meta_names(i, s->zstd, arch, man);
 		int r = tar_create_root(fd, dirfd, arch, man, &o, err);
 		if (r >= 0 && journal && s->ctx->track_check) /* reads only */

@@ -296,24 +296,15 @@ void tar_track_scan_suspects(struct tar_state *s, struct pathindex **sus)
 }
 
 /* The files mapped shared at the last operation stay suspects of this one
- * in every root (the trackers named them already), and *mapped gets, per
- * root, those and the ones mapped now: a capture gives each a new ctime
- * (tar_create_opts.mapped). Called once the suspects are known. */
-int tar_track_mapped_join(struct tar_state *s, struct pathindex **sus, struct pathindex **mapped)
+ * in every root (the trackers named them already); a capture gives them,
+ * and those mapped now, a new ctime (tar_create_opts.mapped_now/_last).
+ * Called once the suspects are known. */
+int tar_track_mapped_join(struct tar_state *s, struct pathindex **sus)
 {
 	for (size_t i = 0; i < s->n_roots; i++)
-		if (pathindex_merge(&sus[i], s->mapped_last[i]) < 0 ||
-		    (mapped &&
-		     (pathindex_merge(&mapped[i], s->mapped_last[i]) < 0 ||
-		      pathindex_merge(&mapped[i], s->mapped_now[i]) < 0)))
+		if (pathindex_merge(&sus[i], s->mapped_last[i]) < 0)
 			return -ENOMEM;
 	return 0;
-}
-
-void tar_track_mapped_free(struct pathindex *(*mapped)[MAX_ROOTS])
-{
-	for (size_t i = 0; i < MAX_ROOTS; i++)
-		pathindex_free((*mapped)[i]);
 }
 
 void tar_track_journal_free(struct journal_bufs *j)
