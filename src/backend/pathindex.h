@@ -60,6 +60,9 @@ struct pathindex_dirty {
 	 * where a directory is named for another reason (a file in use). */
 	bool kept;
 	bool named;
+	/* deep, and its directories are in the delta's list of the upper's
+	 * already: folded from earlier deltas (overlay_rebase.c) */
+	bool known;
 	size_t n_names;
 	char **names;
 };

@@ -241,22 +241,86 @@ def test_delta_keeps_a_write_before_an_mprotect(daemon_factory):
     assert f.read_bytes()[:8] == b"write002"
 
 
-def test_delta_layers_stop_at_the_maximum(daemon_factory):
-    """After 16 deltas over one full layer the next create is full again."""
+def upper_holds_all(root):
+    """Every directory and file in the upper, as in the bench: what a full
+    layer costs (a link for each file) and what a fold weighs against."""
+    for f in files(root):
+        with open(f, "ab") as h:
+            h.write(b"!")
+
+
+def test_delta_layers_fold_at_the_maximum(daemon_factory):
+    """After 16 deltas over one full layer the next create folds them into
+    its own delta, made over that full layer alone: it links no file again
+    (a full layer links every file of the upper: 3.3-3.6 s at 100k files)."""
     d = overlay(daemon_factory)
     root = d.roots[0]
+    upper_holds_all(root)
+    d.create("full")
+    seen, saved = [], []
+    for i in range(35):
+        (root / "d0" / f"x{i}").write_text(str(i))
+        saved.append((d.create(f"x{i}")["checkpoint_id"], tree_state(root)))
+        seen.append(d.health()["overlay_roots"][0]["deltas"])
+    # health counts them; the 17th folds them: one delta over the full layer
+    assert seen == list(range(1, 17)) * 2 + [1, 2, 3], seen
+    assert d.log().count("folds its 16 deltas into the next") == 2
+    depths = [len(chains(d)[cid]) for cid, _ in saved]
+    assert depths == list(range(2, 18)) * 2 + [2, 3, 4], depths
+    assert list(chains(d).values()).count([chains(d)[saved[0][0]][-1]]) == 1  # one full layer
+    for cid, state in [saved[15], saved[16], saved[0], saved[33], saved[32]]:
+        d.restore(cid)
+        assert_same_tree(state, tree_state(root))
+
+
+def test_delta_layers_of_much_of_the_upper_make_a_full_layer(daemon_factory):
+    """Deltas that changed most directories of the upper: the 17th create
+    is a full layer, which costs about what a fold would."""
+    d = overlay(daemon_factory)
+    root = d.roots[0]
+    upper_holds_all(root)
     d.create("full")
     seen = []
     for i in range(18):
-        (root / "d0" / f"x{i}").write_text(str(i))
+        for k in range(6):
+            (root / f"d{k}" / f"x{i}").write_text(str(i))
         d.create(f"x{i}")
         seen.append(d.health()["overlay_roots"][0]["deltas"])
-    # health counts them; at 16 the next create is full (0)
-    assert seen == list(range(1, 16)) + [0, 0, 1], seen  # x16 full, x17 a delta on it
-    depths = sorted(len(c) for c in chains(d).values())
-    print(depths)
-    assert max(depths) == 17, depths  # the full layer and 16 deltas
-    assert depths.count(1) == 2, depths  # two full layers over the base
+    assert seen == list(range(1, 17)) + [0, 1], seen  # x16 full, x17 a delta on it
+    assert re.search(r"gets a full layer: folding its 16 deltas would compare about \d+ entries \(7 "
+                     r"directories\), a full layer about \d+", d.log())
+    assert sorted(len(c) for c in chains(d).values()).count(1) == 2  # two full layers over the base
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_folded_deltas_restore_what_they_captured(daemon_factory, seed):
+    """Random changes of every kind a delta holds (files written, cut,
+    moved between directories, removed, made; modes, times, xattrs,
+    symlinks; directories made and removed) over 40 creates: the folds
+    among them hold what the deltas they replace held, and each checkpoint
+    restores exactly what it captured (track_check compares each layer
+    with the upper when made, too)."""
+    rng = random.Random(seed)
+    d = overlay(daemon_factory)
+    root = d.roots[0]
+    for k in range(50):  # more directories, so that a fold costs less than a full layer
+        (root / f"e{k}").mkdir()
+        for n in range(8):
+            (root / f"e{k}" / f"f{n}").write_text(f"{k}/{n}\n")
+    upper_holds_all(root)
+    saved = [(d.create("all")["checkpoint_id"], tree_state(root))]
+    for i in range(36):
+        for _ in range(rng.randrange(1, 4)):
+            file_change(rng, root, i)
+        if i % 9 == 4:
+            structural_change(rng, root, i, rng.choice([0, 3]))
+        saved.append((d.create(f"c{i}")["checkpoint_id"], tree_state(root)))
+    assert "folds its 16 deltas into the next" in d.log()
+    c = chains(d)
+    over_full = [s for s in saved if len(c[s[0]]) == 2]  # first deltas and folds
+    for cid, state in over_full + rng.sample(saved, 6) + saved[-1:]:
+        d.restore(cid)
+        assert_same_tree(state, tree_state(root))
 
 
 def test_new_directories_stay_in_deltas(daemon_factory):

@@ -612,7 +612,7 @@ static void backend_overlay_health(void *st, struct backend_health *out)
 		h->layers = r->chain.n;
 		snprintf(h->upper, sizeof(h->upper), "%s", r->upper);
 		h->released = r->released;
-		h->deltas = overlay_delta_ready(r) ? r->stack.n - 1 : 0;
+		h->deltas = overlay_delta_ready(r) || overlay_rebase_due(r) ? r->stack.n - 1 : 0;
 	}
 	backend_overlay_track_health(o, out);
 	out->has_overlay = true;

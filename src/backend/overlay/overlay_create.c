@@ -37,8 +37,8 @@ static void overlay_create_forget_pre(struct ovl_root *r)
 	treecopy_dirs_free(&r->pre_dirs);
 	pathindex_free(TAKE_PTR(r->pre_sus));
 	r->pre_bytes = 0;
-	/* kept while deltas can follow: the next create's delta reads it */
-	if (!overlay_delta_ready(r) && !(r->cap_tmp[0] && (r->cap_delta || r->cap_tracked)))
+	/* kept while deltas can follow (or fold): the next create's delta reads it */
+	if (!overlay_delta_ready(r) && !overlay_rebase_due(r) && !(r->cap_tmp[0] && (r->cap_delta || r->cap_tracked)))
 		chg_track_disarm(&r->trk);
 }
 
@@ -196,6 +196,8 @@ static int overlay_create_delta_pass(struct ovl_root *r, int l, int up, int dst,
 		: !frozen                 ? chg_track_collect_events(&r->trk, &dirty, &n, &why)
 		: stat(r->path, &rst) < 0 ? -EAGAIN
 					  : overlay_create_delta_collect(r, up, rst.st_dev, &dirty, &n, &why, &look_us);
+	if (q == 0 && !frozen && r->rebase) /* the deltas folded into this one */
+		q = overlay_rebase_merge(r, &dirty, &n) < 0 ? (why = "out of memory", -EAGAIN) : 0;
 	struct ovl_delta_opts o = { .up = up,
 				    .prev = pfd,
 				    .n_prev = np > 0 ? (size_t)np : 0,
@@ -300,6 +302,8 @@ static int overlay_create_precopy_root(struct ovl_root *r, bool units, struct pr
 	if (l < 0 || up < 0)
 		return err_set(err, errno, NULL, "open layer store of '%s': %m", r->path);
 	overlay_create_drop_pre(r, l);
+	if (overlay_rebase(r, l) < 0)
+		overlay_delta_reset(r); /* a full layer, as without it */
 	if (overlay_delta_ready(r) && !units)
 		return 0; /* nothing will be frozen: the capture makes the delta in one pass */
 	if (overlay_delta_ready(r)) {

@@ -42,6 +42,7 @@ struct dl {
 	char path[PATH_MAX]; /* the entry being looked at, relative */
 	const struct pathindex_dirty *dirty;
 	size_t n_dirty;
+	bool known; /* the directory copied whole is in o->dirs already (a fold's) */
 };
 
 static int dl_fail(struct dl *t, int r, const char *what)
@@ -545,7 +546,7 @@ static int dl_scan_new(struct dl *t, int fd)
 	struct stat st;
 	if (fgetxattr(fd, DL_REDIRECT, NULL, 0) >= 0 || fstat(fd, &st) < 0)
 		return -EAGAIN;
-	if (t->o->dirs && overlay_delta_dirs_add(t->o->dirs, t->path, &st) < 0)
+	if (t->o->dirs && !t->known && overlay_delta_dirs_add(t->o->dirs, t->path, &st) < 0)
 		return -ENOMEM;
 	struct walk_opts o = { .flags = WALK_STAT,
 			       .path_max = sizeof(t->path) - 1,
@@ -614,6 +615,7 @@ int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct pat
 	for (size_t i = 0; i < n; i++) {
 		if (pathindex_dirty_below_deep(dirty, n, dirty[i].path))
 			continue; /* in a directory copied whole */
+		t.known = dirty[i].known;
 		int r = dirty[i].deep ? dl_new_dir(&t, dst, dirty[i].path) : dl_dir(&t, dst, dirty[i].path);
 		if (r < 0)
 			return r;
@@ -709,6 +711,8 @@ void overlay_delta_dirs_free(struct ovl_delta_dirs *d)
 
 void overlay_delta_reset(struct ovl_root *r)
 {
+	pathindex_dirty_free(TAKE_PTR(r->rebase), r->n_rebase);
+	r->n_rebase = 0;
 	r->stack.n = 0;
 	pathindex_free(TAKE_PTR(r->dix));
 	overlay_delta_dirs_free(&r->ddirs);

@@ -209,6 +209,16 @@ struct ovl_root;
 void overlay_delta_reset(struct ovl_root *r);
 /* Whether r's next create can be a delta. */
 bool overlay_delta_ready(struct ovl_root *r);
+/* overlay_rebase.c. With OVL_DELTA_MAX deltas over r's full layer (l, its
+ * layer store), the next create is to be a delta over that full layer alone
+ * holding what they hold, when that costs less than a full layer: the stack
+ * becomes the full layer, the deltas' directories r->rebase. 1 so, 0 not
+ * (the next create is full), -errno. */
+int overlay_rebase(struct ovl_root *r, int l);
+/* Whether the next create tries that. */
+bool overlay_rebase_due(const struct ovl_root *r);
+/* A first pass's dirty directories with r->rebase folded in (and freed). */
+int overlay_rebase_merge(struct ovl_root *r, struct pathindex_dirty **dirty, size_t *n);
 /* The names of a directory, sorted and unique (overlay_delta.c). */
 struct ovl_names {
 	char **v;
@@ -264,6 +274,10 @@ struct ovl_root {
 	struct ovl_chain stack;
 	struct pathindex *dix;
 	struct ovl_delta_dirs ddirs;
+	/* the deltas folded into the next one (overlay_rebase), its first
+	 * pass's until that reads them: sorted by path */
+	struct pathindex_dirty *rebase;
+	size_t n_rebase;
 	bool pre_delta;   /* the first pass (pre) is a delta */
 	bool cap_delta;   /* the capture (cap_tmp) is a delta */
 	bool cap_tracked; /* a full capture whose frozen pass the tracker answered */
