@@ -296,10 +296,11 @@ def test_delta_layers_of_much_of_the_upper_make_a_full_layer(daemon_factory):
 def test_folded_deltas_restore_what_they_captured(daemon_factory, seed):
     """Random changes of every kind a delta holds (files written, cut,
     moved between directories, removed, made; modes, times, xattrs,
-    symlinks; directories made and removed) over 40 creates: the folds
-    among them hold what the deltas they replace held, and each checkpoint
-    restores exactly what it captured (track_check compares each layer
-    with the upper when made, too)."""
+    symlinks; directories made and removed) over 36 creates: the folds
+    among them hold what the deltas they replace held, and the checkpoints
+    restore exactly what they captured: every one made over a full layer
+    (folds and first deltas), a sample of the others and the last
+    (track_check compares each layer with the upper when made, too)."""
     rng = random.Random(seed)
     d = overlay(daemon_factory)
     root = d.roots[0]
@@ -314,11 +315,14 @@ def test_folded_deltas_restore_what_they_captured(daemon_factory, seed):
             file_change(rng, root, i)
         if i % 9 == 4:
             structural_change(rng, root, i, rng.choice([0, 3]))
-        saved.append((d.create(f"c{i}")["checkpoint_id"], tree_state(root)))
+        cid = d.create(f"c{i}")["checkpoint_id"]
+        # a tree's state costs a read of every file (slow under gVisor)
+        if len(chains(d)[cid]) == 2 or rng.random() < 0.2 or i == 35:
+            saved.append((cid, tree_state(root)))
     assert "folds its 16 deltas into the next" in d.log()
-    c = chains(d)
-    over_full = [s for s in saved if len(c[s[0]]) == 2]  # first deltas and folds
-    for cid, state in over_full + rng.sample(saved, 6) + saved[-1:]:
+    folds = [cid for cid, _ in saved if len(chains(d)[cid]) == 2]
+    assert len(folds) >= 2, folds  # a first delta over a full layer, and a fold
+    for cid, state in rng.sample(saved, len(saved)):
         d.restore(cid)
         assert_same_tree(state, tree_state(root))
 
