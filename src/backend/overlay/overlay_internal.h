@@ -185,7 +185,7 @@ int overlay_delta_dirs(const struct ovl_delta_opts *o, int dst, const struct pat
 		       struct treecopy_stats *st, ckpt_error *err);
 /* overlay_look.c. Which directories' own metadata changed, with no event maybe (dirs:
  * every directory of the upper): a stat of each, read only, so that it can
- * run while the tracker scans /proc (overlay_create_delta_pass). */
+ * run while the tracker scans /proc (overlay_delta_pass). */
 void overlay_delta_dir_look(int up, struct ovl_delta_dirs *dirs);
 /* That look begun now on a thread beside the caller (when dirs are many)
  * and ended by the next overlay_delta_dir_look, which waits for it and
@@ -219,6 +219,12 @@ int overlay_rebase(struct ovl_root *r, int l);
 bool overlay_rebase_due(const struct ovl_root *r);
 /* A first pass's dirty directories with r->rebase folded in (and freed). */
 int overlay_rebase_merge(struct ovl_root *r, struct pathindex_dirty **dirty, size_t *n);
+/* overlay_delta_pass.c. One pass of a delta into dst (l/<tmp> or l/<pre>):
+ * the directories the tracker names since its last collect (the first
+ * pass: with the folded deltas' too), then (frozen) every directory's own
+ * metadata. -EAGAIN: make a full layer. */
+int overlay_delta_pass(struct ovl_root *r, int l, int up, int dst, bool frozen, struct treecopy_stats *stats,
+		       ckpt_error *err);
 /* The names of a directory, sorted and unique (overlay_delta.c). */
 struct ovl_names {
 	char **v;

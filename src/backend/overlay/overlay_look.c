@@ -127,8 +127,10 @@ void overlay_delta_dir_look(int up, struct ovl_delta_dirs *dirs)
 	struct ovl_look *k = TAKE_PTR(dirs->look);
 	size_t i = 0;
 	dirs->look_us = 0;
-	if (k) {                  /* the caller times its wait (overlay_create_delta_collect) */
-		dl_look_share(k); /* what the thread has not reached yet */
+	if (k) {
+		/* what the thread has not reached yet; the caller times this and
+		 * the wait (overlay_delta_pass.c) */
+		dl_look_share(k);
 		beside_join(&k->th);
 		dirs->look_us = k->us;
 		for (; i < k->n && i < dirs->n; i++)
