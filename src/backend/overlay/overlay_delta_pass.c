@@ -103,7 +103,7 @@ int overlay_delta_pass(struct ovl_root *r, int l, int up, int dst, bool frozen, 
 	int64_t t3 = mono_us();
 	if (q == -EAGAIN)
 		log_info("create: '%s' gets a full layer, not a delta: %s", r->path, why);
-	else if (q == 0 && frozen && r->ddirs.look_us)
+	else if (q == 0 && frozen && r->ddirs.look_apart)
 		log_info("create: frozen delta pass of '%s' compared %zu changed directories in %.2f ms (collect %.2f "
 			 "ms: /proc %.2f ms, then %.2f ms ending a look at %zu directories' metadata begun with "
 			 "the first pass, %.2f ms on its thread; directories %.2f ms; their metadata and times %.2f "

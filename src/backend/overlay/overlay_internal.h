@@ -162,7 +162,8 @@ struct ovl_delta_dirs {
 	size_t n, cap;
 	bool looked;           /* overlay_delta_dir_look ran since the last overlay_delta_dir_meta */
 	struct ovl_look *look; /* overlay_delta_dir_look_start's, running or done */
-	int64_t look_us;       /* the last look's on its thread (0: it had none) */
+	int64_t look_us;       /* the last look's on its thread */
+	bool look_apart;       /* the last look began on a thread (its caller may have done it all) */
 };
 struct ovl_delta_opts {
 	int up;                /* the upper */

@@ -127,6 +127,7 @@ void overlay_delta_dir_look(int up, struct ovl_delta_dirs *dirs)
 	struct ovl_look *k = TAKE_PTR(dirs->look);
 	size_t i = 0;
 	dirs->look_us = 0;
+	dirs->look_apart = k != NULL;
 	if (k) {
 		/* what the thread has not reached yet; the caller times this and
 		 * the wait (overlay_delta_pass.c) */

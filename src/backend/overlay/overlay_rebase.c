@@ -224,6 +224,10 @@ static int rb_merge_one(struct pathindex_dirty *a, struct pathindex_dirty *b)
 	bool kept = a->kept && b->kept, named = a->named && b->named && kept;
 	if (named && rb_names_join(a, b) < 0)
 		return -ENOMEM;
+	for (size_t i = 0; i < b->n_names; i++) /* not joined: every name is read */
+		free(b->names[i]);
+	free(TAKE_PTR(b->names));
+	b->n_names = 0;
 	a->deep |= b->deep;
 	a->known = a->known && !b->deep; /* made again since: its directories are new */
 	a->kept = kept;
