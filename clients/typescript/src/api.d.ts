@@ -869,7 +869,7 @@ export interface components {
                 upper: string;
                 /** @description released by POST /v1/roots/release (no longer mounted). */
                 released?: boolean;
-                /** @description delta layers made from the live upper since its last full layer: the next create is a delta while this is below 16 and change tracking runs (0: the next create is full). */
+                /** @description delta layers stacked over the live upper's last full layer (a fold counts as one): while this is below 16 and change tracking runs, the next create is a delta; at 16 it folds them into one delta over that full layer, or makes a full layer when they changed much of the upper (0: the next create is full). */
                 deltas?: number;
             }[];
         };
