@@ -451,77 +451,6 @@ static int read_events(struct chg_track *t, struct chg_dirty_set *s, const char 
 	}
 }
 
-static int dirty_cmp(const void *a, const void *b)
-{
-	const struct pathindex_dirty *x = a, *y = b;
-	int c = strcmp(x->path, y->path);
-	return c ? c : (int)y->deep - (int)x->deep; /* deep first: it is the one kept */
-}
-
-/* d's entries are all to be compared: its names go. */
-static void dirty_unname(struct pathindex_dirty *d)
-{
-	for (size_t i = 0; i < d->n_names; i++)
-		free(d->names[i]);
-	free(d->names);
-	d->names = NULL, d->n_names = 0, d->named = false;
-}
-
-/* The names of b (the same directory) join a's; a stays named only while
- * both are and the names fit. b's names that a took are NULL then. */
-static void dirty_merge(struct pathindex_dirty *a, struct pathindex_dirty *b)
-{
-	if (!a->named)
-		return;
-	if (!b->named || b->deep) {
-		dirty_unname(a);
-		return;
-	}
-	for (size_t i = 0; i < b->n_names; i++) {
-		bool have = false;
-		for (size_t k = 0; k < a->n_names && !have; k++)
-			have = !strcmp(a->names[k], b->names[i]);
-		if (have)
-			continue;
-		char **v = a->n_names < PATHINDEX_DIRTY_NAMES ? realloc(a->names, (a->n_names + 1) * sizeof(*v)) : NULL;
-		if (!v) { /* too many to be worth it, or out of memory: all compared */
-			dirty_unname(a);
-			return;
-		}
-		a->names = v;
-		a->names[a->n_names++] = TAKE_PTR(b->names[i]);
-	}
-}
-
-static int dirty_name_cmp(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Sorted, each path once (the deep one kept), its names merged and sorted. */
-static void dirty_dedup(struct chg_dirty_set *s)
-{
-	if (s->n)
-		qsort(s->v, s->n, sizeof(*s->v), dirty_cmp);
-	size_t k = 0;
-	for (size_t i = 0; i < s->n; i++) {
-		if (k && !strcmp(s->v[k - 1].path, s->v[i].path)) {
-			dirty_merge(&s->v[k - 1], &s->v[i]);
-			s->v[k - 1].kept &= s->v[i].kept; /* kept only when every reason is */
-			dirty_unname(&s->v[i]);           /* what a did not take */
-			free(s->v[i].path);
-			continue;
-		}
-		s->v[k++] = s->v[i];
-		if (s->v[k - 1].deep) /* its whole subtree is read */
-			dirty_unname(&s->v[k - 1]);
-	}
-	s->n = k;
-	for (size_t i = 0; i < k; i++)
-		if (s->v[i].n_names > 1)
-			qsort(s->v[i].names, s->v[i].n_names, sizeof(*s->v[i].names), dirty_name_cmp);
-}
-
 /* own: the events are ckptd's own writes (chg_track_drain_own). Once the
  * events cannot tell what changed (seen->why), they are still read, for the
  * files closed after a write: the walk that follows trusts every other
@@ -544,7 +473,7 @@ static void drain(struct chg_track *t, bool own)
 	 * with every write: a directory is kept once, and past a bound the
 	 * next collect says to walk */
 	if (t->seen->s.n > CHG_TRACK_MAX_DIRS)
-		dirty_dedup(&t->seen->s);
+		pathindex_dirty_dedup(t->seen->s.v, &t->seen->s.n);
 	if (t->seen->s.n > CHG_TRACK_MAX_DIRS && !t->seen->why)
 		t->seen->why = "more directories changed than tracking keeps";
 }
@@ -618,7 +547,7 @@ static int collect(struct chg_track *t, struct chg_scan *sc, struct pathindex_di
 		pathindex_dirty_free(s.v, s.n);
 		return r;
 	}
-	dirty_dedup(&s);
+	pathindex_dirty_dedup(s.v, &s.n);
 	*ret = s.v;
 	*ret_n = s.n;
 	return 0;

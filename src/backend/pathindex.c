@@ -254,6 +254,77 @@ int pathindex_merge(struct pathindex **dst, const struct pathindex *src)
 	return pathindex_each(src, merge_one, *dst);
 }
 
+static int dirty_cmp(const void *a, const void *b)
+{
+	const struct pathindex_dirty *x = a, *y = b;
+	int c = strcmp(x->path, y->path);
+	return c ? c : (int)y->deep - (int)x->deep; /* deep first: it is the one kept */
+}
+
+void pathindex_dirty_unname(struct pathindex_dirty *d)
+{
+	for (size_t i = 0; i < d->n_names; i++)
+		free(d->names[i]);
+	free(d->names);
+	d->names = NULL, d->n_names = 0, d->named = false;
+}
+
+/* The names of b (the same directory) join a's; a stays named only while
+ * both are and the names fit. b's names that a took are NULL then. */
+static void dirty_merge(struct pathindex_dirty *a, struct pathindex_dirty *b)
+{
+	if (!a->named)
+		return;
+	if (!b->named || b->deep) {
+		pathindex_dirty_unname(a);
+		return;
+	}
+	for (size_t i = 0; i < b->n_names; i++) {
+		bool have = false;
+		for (size_t k = 0; k < a->n_names && !have; k++)
+			have = !strcmp(a->names[k], b->names[i]);
+		if (have)
+			continue;
+		char **v = a->n_names < PATHINDEX_DIRTY_NAMES ? realloc(a->names, (a->n_names + 1) * sizeof(*v)) : NULL;
+		if (!v) { /* too many to be worth it, or out of memory: all compared */
+			pathindex_dirty_unname(a);
+			return;
+		}
+		a->names = v;
+		a->names[a->n_names++] = TAKE_PTR(b->names[i]);
+	}
+}
+
+static int dirty_name_sort(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void pathindex_dirty_dedup(struct pathindex_dirty *v, size_t *n)
+{
+	if (*n)
+		qsort(v, *n, sizeof(*v), dirty_cmp);
+	size_t k = 0;
+	for (size_t i = 0; i < *n; i++) {
+		if (k && !strcmp(v[k - 1].path, v[i].path)) {
+			dirty_merge(&v[k - 1], &v[i]);
+			v[k - 1].kept &= v[i].kept; /* kept only when every reason is */
+			/* known only while every deep reason is */
+			v[k - 1].known = (v[k - 1].known || !v[k - 1].deep) && (v[i].known || !v[i].deep);
+			pathindex_dirty_unname(&v[i]); /* what a did not take */
+			free(v[i].path);
+			continue;
+		}
+		v[k++] = v[i];
+		if (v[k - 1].deep) /* its whole subtree is read */
+			pathindex_dirty_unname(&v[k - 1]);
+	}
+	*n = k;
+	for (size_t i = 0; i < k; i++)
+		if (v[i].n_names > 1)
+			qsort(v[i].names, v[i].n_names, sizeof(*v[i].names), dirty_name_sort);
+}
+
 void pathindex_dirty_free(struct pathindex_dirty *v, size_t n)
 {
 	for (size_t i = 0; v && i < n; i++) {

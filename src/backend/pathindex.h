@@ -67,6 +67,13 @@ struct pathindex_dirty {
 	char **names;
 };
 void pathindex_dirty_free(struct pathindex_dirty *v, size_t n);
+/* d's entries are all to be compared: its names go (named false). */
+void pathindex_dirty_unname(struct pathindex_dirty *d);
+/* v[0..*n) sorted by path, each path once: the deep one kept (its names
+ * gone), kept only when every entry of the path is, named only when every
+ * one is and their names fit (joined, sorted), known only while every deep
+ * one is. Entries merged away are freed. */
+void pathindex_dirty_dedup(struct pathindex_dirty *v, size_t *n);
 /* d is named, and name is one of its names. */
 bool pathindex_dirty_named(const struct pathindex_dirty *d, const char *name);
 /* In a list sorted by path: the entry for path, or NULL. */

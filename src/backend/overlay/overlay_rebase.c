@@ -80,14 +80,9 @@ static int rb_pre(void *ctx, struct walk_merge_entry *e)
 	return 0;
 }
 
-static int rb_path_cmp(const void *a, const void *b)
-{
-	return strcmp(((const struct pathindex_dirty *)a)->path, ((const struct pathindex_dirty *)b)->path);
-}
-
 /* A dirty directory the full layer lacks was made since it: copied whole
  * (deep), and its directories are in r->ddirs already (known). One with a
- * name gone reads every name (neither kept nor named). */
+ * name gone, or more names than a directory keeps, reads every name. */
 static void rb_finish(struct rb *b, int full)
 {
 	for (size_t i = 0; i < b->n; i++) {
@@ -95,15 +90,10 @@ static void rb_finish(struct rb *b, int full)
 		struct stat st;
 		if (*d->path && (fstatat(full, d->path, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode)))
 			d->deep = d->known = true;
-		if (!d->kept) {
-			for (size_t k = 0; k < d->n_names; k++)
-				free(d->names[k]);
-			free(TAKE_PTR(d->names));
-			d->n_names = 0;
-			d->named = false;
-		}
+		if (!d->kept || d->n_names > PATHINDEX_DIRTY_NAMES)
+			pathindex_dirty_unname(d);
 	}
-	qsort(b->v, b->n, sizeof(*b->v), rb_path_cmp);
+	pathindex_dirty_dedup(b->v, &b->n); /* each path once already: sorted */
 }
 
 /* The union of the deltas stack[0 .. n-1) (the last one is the full
@@ -142,7 +132,7 @@ static size_t rb_cost(const struct ovl_root *r, const struct rb *b)
 {
 	size_t files = pathindex_count(r->ix), dirs = r->ddirs.n ? r->ddirs.n : 1, cost = b->names + b->n;
 	for (size_t i = 0; i < b->n; i++)
-		if (!b->v[i].kept)
+		if (!b->v[i].named && !b->v[i].deep)
 			cost += files / dirs + 1;
 	return cost;
 }
@@ -197,73 +187,17 @@ int overlay_rebase(struct ovl_root *r, int l)
 	return 1;
 }
 
-/* The names of a and b, sorted and once each, into a; b's freed. */
-static int rb_names_join(struct pathindex_dirty *a, struct pathindex_dirty *b)
-{
-	char **names = calloc(a->n_names + b->n_names + 1, sizeof(*names));
-	if (!names)
-		return -ENOMEM;
-	size_t i = 0, k = 0, n = 0;
-	while (i < a->n_names || k < b->n_names) {
-		int c = i == a->n_names ? 1 : k == b->n_names ? -1 : strcmp(a->names[i], b->names[k]);
-		if (c == 0)
-			free(b->names[k++]);
-		names[n++] = c <= 0 ? a->names[i++] : b->names[k++];
-	}
-	free(a->names);
-	free(TAKE_PTR(b->names));
-	b->n_names = 0;
-	a->names = names;
-	a->n_names = n;
-	return 0;
-}
-
-/* a takes b's reasons to be dirty too; b is emptied. */
-static int rb_merge_one(struct pathindex_dirty *a, struct pathindex_dirty *b)
-{
-	bool kept = a->kept && b->kept, named = a->named && b->named && kept;
-	if (named && rb_names_join(a, b) < 0)
-		return -ENOMEM;
-	for (size_t i = 0; i < b->n_names; i++) /* not joined: every name is read */
-		free(b->names[i]);
-	free(TAKE_PTR(b->names));
-	b->n_names = 0;
-	a->deep |= b->deep;
-	a->known = a->known && !b->deep; /* made again since: its directories are new */
-	a->kept = kept;
-	a->named = named;
-	return 0;
-}
-
 int overlay_rebase_merge(struct ovl_root *r, struct pathindex_dirty **dirty, size_t *n)
 {
-	struct pathindex_dirty *a = r->rebase, *b = *dirty;
-	size_t na = r->n_rebase, nb = *n, i = 0, k = 0, m = 0;
-	struct pathindex_dirty *v = calloc(na + nb + 1, sizeof(*v));
+	size_t na = r->n_rebase, nb = *n;
+	struct pathindex_dirty *v = realloc(*dirty, (na + nb + 1) * sizeof(*v));
 	if (!v)
-		return -ENOMEM;
-	int q = 0;
-	while (q == 0 && (i < na || k < nb)) {
-		int c = i == na ? 1 : k == nb ? -1 : strcmp(a[i].path, b[k].path);
-		if (c == 0 && (q = rb_merge_one(&a[i], &b[k])) < 0)
-			break;
-		if (c == 0) /* b's entry is a's now: only its path is left */
-			free(b[k++].path);
-		v[m++] = c <= 0 ? a[i++] : b[k++];
-	}
-	while (q < 0 && i < na) /* the rest of both, for pathindex_dirty_free */
-		v[m++] = a[i++];
-	while (q < 0 && k < nb)
-		v[m++] = b[k++];
-	free(a);
-	free(b);
-	r->rebase = NULL;
+		return -ENOMEM; /* both as they were: the caller frees its own */
+	memcpy(v + nb, r->rebase, na * sizeof(*v));
+	free(TAKE_PTR(r->rebase));
 	r->n_rebase = 0;
-	if (q < 0) {
-		pathindex_dirty_free(v, m);
-		v = NULL, m = 0;
-	}
+	*n = na + nb;
+	pathindex_dirty_dedup(v, n);
 	*dirty = v;
-	*n = m;
-	return q;
+	return 0;
 }
