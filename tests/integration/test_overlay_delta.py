@@ -532,3 +532,42 @@ def test_a_create_that_freezes_nothing_makes_its_delta_in_one_pass(daemon_factor
     for cid, before, after in saved:
         d.restore(cid)
         assert target.read_bytes() in (before, after)
+
+
+def test_git_through_a_fold(daemon_factory):
+    """git, a program this project did not write, commits between 22 creates
+    (new object directories, files replaced by rename, refs and the index
+    rewritten): the seventeenth folds the deltas, and restores on both sides
+    of the fold give back the commit each checkpoint had, a repository
+    `git fsck --full --strict` accepts, and a clean work tree. (A `git gc`
+    between creates made a full layer here, as a change a delta cannot
+    express, so none runs.)"""
+    d = overlay(daemon_factory)
+    root = d.roots[0]
+    for k in range(40):  # files in the upper, so that a fold costs less than a full layer
+        (root / f"e{k}").mkdir()
+        for n in range(8):
+            (root / f"e{k}" / f"f{n}").write_text(f"{k}/{n}\n")
+    upper_holds_all(root)
+    repo = root / "repo"
+    repo.mkdir()
+
+    def git(*a):
+        return subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True).stdout.strip()
+    git("init", "-q")
+    git("config", "user.email", "agent@example.com")
+    git("config", "user.name", "agent")
+    d.create("full")
+    saved = []
+    for i in range(22):
+        (repo / f"file{i % 5}.txt").write_text(f"round {i}\n" * (i + 1))
+        git("add", "-A")
+        git("commit", "-q", "-m", f"r{i}")
+        saved.append((d.create(f"c{i}")["checkpoint_id"], git("rev-parse", "HEAD")))
+    assert d.log().count("folds its 16 deltas into the next") == 1
+    for cid, head in [saved[16], saved[15], saved[21], saved[3], saved[17]]:
+        d.restore(cid)
+        assert git("rev-parse", "HEAD") == head
+        fsck = subprocess.run(["git", "-C", str(repo), "fsck", "--full", "--strict"], capture_output=True, text=True)
+        assert fsck.returncode == 0, fsck.stderr
+        assert git("status", "--porcelain") == ""
