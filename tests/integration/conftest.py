@@ -138,8 +138,13 @@ class Daemon:
         paths = {os.path.realpath(d["path"]) for d in health.get("root_details") or [] if d.get("path")}
         return not paths or not self.roots or bool(paths & {os.path.realpath(r) for r in self.roots})
 
-    def wait_ready(self, timeout=20, tries=3):
-        deadline = time.monotonic() + timeout
+    def wait_ready(self, timeout=20, tries=3, preparing_cap=120):
+        """Ready: health answers "ok" for this daemon. One that answers
+        "preparing" is alive and taking the tar base, whose syncfs of a
+        file system shared with the other CI lane's writers took over 20 s
+        once (2026-11-29): it gets up to preparing_cap seconds."""
+        t0 = time.monotonic()
+        deadline = t0 + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 if tries > 1 and self.lost_port():  # again on a new port
@@ -151,12 +156,14 @@ class Daemon:
             try:
                 r = requests.get(self.url + "/v1/health", timeout=1)
                 # "preparing": the tar backend still takes the base (first start)
-                if r.status_code == 200 and r.json().get("status") != "preparing" and self.ours(r.json()):
-                    return
+                if r.status_code == 200 and self.ours(r.json()):
+                    if r.json().get("status") != "preparing":
+                        return
+                    deadline = max(deadline, t0 + preparing_cap)
             except (requests.ConnectionError, requests.Timeout):  # a slow answer on a loaded box
                 pass
             time.sleep(0.02)
-        raise RuntimeError(f"ckptd not ready after {timeout}s:\n{self.log()}")
+        raise RuntimeError(f"ckptd not ready after {time.monotonic() - t0:.0f}s:\n{self.log()}")
 
     def log(self):
         try:
