@@ -4,6 +4,7 @@ flows, adopt after restart and after a "reboot", the busy mount, and kill -9
 in the middle of create, restore and delete."""
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -141,6 +142,42 @@ def test_delta_keeps_a_time_a_refused_rename_moved(daemon_factory, dirs):
     assert "gets a full layer, not a delta" not in log, log
     begun = log.count("begun with the first pass")
     assert begun >= 4 if dirs else begun == 0, log
+
+
+def test_a_second_daemon_on_a_managed_root_refuses(daemon_factory):
+    """A root that another ckptd's overlay is mounted on (a second daemon
+    started with a new state dir beside a running one) is refused at start,
+    naming that state dir. Before, the second daemon mounted its overlay
+    over the first one's, or failed with EINVAL and left its base bound;
+    the first one's restores then changed the tree under it."""
+    a = overlay_daemon(daemon_factory, tree=False)
+    root = a.roots[0]
+    (root / "f").write_text("one\n")
+    mounts_before = pathlib.Path("/proc/self/mountinfo").read_text().count(" - overlay ")
+    b = daemon_factory(start=False, backend="overlay", roots=[root])
+    b.start(wait=False)
+    assert b.proc.wait(timeout=60) != 0
+    log = b.log()
+    assert "is mounted as the overlay of another ckptd" in log and str(a.state_dir) in log, log
+    mountinfo = pathlib.Path("/proc/self/mountinfo").read_text()
+    assert str(b.base) not in mountinfo  # no base bound, no overlay
+    assert mountinfo.count(" - overlay ") == mounts_before
+    # the first daemon still manages the root, its restores whole
+    cp = a.create("one")["checkpoint_id"]
+    (root / "f").write_text("two\n")
+    a.restore(cp)
+    assert (root / "f").read_text() == "one\n"
+    # stopped, the first one leaves its overlay mounted for its next start:
+    # still refused; once that is unmounted, the second one starts
+    a.stop()
+    b.start(wait=False)
+    assert b.proc.wait(timeout=60) != 0
+    assert b.log().count("is mounted as the overlay of another ckptd") == 2
+    unmount_all(a.base)
+    assert not is_overlay(root)
+    b.start()
+    assert is_overlay(root)
+    b.stop()
 
 
 def test_restore_deleted_replaced_renamed(daemon_factory):

@@ -110,6 +110,44 @@ static bool backend_overlay_is_our_upper(struct ovl_root *r, const struct overla
 	return !name || !strcmp(mi->upperdir + strlen(pre), name);
 }
 
+/* The state dir of another ckptd whose overlay is mounted on the root
+ * (upperdir <state>/overlay/r/<h>/u/<name>, <state>/ckptd.json there),
+ * malloc'd; NULL when it is ours, not an overlay, or not ckptd's. A second
+ * daemon would stack its overlay on that one, and the first one's restores
+ * would swap the tree under it. */
+static char *backend_overlay_other_state(struct ovl *o, struct ovl_root *r, const struct overlay_mountinfo *mi)
+{
+	if (!mi->found || strcmp(mi->fstype, "overlay") != 0 || !mi->upperdir ||
+	    backend_overlay_is_our_upper(r, mi, NULL))
+		return NULL;
+	char *s = strdup(mi->upperdir);
+	for (int i = 0; s && i < 5; i++) { /* u/<name>, r/<h>, overlay */
+		char *slash = strrchr(s, '/');
+		if (!slash || slash == s) {
+			free(s);
+			return NULL;
+		}
+		bool want = i == 1 ? !strcmp(slash, "/u")
+			: i == 3   ? !strcmp(slash, "/r")
+			: i == 4   ? !strcmp(slash, "/overlay")
+				   : true;
+		if (!want) {
+			free(s);
+			return NULL;
+		}
+		*slash = 0;
+	}
+	_cleanup_free_ char *cfg = s ? path_join(s, "ckptd.json") : NULL, *odir = s ? path_join(s, "overlay") : NULL;
+	struct stat a, b; /* ours under another spelling of its path: not another */
+	bool ours = odir && stat(odir, &a) == 0 && fstat(o->odir_fd, &b) == 0 && a.st_dev == b.st_dev &&
+		a.st_ino == b.st_ino;
+	if (!cfg || ours || access(cfg, F_OK) < 0) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
 static int backend_overlay_root_dirs(struct ovl *o, struct ovl_root *r, ckpt_error *err)
 {
 	if (asprintf(&r->rdir, "%s/r/%s", o->odir, r->h) < 0)
@@ -193,6 +231,14 @@ static int backend_overlay_open_root(struct ovl *o, struct ovl_root *r, ckpt_err
 	unlinkat(r->rdir_fd, "idx/.index.tmp", 0);
 	if ((q = overlay_mountinfo_find(r->path, &mi)) < 0)
 		return err_set(err, -q, NULL, "mounts of '%s': %s", r->path, strerror(-q));
+	_cleanup_free_ char *other = backend_overlay_other_state(o, r, &mi);
+	if (other) {
+		overlay_mountinfo_clear(&mi);
+		return err_set(err, EBUSY, NULL,
+			       "'%s' is mounted as the overlay of another ckptd, state dir '%s': one daemon manages "
+			       "a root (stop that one, or start with --state-dir %s)",
+			       r->path, other, other);
+	}
 	q = backend_overlay_adopt_record(r, &mi, err);
 	if (q == 0 && o->has_intent && (q = overlay_intent_apply(&o->intent, r)) < 0)
 		err_set(err, -q, NULL, "finish the interrupted restore: %s", strerror(-q));
