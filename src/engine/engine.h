@@ -234,6 +234,9 @@ bool idem_key_valid(const char *key);
  * key was used for another request. Negative errno on failure. */
 int engine_idem_begin(struct engine *e, const char *key, const char *method, const char *path, const char *body_sha256,
 		      struct idem_ticket *t, struct idem_answer *ret);
+/* The answer, kept in memory while engine_idem_finish writes it: a repeat
+ * in between gets it (IDEM_REPLAY), not a 409. body NULL: none to keep. */
+void engine_idem_answer(struct engine *e, struct idem_ticket *t, int status, const char *body, bool problem);
 /* Remember the answer (body NULL: nothing to remember; which answers are
  * worth keeping is the HTTP layer's call) and release the key. */
 void engine_idem_finish(struct engine *e, struct idem_ticket *t, const char *key, int status, const char *body,

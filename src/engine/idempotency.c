@@ -19,6 +19,9 @@
 struct idem_running {
 	char name[72]; /* file name: sha256(key) in hex + ".json" */
 	char fingerprint[65];
+	char *body; /* the answer, once there is one to keep (engine_idem_answer) */
+	int status;
+	bool problem;
 	struct idem_running *next;
 };
 
@@ -63,6 +66,7 @@ void engine_idem_close(struct engine *e)
 	while (e->idem_running) {
 		struct idem_running *r = e->idem_running;
 		e->idem_running = r->next;
+		free(r->body);
 		free(r);
 	}
 	if (e->idem_fd >= 0)
@@ -114,7 +118,15 @@ int engine_idem_begin(struct engine *e, const char *key, const char *method, con
 	pthread_mutex_lock(&e->idem_lock);
 	for (struct idem_running *r = e->idem_running; r; r = r->next)
 		if (!strcmp(r->name, t->name)) {
-			state = strcmp(r->fingerprint, t->fingerprint) ? IDEM_MISMATCH : IDEM_RUNNING;
+			state = strcmp(r->fingerprint, t->fingerprint) ? IDEM_MISMATCH
+				: r->body                              ? IDEM_REPLAY
+								       : IDEM_RUNNING;
+			if (state == IDEM_REPLAY) { /* answered, its file still being written */
+				ret->status = r->status;
+				ret->problem = r->problem;
+				if (!(ret->body = strdup(r->body)))
+					state = -ENOMEM;
+			}
 			goto out;
 		}
 	json_t *j = idem_load(e, t->name);
@@ -147,6 +159,20 @@ out:
 	return state;
 }
 
+void engine_idem_answer(struct engine *e, struct idem_ticket *t, int status, const char *body, bool problem)
+{
+	if (!t->active || !body)
+		return;
+	pthread_mutex_lock(&e->idem_lock);
+	for (struct idem_running *r = e->idem_running; r; r = r->next)
+		if (!strcmp(r->name, t->name) && !r->body && (r->body = strdup(body))) {
+			r->status = status;
+			r->problem = problem;
+			break;
+		}
+	pthread_mutex_unlock(&e->idem_lock);
+}
+
 void engine_idem_finish(struct engine *e, struct idem_ticket *t, const char *key, int status, const char *body,
 			bool problem)
 {
@@ -168,6 +194,7 @@ void engine_idem_finish(struct engine *e, struct idem_ticket *t, const char *key
 		if (!strcmp((*p)->name, t->name)) {
 			struct idem_running *r = *p;
 			*p = r->next;
+			free(r->body);
 			free(r);
 			break;
 		}

@@ -78,6 +78,29 @@ static bool api_idem_keeps(int status)
 	return status >= 200 && status < 500 && status != 408 && status != 409 && status != 429;
 }
 
+/* A key's answer written to <state>/idempotency/ after it was sent: its two
+ * barriers (the file's fsync, its directory's) no longer delay the answer;
+ * a repeat meanwhile gets it from memory (engine_idem_answer). A crash
+ * before the write loses it, as a crash between the create's record and
+ * that write did before; only the client may now hold the answer. */
+struct api_idem_after {
+	void *app;
+	struct idem_ticket t;
+	char *key;
+	int status;
+	char *body;
+	bool problem;
+};
+
+static void api_idem_after(void *arg)
+{
+	struct api_idem_after *a = arg;
+	engine_idem_finish(a->app, &a->t, a->key ? a->key : "", a->status, a->body, a->problem);
+	free(a->key);
+	free(a->body);
+	free(a);
+}
+
 /* Run handler under the request's Idempotency-Key, if it has one: a repeat
  * of a request already answered gets that answer again (with
  * Idempotent-Replayed: true), a repeat while it runs a 409, another request
@@ -101,10 +124,26 @@ static void api_idempotent(void *app, const struct http_request *req, struct htt
 	switch (r) {
 	case IDEM_FRESH: {
 		handler(app, req, resp);
-		char *body = resp->json && api_idem_keeps(resp->status) ? json_dumps(resp->json, JSON_COMPACT) : NULL;
-		engine_idem_finish(app, &t, key, resp->status, body,
-				   resp->content_type && strstr(resp->content_type, "problem"));
-		free(body);
+		struct api_idem_after *a = calloc(1, sizeof(*a));
+		if (a) {
+			a->app = app;
+			a->t = t;
+			a->status = resp->status;
+			a->problem = resp->content_type && strstr(resp->content_type, "problem");
+			a->body = resp->json && api_idem_keeps(resp->status) ? json_dumps(resp->json, JSON_COMPACT)
+									     : NULL;
+			a->key = strdup(key);
+		}
+		if (a && a->key && !resp->after) { /* kept in memory now, on disk once the client has it */
+			engine_idem_answer(app, &t, a->status, a->body, a->problem);
+			resp->after = api_idem_after;
+			resp->after_arg = a;
+			return;
+		}
+		if (a)
+			api_idem_after(a);
+		else
+			engine_idem_finish(app, &t, key, resp->status, NULL, false);
 		return;
 	}
 	case IDEM_REPLAY:

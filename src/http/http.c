@@ -107,6 +107,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	}
 	if (resp.status == 101 && resp.upgrade)
 		http_conn_mark_upgraded(srv, conn);
+	ctx->after = resp.after;
+	ctx->after_arg = resp.after_arg;
 	return http_reply_now(conn, srv, &resp);
 }
 
@@ -114,6 +116,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
 	struct req_ctx *ctx = *con_cls;
 	(void)toe;
+	if (ctx && ctx->after) /* before the connection counts as idle */
+		ctx->after(ctx->after_arg);
 	http_conn_set_pending(cls, conn, true);
 	if (ctx) {
 		free(ctx->body);

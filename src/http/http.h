@@ -42,6 +42,11 @@ struct http_response {
 	ssize_t (*stream_read)(void *arg, char *buf, size_t max);
 	void (*stream_free)(void *arg);
 	void *stream_arg;
+	/* Work the client need not wait for: called once, on the connection's
+	 * thread, after the answer is sent or the connection ended (the server
+	 * stops before the engine closes). */
+	void (*after)(void *arg);
+	void *after_arg;
 };
 
 typedef void (*http_handler)(void *app, const struct http_request *req, struct http_response *resp);

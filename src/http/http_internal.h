@@ -62,7 +62,9 @@ struct req_ctx {
 	int spool_fd; /* HTTP_BODY_SPOOL routes: the body so far; else -1 */
 	uint64_t spool_len;
 	bool spool;
-	struct sha256_ctx hash; /* of the body as read, spooled or not */
+	struct sha256_ctx hash;   /* of the body as read, spooled or not */
+	void (*after)(void *arg); /* http_response's, run by on_completed */
+	void *after_arg;
 };
 
 /* http_conn.c */

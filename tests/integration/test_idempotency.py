@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+import requests
 
 CREATE = "/v1/checkpoints"
 
@@ -28,6 +29,17 @@ def wait_creating(d, timeout=10):
             return
         time.sleep(0.005)
     raise AssertionError("no create seen running")
+
+
+def kept(d, n, timeout=10):
+    """The key files once n are written: each is written after its answer
+    was sent, through a temp file."""
+    deadline = time.monotonic() + timeout
+    while True:
+        files = list((d.state_dir / "idempotency").iterdir())
+        if len(files) == n and all(f.name.endswith(".json") for f in files) or time.monotonic() > deadline:
+            return files
+        time.sleep(0.01)
 
 
 def named(d, name):
@@ -120,11 +132,29 @@ def test_concurrent_duplicate_is_409(daemon_factory):
     assert len(named(d, "slow")) == 1
 
 
+def test_a_repeat_right_after_the_answer_is_replayed(daemon_factory):
+    """The answer goes out before its file is written (two barriers the
+    client no longer waits for); a repeat sent the moment it arrives, on
+    another connection, gets the same answer from memory, never a 409 nor a
+    second checkpoint."""
+    d = daemon_factory()
+    (d.roots[0] / "a.txt").write_text("x\n")
+    other = requests.Session()
+    for i in range(30):
+        key = f"quick-{i}"
+        r1 = post(d, CREATE, key, {"name": f"q{i}"})
+        assert r1.status_code == 201, r1.text
+        r2 = other.post(d.url + CREATE, json={"name": f"q{i}"}, headers={"Idempotency-Key": key}, timeout=60)
+        assert r2.status_code == 201, r2.text
+        assert r2.json() == r1.json() and r2.headers["Idempotent-Replayed"] == "true"
+    assert sum(1 for c in d.list() if c["name"].startswith("q")) == 30
+
+
 def test_keys_survive_restart_and_are_kept_on_disk(daemon_factory):
     d = daemon_factory()
     r1 = post(d, CREATE, "restart-key", {"name": "r", "ttl_secs": 3600})
     assert r1.status_code == 201
-    files = list((d.state_dir / "idempotency").iterdir())
+    files = kept(d, 1)
     assert len(files) == 1 and files[0].name.endswith(".json")
     assert d.stop() == 0
     d.start()
@@ -170,7 +200,7 @@ def test_keys_expire_after_24h_and_the_sweeper_removes_them(daemon_factory):
     d = daemon_factory(config={"cleanup_interval_secs": 1})
     assert post(d, CREATE, "old", {"name": "a"}).status_code == 201
     assert post(d, CREATE, "young", {"name": "b"}).status_code == 201
-    files = {p.read_text(): p for p in (d.state_dir / "idempotency").iterdir()}
+    files = {p.read_text(): p for p in kept(d, 2)}
     old = next(p for t, p in files.items() if '"key":"old"' in t)
     young = next(p for t, p in files.items() if '"key":"young"' in t)
     day = 24 * 3600
