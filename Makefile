@@ -147,8 +147,9 @@ valgrind: $(UNIT_BINS)
 
 # test_failpoints.py and test_host_failpoints.py need the failpoint build:
 # check-failpoints runs them.
+# Each lane ends with its 25 slowest tests: where make check's time goes.
 integration: all
-	$(PYTHON) -m pytest -q -rs tests/integration --ignore=tests/integration/test_failpoints.py \
+	$(PYTHON) -m pytest -q -rs --durations=25 tests/integration --ignore=tests/integration/test_failpoints.py \
 		--ignore=tests/integration/test_host_failpoints.py $(PYTEST_ARGS)
 
 check: deps all
@@ -174,7 +175,7 @@ FP_EVERY_STEP ?=
 check-failpoints: deps
 	@$(MAKE) --no-print-directory BUILD=$(FP_BUILD) FAILPOINTS=1 all
 	CKPTD_FP_BUILD=$(FP_BUILD) CKPTD_FP_EVERY_STEP=$(FP_EVERY_STEP) \
-		$(PYTHON) -m pytest -q -rs -s tests/integration/test_failpoints.py
+		$(PYTHON) -m pytest -q -rs -s --durations=10 tests/integration/test_failpoints.py
 
 # Host mode's points (test_host_failpoints.py, 7 to 9 minutes with real runsc
 # sandboxes). Not in make check, for its run time (docs/failpoints.md).
