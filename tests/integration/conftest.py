@@ -408,3 +408,15 @@ def assert_same_tree(a, b):
     for k in changed[:20]:
         lines.append(f"changed {k}: {a[k]} != {b[k]}")
     raise AssertionError("trees differ:\n" + "\n".join(lines))
+
+
+def idempotency_files(d, n, timeout=10):
+    """The daemon d's Idempotency-Key files once there are n: each is written
+    just after its answer was sent, through a temp file; what is there at
+    the timeout otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        files = list((d.state_dir / "idempotency").iterdir())
+        if len(files) == n and all(f.name.endswith(".json") for f in files) or time.monotonic() > deadline:
+            return files
+        time.sleep(0.01)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import CKPT
+from conftest import CKPT, idempotency_files
 
 BAR = re.compile(r"\[[#>.]{10,30}\]\s+\d+%")
 
@@ -402,17 +402,10 @@ def test_posts_carry_an_idempotency_key(d):
     """Each run of ckpt sends one key with its POSTs, so a retry after an unknown
     outcome cannot do the work twice: ckptd records one answer per key."""
     idem = d.state_dir / "idempotency"
-
-    def kept(n):  # each written just after its answer was sent
-        deadline = time.monotonic() + 10
-        while len(list(idem.glob("*.json"))) < n and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return len(list(idem.glob("*.json")))
-
     cid = ok(ckpt(d, "create", "keyed", "-q")).stdout.strip()
-    assert kept(1) == 1
+    assert len(idempotency_files(d, 1)) == 1
     ok(ckpt(d, "restore", cid, "--yes"))
-    assert kept(2) == 2
+    assert len(idempotency_files(d, 2)) == 2
     ok(ckpt(d, "list"))  # a GET carries none
     time.sleep(0.2)
     assert len(list(idem.glob("*.json"))) == 2

@@ -110,6 +110,16 @@ static bool backend_overlay_is_our_upper(struct ovl_root *r, const struct overla
 	return !name || !strcmp(mi->upperdir + strlen(pre), name);
 }
 
+/* s without its last component, when that is want (NULL: any name). */
+static bool backend_overlay_cut_last(char *s, const char *want)
+{
+	char *slash = strrchr(s, '/');
+	if (!slash || slash == s || (want && strcmp(slash + 1, want) != 0))
+		return false;
+	*slash = 0;
+	return true;
+}
+
 /* The state dir of another ckptd whose overlay is mounted on the root
  * (upperdir <state>/overlay/r/<h>/u/<name>, <state>/ckptd.json there),
  * malloc'd; NULL when it is ours, not an overlay, or not ckptd's. A second
@@ -120,32 +130,18 @@ static char *backend_overlay_other_state(struct ovl *o, struct ovl_root *r, cons
 	if (!mi->found || strcmp(mi->fstype, "overlay") != 0 || !mi->upperdir ||
 	    backend_overlay_is_our_upper(r, mi, NULL))
 		return NULL;
-	char *s = strdup(mi->upperdir);
-	for (int i = 0; s && i < 5; i++) { /* u/<name>, r/<h>, overlay */
-		char *slash = strrchr(s, '/');
-		if (!slash || slash == s) {
-			free(s);
-			return NULL;
-		}
-		bool want = i == 1 ? !strcmp(slash, "/u")
-			: i == 3   ? !strcmp(slash, "/r")
-			: i == 4   ? !strcmp(slash, "/overlay")
-				   : true;
-		if (!want) {
-			free(s);
-			return NULL;
-		}
-		*slash = 0;
-	}
-	_cleanup_free_ char *cfg = s ? path_join(s, "ckptd.json") : NULL, *odir = s ? path_join(s, "overlay") : NULL;
+	_cleanup_free_ char *s = strdup(mi->upperdir);
+	if (!s || !backend_overlay_cut_last(s, NULL) || !backend_overlay_cut_last(s, "u") ||
+	    !backend_overlay_cut_last(s, NULL) || !backend_overlay_cut_last(s, "r") ||
+	    !backend_overlay_cut_last(s, "overlay"))
+		return NULL;
+	_cleanup_free_ char *cfg = path_join(s, "ckptd.json"), *odir = path_join(s, "overlay");
 	struct stat a, b; /* ours under another spelling of its path: not another */
 	bool ours = odir && stat(odir, &a) == 0 && fstat(o->odir_fd, &b) == 0 && a.st_dev == b.st_dev &&
 		a.st_ino == b.st_ino;
-	if (!cfg || ours || access(cfg, F_OK) < 0) {
-		free(s);
+	if (!cfg || ours || access(cfg, F_OK) < 0)
 		return NULL;
-	}
-	return s;
+	return TAKE_PTR(s);
 }
 
 static int backend_overlay_root_dirs(struct ovl *o, struct ovl_root *r, ckpt_error *err)
