@@ -101,6 +101,10 @@ static void extra_json(json_t *o, const struct ckpt_extra *x, bool internal)
 		json_object_set_new(o, "pull_of", pull_of_json(x->pull_of));
 	if (x->has_import_of)
 		json_object_set_new(o, "import_of", x->import_of[0] ? json_string(x->import_of) : json_null());
+	if (x->idem && internal)
+		json_object_set_new(o, "_idempotency",
+				    json_pack("{s:s, s:s, s:s, s:i}", "key", x->idem->key, "file", x->idem->file,
+					      "fingerprint", x->idem->fingerprint, "status", x->idem->status));
 	/* one the struct holds now (a push after a "push" this version could
 	 * not read) wins over the member as read */
 	json_object_foreach (x->unknown, k, v)
@@ -259,6 +263,38 @@ static struct ckpt_pull_of *pull_of_from_json(json_t *v)
 	return NULL;
 }
 
+/* The first n characters of s are lowercase hex digits. */
+static bool hex_lower(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!s[i] || !strchr("0123456789abcdef", s[i]))
+			return false;
+	return true;
+}
+
+/* "_idempotency": its file name becomes a path, so only what
+ * engine_idem_begin makes: 64 lowercase hex digits and ".json". The key is
+ * only written back into that file's JSON. */
+static struct ckpt_idem *idem_from_json(json_t *v)
+{
+	const char *key = json_string_value(json_object_get(v, "key"));
+	const char *file = json_string_value(json_object_get(v, "file"));
+	const char *fp = json_string_value(json_object_get(v, "fingerprint"));
+	json_int_t status = json_integer_value(json_object_get(v, "status"));
+	if (!key || !file || !fp || !*key || strlen(key) > 255 || strlen(file) != 69 || !hex_lower(file, 64) ||
+	    strcmp(file + 64, ".json") != 0 || strlen(fp) != 64 || !hex_lower(fp, 64) ||
+	    (status != 201 && status != 202))
+		return NULL;
+	struct ckpt_idem *d = calloc(1, sizeof(*d));
+	if (d) {
+		snprintf(d->key, sizeof(d->key), "%s", key);
+		snprintf(d->file, sizeof(d->file), "%s", file);
+		snprintf(d->fingerprint, sizeof(d->fingerprint), "%s", fp);
+		d->status = (int)status;
+	}
+	return d;
+}
+
 /* Takes member k into x when it is one of the extras; false: unknown. */
 static bool extra_take(struct ckpt_extra *x, const char *k, json_t *v)
 {
@@ -274,6 +310,8 @@ static bool extra_take(struct ckpt_extra *x, const char *k, json_t *v)
 		return (x->push = push_from_json(v)) != NULL;
 	if (!strcmp(k, "pull_of"))
 		return (x->pull_of = pull_of_from_json(v)) != NULL;
+	if (!strcmp(k, "_idempotency"))
+		return (x->idem = idem_from_json(v)) != NULL;
 	if (!strcmp(k, "import_of") && (json_is_null(v) || (json_is_string(v) && id_valid(json_string_value(v))))) {
 		snprintf(x->import_of, sizeof(x->import_of), "%s", json_string_value(v) ?: "");
 		return x->has_import_of = true;

@@ -38,6 +38,17 @@ struct ckpt_pull_of {
 	size_t n_roots;
 };
 
+/* The Idempotency-Key of the create that made the checkpoint ("_idempotency",
+ * kept on disk only): the record is durable before the key's own file is
+ * written, so a daemon stopped in between writes that file at its next start
+ * (engine_idem_from_records) and a repeat is answered, not run again. */
+struct ckpt_idem {
+	char key[256];        /* 1 to 255 characters (as idem_key_valid took it) */
+	char file[72];        /* its file's name: sha256 of the key, hex, ".json" */
+	char fingerprint[65]; /* of the request: method, path, body */
+	int status;           /* the answer's: 201, or 202 for an async create */
+};
+
 /* The members a create, a push, a pull or an import add to a record, each
  * absent until set, and the ones this version does not know. */
 struct ckpt_extra {
@@ -47,7 +58,8 @@ struct ckpt_extra {
 	struct ckpt_pull_of *pull_of;
 	bool has_import_of;
 	char import_of[32]; /* the exported checkpoint's id; "": null (it had none valid) */
-	json_t *unknown;    /* members of a newer version, kept as read; NULL: none */
+	struct ckpt_idem *idem;
+	json_t *unknown; /* members of a newer version, kept as read; NULL: none */
 };
 void ckpt_extra_free(struct ckpt_extra *x);
 

@@ -39,6 +39,7 @@ static void pull_of_free(struct ckpt_pull_of *p)
 void ckpt_extra_free(struct ckpt_extra *x)
 {
 	free(x->push);
+	free(x->idem);
 	pull_of_free(x->pull_of);
 	json_decref(x->unknown);
 	*x = (struct ckpt_extra){ 0 };
@@ -139,9 +140,13 @@ static bool extra_dup(struct ckpt_extra *d, const struct ckpt_extra *x)
 	d->push = x->push ? malloc(sizeof(*d->push)) : NULL;
 	if (d->push)
 		memcpy(d->push, x->push, sizeof(*d->push));
+	d->idem = x->idem ? malloc(sizeof(*d->idem)) : NULL;
+	if (d->idem)
+		memcpy(d->idem, x->idem, sizeof(*d->idem));
 	d->pull_of = pull_of_dup(x->pull_of);
 	d->unknown = copy_or_null(x->unknown);
-	return (!x->push || d->push) && (!x->pull_of || d->pull_of) && (!x->unknown || d->unknown);
+	return (!x->push || d->push) && (!x->idem || d->idem) && (!x->pull_of || d->pull_of) &&
+		(!x->unknown || d->unknown);
 }
 
 struct ckpt_record *record_dup(const struct ckpt_record *r)

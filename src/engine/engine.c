@@ -170,7 +170,10 @@ static int engine_open_state(struct engine *e, const struct engine_deps *deps, c
 		return err_prefix(err, "%s backend", e->backend->name);
 	engine_xfer_sweep(e); /* exports and imports a killed daemon left */
 	oci_cache_sweep(e);   /* and a killed push's or pull's cache entries */
-	return engine_recover(e, err);
+	if ((r = engine_recover(e, err)) < 0)
+		return r;
+	engine_idem_from_records(e);
+	return 0;
 }
 
 int engine_open(const struct config *cfg, const struct engine_deps *deps, struct engine **ret, ckpt_error *err)

@@ -20,6 +20,7 @@ struct engine_deps {                       /* injected OS adapters; tests pass f
 int engine_open(const struct config *cfg, const struct engine_deps *deps, struct engine **ret, ckpt_error *err);
 void engine_close(struct engine *e);
 
+struct idem_ticket;
 struct create_req {
 	const char *name;
 	bool has_ttl;
@@ -28,6 +29,10 @@ struct create_req {
 	 * as sent, so it stays JSON. */
 	json_t *labels;
 	bool async;
+	/* the request's Idempotency-Key and its ticket (engine_idem_ticket),
+	 * kept in the record; NULL: none */
+	const char *idem_key;
+	const struct idem_ticket *idem;
 };
 /* On success fills ret (the new checkpoint; the caller frees it). With
  * async, returns at once in state creating, with its progress. */
@@ -215,10 +220,12 @@ enum {
 	IDEM_RUNNING,
 	IDEM_MISMATCH
 };
+struct idem_running;
 struct idem_ticket {
 	char name[72];
 	char fingerprint[65];
 	bool active;
+	struct idem_running *run; /* the key's entry while it runs (active) */
 };
 struct idem_answer {
 	int status;
@@ -227,6 +234,10 @@ struct idem_answer {
 };
 /* 1 to 255 printable ASCII characters. */
 bool idem_key_valid(const char *key);
+/* The ticket of key for this request (its file's name, its fingerprint),
+ * not looked up. */
+void engine_idem_ticket(const char *key, const char *method, const char *path, const char *body_sha256,
+			struct idem_ticket *t);
 /* Look key up for this request (its fingerprint: method, path and the
  * sha256 of the body, hex, as the HTTP layer took it while reading). IDEM_FRESH: run it, then call
  * engine_idem_finish with the ticket. IDEM_REPLAY: ret holds the first
@@ -241,5 +252,8 @@ void engine_idem_answer(struct engine *e, struct idem_ticket *t, int status, con
  * worth keeping is the HTTP layer's call) and release the key. */
 void engine_idem_finish(struct engine *e, struct idem_ticket *t, const char *key, int status, const char *body,
 			bool problem);
+/* Write the answer of each key kept in a record (a create's) whose own
+ * file is missing: the daemon stopped between the two. At start. */
+void engine_idem_from_records(struct engine *e);
 /* Forget keys older than IDEM_TTL_SECS; returns how many. */
 int engine_idem_sweep(struct engine *e);

@@ -99,21 +99,28 @@ static json_t *idem_load(struct engine *e, const char *name)
 	return j;
 }
 
-int engine_idem_begin(struct engine *e, const char *key, const char *method, const char *path, const char *body_sha256,
-		      struct idem_ticket *t, struct idem_answer *ret)
+void engine_idem_ticket(const char *key, const char *method, const char *path, const char *body_sha256,
+			struct idem_ticket *t)
 {
 	const void *kp[] = { key };
 	const size_t kl[] = { strlen(key) };
 	const void *fp[] = { method, "\n", path, "\n", body_sha256 };
 	const size_t fl[] = { strlen(method), 1, strlen(path), 1, strlen(body_sha256) };
 	char hex[65];
-	int state = IDEM_FRESH;
 
-	*ret = (struct idem_answer){ 0 };
 	*t = (struct idem_ticket){ 0 };
 	sha256_hex(kp, kl, 1, hex);
 	snprintf(t->name, sizeof(t->name), "%s.json", hex);
 	sha256_hex(fp, fl, ARRAY_SIZE(fp), t->fingerprint);
+}
+
+int engine_idem_begin(struct engine *e, const char *key, const char *method, const char *path, const char *body_sha256,
+		      struct idem_ticket *t, struct idem_answer *ret)
+{
+	int state = IDEM_FRESH;
+
+	*ret = (struct idem_answer){ 0 };
+	engine_idem_ticket(key, method, path, body_sha256, t);
 
 	pthread_mutex_lock(&e->idem_lock);
 	for (struct idem_running *r = e->idem_running; r; r = r->next)
@@ -153,6 +160,7 @@ int engine_idem_begin(struct engine *e, const char *key, const char *method, con
 	memcpy(r->fingerprint, t->fingerprint, sizeof(r->fingerprint));
 	r->next = e->idem_running;
 	e->idem_running = r;
+	t->run = r;
 	t->active = true;
 out:
 	pthread_mutex_unlock(&e->idem_lock);
@@ -164,42 +172,94 @@ void engine_idem_answer(struct engine *e, struct idem_ticket *t, int status, con
 	if (!t->active || !body)
 		return;
 	pthread_mutex_lock(&e->idem_lock);
-	for (struct idem_running *r = e->idem_running; r; r = r->next)
-		if (!strcmp(r->name, t->name) && !r->body && (r->body = strdup(body))) {
-			r->status = status;
-			r->problem = problem;
-			break;
-		}
+	struct idem_running *r = t->run;
+	if (!r->body && (r->body = strdup(body))) {
+		r->status = status;
+		r->problem = problem;
+	}
 	pthread_mutex_unlock(&e->idem_lock);
+}
+
+/* The key's answer as its file holds it; NULL: out of memory. */
+static char *idem_file_text(const char *key, const char *fingerprint, int64_t created_ms, int status, const char *body,
+			    bool problem)
+{
+	json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:b, s:s}", "key", key, "fingerprint", fingerprint, "created_ms",
+			      (json_int_t)created_ms, "status", status, "problem", problem, "body", body);
+	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	return s;
 }
 
 void engine_idem_finish(struct engine *e, struct idem_ticket *t, const char *key, int status, const char *body,
 			bool problem)
 {
+	bool in_memory = false;
 	if (!t->active)
 		return;
 	if (body) {
-		json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:b, s:s}", "key", key, "fingerprint", t->fingerprint,
-				      "created_ms", (json_int_t)now_ms(), "status", status, "problem", problem, "body",
-				      body);
-		char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+		_cleanup_free_ char *s = idem_file_text(key, t->fingerprint, now_ms(), status, body, problem);
 		int r = s ? write_file_atomic(e->idem_fd, t->name, s, strlen(s), 0600) : -ENOMEM;
+		pthread_mutex_lock(&e->idem_lock);
+		struct idem_running *run = t->run;
+		if (r < 0 && !run->body && (run->body = strdup(body))) {
+			run->status = status;
+			run->problem = problem;
+		}
+		in_memory = r < 0 && run->body; /* a repeat is answered all the same, until the daemon stops */
+		pthread_mutex_unlock(&e->idem_lock);
 		if (r < 0)
-			log_warn("cannot remember idempotency key \"%s\": %s", key, strerror(-r));
-		free(s);
-		json_decref(j);
+			log_warn("cannot remember idempotency key \"%s\": %s%s", key, strerror(-r),
+				 in_memory ? "; its answer is kept in memory until ckptd stops" : "");
 	}
 	pthread_mutex_lock(&e->idem_lock);
-	for (struct idem_running **p = &e->idem_running; *p; p = &(*p)->next)
-		if (!strcmp((*p)->name, t->name)) {
-			struct idem_running *r = *p;
-			*p = r->next;
-			free(r->body);
-			free(r);
+	for (struct idem_running **p = &e->idem_running; *p && !in_memory; p = &(*p)->next)
+		if (*p == t->run) {
+			*p = t->run->next;
+			free(t->run->body);
+			free(t->run);
 			break;
 		}
 	pthread_mutex_unlock(&e->idem_lock);
+	t->run = NULL;
 	t->active = false;
+}
+
+/* One record's key: its file written with the answer the create gave (the
+ * checkpoint as it is now), dated from the create, unless there is one. */
+static void idem_from_record(struct engine *e, const struct ckpt_record *rec, int64_t now)
+{
+	const struct ckpt_idem *k = rec->extra.idem;
+	if (!k || rec->status != CKPT_ACTIVE || rec->created_ms + IDEM_TTL_SECS * 1000LL < now ||
+	    faccessat(e->idem_fd, k->file, F_OK, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
+		return;
+	json_t *view = record_json(rec, false);
+	_cleanup_free_ char *body = view ? json_dumps(view, JSON_COMPACT) : NULL;
+	json_decref(view);
+	_cleanup_free_ char *s =
+		body ? idem_file_text(k->key, k->fingerprint, rec->created_ms, k->status, body, false) : NULL;
+	int r = s ? write_file_atomic(e->idem_fd, k->file, s, strlen(s), 0600) : -ENOMEM;
+	struct timespec at[2] = { { .tv_sec = rec->created_ms / 1000, .tv_nsec = rec->created_ms % 1000 * 1000000 } };
+	at[1] = at[0]; /* its 24 hours count from the create, as the file's would have */
+	if (r == 0)
+		(void)utimensat(e->idem_fd, k->file, at, AT_SYMLINK_NOFOLLOW);
+	if (r < 0)
+		log_warn("cannot remember idempotency key \"%s\" of checkpoint %s: %s", k->key, rec->id, strerror(-r));
+	else
+		log_notice("idempotency key \"%s\": its answer (checkpoint %s) written from the record; ckptd had "
+			   "stopped before writing it",
+			   k->key, rec->id);
+}
+
+void engine_idem_from_records(struct engine *e)
+{
+	struct catalog_list all;
+	if (catalog_list(e->catalog, NULL, &all) < 0)
+		return;
+	int64_t now = now_ms();
+	for (size_t i = 0; i < all.n; i++)
+		idem_from_record(e, all.v[i], now);
+	catalog_list_free(&all);
 }
 
 int engine_idem_sweep(struct engine *e)

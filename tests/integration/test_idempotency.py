@@ -1,12 +1,15 @@
 """Idempotency-Key on the mutating POSTs, against the real daemon: a repeat
 answers the first result, a repeat while it runs is a 409, another body under
 the same key a 422, and the keys survive a restart and a kill -9."""
+import json
 import os
+import subprocess
 import threading
 import time
 
 import pytest
 import requests
+from conftest import idempotency_files
 
 CREATE = "/v1/checkpoints"
 
@@ -29,17 +32,6 @@ def wait_creating(d, timeout=10):
             return
         time.sleep(0.005)
     raise AssertionError("no create seen running")
-
-
-def kept(d, n, timeout=10):
-    """The key files once n are written: each is written after its answer
-    was sent, through a temp file."""
-    deadline = time.monotonic() + timeout
-    while True:
-        files = list((d.state_dir / "idempotency").iterdir())
-        if len(files) == n and all(f.name.endswith(".json") for f in files) or time.monotonic() > deadline:
-            return files
-        time.sleep(0.01)
 
 
 def named(d, name):
@@ -154,7 +146,7 @@ def test_keys_survive_restart_and_are_kept_on_disk(daemon_factory):
     d = daemon_factory()
     r1 = post(d, CREATE, "restart-key", {"name": "r", "ttl_secs": 3600})
     assert r1.status_code == 201
-    files = kept(d, 1)
+    files = idempotency_files(d, 1)
     assert len(files) == 1 and files[0].name.endswith(".json")
     assert d.stop() == 0
     d.start()
@@ -162,6 +154,47 @@ def test_keys_survive_restart_and_are_kept_on_disk(daemon_factory):
     assert r2.status_code == 201 and r2.json() == r1.json()
     assert post(d, CREATE, "restart-key", {"name": "other"}).status_code == 422
     assert len(named(d, "r")) == 1
+
+
+def test_a_create_answered_but_whose_key_file_was_never_written(daemon_factory):
+    """The key's file is written after the answer: a daemon stopped in
+    between (here: the file cannot be written, then kill -9) has the key in
+    the checkpoint's record all the same. A repeat is answered, from memory
+    while the daemon runs and from the record after a restart: the create
+    never runs twice, and another body under the key is still a 422."""
+    d = daemon_factory()
+    (d.roots[0] / "a.txt").write_text("x\n")
+    idem = d.state_dir / "idempotency"
+    subprocess.run(["chattr", "+i", str(idem)], check=True)  # no file can be made there, root or not
+    try:
+        r1 = post(d, CREATE, "never-kept", {"name": "nk"})
+        assert r1.status_code == 201, r1.text
+        r2 = post(d, CREATE, "never-kept", {"name": "nk"})
+        assert r2.status_code == 201 and r2.headers.get("Idempotent-Replayed") == "true", r2.text
+        assert r2.json() == r1.json()
+        assert "kept in memory until ckptd stops" in d.log()
+        assert "_idempotency" not in r1.json() and "_idempotency" not in d.get(r1.json()["checkpoint_id"])
+        d.kill9()
+    finally:
+        subprocess.run(["chattr", "-i", str(idem)], check=True)
+    assert list(idem.iterdir()) == []
+    d.start()
+    assert len(idempotency_files(d, 1, timeout=0)) == 1, "the start writes the key's file from the record"
+    assert "written from the record" in d.log()
+    r3 = post(d, CREATE, "never-kept", {"name": "nk"})
+    assert r3.status_code == 201 and r3.headers.get("Idempotent-Replayed") == "true", r3.text
+    assert r3.json()["checkpoint_id"] == r1.json()["checkpoint_id"]
+    assert post(d, CREATE, "never-kept", {"name": "other"}).status_code == 422
+    assert [c["checkpoint_id"] for c in named(d, "nk")] == [r1.json()["checkpoint_id"]]
+    # an async create's key is kept in its record as well, with its 202
+    r4 = post(d, CREATE, "async-key", {"name": "as", "async": True})
+    assert r4.status_code == 202, r4.text
+    cid = r4.json()["checkpoint_id"]
+    deadline = time.monotonic() + 60
+    while d.get(cid)["status"] != "active" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rec = json.loads((d.state_dir / "catalog" / f"{cid}.json").read_text())
+    assert rec["_idempotency"]["status"] == 202 and rec["_idempotency"]["key"] == "async-key"
 
 
 def test_kill9_then_retry(daemon_factory):
@@ -200,7 +233,7 @@ def test_keys_expire_after_24h_and_the_sweeper_removes_them(daemon_factory):
     d = daemon_factory(config={"cleanup_interval_secs": 1})
     assert post(d, CREATE, "old", {"name": "a"}).status_code == 201
     assert post(d, CREATE, "young", {"name": "b"}).status_code == 201
-    files = {p.read_text(): p for p in kept(d, 2)}
+    files = {p.read_text(): p for p in idempotency_files(d, 2)}
     old = next(p for t, p in files.items() if '"key":"old"' in t)
     young = next(p for t, p in files.items() if '"key":"young"' in t)
     day = 24 * 3600

@@ -211,6 +211,58 @@ static void test_round_trip(void **state)
 	json_decref(in);
 }
 
+/* "_idempotency" (the key of the create that made it): kept on disk, never
+ * in the client's view, and taken only as engine_idem_begin makes it: a file
+ * name that is not 64 lowercase hex digits and ".json" stays an unknown
+ * member, never a path. */
+static void test_idempotency_member(void **state)
+{
+	(void)state;
+	const char *fmt = "{\"checkpoint_id\":\"cp_000000000021aaaaaaaaaaaa\",\"name\":\"k\",\"status\":\"active\","
+			  "\"_created_ms\":5,\"_idempotency\":{\"key\":\"retry-1\",\"file\":\"%s\","
+			  "\"fingerprint\":\"%064d\",\"status\":%d}}";
+	const char *good = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.json";
+	const struct {
+		const char *file;
+		int status;
+		bool taken;
+	} cases[] = {
+		{ good, 201, true },
+		{ good, 202, true },
+		{ good, 200, false },
+		{ "../../../../etc/passwd", 201, false },
+		{ "0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef.json", 201, false },
+		{ "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde/.json", 201, false },
+		{ "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.jsonx", 201, false },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		char text[1024];
+		snprintf(text, sizeof(text), fmt, cases[i].file, 0, cases[i].status);
+		json_t *in = json_loads(text, 0, NULL);
+		const char *why = NULL;
+		assert_non_null(in);
+		struct ckpt_record *r = record_from_json(in, &why);
+		assert_non_null(r);
+		assert_int_equal(r->extra.idem != NULL, cases[i].taken);
+		if (cases[i].taken) {
+			assert_string_equal(r->extra.idem->key, "retry-1");
+			assert_string_equal(r->extra.idem->file, good);
+			assert_int_equal(r->extra.idem->status, cases[i].status);
+			struct ckpt_record *d = record_dup(r);
+			assert_string_equal(d->extra.idem->file, good);
+			record_unref(d);
+		}
+		json_t *out = record_json(r, true); /* kept as read, taken or not */
+		assert_true(json_equal(json_object_get(in, "_idempotency"), json_object_get(out, "_idempotency")));
+		json_decref(out);
+		json_t *pub = record_json(r, false);
+		assert_null(json_object_get(pub, "_idempotency"));
+		json_decref(pub);
+		record_unref(r);
+		json_decref(in);
+	}
+}
+
 /* A name means its newest active checkpoint; newer failed or in-flight ones
  * of that name do not hide it. The counters follow every change. */
 /* Record files as a daemon from before the typed members wrote them
@@ -472,6 +524,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_catalog, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_required, setup, teardown),
 		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_idempotency_member),
 		cmocka_unit_test_setup_teardown(test_old_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_write, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_find_name_and_stats, setup, teardown),
