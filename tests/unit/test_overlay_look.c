@@ -94,7 +94,10 @@ static void test_look_begun_apart_finds_changes(void **state)
 	overlay_delta_dir_look(f->fd, &f->dirs);
 	assert_null(f->dirs.look);
 	assert_true(f->dirs.looked);
-	assert_true(f->dirs.look_us > 0); /* it ran on its thread */
+	/* begun on its thread (which may find every directory taken by the
+	 * caller when it gets a CPU late, and time 0 us: seen with make check
+	 * beside) */
+	assert_true(f->dirs.look_apart);
 	assert_true(dmeta(&f->dirs, "d007")->changed);
 	assert_int_equal(dmeta(&f->dirs, "d007")->now.mode & 07777, 0700);
 	assert_true(dmeta(&f->dirs, "d123")->changed);
