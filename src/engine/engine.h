@@ -20,7 +20,7 @@ struct engine_deps {                       /* injected OS adapters; tests pass f
 int engine_open(const struct config *cfg, const struct engine_deps *deps, struct engine **ret, ckpt_error *err);
 void engine_close(struct engine *e);
 
-struct idem_ticket;
+struct ckpt_idem;
 struct create_req {
 	const char *name;
 	bool has_ttl;
@@ -29,10 +29,9 @@ struct create_req {
 	 * as sent, so it stays JSON. */
 	json_t *labels;
 	bool async;
-	/* the request's Idempotency-Key and its ticket (engine_idem_ticket),
-	 * kept in the record; NULL: none */
-	const char *idem_key;
-	const struct idem_ticket *idem;
+	/* the request's Idempotency-Key, kept in the record
+	 * (engine_idem_of_request); NULL: none */
+	const struct ckpt_idem *idem;
 };
 /* On success fills ret (the new checkpoint; the caller frees it). With
  * async, returns at once in state creating, with its progress. */
@@ -234,10 +233,10 @@ struct idem_answer {
 };
 /* 1 to 255 printable ASCII characters. */
 bool idem_key_valid(const char *key);
-/* The ticket of key for this request (its file's name, its fingerprint),
- * not looked up. */
-void engine_idem_ticket(const char *key, const char *method, const char *path, const char *body_sha256,
-			struct idem_ticket *t);
+/* What a record keeps of key for this request, whose answer will have
+ * this status (struct ckpt_idem); not looked up. */
+void engine_idem_of_request(const char *key, const char *method, const char *path, const char *body_sha256, int status,
+			    struct ckpt_idem *ret);
 /* Look key up for this request (its fingerprint: method, path and the
  * sha256 of the body, hex, as the HTTP layer took it while reading). IDEM_FRESH: run it, then call
  * engine_idem_finish with the ticket. IDEM_REPLAY: ret holds the first

@@ -71,13 +71,8 @@ struct ckpt_record *create_record(struct engine *e, const struct create_req *req
 		json_object_update(r->labels, req->labels);
 	for (size_t i = 0; i < e->cfg->n_roots; i++)
 		json_array_append_new(r->roots, json_string(e->cfg->roots[i]));
-	if (req->idem && (r->extra.idem = calloc(1, sizeof(*r->extra.idem)))) {
-		struct ckpt_idem *k = r->extra.idem;
-		snprintf(k->key, sizeof(k->key), "%s", req->idem_key);
-		memcpy(k->file, req->idem->name, sizeof(k->file));
-		memcpy(k->fingerprint, req->idem->fingerprint, sizeof(k->fingerprint));
-		k->status = req->async ? 202 : 201;
-	}
+	if (req->idem && (r->extra.idem = malloc(sizeof(*r->extra.idem))))
+		*r->extra.idem = *req->idem;
 	if (!r->backend || (req->idem && !r->extra.idem)) {
 		record_unref(r);
 		return NULL;

@@ -24,8 +24,10 @@ void engine_export_free(struct engine_export *x);
  * import_of naming the exported one). Hostile or damaged archives fail with
  * code invalid_archive (400); an overlay checkpoint over another base with
  * base_mismatch (409). Nothing is kept of a failed import. On success
- * fills ret (the new checkpoint; the caller frees it). */
-int engine_import(struct engine *e, int fd, struct ckpt_view *ret, ckpt_error *err);
+ * fills ret (the new checkpoint; the caller frees it). idem: the request's
+ * Idempotency-Key, kept in the record (NULL: none). */
+struct ckpt_idem;
+int engine_import(struct engine *e, int fd, const struct ckpt_idem *idem, struct ckpt_view *ret, ckpt_error *err);
 
 /* The base identity of this daemon ("sha256:..."); for overlay. */
 int engine_base_identity(struct engine *e, char out[80], ckpt_error *err);

@@ -398,7 +398,7 @@ int engine_import_trees(struct engine *e, const char *tmp, const char *name, jso
 	return 0;
 }
 
-int engine_import(struct engine *e, int fd, struct ckpt_view *ret, ckpt_error *err)
+int engine_import(struct engine *e, int fd, const struct ckpt_idem *idem, struct ckpt_view *ret, ckpt_error *err)
 {
 	struct import_ctx c = { .e = e, .fd = fd, .err = err };
 	pthread_t t;
@@ -421,10 +421,14 @@ int engine_import(struct engine *e, int fd, struct ckpt_view *ret, ckpt_error *e
 		json_t *orig = json_object_get(c.manifest, "checkpoint");
 		snprintf(oid, sizeof(oid), "%s", json_string_value(json_object_get(orig, "checkpoint_id")) ?: "");
 		struct ckpt_extra origin = { .has_import_of = true };
+		if (idem && (origin.idem = malloc(sizeof(*origin.idem))))
+			*origin.idem = *idem;
 		if (id_valid(oid))
 			snprintf(origin.import_of, sizeof(origin.import_of), "%s", oid);
-		q = engine_import_trees(e, c.tmp, json_string_value(json_object_get(orig, "name")),
-					json_object_get(orig, "labels"), &origin, &rec, err);
+		q = idem && !origin.idem
+			? err_set(err, ENOMEM, NULL, "out of memory")
+			: engine_import_trees(e, c.tmp, json_string_value(json_object_get(orig, "name")),
+					      json_object_get(orig, "labels"), &origin, &rec, err);
 	}
 	engine_xfer_rm(e, c.tmp);
 	free(c.tmp);

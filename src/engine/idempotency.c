@@ -99,7 +99,7 @@ static json_t *idem_load(struct engine *e, const char *name)
 	return j;
 }
 
-void engine_idem_ticket(const char *key, const char *method, const char *path, const char *body_sha256,
+static void idem_ticket(const char *key, const char *method, const char *path, const char *body_sha256,
 			struct idem_ticket *t)
 {
 	const void *kp[] = { key };
@@ -114,13 +114,24 @@ void engine_idem_ticket(const char *key, const char *method, const char *path, c
 	sha256_hex(fp, fl, ARRAY_SIZE(fp), t->fingerprint);
 }
 
+void engine_idem_of_request(const char *key, const char *method, const char *path, const char *body_sha256, int status,
+			    struct ckpt_idem *ret)
+{
+	struct idem_ticket t;
+	idem_ticket(key, method, path, body_sha256, &t);
+	*ret = (struct ckpt_idem){ .status = status };
+	snprintf(ret->key, sizeof(ret->key), "%s", key);
+	memcpy(ret->file, t.name, sizeof(ret->file));
+	memcpy(ret->fingerprint, t.fingerprint, sizeof(ret->fingerprint));
+}
+
 int engine_idem_begin(struct engine *e, const char *key, const char *method, const char *path, const char *body_sha256,
 		      struct idem_ticket *t, struct idem_answer *ret)
 {
 	int state = IDEM_FRESH;
 
 	*ret = (struct idem_answer){ 0 };
-	engine_idem_ticket(key, method, path, body_sha256, t);
+	idem_ticket(key, method, path, body_sha256, t);
 
 	pthread_mutex_lock(&e->idem_lock);
 	for (struct idem_running *r = e->idem_running; r; r = r->next)

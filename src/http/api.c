@@ -176,16 +176,14 @@ static void api_create_run(void *app, const struct http_request *req, struct htt
 	struct create_req cr = { 0 };
 	ckpt_error err = { 0 };
 	struct ckpt_view v;
-	struct idem_ticket t;
+	struct ckpt_idem k;
 	json_auto_t *obj = api_parse_object(req, true, resp);
 
 	if (!obj || !api_decode_create(obj, &cr, resp))
 		return;
 	/* its key in the record too: durable with it (engine_idem_from_records) */
-	if ((cr.idem_key = http_header(req, "Idempotency-Key"))) {
-		engine_idem_ticket(cr.idem_key, req->method, req->path, req->body_sha256, &t);
-		cr.idem = &t;
-	}
+	if (api_idem_of(req, cr.async ? 202 : 201, &k))
+		cr.idem = &k;
 	if (engine_create(app, &cr, &v, &err) < 0) {
 		http_error(resp, &err);
 		return;

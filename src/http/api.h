@@ -13,6 +13,8 @@ json_t *api_parse_object(const struct http_request *req, bool required, struct h
 bool api_only_fields(json_t *obj, const char *const *allowed, struct http_response *resp);
 bool api_decode_create(json_t *obj, struct create_req *cr, struct http_response *resp);
 bool api_decode_restore(json_t *obj, struct restore_req *rr, struct http_response *resp);
+struct ckpt_idem;
+bool api_idem_of(const struct http_request *req, int status, struct ckpt_idem *ret);
 /* The restore report as the response's JSON (exposed for unit tests). */
 struct restore_report;
 json_t *api_restore_json(const struct restore_report *rep);

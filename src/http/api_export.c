@@ -2,6 +2,7 @@
  * the spooled body to the engine. */
 #include "http/api.h"
 
+#include "engine/catalog.h"
 #include "engine/engine.h"
 #include "engine/engine_export.h"
 
@@ -44,7 +45,8 @@ void api_import(void *app, const struct http_request *req, struct http_response 
 		http_fail(resp, ERR_INVALID, "invalid_archive", "the body must be an archive made by export");
 		return;
 	}
-	if (engine_import(app, req->body_fd, &v, &err) < 0) {
+	struct ckpt_idem k;
+	if (engine_import(app, req->body_fd, api_idem_of(req, 201, &k) ? &k : NULL, &v, &err) < 0) {
 		http_error(resp, &err);
 		return;
 	}

@@ -182,3 +182,13 @@ json_t *api_health_json(const struct health_report *h)
 	json_object_set_new(out, "root_details", details);
 	return out;
 }
+
+/* What the record a request makes keeps of its Idempotency-Key (the
+ * answer's status), when it has one. */
+bool api_idem_of(const struct http_request *req, int status, struct ckpt_idem *ret)
+{
+	const char *key = http_header(req, "Idempotency-Key");
+	if (key)
+		engine_idem_of_request(key, req->method, req->path, req->body_sha256, status, ret);
+	return key != NULL;
+}

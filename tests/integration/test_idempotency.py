@@ -156,20 +156,33 @@ def test_keys_survive_restart_and_are_kept_on_disk(daemon_factory):
     assert len(named(d, "r")) == 1
 
 
-def test_a_create_answered_but_whose_key_file_was_never_written(daemon_factory):
+@pytest.mark.parametrize("what", ["create", "import"])
+def test_an_answer_whose_key_file_was_never_written(daemon_factory, what):
     """The key's file is written after the answer: a daemon stopped in
     between (here: the file cannot be written, then kill -9) has the key in
-    the checkpoint's record all the same. A repeat is answered, from memory
-    while the daemon runs and from the record after a restart: the create
-    never runs twice, and another body under the key is still a 422."""
+    the new checkpoint's record all the same. A repeat is answered, from
+    memory while the daemon runs and from the record after a restart: the
+    create or import never runs twice, and another body under the key is
+    still a 422."""
     d = daemon_factory()
     (d.roots[0] / "a.txt").write_text("x\n")
+    if what == "create":
+        path, body, other = CREATE, {"json": {"name": "nk"}}, {"json": {"name": "other"}}
+    else:
+        blob = d.request("GET", f"/v1/checkpoints/{d.create('exported')['checkpoint_id']}/export").content
+        zstd = {"Content-Type": "application/zstd"}
+        path, body, other = "/v1/checkpoints/import", {"data": blob, "headers": zstd}, {"data": blob[:-1] + b"!", "headers": zstd}
+
+    def send(b):
+        h = {**b.get("headers", {}), "Idempotency-Key": "never-kept"}
+        return d.request("POST", path, **{**b, "headers": h}, timeout=120)
+
     idem = d.state_dir / "idempotency"
     subprocess.run(["chattr", "+i", str(idem)], check=True)  # no file can be made there, root or not
     try:
-        r1 = post(d, CREATE, "never-kept", {"name": "nk"})
+        r1 = send(body)
         assert r1.status_code == 201, r1.text
-        r2 = post(d, CREATE, "never-kept", {"name": "nk"})
+        r2 = send(body)
         assert r2.status_code == 201 and r2.headers.get("Idempotent-Replayed") == "true", r2.text
         assert r2.json() == r1.json()
         assert "kept in memory until ckptd stops" in d.log()
@@ -181,15 +194,19 @@ def test_a_create_answered_but_whose_key_file_was_never_written(daemon_factory):
     d.start()
     assert len(idempotency_files(d, 1, timeout=0)) == 1, "the start writes the key's file from the record"
     assert "written from the record" in d.log()
-    r3 = post(d, CREATE, "never-kept", {"name": "nk"})
+    r3 = send(body)
     assert r3.status_code == 201 and r3.headers.get("Idempotent-Replayed") == "true", r3.text
     assert r3.json()["checkpoint_id"] == r1.json()["checkpoint_id"]
-    assert post(d, CREATE, "never-kept", {"name": "other"}).status_code == 422
-    assert [c["checkpoint_id"] for c in named(d, "nk")] == [r1.json()["checkpoint_id"]]
-    # an async create's key is kept in its record as well, with its 202
-    r4 = post(d, CREATE, "async-key", {"name": "as", "async": True})
-    assert r4.status_code == 202, r4.text
-    cid = r4.json()["checkpoint_id"]
+    assert send(other).status_code == 422
+    ids = {c["checkpoint_id"] for c in d.list()}
+    assert r1.json()["checkpoint_id"] in ids and len(ids) == (1 if what == "create" else 2), ids
+
+
+def test_an_async_create_keeps_its_key_in_its_record(daemon_factory):
+    d = daemon_factory()
+    r = post(d, CREATE, "async-key", {"name": "as", "async": True})
+    assert r.status_code == 202, r.text
+    cid = r.json()["checkpoint_id"]
     deadline = time.monotonic() + 60
     while d.get(cid)["status"] != "active" and time.monotonic() < deadline:
         time.sleep(0.05)
