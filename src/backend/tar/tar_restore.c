@@ -5,7 +5,8 @@
  *    directory of anything touched (its times must be set again);
  * 3. remove the live entries about to be rewritten;
  * 4. read the archive once, extracting the marked entries and skipping the
- *    rest; libarchive sets directory times after their children on close;
+ *    rest (files and directories written here, the others by libarchive);
+ *    directory times are set after their children (fix_dir_times);
  *    an incremental checkpoint's manifest names older archives holding the
  *    data of unchanged files: each one that holds a marked entry is read
  *    after the checkpoint's own (which has every directory);
@@ -471,6 +472,39 @@ static int write_regular(struct rctx *c, struct archive *a, int root_fd, struct 
 	return r;
 }
 
+/* A directory is made here too: the disk writer's secure check stats every
+ * component of an entry's path from the top, so a tree d/d/d... costs
+ * O(depth) calls per directory and O(depth^2) in all (15 s for a view of the
+ * deepest tree, 2,040 levels). parent_fd follows no symlink and never leaves
+ * the root: the same guarantee in one call. Owner, mode and xattrs now (as
+ * dir_direct for one that stays); times by fix_dir_times, after the
+ * children. A directory there already is kept (prepare_one cleared its
+ * xattrs); anything else in its way fails. */
+static int write_dir(struct rctx *c, int root_fd, struct archive_entry *ae)
+{
+	char path[PATH_MAX];
+	const char *leaf;
+	size_t len = strlen(archive_entry_pathname(ae));
+	if (len >= sizeof(path))
+		return sys_err(c, ENAMETOOLONG, "create", archive_entry_pathname(ae));
+	memcpy(path, archive_entry_pathname(ae), len + 1);
+	if (len > 1 && path[len - 1] == '/') /* pax's "name/" */
+		path[len - 1] = 0;
+	int pfd = parent_fd(c, root_fd, path, &leaf);
+	if (pfd < 0)
+		return err_set(c->err, -pfd, NULL, "cannot open the directory of '%s': %s", path, strerror(-pfd));
+	if (mkdirat(pfd, leaf, 0700) < 0 && errno != EEXIST)
+		return sys_err(c, errno, "create", path);
+	_cleanup_close_ int dfd = openat(pfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return sys_err(c, errno, "open", path);
+	if (fchown(dfd, archive_entry_uid(ae), archive_entry_gid(ae)) < 0 ||
+	    fchmod(dfd, archive_entry_mode(ae) & 07777) < 0)
+		return sys_err(c, errno, "set the owner or mode of", path);
+	int x = tar_xattrs_apply_entry(dfd, ae, false);
+	return x < 0 ? sys_err(c, -x, "set the xattrs of", path) : 0;
+}
+
 /* A symbolic link (without xattrs) is made beside its name and renamed
  * over it too: a library's soname link never goes missing. 1 when done, 0
  * when it is not one for here (the disk writer makes it). */
@@ -489,7 +523,7 @@ static int write_symlink(struct rctx *c, int root_fd, struct archive_entry *ae)
 	return r < 0 ? sys_err(c, -r, "replace the link", path) : 1;
 }
 
-/* Everything else (directories, hard links, devices, fifos) has no data:
+/* Everything else (hard links, devices, fifos) has no data:
  * the disk writer creates it; anything short of ARCHIVE_OK is a failure too. */
 static int extract_one(struct rctx *c, struct archive *a, struct archive *w, int root_fd, struct archive_entry *ae)
 {
@@ -499,6 +533,9 @@ static int extract_one(struct rctx *c, struct archive *a, struct archive *w, int
 	tar_replace_note(c->o, path, true);
 	if (archive_entry_filetype(ae) == AE_IFREG && !archive_entry_hardlink(ae)) {
 		if ((r = write_regular(c, a, root_fd, ae)) < 0)
+			return r;
+	} else if (archive_entry_filetype(ae) == AE_IFDIR && !archive_entry_hardlink(ae)) {
+		if ((r = write_dir(c, root_fd, ae)) < 0)
 			return r;
 	} else if ((r = write_symlink(c, root_fd, ae)) < 0) {
 		return r;
