@@ -264,7 +264,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int fd = memfd_create("body", MFD_CLOEXEC);
 	if (fd < 0 || write(fd, data, size) != (ssize_t)size || lseek(fd, 0, SEEK_SET) != 0)
 		abort();
-	int r = engine_import(eng, fd, &rec, &err);
+	int r = engine_import(eng, fd, NULL, &rec, &err);
 	close(fd);
 	if (!dir_empty(xfer)) {
 		fprintf(stderr, "import (%s) left files in %s\n", r < 0 ? err.msg : "ok", xfer);
